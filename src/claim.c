@@ -1,0 +1,214 @@
+/*
+ * claim.c
+ *	  Handing out work: orch_dequeue claims eligible tasks in priority/FIFO
+ *	  order with FOR UPDATE SKIP LOCKED and a fresh fencing token per claim,
+ *	  after lazily recovering expired leases of the same queue.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_dequeue);
+
+#define ORCH_MAX_BATCH 10000
+#define ORCH_RECOVER_PER_CLAIM 16
+
+static SPIPlanPtr expired_plan = NULL;
+
+/*
+ * Recover up to limit expired leases of a queue: each is a failed attempt,
+ * class TRANSIENT, decided by the task's policy.  Rows another session holds
+ * are skipped; a row completed meanwhile no longer matches.  Returns the
+ * number recovered.  Caller is connected to SPI.
+ */
+static int
+recover_expired_leases(const char *queue, int limit)
+{
+	Oid			types[2] = {TEXTOID, INT4OID};
+	Datum		v[2];
+	int			n;
+	int64	   *ids;
+	int			recovered = 0;
+	bool		isnull;
+
+	v[0] = orch_text_datum(queue);
+	v[1] = Int32GetDatum(limit);
+	if (SPI_execute_plan(orch_prepare(&expired_plan,
+									  "SELECT id FROM orch.tasks"
+									  " WHERE queue = $1 AND state = 'executing' AND lease_expires_at <= now()"
+									  " ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+									  2, types),
+						 v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: lease scan failed");
+	n = (int) SPI_processed;
+	if (n == 0)
+		return 0;
+	ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+
+	orch_set_event_context("orchestrator", "lease expired");
+	for (int i = 0; i < n; i++)
+	{
+		OrchTask	t;
+
+		/* re-check under our lock: still executing with an expired lease */
+		if (!orch_lock_task(ids[i], &t) || t.state != TS_EXECUTING || !t.lease_expired)
+			continue;
+		orch_fail_locked(&t, EC_TRANSIENT, "lease expired", false, 0, "lease_expired", NULL);
+		recovered++;
+	}
+	orch_clear_event_context();
+	return recovered;
+}
+
+static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr claim_tenant_plan = NULL;
+
+#define CLAIM_SQL(TENANT_FILTER) \
+	"WITH c AS (" \
+	"  SELECT id, tenant_id FROM orch.tasks" \
+	"  WHERE queue = $1 AND ready_at <= now()" TENANT_FILTER \
+	"  ORDER BY priority, created_at, id" \
+	"  LIMIT $2 FOR UPDATE SKIP LOCKED)," \
+	" u AS (" \
+	"  UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
+	"   lease_token = gen_random_uuid(), lease_owner = $3," \
+	"   lease_expires_at = now() + $4, claimed_at = now(), retry_at = NULL," \
+	"   reason_code = 'claimed'" \
+	"  FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id" TENANT_FILTER \
+	"  RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
+	"   t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data, t.created_at)" \
+	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
+	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
+
+/* The stable step idempotency key: hash(tenant, run, step) or (tenant, task) */
+static char *
+guard_key(const char *tenant, bool has_run, int64 run_id, const char *step, int64 task_id)
+{
+	StringInfoData s;
+	uint64		h;
+
+	initStringInfo(&s);
+	if (has_run)
+		appendStringInfo(&s, "%s|run|" INT64_FORMAT "|%s", tenant, run_id, step ? step : "");
+	else
+		appendStringInfo(&s, "%s|task|" INT64_FORMAT, tenant, task_id);
+	h = hash_bytes_extended((const unsigned char *) s.data, s.len, 0x67756172);
+	return psprintf("%016llx", (unsigned long long) h);
+}
+
+/*
+ * orch_dequeue(queue, worker, batch, lease, tenant)
+ *	  -> (task_id, lease_token, attempt, payload, queue, priority, step_key,
+ *		  guard, lease_expires_at, resume_data)
+ */
+Datum
+orch_dequeue(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue;
+	char	   *worker;
+	int32		batch = 1;
+	int64		lease = -1;
+	char	   *tenant;
+	QueueSettings qs;
+	bool		paused;
+	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
+	Datum		v[5];
+	MemoryContext outer = CurrentMemoryContext;
+
+	orch_require_arg(fcinfo, 0, "queue");
+	orch_require_arg(fcinfo, 1, "worker");
+	queue = orch_text_arg(fcinfo, 0);
+	orch_validate_queue_name(queue);
+	worker = orch_text_arg(fcinfo, 1);
+	if (worker[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("worker must not be empty")));
+	if (!PG_ARGISNULL(2))
+	{
+		batch = PG_GETARG_INT32(2);
+		if (batch < 1 || batch > ORCH_MAX_BATCH)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("batch must be between 1 and %d", ORCH_MAX_BATCH)));
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		lease = orch_interval_usecs(PG_GETARG_INTERVAL_P(3));
+		if (lease <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lease must be a positive interval")));
+	}
+	tenant = orch_text_arg(fcinfo, 4);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	if (!orch_load_queue(queue, &qs, &paused) || paused)
+	{
+		SPI_finish();
+		return (Datum) 0;		/* unknown or paused queue: no work */
+	}
+	if (lease < 0)
+		lease = qs.lease;
+
+	recover_expired_leases(queue, ORCH_RECOVER_PER_CLAIM);
+
+	v[0] = orch_text_datum(queue);
+	v[1] = Int32GetDatum(batch);
+	v[2] = orch_text_datum(worker);
+	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
+	v[4] = tenant ? orch_text_datum(tenant) : (Datum) 0;
+	orch_set_event_context(worker, NULL);
+	if (tenant)
+	{
+		if (SPI_execute_plan(orch_prepare(&claim_tenant_plan, CLAIM_SQL(" AND tenant_id = $5"), 5, types),
+							 v, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: claim failed");
+	}
+	else if (SPI_execute_plan(orch_prepare(&claim_plan, CLAIM_SQL(""), 4, types),
+							  v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: claim failed");
+	orch_clear_event_context();
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		Datum		out[10];
+		bool		nulls[10];
+		bool		isnull;
+		Datum		run;
+		bool		has_run;
+		char	   *step;
+		char	   *ten;
+		MemoryContext spicxt;
+
+		for (int c = 0; c < 7; c++)
+			out[c] = SPI_getbinval(tup, td, c + 1, &nulls[c]);
+		ten = SPI_getvalue(tup, td, 8);
+		run = SPI_getbinval(tup, td, 9, &isnull);
+		has_run = !isnull;
+		step = SPI_getvalue(tup, td, 7);
+		spicxt = MemoryContextSwitchTo(outer);
+		out[7] = orch_text_datum(guard_key(ten, has_run, has_run ? DatumGetInt64(run) : 0,
+										   step, DatumGetInt64(out[0])));
+		nulls[7] = false;
+		MemoryContextSwitchTo(spicxt);
+		out[8] = SPI_getbinval(tup, td, 10, &nulls[8]);
+		out[9] = SPI_getbinval(tup, td, 11, &nulls[9]);
+		/* tuplestore copies the values into its own context */
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,432 @@
+/*
+ * enqueue.c
+ *	  Producing work: orch_enqueue and orch_enqueue_batch, with argument
+ *	  validation, queue defaults and execution-level idempotency keys (same key
+ *	  and payload -> same task; another payload -> OR004; no unique violation
+ *	  ever reaches a caller).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_enqueue);
+PG_FUNCTION_INFO_V1(orch_enqueue_batch);
+
+/* Everything but the payload and key, shared by a batch */
+typedef struct EnqueueOpts
+{
+	char	   *queue;
+	bool		has_priority;
+	int32		priority;
+	bool		has_run_at;
+	TimestampTz run_at;
+	char	   *tenant;
+	char	   *owner;
+	char	   *concurrency_key;
+	bool		has_max_attempts;
+	int32		max_attempts;
+	bool		has_max_failures;
+	int32		max_failures;
+	Jsonb	   *retry_policy;
+	bool		has_timeout;
+	Interval   *timeout;
+	QueueSettings qs;
+} EnqueueOpts;
+
+/*
+ * Read the shared arguments.  Both SQL functions have the same argument
+ * positions except payload(s) (1) and key(s) (3).
+ */
+static void
+read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
+{
+	memset(o, 0, sizeof(*o));
+	orch_require_arg(fcinfo, 0, "queue");
+	o->queue = orch_text_arg(fcinfo, 0);
+	orch_validate_queue_name(o->queue);
+	if (!PG_ARGISNULL(2))
+	{
+		o->has_priority = true;
+		o->priority = PG_GETARG_INT32(2);
+	}
+	if (!PG_ARGISNULL(4))
+	{
+		o->has_run_at = true;
+		o->run_at = PG_GETARG_TIMESTAMPTZ(4);
+		if (TIMESTAMP_NOT_FINITE(o->run_at))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("run_at must be a finite timestamp")));
+	}
+	o->tenant = orch_text_arg(fcinfo, 5);
+	if (o->tenant == NULL)
+		o->tenant = ORCH_DEFAULT_TENANT;
+	if (o->tenant[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tenant must not be empty")));
+	o->owner = orch_text_arg(fcinfo, 6);
+	o->concurrency_key = orch_text_arg(fcinfo, 7);
+	if (!PG_ARGISNULL(8))
+	{
+		o->has_max_attempts = true;
+		o->max_attempts = PG_GETARG_INT32(8);
+		if (o->max_attempts < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_attempts must be at least 1")));
+	}
+	if (!PG_ARGISNULL(9))
+	{
+		o->has_max_failures = true;
+		o->max_failures = PG_GETARG_INT32(9);
+		if (o->max_failures < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_failures must be at least 1")));
+	}
+	if (!PG_ARGISNULL(10))
+	{
+		QueueSettings scratch;
+
+		o->retry_policy = PG_GETARG_JSONB_P(10);
+		orch_settings_defaults(&scratch);
+		orch_settings_apply(&scratch, o->retry_policy, true);	/* validates */
+	}
+	if (!PG_ARGISNULL(11))
+	{
+		o->has_timeout = true;
+		o->timeout = PG_GETARG_INTERVAL_P(11);
+		if (orch_interval_usecs(o->timeout) <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must be a positive interval")));
+	}
+}
+
+/* Caller is connected to SPI. */
+static void
+prepare_queue(EnqueueOpts *o)
+{
+	if (!orch_load_queue(o->queue, &o->qs, NULL))
+		orch_ensure_queue(o->queue);
+	if (!o->has_priority)
+		o->priority = o->qs.priority;
+}
+
+static SPIPlanPtr insert_plan = NULL;
+
+static int64
+insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 id)
+{
+	Oid			types[13] = {INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID, TIMESTAMPTZOID,
+		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[13];
+	char		n[13];
+	SPIPlanPtr	plan;
+	bool		isnull;
+
+	memset(n, ' ', sizeof(n));
+	v[0] = Int64GetDatum(id);
+	if (!has_id)
+		n[0] = 'n';
+	v[1] = orch_text_datum(o->tenant);
+	v[2] = orch_text_datum(o->queue);
+	v[3] = Int32GetDatum(o->priority);
+	v[4] = JsonbPGetDatum(payload);
+	v[5] = TimestampTzGetDatum(o->run_at);
+	if (!o->has_run_at)
+		n[5] = 'n';
+	v[6] = Int32GetDatum(o->max_attempts);
+	if (!o->has_max_attempts)
+		n[6] = 'n';
+	v[7] = Int32GetDatum(o->max_failures);
+	if (!o->has_max_failures)
+		n[7] = 'n';
+	v[8] = JsonbPGetDatum(o->retry_policy);
+	if (!o->retry_policy)
+		n[8] = 'n';
+	v[9] = IntervalPGetDatum(o->timeout);
+	if (!o->has_timeout)
+		n[9] = 'n';
+#define OPT_TEXT(i, s) do { if (s) v[i] = orch_text_datum(s); else n[i] = 'n'; } while (0)
+	OPT_TEXT(10, key);
+	OPT_TEXT(11, o->owner);
+	OPT_TEXT(12, o->concurrency_key);
+#undef OPT_TEXT
+
+	plan = orch_prepare(&insert_plan,
+						"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
+						" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+						" idempotency_key, owner, concurrency_key, reason_code)"
+						" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3, 'queued', $4, $5,"
+						" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
+						" 'enqueued') RETURNING id",
+						13, types);
+	if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "orchestrator: task insert failed");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+static SPIPlanPtr key_insert_plan = NULL;
+static SPIPlanPtr key_lookup_plan = NULL;
+static SPIPlanPtr key_delete_plan = NULL;
+static SPIPlanPtr nextval_plan = NULL;
+
+/*
+ * Enqueue under an idempotency key.  INSERT ... ON CONFLICT DO NOTHING waits
+ * for a concurrent holder of the key to commit or abort, so concurrent calls
+ * create one task and no caller sees a unique violation.
+ */
+static int64
+enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
+{
+	Oid			ktypes[4] = {TEXTOID, TEXTOID, INT8OID, INTERVALOID};
+	Datum		kv[4];
+	bool		isnull;
+
+	kv[0] = orch_text_datum(o->tenant);
+	kv[1] = orch_text_datum(key);
+	kv[3] = IntervalPGetDatum(orch_usecs_interval(o->qs.idempotency_ttl));
+
+	for (int tries = 0; tries < 5; tries++)
+	{
+		int64		id;
+		HeapTuple	tup;
+		TupleDesc	td;
+		bool		expired;
+		char	   *queue;
+		Jsonb	   *existing;
+
+		if (SPI_execute_plan(orch_prepare(&nextval_plan, "SELECT nextval('orch.tasks_id_seq')", 0, NULL),
+							 NULL, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: nextval failed");
+		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		kv[2] = Int64GetDatum(id);
+		if (SPI_execute_plan(orch_prepare(&key_insert_plan,
+										  "INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
+										  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
+										  4, ktypes),
+							 kv, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "orchestrator: idempotency key insert failed");
+		if (SPI_processed == 1)
+			return insert_task(o, payload, key, true, id);
+
+		/* The key exists: same request, conflict, or expired */
+		if (SPI_execute_plan(orch_prepare(&key_lookup_plan,
+										  "SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
+										  " t.queue, t.payload"
+										  " FROM orch.idempotency_keys k"
+										  " LEFT JOIN orch.tasks t ON t.id = k.task_id AND t.tenant_id = k.tenant_id"
+										  " WHERE k.tenant_id = $1 AND k.key = $2 FOR UPDATE OF k",
+										  2, ktypes),
+							 kv, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: idempotency key lookup failed");
+		if (SPI_processed == 0)
+			continue;			/* deleted meanwhile: try again */
+		tup = SPI_tuptable->vals[0];
+		td = SPI_tuptable->tupdesc;
+		id = DatumGetInt64(SPI_getbinval(tup, td, 1, &isnull));
+		expired = DatumGetBool(SPI_getbinval(tup, td, 2, &isnull));
+		if (expired)
+		{
+			if (SPI_execute_plan(orch_prepare(&key_delete_plan,
+											  "DELETE FROM orch.idempotency_keys WHERE tenant_id = $1 AND key = $2",
+											  2, ktypes),
+								 kv, NULL, false, 0) != SPI_OK_DELETE)
+				elog(ERROR, "orchestrator: idempotency key delete failed");
+			continue;
+		}
+		queue = SPI_getvalue(tup, td, 3);
+		existing = DatumGetJsonbP(SPI_getbinval(tup, td, 4, &isnull));
+		if (strcmp(queue, o->queue) != 0 ||
+			!DatumGetBool(DirectFunctionCall2(jsonb_eq, JsonbPGetDatum(existing),
+											  JsonbPGetDatum(payload))))
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_IDEMPOTENCY_CONFLICT),
+					 errmsg("idempotency key \"%s\" was already used with a different request", key),
+					 errdetail("Task " INT64_FORMAT " holds this key for queue \"%s\" with another payload.",
+							   id, queue),
+					 errhint("Use a new key for a new request, or resend the original payload to get the original task.")));
+		return id;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not settle idempotency key \"%s\" under concurrent use", key),
+			 errhint("Retry the transaction.")));
+	return 0;
+}
+
+static int64
+enqueue_one(EnqueueOpts *o, Jsonb *payload, const char *key)
+{
+	orch_check_payload_size(payload, "payload");
+	if (key != NULL)
+	{
+		if (key[0] == '\0' || strlen(key) > 512)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency key must have 1 to 512 characters")));
+		return enqueue_with_key(o, payload, key);
+	}
+	return insert_task(o, payload, NULL, false, 0);
+}
+
+static void
+maybe_notify(EnqueueOpts *o)
+{
+	if (orch_notify)
+		Async_Notify("orch_enqueue", o->queue);
+}
+
+Datum
+orch_enqueue(PG_FUNCTION_ARGS)
+{
+	EnqueueOpts o;
+	Jsonb	   *payload;
+	char	   *key;
+	int64		id;
+
+	read_opts(fcinfo, &o);
+	orch_require_arg(fcinfo, 1, "payload");
+	payload = PG_GETARG_JSONB_P(1);
+	key = orch_text_arg(fcinfo, 3);
+
+	SPI_connect();
+	orch_set_event_context(NULL, NULL);
+	prepare_queue(&o);
+	id = enqueue_one(&o, payload, key);
+	orch_clear_event_context();
+	SPI_finish();
+	maybe_notify(&o);
+	PG_RETURN_INT64(id);
+}
+
+static SPIPlanPtr batch_plan = NULL;
+
+Datum
+orch_enqueue_batch(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	EnqueueOpts o;
+	ArrayType  *payloads;
+	Datum	   *pelems;
+	bool	   *pnulls;
+	int			np;
+	Datum	   *kelems = NULL;
+	bool	   *knulls = NULL;
+	int			nk = 0;
+	int64	   *ids;
+
+	read_opts(fcinfo, &o);
+	orch_require_arg(fcinfo, 1, "payloads");
+	payloads = PG_GETARG_ARRAYTYPE_P(1);
+	if (ARR_NDIM(payloads) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("payloads must be a one-dimensional array")));
+	deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &pelems, &pnulls, &np);
+	for (int i = 0; i < np; i++)
+	{
+		if (pnulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("payloads must not contain nulls"),
+					 errdetail("Element %d is null.", i + 1)));
+		orch_check_payload_size(DatumGetJsonbP(pelems[i]), "payload");
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(3), TEXTOID, -1, false, TYPALIGN_INT,
+						  &kelems, &knulls, &nk);
+		if (nk != np)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency_keys must have one element per payload"),
+					 errdetail("There are %d payloads and %d keys.", np, nk)));
+	}
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	if (np == 0)
+		return (Datum) 0;
+	ids = palloc(sizeof(int64) * np);
+
+	SPI_connect();
+	orch_set_event_context(NULL, NULL);
+	prepare_queue(&o);
+	if (kelems != NULL)
+	{
+		for (int i = 0; i < np; i++)
+			ids[i] = enqueue_one(&o, DatumGetJsonbP(pelems[i]),
+								 knulls[i] ? NULL : TextDatumGetCString(kelems[i]));
+	}
+	else
+	{
+		/* one set-based INSERT; ids follow the order of the payloads */
+		Oid			types[11] = {TEXTOID, TEXTOID, INT4OID, JSONBARRAYOID, TIMESTAMPTZOID,
+		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID};
+		Datum		v[11];
+		char		n[11];
+		bool		isnull;
+
+		memset(n, ' ', sizeof(n));
+		v[0] = orch_text_datum(o.tenant);
+		v[1] = orch_text_datum(o.queue);
+		v[2] = Int32GetDatum(o.priority);
+		v[3] = PointerGetDatum(payloads);
+		v[4] = TimestampTzGetDatum(o.run_at);
+		if (!o.has_run_at)
+			n[4] = 'n';
+		v[5] = Int32GetDatum(o.max_attempts);
+		if (!o.has_max_attempts)
+			n[5] = 'n';
+		v[6] = Int32GetDatum(o.max_failures);
+		if (!o.has_max_failures)
+			n[6] = 'n';
+		v[7] = JsonbPGetDatum(o.retry_policy);
+		if (!o.retry_policy)
+			n[7] = 'n';
+		v[8] = IntervalPGetDatum(o.timeout);
+		if (!o.has_timeout)
+			n[8] = 'n';
+		v[9] = o.owner ? orch_text_datum(o.owner) : (Datum) 0;
+		if (!o.owner)
+			n[9] = 'n';
+		v[10] = o.concurrency_key ? orch_text_datum(o.concurrency_key) : (Datum) 0;
+		if (!o.concurrency_key)
+			n[10] = 'n';
+		if (SPI_execute_plan(orch_prepare(&batch_plan,
+										  "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
+										  " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+										  " owner, concurrency_key, reason_code)"
+										  " SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now()),"
+										  " COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'"
+										  " FROM unnest($4) WITH ORDINALITY AS p(payload, ord)"
+										  " ORDER BY p.ord RETURNING id",
+										  11, types),
+							 v, n, false, 0) != SPI_OK_INSERT_RETURNING ||
+			SPI_processed != (uint64) np)
+			elog(ERROR, "orchestrator: batch insert failed");
+		for (int i = 0; i < np; i++)
+			ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	orch_clear_event_context();
+	SPI_finish();
+
+	for (int i = 0; i < np; i++)
+	{
+		Datum		d = Int64GetDatum(ids[i]);
+		bool		isnull = false;
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &d, &isnull);
+	}
+	maybe_notify(&o);
+	return (Datum) 0;
+}

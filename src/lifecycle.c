@@ -1,0 +1,806 @@
+/*
+ * lifecycle.c
+ *	  The lifecycle matrix and the C trigger that enforces it for every writer,
+ *	  the audit event writer, and user-defined state machines stored as data
+ *	  (orch_create_state_machine, orch_attach_state_machine).
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_state_machine_trigger);
+PG_FUNCTION_INFO_V1(orch_create_state_machine);
+PG_FUNCTION_INFO_V1(orch_attach_state_machine);
+
+const char *const orch_state_names[TS_COUNT] = {
+	"received", "queued", "executing", "awaiting_tool",
+	"awaiting_user_confirmation", "completed", "failed", "cancelled"
+};
+
+/* SPEC section 2, row = from, column = to (self-transitions included) */
+static const bool task_matrix[TS_COUNT][TS_COUNT] = {
+	/* rec    que    exe    tool   conf   comp   fail   canc */
+	{true, true, false, false, false, false, true, true},	/* received */
+	{false, true, true, false, false, false, true, true},	/* queued */
+	{false, false, true, true, true, true, true, true},	/* executing */
+	{false, false, true, true, false, false, true, true},	/* awaiting_tool */
+	{false, false, true, false, true, false, true, true},	/* awaiting_user_confirmation */
+	{false, false, false, false, false, true, false, false},	/* completed */
+	{false, false, false, false, false, false, true, false},	/* failed */
+	{false, false, false, false, false, false, false, true},	/* cancelled */
+};
+
+TaskState
+orch_state_from_name(const char *name)
+{
+	for (int i = 0; i < TS_COUNT; i++)
+		if (strcmp(name, orch_state_names[i]) == 0)
+			return (TaskState) i;
+	return TS_INVALID;
+}
+
+bool
+orch_state_is_terminal(TaskState s)
+{
+	return s == TS_COMPLETED || s == TS_FAILED || s == TS_CANCELLED;
+}
+
+bool
+orch_task_transition_allowed(TaskState from, TaskState to)
+{
+	return task_matrix[from][to];
+}
+
+/* ----------------------------------------------------------------------
+ * Event context: who acts and why, set by an API call for the duration of
+ * its writes; a raw UPDATE has none and is recorded as the session user's
+ * direct_update.
+ * ---------------------------------------------------------------------- */
+static bool ctx_active = false;
+static bool ctx_worker_actor = false;	/* actor = the task's lease owner */
+static char *ctx_actor = NULL;
+static char *ctx_note = NULL;
+static bool ctx_callbacks_registered = false;
+
+static void
+ctx_reset(void)
+{
+	if (ctx_actor)
+		pfree(ctx_actor);
+	if (ctx_note)
+		pfree(ctx_note);
+	ctx_actor = ctx_note = NULL;
+	ctx_active = ctx_worker_actor = false;
+}
+
+static void
+ctx_xact_callback(XactEvent event, void *arg)
+{
+	ctx_reset();
+}
+
+static void
+ctx_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		ctx_reset();
+}
+
+void
+orch_set_event_context(const char *actor, const char *note)
+{
+	orch_set_event_context_ext(actor, note, false);
+}
+
+/* worker_actor: record the task's lease owner as the actor (worker calls) */
+void
+orch_set_event_context_ext(const char *actor, const char *note, bool worker_actor)
+{
+	if (!ctx_callbacks_registered)
+	{
+		RegisterXactCallback(ctx_xact_callback, NULL);
+		RegisterSubXactCallback(ctx_subxact_callback, NULL);
+		ctx_callbacks_registered = true;
+	}
+	ctx_reset();
+	ctx_active = true;
+	ctx_worker_actor = worker_actor;
+	if (actor)
+		ctx_actor = MemoryContextStrdup(TopMemoryContext, actor);
+	if (note)
+		ctx_note = MemoryContextStrdup(TopMemoryContext, note);
+}
+
+void
+orch_clear_event_context(void)
+{
+	ctx_reset();
+}
+
+/* ----------------------------------------------------------------------
+ * Event writer
+ * ---------------------------------------------------------------------- */
+static SPIPlanPtr event_plan = NULL;
+
+static void
+write_event_full(const char *tenant, int64 task_id, bool has_task,
+				 int64 run_id, bool has_run, const char *entity,
+				 const char *from_state, const char *to_state,
+				 const char *reason_code, const char *actor, int32 attempt,
+				 pg_uuid_t *lease_token, const char *note)
+{
+	Oid			types[11] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
+	TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID};
+	Datum		values[11];
+	char		nulls[11];
+	SPIPlanPtr	plan;
+	int			rc;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = orch_text_datum(tenant ? tenant : ORCH_DEFAULT_TENANT);
+	values[1] = Int64GetDatum(task_id);
+	if (!has_task)
+		nulls[1] = 'n';
+	values[2] = Int64GetDatum(run_id);
+	if (!has_run)
+		nulls[2] = 'n';
+	values[3] = orch_text_datum(entity);
+#define OPT_TEXT(i, s) do { if (s) values[i] = orch_text_datum(s); else nulls[i] = 'n'; } while (0)
+	OPT_TEXT(4, from_state);
+	OPT_TEXT(5, to_state);
+	OPT_TEXT(6, reason_code);
+	values[7] = orch_text_datum(actor ? actor : orch_current_actor());
+	values[8] = Int32GetDatum(attempt);
+	if (attempt <= 0)
+		nulls[8] = 'n';
+	values[9] = UUIDPGetDatum(lease_token);
+	if (lease_token == NULL)
+		nulls[9] = 'n';
+	OPT_TEXT(10, note);
+#undef OPT_TEXT
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	plan = orch_prepare(&event_plan,
+						"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+						" to_state, reason_code, actor, attempt, lease_token, note)"
+						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+						11, types);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: event insert failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+}
+
+/*
+ * Record a manual action or transition that the trigger does not see (for
+ * example a resume, which keeps the task's state).  Uses the event context's
+ * actor and note when the caller passes none.
+ */
+void
+orch_write_event(const char *tenant, int64 task_id, bool has_task,
+				 const char *entity, const char *from_state,
+				 const char *to_state, const char *reason_code,
+				 int32 attempt, pg_uuid_t *lease_token, const char *note)
+{
+	write_event_full(tenant, task_id, has_task, 0, false, entity, from_state,
+					 to_state, reason_code, ctx_actor, attempt, lease_token,
+					 note ? note : ctx_note);
+}
+
+/* ----------------------------------------------------------------------
+ * The trigger
+ * ---------------------------------------------------------------------- */
+
+/* Column numbers of orch.tasks, looked up once per relation */
+typedef struct TaskCols
+{
+	Oid			relid;
+	int			id,
+				tenant_id,
+				state,
+				run_at,
+				ready_at,
+				reason_code,
+				attempts,
+				lease_token,
+				lease_owner,
+				run_id,
+				updated_at,
+				finished_at;
+} TaskCols;
+
+static TaskCols task_cols = {InvalidOid};
+
+static int
+must_fnumber(TupleDesc td, const char *name)
+{
+	int			n = SPI_fnumber(td, name);
+
+	if (n <= 0)
+		elog(ERROR, "orchestrator: column \"%s\" missing from orch.tasks", name);
+	return n;
+}
+
+static void
+load_task_cols(Relation rel)
+{
+	TupleDesc	td = RelationGetDescr(rel);
+
+	if (task_cols.relid == RelationGetRelid(rel))
+		return;
+	task_cols.id = must_fnumber(td, "id");
+	task_cols.tenant_id = must_fnumber(td, "tenant_id");
+	task_cols.state = must_fnumber(td, "state");
+	task_cols.run_at = must_fnumber(td, "run_at");
+	task_cols.ready_at = must_fnumber(td, "ready_at");
+	task_cols.reason_code = must_fnumber(td, "reason_code");
+	task_cols.attempts = must_fnumber(td, "attempts");
+	task_cols.lease_token = must_fnumber(td, "lease_token");
+	task_cols.lease_owner = must_fnumber(td, "lease_owner");
+	task_cols.run_id = must_fnumber(td, "run_id");
+	task_cols.updated_at = must_fnumber(td, "updated_at");
+	task_cols.finished_at = must_fnumber(td, "finished_at");
+	task_cols.relid = RelationGetRelid(rel);
+}
+
+static bool
+is_task_table(Relation rel)
+{
+	char	   *nsp;
+	bool		result;
+
+	if (strcmp(RelationGetRelationName(rel), "tasks") != 0)
+		return false;
+	nsp = get_namespace_name(RelationGetNamespace(rel));
+	result = (nsp != NULL && strcmp(nsp, "orch") == 0);
+	return result;
+}
+
+static char *
+get_text_col(HeapTuple tup, TupleDesc td, int attno)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attno, td, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/* True when every column of the two tuples is byte-identical. */
+static bool
+tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td)
+{
+	for (int i = 1; i <= td->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(td, i - 1);
+		bool		na,
+					nb;
+		Datum		da,
+					db;
+
+		if (att->attisdropped)
+			continue;
+		da = heap_getattr(a, i, td, &na);
+		db = heap_getattr(b, i, td, &nb);
+		if (na != nb)
+			return false;
+		if (!na && !datum_image_eq(da, db, att->attbyval, att->attlen))
+			return false;
+	}
+	return true;
+}
+
+static void
+raise_invalid_transition(const char *what, const char *from, const char *to)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
+			 errmsg("invalid transition of %s from \"%s\" to \"%s\"", what,
+					from ? from : "(new)", to ? to : "NULL")));
+}
+
+static void
+raise_terminal(const char *what, const char *from, const char *to)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_ORCH_TERMINAL_STATE),
+			 errmsg("%s is in terminal state \"%s\" and cannot change (to \"%s\")",
+					what, from, to ? to : "NULL"),
+			 errdetail("Terminal states are immutable.")));
+}
+
+/* The built-in task lifecycle on orch.tasks. */
+static HeapTuple
+task_trigger(TriggerData *trigdata)
+{
+	Relation	rel = trigdata->tg_relation;
+	TupleDesc	td = RelationGetDescr(rel);
+	bool		is_insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
+	HeapTuple	oldtup = is_insert ? NULL : trigdata->tg_trigtuple;
+	HeapTuple	newtup = is_insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple;
+	char	   *from_name = NULL;
+	char	   *to_name;
+	TaskState	from = TS_INVALID,
+				to;
+	int64		task_id;
+	bool		isnull;
+	int			ncols = 0;
+	int			cols[3];
+	Datum		vals[3];
+	bool		nulls[3];
+	char		what[64];
+	char	   *reason;
+	char	   *tenant;
+	char	   *actor;
+	int32		attempt;
+	Datum		d;
+	pg_uuid_t  *token = NULL;
+	int64		run_id = 0;
+	bool		has_run;
+
+	load_task_cols(rel);
+	task_id = DatumGetInt64(heap_getattr(newtup, task_cols.id, td, &isnull));
+	snprintf(what, sizeof(what), "task " INT64_FORMAT, task_id);
+
+	to_name = get_text_col(newtup, td, task_cols.state);
+	to = to_name ? orch_state_from_name(to_name) : TS_INVALID;
+
+	if (!is_insert)
+	{
+		from_name = get_text_col(oldtup, td, task_cols.state);
+		from = orch_state_from_name(from_name);
+		if (from == TS_INVALID)
+			elog(ERROR, "orchestrator: task " INT64_FORMAT " has unknown state \"%s\"",
+				 task_id, from_name);
+		if (orch_state_is_terminal(from))
+		{
+			if (to == from && tuples_identical(oldtup, newtup, td))
+				return newtup;
+			raise_terminal(what, from_name, to_name);
+		}
+		if (to == TS_INVALID || !task_matrix[from][to])
+			raise_invalid_transition(what, from_name, to_name);
+	}
+	else if (to != TS_RECEIVED && to != TS_QUEUED && to != TS_FAILED)
+		raise_invalid_transition(what, NULL, to_name);
+
+	/* Derived columns: claimability, timestamps */
+	if (to == TS_EXECUTING || orch_state_is_terminal(to) || to == TS_RECEIVED)
+	{
+		cols[ncols] = task_cols.ready_at;
+		vals[ncols] = (Datum) 0;
+		nulls[ncols++] = true;
+	}
+	else if (to == TS_QUEUED && from != TS_QUEUED)
+	{
+		heap_getattr(newtup, task_cols.ready_at, td, &isnull);
+		if (isnull)
+		{
+			cols[ncols] = task_cols.ready_at;
+			vals[ncols] = heap_getattr(newtup, task_cols.run_at, td, &nulls[ncols]);
+			ncols++;
+		}
+	}
+	if (!is_insert)
+	{
+		cols[ncols] = task_cols.updated_at;
+		vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		nulls[ncols++] = false;
+		if (orch_state_is_terminal(to) && to != from)
+		{
+			cols[ncols] = task_cols.finished_at;
+			vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+			nulls[ncols++] = false;
+		}
+	}
+	if (ncols > 0)
+		newtup = heap_modify_tuple_by_cols(newtup, td, ncols, cols, vals, nulls);
+
+	/* A self-transition writes no event */
+	if (!is_insert && from == to)
+		return newtup;
+
+	reason = get_text_col(newtup, td, task_cols.reason_code);
+	if (!is_insert)
+	{
+		char	   *old_reason = get_text_col(oldtup, td, task_cols.reason_code);
+
+		/* a raw UPDATE that set no reason of its own */
+		if (!ctx_active &&
+			(reason == NULL || (old_reason != NULL && strcmp(reason, old_reason) == 0)))
+			reason = "direct_update";
+	}
+	else if (reason == NULL)
+		reason = "enqueued";
+	tenant = get_text_col(newtup, td, task_cols.tenant_id);
+	attempt = DatumGetInt32(heap_getattr(newtup, task_cols.attempts, td, &isnull));
+	d = heap_getattr(newtup, task_cols.lease_token, td, &isnull);
+	if (!isnull)
+		token = DatumGetUUIDP(d);
+	d = heap_getattr(newtup, task_cols.run_id, td, &isnull);
+	has_run = !isnull;
+	if (has_run)
+		run_id = DatumGetInt64(d);
+
+	actor = ctx_actor;
+	if (actor == NULL && ctx_worker_actor)
+		actor = get_text_col(newtup, td, task_cols.lease_owner);
+	write_event_full(tenant, task_id, true, run_id, has_run, "task",
+					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
+					 to_name, reason, actor, attempt, token, ctx_note);
+	return newtup;
+}
+
+/* ----------------------------------------------------------------------
+ * User-defined machines on user tables
+ * ---------------------------------------------------------------------- */
+static SPIPlanPtr machine_check_plan = NULL;
+
+typedef struct MachineVerdict
+{
+	bool		machine_exists;
+	bool		allowed;		/* (from, to) listed */
+	bool		from_terminal;	/* from has no exit to another state */
+	bool		to_known;		/* to appears in the machine */
+	bool		initial_allowed;	/* insert with state to is allowed */
+} MachineVerdict;
+
+static MachineVerdict
+machine_check(const char *machine, const char *from, const char *to)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	MachineVerdict v;
+	SPIPlanPtr	plan;
+	bool		isnull;
+
+	values[0] = orch_text_datum(machine);
+	values[1] = from ? orch_text_datum(from) : (Datum) 0;
+	if (!from)
+		nulls[1] = 'n';
+	values[2] = to ? orch_text_datum(to) : (Datum) 0;
+	if (!to)
+		nulls[2] = 'n';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	plan = orch_prepare(&machine_check_plan,
+						"SELECT"
+						" EXISTS (SELECT 1 FROM orch.state_machines m WHERE m.name = $1),"
+						" EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
+						"         AND t.from_state = $2 AND t.to_state = $3),"
+						" NOT EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
+						"         AND t.from_state = $2 AND t.to_state <> $2),"
+						" EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
+						"         AND (t.from_state = $3 OR t.to_state = $3)),"
+						" EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
+						"         AND t.from_state IS NULL AND t.to_state = $3)"
+						" OR NOT EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
+						"         AND t.from_state IS NULL)",
+						3, types);
+	if (SPI_execute_plan(plan, values, nulls, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "orchestrator: state machine lookup failed");
+#define GETB(n) DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, n, &isnull))
+	v.machine_exists = GETB(1);
+	v.allowed = GETB(2);
+	v.from_terminal = GETB(3);
+	v.to_known = GETB(4);
+	v.initial_allowed = GETB(5);
+#undef GETB
+	SPI_finish();
+	return v;
+}
+
+static HeapTuple
+generic_trigger(TriggerData *trigdata, const char *column, const char *machine)
+{
+	Relation	rel = trigdata->tg_relation;
+	TupleDesc	td = RelationGetDescr(rel);
+	bool		is_insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
+	HeapTuple	oldtup = is_insert ? NULL : trigdata->tg_trigtuple;
+	HeapTuple	newtup = is_insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple;
+	int			attno = SPI_fnumber(td, column);
+	char	   *from = NULL;
+	char	   *to;
+	char		what[NAMEDATALEN * 2 + 32];
+	MachineVerdict v;
+	char	   *relname;
+	char	   *rowjson;
+
+	if (attno <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" of the state machine trigger does not exist in \"%s\"",
+						column, RelationGetRelationName(rel))));
+	relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+										 RelationGetRelationName(rel));
+	snprintf(what, sizeof(what), "row of %s", relname);
+
+	to = SPI_getvalue(newtup, td, attno);
+	if (!is_insert)
+		from = SPI_getvalue(oldtup, td, attno);
+	v = machine_check(machine, from, to);
+	if (!v.machine_exists)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("state machine \"%s\" does not exist", machine)));
+
+	if (is_insert)
+	{
+		if (to == NULL || !v.to_known || !v.initial_allowed)
+			raise_invalid_transition(what, NULL, to);
+	}
+	else
+	{
+		if (from != NULL && v.from_terminal)
+		{
+			if (to != NULL && strcmp(from, to) == 0 && tuples_identical(oldtup, newtup, td))
+				return newtup;
+			raise_terminal(what, from, to);
+		}
+		if (to == NULL || from == NULL || !v.allowed)
+		{
+			/* a NULL old state may take any known state */
+			if (!(from == NULL && to != NULL && v.to_known))
+				raise_invalid_transition(what, from, to);
+		}
+		if (from != NULL && strcmp(from, to) == 0)
+			return newtup;
+	}
+
+	rowjson = text_to_cstring(DatumGetTextPP(
+		DirectFunctionCall1(row_to_json, heap_copy_tuple_as_datum(newtup, td))));
+	write_event_full(ORCH_DEFAULT_TENANT, 0, false, 0, false, relname,
+					 from, to, is_insert ? "inserted" : "updated", ctx_actor, 0,
+					 NULL, rowjson);
+	return newtup;
+}
+
+Datum
+orch_state_machine_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Trigger    *trigger;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch_state_machine_trigger: not called by trigger manager")));
+	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch_state_machine_trigger must be a BEFORE INSERT OR UPDATE row trigger")));
+	trigger = trigdata->tg_trigger;
+	if (trigger->tgnargs != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch_state_machine_trigger takes two arguments: column, machine")));
+
+	if (strcmp(trigger->tgargs[1], "task") == 0 &&
+		strcmp(trigger->tgargs[0], "state") == 0 &&
+		is_task_table(trigdata->tg_relation))
+		return PointerGetDatum(task_trigger(trigdata));
+	return PointerGetDatum(generic_trigger(trigdata, trigger->tgargs[0],
+										   trigger->tgargs[1]));
+}
+
+/* ----------------------------------------------------------------------
+ * orch_create_state_machine(name text, transitions jsonb, initial text[])
+ * ---------------------------------------------------------------------- */
+static void
+exec_params(const char *sql, int nargs, Oid *types, Datum *values, int expect)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+
+	if (rc != expect)
+		elog(ERROR, "orchestrator: statement failed: %s", SPI_result_code_string(rc));
+}
+
+Datum
+orch_create_state_machine(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Jsonb	   *transitions;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	   *cur_from = NULL;
+	int			depth = 0;
+	Oid			types3[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Oid			types1[1] = {TEXTOID};
+	Datum		vals[3];
+	int			nstates = 0;
+
+	orch_require_arg(fcinfo, 0, "name");
+	orch_require_arg(fcinfo, 1, "transitions");
+	name = orch_text_arg(fcinfo, 0);
+	transitions = PG_GETARG_JSONB_P(1);
+	if (name[0] == '\0' || strlen(name) > 128)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("state machine name must have 1 to 128 characters")));
+	if (!JB_ROOT_IS_OBJECT(transitions) || JB_ROOT_COUNT(transitions) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("transitions must be a non-empty JSON object"),
+				 errhint("Example: {\"draft\": [\"review\"], \"review\": [\"published\", \"draft\"], \"published\": []}")));
+
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	if (SPI_execute_with_args("SELECT 1 FROM orch.state_machines WHERE name = $1",
+							  1, types1, vals, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: lookup failed");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("state machine \"%s\" already exists", name)));
+	exec_params("INSERT INTO orch.state_machines (name) VALUES ($1)", 1, types1, vals,
+				SPI_OK_INSERT);
+
+	it = JsonbIteratorInit(&transitions->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if (tok == WJB_BEGIN_OBJECT || tok == WJB_BEGIN_ARRAY)
+		{
+			depth++;
+			if (depth > 2 || (depth == 2 && tok != WJB_BEGIN_ARRAY))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("transitions must map each state to an array of target states")));
+		}
+		else if (tok == WJB_END_OBJECT || tok == WJB_END_ARRAY)
+			depth--;
+		else if (tok == WJB_KEY)
+		{
+			cur_from = pnstrdup(v.val.string.val, v.val.string.len);
+			if (cur_from[0] == '\0')
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("state names must not be empty")));
+			vals[1] = orch_text_datum(cur_from);
+			vals[2] = vals[1];
+			exec_params("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals,
+						SPI_OK_INSERT);
+			nstates++;
+		}
+		else if (tok == WJB_ELEM || tok == WJB_VALUE)
+		{
+			char	   *to;
+
+			if (v.type != jbvString || v.val.string.len == 0 || depth != 2)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("transitions must map each state to an array of target state names")));
+			to = pnstrdup(v.val.string.val, v.val.string.len);
+			vals[1] = orch_text_datum(cur_from);
+			vals[2] = orch_text_datum(to);
+			exec_params("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals,
+						SPI_OK_INSERT);
+			/* every target is a state of its own, with at least its self-transition */
+			vals[1] = vals[2];
+			exec_params("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals,
+						SPI_OK_INSERT);
+		}
+	}
+
+	if (!PG_ARGISNULL(2))
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(2);
+		Datum	   *elems;
+		bool	   *enulls;
+		int			nelems;
+
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &enulls, &nelems);
+		for (int i = 0; i < nelems; i++)
+		{
+			char	   *s;
+
+			if (enulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("initial states must not be null")));
+			s = TextDatumGetCString(elems[i]);
+			vals[1] = elems[i];
+			if (SPI_execute_with_args("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
+									  " AND from_state = $2", 2, types3, vals, NULL, true, 1)
+				!= SPI_OK_SELECT)
+				elog(ERROR, "orchestrator: lookup failed");
+			if (SPI_processed == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("initial state \"%s\" is not a state of the machine", s)));
+			vals[1] = (Datum) 0;
+			vals[2] = elems[i];
+			if (SPI_execute_with_args("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+									  " VALUES ($1, NULL, $3) ON CONFLICT DO NOTHING",
+									  3, types3, vals, " n ", false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "orchestrator: insert failed");
+		}
+	}
+	SPI_finish();
+	(void) nstates;
+	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------------
+ * orch_attach_state_machine(tbl regclass, column name, machine text)
+ * Runs as the caller: CREATE TRIGGER checks that the caller owns the table.
+ * ---------------------------------------------------------------------- */
+Datum
+orch_attach_state_machine(PG_FUNCTION_ARGS)
+{
+	Oid			relid;
+	char	   *column;
+	char	   *machine;
+	char	   *relname;
+	char	   *nspname;
+	AttrNumber	attno;
+	StringInfoData sql;
+	char		trgname[NAMEDATALEN];
+	Oid			types1[1] = {TEXTOID};
+	Datum		vals[1];
+
+	orch_require_arg(fcinfo, 0, "tbl");
+	orch_require_arg(fcinfo, 1, "column");
+	orch_require_arg(fcinfo, 2, "machine");
+	relid = PG_GETARG_OID(0);
+	column = NameStr(*PG_GETARG_NAME(1));
+	machine = orch_text_arg(fcinfo, 2);
+
+	relname = get_rel_name(relid);
+	if (relname == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", relid)));
+	nspname = get_namespace_name(get_rel_namespace(relid));
+	attno = get_attnum(relid, column);
+	if (attno == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" of relation \"%s\" does not exist", column, relname)));
+
+	SPI_connect();
+	vals[0] = orch_text_datum(machine);
+	if (SPI_execute_with_args("SELECT 1 FROM orch.state_machines WHERE name = $1",
+							  1, types1, vals, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("state machine \"%s\" does not exist", machine),
+				 errhint("Create it with orch_create_state_machine.")));
+
+	snprintf(trgname, sizeof(trgname), "orch_state_machine_%s", column);
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "CREATE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW"
+					 " EXECUTE FUNCTION %s.orch_state_machine_trigger(%s, %s)",
+					 quote_identifier(trgname),
+					 quote_qualified_identifier(nspname, relname),
+					 quote_identifier(get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid))),
+					 quote_literal_cstr(column), quote_literal_cstr(machine));
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "orchestrator: CREATE TRIGGER failed");
+	SPI_finish();
+	PG_RETURN_VOID();
+}

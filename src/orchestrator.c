@@ -1,0 +1,156 @@
+/*
+ * orchestrator.c
+ *	  Module entry point: GUCs (orchestrator.*) and the small helpers every
+ *	  other file shares (argument checks, SPI plan cache, intervals, uuids).
+ */
+#include "postgres.h"
+
+#include "common/pg_prng.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "orchestrator.h"
+
+PG_MODULE_MAGIC;
+
+bool		orch_auto_create_queues = true;
+int			orch_max_payload_size = 1024 * 1024;
+bool		orch_notify = false;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	DefineCustomBoolVariable("orchestrator.auto_create_queues",
+							 "Create a queue with default settings on first enqueue.",
+							 NULL,
+							 &orch_auto_create_queues,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.max_payload_size",
+							"Largest accepted payload or result, in bytes.",
+							NULL,
+							&orch_max_payload_size,
+							1024 * 1024, 1, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("orchestrator.notify",
+							 "Send NOTIFY orch_<queue> when work is enqueued (a wake-up hint).",
+							 "Off by default: NOTIFY serialises committing transactions cluster-wide.",
+							 &orch_notify,
+							 false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	MarkGUCPrefixReserved("orchestrator");
+}
+
+/*
+ * Prepare a statement once per backend and keep it.  Must be called while
+ * connected to SPI.
+ */
+SPIPlanPtr
+orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "orchestrator: SPI_prepare failed: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "orchestrator: SPI_keepplan failed");
+		*cache = plan;
+	}
+	return *cache;
+}
+
+/* Raise 22004 when a required argument is NULL. */
+void
+orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+}
+
+/* A text argument as a C string, or NULL when the argument is NULL. */
+char *
+orch_text_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
+ * Interval to microseconds.  Months count as 30 days, days as 24 hours, as
+ * interval comparison does.
+ */
+int64
+orch_interval_usecs(Interval *iv)
+{
+	int128		us = (int128) iv->time
+		+ (int128) iv->day * USECS_PER_DAY
+		+ (int128) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+
+	if (us > PG_INT64_MAX || us < PG_INT64_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("interval out of range")));
+	return (int64) us;
+}
+
+Interval *
+orch_usecs_interval(int64 usecs)
+{
+	Interval   *iv = (Interval *) palloc0(sizeof(Interval));
+
+	iv->time = usecs;
+	return iv;
+}
+
+void
+orch_check_payload_size(Jsonb *j, const char *what)
+{
+	if (VARSIZE(j) > (Size) orch_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too large", what),
+				 errdetail("It takes %zu bytes; orchestrator.max_payload_size is %d.",
+						   (size_t) VARSIZE(j), orch_max_payload_size),
+				 errhint("Store large data elsewhere and pass a reference.")));
+}
+
+/* A random (version 4) UUID, as gen_random_uuid() makes. */
+pg_uuid_t *
+orch_new_uuid(void)
+{
+	pg_uuid_t  *u = (pg_uuid_t *) palloc(sizeof(pg_uuid_t));
+
+	if (!pg_strong_random(u->data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+	u->data[6] = (u->data[6] & 0x0f) | 0x40;
+	u->data[8] = (u->data[8] & 0x3f) | 0x80;
+	return u;
+}
+
+/* The role on whose behalf the current API call acts (session user). */
+char *
+orch_current_actor(void)
+{
+	return GetUserNameFromId(GetSessionUserId(), false);
+}
+
+Datum
+orch_text_datum(const char *s)
+{
+	return PointerGetDatum(cstring_to_text(s));
+}

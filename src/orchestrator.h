@@ -1,0 +1,180 @@
+/*
+ * orchestrator.h
+ *	  Shared declarations of the orchestrator extension: SQLSTATEs, states,
+ *	  retry policy, and the helpers the per-concern C files share.
+ */
+#ifndef ORCHESTRATOR_H
+#define ORCHESTRATOR_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+/* SQLSTATEs of SPEC section 12 */
+#define ERRCODE_ORCH_INVALID_TRANSITION		MAKE_SQLSTATE('O','R','0','0','1')
+#define ERRCODE_ORCH_TERMINAL_STATE			MAKE_SQLSTATE('O','R','0','0','2')
+#define ERRCODE_ORCH_STALE_LEASE			MAKE_SQLSTATE('O','R','0','0','3')
+#define ERRCODE_ORCH_IDEMPOTENCY_CONFLICT	MAKE_SQLSTATE('O','R','0','0','4')
+#define ERRCODE_ORCH_NOT_FOUND				MAKE_SQLSTATE('O','R','0','0','5')
+#define ERRCODE_ORCH_ADMISSION_REJECTED		MAKE_SQLSTATE('O','R','0','0','6')
+
+/* Task states (SPEC section 2) */
+typedef enum TaskState
+{
+	TS_RECEIVED = 0,
+	TS_QUEUED,
+	TS_EXECUTING,
+	TS_AWAITING_TOOL,
+	TS_AWAITING_CONFIRMATION,
+	TS_COMPLETED,
+	TS_FAILED,
+	TS_CANCELLED,
+	TS_COUNT,
+	TS_INVALID = -1
+} TaskState;
+
+extern const char *const orch_state_names[TS_COUNT];
+extern TaskState orch_state_from_name(const char *name);
+extern bool orch_state_is_terminal(TaskState s);
+extern bool orch_task_transition_allowed(TaskState from, TaskState to);
+
+/* Error classes (SPEC section 4) */
+typedef enum ErrorClass
+{
+	EC_TRANSIENT = 0,
+	EC_RETRYABLE,
+	EC_RATE_LIMITED,
+	EC_DEPENDENCY_FAILED,
+	EC_NON_RETRYABLE,
+	EC_COMPENSATION_REQUIRED,
+	EC_COUNT
+} ErrorClass;
+
+extern const char *const orch_error_class_names[EC_COUNT];
+extern ErrorClass orch_error_class_from_name(const char *name); /* 22023 */
+
+typedef enum BackoffKind
+{
+	BACKOFF_FIXED,
+	BACKOFF_EXPONENTIAL,
+	BACKOFF_JITTERED,
+	BACKOFF_SCHEDULE
+} BackoffKind;
+
+/* The retry policy: queue settings merged with per-task overrides */
+typedef struct RetryPolicy
+{
+	int			max_attempts;
+	int			max_failures;
+	BackoffKind backoff;
+	int64		initial_delay;	/* microseconds */
+	int64		max_delay;		/* microseconds */
+	int			nschedule;
+	int64	   *schedule;		/* microseconds, nschedule entries */
+	uint32		retry_on;		/* bit per ErrorClass */
+	bool		escalate;		/* on_exhausted = escalate */
+	bool		not_safe_to_retry;
+} RetryPolicy;
+
+/* Everything a queue's settings say, defaults applied */
+typedef struct QueueSettings
+{
+	int			priority;
+	int64		lease;			/* microseconds */
+	int64		idempotency_ttl;	/* microseconds */
+	int64		timeout;		/* microseconds, 0 = none */
+	int			concurrency_key_limit;
+	int			owner_limit;	/* 0 = none */
+	int			queue_limit;	/* 0 = none */
+	int			rate_count;		/* 0 = no rate limit */
+	int64		rate_per;		/* microseconds */
+	bool		rate_error;		/* on_exceed = error */
+	RetryPolicy policy;
+} QueueSettings;
+
+typedef struct RetryDecision
+{
+	bool		retry;
+	TaskState	next_state;		/* TS_INVALID: unchanged (terminal) */
+	const char *reason_code;
+	int64		delay;			/* microseconds; valid when retry */
+} RetryDecision;
+
+/* A task row locked FOR UPDATE by orch_lock_task (task_ops.c) */
+typedef struct OrchTask
+{
+	int64		id;
+	char	   *tenant;
+	char	   *queue;
+	TaskState	state;
+	int32		attempts;
+	int32		failures;
+	bool		has_max_attempts;
+	int32		max_attempts;
+	bool		has_max_failures;
+	int32		max_failures;
+	Jsonb	   *retry_policy;	/* NULL: none */
+	bool		has_token;
+	pg_uuid_t	token;
+	char	   *lease_owner;
+	bool		has_claimed_at;
+	TimestampTz claimed_at;
+	bool		lease_expired;	/* lease_expires_at <= now() */
+	bool		retry_wait;		/* awaiting_tool with retry_at */
+	bool		ready;			/* claimable (ready_at set) */
+} OrchTask;
+
+/* task_ops.c */
+extern bool orch_lock_task(int64 id, OrchTask *t);
+extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
+									  bool has_retry_after, int64 retry_after,
+									  const char *outcome, TimestampTz *retry_at);
+
+/* settings.c */
+extern void orch_settings_defaults(QueueSettings *qs);
+extern void orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only);
+extern Jsonb *orch_settings_to_jsonb(const QueueSettings *qs);
+extern bool orch_load_queue(const char *queue, QueueSettings *qs, bool *paused);
+extern void orch_validate_queue_name(const char *name);
+extern void orch_ensure_queue(const char *queue);
+
+/* retry.c */
+extern RetryDecision orch_decide(const RetryPolicy *p, ErrorClass ec,
+								 int attempts, int failures, bool terminal,
+								 bool has_retry_after, int64 retry_after,
+								 int64 task_id);
+
+/* lifecycle.c */
+extern void orch_write_event(const char *tenant, int64 task_id, bool has_task,
+							 const char *entity, const char *from_state,
+							 const char *to_state, const char *reason_code,
+							 int32 attempt, pg_uuid_t *lease_token,
+							 const char *note);
+extern void orch_set_event_context(const char *actor, const char *note);
+extern void orch_set_event_context_ext(const char *actor, const char *note,
+									   bool worker_actor);
+extern void orch_clear_event_context(void);
+
+/* orchestrator.c: GUCs and helpers */
+extern bool orch_auto_create_queues;
+extern int	orch_max_payload_size;
+extern bool orch_notify;
+
+extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
+							   Oid *argtypes);
+extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
+extern int64 orch_interval_usecs(Interval *iv);
+extern Interval *orch_usecs_interval(int64 usecs);
+extern void orch_check_payload_size(Jsonb *j, const char *what);
+extern pg_uuid_t *orch_new_uuid(void);
+extern char *orch_current_actor(void);
+extern Datum orch_text_datum(const char *s);
+
+#define ORCH_DEFAULT_TENANT "default"
+
+#endif							/* ORCHESTRATOR_H */

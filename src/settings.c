@@ -1,0 +1,737 @@
+/*
+ * settings.c
+ *	  Queue settings: defaults, validation of the settings JSON (also used for
+ *	  per-task retry policies), and the queue administration functions.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/numeric.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_create_queue);
+PG_FUNCTION_INFO_V1(orch_configure_queue);
+PG_FUNCTION_INFO_V1(orch_pause_queue);
+PG_FUNCTION_INFO_V1(orch_resume_queue);
+PG_FUNCTION_INFO_V1(orch_drop_queue);
+PG_FUNCTION_INFO_V1(orch_queue_settings);
+
+const char *const orch_error_class_names[EC_COUNT] = {
+	"TRANSIENT", "RETRYABLE", "RATE_LIMITED", "DEPENDENCY_FAILED",
+	"NON_RETRYABLE", "COMPENSATION_REQUIRED"
+};
+
+static const char *const backoff_names[] = {"fixed", "exponential", "jittered", "schedule"};
+
+#define RETRYABLE_MASK ((1u << EC_TRANSIENT) | (1u << EC_RETRYABLE) | \
+						(1u << EC_RATE_LIMITED) | (1u << EC_DEPENDENCY_FAILED))
+
+ErrorClass
+orch_error_class_from_name(const char *name)
+{
+	for (int i = 0; i < EC_COUNT; i++)
+		if (strcmp(name, orch_error_class_names[i]) == 0)
+			return (ErrorClass) i;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown error class \"%s\"", name),
+			 errhint("Use TRANSIENT, RETRYABLE, RATE_LIMITED, DEPENDENCY_FAILED, NON_RETRYABLE or COMPENSATION_REQUIRED.")));
+	return EC_COUNT;			/* keep compiler quiet */
+}
+
+void
+orch_settings_defaults(QueueSettings *qs)
+{
+	memset(qs, 0, sizeof(*qs));
+	qs->priority = 0;
+	qs->lease = 30 * USECS_PER_SEC;
+	qs->idempotency_ttl = 24 * USECS_PER_HOUR;
+	qs->timeout = 0;
+	qs->concurrency_key_limit = 1;
+	qs->policy.max_attempts = 5;
+	qs->policy.max_failures = 5;
+	qs->policy.backoff = BACKOFF_EXPONENTIAL;
+	qs->policy.initial_delay = 5 * USECS_PER_SEC;
+	qs->policy.max_delay = 5 * USECS_PER_MINUTE;
+	qs->policy.retry_on = RETRYABLE_MASK;
+	qs->policy.escalate = false;
+	qs->policy.not_safe_to_retry = false;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static bool
+is_integral(Numeric n)
+{
+	Numeric		r;
+
+	if (numeric_is_nan(n) || numeric_is_inf(n))
+		return false;
+	r = DatumGetNumeric(DirectFunctionCall1(numeric_floor, NumericGetDatum(n)));
+	return DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(n), NumericGetDatum(r)));
+}
+
+static void
+bad_setting(const char *key, const char *expect)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid value for setting \"%s\"", key),
+			 errdetail("It must be %s.", expect)));
+}
+
+static int
+setting_int(const char *key, JsonbValue *v, int min)
+{
+	int64		i;
+
+	if (v->type != jbvNumeric)
+		bad_setting(key, "an integer");
+	if (!is_integral(v->val.numeric))
+		bad_setting(key, "an integer");
+	i = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
+	if (i < min || i > PG_INT32_MAX)
+	{
+		char		buf[64];
+
+		snprintf(buf, sizeof(buf), "an integer of at least %d", min);
+		bad_setting(key, buf);
+	}
+	return (int) i;
+}
+
+
+/* An interval given as a string ('5 seconds') or a number of seconds. */
+static int64
+setting_interval(const char *key, JsonbValue *v, bool allow_zero)
+{
+	int64		us = 0;
+
+	if (v->type == jbvNumeric)
+	{
+		double		secs;
+
+		if (numeric_is_nan(v->val.numeric) || numeric_is_inf(v->val.numeric))
+			bad_setting(key, "an interval or a number of seconds");
+		secs = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+		if (secs > 1e12 || secs < -1e12)
+			bad_setting(key, "an interval of reasonable size");
+		us = (int64) (secs * USECS_PER_SEC);
+	}
+	else if (v->type == jbvString)
+	{
+		char	   *s = pnstrdup(v->val.string.val, v->val.string.len);
+		MemoryContext oldcxt = CurrentMemoryContext;
+		Interval   *iv = NULL;
+
+		PG_TRY();
+		{
+			iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(s),
+													   ObjectIdGetDatum(InvalidOid),
+													   Int32GetDatum(-1)));
+		}
+		PG_CATCH();
+		{
+			ErrorData  *ed;
+
+			MemoryContextSwitchTo(oldcxt);
+			ed = CopyErrorData();
+			FlushErrorState();
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for setting \"%s\"", key),
+					 errdetail("%s", ed->message)));
+		}
+		PG_END_TRY();
+		us = orch_interval_usecs(iv);
+	}
+	else
+		bad_setting(key, "an interval or a number of seconds");
+
+	if (us < 0 || (!allow_zero && us == 0))
+		bad_setting(key, allow_zero ? "a non-negative interval" : "a positive interval");
+	return us;
+}
+
+static char *
+setting_string(const char *key, JsonbValue *v, const char *const *choices, int nchoices,
+			   const char *expect)
+{
+	char	   *s;
+
+	if (v->type != jbvString)
+		bad_setting(key, expect);
+	s = pnstrdup(v->val.string.val, v->val.string.len);
+	for (int i = 0; i < nchoices; i++)
+		if (strcmp(s, choices[i]) == 0)
+			return s;
+	bad_setting(key, expect);
+	return NULL;
+}
+
+/* Iterate the elements of an array value given as jbvBinary */
+static void
+setting_array(const char *key, JsonbValue *v, JsonbValue **elems, int *nelems)
+{
+	JsonbIterator *it;
+	JsonbValue	ev;
+	JsonbIteratorToken tok;
+	int			n = 0,
+				cap = 8;
+
+	if (v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data))
+		bad_setting(key, "an array");
+	*elems = palloc(sizeof(JsonbValue) * cap);
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &ev, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		if (n == cap)
+		{
+			cap *= 2;
+			*elems = repalloc(*elems, sizeof(JsonbValue) * cap);
+		}
+		(*elems)[n++] = ev;
+	}
+	*nelems = n;
+}
+
+static void
+apply_rate_limit(QueueSettings *qs, JsonbValue *v)
+{
+	JsonbIterator *it;
+	JsonbValue	k,
+				val;
+	JsonbIteratorToken tok;
+	static const char *const on_exceed[] = {"record", "error"};
+
+	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		bad_setting("rate_limit", "an object {\"count\": N, \"per\": interval, \"on_exceed\": \"record\" | \"error\"}");
+	qs->rate_count = 0;
+	qs->rate_per = 0;
+	qs->rate_error = false;
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *key;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(k.val.string.val, k.val.string.len);
+		tok = JsonbIteratorNext(&it, &val, true);
+		if (strcmp(key, "count") == 0)
+			qs->rate_count = setting_int("rate_limit.count", &val, 1);
+		else if (strcmp(key, "per") == 0)
+			qs->rate_per = setting_interval("rate_limit.per", &val, false);
+		else if (strcmp(key, "on_exceed") == 0)
+			qs->rate_error = strcmp(setting_string("rate_limit.on_exceed", &val, on_exceed, 2,
+												   "\"record\" or \"error\""), "error") == 0;
+		else
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("unknown key \"%s\" in setting \"rate_limit\"", key)));
+	}
+	if (qs->rate_count == 0 || qs->rate_per == 0)
+		bad_setting("rate_limit", "an object with both \"count\" and \"per\"");
+}
+
+/*
+ * Apply a settings object over qs, validating every key.  With retry_only,
+ * only the retry-policy keys are accepted (per-task retry_policy).
+ */
+void
+orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only)
+{
+	JsonbIterator *it;
+	JsonbValue	k,
+				v;
+	JsonbIteratorToken tok;
+	bool		backoff_given = false;
+	bool		schedule_given = false;
+	const char *what = retry_only ? "retry_policy" : "settings";
+
+	if (settings == NULL)
+		return;
+	if (!JB_ROOT_IS_OBJECT(settings) || JB_ROOT_IS_SCALAR(settings))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a JSON object", what)));
+
+	it = JsonbIteratorInit(&settings->root);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *key;
+		RetryPolicy *p = &qs->policy;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(k.val.string.val, k.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+		if (v.type == jbvNull)
+			continue;			/* null means "the default" */
+
+		if (strcmp(key, "max_attempts") == 0)
+			p->max_attempts = setting_int(key, &v, 1);
+		else if (strcmp(key, "max_failures") == 0)
+			p->max_failures = setting_int(key, &v, 1);
+		else if (strcmp(key, "backoff") == 0)
+		{
+			char	   *b = setting_string(key, &v, backoff_names, 4,
+										   "one of fixed, exponential, jittered, schedule");
+
+			for (int i = 0; i < 4; i++)
+				if (strcmp(b, backoff_names[i]) == 0)
+					p->backoff = (BackoffKind) i;
+			backoff_given = true;
+		}
+		else if (strcmp(key, "initial_delay") == 0)
+			p->initial_delay = setting_interval(key, &v, true);
+		else if (strcmp(key, "max_delay") == 0)
+			p->max_delay = setting_interval(key, &v, true);
+		else if (strcmp(key, "schedule") == 0)
+		{
+			JsonbValue *elems;
+			int			n;
+
+			setting_array(key, &v, &elems, &n);
+			if (n == 0)
+				bad_setting(key, "a non-empty array of intervals");
+			p->schedule = palloc(sizeof(int64) * n);
+			for (int i = 0; i < n; i++)
+				p->schedule[i] = setting_interval(key, &elems[i], true);
+			p->nschedule = n;
+			schedule_given = true;
+		}
+		else if (strcmp(key, "retry_on") == 0)
+		{
+			JsonbValue *elems;
+			int			n;
+			uint32		mask = 0;
+
+			setting_array(key, &v, &elems, &n);
+			for (int i = 0; i < n; i++)
+			{
+				char	   *c;
+				ErrorClass	ec;
+
+				if (elems[i].type != jbvString)
+					bad_setting(key, "an array of error class names");
+				c = pnstrdup(elems[i].val.string.val, elems[i].val.string.len);
+				ec = orch_error_class_from_name(c);
+				if (((1u << ec) & RETRYABLE_MASK) == 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("invalid value for setting \"retry_on\""),
+							 errdetail("%s is never retried.", c)));
+				mask |= (1u << ec);
+			}
+			p->retry_on = mask;
+		}
+		else if (strcmp(key, "on_exhausted") == 0)
+		{
+			static const char *const ch[] = {"fail", "escalate"};
+
+			p->escalate = strcmp(setting_string(key, &v, ch, 2, "\"fail\" or \"escalate\""),
+								 "escalate") == 0;
+		}
+		else if (strcmp(key, "retry_safety") == 0)
+		{
+			static const char *const ch[] = {"SAFE_TO_RETRY", "NOT_SAFE_TO_RETRY",
+			"SAFE_TO_RETRY_WITH_GUARD"};
+
+			p->not_safe_to_retry =
+				strcmp(setting_string(key, &v, ch, 3,
+									  "SAFE_TO_RETRY, NOT_SAFE_TO_RETRY or SAFE_TO_RETRY_WITH_GUARD"),
+					   "NOT_SAFE_TO_RETRY") == 0;
+		}
+		else if (retry_only)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("unknown key \"%s\" in %s", key, what),
+					 errhint("A task's retry_policy accepts max_attempts, max_failures, backoff, initial_delay, max_delay, schedule, retry_on, on_exhausted and retry_safety.")));
+		else if (strcmp(key, "priority") == 0)
+		{
+			if (v.type != jbvNumeric || !is_integral(v.val.numeric))
+				bad_setting(key, "an integer");
+			qs->priority = DatumGetInt32(DirectFunctionCall1(numeric_int4,
+															 NumericGetDatum(v.val.numeric)));
+		}
+		else if (strcmp(key, "lease") == 0)
+			qs->lease = setting_interval(key, &v, false);
+		else if (strcmp(key, "idempotency_ttl") == 0)
+			qs->idempotency_ttl = setting_interval(key, &v, false);
+		else if (strcmp(key, "timeout") == 0)
+			qs->timeout = setting_interval(key, &v, false);
+		else if (strcmp(key, "concurrency_key_limit") == 0)
+			qs->concurrency_key_limit = setting_int(key, &v, 1);
+		else if (strcmp(key, "owner_limit") == 0)
+			qs->owner_limit = setting_int(key, &v, 1);
+		else if (strcmp(key, "queue_limit") == 0)
+			qs->queue_limit = setting_int(key, &v, 1);
+		else if (strcmp(key, "rate_limit") == 0)
+			apply_rate_limit(qs, &v);
+		else
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("unknown key \"%s\" in %s", key, what)));
+	}
+	if (schedule_given && !backoff_given)
+		qs->policy.backoff = BACKOFF_SCHEDULE;
+	if (qs->policy.backoff == BACKOFF_SCHEDULE && qs->policy.nschedule == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backoff \"schedule\" needs a \"schedule\" array of intervals")));
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void
+append_interval(StringInfo buf, const char *key, int64 us)
+{
+	char	   *s = DatumGetCString(DirectFunctionCall1(interval_out,
+														IntervalPGetDatum(orch_usecs_interval(us))));
+
+	appendStringInfo(buf, ", \"%s\": ", key);
+	escape_json(buf, s);
+}
+
+/* The effective settings as a JSON object with every key */
+Jsonb *
+orch_settings_to_jsonb(const QueueSettings *qs)
+{
+	StringInfoData b;
+	const RetryPolicy *p = &qs->policy;
+	bool		first = true;
+
+	initStringInfo(&b);
+	appendStringInfo(&b, "{\"priority\": %d", qs->priority);
+	append_interval(&b, "lease", qs->lease);
+	appendStringInfo(&b, ", \"max_attempts\": %d, \"max_failures\": %d, \"backoff\": \"%s\"",
+					 p->max_attempts, p->max_failures, backoff_names[p->backoff]);
+	append_interval(&b, "initial_delay", p->initial_delay);
+	append_interval(&b, "max_delay", p->max_delay);
+	appendStringInfoString(&b, ", \"schedule\": ");
+	if (p->nschedule == 0)
+		appendStringInfoString(&b, "null");
+	else
+	{
+		appendStringInfoChar(&b, '[');
+		for (int i = 0; i < p->nschedule; i++)
+		{
+			if (i > 0)
+				appendStringInfoString(&b, ", ");
+			escape_json(&b, DatumGetCString(DirectFunctionCall1(interval_out,
+																IntervalPGetDatum(orch_usecs_interval(p->schedule[i])))));
+		}
+		appendStringInfoChar(&b, ']');
+	}
+	appendStringInfoString(&b, ", \"retry_on\": [");
+	for (int i = 0; i < EC_COUNT; i++)
+		if (p->retry_on & (1u << i))
+		{
+			appendStringInfo(&b, "%s\"%s\"", first ? "" : ", ", orch_error_class_names[i]);
+			first = false;
+		}
+	appendStringInfo(&b, "], \"on_exhausted\": \"%s\", \"retry_safety\": \"%s\"",
+					 p->escalate ? "escalate" : "fail",
+					 p->not_safe_to_retry ? "NOT_SAFE_TO_RETRY" : "SAFE_TO_RETRY");
+	appendStringInfo(&b, ", \"concurrency_key_limit\": %d", qs->concurrency_key_limit);
+	if (qs->owner_limit > 0)
+		appendStringInfo(&b, ", \"owner_limit\": %d", qs->owner_limit);
+	else
+		appendStringInfoString(&b, ", \"owner_limit\": null");
+	if (qs->queue_limit > 0)
+		appendStringInfo(&b, ", \"queue_limit\": %d", qs->queue_limit);
+	else
+		appendStringInfoString(&b, ", \"queue_limit\": null");
+	if (qs->rate_count > 0)
+	{
+		appendStringInfo(&b, ", \"rate_limit\": {\"count\": %d", qs->rate_count);
+		append_interval(&b, "per", qs->rate_per);
+		appendStringInfo(&b, ", \"on_exceed\": \"%s\"}", qs->rate_error ? "error" : "record");
+	}
+	else
+		appendStringInfoString(&b, ", \"rate_limit\": null");
+	append_interval(&b, "idempotency_ttl", qs->idempotency_ttl);
+	if (qs->timeout > 0)
+		append_interval(&b, "timeout", qs->timeout);
+	else
+		appendStringInfoString(&b, ", \"timeout\": null");
+	appendStringInfoChar(&b, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(b.data)));
+}
+
+void
+orch_validate_queue_name(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0 || len > 128)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue name must have 1 to 128 characters")));
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+			  (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.' || *c == ':'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid queue name \"%s\"", name),
+					 errdetail("Queue names use letters, digits, '_', '-', '.' and ':'.")));
+}
+
+static SPIPlanPtr load_plan = NULL;
+
+/*
+ * Load a queue's effective settings; false if it does not exist.  Caller is
+ * connected to SPI; results are allocated in the caller's context.
+ */
+bool
+orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		vals[1];
+	SPIPlanPtr	plan;
+	bool		isnull;
+	Jsonb	   *settings;
+	MemoryContext spicxt = CurrentMemoryContext;
+
+	vals[0] = orch_text_datum(queue);
+	plan = orch_prepare(&load_plan,
+						"SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
+	if (SPI_execute_plan(plan, vals, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: queue lookup failed");
+	orch_settings_defaults(qs);
+	if (SPI_processed == 0)
+	{
+		if (paused)
+			*paused = false;
+		return false;
+	}
+	settings = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (paused)
+		*paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	MemoryContextSwitchTo(spicxt);
+	orch_settings_apply(qs, settings, false);
+	return true;
+}
+
+static SPIPlanPtr ensure_plan = NULL;
+
+/* Create a queue with defaults when it is missing (auto_create_queues). */
+void
+orch_ensure_queue(const char *queue)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		vals[1];
+	SPIPlanPtr	plan;
+
+	orch_validate_queue_name(queue);
+	if (!orch_auto_create_queues)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", queue),
+				 errhint("Create it with orch_create_queue, or set orchestrator.auto_create_queues = on.")));
+	vals[0] = orch_text_datum(queue);
+	plan = orch_prepare(&ensure_plan,
+						"INSERT INTO orch.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",
+						1, types);
+	if (SPI_execute_plan(plan, vals, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: queue insert failed");
+}
+
+/* ----------------------------------------------------------------------
+ * SQL-callable queue administration
+ * ---------------------------------------------------------------------- */
+
+static Jsonb *
+effective(Jsonb *settings)
+{
+	QueueSettings qs;
+
+	orch_settings_defaults(&qs);
+	orch_settings_apply(&qs, settings, false);
+	return orch_settings_to_jsonb(&qs);
+}
+
+Datum
+orch_create_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Jsonb	   *settings;
+	Jsonb	   *result;
+	Oid			types[2] = {TEXTOID, JSONBOID};
+	Datum		vals[2];
+
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	orch_validate_queue_name(name);
+	settings = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	result = effective(settings);
+
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	vals[1] = JsonbPGetDatum(settings ? settings :
+							 DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"))));
+	if (SPI_execute_with_args("INSERT INTO orch.queues (name, settings)"
+							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING",
+							  2, types, vals, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: queue insert failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("queue \"%s\" already exists", name),
+				 errhint("Change its settings with orch_configure_queue.")));
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+Datum
+orch_configure_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Jsonb	   *merged;
+	Jsonb	   *result;
+	Oid			types[2] = {TEXTOID, JSONBOID};
+	Datum		vals[2];
+	bool		isnull;
+	MemoryContext outer = CurrentMemoryContext;
+
+	orch_require_arg(fcinfo, 0, "name");
+	orch_require_arg(fcinfo, 1, "settings");
+	name = orch_text_arg(fcinfo, 0);
+	if (!JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(1)) || JB_ROOT_IS_SCALAR(PG_GETARG_JSONB_P(1)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("settings must be a JSON object")));
+
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	vals[1] = PG_GETARG_DATUM(1);
+	if (SPI_execute_with_args("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
+							  " WHERE name = $1 FOR UPDATE",
+							  2, types, vals, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: queue lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	merged = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	MemoryContextSwitchTo(outer);
+	result = effective(merged);	/* validates before anything is written */
+	vals[1] = JsonbPGetDatum(merged);
+	if (SPI_execute_with_args("UPDATE orch.queues SET settings = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "orchestrator: queue update failed");
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+static void
+set_paused(FunctionCallInfo fcinfo, bool paused)
+{
+	char	   *name;
+	Oid			types[2] = {TEXTOID, BOOLOID};
+	Datum		vals[2];
+
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	vals[1] = BoolGetDatum(paused);
+	if (SPI_execute_with_args("UPDATE orch.queues SET paused = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "orchestrator: queue update failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	SPI_finish();
+}
+
+Datum
+orch_pause_queue(PG_FUNCTION_ARGS)
+{
+	set_paused(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+Datum
+orch_resume_queue(PG_FUNCTION_ARGS)
+{
+	set_paused(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+Datum
+orch_drop_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	bool		force;
+	Oid			types[1] = {TEXTOID};
+	Datum		vals[1];
+	int64		live;
+	bool		isnull;
+
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	if (SPI_execute_with_args("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE",
+							  1, types, vals, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: queue lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	if (SPI_execute_with_args("SELECT count(*) FROM orch.tasks WHERE queue = $1"
+							  " AND state NOT IN ('completed', 'failed', 'cancelled')",
+							  1, types, vals, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: task count failed");
+	live = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (live > 0 && !force)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("queue \"%s\" holds " INT64_FORMAT " unfinished tasks", name, live),
+				 errhint("Let them finish, or call orch_drop_queue(name, force => true) to cancel them.")));
+	if (live > 0)
+	{
+		orch_set_event_context(NULL, "queue dropped");
+		if (SPI_execute_with_args("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'queue_dropped'"
+								  " WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')",
+								  1, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "orchestrator: cancel failed");
+		orch_clear_event_context();
+	}
+	if (SPI_execute_with_args("DELETE FROM orch.queues WHERE name = $1",
+							  1, types, vals, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "orchestrator: queue delete failed");
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+Datum
+orch_queue_settings(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	QueueSettings qs;
+	Jsonb	   *result;
+	MemoryContext outer = CurrentMemoryContext;
+
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	SPI_connect();
+	if (!orch_load_queue(name, &qs, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	MemoryContextSwitchTo(outer);
+	result = orch_settings_to_jsonb(&qs);
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}

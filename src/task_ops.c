@@ -1,0 +1,630 @@
+/*
+ * task_ops.c
+ *	  Acting on one task: complete, fail (through the retry decision),
+ *	  heartbeat, cancel, await_tool/resume, await_confirmation/confirm.  Every
+ *	  call that takes a lease token checks it as a fencing token.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_complete);
+PG_FUNCTION_INFO_V1(orch_fail);
+PG_FUNCTION_INFO_V1(orch_heartbeat);
+PG_FUNCTION_INFO_V1(orch_cancel);
+PG_FUNCTION_INFO_V1(orch_await_tool);
+PG_FUNCTION_INFO_V1(orch_resume);
+PG_FUNCTION_INFO_V1(orch_await_confirmation);
+PG_FUNCTION_INFO_V1(orch_confirm);
+
+static SPIPlanPtr lock_plan = NULL;
+
+/* Lock a task FOR UPDATE and read what the calls below need. */
+bool
+orch_lock_task(int64 id, OrchTask *t)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		v[1];
+	HeapTuple	tup;
+	TupleDesc	td;
+	bool		isnull;
+	Datum		d;
+
+	v[0] = Int64GetDatum(id);
+	if (SPI_execute_plan(orch_prepare(&lock_plan,
+									  "SELECT id, tenant_id, queue, state, attempts, failures,"
+									  " max_attempts, max_failures, retry_policy, lease_token, lease_owner,"
+									  " claimed_at, coalesce(lease_expires_at <= now(), true),"
+									  " state = 'awaiting_tool' AND retry_at IS NOT NULL,"
+									  " ready_at IS NOT NULL"
+									  " FROM orch.tasks WHERE id = $1 FOR UPDATE",
+									  1, types),
+						 v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: task lookup failed");
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	memset(t, 0, sizeof(*t));
+	t->id = id;
+	t->tenant = SPI_getvalue(tup, td, 2);
+	t->queue = SPI_getvalue(tup, td, 3);
+	t->state = orch_state_from_name(SPI_getvalue(tup, td, 4));
+	t->attempts = DatumGetInt32(SPI_getbinval(tup, td, 5, &isnull));
+	t->failures = DatumGetInt32(SPI_getbinval(tup, td, 6, &isnull));
+	d = SPI_getbinval(tup, td, 7, &isnull);
+	t->has_max_attempts = !isnull;
+	t->max_attempts = isnull ? 0 : DatumGetInt32(d);
+	d = SPI_getbinval(tup, td, 8, &isnull);
+	t->has_max_failures = !isnull;
+	t->max_failures = isnull ? 0 : DatumGetInt32(d);
+	d = SPI_getbinval(tup, td, 9, &isnull);
+	t->retry_policy = isnull ? NULL : DatumGetJsonbPCopy(d);
+	d = SPI_getbinval(tup, td, 10, &isnull);
+	t->has_token = !isnull;
+	if (!isnull)
+		memcpy(&t->token, DatumGetUUIDP(d), sizeof(pg_uuid_t));
+	t->lease_owner = SPI_getvalue(tup, td, 11);
+	d = SPI_getbinval(tup, td, 12, &isnull);
+	t->has_claimed_at = !isnull;
+	t->claimed_at = isnull ? 0 : DatumGetTimestampTz(d);
+	t->lease_expired = DatumGetBool(SPI_getbinval(tup, td, 13, &isnull));
+	t->retry_wait = DatumGetBool(SPI_getbinval(tup, td, 14, &isnull));
+	t->ready = DatumGetBool(SPI_getbinval(tup, td, 15, &isnull));
+	if (t->state == TS_INVALID)
+		elog(ERROR, "orchestrator: task " INT64_FORMAT " has an unknown state", id);
+	return true;
+}
+
+static void
+lock_or_not_found(int64 id, OrchTask *t)
+{
+	if (!orch_lock_task(id, t))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("task " INT64_FORMAT " does not exist", id)));
+}
+
+static void
+raise_if_terminal(OrchTask *t, const char *action)
+{
+	if (orch_state_is_terminal(t->state))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_TERMINAL_STATE),
+				 errmsg("task " INT64_FORMAT " is in terminal state \"%s\"; cannot %s it",
+						t->id, orch_state_names[t->state], action),
+				 errdetail("Terminal states are immutable.")));
+}
+
+/* OR002 before OR003; then the token must be current and the lease live. */
+static void
+check_lease(OrchTask *t, pg_uuid_t *token, const char *action)
+{
+	raise_if_terminal(t, action);
+	if (!t->has_token || memcmp(t->token.data, token->data, UUID_LEN) != 0 ||
+		t->state != TS_EXECUTING)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_STALE_LEASE),
+				 errmsg("lease token does not hold task " INT64_FORMAT, t->id),
+				 errdetail("The task is \"%s\"%s.", orch_state_names[t->state],
+						   t->state == TS_EXECUTING ? " under another lease" : ""),
+				 errhint("A worker that lost its lease must stop; the task's current owner decides its outcome.")));
+	if (t->lease_expired)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_STALE_LEASE),
+				 errmsg("lease on task " INT64_FORMAT " has expired", t->id),
+				 errhint("Heartbeat more often than the lease, or claim with a longer lease.")));
+}
+
+static SPIPlanPtr attempt_plan = NULL;
+
+/* Append the finished execution to orch.attempts. */
+static void
+record_attempt(OrchTask *t, const char *outcome, const char *error_class,
+			   const char *error, bool has_retry_at, TimestampTz retry_at)
+{
+	Oid			types[10] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID, TIMESTAMPTZOID,
+	TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		v[10];
+	char		n[10];
+
+	memset(n, ' ', sizeof(n));
+	v[0] = orch_text_datum(t->tenant);
+	v[1] = Int64GetDatum(t->id);
+	v[2] = Int32GetDatum(t->attempts);
+	v[3] = t->lease_owner ? orch_text_datum(t->lease_owner) : (Datum) 0;
+	if (!t->lease_owner)
+		n[3] = 'n';
+	v[4] = UUIDPGetDatum(&t->token);
+	if (!t->has_token)
+		n[4] = 'n';
+	v[5] = TimestampTzGetDatum(t->claimed_at);
+	if (!t->has_claimed_at)
+		n[5] = 'n';
+	v[6] = orch_text_datum(outcome);
+	v[7] = error_class ? orch_text_datum(error_class) : (Datum) 0;
+	if (!error_class)
+		n[7] = 'n';
+	v[8] = error ? orch_text_datum(error) : (Datum) 0;
+	if (!error)
+		n[8] = 'n';
+	v[9] = TimestampTzGetDatum(retry_at);
+	if (!has_retry_at)
+		n[9] = 'n';
+	if (SPI_execute_plan(orch_prepare(&attempt_plan,
+									  "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+									  " lease_token, started_at, outcome, error_class, error, retry_at)"
+									  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+									  10, types),
+						 v, n, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: attempt insert failed");
+}
+
+static SPIPlanPtr fail_plan = NULL;
+
+/*
+ * A failed execution of a locked, executing task: decide by the task's
+ * policy (queue settings, then the task's own budgets and retry_policy),
+ * record the attempt, and move the task.  Used by orch_fail and by lease
+ * recovery (outcome "lease_expired").
+ */
+RetryDecision
+orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
+				 bool has_retry_after, int64 retry_after, const char *outcome,
+				 TimestampTz *retry_at)
+{
+	QueueSettings qs;
+	RetryDecision d;
+	TimestampTz at = 0;
+	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID,
+	TEXTOID, TIMESTAMPTZOID};
+	Datum		v[8];
+	char		n[8];
+	const char *reason;
+	bool		lease_expiry = strcmp(outcome, "lease_expired") == 0;
+
+	orch_load_queue(t->queue, &qs, NULL);
+	if (t->has_max_attempts)
+		qs.policy.max_attempts = t->max_attempts;
+	if (t->has_max_failures)
+		qs.policy.max_failures = t->max_failures;
+	if (t->retry_policy)
+		orch_settings_apply(&qs, t->retry_policy, true);
+
+	d = orch_decide(&qs.policy, ec, t->attempts, t->failures + 1, false,
+					has_retry_after, retry_after, t->id);
+	if (d.retry)
+		at = GetCurrentTransactionStartTimestamp() + d.delay;
+	reason = (d.retry && lease_expiry) ? "lease_expired" : d.reason_code;
+
+	record_attempt(t, outcome, orch_error_class_names[ec], error, d.retry, at);
+
+	memset(n, ' ', sizeof(n));
+	v[0] = Int64GetDatum(t->id);
+	v[1] = orch_text_datum(t->tenant);
+	v[2] = orch_text_datum(orch_state_names[d.next_state]);
+	v[3] = Int32GetDatum(t->failures + 1);
+	v[4] = orch_text_datum(reason);
+	v[5] = error ? orch_text_datum(error) : (Datum) 0;
+	if (!error)
+		n[5] = 'n';
+	v[6] = orch_text_datum(orch_error_class_names[ec]);
+	v[7] = TimestampTzGetDatum(at);
+	if (!d.retry)
+		n[7] = 'n';
+	if (SPI_execute_plan(orch_prepare(&fail_plan,
+									  "UPDATE orch.tasks SET state = $3, failures = $4, reason_code = $5,"
+									  " last_error = $6, last_error_class = $7, retry_at = $8, ready_at = $8,"
+									  " wait_data = CASE WHEN $3 = 'awaiting_user_confirmation'"
+									  "   THEN jsonb_build_object('escalated', $5, 'error', $6) END"
+									  " WHERE id = $1 AND tenant_id = $2",
+									  8, types),
+						 v, n, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "orchestrator: task update failed");
+	if (retry_at)
+		*retry_at = at;
+	return d;
+}
+
+/* ----------------------------------------------------------------------
+ * Argument helpers
+ * ---------------------------------------------------------------------- */
+static int64
+task_id_arg(FunctionCallInfo fcinfo)
+{
+	orch_require_arg(fcinfo, 0, "task_id");
+	return PG_GETARG_INT64(0);
+}
+
+static pg_uuid_t *
+token_arg(FunctionCallInfo fcinfo)
+{
+	orch_require_arg(fcinfo, 1, "lease_token");
+	return PG_GETARG_UUID_P(1);
+}
+
+static Jsonb *
+jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	Jsonb	   *j;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	j = PG_GETARG_JSONB_P(argno);
+	orch_check_payload_size(j, what);
+	return j;
+}
+
+static void
+exec_update(const char *sql, int nargs, Oid *types, Datum *v, const char *n)
+{
+	if (SPI_execute_with_args(sql, nargs, types, v, n, false, 0) != SPI_OK_UPDATE ||
+		SPI_processed != 1)
+		elog(ERROR, "orchestrator: task update failed");
+}
+
+/* ----------------------------------------------------------------------
+ * orch_complete(task_id, lease_token, result) -> 'completed'
+ * ---------------------------------------------------------------------- */
+static SPIPlanPtr complete_plan = NULL;
+
+Datum
+orch_complete(PG_FUNCTION_ARGS)
+{
+	int64		id = task_id_arg(fcinfo);
+	pg_uuid_t  *token = token_arg(fcinfo);
+	Jsonb	   *result = jsonb_arg(fcinfo, 2, "result");
+	Oid			types[3] = {INT8OID, UUIDOID, JSONBOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
+
+	v[0] = Int64GetDatum(id);
+	v[1] = UUIDPGetDatum(token);
+	v[2] = JsonbPGetDatum(result);
+	if (!result)
+		n[2] = 'n';
+
+	SPI_connect();
+	orch_set_event_context_ext(NULL, NULL, true);
+	/* Fast path: one statement fences, completes and records the attempt */
+	if (SPI_execute_plan(orch_prepare(&complete_plan,
+									  "WITH t AS (UPDATE orch.tasks SET state = 'completed', result = $3,"
+									  "   reason_code = 'completed'"
+									  " WHERE id = $1 AND lease_token = $2 AND state = 'executing'"
+									  "   AND lease_expires_at > now()"
+									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at)"
+									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+									  "   lease_token, started_at, outcome)"
+									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
+									  "   'completed' FROM t",
+									  3, types),
+						 v, n, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: complete failed");
+	if (SPI_processed == 0)
+	{
+		OrchTask	t;
+
+		/* Say why: unknown, terminal (OR002), or stale lease (OR003) */
+		lock_or_not_found(id, &t);
+		check_lease(&t, token, "complete");
+		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
+	}
+	orch_clear_event_context();
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text("completed"));
+}
+
+/* ----------------------------------------------------------------------
+ * orch_fail(task_id, lease_token, error_class, error, retry_after)
+ *	  -> (state, reason_code, retry_at)
+ * ---------------------------------------------------------------------- */
+Datum
+orch_fail(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int64		id = task_id_arg(fcinfo);
+	pg_uuid_t  *token = token_arg(fcinfo);
+	ErrorClass	ec;
+	char	   *error;
+	bool		has_retry_after = !PG_ARGISNULL(4);
+	int64		retry_after = 0;
+	OrchTask	t;
+	RetryDecision d;
+	TimestampTz retry_at;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	orch_require_arg(fcinfo, 2, "error_class");
+	ec = orch_error_class_from_name(orch_text_arg(fcinfo, 2));
+	error = orch_text_arg(fcinfo, 3);
+	if (error && strlen(error) > (size_t) orch_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("error text is too large"),
+				 errdetail("orchestrator.max_payload_size is %d bytes.", orch_max_payload_size)));
+	if (has_retry_after)
+	{
+		retry_after = orch_interval_usecs(PG_GETARG_INTERVAL_P(4));
+		if (retry_after < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retry_after must not be negative")));
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	lock_or_not_found(id, &t);
+	check_lease(&t, token, "fail");
+	orch_set_event_context(t.lease_owner, error);
+	d = orch_fail_locked(&t, ec, error, has_retry_after, retry_after, "failed", &retry_at);
+	orch_clear_event_context();
+	SPI_finish();
+
+	values[0] = orch_text_datum(orch_state_names[d.next_state]);
+	values[1] = orch_text_datum(d.retry ? "retry_scheduled" : d.reason_code);
+	values[2] = TimestampTzGetDatum(retry_at);
+	nulls[2] = !d.retry;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------------
+ * orch_heartbeat(task_id, lease_token, extend) -> state
+ * ---------------------------------------------------------------------- */
+Datum
+orch_heartbeat(PG_FUNCTION_ARGS)
+{
+	int64		id = task_id_arg(fcinfo);
+	pg_uuid_t  *token = token_arg(fcinfo);
+	OrchTask	t;
+	int64		extend = -1;
+	Oid			types[3] = {INT8OID, TEXTOID, INTERVALOID};
+	Datum		v[3];
+
+	if (!PG_ARGISNULL(2))
+	{
+		extend = orch_interval_usecs(PG_GETARG_INTERVAL_P(2));
+		if (extend <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("extend must be a positive interval")));
+	}
+	SPI_connect();
+	lock_or_not_found(id, &t);
+	/* a worker whose task was cancelled under it learns so and stops */
+	if (t.state == TS_CANCELLED && t.has_token &&
+		memcmp(t.token.data, token->data, UUID_LEN) == 0)
+	{
+		SPI_finish();
+		PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
+	}
+	check_lease(&t, token, "heartbeat");
+	if (extend < 0)
+	{
+		QueueSettings qs;
+
+		orch_load_queue(t.queue, &qs, NULL);
+		extend = qs.lease;
+	}
+	v[0] = Int64GetDatum(id);
+	v[1] = orch_text_datum(t.tenant);
+	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
+	exec_update("UPDATE orch.tasks SET lease_expires_at = now() + $3"
+				" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text("executing"));
+}
+
+/* ----------------------------------------------------------------------
+ * orch_cancel(task_id, reason) -> 'cancelled'
+ * ---------------------------------------------------------------------- */
+Datum
+orch_cancel(PG_FUNCTION_ARGS)
+{
+	int64		id = task_id_arg(fcinfo);
+	char	   *reason = orch_text_arg(fcinfo, 1);
+	OrchTask	t;
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		v[2];
+
+	SPI_connect();
+	lock_or_not_found(id, &t);
+	raise_if_terminal(&t, "cancel");
+	orch_set_event_context(NULL, reason);
+	if (t.state == TS_EXECUTING)
+		record_attempt(&t, "cancelled", NULL, reason, false, 0);
+	v[0] = Int64GetDatum(id);
+	v[1] = orch_text_datum(t.tenant);
+	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
+				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
+	orch_clear_event_context();
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
+}
+
+/* ----------------------------------------------------------------------
+ * Waiting: orch_await_tool / orch_await_confirmation park a claimed task,
+ * ending its attempt and releasing its lease.
+ * ---------------------------------------------------------------------- */
+static void
+park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
+{
+	int64		id = task_id_arg(fcinfo);
+	pg_uuid_t  *token = token_arg(fcinfo);
+	OrchTask	t;
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, JSONBOID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
+	const char *state = orch_state_names[to];
+
+	SPI_connect();
+	lock_or_not_found(id, &t);
+	check_lease(&t, token, "park");
+	orch_set_event_context(t.lease_owner, NULL);
+	record_attempt(&t, state, NULL, NULL, false, 0);
+	v[0] = Int64GetDatum(id);
+	v[1] = orch_text_datum(t.tenant);
+	v[2] = orch_text_datum(state);
+	v[3] = JsonbPGetDatum(wait_data);
+	if (!wait_data)
+		n[3] = 'n';
+	exec_update("UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
+				" retry_at = NULL, wait_data = $4, resume_data = NULL"
+				" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
+	orch_clear_event_context();
+	SPI_finish();
+}
+
+Datum
+orch_await_tool(PG_FUNCTION_ARGS)
+{
+	char	   *tool = orch_text_arg(fcinfo, 2);
+	Jsonb	   *request = jsonb_arg(fcinfo, 3, "request");
+	JsonbParseState *ps = NULL;
+	JsonbValue	k,
+				val;
+	JsonbValue *res;
+
+	/* wait_data = {"tool": ..., "request": ...} */
+	pushJsonbValue(&ps, WJB_BEGIN_OBJECT, NULL);
+	k.type = jbvString;
+	k.val.string.val = "tool";
+	k.val.string.len = 4;
+	pushJsonbValue(&ps, WJB_KEY, &k);
+	if (tool)
+	{
+		val.type = jbvString;
+		val.val.string.val = tool;
+		val.val.string.len = strlen(tool);
+	}
+	else
+		val.type = jbvNull;
+	pushJsonbValue(&ps, WJB_VALUE, &val);
+	k.val.string.val = "request";
+	k.val.string.len = 7;
+	pushJsonbValue(&ps, WJB_KEY, &k);
+	if (request)
+	{
+		val.type = jbvBinary;
+		val.val.binary.data = &request->root;
+		val.val.binary.len = VARSIZE(request) - VARHDRSZ;
+	}
+	else
+		val.type = jbvNull;
+	pushJsonbValue(&ps, WJB_VALUE, &val);
+	res = pushJsonbValue(&ps, WJB_END_OBJECT, NULL);
+
+	park(fcinfo, TS_AWAITING_TOOL, JsonbValueToJsonb(res));
+	PG_RETURN_TEXT_P(cstring_to_text("awaiting_tool"));
+}
+
+Datum
+orch_await_confirmation(PG_FUNCTION_ARGS)
+{
+	park(fcinfo, TS_AWAITING_CONFIRMATION, jsonb_arg(fcinfo, 2, "prompt"));
+	PG_RETURN_TEXT_P(cstring_to_text("awaiting_user_confirmation"));
+}
+
+/* A parked task must be in the given waiting state and not yet released. */
+static void
+require_waiting(OrchTask *t, TaskState waiting, const char *action)
+{
+	raise_if_terminal(t, action);
+	if (t->state != waiting || t->retry_wait)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
+				 errmsg("task " INT64_FORMAT " is \"%s\"%s, not waiting for %s",
+						t->id, orch_state_names[t->state],
+						t->retry_wait ? " (waiting to retry)" : "",
+						waiting == TS_AWAITING_TOOL ? "a tool" : "confirmation")));
+	if (t->ready)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
+				 errmsg("task " INT64_FORMAT " was already %s", t->id,
+						waiting == TS_AWAITING_TOOL ? "resumed" : "approved"),
+				 errdetail("It waits to be claimed again.")));
+}
+
+/* orch_resume(task_id, result) -> 'awaiting_tool' (claimable at once) */
+Datum
+orch_resume(PG_FUNCTION_ARGS)
+{
+	int64		id = task_id_arg(fcinfo);
+	Jsonb	   *result = jsonb_arg(fcinfo, 1, "result");
+	OrchTask	t;
+	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
+
+	SPI_connect();
+	lock_or_not_found(id, &t);
+	require_waiting(&t, TS_AWAITING_TOOL, "resume");
+	v[0] = Int64GetDatum(id);
+	v[1] = orch_text_datum(t.tenant);
+	v[2] = JsonbPGetDatum(result);
+	if (!result)
+		n[2] = 'n';
+	exec_update("UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
+				" WHERE id = $1 AND tenant_id = $2", 3, types, v, n);
+	orch_set_event_context(NULL, NULL);
+	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
+					 "tool_resumed", t.attempts, NULL, NULL);
+	orch_clear_event_context();
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text("awaiting_tool"));
+}
+
+/* orch_confirm(task_id, approve, actor, note) */
+Datum
+orch_confirm(PG_FUNCTION_ARGS)
+{
+	int64		id = task_id_arg(fcinfo);
+	bool		approve;
+	char	   *actor = orch_text_arg(fcinfo, 2);
+	char	   *note = orch_text_arg(fcinfo, 3);
+	OrchTask	t;
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
+	const char *result;
+
+	orch_require_arg(fcinfo, 1, "approve");
+	approve = PG_GETARG_BOOL(1);
+	if (actor == NULL)
+		actor = orch_current_actor();
+
+	SPI_connect();
+	lock_or_not_found(id, &t);
+	require_waiting(&t, TS_AWAITING_CONFIRMATION, approve ? "approve" : "reject");
+	orch_set_event_context(actor, note);
+	v[0] = Int64GetDatum(id);
+	v[1] = orch_text_datum(t.tenant);
+	v[2] = orch_text_datum(actor);
+	v[3] = note ? orch_text_datum(note) : (Datum) 0;
+	if (!note)
+		n[3] = 'n';
+	if (approve)
+	{
+		exec_update("UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
+					" resume_data = jsonb_build_object('approved', true, 'actor', $3, 'note', $4)"
+					" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
+		orch_write_event(t.tenant, id, true, "task", "awaiting_user_confirmation",
+						 "awaiting_user_confirmation", "confirmation_approved",
+						 t.attempts, NULL, NULL);
+		result = "awaiting_user_confirmation";
+	}
+	else
+	{
+		exec_update("UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
+					" resume_data = jsonb_build_object('approved', false, 'actor', $3, 'note', $4)"
+					" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
+		result = "failed";
+	}
+	orch_clear_event_context();
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
