@@ -2,7 +2,9 @@
  * claim.c
  *	  Handing out work: orch_dequeue claims eligible tasks in priority/FIFO
  *	  order with FOR UPDATE SKIP LOCKED and a fresh fencing token per claim,
- *	  after lazily recovering expired leases of the same queue.
+ *	  after lazily recovering expired leases of the same queue (maintain.c).
+ *	  A task's timeout caps its lease: lease_expires_at never passes
+ *	  claimed_at + timeout.
  */
 #include "postgres.h"
 
@@ -18,55 +20,6 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 #define ORCH_MAX_BATCH 10000
 #define ORCH_RECOVER_PER_CLAIM 16
 
-static SPIPlanPtr expired_plan = NULL;
-
-/*
- * Recover up to limit expired leases of a queue: each is a failed attempt,
- * class TRANSIENT, decided by the task's policy.  Rows another session holds
- * are skipped; a row completed meanwhile no longer matches.  Returns the
- * number recovered.  Caller is connected to SPI.
- */
-static int
-recover_expired_leases(const char *queue, int limit)
-{
-	Oid			types[2] = {TEXTOID, INT4OID};
-	Datum		v[2];
-	int			n;
-	int64	   *ids;
-	int			recovered = 0;
-	bool		isnull;
-
-	v[0] = orch_text_datum(queue);
-	v[1] = Int32GetDatum(limit);
-	if (SPI_execute_plan(orch_prepare(&expired_plan,
-									  "SELECT id FROM orch.tasks"
-									  " WHERE queue = $1 AND state = 'executing' AND lease_expires_at <= now()"
-									  " ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-									  2, types),
-						 v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: lease scan failed");
-	n = (int) SPI_processed;
-	if (n == 0)
-		return 0;
-	ids = palloc(sizeof(int64) * n);
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-
-	orch_set_event_context("orchestrator", "lease expired");
-	for (int i = 0; i < n; i++)
-	{
-		OrchTask	t;
-
-		/* re-check under our lock: still executing with an expired lease */
-		if (!orch_lock_task(ids[i], &t) || t.state != TS_EXECUTING || !t.lease_expired)
-			continue;
-		orch_fail_locked(&t, EC_TRANSIENT, "lease expired", false, 0, "lease_expired", NULL);
-		recovered++;
-	}
-	orch_clear_event_context();
-	return recovered;
-}
-
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claim_tenant_plan = NULL;
 
@@ -79,7 +32,8 @@ static SPIPlanPtr claim_tenant_plan = NULL;
 	" u AS (" \
 	"  UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
 	"   lease_token = gen_random_uuid(), lease_owner = $3," \
-	"   lease_expires_at = now() + $4, claimed_at = now(), retry_at = NULL," \
+	"   lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
+	"   retry_at = NULL," \
 	"   reason_code = 'claimed'" \
 	"  FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id" TENANT_FILTER \
 	"  RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
@@ -161,7 +115,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	if (lease < 0)
 		lease = qs.lease;
 
-	recover_expired_leases(queue, ORCH_RECOVER_PER_CLAIM);
+	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM);
 
 	v[0] = orch_text_datum(queue);
 	v[1] = Int32GetDatum(batch);

@@ -153,9 +153,9 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 	v[8] = JsonbPGetDatum(o->retry_policy);
 	if (!o->retry_policy)
 		n[8] = 'n';
-	v[9] = IntervalPGetDatum(o->timeout);
-	if (!o->has_timeout)
-		n[9] = 'n';
+	v[9] = IntervalPGetDatum(o->has_timeout ? o->timeout : orch_usecs_interval(o->qs.timeout));
+	if (!o->has_timeout && o->qs.timeout <= 0)
+		n[9] = 'n';			/* the queue's timeout applies when the task has none */
 #define OPT_TEXT(i, s) do { if (s) v[i] = orch_text_datum(s); else n[i] = 'n'; } while (0)
 	OPT_TEXT(10, key);
 	OPT_TEXT(11, o->owner);
@@ -393,8 +393,8 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 		v[7] = JsonbPGetDatum(o.retry_policy);
 		if (!o.retry_policy)
 			n[7] = 'n';
-		v[8] = IntervalPGetDatum(o.timeout);
-		if (!o.has_timeout)
+		v[8] = IntervalPGetDatum(o.has_timeout ? o.timeout : orch_usecs_interval(o.qs.timeout));
+		if (!o.has_timeout && o.qs.timeout <= 0)
 			n[8] = 'n';
 		v[9] = o.owner ? orch_text_datum(o.owner) : (Datum) 0;
 		if (!o.owner)

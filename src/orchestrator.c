@@ -18,6 +18,8 @@ PG_MODULE_MAGIC;
 bool		orch_auto_create_queues = true;
 int			orch_max_payload_size = 1024 * 1024;
 bool		orch_notify = false;
+int			orch_retention = 7 * 24 * 3600;
+int			orch_stuck_after = 3600;
 
 void		_PG_init(void);
 
@@ -45,6 +47,20 @@ _PG_init(void)
 							 false,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.retention",
+							"How long finished tasks, their attempts and events are kept before orch_maintain purges them.",
+							"0 keeps everything.",
+							&orch_retention,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.stuck_after",
+							"How long a task may wait (received, or for a tool or a confirmation) before orch_maintain reports it stuck.",
+							NULL,
+							&orch_stuck_after,
+							3600, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
 }
 

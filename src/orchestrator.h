@@ -124,6 +124,7 @@ typedef struct OrchTask
 	bool		has_claimed_at;
 	TimestampTz claimed_at;
 	bool		lease_expired;	/* lease_expires_at <= now() */
+	bool		timed_out;		/* claimed_at + timeout <= now() */
 	bool		retry_wait;		/* awaiting_tool with retry_at */
 	bool		ready;			/* claimable (ready_at set) */
 } OrchTask;
@@ -133,6 +134,9 @@ extern bool orch_lock_task(int64 id, OrchTask *t);
 extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 									  bool has_retry_after, int64 retry_after,
 									  const char *outcome, TimestampTz *retry_at);
+
+/* maintain.c */
+extern int	orch_recover_expired(const char *queue, int limit);
 
 /* settings.c */
 extern void orch_settings_defaults(QueueSettings *qs);
@@ -163,6 +167,8 @@ extern void orch_clear_event_context(void);
 extern bool orch_auto_create_queues;
 extern int	orch_max_payload_size;
 extern bool orch_notify;
+extern int	orch_retention;
+extern int	orch_stuck_after;
 
 extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 							   Oid *argtypes);

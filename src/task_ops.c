@@ -40,7 +40,8 @@ orch_lock_task(int64 id, OrchTask *t)
 									  " max_attempts, max_failures, retry_policy, lease_token, lease_owner,"
 									  " claimed_at, coalesce(lease_expires_at <= now(), true),"
 									  " state = 'awaiting_tool' AND retry_at IS NOT NULL,"
-									  " ready_at IS NOT NULL"
+									  " ready_at IS NOT NULL,"
+									  " coalesce(claimed_at + timeout <= now(), false)"
 									  " FROM orch.tasks WHERE id = $1 FOR UPDATE",
 									  1, types),
 						 v, NULL, false, 1) != SPI_OK_SELECT)
@@ -75,6 +76,7 @@ orch_lock_task(int64 id, OrchTask *t)
 	t->lease_expired = DatumGetBool(SPI_getbinval(tup, td, 13, &isnull));
 	t->retry_wait = DatumGetBool(SPI_getbinval(tup, td, 14, &isnull));
 	t->ready = DatumGetBool(SPI_getbinval(tup, td, 15, &isnull));
+	t->timed_out = DatumGetBool(SPI_getbinval(tup, td, 16, &isnull));
 	if (t->state == TS_INVALID)
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " has an unknown state", id);
 	return true;
@@ -116,7 +118,8 @@ check_lease(OrchTask *t, pg_uuid_t *token, const char *action)
 	if (t->lease_expired)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_STALE_LEASE),
-				 errmsg("lease on task " INT64_FORMAT " has expired", t->id),
+				 errmsg("lease on task " INT64_FORMAT " has expired%s", t->id,
+						t->timed_out ? " (the task's timeout has passed)" : ""),
 				 errhint("Heartbeat more often than the lease, or claim with a longer lease.")));
 }
 
@@ -185,7 +188,8 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 	Datum		v[8];
 	char		n[8];
 	const char *reason;
-	bool		lease_expiry = strcmp(outcome, "lease_expired") == 0;
+	bool		recovery = strcmp(outcome, "lease_expired") == 0 ||
+		strcmp(outcome, "timed_out") == 0;
 
 	orch_load_queue(t->queue, &qs, NULL);
 	if (t->has_max_attempts)
@@ -199,7 +203,7 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 					has_retry_after, retry_after, t->id);
 	if (d.retry)
 		at = GetCurrentTransactionStartTimestamp() + d.delay;
-	reason = (d.retry && lease_expiry) ? "lease_expired" : d.reason_code;
+	reason = (d.retry && recovery) ? outcome : d.reason_code;
 
 	record_attempt(t, outcome, orch_error_class_names[ec], error, d.retry, at);
 
@@ -413,7 +417,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
 	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
-	exec_update("UPDATE orch.tasks SET lease_expires_at = now() + $3"
+	exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
 				" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("executing"));

@@ -1,0 +1,172 @@
+/*
+ * deadletter.c
+ *	  Manual re-drive of dead letters (tasks that ended failed by exhaustion,
+ *	  NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY): a failed task
+ *	  is immutable, so a re-drive enqueues a fresh copy linked by retry_of and
+ *	  audits the action on both tasks with the actor.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_retry);
+PG_FUNCTION_INFO_V1(orch_reprocess);
+
+#define DEAD_LETTER_REASONS \
+	"('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable'," \
+	" 'compensation_required', 'not_safe_to_retry')"
+
+static SPIPlanPtr check_plan = NULL;
+static SPIPlanPtr copy_plan = NULL;
+
+/*
+ * Re-drive one task, which the caller has locked.  Returns the new task id.
+ * Caller is connected to SPI.
+ */
+static int64
+redrive(int64 id)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		v[1];
+	bool		isnull;
+	HeapTuple	tup;
+	TupleDesc	td;
+	char	   *state;
+	char	   *tenant;
+	int64		new_id;
+	char	   *note;
+
+	v[0] = Int64GetDatum(id);
+	if (SPI_execute_plan(orch_prepare(&check_plan,
+									  "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
+									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id),"
+									  " t.tenant_id, t.reason_code"
+									  " FROM orch.tasks t WHERE t.id = $1 FOR UPDATE",
+									  1, types),
+						 v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: task lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("task " INT64_FORMAT " does not exist", id)));
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	state = SPI_getvalue(tup, td, 1);
+	tenant = SPI_getvalue(tup, td, 4);
+	if (strcmp(state, "failed") != 0 || !DatumGetBool(SPI_getbinval(tup, td, 2, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("task " INT64_FORMAT " is not a dead letter", id),
+				 errdetail("It is \"%s\" with reason \"%s\"; only tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY can be re-driven.",
+						   state, SPI_getvalue(tup, td, 5) ? SPI_getvalue(tup, td, 5) : "")));
+	SPI_getbinval(tup, td, 3, &isnull);
+	if (!isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("task " INT64_FORMAT " was already re-driven as task %s", id,
+						SPI_getvalue(tup, td, 3))));
+
+	if (SPI_execute_plan(orch_prepare(&copy_plan,
+									  "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
+									  " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+									  " owner, concurrency_key, run_id, step_key, retry_of, reason_code)"
+									  " SELECT tenant_id, queue, 'queued', priority, payload, now(), now(),"
+									  " max_attempts, max_failures, retry_policy, timeout, owner,"
+									  " concurrency_key, run_id, step_key, id, 'redriven'"
+									  " FROM orch.tasks WHERE id = $1 RETURNING id",
+									  1, types),
+						 v, NULL, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "orchestrator: re-drive insert failed");
+	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	note = psprintf("re-driven as task " INT64_FORMAT, new_id);
+	orch_write_event(tenant, id, true, "task", "failed", "failed", "redriven", 0, NULL, note);
+	return new_id;
+}
+
+/* orch_retry(task_id bigint) -> bigint (the new task) */
+Datum
+orch_retry(PG_FUNCTION_ARGS)
+{
+	int64		new_id;
+
+	orch_require_arg(fcinfo, 0, "task_id");
+	SPI_connect();
+	orch_set_event_context(NULL, NULL);
+	new_id = redrive(PG_GETARG_INT64(0));
+	orch_clear_event_context();
+	SPI_finish();
+	PG_RETURN_INT64(new_id);
+}
+
+/*
+ * orch_reprocess(queue text, reason_code text, failed_after timestamptz,
+ *				  max int DEFAULT 100) -> TABLE(task_id bigint, new_task_id bigint)
+ *	  Re-drives the oldest dead letters matching every given filter.
+ */
+Datum
+orch_reprocess(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
+	int32		max = PG_ARGISNULL(3) ? 100 : PG_GETARG_INT32(3);
+	int64	   *ids;
+	int			count;
+	bool		isnull;
+
+	if (max < 1 || max > 100000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max must be between 1 and 100000")));
+	if (!PG_ARGISNULL(1))
+	{
+		char	   *r = orch_text_arg(fcinfo, 1);
+
+		if (strstr(DEAD_LETTER_REASONS, psprintf("'%s'", r)) == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("\"%s\" is not a dead-letter reason code", r),
+					 errhint("Use max_attempts_exhausted, max_failures_exhausted, non_retryable, compensation_required or not_safe_to_retry.")));
+	}
+	for (int i = 0; i < 3; i++)
+	{
+		v[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		if (PG_ARGISNULL(i))
+			n[i] = 'n';
+	}
+	v[3] = Int32GetDatum(max);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT t.id FROM orch.tasks t"
+							  " WHERE t.state = 'failed' AND t.reason_code IN " DEAD_LETTER_REASONS
+							  " AND ($1::text IS NULL OR t.queue = $1)"
+							  " AND ($2::text IS NULL OR t.reason_code = $2)"
+							  " AND ($3::timestamptz IS NULL OR t.finished_at >= $3)"
+							  " AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id)"
+							  " ORDER BY t.finished_at, t.id LIMIT $4 FOR UPDATE SKIP LOCKED",
+							  4, types, v, n, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: dead letter scan failed");
+	count = (int) SPI_processed;
+	ids = palloc(sizeof(int64) * (count + 1));
+	for (int i = 0; i < count; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	orch_set_event_context(NULL, NULL);
+	for (int i = 0; i < count; i++)
+	{
+		Datum		out[2];
+		bool		nulls[2] = {false, false};
+
+		out[0] = Int64GetDatum(ids[i]);
+		out[1] = Int64GetDatum(redrive(ids[i]));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
+	orch_clear_event_context();
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,288 @@
+/*
+ * maintain.c
+ *	  Recovery and upkeep: expired leases and timeouts become failed attempts
+ *	  (lazily at claim time and in orch_maintain), stuck work is reported,
+ *	  counters are verified against the rows, finished work is purged after
+ *	  the retention, and orch_schedule_maintenance registers it with pg_cron.
+ *	  Every pass is bounded and uses SKIP LOCKED, and re-checks each row under
+ *	  its lock, so it never overwrites what a worker finished meanwhile.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/lsyscache.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_maintain);
+PG_FUNCTION_INFO_V1(orch_schedule_maintenance);
+PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
+
+#define MAINTENANCE_JOB "orchestrator-maintenance"
+
+static SPIPlanPtr expired_queue_plan = NULL;
+static SPIPlanPtr expired_all_plan = NULL;
+
+/*
+ * Recover up to limit executing tasks whose lease (capped by the task's
+ * timeout) has passed, of one queue or (queue NULL) of all.  Each is a failed
+ * attempt, class TRANSIENT, outcome lease_expired or timed_out, decided by
+ * the task's policy.  Rows another session holds are skipped; a row a worker
+ * finished meanwhile no longer matches.  Caller is connected to SPI.
+ */
+int
+orch_recover_expired(const char *queue, int limit)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		v[2];
+	int			n;
+	int64	   *ids;
+	int			recovered = 0;
+	bool		isnull;
+	int			rc;
+
+	v[0] = Int32GetDatum(limit);
+	if (queue)
+	{
+		v[1] = orch_text_datum(queue);
+		rc = SPI_execute_plan(orch_prepare(&expired_queue_plan,
+										   "SELECT id FROM orch.tasks"
+										   " WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()"
+										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+										   2, types),
+							  v, NULL, false, 0);
+	}
+	else
+		rc = SPI_execute_plan(orch_prepare(&expired_all_plan,
+										   "SELECT id FROM orch.tasks"
+										   " WHERE state = 'executing' AND lease_expires_at <= now()"
+										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+										   1, types),
+							  v, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: lease scan failed");
+	n = (int) SPI_processed;
+	if (n == 0)
+		return 0;
+	ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+
+	for (int i = 0; i < n; i++)
+	{
+		OrchTask	t;
+		const char *outcome;
+
+		/* re-check under our lock: still executing with an expired lease */
+		if (!orch_lock_task(ids[i], &t) || t.state != TS_EXECUTING || !t.lease_expired)
+			continue;
+		outcome = t.timed_out ? "timed_out" : "lease_expired";
+		orch_set_event_context("orchestrator", t.timed_out ? "timeout passed" : "lease expired");
+		orch_fail_locked(&t, EC_TRANSIENT, t.timed_out ? "timeout passed" : "lease expired",
+						 false, 0, outcome, NULL);
+		orch_clear_event_context();
+		recovered++;
+	}
+	return recovered;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int64
+count_query(const char *sql, int nargs, Oid *types, Datum *v)
+{
+	bool		isnull;
+	int			rc = SPI_execute_with_args(sql, nargs, types, v, NULL, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "orchestrator: maintenance statement failed: %s", SPI_result_code_string(rc));
+	if (rc == SPI_OK_SELECT)
+	{
+		Datum		d;
+
+		if (SPI_processed == 0)
+			return 0;
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		return isnull ? 0 : DatumGetInt64(d);
+	}
+	return (int64) SPI_processed;
+}
+
+typedef struct Action
+{
+	const char *name;
+	int64		count;
+} Action;
+
+/*
+ * orch_maintain(batch int DEFAULT 1000) -> TABLE(action text, count bigint)
+ */
+Datum
+orch_maintain(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
+	Action		acts[8];
+	int			nacts = 0;
+	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
+	Datum		v[3];
+	int64		purged_tasks;
+
+	if (batch < 1 || batch > 1000000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and 1000000")));
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	v[0] = Int32GetDatum(batch);
+	v[1] = IntervalPGetDatum(orch_usecs_interval((int64) orch_stuck_after * USECS_PER_SEC));
+	v[2] = IntervalPGetDatum(orch_usecs_interval((int64) orch_retention * USECS_PER_SEC));
+
+	/* 1. expired leases and timeouts */
+	acts[nacts].name = "leases_recovered";
+	acts[nacts++].count = orch_recover_expired(NULL, batch);
+
+	/* 2. stuck work: waiting (not retrying, not released) past the bound */
+	acts[nacts].name = "stuck_tasks";
+	acts[nacts++].count =
+		count_query("SELECT count(*) FROM (SELECT 1 FROM orch.tasks"
+					" WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')"
+					"   AND ready_at IS NULL AND updated_at < now() - $2 LIMIT $1) s",
+					2, types, v);
+
+	/* 3. counters against rows, for tasks finished recently */
+	acts[nacts].name = "counter_mismatches";
+	acts[nacts++].count =
+		count_query("SELECT count(*) FROM orch.tasks t"
+					" WHERE t.id IN (SELECT e.task_id FROM orch.events e"
+					"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events) - $1 * 4"
+					"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL)"
+					" AND t.state IN ('completed', 'failed', 'cancelled')"
+					" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a WHERE a.task_id = t.id)"
+					"   OR t.failures <> (SELECT count(*) FROM orch.attempts a WHERE a.task_id = t.id"
+					"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))",
+					1, types, v);
+	if (acts[nacts - 1].count > 0)
+		ereport(WARNING,
+				(errmsg("orchestrator: " INT64_FORMAT " recently finished tasks have attempt or failure counters that disagree with orch.attempts",
+						acts[nacts - 1].count)));
+
+	/* 4. retention: finished tasks with their attempts and events */
+	purged_tasks = 0;
+	acts[nacts].name = "tasks_purged";
+	if (orch_retention > 0)
+		purged_tasks =
+			count_query("WITH p AS (SELECT id, tenant_id FROM orch.tasks"
+						"   WHERE finished_at < now() - $3"
+						"     AND state IN ('completed', 'failed', 'cancelled')"
+						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+						" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id),"
+						" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id),"
+						" k AS (DELETE FROM orch.idempotency_keys k USING p"
+						"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id)"
+						" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id",
+						3, types, v);
+	acts[nacts++].count = purged_tasks;
+
+	acts[nacts].name = "events_purged";
+	acts[nacts++].count = orch_retention <= 0 ? 0 :
+		count_query("DELETE FROM orch.events e USING"
+					" (SELECT id FROM orch.events WHERE entity <> 'task' AND at < now() - $3"
+					"  ORDER BY id LIMIT $1) o WHERE e.id = o.id", 3, types, v);
+
+	acts[nacts].name = "idempotency_keys_purged";
+	acts[nacts++].count =
+		count_query("DELETE FROM orch.idempotency_keys k USING"
+					" (SELECT tenant_id, key FROM orch.idempotency_keys WHERE expires_at <= now()"
+					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
+					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key", 1, types, v);
+	SPI_finish();
+
+	for (int i = 0; i < nacts; i++)
+	{
+		Datum		out[2];
+		bool		nulls[2] = {false, false};
+
+		out[0] = orch_text_datum(acts[i].name);
+		out[1] = Int64GetDatum(acts[i].count);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void
+require_pg_cron(void)
+{
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", true, 1)
+		!= SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: extension lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_cron is not installed in this database"),
+				 errdetail("Maintenance is not scheduled. Leases are still recovered when workers claim."),
+				 errhint("Install pg_cron (shared_preload_libraries = 'pg_cron', CREATE EXTENSION pg_cron), or call SELECT orch_maintain() from any scheduler.")));
+}
+
+/*
+ * orch_schedule_maintenance(schedule text DEFAULT '* * * * *') -> bigint
+ *	  Registers (or re-registers) the pg_cron job that runs orch_maintain()
+ *	  in this database; returns the job id.
+ */
+Datum
+orch_schedule_maintenance(PG_FUNCTION_ARGS)
+{
+	char	   *schedule = PG_ARGISNULL(0) ? "* * * * *" : orch_text_arg(fcinfo, 0);
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[4];
+	bool		isnull;
+	int64		jobid;
+	char	   *nsp;
+
+	SPI_connect();
+	require_pg_cron();
+	nsp = get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid));
+	v[0] = orch_text_datum(MAINTENANCE_JOB);
+	v[1] = orch_text_datum(schedule);
+	v[2] = orch_text_datum(psprintf("SELECT * FROM %s.orch_maintain()", quote_identifier(nsp)));
+	v[3] = orch_text_datum(get_database_name(MyDatabaseId));
+	if (SPI_execute_with_args("SELECT cron.schedule_in_database($1, $2, $3, $4)",
+							  4, types, v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: cron.schedule_in_database failed");
+	jobid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PG_RETURN_INT64(jobid);
+}
+
+/* orch_unschedule_maintenance() -> boolean: true when a job was removed */
+Datum
+orch_unschedule_maintenance(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		v[1];
+	bool		removed = false;
+
+	SPI_connect();
+	require_pg_cron();
+	v[0] = orch_text_datum(MAINTENANCE_JOB);
+	if (SPI_execute_with_args("SELECT jobid FROM cron.job WHERE jobname = $1",
+							  1, types, v, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: cron.job lookup failed");
+	if (SPI_processed > 0)
+	{
+		if (SPI_execute_with_args("SELECT cron.unschedule($1::name)", 1, types, v, NULL, false, 1)
+			!= SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: cron.unschedule failed");
+		removed = true;
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(removed);
+}
