@@ -1,0 +1,72 @@
+-- orch_maintain: lease and timeout recovery, retention, dead letters, re-drive.
+\set VERBOSITY terse
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END $$;
+SELECT orch_create_queue('mnt', '{"max_attempts": 2, "initial_delay": 0, "lease": "0.2 seconds"}') IS NOT NULL AS created;
+
+-- 1. An abandoned claim is recovered by maintenance as a TRANSIENT failure.
+SELECT orch_enqueue('mnt', '{"job": "abandoned"}') AS a \gset
+SELECT count(*) AS claimed FROM orch_dequeue('mnt', 'ghost');
+SELECT pg_sleep(0.3);
+SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
+SELECT state, reason_code, attempts, failures, last_error_class FROM orch_tasks WHERE task_id = :a;
+SELECT outcome, error_class FROM orch_attempts WHERE task_id = :a;
+-- a second pass finds nothing more to do (idempotent)
+SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
+
+-- 2. Retried, abandoned again: budget exhausted -> dead letter.
+SELECT attempt FROM orch_dequeue('mnt', 'ghost');
+SELECT pg_sleep(0.3);
+SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
+SELECT state, reason_code, attempts, failures FROM orch_tasks WHERE task_id = :a;
+SELECT task_id = :a AS is_a, reason, attempts, failures FROM orch_dead_letters;
+
+-- 3. A task's timeout caps its lease, independent of heartbeats.
+SELECT orch_enqueue('mnt', '{"job": "slow"}', timeout => '1 second', max_attempts => 1) AS s \gset
+SELECT lease_token AS tok FROM orch_dequeue('mnt', 'w1', lease => '1 hour') \gset
+SELECT orch_heartbeat(:s, :'tok', '1 hour');
+SELECT pg_sleep(1.1);
+SELECT pg_temp.sqlstate_of(format('SELECT orch_heartbeat(%s, %L)', :s, :'tok')) AS heartbeat_after_timeout;
+SELECT pg_temp.sqlstate_of(format('SELECT orch_complete(%s, %L)', :s, :'tok')) AS complete_after_timeout;
+SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
+SELECT state, reason_code FROM orch_tasks WHERE task_id = :s;
+SELECT outcome FROM orch_attempts WHERE task_id = :s;
+
+-- 4. Re-drive: one dead letter, then in bulk; audited; not twice.
+SELECT orch_retry(:a) AS r \gset
+SELECT state, retry_of = :a AS links, attempts, failures, payload FROM orch_tasks WHERE task_id = :r;
+SELECT pg_temp.sqlstate_of(format('SELECT orch_retry(%s)', :a)) AS retry_again;
+SELECT reason_code, note LIKE 're-driven as task %' AS noted FROM orch_events
+ WHERE task_id = :a AND reason_code = 'redriven';
+SELECT pg_temp.sqlstate_of(format('SELECT orch_retry(%s)', :r)) AS retry_live_task;
+SELECT pg_temp.sqlstate_of('SELECT orch_retry(999999999)') AS retry_unknown;
+SELECT pg_temp.sqlstate_of('SELECT orch_retry(NULL)') AS retry_null;
+SELECT count(*) AS reprocessed FROM orch_reprocess(queue => 'mnt', reason_code => 'max_attempts_exhausted');
+SELECT count(*) AS dead_letters_left FROM orch_dead_letters WHERE queue = 'mnt';
+SELECT pg_temp.sqlstate_of($$SELECT * FROM orch_reprocess(reason_code => 'completed')$$) AS bad_reason;
+SELECT pg_temp.sqlstate_of($$SELECT * FROM orch_reprocess(max => 0)$$) AS bad_max;
+
+-- 5. Retention purges finished tasks with their attempts and events; live work stays.
+SELECT count(*) AS finished_before FROM orch_tasks WHERE queue = 'mnt' AND finished_at IS NOT NULL;
+SET orchestrator.retention = 1;
+SELECT pg_sleep(1.1);
+SELECT action, count > 0 AS purged FROM orch_maintain() WHERE action = 'tasks_purged';
+RESET orchestrator.retention;
+SELECT count(*) AS finished_after FROM orch_tasks WHERE queue = 'mnt' AND finished_at IS NOT NULL;
+SELECT count(*) AS live_after FROM orch_tasks WHERE queue = 'mnt' AND finished_at IS NULL;
+SELECT count(*) AS orphan_attempts FROM orch.attempts a
+ WHERE NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = a.task_id);
+SELECT count(*) AS orphan_events FROM orch.events e
+ WHERE e.entity = 'task' AND NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = e.task_id);
+
+-- 6. Bad input; scheduling without pg_cron says so.
+SELECT pg_temp.sqlstate_of('SELECT * FROM orch_maintain(0)') AS maintain_zero;
+SELECT pg_temp.sqlstate_of('SELECT orch_schedule_maintenance()') AS schedule_without_pg_cron;
+
+SELECT orch_drop_queue('mnt', force => true);

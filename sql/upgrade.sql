@@ -1,0 +1,39 @@
+-- Install the oldest release and update along the upgrade path.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS orchestrator CASCADE;
+CREATE EXTENSION orchestrator VERSION '0.1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+-- 0.1.0 data survives the update
+SELECT orch_enqueue('upgrade_q', '{"n": 1}') > 0 AS enqueued;
+SELECT to_regprocedure('orch_maintain(integer)') IS NULL AS no_maintain_yet;
+ALTER EXTENSION orchestrator UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+SELECT to_regprocedure('orch_maintain(integer)') IS NOT NULL AS has_maintain,
+       to_regprocedure('orch_retry(bigint)') IS NOT NULL AS has_retry,
+       to_regclass('orch_dead_letters') IS NOT NULL AS has_dead_letters;
+SELECT count(*) AS tasks_kept FROM orch.tasks WHERE queue = 'upgrade_q';
+SELECT state FROM orch_status((SELECT id FROM orch.tasks WHERE queue = 'upgrade_q'));
+-- a fresh install of the default version has the same objects as the updated one
+CREATE TEMP TABLE updated_objs AS
+SELECT pg_describe_object(classid, objid, objsubid) AS obj
+  FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'orchestrator');
+DROP EXTENSION orchestrator CASCADE;
+CREATE EXTENSION orchestrator;
+SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+SELECT obj AS only_in_one FROM (
+  (SELECT obj FROM updated_objs
+   EXCEPT
+   SELECT pg_describe_object(classid, objid, objsubid)
+     FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+      AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'orchestrator'))
+  UNION ALL
+  (SELECT pg_describe_object(classid, objid, objsubid)
+     FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+      AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'orchestrator')
+   EXCEPT
+   SELECT obj FROM updated_objs)) d ORDER BY 1;
+-- roles survive DROP EXTENSION and are reused
+SELECT count(*) AS orch_roles FROM pg_roles
+ WHERE rolname IN ('orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader');
