@@ -11,6 +11,7 @@
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
+#include "access/xact.h"
 #include "utils/builtins.h"
 
 #include "orchestrator.h"
@@ -41,6 +42,135 @@ static SPIPlanPtr claim_tenant_plan = NULL;
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
 	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
 
+static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
+
+#define CLAIM_ONE_SQL \
+	"UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
+	"  lease_token = gen_random_uuid(), lease_owner = $3," \
+	"  lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
+	"  retry_at = NULL, reason_code = 'claimed'" \
+	" WHERE t.id = $1 AND t.tenant_id = $2 AND t.ready_at <= now()" \
+	" RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
+	"  t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
+
+static SPIPlanPtr limited_cand_plan = NULL;
+static SPIPlanPtr claim_one_plan = NULL;
+static SPIPlanPtr running_owner_plan = NULL;
+static SPIPlanPtr running_queue_plan = NULL;
+
+static int64
+count1(SPIPlanPtr plan, Datum *v)
+{
+	bool		isnull;
+
+	if (SPI_execute_plan(plan, v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: count failed");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Claim under owner_limit / queue_limit: candidates whose owner is below
+ * its limit are locked in order (SKIP LOCKED), then each is re-checked under
+ * the owner's transaction-scoped advisory lock and claimed one by one.
+ * Claimed rows go straight into the result.
+ */
+static void
+claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
+			  const char *tenant, QueueSettings *qs, ReturnSetInfo *rsinfo,
+			  MemoryContext outer)
+{
+	Oid			ctypes[4] = {TEXTOID, INT4OID, INT4OID, TEXTOID};
+	Datum		cv[4];
+	char		cn[4] = {' ', ' ', ' ', ' '};
+	Oid			otypes[2] = {TEXTOID, TEXTOID};
+	Datum		ov[2];
+	Oid			qtypes[1] = {TEXTOID};
+	Oid			utypes[4] = {INT8OID, TEXTOID, TEXTOID, INTERVALOID};
+	Datum		uv[4];
+	int			ncand;
+	int64	   *ids;
+	char	  **tenants;
+	char	  **owners;
+	int			claimed = 0;
+	int32		allowed = batch;
+
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("concurrency limits require READ COMMITTED isolation")));
+	if (qs->queue_limit > 0)
+	{
+		int64		running;
+
+		orch_xact_lock("queue", queue, NULL);
+		ov[0] = orch_text_datum(queue);
+		running = count1(orch_prepare(&running_queue_plan,
+									  "SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
+									  1, qtypes), ov);
+		if (running >= qs->queue_limit)
+			return;
+		if (allowed > qs->queue_limit - running)
+			allowed = (int32) (qs->queue_limit - running);
+	}
+
+	cv[0] = orch_text_datum(queue);
+	cv[1] = Int32GetDatum(allowed);
+	cv[2] = Int32GetDatum(qs->owner_limit > 0 ? qs->owner_limit : PG_INT32_MAX);
+	cv[3] = tenant ? orch_text_datum(tenant) : (Datum) 0;
+	if (!tenant)
+		cn[3] = 'n';
+	if (SPI_execute_plan(orch_prepare(&limited_cand_plan,
+									  "SELECT t.id, t.tenant_id, t.owner FROM orch.tasks t"
+									  " WHERE t.queue = $1 AND t.ready_at <= now()"
+									  "   AND ($4::text IS NULL OR t.tenant_id = $4)"
+									  "   AND (t.owner IS NULL OR (SELECT count(*) FROM orch.tasks e"
+									  "        WHERE e.queue = $1 AND e.owner = t.owner"
+									  "          AND e.state = 'executing') < $3)"
+									  " ORDER BY t.priority, t.created_at, t.id"
+									  " LIMIT $2 FOR UPDATE SKIP LOCKED",
+									  4, ctypes),
+						 cv, cn, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: candidate scan failed");
+	ncand = (int) SPI_processed;
+	ids = palloc(sizeof(int64) * (ncand + 1));
+	tenants = palloc(sizeof(char *) * (ncand + 1));
+	owners = palloc(sizeof(char *) * (ncand + 1));
+	for (int i = 0; i < ncand; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		owners[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+	}
+
+	uv[2] = orch_text_datum(worker);
+	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
+	for (int i = 0; i < ncand && claimed < allowed; i++)
+	{
+		if (owners[i] != NULL && qs->owner_limit > 0)
+		{
+			orch_xact_lock("owner", queue, owners[i]);
+			ov[0] = orch_text_datum(queue);
+			ov[1] = orch_text_datum(owners[i]);
+			if (count1(orch_prepare(&running_owner_plan,
+									"SELECT count(*) FROM orch.tasks WHERE queue = $1 AND owner = $2"
+									" AND state = 'executing'", 2, otypes), ov) >= qs->owner_limit)
+				continue;		/* the owner is at its limit: skip, don't block */
+		}
+		uv[0] = Int64GetDatum(ids[i]);
+		uv[1] = orch_text_datum(tenants[i]);
+		if (SPI_execute_plan(orch_prepare(&claim_one_plan, CLAIM_ONE_SQL, 4, utypes),
+							 uv, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "orchestrator: claim failed");
+		if (SPI_processed == 1)
+		{
+			emit_claimed(rsinfo, outer);
+			claimed++;
+		}
+	}
+}
+
 /* The stable step idempotency key: hash(tenant, run, step) or (tenant, task) */
 static char *
 guard_key(const char *tenant, bool has_run, int64 run_id, const char *step, int64 task_id)
@@ -55,6 +185,41 @@ guard_key(const char *tenant, bool has_run, int64 run_id, const char *step, int6
 		appendStringInfo(&s, "%s|task|" INT64_FORMAT, tenant, task_id);
 	h = hash_bytes_extended((const unsigned char *) s.data, s.len, 0x67756172);
 	return psprintf("%016llx", (unsigned long long) h);
+}
+
+/* Put the claimed rows of SPI_tuptable into the result, with their guard. */
+static void
+emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		Datum		out[10];
+		bool		nulls[10];
+		bool		isnull;
+		Datum		run;
+		bool		has_run;
+		char	   *step;
+		char	   *ten;
+		MemoryContext spicxt;
+
+		for (int c = 0; c < 7; c++)
+			out[c] = SPI_getbinval(tup, td, c + 1, &nulls[c]);
+		ten = SPI_getvalue(tup, td, 8);
+		run = SPI_getbinval(tup, td, 9, &isnull);
+		has_run = !isnull;
+		step = SPI_getvalue(tup, td, 7);
+		spicxt = MemoryContextSwitchTo(outer);
+		out[7] = orch_text_datum(guard_key(ten, has_run, has_run ? DatumGetInt64(run) : 0,
+										   step, DatumGetInt64(out[0])));
+		nulls[7] = false;
+		MemoryContextSwitchTo(spicxt);
+		out[8] = SPI_getbinval(tup, td, 10, &nulls[8]);
+		out[9] = SPI_getbinval(tup, td, 11, &nulls[9]);
+		/* tuplestore copies the values into its own context */
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
 }
 
 /*
@@ -123,6 +288,13 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
 	v[4] = tenant ? orch_text_datum(tenant) : (Datum) 0;
 	orch_set_event_context(worker, NULL);
+	if (qs.owner_limit > 0 || qs.queue_limit > 0)
+	{
+		claim_limited(queue, worker, batch, lease, tenant, &qs, rsinfo, outer);
+		orch_clear_event_context();
+		SPI_finish();
+		return (Datum) 0;
+	}
 	if (tenant)
 	{
 		if (SPI_execute_plan(orch_prepare(&claim_tenant_plan, CLAIM_SQL(" AND tenant_id = $5"), 5, types),
@@ -134,35 +306,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		elog(ERROR, "orchestrator: claim failed");
 	orch_clear_event_context();
 
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	td = SPI_tuptable->tupdesc;
-		Datum		out[10];
-		bool		nulls[10];
-		bool		isnull;
-		Datum		run;
-		bool		has_run;
-		char	   *step;
-		char	   *ten;
-		MemoryContext spicxt;
-
-		for (int c = 0; c < 7; c++)
-			out[c] = SPI_getbinval(tup, td, c + 1, &nulls[c]);
-		ten = SPI_getvalue(tup, td, 8);
-		run = SPI_getbinval(tup, td, 9, &isnull);
-		has_run = !isnull;
-		step = SPI_getvalue(tup, td, 7);
-		spicxt = MemoryContextSwitchTo(outer);
-		out[7] = orch_text_datum(guard_key(ten, has_run, has_run ? DatumGetInt64(run) : 0,
-										   step, DatumGetInt64(out[0])));
-		nulls[7] = false;
-		MemoryContextSwitchTo(spicxt);
-		out[8] = SPI_getbinval(tup, td, 10, &nulls[8]);
-		out[9] = SPI_getbinval(tup, td, 11, &nulls[9]);
-		/* tuplestore copies the values into its own context */
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
-	}
+	emit_claimed(rsinfo, outer);
 	SPI_finish();
 	return (Datum) 0;
 }

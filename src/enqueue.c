@@ -37,6 +37,7 @@ typedef struct EnqueueOpts
 	Jsonb	   *retry_policy;
 	bool		has_timeout;
 	Interval   *timeout;
+	int			on_rate_limit;	/* -1: the queue's on_exceed, 0: record, 1: error */
 	QueueSettings qs;
 } EnqueueOpts;
 
@@ -100,6 +101,20 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 		orch_settings_defaults(&scratch);
 		orch_settings_apply(&scratch, o->retry_policy, true);	/* validates */
 	}
+	o->on_rate_limit = -1;
+	if (PG_NARGS() > 12 && !PG_ARGISNULL(12))
+	{
+		char	   *r = orch_text_arg(fcinfo, 12);
+
+		if (strcmp(r, "record") == 0)
+			o->on_rate_limit = 0;
+		else if (strcmp(r, "error") == 0)
+			o->on_rate_limit = 1;
+		else
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("on_rate_limit must be \"record\" or \"error\"")));
+	}
 	if (!PG_ARGISNULL(11))
 	{
 		o->has_timeout = true;
@@ -121,15 +136,68 @@ prepare_queue(EnqueueOpts *o)
 		o->priority = o->qs.priority;
 }
 
+static SPIPlanPtr rate_count_plan = NULL;
+static SPIPlanPtr rate_mark_plan = NULL;
+
+/*
+ * Sliding-window rate limit per (queue, owner): at most rate_count admitted
+ * enqueues in any window of rate_per ending now.  Returns true when this
+ * enqueue is admitted (and counts it); false when it must be recorded as
+ * rejected; raises OR006 when the caller asked for an error.
+ */
+static bool
+rate_admit(EnqueueOpts *o)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INTERVALOID};
+	Datum		v[3];
+	bool		isnull;
+	int64		used;
+	const char *owner = o->owner ? o->owner : "";
+
+	if (o->qs.rate_count <= 0)
+		return true;
+	orch_xact_lock("rate", o->queue, owner);
+	v[0] = orch_text_datum(o->queue);
+	v[1] = orch_text_datum(owner);
+	v[2] = IntervalPGetDatum(orch_usecs_interval(o->qs.rate_per));
+	if (SPI_execute_plan(orch_prepare(&rate_count_plan,
+									  "SELECT count(*) FROM orch.rate_window"
+									  " WHERE queue = $1 AND owner = $2 AND at > now() - $3",
+									  3, types),
+						 v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: rate window count failed");
+	used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (used >= o->qs.rate_count)
+	{
+		bool		raise = o->on_rate_limit == 1 || (o->on_rate_limit < 0 && o->qs.rate_error);
+
+		if (raise)
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_ADMISSION_REJECTED),
+					 errmsg("rate limit of queue \"%s\" exceeded for owner \"%s\"", o->queue, owner),
+					 errdetail("At most %d enqueues are admitted per " INT64_FORMAT " seconds.",
+							   o->qs.rate_count, o->qs.rate_per / USECS_PER_SEC),
+					 errhint("Retry later; nothing was recorded.")));
+		return false;
+	}
+	if (SPI_execute_plan(orch_prepare(&rate_mark_plan,
+									  "INSERT INTO orch.rate_window (queue, owner, at, expires_at)"
+									  " VALUES ($1, $2, now(), now() + $3)",
+									  3, types),
+						 v, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: rate window insert failed");
+	return true;
+}
+
 static SPIPlanPtr insert_plan = NULL;
 
 static int64
 insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 id)
 {
-	Oid			types[13] = {INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID, TIMESTAMPTZOID,
-		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[13];
-	char		n[13];
+	Oid			types[14] = {INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID, TIMESTAMPTZOID,
+		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID};
+	Datum		v[14];
+	char		n[14];
 	SPIPlanPtr	plan;
 	bool		isnull;
 
@@ -161,15 +229,17 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 	OPT_TEXT(11, o->owner);
 	OPT_TEXT(12, o->concurrency_key);
 #undef OPT_TEXT
+	v[13] = BoolGetDatum(rate_admit(o));
 
 	plan = orch_prepare(&insert_plan,
 						"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
 						" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
 						" idempotency_key, owner, concurrency_key, reason_code)"
-						" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3, 'queued', $4, $5,"
+						" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3,"
+						" CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5,"
 						" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
-						" 'enqueued') RETURNING id",
-						13, types);
+						" CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END) RETURNING id",
+						14, types);
 	if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "orchestrator: task insert failed");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -279,6 +349,29 @@ enqueue_one(EnqueueOpts *o, Jsonb *payload, const char *key)
 	return insert_task(o, payload, NULL, false, 0);
 }
 
+/*
+ * Enqueue from C (commands): a task with defaults in a queue.  Caller is
+ * connected to SPI.
+ */
+int64
+orch_enqueue_internal(const char *queue, Jsonb *payload, const char *tenant,
+					  const char *owner)
+{
+	EnqueueOpts o;
+
+	memset(&o, 0, sizeof(o));
+	o.queue = pstrdup(queue);
+	orch_validate_queue_name(o.queue);
+	o.tenant = pstrdup(tenant ? tenant : ORCH_DEFAULT_TENANT);
+	o.owner = owner ? pstrdup(owner) : NULL;
+	o.on_rate_limit = 0;
+	if (!orch_load_queue(o.queue, &o.qs, NULL))
+		orch_ensure_queue(o.queue);
+	o.priority = o.qs.priority;
+	orch_check_payload_size(payload, "payload");
+	return insert_task(&o, payload, NULL, false, 0);
+}
+
 static void
 maybe_notify(EnqueueOpts *o)
 {
@@ -361,11 +454,11 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 	SPI_connect();
 	orch_set_event_context(NULL, NULL);
 	prepare_queue(&o);
-	if (kelems != NULL)
+	if (kelems != NULL || o.qs.rate_count > 0)
 	{
 		for (int i = 0; i < np; i++)
 			ids[i] = enqueue_one(&o, DatumGetJsonbP(pelems[i]),
-								 knulls[i] ? NULL : TextDatumGetCString(kelems[i]));
+								 (kelems == NULL || knulls[i]) ? NULL : TextDatumGetCString(kelems[i]));
 	}
 	else
 	{

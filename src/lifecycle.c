@@ -219,6 +219,9 @@ typedef struct TaskCols
 				lease_token,
 				lease_owner,
 				run_id,
+				queue,
+				concurrency_key,
+				gated,			/* 0 before 0.3.0 */
 				updated_at,
 				finished_at;
 } TaskCols;
@@ -252,6 +255,11 @@ load_task_cols(Relation rel)
 	task_cols.lease_token = must_fnumber(td, "lease_token");
 	task_cols.lease_owner = must_fnumber(td, "lease_owner");
 	task_cols.run_id = must_fnumber(td, "run_id");
+	task_cols.queue = must_fnumber(td, "queue");
+	task_cols.concurrency_key = must_fnumber(td, "concurrency_key");
+	task_cols.gated = SPI_fnumber(td, "gated");
+	if (task_cols.gated < 0)
+		task_cols.gated = 0;
 	task_cols.updated_at = must_fnumber(td, "updated_at");
 	task_cols.finished_at = must_fnumber(td, "finished_at");
 	task_cols.relid = RelationGetRelid(rel);
@@ -322,6 +330,56 @@ raise_terminal(const char *what, const char *from, const char *to)
 			 errdetail("Terminal states are immutable.")));
 }
 
+/*
+ * Concurrency keys (admission.c): a keyed task entering its key's slot set
+ * (executing or claimable) must find a free slot, else it waits gated; one
+ * leaving it releases a slot, filled at the end of the statement.
+ */
+static HeapTuple
+task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
+		  TaskState to, int64 task_id)
+{
+	bool		isnull;
+	Datum		kd = heap_getattr(newtup, task_cols.concurrency_key, td, &isnull);
+	char	   *key;
+	char	   *queue;
+	bool		in_old = false;
+	bool		in_new;
+	bool		gated;
+	int			col = task_cols.gated;
+	Datum		val = BoolGetDatum(false);
+	bool		null = false;
+
+	if (isnull)
+		return newtup;
+	key = TextDatumGetCString(kd);
+	queue = get_text_col(newtup, td, task_cols.queue);
+	if (oldtup != NULL)
+	{
+		heap_getattr(oldtup, task_cols.ready_at, td, &isnull);
+		in_old = (from == TS_EXECUTING) || !isnull;
+	}
+	heap_getattr(newtup, task_cols.ready_at, td, &isnull);
+	in_new = (to == TS_EXECUTING) || !isnull;
+	gated = DatumGetBool(heap_getattr(newtup, task_cols.gated, td, &isnull));
+
+	if (in_new && !in_old && to != TS_EXECUTING && !orch_gate_promoting &&
+		!orch_gate_admit(queue, key, task_id))
+	{
+		/* wait for a slot, outside the claim index */
+		int			cs[2] = {task_cols.ready_at, task_cols.gated};
+		Datum		vs[2] = {(Datum) 0, BoolGetDatum(true)};
+		bool		ns[2] = {true, false};
+
+		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
+	}
+	if (in_old && !in_new)
+		orch_gate_note_release(queue, key);
+	if (gated && (to == TS_EXECUTING || orch_state_is_terminal(to)))
+		return heap_modify_tuple_by_cols(newtup, td, 1, &col, &val, &null);
+	return newtup;
+}
+
 /* The built-in task lifecycle on orch.tasks. */
 static HeapTuple
 task_trigger(TriggerData *trigdata)
@@ -338,9 +396,9 @@ task_trigger(TriggerData *trigdata)
 	int64		task_id;
 	bool		isnull;
 	int			ncols = 0;
-	int			cols[3];
-	Datum		vals[3];
-	bool		nulls[3];
+	int			cols[4];
+	Datum		vals[4];
+	bool		nulls[4];
 	char		what[64];
 	char	   *reason;
 	char	   *tenant;
@@ -399,15 +457,18 @@ task_trigger(TriggerData *trigdata)
 		cols[ncols] = task_cols.updated_at;
 		vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 		nulls[ncols++] = false;
-		if (orch_state_is_terminal(to) && to != from)
-		{
-			cols[ncols] = task_cols.finished_at;
-			vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-			nulls[ncols++] = false;
-		}
+	}
+	if (orch_state_is_terminal(to) && to != from)
+	{
+		cols[ncols] = task_cols.finished_at;
+		vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		nulls[ncols++] = false;
 	}
 	if (ncols > 0)
 		newtup = heap_modify_tuple_by_cols(newtup, td, ncols, cols, vals, nulls);
+
+	if (task_cols.gated > 0)
+		newtup = task_gate(newtup, oldtup, td, from, to, task_id);
 
 	/* A self-transition writes no event */
 	if (!is_insert && from == to)

@@ -127,7 +127,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
-	Action		acts[8];
+	Action		acts[10];
 	int			nacts = 0;
 	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
 	Datum		v[3];
@@ -195,6 +195,18 @@ orch_maintain(PG_FUNCTION_ARGS)
 		count_query("DELETE FROM orch.events e USING"
 					" (SELECT id FROM orch.events WHERE entity <> 'task' AND at < now() - $3"
 					"  ORDER BY id LIMIT $1) o WHERE e.id = o.id", 3, types, v);
+
+	/* 0.3.0 objects: slots and rate windows */
+	if (count_query("SELECT (to_regclass('orch.rate_window') IS NOT NULL)::int::bigint", 0, NULL, NULL) > 0)
+	{
+		acts[nacts].name = "slots_reconciled";
+		acts[nacts++].count = orch_gate_reconcile(NULL, batch);
+		acts[nacts].name = "rate_window_purged";
+		acts[nacts++].count =
+			count_query("DELETE FROM orch.rate_window w USING"
+						" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
+						"  LIMIT $1) o WHERE w.ctid = o.ctid", 1, types, v);
+	}
 
 	acts[nacts].name = "idempotency_keys_purged";
 	acts[nacts++].count =

@@ -20,6 +20,7 @@ int			orch_max_payload_size = 1024 * 1024;
 bool		orch_notify = false;
 int			orch_retention = 7 * 24 * 3600;
 int			orch_stuck_after = 3600;
+char	   *orch_command_queue = NULL;
 
 void		_PG_init(void);
 
@@ -61,6 +62,13 @@ _PG_init(void)
 							3600, 1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("orchestrator.command_queue",
+							   "Queue into which orch_command puts the work for command adapters.",
+							   NULL,
+							   &orch_command_queue,
+							   "commands",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
 }
 

@@ -135,6 +135,18 @@ extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *er
 									  bool has_retry_after, int64 retry_after,
 									  const char *outcome, TimestampTz *retry_at);
 
+/* admission.c */
+extern bool orch_gate_promoting;
+extern bool orch_gate_admit(const char *queue, const char *key, int64 self_id);
+extern void orch_gate_note_release(const char *queue, const char *key);
+extern int	orch_gate_promote(const char *queue, const char *key);
+extern int	orch_gate_reconcile(const char *queue, int max_keys);
+extern void orch_xact_lock(const char *kind, const char *a, const char *b);
+
+/* enqueue.c */
+extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,
+								   const char *tenant, const char *owner);
+
 /* maintain.c */
 extern int	orch_recover_expired(const char *queue, int limit);
 
@@ -169,6 +181,7 @@ extern int	orch_max_payload_size;
 extern bool orch_notify;
 extern int	orch_retention;
 extern int	orch_stuck_after;
+extern char *orch_command_queue;
 
 extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 							   Oid *argtypes);

@@ -626,6 +626,11 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("UPDATE orch.queues SET settings = $2, updated_at = now()"
 							  " WHERE name = $1", 2, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: queue update failed");
+	/* a raised concurrency_key_limit frees slots at once (0.3.0 and later) */
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'orch.tasks'::regclass"
+					" AND attname = 'gated' AND NOT attisdropped", true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+		orch_gate_reconcile(name, 10000);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }

@@ -1,0 +1,323 @@
+/*
+ * admission.c
+ *	  Concurrency keys without head-of-line blocking.  Per (queue, key) at most
+ *	  `limit` tasks are in the key's slot set: executing, or claimable
+ *	  (ready_at set).  A task that would exceed it waits "gated" (ready_at NULL,
+ *	  outside the claim index) and is promoted in priority/FIFO order when a
+ *	  member leaves the set.  The lifecycle trigger calls the gate for every
+ *	  writer; releases are collected per statement and promoted by an AFTER
+ *	  STATEMENT trigger.  Every decision holds a transaction-scoped advisory
+ *	  lock on (queue, key); no session-level advisory lock is ever taken.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "nodes/pg_list.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_gate_trigger);
+PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
+
+/* advisory lock class of the orchestrator: 'or' */
+#define ORCH_LOCK_CLASS 0x6f72
+
+bool		orch_gate_promoting = false;
+
+/* pending releases: "queue\0key" strings in TopTransactionContext */
+static List *pending = NIL;
+static bool callbacks_registered = false;
+
+static void
+gate_xact_callback(XactEvent event, void *arg)
+{
+	pending = NIL;				/* its memory goes with the transaction */
+	orch_gate_promoting = false;
+}
+
+static void
+gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		pending = NIL;
+		orch_gate_promoting = false;
+	}
+}
+
+/* Transaction-scoped advisory lock on a name (two-key form, class 'or'). */
+void
+orch_xact_lock(const char *kind, const char *a, const char *b)
+{
+	StringInfoData s;
+	uint32		h;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, kind);
+	appendStringInfoChar(&s, '\x1f');
+	appendStringInfoString(&s, a);
+	appendStringInfoChar(&s, '\x1f');
+	if (b)
+		appendStringInfoString(&s, b);
+	h = hash_bytes((const unsigned char *) s.data, s.len);
+	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(ORCH_LOCK_CLASS),
+						Int32GetDatum((int32) h));
+	pfree(s.data);
+}
+
+static void
+require_read_committed(void)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("concurrency limits require READ COMMITTED isolation"),
+				 errdetail("Slot accounting must see other sessions' committed claims."),
+				 errhint("Run orchestrator calls in READ COMMITTED transactions.")));
+}
+
+static SPIPlanPtr slots_plan = NULL;
+
+/*
+ * The key's limit and the size of its slot set, not counting task self_id.
+ * Caller holds the key's advisory lock.
+ */
+static void
+key_slots(const char *queue, const char *key, int64 self_id, int *limit, int64 *used)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
+	Datum		v[3];
+	bool		isnull;
+
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	v[2] = Int64GetDatum(self_id);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (SPI_execute_plan(orch_prepare(&slots_plan,
+									  "SELECT coalesce((SELECT l.max_running FROM orch.concurrency_limits l"
+									  "                 WHERE l.queue = $1 AND l.key = $2),"
+									  "                (SELECT (q.settings ->> 'concurrency_key_limit')::int"
+									  "                 FROM orch.queues q WHERE q.name = $1), 1),"
+									  " (SELECT count(*) FROM orch.tasks t WHERE t.queue = $1"
+									  "  AND t.concurrency_key = $2 AND t.id <> $3"
+									  "  AND (t.state = 'executing' OR t.ready_at IS NOT NULL))",
+									  3, types),
+						 v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: slot count failed");
+	*limit = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	SPI_finish();
+}
+
+/*
+ * May task self_id enter its key's slot set?  Called by the lifecycle
+ * trigger before the row is written; rows written earlier in the same
+ * statement are already counted.
+ */
+bool
+orch_gate_admit(const char *queue, const char *key, int64 self_id)
+{
+	int			limit;
+	int64		used;
+
+	require_read_committed();
+	orch_xact_lock("key", queue, key);
+	key_slots(queue, key, self_id, &limit, &used);
+	return used < limit;
+}
+
+/* A member left the key's slot set: promote at the end of the statement. */
+void
+orch_gate_note_release(const char *queue, const char *key)
+{
+	MemoryContext old;
+	ListCell   *lc;
+	size_t		qlen = strlen(queue);
+	size_t		klen = strlen(key);
+	char	   *entry;
+
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(gate_xact_callback, NULL);
+		RegisterSubXactCallback(gate_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+	foreach(lc, pending)
+	{
+		char	   *e = (char *) lfirst(lc);
+
+		if (strcmp(e, queue) == 0 && strcmp(e + qlen + 1, key) == 0)
+			return;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	entry = palloc(qlen + klen + 2);
+	memcpy(entry, queue, qlen + 1);
+	memcpy(entry + qlen + 1, key, klen + 1);
+	pending = lappend(pending, entry);
+	MemoryContextSwitchTo(old);
+}
+
+static SPIPlanPtr promote_plan = NULL;
+
+/* Fill the key's free slots with its gated tasks, best first. */
+int
+orch_gate_promote(const char *queue, const char *key)
+{
+	int			limit;
+	int64		used;
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		v[3];
+	int			promoted;
+
+	require_read_committed();
+	orch_xact_lock("key", queue, key);
+	key_slots(queue, key, 0, &limit, &used);
+	if (used >= limit)
+		return 0;
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	v[2] = Int32GetDatum((int32) (limit - used));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	orch_gate_promoting = true;
+	PG_TRY();
+	{
+		if (SPI_execute_plan(orch_prepare(&promote_plan,
+										  "UPDATE orch.tasks t SET gated = false,"
+										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, now())"
+										  "                 ELSE now() END"
+										  " FROM (SELECT id, tenant_id FROM orch.tasks"
+										  "       WHERE queue = $1 AND concurrency_key = $2 AND gated"
+										  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
+										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE) g"
+										  " WHERE t.id = g.id AND t.tenant_id = g.tenant_id",
+										  3, types),
+							 v, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "orchestrator: promotion failed");
+	}
+	PG_FINALLY();
+	{
+		orch_gate_promoting = false;
+	}
+	PG_END_TRY();
+	promoted = (int) SPI_processed;
+	SPI_finish();
+	return promoted;
+}
+
+/*
+ * Promote gated tasks of keys with free slots, for one queue or all: the
+ * safety net for limits raised by configuration.  Caller is connected to SPI.
+ */
+int
+orch_gate_reconcile(const char *queue, int max_keys)
+{
+	Oid			types[2] = {TEXTOID, INT4OID};
+	Datum		v[2];
+	char		n[2] = {' ', ' '};
+	int			nkeys;
+	char	  **queues;
+	char	  **keys;
+	int			promoted = 0;
+
+	v[0] = queue ? orch_text_datum(queue) : (Datum) 0;
+	if (!queue)
+		n[0] = 'n';
+	v[1] = Int32GetDatum(max_keys);
+	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key FROM orch.tasks"
+							  " WHERE gated AND ($1::text IS NULL OR queue = $1) LIMIT $2",
+							  2, types, v, n, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: gated scan failed");
+	nkeys = (int) SPI_processed;
+	queues = palloc(sizeof(char *) * (nkeys + 1));
+	keys = palloc(sizeof(char *) * (nkeys + 1));
+	for (int i = 0; i < nkeys; i++)
+	{
+		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	}
+	for (int i = 0; i < nkeys; i++)
+		promoted += orch_gate_promote(queues[i], keys[i]);
+	return promoted;
+}
+
+/* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
+Datum
+orch_gate_trigger(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch_gate_trigger: not called by trigger manager")));
+	while (pending != NIL)
+	{
+		List	   *work = pending;
+		ListCell   *lc;
+
+		pending = NIL;
+		foreach(lc, work)
+		{
+			char	   *e = (char *) lfirst(lc);
+
+			orch_gate_promote(e, e + strlen(e) + 1);
+		}
+	}
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * orch_set_concurrency_limit(queue text, key text, max_running int) -> void
+ *	  Overrides the queue's concurrency_key_limit for one key (NULL: back to
+ *	  the queue's); a raised limit promotes waiting tasks at once.
+ */
+Datum
+orch_set_concurrency_limit(PG_FUNCTION_ARGS)
+{
+	char	   *queue;
+	char	   *key;
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		v[3];
+	QueueSettings qs;
+
+	orch_require_arg(fcinfo, 0, "queue");
+	orch_require_arg(fcinfo, 1, "key");
+	queue = orch_text_arg(fcinfo, 0);
+	key = orch_text_arg(fcinfo, 1);
+	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_running must be at least 1")));
+	SPI_connect();
+	if (!orch_load_queue(queue, &qs, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", queue)));
+	orch_xact_lock("key", queue, key);
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	if (PG_ARGISNULL(2))
+	{
+		if (SPI_execute_with_args("DELETE FROM orch.concurrency_limits WHERE queue = $1 AND key = $2",
+								  2, types, v, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "orchestrator: limit delete failed");
+	}
+	else
+	{
+		v[2] = PG_GETARG_DATUM(2);
+		if (SPI_execute_with_args("INSERT INTO orch.concurrency_limits (queue, key, max_running)"
+								  " VALUES ($1, $2, $3) ON CONFLICT (queue, key)"
+								  " DO UPDATE SET max_running = excluded.max_running",
+								  3, types, v, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "orchestrator: limit upsert failed");
+	}
+	orch_gate_promote(queue, key);
+	SPI_finish();
+	PG_RETURN_VOID();
+}

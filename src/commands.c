@@ -1,0 +1,244 @@
+/*
+ * commands.c
+ *	  The idempotent command boundary (SPEC section 5): a side-effect request
+ *	  (deployment create/stop, order place/cancel, any kind) is recorded before
+ *	  an adapter performs it, as a task in the command queue; a replay returns
+ *	  the recorded command and result, another kind or payload raises OR004.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_command);
+PG_FUNCTION_INFO_V1(orch_command_result);
+
+static SPIPlanPtr cmd_insert_plan = NULL;
+static SPIPlanPtr cmd_lookup_plan = NULL;
+static SPIPlanPtr cmd_link_plan = NULL;
+
+/* One (command_id, task_id, replayed, status, result) row into the result. */
+static void
+put_command_row(ReturnSetInfo *rsinfo, HeapTuple tup, TupleDesc td, bool replayed)
+{
+	Datum		out[5];
+	bool		nulls[5];
+
+	out[0] = SPI_getbinval(tup, td, 1, &nulls[0]);
+	out[1] = SPI_getbinval(tup, td, 2, &nulls[1]);
+	out[2] = BoolGetDatum(replayed);
+	nulls[2] = false;
+	out[3] = SPI_getbinval(tup, td, 3, &nulls[3]);
+	out[4] = SPI_getbinval(tup, td, 4, &nulls[4]);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+}
+
+/*
+ * orch_command(kind text, idempotency_key text, payload jsonb,
+ *				task_id bigint DEFAULT NULL, tenant text DEFAULT NULL)
+ *	  -> TABLE(command_id bigint, task_id bigint, replayed boolean,
+ *			   status text, result jsonb)
+ */
+Datum
+orch_command(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *kind;
+	char	   *key;
+	Jsonb	   *payload;
+	char	   *tenant;
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT8OID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	orch_require_arg(fcinfo, 0, "kind");
+	orch_require_arg(fcinfo, 1, "idempotency_key");
+	orch_require_arg(fcinfo, 2, "payload");
+	kind = orch_text_arg(fcinfo, 0);
+	key = orch_text_arg(fcinfo, 1);
+	payload = PG_GETARG_JSONB_P(2);
+	tenant = orch_text_arg(fcinfo, 4);
+	if (tenant == NULL)
+		tenant = ORCH_DEFAULT_TENANT;
+	if (kind[0] == '\0' || strlen(kind) > 128)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command kind must have 1 to 128 characters")));
+	if (key[0] == '\0' || strlen(key) > 512)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency key must have 1 to 512 characters")));
+	if (tenant[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tenant must not be empty")));
+	orch_check_payload_size(payload, "payload");
+
+	v[0] = orch_text_datum(tenant);
+	v[1] = orch_text_datum(kind);
+	v[2] = orch_text_datum(key);
+	v[3] = JsonbPGetDatum(payload);
+	v[4] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	if (PG_ARGISNULL(3))
+		n[4] = 'n';
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	for (int tries = 0; tries < 5; tries++)
+	{
+		HeapTuple	tup;
+		TupleDesc	td;
+
+		/* ON CONFLICT waits for a concurrent holder of the key: one command */
+		if (SPI_execute_plan(orch_prepare(&cmd_insert_plan,
+										  "INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
+										  " origin_task_id, status) VALUES ($1, $2, $3, $4, $5, 'pending')"
+										  " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+										  " RETURNING id, task_id, status, result",
+										  5, types),
+							 v, n, false, 0) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "orchestrator: command insert failed");
+		if (SPI_processed == 1)
+		{
+			int64		command_id;
+			int64		task_id;
+			Jsonb	   *work;
+			StringInfoData buf;
+			Oid			ltypes[3] = {INT8OID, TEXTOID, INT8OID};
+			Datum		lv[3];
+
+			command_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			initStringInfo(&buf);
+			appendStringInfo(&buf, "{\"command_id\": " INT64_FORMAT ", \"kind\": ", command_id);
+			escape_json(&buf, kind);
+			appendStringInfoString(&buf, ", \"idempotency_key\": ");
+			escape_json(&buf, key);
+			appendStringInfoString(&buf, ", \"payload\": ");
+			appendStringInfoString(&buf, JsonbToCString(NULL, &payload->root, VARSIZE(payload)));
+			appendStringInfoChar(&buf, '}');
+			work = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+			orch_set_event_context(NULL, NULL);
+			task_id = orch_enqueue_internal(orch_command_queue, work, tenant, NULL);
+			orch_clear_event_context();
+			lv[0] = Int64GetDatum(command_id);
+			lv[1] = orch_text_datum(tenant);
+			lv[2] = Int64GetDatum(task_id);
+			if (SPI_execute_plan(orch_prepare(&cmd_link_plan,
+											  "UPDATE orch.commands SET task_id = $3"
+											  " WHERE id = $1 AND tenant_id = $2"
+											  " RETURNING id, task_id, status, result",
+											  3, ltypes),
+								 lv, NULL, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+				elog(ERROR, "orchestrator: command link failed");
+			put_command_row(rsinfo, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, false);
+			SPI_finish();
+			return (Datum) 0;
+		}
+
+		/* The key exists: a replay of the same request, or a conflict */
+		if (SPI_execute_plan(orch_prepare(&cmd_lookup_plan,
+										  "SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
+										  " kind FROM orch.commands"
+										  " WHERE tenant_id = $1 AND idempotency_key = $3",
+										  5, types),
+							 v, n, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: command lookup failed");
+		if (SPI_processed == 0)
+			continue;
+		tup = SPI_tuptable->vals[0];
+		td = SPI_tuptable->tupdesc;
+		if (!DatumGetBool(SPI_getbinval(tup, td, 5, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_IDEMPOTENCY_CONFLICT),
+					 errmsg("idempotency key \"%s\" was already used for another command", key),
+					 errdetail("Command %s holds this key as kind \"%s\" with another payload.",
+							   SPI_getvalue(tup, td, 1), SPI_getvalue(tup, td, 6)),
+					 errhint("Use a new key for a new command, or resend the original kind and payload.")));
+		put_command_row(rsinfo, tup, td, true);
+		SPI_finish();
+		return (Datum) 0;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not settle command key \"%s\" under concurrent use", key),
+			 errhint("Retry the transaction.")));
+	return (Datum) 0;
+}
+
+/*
+ * orch_command_result(command_id bigint, ok boolean, result jsonb DEFAULT NULL)
+ *	  -> text ('succeeded' | 'failed')
+ *	  Records the adapter's outcome once; recording the same outcome again is
+ *	  a no-op, a different one raises OR002.
+ */
+Datum
+orch_command_result(PG_FUNCTION_ARGS)
+{
+	int64		id;
+	bool		ok;
+	Jsonb	   *result = NULL;
+	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
+	HeapTuple	tup;
+	TupleDesc	td;
+	char	   *status;
+	const char *want;
+	bool		isnull;
+	Datum		old;
+
+	orch_require_arg(fcinfo, 0, "command_id");
+	orch_require_arg(fcinfo, 1, "ok");
+	id = PG_GETARG_INT64(0);
+	ok = PG_GETARG_BOOL(1);
+	if (!PG_ARGISNULL(2))
+	{
+		result = PG_GETARG_JSONB_P(2);
+		orch_check_payload_size(result, "result");
+	}
+	want = ok ? "succeeded" : "failed";
+
+	SPI_connect();
+	v[0] = Int64GetDatum(id);
+	if (SPI_execute_with_args("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1 FOR UPDATE",
+							  1, types, v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: command lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("command " INT64_FORMAT " does not exist", id)));
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	status = SPI_getvalue(tup, td, 1);
+	if (strcmp(status, "pending") != 0)
+	{
+		bool		same;
+
+		old = SPI_getbinval(tup, td, 2, &isnull);
+		same = strcmp(status, want) == 0 &&
+			((isnull && result == NULL) ||
+			 (!isnull && result != NULL &&
+			  DatumGetBool(DirectFunctionCall2(jsonb_eq, old, JsonbPGetDatum(result)))));
+		if (!same)
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_TERMINAL_STATE),
+					 errmsg("command " INT64_FORMAT " already recorded as \"%s\"", id, status),
+					 errdetail("A command's outcome is recorded once.")));
+		SPI_finish();
+		PG_RETURN_TEXT_P(cstring_to_text(want));
+	}
+	v[1] = orch_text_datum(want);
+	v[2] = JsonbPGetDatum(result);
+	if (!result)
+		n[2] = 'n';
+	if (SPI_execute_with_args("UPDATE orch.commands SET status = $2, result = $3, completed_at = now()"
+							  " WHERE id = $1", 3, types, v, n, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "orchestrator: command update failed");
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(want));
+}
