@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# scripts/test.sh: build, install and run every test suite of orchestrator.
+#
+#   bash scripts/test.sh            (as root; CI runs it from .ci/run)
+#
+# Suites, each counted test by test:
+#   regress    pg_regress on the Makefile's REGRESS list (sql/, expected/)
+#   isolation  pg_isolation_regress on the ISOLATION list (specs/, expected/)
+#   pgtap      pg_prove on test/pgtap/*.sql, one file at a time, each in a
+#              fresh database that has the pgtap extension (a file creates
+#              orchestrator itself)
+#   tap        Perl TAP t/*.pl (PostgreSQL::Test::Cluster), one file at a
+#              time, as the postgres OS user
+# regress, isolation and pgtap share one throwaway cluster in /tmp (port
+# 55432 or $ORCH_TEST_PORT) with pg_cron preloaded (cron.database_name =
+# orchestrator); it is always stopped at exit.
+#
+# Ends with the line "N passed, N failed"; exits non-zero when anything
+# failed or nothing ran.  ORCH_TEST_KEEP=1 keeps the temp dir (logs).
+set -uo pipefail
+
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+SUITE_TIMEOUT=${ORCH_SUITE_TIMEOUT:-1500}   # seconds per pg_regress run
+FILE_TIMEOUT=${ORCH_FILE_TIMEOUT:-600}      # seconds per pgTAP / Perl TAP file
+
+pass() { PASSED=$((PASSED + 1)); printf '    PASS  %s\n' "$1"; }
+fail() { FAILED=$((FAILED + 1)); FAILED_NAMES+=("$1"); printf '    FAIL  %s\n' "$1"; }
+
+finish() {
+    echo
+    echo "==================== summary ===================="
+    if [ ${#FAILED_NAMES[@]} -gt 0 ]; then
+        echo "failed:"
+        printf '  %s\n' "${FAILED_NAMES[@]}"
+    fi
+    if [ $((PASSED + FAILED)) -eq 0 ]; then
+        echo "no test ran: that is a failure"
+    fi
+    echo "$PASSED passed, $FAILED failed"
+    if [ "$FAILED" -gt 0 ] || [ $((PASSED + FAILED)) -eq 0 ]; then
+        exit 1
+    fi
+    exit 0
+}
+
+# Print a file, at most N lines (the rest is left in the file).
+show_file() {
+    local file=$1 max=${2:-400} n
+    [ -f "$file" ] || return 0
+    n=$(wc -l <"$file")
+    echo "----- $file ($n lines) -----"
+    head -n "$max" "$file"
+    [ "$n" -gt "$max" ] && echo "----- ($((n - max)) more lines in $file) -----"
+    echo "----- end of $file -----"
+}
+
+require_root
+cd "$ORCH_REPO" || exit 1
+
+log "orchestrator tests in $ORCH_REPO"
+ensure_packages
+if ! (build_install); then
+    fail "build (make && make install)"
+    finish
+fi
+
+# --------------------------------------------------------------------------
+# Throwaway cluster
+# --------------------------------------------------------------------------
+TESTROOT=$(mktemp -d /tmp/orch-test.XXXXXX)
+chmod 755 "$TESTROOT"
+CLUSTER=$TESTROOT/pg
+PORT=${ORCH_TEST_PORT:-55432}
+if [ -z "${ORCH_TEST_PORT:-}" ]; then
+    while port_in_use "$PORT"; do
+        warn "port $PORT is busy, trying $((PORT + 1))"
+        PORT=$((PORT + 1))
+    done
+fi
+
+cleanup() {
+    local rc=$?
+    cluster_stop "$CLUSTER"
+    if [ "${ORCH_TEST_KEEP:-0}" = 1 ] || [ "$FAILED" -gt 0 ]; then
+        echo "(test files and logs kept in $TESTROOT)"
+    else
+        rm -rf "$TESTROOT"
+    fi
+    return $rc
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; exit 130' INT TERM
+
+if ! (cluster_start "$CLUSTER" "$PORT" orchestrator fast); then
+    fail "cluster start (port $PORT)"
+    finish
+fi
+# cluster_start ran in a subshell to survive its die; export its settings.
+export PGHOST=$(cluster_socket_dir "$CLUSTER") PGPORT=$PORT PGUSER=postgres
+# pg_cron's launcher needs its database.
+q -d postgres -c "CREATE DATABASE orchestrator" \
+    && q -d orchestrator -c "CREATE EXTENSION IF NOT EXISTS pg_cron" \
+    || warn "could not prepare database orchestrator with pg_cron"
+
+# --------------------------------------------------------------------------
+# pg_regress / pg_isolation_regress
+# --------------------------------------------------------------------------
+# run_regress KIND DRIVER TESTS_VAR OPTS_VAR
+run_regress() {
+    local kind=$1 driver=$2 tests opts outdir rc name line status logf
+    tests=$(make_var "$3") || { fail "$kind (cannot read $3 from the Makefile)"; return; }
+    opts=$(make_var "$4") || { fail "$kind (cannot read $4 from the Makefile)"; return; }
+    # shellcheck disable=SC2206
+    local test_arr=($tests) opt_arr=($opts)
+    echo
+    log "$kind: ${#test_arr[@]} test(s)"
+    if [ ${#test_arr[@]} -eq 0 ]; then
+        echo "    (no $kind tests in this repository)"
+        return
+    fi
+    # pg_regress stops the whole run at a test without an expected file, so
+    # such a test is failed here and left out; the others still run.
+    local runnable=() t
+    for t in "${test_arr[@]}"; do
+        if [ -f "expected/$t.out" ] || compgen -G "expected/${t}_[0-9].out" >/dev/null; then
+            runnable+=("$t")
+        else
+            fail "$kind/$t (no expected/$t.out: not run)"
+        fi
+    done
+    [ ${#runnable[@]} -gt 0 ] || return
+    test_arr=("${runnable[@]}")
+    outdir=results-$kind
+    local o
+    for o in "${opt_arr[@]}"; do
+        case "$o" in --outputdir=*) outdir=${o#--outputdir=} ;; esac
+    done
+    logf=$TESTROOT/$kind.out
+    timeout --kill-after=30 "$SUITE_TIMEOUT" \
+        "$driver" "${opt_arr[@]}" --bindir="$PG_BINDIR" \
+        --host="$PGHOST" --port="$PGPORT" --user=postgres \
+        "${test_arr[@]}" >"$logf" 2>&1
+    rc=$?
+    sed 's/^/    | /' "$logf"
+    [ $rc -eq 124 ] && echo "    $kind: timed out after ${SUITE_TIMEOUT}s"
+    local counted=0
+    for name in "${test_arr[@]}"; do
+        # PG15: "test NAME ... ok 12 ms" (serial) or "     NAME ... FAILED" (group)
+        line=$(grep -E "^(test +| +)${name} +\.\.\. " "$logf" | tail -n 1)
+        status=$(printf '%s' "$line" | sed -E 's/^.*\.\.\. +//')
+        case "$status" in
+            ok*)      pass "$kind/$name"; counted=$((counted + 1)) ;;
+            FAILED*)  fail "$kind/$name"; counted=$((counted + 1)) ;;
+            "failed (ignored)"*) fail "$kind/$name (failed, marked ignore)"; counted=$((counted + 1)) ;;
+            *)        fail "$kind/$name (no ok/FAILED line: did not run, or pg_regress stopped before it)" ;;
+        esac
+    done
+    if [ $rc -ne 0 ]; then
+        if [ $counted -eq ${#test_arr[@]} ] && ! grep -qE '\.\.\. +(FAILED|failed)' "$logf"; then
+            fail "$kind (driver exited $rc)"
+        fi
+        show_file "$outdir/regression.diffs" 600
+    fi
+}
+
+run_regress regress "$PG_REGRESS" REGRESS REGRESS_OPTS
+run_regress isolation "$PG_ISOLATION_REGRESS" ISOLATION ISOLATION_OPTS
+
+# --------------------------------------------------------------------------
+# pgTAP
+# --------------------------------------------------------------------------
+shopt -s nullglob
+pgtap_files=(test/pgtap/*.sql)
+echo
+log "pgtap: ${#pgtap_files[@]} file(s)"
+if [ ${#pgtap_files[@]} -eq 0 ]; then
+    echo "    (no pgTAP tests in test/pgtap/)"
+fi
+i=0
+for f in "${pgtap_files[@]}"; do
+    i=$((i + 1))
+    db=orch_pgtap_$i
+    out=$TESTROOT/pgtap_$i.out
+    if ! q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >"$out" 2>&1 \
+       || ! q -d "$db" -c "CREATE EXTENSION pgtap" >>"$out" 2>&1; then
+        cat "$out"
+        fail "pgtap/$(basename "$f") (could not prepare database $db)"
+        continue
+    fi
+    timeout --kill-after=30 "$FILE_TIMEOUT" \
+        pg_prove --verbose --failures -h "$PGHOST" -p "$PGPORT" -U postgres -d "$db" "$f" >"$out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^Result: PASS' "$out"; then
+        tail -n 3 "$out" | sed 's/^/    | /'
+        pass "pgtap/$(basename "$f")"
+    else
+        sed 's/^/    | /' "$out"
+        [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
+        fail "pgtap/$(basename "$f")"
+    fi
+    q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+done
+
+# The shared cluster is no longer needed.
+cluster_stop "$CLUSTER"
+
+# --------------------------------------------------------------------------
+# Perl TAP (t/*.pl) as the postgres OS user
+# --------------------------------------------------------------------------
+tap_files=(t/*.pl)
+echo
+log "tap: ${#tap_files[@]} file(s)"
+if [ ${#tap_files[@]} -eq 0 ]; then
+    echo "    (no Perl TAP tests in t/)"
+fi
+if [ ${#tap_files[@]} -gt 0 ]; then
+    TAPDIR=$TESTROOT/tap
+    mkdir -p "$TAPDIR"
+    cp -r t "$TAPDIR/t"
+    chown -R postgres:postgres "$TAPDIR"
+    for f in "${tap_files[@]}"; do
+        name=$(basename "$f" .pl)
+        out=$TESTROOT/tap_$name.out
+        mkdir -p "$TAPDIR/$name"
+        chown postgres:postgres "$TAPDIR/$name"
+        # Environment as PGXS's prove_installcheck sets it up.
+        timeout --kill-after=30 "$FILE_TIMEOUT" \
+            runuser -u postgres -- env -C "$TAPDIR" \
+                PATH="$PG_BINDIR:$PATH" \
+                TESTDIR="$TAPDIR/$name" \
+                PG_REGRESS="$PG_REGRESS" \
+                PGPORT=65432 \
+                prove -v -I "$PG_TEST_PERL" -I "$TAPDIR/t" "t/$name.pl" </dev/null >"$out" 2>&1
+        rc=$?
+        sed 's/^/    | /' "$out"
+        if [ $rc -eq 0 ] && grep -q '^Result: PASS' "$out"; then
+            pass "tap/$name"
+        else
+            [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
+            for l in "$TAPDIR/$name"/tmp_check/log/*; do
+                show_file "$l" 200
+            done
+            fail "tap/$name"
+        fi
+    done
+fi
+
+finish
