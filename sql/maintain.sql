@@ -25,7 +25,7 @@ SELECT attempt FROM orch_dequeue('mnt', 'ghost');
 SELECT pg_sleep(0.3);
 SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
 SELECT state, reason_code, attempts, failures FROM orch_tasks WHERE task_id = :a;
-SELECT task_id = :a AS is_a, reason, attempts, failures FROM orch_dead_letters;
+SELECT task_id = :a AS is_a, reason, attempts, failures FROM orch_dead_letters WHERE queue = 'mnt';
 
 -- 3. A task's timeout caps its lease, independent of heartbeats.
 SELECT orch_enqueue('mnt', '{"job": "slow"}', timeout => '1 second', max_attempts => 1) AS s \gset

@@ -13,6 +13,9 @@ CREATE INDEX tasks_key_slots_idx ON orch.tasks (queue, concurrency_key)
     WHERE concurrency_key IS NOT NULL AND (state = 'executing' OR ready_at IS NOT NULL);
 CREATE INDEX tasks_gated_idx ON orch.tasks (queue, concurrency_key, priority, created_at, id)
     WHERE gated;
+-- Keyed tasks enqueued for later wait outside the slot set until due.
+CREATE INDEX tasks_delayed_idx ON orch.tasks (queue, run_at)
+    WHERE state = 'queued' AND ready_at IS NULL AND NOT gated AND concurrency_key IS NOT NULL;
 CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
     WHERE state = 'executing' AND owner IS NOT NULL;
 -- At most one execution per (run, step), whatever the writer.

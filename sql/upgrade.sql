@@ -11,7 +11,14 @@ ALTER EXTENSION orchestrator UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
 SELECT to_regprocedure('orch_maintain(integer)') IS NOT NULL AS has_maintain,
        to_regprocedure('orch_retry(bigint)') IS NOT NULL AS has_retry,
-       to_regclass('orch_dead_letters') IS NOT NULL AS has_dead_letters;
+       to_regclass('orch_dead_letters') IS NOT NULL AS has_dead_letters,
+       to_regprocedure('orch_command(text, text, jsonb, bigint, text)') IS NOT NULL AS has_command,
+       count(*) AS orch_enqueue_versions
+  FROM pg_proc WHERE proname = 'orch_enqueue';
+-- the updated enqueue keeps its privileges: producers only
+SELECT has_function_privilege('orch_producer', p.oid, 'EXECUTE') AS producer_may_enqueue,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_enqueue
+  FROM pg_proc p WHERE p.proname = 'orch_enqueue';
 SELECT count(*) AS tasks_kept FROM orch.tasks WHERE queue = 'upgrade_q';
 SELECT state FROM orch_status((SELECT id FROM orch.tasks WHERE queue = 'upgrade_q'));
 -- a fresh install of the default version has the same objects as the updated one

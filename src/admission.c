@@ -16,7 +16,9 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "nodes/pg_list.h"
+#include "catalog/namespace.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "orchestrator.h"
@@ -212,9 +214,51 @@ orch_gate_promote(const char *queue, const char *key)
 	return promoted;
 }
 
+static SPIPlanPtr demote_plan = NULL;
+
 /*
- * Promote gated tasks of keys with free slots, for one queue or all: the
- * safety net for limits raised by configuration.  Caller is connected to SPI.
+ * A lowered limit: queued members beyond it go back to waiting, the worst
+ * (by priority, then newest) first; executing ones finish undisturbed.
+ */
+static int
+gate_enforce(const char *queue, const char *key)
+{
+	int			limit;
+	int64		used;
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		v[3];
+	int			demoted;
+
+	require_read_committed();
+	orch_xact_lock("key", queue, key);
+	key_slots(queue, key, 0, &limit, &used);
+	if (used <= limit)
+		return 0;
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	v[2] = Int32GetDatum((int32) (used - limit));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (SPI_execute_plan(orch_prepare(&demote_plan,
+									  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
+									  " FROM (SELECT id, tenant_id FROM orch.tasks"
+									  "       WHERE queue = $1 AND concurrency_key = $2 AND state = 'queued'"
+									  "         AND ready_at IS NOT NULL"
+									  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE) g"
+									  " WHERE t.id = g.id AND t.tenant_id = g.tenant_id",
+									  3, types),
+						 v, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "orchestrator: demotion failed");
+	demoted = (int) SPI_processed;
+	SPI_finish();
+	return demoted;
+}
+
+/*
+ * Bring keys in line with their current limits, for one queue or all: a
+ * lowered limit sends queued members back to waiting, free slots are filled.
+ * Called when limits change and by orch_maintain as a safety net.  Returns
+ * the number of tasks promoted.  Caller is connected to SPI.
  */
 int
 orch_gate_reconcile(const char *queue, int max_keys)
@@ -232,8 +276,10 @@ orch_gate_reconcile(const char *queue, int max_keys)
 		n[0] = 'n';
 	v[1] = Int32GetDatum(max_keys);
 	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key FROM orch.tasks"
-							  " WHERE gated AND ($1::text IS NULL OR queue = $1) LIMIT $2",
-							  2, types, v, n, true, 0) != SPI_OK_SELECT)
+							  " WHERE concurrency_key IS NOT NULL"
+							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
+							  "   AND ($1::text IS NULL OR queue = $1) LIMIT $2",
+							  2, types, v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: gated scan failed");
 	nkeys = (int) SPI_processed;
 	queues = palloc(sizeof(char *) * (nkeys + 1));
@@ -244,8 +290,69 @@ orch_gate_reconcile(const char *queue, int max_keys)
 		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 	}
 	for (int i = 0; i < nkeys; i++)
+	{
+		gate_enforce(queues[i], keys[i]);
 		promoted += orch_gate_promote(queues[i], keys[i]);
+	}
 	return promoted;
+}
+
+static SPIPlanPtr wake_queue_plan = NULL;
+static SPIPlanPtr wake_all_plan = NULL;
+
+/* Does the installed schema have concurrency keys (0.3.0 and later)? */
+bool
+orch_has_gate(void)
+{
+	Oid			nsp = get_namespace_oid("orch", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("tasks", nsp) : InvalidOid;
+
+	return OidIsValid(rel) && get_attnum(rel, "gated") != InvalidAttrNumber;
+}
+
+/*
+ * Keyed tasks enqueued with a future run_at wait outside their key's slot
+ * set ("delayed": queued, not claimable, not gated) so that they don't hold a
+ * slot early; once due they enter through the gate.  Called by every claim
+ * of the queue (queue NULL: by orch_maintain, for all).  Caller is connected
+ * to SPI.
+ */
+int
+orch_wake_delayed(const char *queue, int limit)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		v[2];
+	int			rc;
+
+	v[0] = Int32GetDatum(limit);
+	if (queue)
+	{
+		v[1] = orch_text_datum(queue);
+		rc = SPI_execute_plan(orch_prepare(&wake_queue_plan,
+										   "UPDATE orch.tasks t SET ready_at = t.run_at"
+										   " FROM (SELECT id, tenant_id FROM orch.tasks"
+										   "       WHERE queue = $2 AND state = 'queued' AND ready_at IS NULL"
+										   "         AND NOT gated AND concurrency_key IS NOT NULL"
+										   "         AND run_at <= now()"
+										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) d"
+										   " WHERE t.id = d.id AND t.tenant_id = d.tenant_id",
+										   2, types),
+							  v, NULL, false, 0);
+	}
+	else
+		rc = SPI_execute_plan(orch_prepare(&wake_all_plan,
+										   "UPDATE orch.tasks t SET ready_at = t.run_at"
+										   " FROM (SELECT id, tenant_id FROM orch.tasks"
+										   "       WHERE state = 'queued' AND ready_at IS NULL"
+										   "         AND NOT gated AND concurrency_key IS NOT NULL"
+										   "         AND run_at <= now()"
+										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) d"
+										   " WHERE t.id = d.id AND t.tenant_id = d.tenant_id",
+										   1, types),
+							  v, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "orchestrator: waking delayed tasks failed");
+	return (int) SPI_processed;
 }
 
 /* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
@@ -317,6 +424,7 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 								  3, types, v, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "orchestrator: limit upsert failed");
 	}
+	gate_enforce(queue, key);
 	orch_gate_promote(queue, key);
 	SPI_finish();
 	PG_RETURN_VOID();

@@ -12,6 +12,7 @@
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "access/xact.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "orchestrator.h"
@@ -24,7 +25,7 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claim_tenant_plan = NULL;
 
-#define CLAIM_SQL(TENANT_FILTER) \
+#define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER) \
 	"WITH c AS (" \
 	"  SELECT id, tenant_id FROM orch.tasks" \
 	"  WHERE queue = $1 AND ready_at <= now()" TENANT_FILTER \
@@ -36,7 +37,7 @@ static SPIPlanPtr claim_tenant_plan = NULL;
 	"   lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
 	"   retry_at = NULL," \
 	"   reason_code = 'claimed'" \
-	"  FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id" TENANT_FILTER \
+	"  FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id" OUTER_TENANT_FILTER \
 	"  RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	"   t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data, t.created_at)" \
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
@@ -69,28 +70,26 @@ count1(SPIPlanPtr plan, Datum *v)
 }
 
 /*
- * Claim under owner_limit / queue_limit: candidates whose owner is below
- * its limit are locked in order (SKIP LOCKED), then each is re-checked under
- * the owner's transaction-scoped advisory lock and claimed one by one.
- * Claimed rows go straight into the result.
+ * Claim under owner_limit / queue_limit, one task at a time: the best
+ * eligible task whose owner is below its limit (counted with this call's own
+ * claims) is locked (SKIP LOCKED), re-checked under the owner's
+ * transaction-scoped advisory lock, and claimed.  Owners at their limit are
+ * skipped, never waited for.  Claimed rows go straight into the result.
  */
 static void
 claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			  const char *tenant, QueueSettings *qs, ReturnSetInfo *rsinfo,
 			  MemoryContext outer)
 {
-	Oid			ctypes[4] = {TEXTOID, INT4OID, INT4OID, TEXTOID};
+	Oid			ctypes[4] = {TEXTOID, INT4OID, TEXTOID, INT8ARRAYOID};
 	Datum		cv[4];
 	char		cn[4] = {' ', ' ', ' ', ' '};
 	Oid			otypes[2] = {TEXTOID, TEXTOID};
 	Datum		ov[2];
-	Oid			qtypes[1] = {TEXTOID};
 	Oid			utypes[4] = {INT8OID, TEXTOID, TEXTOID, INTERVALOID};
 	Datum		uv[4];
-	int			ncand;
-	int64	   *ids;
-	char	  **tenants;
-	char	  **owners;
+	Datum	   *seen;
+	int			nseen = 0;
 	int			claimed = 0;
 	int32		allowed = batch;
 
@@ -106,60 +105,63 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		ov[0] = orch_text_datum(queue);
 		running = count1(orch_prepare(&running_queue_plan,
 									  "SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
-									  1, qtypes), ov);
+									  1, otypes), ov);
 		if (running >= qs->queue_limit)
 			return;
 		if (allowed > qs->queue_limit - running)
 			allowed = (int32) (qs->queue_limit - running);
 	}
 
+	seen = palloc(sizeof(Datum) * (allowed * 8 + 64));
 	cv[0] = orch_text_datum(queue);
-	cv[1] = Int32GetDatum(allowed);
-	cv[2] = Int32GetDatum(qs->owner_limit > 0 ? qs->owner_limit : PG_INT32_MAX);
-	cv[3] = tenant ? orch_text_datum(tenant) : (Datum) 0;
+	cv[1] = Int32GetDatum(qs->owner_limit > 0 ? qs->owner_limit : PG_INT32_MAX);
+	cv[2] = tenant ? orch_text_datum(tenant) : (Datum) 0;
 	if (!tenant)
-		cn[3] = 'n';
-	if (SPI_execute_plan(orch_prepare(&limited_cand_plan,
-									  "SELECT t.id, t.tenant_id, t.owner FROM orch.tasks t"
-									  " WHERE t.queue = $1 AND t.ready_at <= now()"
-									  "   AND ($4::text IS NULL OR t.tenant_id = $4)"
-									  "   AND (t.owner IS NULL OR (SELECT count(*) FROM orch.tasks e"
-									  "        WHERE e.queue = $1 AND e.owner = t.owner"
-									  "          AND e.state = 'executing') < $3)"
-									  " ORDER BY t.priority, t.created_at, t.id"
-									  " LIMIT $2 FOR UPDATE SKIP LOCKED",
-									  4, ctypes),
-						 cv, cn, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: candidate scan failed");
-	ncand = (int) SPI_processed;
-	ids = palloc(sizeof(int64) * (ncand + 1));
-	tenants = palloc(sizeof(char *) * (ncand + 1));
-	owners = palloc(sizeof(char *) * (ncand + 1));
-	for (int i = 0; i < ncand; i++)
-	{
-		bool		isnull;
-
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		owners[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
-	}
-
+		cn[2] = 'n';
 	uv[2] = orch_text_datum(worker);
 	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
-	for (int i = 0; i < ncand && claimed < allowed; i++)
+
+	/* bounded: every round claims or skips one task */
+	while (claimed < allowed && nseen < allowed * 8 + 64)
 	{
-		if (owners[i] != NULL && qs->owner_limit > 0)
+		int64		id;
+		char	   *ten;
+		char	   *owner;
+		bool		isnull;
+
+		cv[3] = PointerGetDatum(construct_array(seen, nseen, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		if (SPI_execute_plan(orch_prepare(&limited_cand_plan,
+										  "SELECT t.id, t.tenant_id, t.owner FROM orch.tasks t"
+										  " WHERE t.queue = $1 AND t.ready_at <= now()"
+										  "   AND ($3::text IS NULL OR t.tenant_id = $3)"
+										  "   AND t.id <> ALL ($4)"
+										  "   AND (t.owner IS NULL OR (SELECT count(*) FROM orch.tasks e"
+										  "        WHERE e.queue = $1 AND e.owner = t.owner"
+										  "          AND e.state = 'executing') < $2)"
+										  " ORDER BY t.priority, t.created_at, t.id"
+										  " LIMIT 1 FOR UPDATE SKIP LOCKED",
+										  4, ctypes),
+							 cv, cn, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: candidate scan failed");
+		if (SPI_processed == 0)
+			break;
+		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		ten = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		owner = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+		seen[nseen++] = Int64GetDatum(id);
+
+		if (owner != NULL && qs->owner_limit > 0)
 		{
-			orch_xact_lock("owner", queue, owners[i]);
+			orch_xact_lock("owner", queue, owner);
 			ov[0] = orch_text_datum(queue);
-			ov[1] = orch_text_datum(owners[i]);
+			ov[1] = orch_text_datum(owner);
 			if (count1(orch_prepare(&running_owner_plan,
 									"SELECT count(*) FROM orch.tasks WHERE queue = $1 AND owner = $2"
 									" AND state = 'executing'", 2, otypes), ov) >= qs->owner_limit)
-				continue;		/* the owner is at its limit: skip, don't block */
+				continue;		/* a concurrent claim took the owner's last slot */
 		}
-		uv[0] = Int64GetDatum(ids[i]);
-		uv[1] = orch_text_datum(tenants[i]);
+		uv[0] = Int64GetDatum(id);
+		uv[1] = orch_text_datum(ten);
 		if (SPI_execute_plan(orch_prepare(&claim_one_plan, CLAIM_ONE_SQL, 4, utypes),
 							 uv, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "orchestrator: claim failed");
@@ -281,6 +283,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		lease = qs.lease;
 
 	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM);
+	if (orch_has_gate())
+		orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4);
 
 	v[0] = orch_text_datum(queue);
 	v[1] = Int32GetDatum(batch);
@@ -297,11 +301,11 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	}
 	if (tenant)
 	{
-		if (SPI_execute_plan(orch_prepare(&claim_tenant_plan, CLAIM_SQL(" AND tenant_id = $5"), 5, types),
+		if (SPI_execute_plan(orch_prepare(&claim_tenant_plan, CLAIM_SQL(" AND tenant_id = $5", " AND t.tenant_id = $5"), 5, types),
 							 v, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: claim failed");
 	}
-	else if (SPI_execute_plan(orch_prepare(&claim_plan, CLAIM_SQL(""), 4, types),
+	else if (SPI_execute_plan(orch_prepare(&claim_plan, CLAIM_SQL("", ""), 4, types),
 							  v, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: claim failed");
 	orch_clear_event_context();

@@ -113,6 +113,20 @@ orch_command(PG_FUNCTION_ARGS)
 			Datum		lv[3];
 
 			command_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			/* the task on whose behalf the command is issued must exist */
+			if (!PG_ARGISNULL(3))
+			{
+				Oid			otypes[1] = {INT8OID};
+
+				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1", 1, otypes,
+										  &v[4], NULL, false, 1) != SPI_OK_SELECT)
+					elog(ERROR, "orchestrator: task lookup failed");
+				if (SPI_processed == 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_ORCH_NOT_FOUND),
+							 errmsg("task " INT64_FORMAT " does not exist", DatumGetInt64(v[4])),
+							 errdetail("task_id names the task on whose behalf the command is issued.")));
+			}
 			initStringInfo(&buf);
 			appendStringInfo(&buf, "{\"command_id\": " INT64_FORMAT ", \"kind\": ", command_id);
 			escape_json(&buf, kind);
@@ -146,7 +160,7 @@ orch_command(PG_FUNCTION_ARGS)
 										  " kind FROM orch.commands"
 										  " WHERE tenant_id = $1 AND idempotency_key = $3",
 										  5, types),
-							 v, n, true, 1) != SPI_OK_SELECT)
+							 v, n, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: command lookup failed");
 		if (SPI_processed == 0)
 			continue;

@@ -363,6 +363,20 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 	in_new = (to == TS_EXECUTING) || !isnull;
 	gated = DatumGetBool(heap_getattr(newtup, task_cols.gated, td, &isnull));
 
+	/* a keyed task enqueued for later waits outside the slot set until due */
+	if (oldtup == NULL && to == TS_QUEUED && in_new)
+	{
+		Datum		run_at = heap_getattr(newtup, task_cols.run_at, td, &isnull);
+
+		if (!isnull && DatumGetTimestampTz(run_at) > GetCurrentTransactionStartTimestamp())
+		{
+			int			c = task_cols.ready_at;
+			Datum		nv = (Datum) 0;
+			bool		nn = true;
+
+			return heap_modify_tuple_by_cols(newtup, td, 1, &c, &nv, &nn);
+		}
+	}
 	if (in_new && !in_old && to != TS_EXECUTING && !orch_gate_promoting &&
 		!orch_gate_admit(queue, key, task_id))
 	{
@@ -783,7 +797,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 			s = TextDatumGetCString(elems[i]);
 			vals[1] = elems[i];
 			if (SPI_execute_with_args("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
-									  " AND from_state = $2", 2, types3, vals, NULL, true, 1)
+									  " AND from_state = $2", 2, types3, vals, NULL, false, 1)
 				!= SPI_OK_SELECT)
 				elog(ERROR, "orchestrator: lookup failed");
 			if (SPI_processed == 0)

@@ -127,7 +127,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
-	Action		acts[10];
+	Action		acts[12];
 	int			nacts = 0;
 	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
 	Datum		v[3];
@@ -197,8 +197,10 @@ orch_maintain(PG_FUNCTION_ARGS)
 					"  ORDER BY id LIMIT $1) o WHERE e.id = o.id", 3, types, v);
 
 	/* 0.3.0 objects: slots and rate windows */
-	if (count_query("SELECT (to_regclass('orch.rate_window') IS NOT NULL)::int::bigint", 0, NULL, NULL) > 0)
+	if (orch_has_gate())
 	{
+		acts[nacts].name = "delayed_woken";
+		acts[nacts++].count = orch_wake_delayed(NULL, batch);
 		acts[nacts].name = "slots_reconciled";
 		acts[nacts++].count = orch_gate_reconcile(NULL, batch);
 		acts[nacts].name = "rate_window_purged";

@@ -142,6 +142,8 @@ extern void orch_gate_note_release(const char *queue, const char *key);
 extern int	orch_gate_promote(const char *queue, const char *key);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
 extern void orch_xact_lock(const char *kind, const char *a, const char *b);
+extern bool orch_has_gate(void);
+extern int	orch_wake_delayed(const char *queue, int limit);
 
 /* enqueue.c */
 extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,

@@ -626,10 +626,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("UPDATE orch.queues SET settings = $2, updated_at = now()"
 							  " WHERE name = $1", 2, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: queue update failed");
-	/* a raised concurrency_key_limit frees slots at once (0.3.0 and later) */
-	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'orch.tasks'::regclass"
-					" AND attname = 'gated' AND NOT attisdropped", true, 1) == SPI_OK_SELECT &&
-		SPI_processed == 1)
+	/* a changed concurrency_key_limit applies at once (0.3.0 and later) */
+	if (orch_has_gate())
 		orch_gate_reconcile(name, 10000);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
@@ -707,8 +705,17 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	if (live > 0)
 	{
 		orch_set_event_context(NULL, "queue dropped");
-		if (SPI_execute_with_args("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'queue_dropped'"
-								  " WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')",
+		/* running attempts end as cancelled, as with orch_cancel */
+		if (SPI_execute_with_args("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
+								  "   lease_token, claimed_at FROM orch.tasks"
+								  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
+								  "   FOR UPDATE),"
+								  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+								  "   lease_token, started_at, outcome, error)"
+								  "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
+								  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
+								  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
+								  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id",
 								  1, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "orchestrator: cancel failed");
 		orch_clear_event_context();
@@ -716,6 +723,15 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("DELETE FROM orch.queues WHERE name = $1",
 							  1, types, vals, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "orchestrator: queue delete failed");
+	/* the queue's own limits and rate windows go with it (0.3.0 and later) */
+	if (orch_has_gate())
+	{
+		if (SPI_execute_with_args("DELETE FROM orch.concurrency_limits WHERE queue = $1",
+								  1, types, vals, NULL, false, 0) != SPI_OK_DELETE ||
+			SPI_execute_with_args("DELETE FROM orch.rate_window WHERE queue = $1",
+								  1, types, vals, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "orchestrator: queue cleanup failed");
+	}
 	SPI_finish();
 	PG_RETURN_VOID();
 }
