@@ -31,7 +31,7 @@ PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
 
 bool		orch_gate_promoting = false;
 
-/* pending releases: "queue\0key" strings in TopTransactionContext */
+/* pending releases (PendingRelease) in TopTransactionContext */
 static List *pending = NIL;
 static bool callbacks_registered = false;
 
@@ -42,14 +42,46 @@ gate_xact_callback(XactEvent event, void *arg)
 	orch_gate_promoting = false;
 }
 
+/* A pending release: the (sub)transaction level that noted it, queue, key. */
+typedef struct PendingRelease
+{
+	int			level;
+	char	   *queue;
+	char	   *key;
+} PendingRelease;
+
+/* An aborted subtransaction takes back only the releases it noted. */
 static void
 gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					  SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
-		pending = NIL;
+		int			level = GetCurrentTransactionNestLevel();
+		ListCell   *lc;
+
+		foreach(lc, pending)
+		{
+			PendingRelease *r = (PendingRelease *) lfirst(lc);
+
+			if (r->level >= level)
+				pending = foreach_delete_current(pending, lc);
+		}
 		orch_gate_promoting = false;
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		int			level = GetCurrentTransactionNestLevel();
+		ListCell   *lc;
+
+		/* what a committed subtransaction noted now belongs to its parent */
+		foreach(lc, pending)
+		{
+			PendingRelease *r = (PendingRelease *) lfirst(lc);
+
+			if (r->level >= level)
+				r->level = level - 1;
+		}
 	}
 }
 
@@ -141,9 +173,7 @@ orch_gate_note_release(const char *queue, const char *key)
 {
 	MemoryContext old;
 	ListCell   *lc;
-	size_t		qlen = strlen(queue);
-	size_t		klen = strlen(key);
-	char	   *entry;
+	PendingRelease *r;
 
 	if (!callbacks_registered)
 	{
@@ -153,16 +183,17 @@ orch_gate_note_release(const char *queue, const char *key)
 	}
 	foreach(lc, pending)
 	{
-		char	   *e = (char *) lfirst(lc);
+		PendingRelease *e = (PendingRelease *) lfirst(lc);
 
-		if (strcmp(e, queue) == 0 && strcmp(e + qlen + 1, key) == 0)
+		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0)
 			return;
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	entry = palloc(qlen + klen + 2);
-	memcpy(entry, queue, qlen + 1);
-	memcpy(entry + qlen + 1, key, klen + 1);
-	pending = lappend(pending, entry);
+	r = palloc(sizeof(PendingRelease));
+	r->level = GetCurrentTransactionNestLevel();
+	r->queue = pstrdup(queue);
+	r->key = pstrdup(key);
+	pending = lappend(pending, r);
 	MemoryContextSwitchTo(old);
 }
 
@@ -371,9 +402,9 @@ orch_gate_trigger(PG_FUNCTION_ARGS)
 		pending = NIL;
 		foreach(lc, work)
 		{
-			char	   *e = (char *) lfirst(lc);
+			PendingRelease *r = (PendingRelease *) lfirst(lc);
 
-			orch_gate_promote(e, e + strlen(e) + 1);
+			orch_gate_promote(r->queue, r->key);
 		}
 	}
 	return PointerGetDatum(NULL);

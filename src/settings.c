@@ -7,6 +7,8 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "miscadmin.h"
+#include "utils/datetime.h"
 #include "utils/json.h"
 #include "utils/numeric.h"
 
@@ -389,14 +391,27 @@ orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only)
 
 /* ---------------------------------------------------------------------- */
 
+/*
+ * An interval as text in the "postgres" style ('00:00:30', '1 day 02:00:00')
+ * whatever the session's IntervalStyle, so stored and shown settings are
+ * stable.
+ */
+static void
+append_interval_text(StringInfo buf, int64 us)
+{
+	struct pg_itm itm;
+	char		str[MAXDATELEN + 1];
+
+	interval2itm(*orch_usecs_interval(us), &itm);
+	EncodeInterval(&itm, INTSTYLE_POSTGRES, str);
+	escape_json(buf, str);
+}
+
 static void
 append_interval(StringInfo buf, const char *key, int64 us)
 {
-	char	   *s = DatumGetCString(DirectFunctionCall1(interval_out,
-														IntervalPGetDatum(orch_usecs_interval(us))));
-
 	appendStringInfo(buf, ", \"%s\": ", key);
-	escape_json(buf, s);
+	append_interval_text(buf, us);
 }
 
 /* The effective settings as a JSON object with every key */
@@ -424,8 +439,7 @@ orch_settings_to_jsonb(const QueueSettings *qs)
 		{
 			if (i > 0)
 				appendStringInfoString(&b, ", ");
-			escape_json(&b, DatumGetCString(DirectFunctionCall1(interval_out,
-																IntervalPGetDatum(orch_usecs_interval(p->schedule[i])))));
+			append_interval_text(&b, p->schedule[i]);
 		}
 		appendStringInfoChar(&b, ']');
 	}

@@ -1,0 +1,535 @@
+-- admission: concurrency keys (gated slots, promotion in priority/FIFO order,
+-- no head-of-line blocking, per-key overrides, limit changes, which calls
+-- hold and release a slot), owner_limit / queue_limit at claim time, rate
+-- limits per (queue, owner), idempotency-key TTL, admission settings
+-- validation (SPEC §5-§6, 0.3.0).
+\set VERBOSITY terse
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+RESET client_min_messages;
+
+-- try(sql): the first column of the statement's first row, or the SQLSTATE it raised.
+CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r text;
+BEGIN
+    EXECUTE q INTO r;
+    RETURN coalesce(r, '<null>');
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END $$;
+
+-- Tasks are named by labels; ids and lease tokens never reach the output.
+CREATE TEMP TABLE tk (label text PRIMARY KEY, id bigint NOT NULL UNIQUE, token uuid);
+
+-- enq(label, queue, key, priority, owner, run_at): enqueue one task.
+CREATE FUNCTION pg_temp.enq(l text, q text, ckey text DEFAULT NULL, prio int DEFAULT NULL,
+                            own text DEFAULT NULL, at timestamptz DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO tk (label, id)
+    VALUES (l, orch_enqueue(q, jsonb_build_object('label', l), priority => prio, owner => own,
+                            concurrency_key => ckey, run_at => at));
+    RETURN l;
+END $$;
+
+-- st(queue): every task of the queue as label=state, with "+gated" for a task
+-- waiting for a slot of its key and "+ready" for a claimable waiting task.
+CREATE FUNCTION pg_temp.st(q text) RETURNS text LANGUAGE sql AS $$
+    SELECT string_agg(k.label || '=' ||
+             CASE t.state WHEN 'queued' THEN 'q' WHEN 'executing' THEN 'exec'
+                          WHEN 'awaiting_tool' THEN CASE WHEN t.retry_at IS NULL THEN 'tool' ELSE 'retry' END
+                          WHEN 'awaiting_user_confirmation' THEN 'conf'
+                          WHEN 'completed' THEN 'done' ELSE t.state END ||
+             CASE WHEN t.gated AND t.ready_at IS NOT NULL THEN '+BROKEN(gated and ready)'
+                  WHEN t.gated THEN '+gated'
+                  WHEN t.ready_at IS NOT NULL THEN '+ready' ELSE '' END,
+             ' ' ORDER BY k.label)
+      FROM orch.tasks t JOIN tk k ON k.id = t.id
+     WHERE t.queue = q
+$$;
+
+-- claim(queue, batch, lease): the labels a dequeue hands out, in order, then
+-- the queue's state.
+CREATE FUNCTION pg_temp.claim(q text, n int DEFAULT 10, lease interval DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r record; got text[] := '{}';
+BEGIN
+    FOR r IN SELECT d.task_id, d.lease_token FROM orch_dequeue(q, 'adm-worker', n, lease) d LOOP
+        UPDATE tk SET token = r.lease_token WHERE id = r.task_id;
+        got := got || coalesce((SELECT label FROM tk WHERE id = r.task_id), 'UNKNOWN');
+    END LOOP;
+    RETURN 'claimed [' || array_to_string(got, ' ') || '] => ' || coalesce(pg_temp.st(q), '');
+END $$;
+
+-- act(label, what, arg): one API call on a task, its result (or SQLSTATE),
+-- then the state of the task's queue.
+CREATE FUNCTION pg_temp.act(l text, what text, arg text DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r tk; q text; res text;
+BEGIN
+    SELECT * INTO r FROM tk WHERE label = l;
+    SELECT queue INTO q FROM orch.tasks WHERE id = r.id;
+    BEGIN
+        CASE what
+        WHEN 'complete' THEN
+            res := orch_complete(r.id, r.token, '{"ok": true}');
+        WHEN 'fail' THEN    -- arg: CLASS or CLASS@retry_after
+            SELECT f.state || '/' || f.reason_code INTO res
+              FROM orch_fail(r.id, r.token, split_part(arg, '@', 1), 'boom',
+                             nullif(split_part(arg, '@', 2), '')::interval) f;
+        WHEN 'cancel' THEN
+            res := orch_cancel(r.id, 'admission test');
+        WHEN 'await_tool' THEN
+            res := orch_await_tool(r.id, r.token, 'tool', '{"ask": 1}');
+        WHEN 'resume' THEN
+            res := orch_resume(r.id, '{"tool": "done"}');
+        WHEN 'await_confirmation' THEN
+            res := orch_await_confirmation(r.id, r.token, '{"question": "ok?"}');
+        WHEN 'approve' THEN
+            res := orch_confirm(r.id, true, 'adm-approver', 'fine');
+        WHEN 'reject' THEN
+            res := orch_confirm(r.id, false, 'adm-approver', 'no');
+        END CASE;
+    EXCEPTION WHEN OTHERS THEN
+        res := SQLSTATE;
+    END;
+    RETURN what || ' ' || l || ': ' || coalesce(res, '<null>') || ' => ' || pg_temp.st(q);
+END $$;
+
+-- ---------------------------------------------------------------------------
+-- 1. Gating and promotion order: limit 1 (the default); the excess waits
+--    queued and gated; a freed slot goes to the best waiting task of the key
+--    (priority, then FIFO).
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_order') ->> 'concurrency_key_limit' AS default_key_limit;
+SELECT pg_temp.enq('a1', 'adm_order', 'A'), pg_temp.enq('a2', 'adm_order', 'A'),
+       pg_temp.enq('a3', 'adm_order', 'A'), pg_temp.enq('a4', 'adm_order', 'A', -1),
+       pg_temp.enq('a5', 'adm_order', 'A');
+SELECT pg_temp.st('adm_order');
+-- gated tasks are queued, outside the claim index, and the slot holder is
+-- claimable even though a4 has a better priority
+SELECT count(*) FILTER (WHERE gated) AS gated, count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE ready_at IS NOT NULL) AS in_claim_index
+  FROM orch.tasks WHERE queue = 'adm_order';
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('a1', 'complete');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('a4', 'complete');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('a2', 'complete');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('a3', 'complete');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('a5', 'complete');
+SELECT pg_temp.claim('adm_order');
+-- start order = a1, a4 (priority -1), then a2, a3, a5 (FIFO)
+SELECT string_agg(k.label, ' ' ORDER BY e.id) AS start_order
+  FROM orch.events e JOIN tk k ON k.id = e.task_id
+ WHERE e.to_state = 'executing' AND k.label LIKE 'a_';
+-- waiting gated and being promoted write no events of their own
+SELECT k.label, string_agg(e.from_state || '>' || e.to_state, ' ' ORDER BY e.id) AS events
+  FROM orch.events e JOIN tk k ON k.id = e.task_id
+ WHERE k.label LIKE 'a_' GROUP BY k.label ORDER BY k.label;
+
+-- A batch enqueue with one key: the first task takes the slot, the rest wait
+-- and are promoted in payload order (equal priority and created_at: by id).
+SELECT count(*) AS batch_enqueued FROM (
+    SELECT orch_enqueue_batch('adm_order', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[],
+                              concurrency_key => 'AB')) s;
+INSERT INTO tk (label, id)
+SELECT 'ab' || (payload ->> 'b'), id FROM orch.tasks WHERE queue = 'adm_order' AND concurrency_key = 'AB';
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('ab1', 'complete');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('ab2', 'complete');
+
+-- ---------------------------------------------------------------------------
+-- 2. No head-of-line blocking: the waiting tasks of a busy key are older and
+--    of better priority than the other tasks, yet never block them.
+-- ---------------------------------------------------------------------------
+SELECT pg_temp.enq('b1', 'adm_hol', 'B'), pg_temp.enq('b2', 'adm_hol', 'B', -10),
+       pg_temp.enq('b3', 'adm_hol', 'B', -10), pg_temp.enq('c1', 'adm_hol', 'C'),
+       pg_temp.enq('c2', 'adm_hol', 'C'), pg_temp.enq('d1', 'adm_hol'), pg_temp.enq('d2', 'adm_hol', NULL, 5);
+SELECT pg_temp.st('adm_hol');
+SELECT pg_temp.claim('adm_hol', 1);
+SELECT pg_temp.claim('adm_hol', 1);
+SELECT pg_temp.claim('adm_hol', 1);
+SELECT pg_temp.claim('adm_hol', 10);
+SELECT pg_temp.claim('adm_hol', 10);
+SELECT pg_temp.act('b1', 'complete');
+SELECT pg_temp.act('c1', 'complete');
+-- a batch claim takes at most one task per key (limit 1)
+SELECT pg_temp.claim('adm_hol', 10);
+
+-- ---------------------------------------------------------------------------
+-- 3. Per-key override (orch_set_concurrency_limit) and limit changes.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_over') ->> 'concurrency_key_limit' AS queue_key_limit;
+SELECT orch_set_concurrency_limit('adm_over', 'K', 3);
+SELECT queue, key, max_running FROM orch.concurrency_limits WHERE queue = 'adm_over';
+SELECT pg_temp.enq('k1', 'adm_over', 'K'), pg_temp.enq('k2', 'adm_over', 'K'),
+       pg_temp.enq('k3', 'adm_over', 'K'), pg_temp.enq('k4', 'adm_over', 'K'),
+       pg_temp.enq('k5', 'adm_over', 'K'), pg_temp.enq('k6', 'adm_over', 'K'),
+       pg_temp.enq('j1', 'adm_over', 'J'), pg_temp.enq('j2', 'adm_over', 'J');
+SELECT pg_temp.st('adm_over');
+SELECT pg_temp.claim('adm_over');
+-- back to the queue's limit (1): running tasks are not preempted, and no
+-- slot is refilled while the key is still at or over its limit
+SELECT orch_set_concurrency_limit('adm_over', 'K', NULL);
+SELECT count(*) AS overrides_left FROM orch.concurrency_limits WHERE queue = 'adm_over';
+SELECT pg_temp.act('k1', 'complete');
+SELECT pg_temp.act('k2', 'complete');
+SELECT pg_temp.act('k3', 'complete');
+-- raising a limit promotes at once: per key ...
+SELECT orch_set_concurrency_limit('adm_over', 'K', 2);
+SELECT pg_temp.st('adm_over');
+SELECT orch_set_concurrency_limit('adm_over', 'J', 2);
+SELECT pg_temp.st('adm_over');
+-- ... and per queue (orch_configure_queue concurrency_key_limit)
+SELECT pg_temp.enq('p1', 'adm_raise', 'P'), pg_temp.enq('p2', 'adm_raise', 'P'),
+       pg_temp.enq('p3', 'adm_raise', 'P'), pg_temp.enq('p4', 'adm_raise', 'P'),
+       pg_temp.enq('q1', 'adm_raise', 'Q'), pg_temp.enq('q2', 'adm_raise', 'Q');
+SELECT pg_temp.st('adm_raise');
+SELECT orch_configure_queue('adm_raise', '{"concurrency_key_limit": 2}') ->> 'concurrency_key_limit' AS key_limit;
+SELECT pg_temp.st('adm_raise');
+SELECT orch_configure_queue('adm_raise', '{"concurrency_key_limit": 3}') ->> 'concurrency_key_limit' AS key_limit;
+SELECT pg_temp.st('adm_raise');
+-- an override below the queue's limit wins for its key: claimable tasks
+-- beyond it go back to waiting, and P runs strictly one at a time
+SELECT orch_set_concurrency_limit('adm_raise', 'P', 1);
+SELECT pg_temp.st('adm_raise');
+SELECT pg_temp.claim('adm_raise');
+SELECT pg_temp.act('p1', 'complete');
+SELECT pg_temp.claim('adm_raise');
+SELECT pg_temp.act('p2', 'complete');
+SELECT pg_temp.claim('adm_raise');
+SELECT pg_temp.act('p3', 'complete');
+SELECT pg_temp.claim('adm_raise');
+-- bad calls
+SELECT pg_temp.try($$SELECT orch_set_concurrency_limit('adm_over', 'K', 0)$$) AS zero,
+       pg_temp.try($$SELECT orch_set_concurrency_limit('adm_over', 'K', -2)$$) AS negative,
+       pg_temp.try($$SELECT orch_set_concurrency_limit('adm_nope', 'K', 2)$$) AS unknown_queue,
+       pg_temp.try($$SELECT orch_set_concurrency_limit(NULL, 'K', 2)$$) AS null_queue,
+       pg_temp.try($$SELECT orch_set_concurrency_limit('adm_over', NULL, 2)$$) AS null_key;
+SELECT count(*) AS adm_nope_created FROM orch.queues WHERE name = 'adm_nope';
+
+-- ---------------------------------------------------------------------------
+-- 4. A retry-wait keeps its slot (due or not); a lease lost to expiry keeps
+--    it while the task retries and releases it when the task fails.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_retry', '{"initial_delay": "1 hour", "max_delay": "1 hour"}') IS NOT NULL AS created;
+SELECT pg_temp.enq('r1', 'adm_retry', 'R'), pg_temp.enq('r2', 'adm_retry', 'R');
+SELECT pg_temp.claim('adm_retry');
+-- retry due at once: the retry, not the waiting r2, gets the slot
+SELECT pg_temp.act('r1', 'fail', 'TRANSIENT@0 seconds');
+SELECT pg_temp.claim('adm_retry');
+-- retry due in an hour: r2 still waits, nothing is claimable
+SELECT pg_temp.act('r1', 'fail', 'RETRYABLE');
+SELECT pg_temp.claim('adm_retry');
+-- cancelling the retry-wait frees the slot
+SELECT pg_temp.act('r1', 'cancel');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.act('r2', 'complete');
+
+SELECT orch_create_queue('adm_lease1', '{"max_attempts": 1}') IS NOT NULL AS created;
+SELECT pg_temp.enq('l1', 'adm_lease1', 'L'), pg_temp.enq('l2', 'adm_lease1', 'L');
+SELECT pg_temp.claim('adm_lease1', 1, '1 millisecond');
+SELECT pg_sleep(0.05);
+-- the next dequeue recovers l1 (its only attempt: failed), which frees the
+-- slot for l2 in the same call
+SELECT pg_temp.claim('adm_lease1');
+SELECT reason_code FROM orch.tasks WHERE id = (SELECT id FROM tk WHERE label = 'l1');
+SELECT pg_temp.act('l2', 'complete');
+
+SELECT orch_create_queue('adm_lease2', '{"max_attempts": 3, "initial_delay": "1 hour"}') IS NOT NULL AS created;
+SELECT pg_temp.enq('m1', 'adm_lease2', 'M'), pg_temp.enq('m2', 'adm_lease2', 'M');
+SELECT pg_temp.claim('adm_lease2', 1, '1 millisecond');
+SELECT pg_sleep(0.05);
+-- recovered into a retry-wait: m1 keeps the slot, m2 keeps waiting
+SELECT pg_temp.claim('adm_lease2');
+SELECT reason_code FROM orch.tasks WHERE id = (SELECT id FROM tk WHERE label = 'm1');
+
+-- ---------------------------------------------------------------------------
+-- 5. Leaving the slot set: complete, fail -> failed, cancel (executing,
+--    claimable), await_tool, await_confirmation; a resumed or approved task
+--    must find a free slot again; cancelling a waiting task frees nothing.
+-- ---------------------------------------------------------------------------
+SELECT pg_temp.enq('x' || g, 'adm_rel', 'X') FROM generate_series(1, 8) g;
+SELECT pg_temp.st('adm_rel');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x1', 'complete');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x2', 'fail', 'NON_RETRYABLE');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x3', 'cancel');
+-- x4 is claimable, never executed: cancelling it frees its slot
+SELECT pg_temp.act('x4', 'cancel');
+-- x6 waits gated: cancelling it frees nothing, x5 keeps the slot
+SELECT pg_temp.act('x6', 'cancel');
+SELECT gated FROM orch.tasks WHERE id = (SELECT id FROM tk WHERE label = 'x6');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x5', 'await_tool');
+-- the tool answers while x7 holds the slot: x5 waits for it, not claimable
+SELECT pg_temp.act('x5', 'resume');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x7', 'await_confirmation');
+SELECT pg_temp.claim('adm_rel');
+SELECT resume_data FROM orch_tasks WHERE task_id = (SELECT id FROM tk WHERE label = 'x5');
+SELECT pg_temp.act('x5', 'complete');
+-- approved while x8 holds the slot: x7 waits
+SELECT pg_temp.act('x7', 'approve');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x8', 'complete');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('x7', 'complete');
+-- a rejected confirmation ends the task and frees its place
+SELECT pg_temp.enq('y1', 'adm_rel', 'Y'), pg_temp.enq('y2', 'adm_rel', 'Y'), pg_temp.enq('y3', 'adm_rel', 'Y');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('y1', 'await_confirmation');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('y1', 'reject');
+SELECT pg_temp.act('y2', 'complete');
+SELECT pg_temp.claim('adm_rel');
+SELECT pg_temp.act('y3', 'complete');
+-- nothing left gated or holding a slot in adm_rel
+SELECT count(*) FILTER (WHERE gated) AS gated, count(*) FILTER (WHERE ready_at IS NOT NULL) AS claimable
+  FROM orch.tasks WHERE queue = 'adm_rel';
+
+-- ---------------------------------------------------------------------------
+-- 6. owner_limit and queue_limit at claim time: executing tasks only; an
+--    owner at its limit is skipped, never blocks the others.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_owner', '{"owner_limit": 2}') ->> 'owner_limit' AS owner_limit;
+SELECT pg_temp.enq('o_a1', 'adm_owner', NULL, NULL, 'alice'), pg_temp.enq('o_a2', 'adm_owner', NULL, NULL, 'alice'),
+       pg_temp.enq('o_a3', 'adm_owner', NULL, NULL, 'alice'), pg_temp.enq('o_b1', 'adm_owner', NULL, NULL, 'bob'),
+       pg_temp.enq('o_a4', 'adm_owner', NULL, -5, 'alice'), pg_temp.enq('o_b2', 'adm_owner', NULL, NULL, 'bob'),
+       pg_temp.enq('o_b3', 'adm_owner', NULL, NULL, 'bob'), pg_temp.enq('o_n1', 'adm_owner');
+-- one by one: alice's a4 (priority -5) and a1 first, then her older a2/a3
+-- are passed over for bob's and the ownerless task
+SELECT pg_temp.claim('adm_owner', 1);
+SELECT pg_temp.claim('adm_owner', 1);
+SELECT pg_temp.claim('adm_owner', 1);
+SELECT pg_temp.claim('adm_owner', 1);
+SELECT pg_temp.claim('adm_owner', 1);
+SELECT pg_temp.claim('adm_owner', 10);
+SELECT pg_temp.act('o_a1', 'complete');
+SELECT pg_temp.claim('adm_owner', 10);
+-- a task parked for a tool does not count as running
+SELECT pg_temp.act('o_b1', 'await_tool');
+SELECT pg_temp.claim('adm_owner', 10);
+SELECT pg_temp.claim('adm_owner', 10);
+SELECT count(*) AS alice_running FROM orch.tasks WHERE queue = 'adm_owner' AND owner = 'alice' AND state = 'executing';
+
+SELECT orch_create_queue('adm_qlim', '{"queue_limit": 2}') ->> 'queue_limit' AS queue_limit;
+SELECT pg_temp.enq('ql' || g, 'adm_qlim') FROM generate_series(1, 5) g;
+SELECT pg_temp.claim('adm_qlim', 10);
+SELECT pg_temp.claim('adm_qlim', 10);
+SELECT pg_temp.act('ql1', 'complete');
+SELECT pg_temp.claim('adm_qlim', 10);
+SELECT pg_temp.act('ql2', 'await_confirmation');
+SELECT pg_temp.claim('adm_qlim', 10);
+-- raising the limit lets more run at the next claim
+SELECT orch_configure_queue('adm_qlim', '{"queue_limit": 4}') ->> 'queue_limit' AS queue_limit;
+SELECT pg_temp.claim('adm_qlim', 10);
+SELECT count(*) AS running FROM orch.tasks WHERE queue = 'adm_qlim' AND state = 'executing';
+
+-- owner_limit, queue_limit and a concurrency key together
+SELECT orch_create_queue('adm_mix', '{"owner_limit": 1, "queue_limit": 3}') IS NOT NULL AS created;
+SELECT pg_temp.enq('z1', 'adm_mix', 'Z', NULL, 'ann'), pg_temp.enq('z2', 'adm_mix', 'Z', NULL, 'ben'),
+       pg_temp.enq('z3', 'adm_mix', NULL, NULL, 'ann'), pg_temp.enq('z4', 'adm_mix', NULL, NULL, 'cid'),
+       pg_temp.enq('z5', 'adm_mix', NULL, NULL, 'dan'), pg_temp.enq('z6', 'adm_mix', NULL, NULL, 'eve');
+SELECT pg_temp.claim('adm_mix', 10);
+SELECT pg_temp.act('z1', 'complete');
+SELECT pg_temp.claim('adm_mix', 10);
+
+-- ---------------------------------------------------------------------------
+-- 7. Rate limits: at most N admitted enqueues per (queue, owner) in any
+--    sliding window; the excess is recorded as a failed task (rate_limited)
+--    whose id is returned, or raises OR006 and records nothing.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_rate', '{"rate_limit": {"count": 5, "per": "1 hour"}}') -> 'rate_limit' AS rate_limit;
+CREATE TEMP TABLE rate_ids (n serial, who text, id bigint);
+CREATE FUNCTION pg_temp.rstored() RETURNS text LANGUAGE sql AS $$
+    SELECT format('tasks=%s queued=%s rate_limited=%s events=%s window=%s',
+        (SELECT count(*) FROM orch.tasks WHERE queue = 'adm_rate'),
+        (SELECT count(*) FROM orch.tasks WHERE queue = 'adm_rate' AND state = 'queued'),
+        (SELECT count(*) FROM orch.tasks WHERE queue = 'adm_rate' AND state = 'failed' AND reason_code = 'rate_limited'),
+        (SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'adm_rate'),
+        (SELECT count(*) FROM orch.rate_window WHERE queue = 'adm_rate'))
+$$;
+-- enq_states(queue, owner, n, on_rate_limit): n enqueues, one statement each;
+-- the states of the tasks they return, in order (or the SQLSTATE raised).
+CREATE FUNCTION pg_temp.enq_states(q text, own text, n int, mode text DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE tid bigint; res text[] := '{}'; s text;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        BEGIN
+            tid := orch_enqueue(q, jsonb_build_object('i', i), owner => own, on_rate_limit => mode);
+            SELECT t.state INTO s FROM orch.tasks t WHERE t.id = tid;
+            res := res || coalesce(s, 'MISSING');
+        EXCEPTION WHEN OTHERS THEN
+            res := res || SQLSTATE::text;
+        END;
+    END LOOP;
+    RETURN array_to_string(res, ' ');
+END $$;
+-- a burst of 8 by alice: 5 admitted, 3 recorded as rate_limited
+INSERT INTO rate_ids (who, id)
+SELECT 'alice', orch_enqueue('adm_rate', jsonb_build_object('i', g), owner => 'alice')
+  FROM generate_series(1, 8) g;
+SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids, count(id) AS not_null FROM rate_ids;
+SELECT r.n, t.state, t.reason_code, t.finished_at IS NOT NULL AS finished, t.ready_at IS NULL AS not_claimable
+  FROM rate_ids r JOIN orch.tasks t ON t.id = r.id ORDER BY r.n;
+SELECT r.n, e.from_state, e.to_state, e.reason_code
+  FROM rate_ids r JOIN orch.events e ON e.task_id = r.id ORDER BY r.n, e.id;
+SELECT state, reason_code FROM orch_status((SELECT id FROM rate_ids WHERE n = 8));
+SELECT count(*) AS rate_limited_dead_letters
+  FROM orch_dead_letters WHERE task_id IN (SELECT id FROM rate_ids);
+SELECT pg_temp.rstored();
+-- bob has his own window
+INSERT INTO rate_ids (who, id)
+SELECT 'bob', orch_enqueue('adm_rate', jsonb_build_object('i', g), owner => 'bob')
+  FROM generate_series(1, 3) g;
+SELECT who, string_agg(t.state, ' ' ORDER BY r.n) FROM rate_ids r JOIN orch.tasks t ON t.id = r.id
+ GROUP BY who ORDER BY who;
+SELECT pg_temp.rstored();
+-- on_rate_limit => 'error': OR006, nothing recorded; admitted calls are unaffected
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_rate', '{"x": 1}', owner => 'alice', on_rate_limit => 'error')$$) AS alice_error;
+SELECT pg_temp.rstored();
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_rate', '{"x": 1}', owner => 'bob', on_rate_limit => 'error') > 0$$) AS bob_error_mode_admitted;
+SELECT pg_temp.enq_states('adm_rate', 'alice', 1, 'record') AS alice_record;
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_rate', '{"x": 1}', owner => 'alice', on_rate_limit => 'drop')$$) AS bad_on_rate_limit;
+SELECT pg_temp.rstored();
+-- on_exceed "error" for the queue: the default becomes OR006, 'record' still records
+SELECT orch_configure_queue('adm_rate', '{"rate_limit": {"count": 5, "per": "1 hour", "on_exceed": "error"}}') -> 'rate_limit' AS rate_limit;
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_rate', '{"x": 3}', owner => 'alice')$$) AS alice_default;
+SELECT pg_temp.rstored();
+SELECT pg_temp.enq_states('adm_rate', 'alice', 1, 'record') AS alice_record;
+SELECT pg_temp.rstored();
+-- bob has 1 admission left: a batch of 3 raises OR006 and records nothing ...
+SELECT pg_temp.try($$SELECT count(*) FROM orch_enqueue_batch('adm_rate', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[], owner => 'bob')$$) AS bob_batch;
+SELECT pg_temp.rstored();
+-- ... or, recording, admits one and records two
+CREATE TEMP TABLE rate_batch AS
+SELECT b.id, b.ord
+  FROM orch_enqueue_batch('adm_rate', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[], owner => 'bob',
+                          on_rate_limit => 'record') WITH ORDINALITY AS b(id, ord);
+SELECT b.ord, t.state, t.reason_code, t.payload FROM rate_batch b JOIN orch.tasks t ON t.id = b.id ORDER BY b.ord;
+SELECT pg_temp.rstored();
+-- rejected tasks are never handed out: a claim gets the 10 admitted ones
+SELECT count(*) AS claimed FROM orch_dequeue('adm_rate', 'adm-worker', 100);
+
+-- replays of an idempotency key are not new enqueues: they use no admission
+SELECT orch_create_queue('adm_rate_key', '{"rate_limit": {"count": 3, "per": "1 hour"}}') IS NOT NULL AS created;
+SELECT orch_enqueue('adm_rate_key', '{"k": 1}', owner => 'dave', idempotency_key => 'adm-rate-key') AS rk \gset
+SELECT count(*) FILTER (WHERE orch_enqueue('adm_rate_key', '{"k": 1}', owner => 'dave',
+                                           idempotency_key => 'adm-rate-key') = :rk) AS same_id_replays
+  FROM generate_series(1, 6);
+SELECT pg_temp.enq_states('adm_rate_key', 'dave', 3) AS dave_plain;
+SELECT count(*) AS tasks FROM orch.tasks WHERE queue = 'adm_rate_key';
+
+-- the window slides: 2 per 2 seconds; carol's first admission leaves the
+-- window before her second one does
+SELECT orch_create_queue('adm_rate_win', '{"rate_limit": {"count": 2, "per": "2 seconds"}}') -> 'rate_limit' AS rate_limit;
+SELECT pg_temp.enq_states('adm_rate_win', 'carol', 1) AS carol_at_0s;
+SELECT pg_sleep(1.0);
+SELECT pg_temp.enq_states('adm_rate_win', 'carol', 2) AS carol_at_1s;
+SELECT pg_sleep(1.1);
+SELECT pg_temp.enq_states('adm_rate_win', 'carol', 2) AS carol_at_2s;
+-- per queue: alice's burst in adm_rate does not count here
+SELECT pg_temp.enq_states('adm_rate_win', 'alice', 1) AS alice;
+
+-- ---------------------------------------------------------------------------
+-- 8. Idempotency keys expire after the queue's idempotency_ttl; an expired
+--    key may be reused and then names the new task.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_ttl', '{"idempotency_ttl": "1 second"}') ->> 'idempotency_ttl' AS ttl;
+SELECT orch_enqueue('adm_ttl', '{"v": 1}', idempotency_key => 'adm-ttl-key') AS t1 \gset
+SELECT orch_enqueue('adm_ttl', '{"v": 1}', idempotency_key => 'adm-ttl-key') = :t1 AS replay_same_id,
+       pg_temp.try($$SELECT orch_enqueue('adm_ttl', '{"v": 2}', idempotency_key => 'adm-ttl-key')$$) AS other_payload;
+SELECT count(*) AS tasks FROM orch.tasks WHERE queue = 'adm_ttl';
+SELECT pg_sleep(1.1);
+SELECT orch_enqueue('adm_ttl', '{"v": 2}', idempotency_key => 'adm-ttl-key') AS t2 \gset
+SELECT :t2 <> :t1 AS new_task,
+       orch_enqueue('adm_ttl', '{"v": 2}', idempotency_key => 'adm-ttl-key') = :t2 AS replay_names_new_task,
+       pg_temp.try($$SELECT orch_enqueue('adm_ttl', '{"v": 1}', idempotency_key => 'adm-ttl-key')$$) AS old_payload_now_conflicts;
+SELECT count(*) AS tasks, count(*) FILTER (WHERE state = 'queued') AS queued FROM orch.tasks WHERE queue = 'adm_ttl';
+SELECT count(*) AS key_rows, bool_and(task_id = :t2) AS key_names_new_task
+  FROM orch.idempotency_keys WHERE key = 'adm-ttl-key';
+-- an expired key may also be reused with the same payload: a new task
+SELECT pg_sleep(1.1);
+SELECT orch_enqueue('adm_ttl', '{"v": 2}', idempotency_key => 'adm-ttl-key') NOT IN (:t1, :t2) AS same_payload_new_task;
+SELECT count(*) AS tasks FROM orch.tasks WHERE queue = 'adm_ttl';
+
+-- ---------------------------------------------------------------------------
+-- 9. Bad admission settings: 22023, and nothing changes.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_set') ->> 'concurrency_key_limit' AS key_limit;
+SELECT s AS setting, pg_temp.try(format('SELECT orch_configure_queue(%L, %L)', 'adm_set', s)) AS configure,
+       pg_temp.try(format('SELECT orch_create_queue(%L, %L)', 'adm_set_new', s)) AS create_new
+  FROM unnest(ARRAY[
+    '{"concurrency_key_limit": 0}', '{"concurrency_key_limit": -1}', '{"concurrency_key_limit": 1.5}',
+    '{"concurrency_key_limit": "two"}', '{"concurrency_key_limit": true}',
+    '{"owner_limit": 0}', '{"owner_limit": -3}', '{"owner_limit": "x"}',
+    '{"queue_limit": 0}', '{"queue_limit": 2.5}',
+    '{"rate_limit": 5}', '{"rate_limit": {"count": 5}}', '{"rate_limit": {"per": "1 hour"}}',
+    '{"rate_limit": {"count": 0, "per": "1 hour"}}', '{"rate_limit": {"count": -1, "per": "1 hour"}}',
+    '{"rate_limit": {"count": 5, "per": "-1 hour"}}', '{"rate_limit": {"count": 5, "per": "0 seconds"}}',
+    '{"rate_limit": {"count": 5, "per": "soon"}}', '{"rate_limit": {"count": 5, "per": "1 hour", "on_exceed": "drop"}}',
+    '{"rate_limit": {"count": 5, "per": "1 hour", "burst": 2}}',
+    '{"idempotency_ttl": "-1 hour"}', '{"idempotency_ttl": "0 seconds"}', '{"idempotency_ttl": "later"}',
+    '{"concurrency_limit": 2}'
+  ]) s;
+SELECT count(*) AS adm_set_new_created FROM orch.queues WHERE name = 'adm_set_new';
+SELECT orch_queue_settings('adm_set') = orch_create_queue('adm_set_ref') AS adm_set_unchanged;
+-- good values, intervals as numbers of seconds, and null back to the default
+SELECT s -> 'concurrency_key_limit' AS key_limit, s -> 'owner_limit' AS owner_limit,
+       s -> 'queue_limit' AS queue_limit, s -> 'rate_limit' AS rate_limit, s -> 'idempotency_ttl' AS ttl
+  FROM orch_configure_queue('adm_set', '{"concurrency_key_limit": 4, "owner_limit": 2, "queue_limit": 9,
+        "rate_limit": {"count": 10, "per": 60, "on_exceed": "error"}, "idempotency_ttl": 3600}') s;
+SELECT s -> 'concurrency_key_limit' AS key_limit, s -> 'owner_limit' AS owner_limit,
+       s -> 'queue_limit' AS queue_limit, s -> 'rate_limit' AS rate_limit, s -> 'idempotency_ttl' AS ttl
+  FROM orch_configure_queue('adm_set', '{"concurrency_key_limit": null, "owner_limit": null, "queue_limit": null,
+        "rate_limit": null, "idempotency_ttl": null}') s;
+
+-- ---------------------------------------------------------------------------
+-- 10. Slot accounting needs READ COMMITTED: 0A000 otherwise.
+-- ---------------------------------------------------------------------------
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_iso', '{}', concurrency_key => 'I')$$) AS keyed_enqueue_rr;
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_iso', '{}') > 0$$) AS plain_enqueue_rr;
+SELECT pg_temp.try($$SELECT count(*) FROM orch_dequeue('adm_owner', 'adm-worker')$$) AS limited_claim_rr;
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT pg_temp.try($$SELECT orch_enqueue('adm_iso', '{}', concurrency_key => 'I')$$) AS keyed_enqueue_serializable;
+ROLLBACK;
+SELECT count(*) AS adm_iso_tasks FROM orch.tasks WHERE queue = 'adm_iso';
+
+-- ---------------------------------------------------------------------------
+-- 11. Only due or running work holds a key's slot: a task delayed by run_at
+--     does not block a due task of its key; a lowered limit applies to
+--     claims made after the change.
+-- ---------------------------------------------------------------------------
+SELECT pg_temp.enq('v1', 'adm_delay', 'V', NULL, NULL, now() + interval '1 hour'),
+       pg_temp.enq('v2', 'adm_delay', 'V');
+SELECT split_part(pg_temp.claim('adm_delay'), ' => ', 1) AS due_task_claimed;
+SELECT orch_create_queue('adm_lower', '{"concurrency_key_limit": 3}') IS NOT NULL AS created;
+SELECT pg_temp.enq('w1', 'adm_lower', 'W'), pg_temp.enq('w2', 'adm_lower', 'W'), pg_temp.enq('w3', 'adm_lower', 'W');
+SELECT orch_configure_queue('adm_lower', '{"concurrency_key_limit": 1}') ->> 'concurrency_key_limit' AS key_limit;
+SELECT count(*) AS claimed FROM orch_dequeue('adm_lower', 'adm-worker', 10);
+SELECT count(*) AS executing FROM orch.tasks WHERE queue = 'adm_lower' AND state = 'executing';
+
+-- ---------------------------------------------------------------------------
+-- Clean up: drop this file's queues (their unfinished tasks are cancelled).
+-- ---------------------------------------------------------------------------
+SELECT name, pg_temp.try(format('SELECT ''dropped'' FROM orch_drop_queue(%L, force => true)', name)) AS dropped
+  FROM orch.queues WHERE name LIKE 'adm\_%' ORDER BY name;
+SELECT count(*) AS queues_left FROM orch.queues WHERE name LIKE 'adm\_%';
+SELECT count(*) AS unfinished_left FROM orch.tasks
+ WHERE queue LIKE 'adm\_%' AND state NOT IN ('completed', 'failed', 'cancelled');
+SELECT count(*) FILTER (WHERE gated) AS gated_left, count(*) FILTER (WHERE ready_at IS NOT NULL) AS claimable_left
+  FROM orch.tasks WHERE queue LIKE 'adm\_%';
+-- a dropped queue takes its per-key overrides with it
+SELECT count(*) AS overrides_left FROM orch.concurrency_limits WHERE queue LIKE 'adm\_%';
