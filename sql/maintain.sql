@@ -1,6 +1,8 @@
 -- orch_maintain: lease and timeout recovery, retention, dead letters, re-drive.
 \set VERBOSITY terse
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
+RESET client_min_messages;
 CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE sql;

@@ -181,3 +181,8 @@ GRANT EXECUTE ON FUNCTION
   TO orch_producer;
 GRANT EXECUTE ON FUNCTION orch_command_result(bigint, boolean, jsonb) TO orch_worker;
 GRANT EXECUTE ON FUNCTION orch_set_concurrency_limit(text, text, integer) TO orch_admin;
+
+-- State machines: every table carries tenant_id; orch_attach_state_machine
+-- runs as its caller (who must own the table) and looks the machine up.
+ALTER TABLE orch.state_transitions ADD COLUMN tenant_id text NOT NULL DEFAULT 'default';
+GRANT SELECT ON orch.state_machines, orch.state_transitions TO orch_admin;

@@ -1,0 +1,258 @@
+-- privileges: role by role (SPEC §10, install script grants), exactly which
+-- API functions each role may execute, that no role writes orch.* tables
+-- directly (events are append-only), and that PUBLIC gets nothing.
+-- Run: pg_prove -d DB test/pgtap/privileges.sql
+\set QUIET 1
+\set ON_ERROR_STOP 1
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+
+BEGIN;
+SELECT plan(321);
+
+-- ---------------------------------------------------------------------------
+-- Test roles (rolled back at the end): one LOGIN role per orch role, and one
+-- with no grant at all (what PUBLIC gets).
+-- ---------------------------------------------------------------------------
+CREATE ROLE tap_admin LOGIN;
+CREATE ROLE tap_worker LOGIN;
+CREATE ROLE tap_producer LOGIN;
+CREATE ROLE tap_approver LOGIN;
+CREATE ROLE tap_reader LOGIN;
+CREATE ROLE tap_nobody LOGIN;
+GRANT orch_admin TO tap_admin;
+GRANT orch_worker TO tap_worker;
+GRANT orch_producer TO tap_producer;
+GRANT orch_approver TO tap_approver;
+GRANT orch_reader TO tap_reader;
+
+-- The extension's API functions, and the orch tables.
+CREATE TEMP VIEW tap_api AS
+SELECT p.oid, p.proname::text AS name
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'orchestrator'
+ WHERE p.proname LIKE 'orch\_%';
+CREATE TEMP VIEW tap_tables AS
+SELECT c.oid, c.relname::text AS name
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p');
+GRANT SELECT ON tap_api, tap_tables TO PUBLIC;
+CREATE FUNCTION pg_temp.executable(r name) RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(DISTINCT name ORDER BY name), '{}') FROM tap_api
+     WHERE has_function_privilege(r, oid, 'EXECUTE')
+$$;
+CREATE FUNCTION pg_temp.table_writes(r name) RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(t.name || ':' || p.priv ORDER BY t.name, p.priv), '{}')
+      FROM tap_tables t, unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) p(priv)
+     WHERE has_table_privilege(r, t.oid, p.priv)
+$$;
+
+-- ---------------------------------------------------------------------------
+-- 1. Catalog: nothing to PUBLIC.
+-- ---------------------------------------------------------------------------
+SELECT is((SELECT count(*) FROM tap_api), 32::bigint, 'the extension has the 32 orch_ functions of 0.3.0');
+
+SELECT is(
+    (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
+       FROM pg_proc p
+       JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+       JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'orchestrator',
+            aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+      WHERE a.grantee = 0),
+    '{}'::text[], 'PUBLIC may execute no function of the extension');
+
+SELECT is(
+    (SELECT coalesce(array_agg(c.oid::regclass::text ORDER BY 1), '{}')
+       FROM pg_class c
+       JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+       JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'orchestrator',
+            aclexplode(coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
+      WHERE a.grantee = 0),
+    '{}'::text[], 'PUBLIC has no privilege on any table, view or sequence of the extension');
+
+SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has no USAGE on schema orch');
+
+-- ---------------------------------------------------------------------------
+-- 2. Catalog: exactly which API functions each role may execute.
+-- ---------------------------------------------------------------------------
+SELECT is(pg_temp.executable('tap_reader'),
+    ARRAY['orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
+    'orch_reader executes exactly the read functions');
+SELECT is(pg_temp.executable('tap_producer'),
+    ARRAY['orch_cancel', 'orch_command', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
+          'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
+    'orch_producer executes reader + enqueue, enqueue_batch, cancel, command');
+SELECT is(pg_temp.executable('tap_worker'),
+    ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_command_result', 'orch_complete',
+          'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_queue_settings',
+          'orch_resume', 'orch_retry_decision', 'orch_status'],
+    'orch_worker executes reader + dequeue, complete, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
+SELECT is(pg_temp.executable('tap_approver'),
+    ARRAY['orch_confirm', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
+    'orch_approver executes reader + confirm');
+SELECT is(pg_temp.executable('tap_admin'),
+    ARRAY['orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_cancel',
+          'orch_command', 'orch_command_result', 'orch_complete', 'orch_configure_queue', 'orch_confirm',
+          'orch_create_queue', 'orch_create_state_machine', 'orch_dequeue', 'orch_drop_queue',
+          'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat', 'orch_history',
+          'orch_maintain', 'orch_pause_queue', 'orch_queue_settings', 'orch_reprocess', 'orch_resume',
+          'orch_resume_queue', 'orch_retry', 'orch_retry_decision', 'orch_schedule_maintenance',
+          'orch_set_concurrency_limit', 'orch_state_machine_trigger', 'orch_status',
+          'orch_unschedule_maintenance'],
+    'orch_admin executes every API function (the internal gate trigger aside)');
+SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
+
+-- ---------------------------------------------------------------------------
+-- 3. Catalog: no role may write the orch tables directly.
+-- ---------------------------------------------------------------------------
+SELECT is(pg_temp.table_writes(r), '{}'::text[], r || ' has no write privilege on any orch table')
+  FROM unnest(ARRAY['orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader', 'tap_nobody']) r;
+SELECT ok(NOT has_table_privilege(r, 'orch.events', 'UPDATE') AND NOT has_table_privilege(r, 'orch.events', 'DELETE'),
+          r || ' may neither UPDATE nor DELETE orch.events')
+  FROM unnest(ARRAY['orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader', 'tap_nobody']) r;
+
+-- ---------------------------------------------------------------------------
+-- Fixtures (as the extension owner).
+-- ---------------------------------------------------------------------------
+CREATE TABLE tap_claims (tag text, task_id bigint, lease_token uuid);
+GRANT ALL ON tap_claims TO tap_admin, tap_worker, tap_producer, tap_approver, tap_reader;
+DO $$
+BEGIN
+    PERFORM orch_create_queue('tap_q');
+    PERFORM orch_enqueue('tap_q', '{"ref": true}');
+    PERFORM orch_enqueue('tap_w', jsonb_build_object('n', g)) FROM generate_series(1, 3) g;
+    -- tasks awaiting confirmation: one for the approver, one for the admin
+    PERFORM orch_enqueue('tap_a', jsonb_build_object('n', g)) FROM generate_series(1, 3) g;
+    INSERT INTO tap_claims SELECT 'approve', task_id, lease_token FROM orch_dequeue('tap_a', 'setup', 3);
+    PERFORM orch_await_confirmation(task_id, lease_token) FROM tap_claims WHERE tag = 'approve';
+END $$;
+-- a table owned by tap_admin for orch_attach_state_machine
+CREATE TABLE tap_doors (id int PRIMARY KEY, status text);
+ALTER TABLE tap_doors OWNER TO tap_admin;
+
+-- The calls, with arguments that make the allowed ones succeed.
+CREATE TEMP TABLE calls (ord serial, fn text, sql text);
+GRANT SELECT ON calls TO PUBLIC;
+INSERT INTO calls (fn, sql) VALUES
+    ('orch_enqueue',              $$SELECT orch_enqueue('tap_p', '{"by": "role"}')$$),
+    ('orch_enqueue_batch',        $$SELECT orch_enqueue_batch('tap_p', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[])$$),
+    ('orch_cancel',               $$SELECT orch_cancel((SELECT max(task_id) FROM orch_tasks WHERE queue = 'tap_p' AND state = 'queued'), 'by role')$$),
+    ('orch_dequeue',              $$INSERT INTO tap_claims SELECT 'w', task_id, lease_token FROM orch_dequeue('tap_w', 'tap-worker')$$),
+    ('orch_heartbeat',            $$SELECT orch_heartbeat(task_id, lease_token) FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_await_tool',           $$SELECT orch_await_tool(task_id, lease_token, 'tool') FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_resume',               $$SELECT orch_resume(task_id, '{"tool": "result"}') FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_dequeue',              $$UPDATE tap_claims c SET task_id = d.task_id, lease_token = d.lease_token FROM orch_dequeue('tap_w', 'tap-worker') d WHERE c.tag = 'w'$$),
+    ('orch_complete',             $$SELECT orch_complete(task_id, lease_token, '{"ok": 1}') FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_dequeue',              $$UPDATE tap_claims c SET task_id = d.task_id, lease_token = d.lease_token FROM orch_dequeue('tap_w', 'tap-worker') d WHERE c.tag = 'w'$$),
+    ('orch_fail',                 $$SELECT f.state FROM tap_claims, orch_fail(task_id, lease_token, 'NON_RETRYABLE', 'by role') f WHERE tag = 'w'$$),
+    ('orch_dequeue',              $$UPDATE tap_claims c SET task_id = d.task_id, lease_token = d.lease_token FROM orch_dequeue('tap_w', 'tap-worker') d WHERE c.tag = 'w'$$),
+    ('orch_await_confirmation',   $$SELECT orch_await_confirmation(task_id, lease_token, '{"q": "ok?"}') FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_confirm',              $$SELECT orch_confirm((SELECT min(task_id) FROM orch_tasks WHERE queue = 'tap_a' AND state = 'awaiting_user_confirmation' AND resume_data IS NULL), true, 'tap', 'yes')$$),
+    ('orch_status',               $$SELECT state FROM orch_status((SELECT min(task_id) FROM orch_tasks WHERE queue = 'tap_q'))$$),
+    ('orch_history',              $$SELECT count(*) FROM orch_history((SELECT min(task_id) FROM orch_tasks WHERE queue = 'tap_q'))$$),
+    ('orch_queue_settings',       $$SELECT orch_queue_settings('tap_q')$$),
+    ('orch_retry_decision',       $$SELECT * FROM orch_retry_decision('TRANSIENT', 1, 1)$$),
+    ('orch_tasks',                $$SELECT count(*) FROM orch_tasks$$),
+    ('orch_events',               $$SELECT count(*) FROM orch_events$$),
+    ('orch_attempts',             $$SELECT count(*) FROM orch_attempts$$),
+    ('orch_queues',               $$SELECT count(*) FROM orch_queues$$),
+    ('orch_dead_letters',         $$SELECT count(*) FROM orch_dead_letters$$),
+    ('orch_commands',             $$SELECT count(*) FROM orch_commands$$),
+    ('orch_command',              $$SELECT replayed FROM orch_command('tap.kind', 'tap-key-' || current_user, '{"x": 1}')$$),
+    ('orch_command_result',       $$SELECT orch_command_result((SELECT max(command_id) FROM orch_commands WHERE kind = 'tap.kind' AND status = 'pending'), true, '{"ok": true}')$$),
+    ('orch_create_queue',         $$SELECT orch_create_queue('tap_new', '{"priority": 1}')$$),
+    ('orch_configure_queue',      $$SELECT orch_configure_queue('tap_new', '{"priority": 2}')$$),
+    ('orch_pause_queue',          $$SELECT orch_pause_queue('tap_new')$$),
+    ('orch_resume_queue',         $$SELECT orch_resume_queue('tap_new')$$),
+    ('orch_drop_queue',           $$SELECT orch_drop_queue('tap_new')$$),
+    ('orch_create_state_machine', $$SELECT orch_create_state_machine('tap_door', '{"closed": ["open"], "open": ["closed"]}')$$),
+    ('orch_attach_state_machine', $$SELECT orch_attach_state_machine('tap_doors', 'status', 'tap_door')$$),
+    ('orch_set_concurrency_limit', $$SELECT orch_set_concurrency_limit('tap_q', 'tap-key', 2)$$),
+    ('orch_maintain',             $$SELECT count(*) FROM orch_maintain(100)$$),
+    ('orch_retry',                $$SELECT orch_retry((SELECT min(task_id) FROM orch_dead_letters WHERE queue = 'tap_w'))$$),
+    ('orch_reprocess',            $$SELECT count(*) FROM orch_reprocess(queue => 'tap_w')$$);
+
+-- Direct writes on the orch tables: refused for every role.
+CREATE TEMP TABLE writes (ord serial, sql text);
+GRANT SELECT ON writes TO PUBLIC;
+INSERT INTO writes (sql) VALUES
+    ($$INSERT INTO orch.tasks (queue, state, payload) VALUES ('tap_q', 'queued', '{}')$$),
+    ($$UPDATE orch.tasks SET priority = 1$$),
+    ($$DELETE FROM orch.tasks$$),
+    ($$INSERT INTO orch.events (actor) VALUES ('forger')$$),
+    ($$UPDATE orch.events SET note = 'rewritten'$$),
+    ($$DELETE FROM orch.events$$),
+    ($$TRUNCATE orch.events$$),
+    ($$UPDATE orch.queues SET paused = true$$),
+    ($$DELETE FROM orch.idempotency_keys$$),
+    ($$INSERT INTO orch.attempts (task_id, attempt, outcome) VALUES (1, 1, 'completed')$$),
+    ($$INSERT INTO orch.state_transitions (machine, from_state, to_state) VALUES ('task', 'completed', 'queued')$$);
+
+-- run_as(role, allowed functions): for every call, lives_ok when its function
+-- is allowed to the role, else throws_ok 42501; then every direct write
+-- throws 42501.  Runs as the role (SET LOCAL ROLE).
+CREATE FUNCTION pg_temp.run_as(r text, allowed text[]) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE c record;
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', r);
+    FOR c IN SELECT * FROM calls ORDER BY ord LOOP
+        IF c.fn = ANY (allowed) THEN
+            RETURN NEXT lives_ok(c.sql, format('%s may call %s (%s)', r, c.fn, c.ord));
+        ELSE
+            RETURN NEXT throws_ok(c.sql, '42501', NULL, format('%s may not call %s (%s)', r, c.fn, c.ord));
+        END IF;
+    END LOOP;
+    FOR c IN SELECT * FROM writes ORDER BY ord LOOP
+        RETURN NEXT throws_ok(c.sql, '42501', NULL, format('%s may not: %s', r, c.sql));
+    END LOOP;
+    RESET ROLE;
+END $$;
+
+-- ---------------------------------------------------------------------------
+-- 4. At run time, role by role.
+-- ---------------------------------------------------------------------------
+SELECT * FROM pg_temp.run_as('tap_nobody', '{}');
+SELECT * FROM pg_temp.run_as('tap_reader',
+    ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+SELECT * FROM pg_temp.run_as('tap_producer',
+    ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
+          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+SELECT * FROM pg_temp.run_as('tap_worker',
+    ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_await_tool', 'orch_resume', 'orch_complete', 'orch_fail',
+          'orch_await_confirmation', 'orch_command_result',
+          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+SELECT * FROM pg_temp.run_as('tap_approver',
+    ARRAY['orch_confirm',
+          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+
+-- The admin may do everything through the API (with fresh work for the worker calls).
+DO $$
+BEGIN
+    PERFORM orch_enqueue('tap_w', jsonb_build_object('n', g)) FROM generate_series(4, 6) g;
+    DELETE FROM tap_claims WHERE tag = 'w';
+END $$;
+SELECT * FROM pg_temp.run_as('tap_admin', ARRAY(SELECT DISTINCT fn FROM calls));
+
+-- The allowed calls did what they say.
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p'), 6::bigint, 'producer and admin each enqueued three tasks');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p' AND state = 'cancelled'), 2::bigint, 'producer and admin each cancelled one');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND state = 'completed'), 2::bigint, 'worker and admin each completed one');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND state = 'failed'), 2::bigint, 'worker and admin each failed one');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_a' AND resume_data IS NOT NULL), 2::bigint, 'approver and admin each approved one');
+SELECT is((SELECT count(*) FROM orch.queues WHERE name = 'tap_new'), 0::bigint, 'the admin created and dropped a queue');
+SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = 'tap_doors'::regclass AND NOT tgisinternal), 1::bigint, 'the admin attached a state machine');
+SELECT is((SELECT count(*) FROM orch.events WHERE actor = 'forger' OR note = 'rewritten'), 0::bigint, 'no forged or rewritten event');
+SELECT is((SELECT array_agg(status ORDER BY idempotency_key) FROM orch_commands WHERE kind = 'tap.kind'),
+          ARRAY['succeeded', 'succeeded'], 'producer and admin each recorded a command, worker and admin recorded results');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND retry_of IS NOT NULL), 2::bigint,
+          'the admin re-drove both dead letters (orch_retry, orch_reprocess)');
+SELECT is((SELECT count(*) FROM orch.concurrency_limits WHERE queue = 'tap_q'), 1::bigint, 'the admin set a concurrency limit');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,125 @@
+-- schema: the tables of SPEC §1/§11 exist, every table carries tenant_id,
+-- keys of the distributed tables include tenant_id, the lifecycle trigger is
+-- in place with the built-in matrix, and every SECURITY DEFINER function pins
+-- search_path (SPEC §10).
+-- Run: pg_prove -d DB test/pgtap/schema.sql
+\set QUIET 1
+\set ON_ERROR_STOP 1
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+
+BEGIN;
+SELECT plan(84);
+
+-- Tables.
+SELECT has_schema('orch');
+SELECT has_table('orch', t, 'table orch.' || t || ' exists')
+  FROM unnest(ARRAY['queues', 'tasks', 'attempts', 'events', 'idempotency_keys',
+                    'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands']) t;
+SELECT has_view(v, 'view ' || v || ' exists')
+  FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']) v;
+
+-- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1).
+SELECT has_column('orch', c.relname, 'tenant_id', 'orch.' || c.relname || ' has tenant_id')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
+SELECT col_type_is('orch', c.relname, 'tenant_id', 'text', 'orch.' || c.relname || '.tenant_id is text')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
+SELECT col_not_null('orch', c.relname, 'tenant_id', 'orch.' || c.relname || '.tenant_id is NOT NULL')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
+SELECT col_default_is('orch', c.relname, 'tenant_id', 'default'::text, 'orch.' || c.relname || '.tenant_id defaults to ''default''')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
+
+-- Keys of the distributed tables include tenant_id (SPEC §11); the small
+-- reference tables (queues, state_machines, state_transitions,
+-- concurrency_limits) are exempt.
+CREATE TEMP VIEW dist_tables AS
+SELECT c.oid, c.relname::text AS name
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p')
+   AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits');
+SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables),
+          ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'rate_window', 'tasks'],
+          'the distributed tables are attempts, commands, events, idempotency_keys, rate_window, tasks');
+SELECT has_pk('orch', t, 'orch.' || t || ' has a primary key')
+  FROM unnest(ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'tasks']) t;
+SELECT col_is_pk('orch', 'tasks', ARRAY['id', 'tenant_id'], 'orch.tasks is keyed by (id, tenant_id)');
+SELECT is(
+    (SELECT coalesce(array_agg(d.name || '.' || con.conname ORDER BY 1), '{}')
+       FROM dist_tables d JOIN pg_constraint con ON con.conrelid = d.oid
+      WHERE con.contype IN ('p', 'u', 'f', 'x')
+        AND NOT EXISTS (SELECT 1 FROM pg_attribute a
+                         WHERE a.attrelid = d.oid AND a.attname = 'tenant_id' AND a.attnum = ANY (con.conkey))),
+    '{}'::text[], 'every primary key, unique, exclusion and foreign key constraint of a distributed table includes tenant_id');
+SELECT is(
+    (SELECT coalesce(array_agg(i.indexrelid::regclass::text ORDER BY 1), '{}')
+       FROM dist_tables d JOIN pg_index i ON i.indrelid = d.oid
+      WHERE i.indisunique
+        AND NOT EXISTS (SELECT 1 FROM pg_attribute a
+                         WHERE a.attrelid = d.oid AND a.attname = 'tenant_id' AND a.attnum = ANY (i.indkey))),
+    '{}'::text[], 'every unique index of a distributed table includes tenant_id');
+SELECT is(
+    (SELECT coalesce(array_agg(con.conrelid::regclass::text || '.' || con.conname ORDER BY 1), '{}')
+       FROM pg_constraint con JOIN dist_tables d ON d.oid = con.confrelid
+      WHERE con.contype = 'f'),
+    '{}'::text[], 'no foreign key references a distributed table without tenant_id (none at all in 0.1.0)');
+
+-- The lifecycle trigger and the built-in machine.
+SELECT has_trigger('orch', 'tasks', 'tasks_lifecycle', 'orch.tasks has the lifecycle trigger');
+SELECT trigger_is('orch', 'tasks', 'tasks_lifecycle', 'public', 'orch_state_machine_trigger',
+                  'the lifecycle trigger calls orch_state_machine_trigger');
+SELECT ok((SELECT (tgtype & 2) <> 0 AND (tgtype & 1) <> 0 AND (tgtype & 4) <> 0 AND (tgtype & 16) <> 0
+             FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND tgname = 'tasks_lifecycle'),
+          'the lifecycle trigger is BEFORE INSERT OR UPDATE FOR EACH ROW');
+SELECT is((SELECT lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+            WHERE p.oid = 'orch_state_machine_trigger()'::regprocedure),
+          'c'::name, 'the lifecycle trigger is written in C');
+SELECT set_eq(
+    $$SELECT from_state, to_state FROM orch.state_transitions WHERE machine = 'task'$$,
+    $$VALUES (NULL, 'received'), (NULL, 'queued'), (NULL, 'failed'),
+             ('received', 'received'), ('received', 'queued'), ('received', 'failed'), ('received', 'cancelled'),
+             ('queued', 'queued'), ('queued', 'executing'), ('queued', 'failed'), ('queued', 'cancelled'),
+             ('executing', 'executing'), ('executing', 'awaiting_tool'), ('executing', 'awaiting_user_confirmation'),
+             ('executing', 'completed'), ('executing', 'failed'), ('executing', 'cancelled'),
+             ('awaiting_tool', 'awaiting_tool'), ('awaiting_tool', 'executing'), ('awaiting_tool', 'failed'),
+             ('awaiting_tool', 'cancelled'),
+             ('awaiting_user_confirmation', 'awaiting_user_confirmation'), ('awaiting_user_confirmation', 'executing'),
+             ('awaiting_user_confirmation', 'failed'), ('awaiting_user_confirmation', 'cancelled'),
+             ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled')$$,
+    'the built-in task machine is exactly the matrix of SPEC section 2');
+SELECT is((SELECT builtin FROM orch.state_machines WHERE name = 'task'), true, 'the task machine is built in');
+
+-- SECURITY DEFINER functions pin search_path (pg_catalog first, pg_temp last).
+CREATE TEMP VIEW ext_functions AS
+SELECT p.oid, p.oid::regprocedure::text AS sig, p.prosecdef, p.proconfig
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'orchestrator';
+SELECT cmp_ok((SELECT count(*) FROM ext_functions WHERE prosecdef), '>', 0::bigint,
+              'the extension has SECURITY DEFINER functions');
+SELECT is(
+    (SELECT coalesce(array_agg(sig ORDER BY sig), '{}') FROM ext_functions f
+      WHERE prosecdef
+        AND NOT EXISTS (SELECT 1 FROM unnest(f.proconfig) c
+                         WHERE c ~ '^search_path=pg_catalog(,|$)' AND c ~ '[= ,]pg_temp$')),
+    '{}'::text[], 'every SECURITY DEFINER function pins search_path to pg_catalog, ..., pg_temp');
+SELECT is(
+    (SELECT coalesce(array_agg(sig ORDER BY sig), '{}') FROM ext_functions f
+      WHERE prosecdef
+        AND EXISTS (SELECT 1 FROM unnest(f.proconfig) c WHERE c ~ '^search_path=.*\m(public|"\$user")\M')),
+    '{}'::text[], 'no SECURITY DEFINER function puts public or $user on its search_path');
+
+-- The extension does not need shared_preload_libraries and is not relocatable.
+SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'orchestrator'), false, 'the extension is not relocatable');
+SELECT ok(current_setting('shared_preload_libraries') !~ 'orchestrator', 'runs without shared_preload_libraries');
+
+-- The roles exist and are not login roles.
+SELECT has_role(r, r || ' exists') FROM unnest(ARRAY['orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader']) r;
+SELECT is((SELECT count(*) FROM pg_roles WHERE rolname LIKE 'orch\_%' AND rolname IN ('orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader') AND NOT rolcanlogin), 5::bigint, 'the orch roles cannot log in');
+
+SELECT * FROM finish();
+ROLLBACK;
