@@ -18,6 +18,12 @@ CREATE INDEX tasks_delayed_idx ON orch.tasks (queue, run_at)
     WHERE state = 'queued' AND ready_at IS NULL AND NOT gated AND concurrency_key IS NOT NULL;
 CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
     WHERE state = 'executing' AND owner IS NOT NULL;
+-- Hot-path trim: the lifecycle trigger already refuses unknown states (OR001),
+-- so the CHECK constraint only cost a re-parse per statement; workflow lookups
+-- by (run, step) get their index with workflows.
+ALTER TABLE orch.tasks DROP CONSTRAINT tasks_state_check;
+DROP INDEX orch.tasks_run_idx;
+
 -- At most one execution per (run, step), whatever the writer.
 CREATE UNIQUE INDEX tasks_run_step_running_idx ON orch.tasks (tenant_id, run_id, step_key)
     WHERE state = 'executing' AND run_id IS NOT NULL;
@@ -31,6 +37,19 @@ CREATE TABLE orch.concurrency_limits (
 );
 COMMENT ON TABLE orch.concurrency_limits IS
   'Per-key overrides of a queue''s concurrency_key_limit (orch_set_concurrency_limit). Small; a reference table.';
+
+-- Events of a statement are written together at its end (one INSERT for a
+-- batch claim or enqueue); the row trigger buffers them.
+CREATE FUNCTION orch_events_flush()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_events_flush';
+COMMENT ON FUNCTION orch_events_flush() IS
+  'AFTER INSERT OR UPDATE statement trigger on orch.tasks: writes the events the lifecycle trigger buffered.';
+CREATE TRIGGER tasks_events
+    AFTER INSERT OR UPDATE ON orch.tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION orch_events_flush();
 
 CREATE FUNCTION orch_gate_trigger()
 RETURNS trigger
@@ -168,7 +187,7 @@ SELECT pg_catalog.pg_extension_config_dump('orch.commands_id_seq', '');
 REVOKE ALL ON orch.concurrency_limits, orch.rate_window, orch.commands FROM PUBLIC;
 REVOKE ALL ON SEQUENCE orch.commands_id_seq FROM PUBLIC;
 REVOKE ALL ON orch_commands FROM PUBLIC;
-REVOKE ALL ON FUNCTION orch_gate_trigger(), orch_set_concurrency_limit(text, text, integer),
+REVOKE ALL ON FUNCTION orch_gate_trigger(), orch_events_flush(), orch_set_concurrency_limit(text, text, integer),
     orch_enqueue(text, jsonb, integer, text, timestamptz, text, text, text, integer, integer, jsonb, interval, text),
     orch_enqueue_batch(text, jsonb[], integer, text[], timestamptz, text, text, text, integer, integer, jsonb, interval, text),
     orch_command(text, text, jsonb, bigint, text), orch_command_result(bigint, boolean, jsonb)

@@ -226,11 +226,10 @@ orch_gate_promote(const char *queue, const char *key)
 										  "UPDATE orch.tasks t SET gated = false,"
 										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, now())"
 										  "                 ELSE now() END"
-										  " FROM (SELECT id, tenant_id FROM orch.tasks"
+										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 										  "       WHERE queue = $1 AND concurrency_key = $2 AND gated"
 										  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
-										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE) g"
-										  " WHERE t.id = g.id AND t.tenant_id = g.tenant_id",
+										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))",
 										  3, types),
 							 v, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "orchestrator: promotion failed");
@@ -272,11 +271,10 @@ gate_enforce(const char *queue, const char *key)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (SPI_execute_plan(orch_prepare(&demote_plan,
 									  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
-									  " FROM (SELECT id, tenant_id FROM orch.tasks"
+									  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 									  "       WHERE queue = $1 AND concurrency_key = $2 AND state = 'queued'"
 									  "         AND ready_at IS NOT NULL"
-									  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE) g"
-									  " WHERE t.id = g.id AND t.tenant_id = g.tenant_id",
+									  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))",
 									  3, types),
 						 v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: demotion failed");
@@ -328,6 +326,7 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	return promoted;
 }
 
+static SPIPlanPtr wake_probe_plan = NULL;
 static SPIPlanPtr wake_queue_plan = NULL;
 static SPIPlanPtr wake_all_plan = NULL;
 
@@ -359,26 +358,35 @@ orch_wake_delayed(const char *queue, int limit)
 	if (queue)
 	{
 		v[1] = orch_text_datum(queue);
+		/* a read-only probe first: the UPDATE's set-up costs more than the look */
+		if (SPI_execute_plan(orch_prepare(&wake_probe_plan,
+										  "SELECT 1 FROM orch.tasks"
+										  " WHERE queue = $2 AND state = 'queued' AND ready_at IS NULL"
+										  "   AND NOT gated AND concurrency_key IS NOT NULL"
+										  "   AND run_at <= now() LIMIT $1",
+										  2, types),
+							 v, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: delayed task probe failed");
+		if (SPI_processed == 0)
+			return 0;
 		rc = SPI_execute_plan(orch_prepare(&wake_queue_plan,
 										   "UPDATE orch.tasks t SET ready_at = t.run_at"
-										   " FROM (SELECT id, tenant_id FROM orch.tasks"
+										   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 										   "       WHERE queue = $2 AND state = 'queued' AND ready_at IS NULL"
 										   "         AND NOT gated AND concurrency_key IS NOT NULL"
 										   "         AND run_at <= now()"
-										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) d"
-										   " WHERE t.id = d.id AND t.tenant_id = d.tenant_id",
+										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))",
 										   2, types),
 							  v, NULL, false, 0);
 	}
 	else
 		rc = SPI_execute_plan(orch_prepare(&wake_all_plan,
 										   "UPDATE orch.tasks t SET ready_at = t.run_at"
-										   " FROM (SELECT id, tenant_id FROM orch.tasks"
+										   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 										   "       WHERE state = 'queued' AND ready_at IS NULL"
 										   "         AND NOT gated AND concurrency_key IS NOT NULL"
 										   "         AND run_at <= now()"
-										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) d"
-										   " WHERE t.id = d.id AND t.tenant_id = d.tenant_id",
+										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))",
 										   1, types),
 							  v, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)

@@ -25,19 +25,21 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claim_tenant_plan = NULL;
 
+/*
+ * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
+ * generic plan stays an index scan (a join against a LIMIT $n sub-query
+ * would be planned for 10% of the table).
+ */
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER) \
-	"WITH c AS (" \
-	"  SELECT id, tenant_id FROM orch.tasks" \
-	"  WHERE queue = $1 AND ready_at <= now()" TENANT_FILTER \
-	"  ORDER BY priority, created_at, id" \
-	"  LIMIT $2 FOR UPDATE SKIP LOCKED)," \
-	" u AS (" \
+	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
 	"   lease_token = gen_random_uuid(), lease_owner = $3," \
 	"   lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
-	"   retry_at = NULL," \
-	"   reason_code = 'claimed'" \
-	"  FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id" OUTER_TENANT_FILTER \
+	"   retry_at = NULL, reason_code = 'claimed'" \
+	"  WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" \
+	"     WHERE queue = $1 AND ready_at <= now()" TENANT_FILTER \
+	"     ORDER BY priority, created_at, id" \
+	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
 	"  RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	"   t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data, t.created_at)" \
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \

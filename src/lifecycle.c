@@ -12,6 +12,7 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/array.h"
 #include "utils/datum.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
@@ -23,6 +24,7 @@
 PG_FUNCTION_INFO_V1(orch_state_machine_trigger);
 PG_FUNCTION_INFO_V1(orch_create_state_machine);
 PG_FUNCTION_INFO_V1(orch_attach_state_machine);
+PG_FUNCTION_INFO_V1(orch_events_flush);
 
 const char *const orch_state_names[TS_COUNT] = {
 	"received", "queued", "executing", "awaiting_tool",
@@ -73,6 +75,7 @@ static bool ctx_worker_actor = false;	/* actor = the task's lease owner */
 static char *ctx_actor = NULL;
 static char *ctx_note = NULL;
 static bool ctx_callbacks_registered = false;
+static List *event_buffer = NIL;	/* BufferedEvent, in TopTransactionContext */
 
 static void
 ctx_reset(void)
@@ -89,14 +92,31 @@ static void
 ctx_xact_callback(XactEvent event, void *arg)
 {
 	ctx_reset();
+	event_buffer = NIL;			/* its memory goes with the transaction */
 }
+
+static void events_forget(int from_level);
 
 static void
 ctx_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
 		ctx_reset();
+		events_forget(GetCurrentTransactionNestLevel());
+	}
+}
+
+static void
+ensure_callbacks(void)
+{
+	if (!ctx_callbacks_registered)
+	{
+		RegisterXactCallback(ctx_xact_callback, NULL);
+		RegisterSubXactCallback(ctx_subxact_callback, NULL);
+		ctx_callbacks_registered = true;
+	}
 }
 
 void
@@ -109,12 +129,7 @@ orch_set_event_context(const char *actor, const char *note)
 void
 orch_set_event_context_ext(const char *actor, const char *note, bool worker_actor)
 {
-	if (!ctx_callbacks_registered)
-	{
-		RegisterXactCallback(ctx_xact_callback, NULL);
-		RegisterSubXactCallback(ctx_subxact_callback, NULL);
-		ctx_callbacks_registered = true;
-	}
+	ensure_callbacks();
 	ctx_reset();
 	ctx_active = true;
 	ctx_worker_actor = worker_actor;
@@ -183,6 +198,188 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: event insert failed: %s", SPI_result_code_string(rc));
 	SPI_finish();
+}
+
+/* ----------------------------------------------------------------------
+ * Per-statement event buffer.  When orch.tasks has the statement trigger
+ * tasks_events (0.3.0 and later), the row trigger buffers its events and
+ * orch_events_flush writes them with one INSERT at the end of the statement:
+ * a batch claim or enqueue of N tasks then costs one insert, not N.
+ * ---------------------------------------------------------------------- */
+typedef struct BufferedEvent
+{
+	int			level;			/* (sub)transaction nesting level */
+	char	   *tenant;
+	int64		task_id;
+	bool		has_run;
+	int64		run_id;
+	char	   *from_state;
+	char	   *to_state;
+	char	   *reason_code;
+	char	   *actor;
+	int32		attempt;
+	bool		has_token;
+	pg_uuid_t	token;
+	char	   *note;
+	TimestampTz at;
+} BufferedEvent;
+
+
+static char *
+tx_strdup(const char *s)
+{
+	return s ? MemoryContextStrdup(TopTransactionContext, s) : NULL;
+}
+
+static void
+buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
+			 const char *from_state, const char *to_state, const char *reason_code,
+			 const char *actor, int32 attempt, pg_uuid_t *token, const char *note)
+{
+	MemoryContext old;
+	BufferedEvent *e;
+
+	ensure_callbacks();
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	e = palloc0(sizeof(BufferedEvent));
+
+	e->level = GetCurrentTransactionNestLevel();
+	e->tenant = tx_strdup(tenant ? tenant : ORCH_DEFAULT_TENANT);
+	e->task_id = task_id;
+	e->has_run = has_run;
+	e->run_id = run_id;
+	e->from_state = tx_strdup(from_state);
+	e->to_state = tx_strdup(to_state);
+	e->reason_code = tx_strdup(reason_code);
+	e->actor = tx_strdup(actor ? actor : orch_current_actor());
+	e->attempt = attempt;
+	e->has_token = token != NULL;
+	if (token)
+		memcpy(&e->token, token, sizeof(pg_uuid_t));
+	e->note = tx_strdup(note);
+	e->at = GetCurrentTimestamp();
+	event_buffer = lappend(event_buffer, e);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+events_forget(int from_level)
+{
+	ListCell   *lc;
+
+	foreach(lc, event_buffer)
+	{
+		BufferedEvent *e = (BufferedEvent *) lfirst(lc);
+
+		if (e->level >= from_level)
+			event_buffer = foreach_delete_current(event_buffer, lc);
+	}
+}
+
+static SPIPlanPtr flush_plan = NULL;
+
+/* Write every buffered event with one INSERT ... SELECT FROM unnest(...). */
+static void
+events_flush(void)
+{
+	List	   *work = event_buffer;
+	int			n = list_length(work);
+	Datum	   *cols[12];
+	bool	   *nulls[12];
+	Oid			elemtypes[12] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
+	TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Oid			arrtypes[12] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
+	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID};
+	Datum		args[12];
+	int			i = 0;
+	ListCell   *lc;
+
+	if (n == 0)
+		return;
+	event_buffer = NIL;
+	for (int c = 0; c < 12; c++)
+	{
+		cols[c] = palloc0(sizeof(Datum) * n);
+		nulls[c] = palloc0(sizeof(bool) * n);
+	}
+	foreach(lc, work)
+	{
+		BufferedEvent *e = (BufferedEvent *) lfirst(lc);
+
+#define SETTXT(c, s) do { if (s) cols[c][i] = orch_text_datum(s); else nulls[c][i] = true; } while (0)
+		SETTXT(0, e->tenant);
+		cols[1][i] = Int64GetDatum(e->task_id);
+		cols[2][i] = Int64GetDatum(e->run_id);
+		nulls[2][i] = !e->has_run;
+		SETTXT(3, e->from_state);
+		SETTXT(4, e->to_state);
+		SETTXT(5, e->reason_code);
+		SETTXT(6, e->actor);
+		cols[7][i] = Int32GetDatum(e->attempt);
+		nulls[7][i] = e->attempt <= 0;
+		cols[8][i] = UUIDPGetDatum(&e->token);
+		nulls[8][i] = !e->has_token;
+		SETTXT(9, e->note);
+		cols[10][i] = TimestampTzGetDatum(e->at);
+		cols[11][i] = Int32GetDatum(i);
+#undef SETTXT
+		i++;
+	}
+	for (int c = 0; c < 12; c++)
+	{
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+		int			dims[1] = {n};
+		int			lbs[1] = {1};
+
+		get_typlenbyvalalign(elemtypes[c], &typlen, &typbyval, &typalign);
+		args[c] = PointerGetDatum(construct_md_array(cols[c], nulls[c], 1, dims, lbs,
+													 elemtypes[c], typlen, typbyval, typalign));
+	}
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (SPI_execute_plan(orch_prepare(&flush_plan,
+									  "INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+									  " to_state, reason_code, actor, attempt, lease_token, note, at)"
+									  " SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+									  " e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at"
+									  " FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+									  "   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+									  "        actor, attempt, lease_token, note, at, ord)"
+									  " ORDER BY e.ord",
+									  12, arrtypes),
+						 args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: event flush failed");
+	SPI_finish();
+	list_free_deep(work);
+}
+
+/* AFTER INSERT OR UPDATE FOR EACH STATEMENT on orch.tasks */
+Datum
+orch_events_flush(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch_events_flush: not called by trigger manager")));
+	events_flush();
+	return PointerGetDatum(NULL);
+}
+
+/* Does this relation flush buffered events at statement end? */
+static bool
+has_flush_trigger(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+
+	if (td == NULL || !td->trig_update_after_statement || !td->trig_insert_after_statement)
+		return false;
+	for (int i = 0; i < td->numtriggers; i++)
+		if (strcmp(td->triggers[i].tgname, "tasks_events") == 0 && td->triggers[i].tgenabled != TRIGGER_DISABLED)
+			return true;
+	return false;
 }
 
 /*
@@ -513,9 +710,14 @@ task_trigger(TriggerData *trigdata)
 	actor = ctx_actor;
 	if (actor == NULL && ctx_worker_actor)
 		actor = get_text_col(newtup, td, task_cols.lease_owner);
-	write_event_full(tenant, task_id, true, run_id, has_run, "task",
+	if (has_flush_trigger(rel))
+		buffer_event(tenant, task_id, has_run, run_id,
 					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
 					 to_name, reason, actor, attempt, token, ctx_note);
+	else
+		write_event_full(tenant, task_id, true, run_id, has_run, "task",
+						 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
+						 to_name, reason, actor, attempt, token, ctx_note);
 	return newtup;
 }
 

@@ -74,14 +74,18 @@ _PG_init(void)
 
 /*
  * Prepare a statement once per backend and keep it.  Must be called while
- * connected to SPI.
+ * connected to SPI.  The plan is generic: every statement here is a short
+ * index lookup whose shape does not depend on the parameter values, and
+ * re-planning per call (the plan cache's custom plans) costs more than the
+ * statement itself.
  */
 SPIPlanPtr
 orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*cache == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "orchestrator: SPI_prepare failed: %s",

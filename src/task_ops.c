@@ -282,15 +282,17 @@ orch_complete(PG_FUNCTION_ARGS)
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	Jsonb	   *result = jsonb_arg(fcinfo, 2, "result");
-	Oid			types[3] = {INT8OID, UUIDOID, JSONBOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
+	Oid			types[4] = {INT8OID, UUIDOID, JSONBOID, TEXTOID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
 
 	v[0] = Int64GetDatum(id);
 	v[1] = UUIDPGetDatum(token);
 	v[2] = JsonbPGetDatum(result);
 	if (!result)
 		n[2] = 'n';
+	/* a parameter, not a literal: keeps the generic plan on the primary key */
+	v[3] = orch_text_datum("executing");
 
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);
@@ -298,14 +300,14 @@ orch_complete(PG_FUNCTION_ARGS)
 	if (SPI_execute_plan(orch_prepare(&complete_plan,
 									  "WITH t AS (UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
-									  " WHERE id = $1 AND lease_token = $2 AND state = 'executing'"
+									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > now()"
 									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at)"
 									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
 									  "   lease_token, started_at, outcome)"
 									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
 									  "   'completed' FROM t",
-									  3, types),
+									  4, types),
 						 v, n, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: complete failed");
 	if (SPI_processed == 0)

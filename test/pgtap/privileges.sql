@@ -52,7 +52,7 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 32::bigint, 'the extension has the 32 orch_ functions of 0.3.0');
+SELECT is((SELECT count(*) FROM tap_api), 33::bigint, 'the extension has the 33 orch_ functions of 0.3.0 (with the internal orch_events_flush and orch_gate_trigger)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
