@@ -126,6 +126,19 @@ COMMENT ON FUNCTION orch_enqueue_batch(text, jsonb[], integer, text[], timestamp
   'Enqueues many tasks in one call; returns their ids in the order of payloads.';
 
 -- ---------------------------------------------------------------------------
+-- Batch completion: the counterpart of a batch claim.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION orch_complete_batch(task_ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_complete_batch';
+COMMENT ON FUNCTION orch_complete_batch(bigint[], uuid[], jsonb[]) IS
+  'Completes many claimed tasks in one statement, all or nothing (the first failing task''s OR002/OR003/OR005); returns how many.';
+REVOKE ALL ON FUNCTION orch_complete_batch(bigint[], uuid[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_complete_batch(bigint[], uuid[], jsonb[]) TO orch_worker;
+
+-- ---------------------------------------------------------------------------
 -- Commands: idempotent side-effect requests, performed by adapters that claim
 -- them from the command queue.
 -- ---------------------------------------------------------------------------

@@ -298,6 +298,17 @@ events_flush(void)
 	if (n == 0)
 		return;
 	event_buffer = NIL;
+	if (n == 1)
+	{
+		/* one row: the plain VALUES insert is cheaper to start than unnest */
+		BufferedEvent *e = (BufferedEvent *) linitial(work);
+
+		write_event_full(e->tenant, e->task_id, true, e->run_id, e->has_run, "task",
+						 e->from_state, e->to_state, e->reason_code, e->actor,
+						 e->attempt, e->has_token ? &e->token : NULL, e->note);
+		list_free_deep(work);
+		return;
+	}
 	for (int c = 0; c < 12; c++)
 	{
 		cols[c] = palloc0(sizeof(Datum) * n);

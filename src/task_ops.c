@@ -8,11 +8,13 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "orchestrator.h"
 
 PG_FUNCTION_INFO_V1(orch_complete);
+PG_FUNCTION_INFO_V1(orch_complete_batch);
 PG_FUNCTION_INFO_V1(orch_fail);
 PG_FUNCTION_INFO_V1(orch_heartbeat);
 PG_FUNCTION_INFO_V1(orch_cancel);
@@ -322,6 +324,131 @@ orch_complete(PG_FUNCTION_ARGS)
 	orch_clear_event_context();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("completed"));
+}
+
+/* ----------------------------------------------------------------------
+ * orch_complete_batch(task_ids bigint[], lease_tokens uuid[], results jsonb[])
+ *	  -> integer
+ *	  Completes many claimed tasks in one statement, all or nothing: when any
+ *	  (task, token) pair does not hold, the error of orch_complete for that
+ *	  task is raised and nothing changes.
+ * ---------------------------------------------------------------------- */
+static SPIPlanPtr complete_batch_plan = NULL;
+
+Datum
+orch_complete_batch(PG_FUNCTION_ARGS)
+{
+	ArrayType  *ids_a;
+	ArrayType  *toks_a;
+	Datum	   *ids;
+	bool	   *id_nulls;
+	Datum	   *toks;
+	bool	   *tok_nulls;
+	int			n,
+				ntok;
+	Oid			types[4] = {INT8ARRAYOID, UUIDARRAYOID, JSONBARRAYOID, TEXTOID};
+	Datum		v[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	int			completed;
+
+	orch_require_arg(fcinfo, 0, "task_ids");
+	orch_require_arg(fcinfo, 1, "lease_tokens");
+	ids_a = PG_GETARG_ARRAYTYPE_P(0);
+	toks_a = PG_GETARG_ARRAYTYPE_P(1);
+	deconstruct_array(ids_a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &ids, &id_nulls, &n);
+	deconstruct_array(toks_a, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &toks, &tok_nulls, &ntok);
+	if (n != ntok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("task_ids and lease_tokens must have the same length"),
+				 errdetail("There are %d task ids and %d lease tokens.", n, ntok)));
+	if (n > 10000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("at most 10000 tasks can be completed in one call")));
+	for (int i = 0; i < n; i++)
+	{
+		if (id_nulls[i] || tok_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("task_ids and lease_tokens must not contain nulls"),
+					 errdetail("Element %d is null.", i + 1)));
+		for (int j = 0; j < i; j++)
+			if (DatumGetInt64(ids[j]) == DatumGetInt64(ids[i]))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("task " INT64_FORMAT " appears twice in task_ids",
+								DatumGetInt64(ids[i]))));
+	}
+	if (!PG_ARGISNULL(2))
+	{
+		ArrayType  *res_a = PG_GETARG_ARRAYTYPE_P(2);
+		Datum	   *res;
+		bool	   *res_nulls;
+		int			nres;
+
+		deconstruct_array(res_a, JSONBOID, -1, false, TYPALIGN_INT, &res, &res_nulls, &nres);
+		if (nres != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("results must have one element per task"),
+					 errdetail("There are %d task ids and %d results.", n, nres)));
+		for (int i = 0; i < nres; i++)
+			if (!res_nulls[i])
+				orch_check_payload_size(DatumGetJsonbP(res[i]), "result");
+		v[2] = PointerGetDatum(res_a);
+	}
+	else
+		nulls[2] = 'n';
+	if (n == 0)
+		PG_RETURN_INT32(0);
+	v[0] = PointerGetDatum(ids_a);
+	v[1] = PointerGetDatum(toks_a);
+	v[3] = orch_text_datum("executing");
+
+	SPI_connect();
+	orch_set_event_context_ext(NULL, NULL, true);
+	if (SPI_execute_plan(orch_prepare(&complete_batch_plan,
+									  "WITH t AS (UPDATE orch.tasks t SET state = 'completed', result = r.result,"
+									  "   reason_code = 'completed'"
+									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
+									  "   AS r(id, tok, result)"
+									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
+									  "   AND t.lease_expires_at > now()"
+									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)"
+									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+									  "   lease_token, started_at, outcome)"
+									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
+									  "   'completed' FROM t RETURNING task_id",
+									  4, types),
+						 v, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "orchestrator: batch complete failed");
+	completed = (int) SPI_processed;
+	if (completed != n)
+	{
+		/* say why for the first task that did not complete; all is undone */
+		int64	   *done = palloc(sizeof(int64) * (completed + 1));
+		bool		isnull;
+
+		for (int i = 0; i < completed; i++)
+			done[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		for (int i = 0; i < n; i++)
+		{
+			OrchTask	t;
+			bool		by_this_call = false;
+
+			for (int j = 0; j < completed && !by_this_call; j++)
+				by_this_call = done[j] == DatumGetInt64(ids[i]);
+			if (by_this_call)
+				continue;
+			lock_or_not_found(DatumGetInt64(ids[i]), &t);
+			check_lease(&t, DatumGetUUIDP(toks[i]), "complete");
+		}
+		elog(ERROR, "orchestrator: batch complete lost track of a task");
+	}
+	orch_clear_event_context();
+	SPI_finish();
+	PG_RETURN_INT32(completed);
 }
 
 /* ----------------------------------------------------------------------

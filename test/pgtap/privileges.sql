@@ -52,7 +52,7 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 33::bigint, 'the extension has the 33 orch_ functions of 0.3.0 (with the internal orch_events_flush and orch_gate_trigger)');
+SELECT is((SELECT count(*) FROM tap_api), 34::bigint, 'the extension has the 34 orch_ functions of 0.3.0 (with the internal orch_events_flush and orch_gate_trigger)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -86,15 +86,16 @@ SELECT is(pg_temp.executable('tap_producer'),
     'orch_producer executes reader + enqueue, enqueue_batch, cancel, command');
 SELECT is(pg_temp.executable('tap_worker'),
     ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_command_result', 'orch_complete',
-          'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_queue_settings',
+          'orch_complete_batch', 'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_queue_settings',
           'orch_resume', 'orch_retry_decision', 'orch_status'],
-    'orch_worker executes reader + dequeue, complete, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
+    'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
     ARRAY['orch_confirm', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
     'orch_approver executes reader + confirm');
 SELECT is(pg_temp.executable('tap_admin'),
     ARRAY['orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_cancel',
-          'orch_command', 'orch_command_result', 'orch_complete', 'orch_configure_queue', 'orch_confirm',
+          'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
+          'orch_configure_queue', 'orch_confirm',
           'orch_create_queue', 'orch_create_state_machine', 'orch_dequeue', 'orch_drop_queue',
           'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat', 'orch_history',
           'orch_maintain', 'orch_pause_queue', 'orch_queue_settings', 'orch_reprocess', 'orch_resume',
