@@ -1,0 +1,643 @@
+#!/usr/bin/env bash
+# bench/run.sh: orchestrator against a hand-written FOR UPDATE SKIP LOCKED
+# queue (bench/baseline_schema.sql), both measured in one run, on one
+# throwaway cluster with one postgresql.conf.  See bench/README.md.
+#
+#   bash bench/run.sh                 # full run (~20 min on 2 cores)
+#   BENCH_QUICK=1 bash bench/run.sh   # smoke run (~3 min), smaller sizes
+#
+# Environment:
+#   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
+#   BENCH_QUICK=1           smaller sizes and shorter runs
+#   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
+#   BENCH_WORKLOADS="enqueue process batch latency keys"   which groups to run
+#   BENCH_SKIP_BUILD=1      do not run make / make install
+#   BENCH_PROC_CAP=SECONDS  cap of each processing run (default 60, quick 12)
+#   BENCH_PROFILE=1         load pg_stat_statements (track=all) and print the
+#                           top statements after each run (changes the
+#                           settings for both sides; not for headline numbers)
+#   BENCH_KEEP=1            keep the data directory and pgbench logs in /tmp
+#   BENCH_OUT=FILE          also write the report to FILE
+#
+# Runs as root: installs missing packages with apt-get, builds and installs
+# the extension, and runs PostgreSQL as the postgres OS user.
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$BENCH_DIR/.." && pwd)
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+
+PORT=${BENCH_PORT:-55433}
+QUICK=${BENCH_QUICK:-0}
+SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency keys}
+PROFILE=${BENCH_PROFILE:-0}
+KEEP=${BENCH_KEEP:-0}
+OUT=${BENCH_OUT:-}
+
+# Sizes.  Full: ~20 minutes on 2 cores; quick: ~3 minutes.
+if [ "$QUICK" = 1 ]; then
+    ENQ_SECS=3          # each enqueue run (pgbench -T)
+    PROC_JOBS=10000     # jobs pre-loaded for each processing run
+    BATCH_JOBS=50000    # jobs pre-loaded for the claim-100 run
+    PROC_CAP=12         # a processing run stops after this many seconds at most
+    BATCH_WORKERS=4     # workers of the claim-100 run
+    LAT_BIG=100000      # "large backlog" for the latency runs
+    LAT_SMALL=1000      # "small backlog"
+    LAT_SECS=3          # each claim+complete latency run
+    CLAIM_SECS=2        # each claim-only latency run
+    KEY_JOBS=10000      # jobs of the concurrency-key runs
+    BLOCKED_BIG=2000    # blocked keys of the "many blocked keys" latency run
+else
+    ENQ_SECS=10
+    PROC_JOBS=100000
+    BATCH_JOBS=500000
+    PROC_CAP=60
+    BATCH_WORKERS=4
+    LAT_BIG=1000000
+    LAT_SMALL=1000
+    LAT_SECS=10
+    CLAIM_SECS=5
+    KEY_JOBS=100000
+    BLOCKED_BIG=10000
+fi
+KEYS=1000               # distinct concurrency keys (limit 1 each)
+BLOCKED_SMALL=10
+LOAD_CHUNK=10000        # rows per pre-load transaction
+PROC_CAP=${BENCH_PROC_CAP:-$PROC_CAP}
+
+log()  { printf '==> %s\n' "$*" >&2; }
+die()  { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as the postgres OS user)"
+[ "$PORT" != 5432 ] || die "BENCH_PORT must not be 5432 (the system cluster)"
+want() { case " $SYSTEMS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+group() { case " $GROUPS_ " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+want orchestrator || want baseline || die "BENCH_SYSTEMS names neither orchestrator nor baseline"
+
+# ---------------------------------------------------------------------------
+# Packages and build
+# ---------------------------------------------------------------------------
+ensure_packages() {
+    local missing=() p
+    # postgresql-contrib-15 is a virtual package provided by postgresql-15 on
+    # Debian; pgbench and pg_stat_statements ship in postgresql-15.
+    [ -x "$PGBIN/postgres" ] || missing+=(postgresql-15)
+    [ -x "$PGBIN/pgbench" ] && [ -f /usr/lib/postgresql/15/lib/pg_stat_statements.so ] \
+        || missing+=(postgresql-contrib-15)
+    [ -x "$PG_CONFIG" ] && [ -f "$($PG_CONFIG --pgxs 2>/dev/null || echo /nonexistent)" ] \
+        || missing+=(postgresql-server-dev-15)
+    command -v make >/dev/null && command -v gcc >/dev/null || missing+=(build-essential)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        "${missing[@]}" </dev/null
+    for p in postgres pgbench pg_config; do
+        [ -x "$PGBIN/$p" ] || die "$PGBIN/$p missing after apt-get install"
+    done
+}
+
+build_extension() {
+    [ "${BENCH_SKIP_BUILD:-0}" = 1 ] && { log "build skipped (BENCH_SKIP_BUILD=1)"; return 0; }
+    log "make && make install ($REPO)"
+    make -C "$REPO" -s PG_CONFIG="$PG_CONFIG" >&2 || die "extension build failed (make)"
+    make -C "$REPO" -s PG_CONFIG="$PG_CONFIG" install >&2 || die "make install failed"
+}
+
+ensure_packages
+id postgres >/dev/null 2>&1 || die "no postgres OS user"
+if want orchestrator; then build_extension; fi
+
+# ---------------------------------------------------------------------------
+# Throwaway cluster
+# ---------------------------------------------------------------------------
+WORK=$(mktemp -d /tmp/orch-bench.XXXXXX)
+chown postgres: "$WORK"
+chmod 755 "$WORK"
+DATA=$WORK/data
+SOCK=$WORK
+PGBENCH_PID=
+
+as_pg() { (cd / && runuser -u postgres -- "$@"); }
+
+cleanup() {
+    local rc=$?
+    if [ -n "$PGBENCH_PID" ] && kill -0 "$PGBENCH_PID" 2>/dev/null; then
+        kill -TERM "$PGBENCH_PID" 2>/dev/null || true
+    fi
+    if [ -f "$DATA/postmaster.pid" ]; then
+        as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    if [ "$KEEP" = 1 ]; then
+        log "kept $WORK (data directory, server log, pgbench logs)"
+    else
+        rm -rf "$WORK"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "initdb $DATA (port $PORT, socket $SOCK)"
+as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null
+
+PRELOAD=""
+[ "$PROFILE" = 1 ] && PRELOAD=pg_stat_statements
+cat >>"$DATA/postgresql.conf" <<EOF
+
+# ---- bench/run.sh: identical for the orchestrator and the baseline ----
+port = $PORT
+listen_addresses = ''                 # Unix socket only, in $SOCK
+unix_socket_directories = '$SOCK'
+max_connections = 100
+shared_buffers = 1GB
+work_mem = 16MB
+maintenance_work_mem = 256MB
+wal_buffers = 16MB
+synchronous_commit = on               # the default: every commit is durable
+fsync = on
+full_page_writes = on
+wal_level = replica
+max_wal_size = 8GB                    # no size-triggered checkpoint mid-run
+min_wal_size = 1GB
+checkpoint_timeout = 30min            # checkpoints only where the harness asks
+checkpoint_completion_target = 0.9
+autovacuum = on                       # default thresholds (tables may set their own)
+jit = off                             # no JIT compile noise in short queries
+random_page_cost = 1.1
+logging_collector = off
+log_min_messages = warning
+shared_preload_libraries = '$PRELOAD'
+pg_stat_statements.track = all
+pg_stat_statements.max = 2000
+EOF
+as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
+    || { cat "$WORK/server.log" >&2; die "server did not start"; }
+
+export PGOPTIONS="-c client_min_messages=warning"
+PSQL=("$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$PORT" -U postgres)
+"${PSQL[@]}" -d postgres -c "CREATE DATABASE bench" >/dev/null
+sql()  { "${PSQL[@]}" -d bench -At -c "$1"; }
+sqlf() { "${PSQL[@]}" -d bench -At -f "$1" >/dev/null; }
+
+if [ "$PROFILE" = 1 ]; then sql "CREATE EXTENSION pg_stat_statements" >/dev/null; fi
+if want orchestrator; then
+    sql "CREATE EXTENSION orchestrator" >/dev/null || die "CREATE EXTENSION orchestrator failed"
+fi
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+# reset: both sides start empty (fresh tables, fresh indexes, fresh sequences).
+reset_all() {
+    sqlf "$BENCH_DIR/baseline_schema.sql"
+    if want orchestrator; then
+        sql "DROP EXTENSION orchestrator CASCADE" >/dev/null
+        sql "CREATE EXTENSION orchestrator" >/dev/null
+        sql "SELECT orch_create_queue('bench'), orch_create_queue('lat')" >/dev/null
+    fi
+}
+
+settle() { sql "VACUUM ANALYZE" >/dev/null; sql "CHECKPOINT" >/dev/null; }
+
+now_epoch() { sql "SELECT extract(epoch FROM clock_timestamp())"; }
+
+# preload SIDE QUEUE N: N waiting jobs through the public API (orchestrator:
+# orch_enqueue_batch) or a multi-row INSERT (baseline), LOAD_CHUNK per
+# transaction.  Prints rows/s of the load on stderr.
+preload() {
+    local side=$1 queue=$2 n=$3 done=0 k t0 t1
+    t0=$(date +%s.%N)
+    while [ "$done" -lt "$n" ]; do
+        k=$(( n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK ))
+        if [ "$side" = orchestrator ]; then
+            sql "SELECT count(*) FROM orch_enqueue_batch('$queue',
+                   ARRAY(SELECT jsonb_build_object('kind', 'email', 'n', g)
+                           FROM generate_series($done + 1, $done + $k) g))" >/dev/null \
+                || die "orch_enqueue_batch failed during pre-load"
+        else
+            sql "INSERT INTO jobs (queue, priority, payload)
+                 SELECT '$queue', 0, jsonb_build_object('kind', 'email', 'n', g)
+                   FROM generate_series($done + 1, $done + $k) g" >/dev/null
+        fi
+        done=$(( done + k ))
+    done
+    t1=$(date +%s.%N)
+    log "  pre-loaded $n ($side) in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f s, %.0f rows/s", b-a, '"$n"'/(b-a)}')"
+}
+
+# count SIDE QUEUE KIND T0 -> "jobs seconds": jobs counted from the tables
+# (enqueued: all rows of the queue; processed: finished rows) and the window
+# from T0 (just before pgbench started) to the last one's timestamp.
+count_jobs() {
+    local side=$1 queue=$2 kind=$3 t0=$4
+    if [ "$side" = orchestrator ]; then
+        if [ "$kind" = enqueued ]; then
+            sql "SELECT count(*), coalesce(extract(epoch FROM max(created_at)) - $t0, 0)
+                   FROM orch_tasks WHERE queue = '$queue'"
+        else
+            sql "SELECT count(*), coalesce(extract(epoch FROM max(coalesce(finished_at, updated_at))) - $t0, 0)
+                   FROM orch_tasks WHERE queue = '$queue' AND state = 'completed'"
+        fi
+    else
+        if [ "$kind" = enqueued ]; then
+            sql "SELECT count(*), coalesce(extract(epoch FROM max(created_at)) - $t0, 0)
+                   FROM jobs WHERE queue = '$queue'"
+        else
+            sql "SELECT count(*), coalesce(extract(epoch FROM max(done_at)) - $t0, 0)
+                   FROM jobs WHERE queue = '$queue' AND state = 'done'"
+        fi
+    fi
+}
+
+finished_count() {
+    if [ "$1" = orchestrator ]; then
+        sql "SELECT count(*) FROM orch_tasks WHERE queue = 'bench' AND state = 'completed'"
+    else
+        sql "SELECT count(*) FROM jobs WHERE queue = 'bench' AND state = 'done'"
+    fi
+}
+
+states() { # SIDE -> "state=count ..." of queue bench
+    if [ "$1" = orchestrator ]; then
+        sql "SELECT string_agg(state || '=' || n, ' ' ORDER BY state)
+               FROM (SELECT state, count(*) AS n FROM orch_tasks WHERE queue = 'bench' GROUP BY state) s"
+    else
+        sql "SELECT string_agg(state || '=' || n, ' ' ORDER BY state)
+               FROM (SELECT state, count(*) AS n FROM jobs WHERE queue = 'bench' GROUP BY state) s"
+    fi
+}
+
+script_for() { # SIDE NAME -> path of the pgbench script
+    if [ "$1" = orchestrator ]; then echo "$BENCH_DIR/orch_$2.sql"; else echo "$BENCH_DIR/base_$2.sql"; fi
+}
+
+threads_for() { local c=$1 n; n=$(nproc); echo $(( c < n ? c : n )); }
+
+profile_reset() { [ "$PROFILE" = 1 ] && sql "SELECT pg_stat_statements_reset()" >/dev/null || true; }
+profile_dump() {
+    [ "$PROFILE" = 1 ] || return 0
+    {
+        echo "--- pg_stat_statements, $1 (top 12 by total time; ms) ---"
+        "${PSQL[@]}" -d bench -P pager=off -c "
+          SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
+                 round(mean_exec_time::numeric, 3) AS mean_ms,
+                 CASE WHEN toplevel THEN 'top' ELSE 'nested' END AS level,
+                 regexp_replace(left(query, 110), '\s+', ' ', 'g') AS query
+            FROM pg_stat_statements
+           WHERE query !~* 'pg_stat_statements|extract\(epoch|VACUUM|CHECKPOINT'
+           ORDER BY total_exec_time DESC LIMIT 12"
+    } | tee -a "$WORK/profile.txt" >&2
+}
+
+# pgbench_check LOG: fail loudly when a client aborted or a statement failed
+# (an API error must be seen, never worked around).
+pgbench_check() {
+    if grep -Eq 'ERROR|error:|aborted' "$1"; then
+        grep -E 'ERROR|error:|aborted' "$1" | sort | uniq -c | head -20 >&2
+        die "pgbench reported errors (log: $1)"
+    fi
+}
+
+# Results: rows of the final table.
+declare -A RES          # RES[workload,side] = jobs/s
+declare -A NOTE         # NOTE[workload,side] = "jobs in seconds"
+WORKLOADS=()
+declare -A TARGET       # TARGET[workload] = minimum ratio, or empty
+add_workload() { WORKLOADS+=("$1"); TARGET[$1]=$2; }
+
+wal_lsn() { sql "SELECT pg_current_wal_insert_lsn()"; }
+
+record() { # WORKLOAD SIDE JOBS SECS WAL-LSN-BEFORE
+    local rate wal
+    rate=$(awk -v j="$3" -v s="$4" 'BEGIN{ if (s > 0) printf "%.0f", j/s; else print 0 }')
+    wal=$(sql "SELECT CASE WHEN $3 > 0 THEN round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$5') / $3) END")
+    RES[$1,$2]=$rate
+    NOTE[$1,$2]="$3 jobs in $(printf '%.1f' "$4") s, ${wal:-?} B WAL/job"
+    log "  $2: $3 jobs in $(printf '%.2f' "$4") s = $rate jobs/s, ${wal:-?} bytes of WAL per job"
+}
+
+# ---------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------
+# enqueue WORKLOAD SCRIPT CLIENTS: pgbench -T ENQ_SECS, jobs counted from the table.
+run_enqueue() {
+    local wl=$1 script=$2 clients=$3 side t0 out res lsn
+    for side in $SYSTEMS; do
+        reset_all; settle; profile_reset
+        log "$wl: $side"
+        out=$WORK/pgbench-${wl//[^A-Za-z0-9]/_}-$side.log
+        lsn=$(wal_lsn)
+        t0=$(now_epoch)
+        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c "$clients" -j "$(threads_for "$clients")" -T "$ENQ_SECS" \
+            -D queue=bench -f "$(script_for "$side" "$script")" bench >"$out" 2>&1 || true
+        pgbench_check "$out"
+        res=$(count_jobs "$side" bench enqueued "$t0")
+        record "$wl" "$side" "${res%|*}" "${res#*|}" "$lsn"
+        profile_dump "$wl, $side"
+    done
+}
+
+# process WORKLOAD SCRIPT WORKERS JOBS: JOBS pre-loaded; pgbench runs until all
+# are finished (checked every second, then pgbench is terminated) or
+# PROC_CAP seconds; jobs/s = finished jobs / (last finish - start).
+# (SIGTERM: a background job of a non-interactive shell ignores SIGINT.)
+run_process() {
+    local wl=$1 script=$2 workers=$3 jobs=$4 side t0 out res fin lsn
+    for side in $SYSTEMS; do
+        reset_all
+        log "$wl: $side"
+        preload "$side" bench "$jobs"
+        settle; profile_reset
+        out=$WORK/pgbench-${wl//[^A-Za-z0-9]/_}-$side.log
+        lsn=$(wal_lsn)
+        t0=$(now_epoch)
+        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c "$workers" -j "$(threads_for "$workers")" -T "$PROC_CAP" \
+            -D queue=bench -f "$(script_for "$side" "$script")" bench >"$out" 2>&1 &
+        PGBENCH_PID=$!
+        while kill -0 "$PGBENCH_PID" 2>/dev/null; do
+            sleep 1
+            fin=$(finished_count "$side")
+            if [ "$fin" -ge "$jobs" ]; then
+                kill -TERM "$PGBENCH_PID" 2>/dev/null || true
+                break
+            fi
+        done
+        wait "$PGBENCH_PID" 2>/dev/null || true
+        PGBENCH_PID=
+        pgbench_check "$out"
+        res=$(count_jobs "$side" bench processed "$t0")
+        record "$wl" "$side" "${res%|*}" "${res#*|}" "$lsn"
+        if [ "${res%|*}" -lt "$jobs" ]; then
+            # Not all finished within PROC_CAP: say where the rest are.
+            NOTE[$wl,$side]+=" (left: $(states "$side"))"
+            log "  not all finished; by state: $(states "$side")"
+        fi
+        profile_dump "$wl, $side"
+    done
+}
+
+# Latency: LAT rows waiting in queue 'lat'; 1 client runs the measured script
+# (weight 1) and orch_enqueue / INSERT of one job (weight 1), so the backlog
+# stays near its size; per-transaction latencies come from pgbench -l
+# (script 0 only).
+declare -A LAT          # LAT[kind,side,size] = "p50 p90 p99 max n" (ms)
+lat_stats() { # files... -> "p50 p90 p99 max n"
+    awk '$4 == 0 && $3 ~ /^[0-9]+$/ { print $3 / 1000.0 }' "$@" | sort -n | awk '
+        function q(p,   i) { i = int(NR * p); if (i < NR * p) i++; if (i < 1) i = 1; return a[i] }
+        { a[NR] = $1 }
+        END { if (NR == 0) { print "- - - - 0"; exit }
+              printf "%.3f %.3f %.3f %.3f %d\n", q(0.5), q(0.9), q(0.99), a[NR], NR }'
+}
+
+run_latency() {
+    local side size secs kind script prefix
+    for size in "$LAT_SMALL" "$LAT_BIG"; do
+        for side in $SYSTEMS; do
+            reset_all
+            log "latency, $size waiting: $side"
+            preload "$side" lat "$size"
+            for kind in process claim; do
+                settle; profile_reset
+                if [ "$kind" = process ]; then secs=$LAT_SECS; else secs=$CLAIM_SECS; fi
+                prefix=$WORK/lat-$kind-$side-$size
+                (cd "$WORK" && "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+                    -c 1 -j 1 -T "$secs" -D queue=lat \
+                    -f "$(script_for "$side" "$kind")@1" -f "$(script_for "$side" enqueue)@1" \
+                    -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1) || true
+                pgbench_check "$prefix.out"
+                LAT[$kind,$side,$size]=$(lat_stats "$prefix".*[0-9])
+                log "  $kind: p50/p90/p99/max/n = ${LAT[$kind,$side,$size]}"
+                profile_dump "latency $kind, $size waiting, $side"
+            done
+        done
+    done
+}
+
+# ---------------------------------------------------------------------------
+# Concurrency keys (orchestrator only): the same 16-worker processing run
+# with every task under one of KEYS keys (limit 1 each) and without keys, and
+# claim latency with few versus many blocked keys.
+# ---------------------------------------------------------------------------
+declare -A KRES          # KRES[label] = jobs/s
+declare -A KNOTE
+preload_keyed() { # N: N tasks over KEYS keys, round-robin, through orch_enqueue
+    local n=$1 done=0 k t0 t1
+    t0=$(date +%s.%N)
+    while [ "$done" -lt "$n" ]; do
+        k=$(( n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK ))
+        sql "SELECT count(orch_enqueue('bench', jsonb_build_object('kind', 'email', 'n', g),
+                                       concurrency_key => 'key-' || (g % $KEYS)))
+               FROM generate_series($done + 1, $done + $k) g" >/dev/null \
+            || die "keyed pre-load failed"
+        done=$(( done + k ))
+    done
+    t1=$(date +%s.%N)
+    log "  pre-loaded $n keyed tasks in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f s", b-a}')"
+}
+
+run_keys() {
+    local label t0 out res lsn keyed
+    want orchestrator || return 0
+    for keyed in 0 1; do
+        reset_all
+        if [ "$keyed" = 1 ]; then
+            label="16 workers, $KEYS keys (limit 1)"; preload_keyed "$KEY_JOBS"
+        else
+            label="16 workers, no keys"; preload orchestrator bench "$KEY_JOBS"
+        fi
+        log "keys: $label"
+        settle
+        out=$WORK/pgbench-keys-$keyed.log
+        lsn=$(wal_lsn)
+        t0=$(now_epoch)
+        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c 16 -j "$(threads_for 16)" -T "$PROC_CAP" \
+            -D queue=bench -f "$BENCH_DIR/orch_process.sql" bench >"$out" 2>&1 &
+        PGBENCH_PID=$!
+        while kill -0 "$PGBENCH_PID" 2>/dev/null; do
+            sleep 1
+            if [ "$(finished_count orchestrator)" -ge "$KEY_JOBS" ]; then
+                kill -TERM "$PGBENCH_PID" 2>/dev/null || true
+                break
+            fi
+        done
+        wait "$PGBENCH_PID" 2>/dev/null || true
+        PGBENCH_PID=
+        pgbench_check "$out"
+        res=$(count_jobs orchestrator bench processed "$t0")
+        KRES[$label]=$(awk -v j="${res%|*}" -v s="${res#*|}" 'BEGIN{ if (s > 0) printf "%.0f", j/s; else print 0 }')
+        KNOTE[$label]="${res%|*} jobs in $(printf '%.1f' "${res#*|}") s"
+        log "  ${KNOTE[$label]} = ${KRES[$label]} jobs/s"
+    done
+
+    # Claim latency with B blocked keys: B keys each hold their one slot with
+    # a claimed task (1 hour lease) and have 5 more tasks waiting gated; 1,000
+    # tasks without keys are claimable; 1 client claims+completes (mixed 1:1
+    # with enqueues, so the backlog stays).
+    local b prefix
+    for b in "$BLOCKED_SMALL" "$BLOCKED_BIG"; do
+        reset_all
+        log "keys: claim latency with $b blocked keys"
+        sql "SELECT count(orch_enqueue('lat', '{}', concurrency_key => 'blocked-' || g))
+               FROM generate_series(1, $b) g" >/dev/null
+        sql "SELECT count(*) FROM orch_dequeue('lat', 'holder', $b, '1 hour')" >/dev/null
+        sql "SELECT count(orch_enqueue('lat', '{}', concurrency_key => 'blocked-' || g))
+               FROM generate_series(1, $b) g, generate_series(1, 5) r" >/dev/null
+        preload orchestrator lat 1000
+        settle
+        prefix=$WORK/lat-keys-$b
+        (cd "$WORK" && "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c 1 -j 1 -T "$LAT_SECS" -D queue=lat \
+            -f "$BENCH_DIR/orch_process.sql@1" -f "$BENCH_DIR/orch_enqueue.sql@1" \
+            -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1) || true
+        pgbench_check "$prefix.out"
+        LAT[keys,orchestrator,$b]=$(lat_stats "$prefix".*[0-9])
+        log "  p50/p90/p99/max/n = ${LAT[keys,orchestrator,$b]}  (gated: $(sql "SELECT count(*) FROM orch.tasks WHERE gated"))"
+    done
+}
+
+T_START=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+add_workload "enqueue, 1 client"                 0.8
+add_workload "enqueue, 8 clients"                0.8
+add_workload "enqueue, batches of 1000"          0.8
+add_workload "process, 1 worker"                 ""
+add_workload "process, 4 workers"                ""
+add_workload "process, 16 workers"               0.8
+add_workload "process, claim 100, $BATCH_WORKERS workers" 0.8
+
+if group enqueue; then
+    run_enqueue "enqueue, 1 client"        enqueue       1
+    run_enqueue "enqueue, 8 clients"       enqueue       8
+    run_enqueue "enqueue, batches of 1000" enqueue_batch 1
+fi
+if group process; then
+    run_process "process, 1 worker"        process       1  "$PROC_JOBS"
+    run_process "process, 4 workers"       process       4  "$PROC_JOBS"
+    run_process "process, 16 workers"      process       16 "$PROC_JOBS"
+fi
+if group batch; then
+    run_process "process, claim 100, $BATCH_WORKERS workers" process_batch "$BATCH_WORKERS" "$BATCH_JOBS"
+fi
+if group latency; then run_latency; fi
+if group keys; then run_keys; fi
+T_END=$(date +%s)
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+setting() { sql "SELECT current_setting('$1')"; }
+fmt_int() { # 1234567 -> 1,234,567
+    if [ -n "${1:-}" ]; then echo "$1" | sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta'; else echo n/a; fi
+}
+
+report() {
+    local wl o b ratio tgt met mem fs
+    echo
+    echo "orchestrator benchmark ($( [ "$QUICK" = 1 ] && echo "QUICK smoke run" || echo "full run"), $(date -u '+%Y-%m-%d %H:%M UTC'), $(( T_END - T_START )) s)"
+    echo
+    printf '%-36s | %19s | %15s | %6s | %6s | %s\n' \
+        workload "orchestrator jobs/s" "baseline jobs/s" ratio target met
+    printf '%s\n' "-------------------------------------+---------------------+-----------------+--------+--------+-----"
+    for wl in "${WORKLOADS[@]}"; do
+        o=${RES[$wl,orchestrator]:-}
+        b=${RES[$wl,baseline]:-}
+        ratio=n/a; met=-
+        if [ -n "$o" ] && [ -n "$b" ] && [ "$b" -gt 0 ]; then
+            ratio=$(awk -v o="$o" -v b="$b" 'BEGIN{printf "%.2f", o/b}')
+        fi
+        tgt=${TARGET[$wl]}
+        if [ -n "$tgt" ] && [ "$ratio" != n/a ]; then
+            met=$(awk -v r="$ratio" -v t="$tgt" 'BEGIN{print (r >= t) ? "yes" : "NO"}')
+        fi
+        printf '%-36s | %19s | %15s | %6s | %6s | %s\n' "$wl" \
+            "$(fmt_int "$o")" "$(fmt_int "$b")" \
+            "$ratio" "${tgt:+>=${tgt}x}" "$met"
+    done
+    echo
+    echo "jobs counted from the tables; window = pgbench start .. last job's timestamp; WAL written during the run per job"
+    for wl in "${WORKLOADS[@]}"; do
+        printf '  %-30s orchestrator: %-44s baseline: %s\n' "$wl" \
+            "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}"
+    done
+    echo
+    echo "latency, 1 client, backlog kept near its size (ms; from pgbench -l, per transaction)"
+    printf '%-14s | %-15s | %10s | %9s | %9s | %9s | %9s | %7s\n' \
+        side measured waiting p50 p90 p99 max n
+    printf '%s\n' "---------------+-----------------+------------+-----------+-----------+-----------+-----------+--------"
+    local side kind size v what
+    for kind in process claim; do
+        for side in $SYSTEMS; do
+            for size in "$LAT_SMALL" "$LAT_BIG"; do
+                v=${LAT[$kind,$side,$size]:-}
+                [ -n "$v" ] || continue
+                if [ "$kind" = process ]; then what="claim+complete"; else what="claim only"; fi
+                # shellcheck disable=SC2086
+                set -- $v
+                printf '%-14s | %-15s | %10s | %9s | %9s | %9s | %9s | %7s\n' \
+                    "$side" "$what" "$(fmt_int "$size")" "$1" "$2" "$3" "$4" "$5"
+            done
+        done
+    done
+    echo
+    for kind in process claim; do
+        for side in $SYSTEMS; do
+            local s=${LAT[$kind,$side,$LAT_SMALL]:-} l=${LAT[$kind,$side,$LAT_BIG]:-}
+            [ -n "$s" ] && [ -n "$l" ] || continue
+            if [ "$kind" = process ]; then what="claim+complete"; else what="claim only"; fi
+            awk -v s="$s" -v l="$l" -v side="$side" -v what="$what" -v big="$LAT_BIG" -v small="$LAT_SMALL" \
+                -v tgt="$( [ "$side" = orchestrator ] && [ "$kind" = process ] && echo 1 || echo 0)" 'BEGIN {
+                    split(s, a, " "); split(l, b, " ");
+                    r = (a[3] > 0) ? b[3] / a[3] : 0;
+                    printf "%s %s p99: %s waiting %.3f ms vs %s waiting %.3f ms = %.2fx", side, what, big, b[3], small, a[3], r;
+                    if (tgt) printf "   target <= 2.00x: %s", (r <= 2.0) ? "met" : "NOT met";
+                    printf "\n" }'
+        done
+    done
+    if [ -n "${KRES[16 workers, no keys]:-}" ] && [ -n "${KRES[16 workers, $KEYS keys (limit 1)]:-}" ]; then
+        local kk=${KRES[16 workers, $KEYS keys (limit 1)]} kn=${KRES[16 workers, no keys]}
+        echo "concurrency keys (orchestrator against itself):"
+        printf '  %-34s %8s jobs/s   (%s)\n' "16 workers, no keys" "$(fmt_int "$kn")" "${KNOTE[16 workers, no keys]}"
+        printf '  %-34s %8s jobs/s   (%s)\n' "16 workers, $KEYS keys (limit 1)" "$(fmt_int "$kk")" "${KNOTE[16 workers, $KEYS keys (limit 1)]}"
+        awk -v k="$kk" -v n="$kn" 'BEGIN{ r = (n > 0) ? k / n : 0; printf "  ratio keys / no keys = %.2f   target >= 0.70: %s\n", r, (r >= 0.7) ? "met" : "NOT met" }'
+        local sm=${LAT[keys,orchestrator,$BLOCKED_SMALL]:-} bg=${LAT[keys,orchestrator,$BLOCKED_BIG]:-}
+        if [ -n "$sm" ] && [ -n "$bg" ]; then
+            awk -v s="$sm" -v l="$bg" -v small="$BLOCKED_SMALL" -v big="$BLOCKED_BIG" 'BEGIN {
+                split(s, a, " "); split(l, b, " ");
+                printf "  claim+complete with %s blocked keys: p50 %.3f p99 %.3f ms; with %s: p50 %.3f p99 %.3f ms; p99 ratio %.2fx   target: no growth (<= 1.5x): %s\n",
+                    small, a[1], a[3], big, b[1], b[3], (a[3] > 0) ? b[3] / a[3] : 0, (a[3] > 0 && b[3] / a[3] <= 1.5) ? "met" : "NOT met" }'
+        fi
+    fi
+    echo
+    mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
+    fs=$(df -PT "$DATA" | awk 'NR == 2 {print $2 " on " $1}')
+    echo "machine: $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $mem RAM, kernel $(uname -r), data dir $fs"
+    echo "load:    /proc/loadavg $LOAD_START at start, $LOAD_END at end (the benchmark itself adds up to ~2)"
+    if awk -v l="${LOAD_START%% *}" 'BEGIN{exit !(l > 1.0)}'; then
+        echo "WARNING: the machine was busy when the run started; other work skews both sides (compare ratios, rerun when idle)"
+    fi
+    echo "server:  $(sql 'SELECT version()')"
+    echo "settings (same for both sides):"
+    local name line=""
+    for name in shared_buffers max_connections synchronous_commit fsync full_page_writes wal_level \
+                max_wal_size checkpoint_timeout work_mem maintenance_work_mem autovacuum jit \
+                random_page_cost huge_pages shared_preload_libraries; do
+        line+="$name=$(setting "$name") "
+    done
+    echo "$line" | fold -s -w 96 | sed 's/^/  /' 
+    echo "sizes: enqueue ${ENQ_SECS}s per run; process $PROC_JOBS pre-loaded jobs per run ($BATCH_JOBS for claim 100; cap ${PROC_CAP}s);" \
+         "latency ${LAT_SECS}s claim+complete, ${CLAIM_SECS}s claim-only, backlogs $LAT_SMALL and $LAT_BIG"
+    echo "pgbench: -M prepared, Unix socket, -j min(clients, nproc); extension built from $REPO" \
+         "($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo 'no commit'))"
+    [ "$PROFILE" = 1 ] && echo "NOTE: BENCH_PROFILE=1 (pg_stat_statements track=all loaded): not for headline numbers"
+    return 0
+}
+
+if [ -n "$OUT" ]; then report | tee "$OUT"; else report; fi
+if [ "$PROFILE" = 1 ] && [ "$KEEP" = 1 ]; then log "profile: $WORK/profile.txt"; fi
