@@ -22,6 +22,19 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 #define ORCH_MAX_BATCH 10000
 #define ORCH_RECOVER_PER_CLAIM 16
 
+/*
+ * What a claim does to a task ($3 worker, $4 lease; the task's timeout caps
+ * the lease) and what it hands back (emit_claimed reads these columns).
+ */
+#define CLAIM_SET \
+	"state = 'executing', attempts = t.attempts + 1," \
+	" lease_token = gen_random_uuid(), lease_owner = $3," \
+	" lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
+	" retry_at = NULL, reason_code = 'claimed'"
+#define CLAIM_RETURNING \
+	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
+	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
+
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claim_tenant_plan = NULL;
 
@@ -32,29 +45,21 @@ static SPIPlanPtr claim_tenant_plan = NULL;
  */
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER) \
 	"WITH u AS (" \
-	"  UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
-	"   lease_token = gen_random_uuid(), lease_owner = $3," \
-	"   lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
-	"   retry_at = NULL, reason_code = 'claimed'" \
+	"  UPDATE orch.tasks t SET " CLAIM_SET \
 	"  WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" \
 	"     WHERE queue = $1 AND ready_at <= now()" TENANT_FILTER \
 	"     ORDER BY priority, created_at, id" \
 	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
-	"  RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
-	"   t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data, t.created_at)" \
+	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
 	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
 
 static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
 #define CLAIM_ONE_SQL \
-	"UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
-	"  lease_token = gen_random_uuid(), lease_owner = $3," \
-	"  lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
-	"  retry_at = NULL, reason_code = 'claimed'" \
+	"UPDATE orch.tasks t SET " CLAIM_SET \
 	" WHERE t.id = $1 AND t.tenant_id = $2 AND t.ready_at <= now()" \
-	" RETURNING t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
-	"  t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
+	" RETURNING " CLAIM_RETURNING
 
 static SPIPlanPtr limited_cand_plan = NULL;
 static SPIPlanPtr claim_one_plan = NULL;
