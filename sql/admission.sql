@@ -522,6 +522,22 @@ SELECT count(*) AS claimed FROM orch_dequeue('adm_lower', 'adm-worker', 10);
 SELECT count(*) AS executing FROM orch.tasks WHERE queue = 'adm_lower' AND state = 'executing';
 
 -- ---------------------------------------------------------------------------
+-- 12. A task approved while its key is busy waits gated; approving it again
+--     is refused (OR001) and the first approval's note reaches the claim.
+-- ---------------------------------------------------------------------------
+SELECT orch_enqueue('adm_appr', '{"n": 1}', concurrency_key => 'A') AS appr_a \gset
+SELECT lease_token AS appr_ta FROM orch_dequeue('adm_appr', 'adm-worker') \gset
+SELECT orch_await_confirmation(:appr_a, :'appr_ta');
+SELECT orch_enqueue('adm_appr', '{"n": 2}', concurrency_key => 'A') AS appr_b \gset
+SELECT lease_token AS appr_tb FROM orch_dequeue('adm_appr', 'adm-worker') \gset
+SELECT orch_confirm(:appr_a, true, 'alice', 'first');
+SELECT gated AS approved_but_gated FROM orch.tasks WHERE id = :appr_a;
+SELECT pg_temp.try(format($$SELECT orch_confirm(%s, true, 'bob', 'second')$$, :appr_a)) AS approve_again;
+SELECT orch_complete(:appr_b, :'appr_tb');
+SELECT task_id = :appr_a AS approved_task_claimed, resume_data ->> 'note' AS note
+  FROM orch_dequeue('adm_appr', 'adm-worker');
+
+-- ---------------------------------------------------------------------------
 -- Clean up: drop this file's queues (their unfinished tasks are cancelled).
 -- ---------------------------------------------------------------------------
 SELECT name, pg_temp.try(format('SELECT ''dropped'' FROM orch_drop_queue(%L, force => true)', name)) AS dropped

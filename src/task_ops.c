@@ -674,6 +674,20 @@ require_waiting(OrchTask *t, TaskState waiting, const char *action)
 						t->id, orch_state_names[t->state],
 						t->retry_wait ? " (waiting to retry)" : "",
 						waiting == TS_AWAITING_TOOL ? "a tool" : "confirmation")));
+	if (!t->ready && orch_has_gate())
+	{
+		/* resumed or approved, but waiting for a slot of its concurrency key */
+		Oid			types[1] = {INT8OID};
+		Datum		v[1];
+		bool		isnull;
+
+		v[0] = Int64GetDatum(t->id);
+		if (SPI_execute_with_args("SELECT gated FROM orch.tasks WHERE id = $1",
+								  1, types, v, NULL, false, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "orchestrator: task lookup failed");
+		t->ready = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
 	if (t->ready)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
