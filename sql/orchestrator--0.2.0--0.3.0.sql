@@ -24,6 +24,10 @@ CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
 ALTER TABLE orch.tasks DROP CONSTRAINT tasks_state_check;
 DROP INDEX orch.tasks_run_idx;
 
+-- A dead letter is re-driven at most once, whatever races.
+DROP INDEX orch.tasks_retry_of_idx;
+CREATE UNIQUE INDEX tasks_retry_of_idx ON orch.tasks (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
+
 -- At most one execution per (run, step), whatever the writer.
 CREATE UNIQUE INDEX tasks_run_step_running_idx ON orch.tasks (tenant_id, run_id, step_key)
     WHERE state = 'executing' AND run_id IS NOT NULL;

@@ -85,6 +85,42 @@ gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* The advisory lock key of a name (two-key form, class 'or'). */
+static int32
+lock_key(const char *kind, const char *a, const char *b)
+{
+	StringInfoData s;
+	uint32		h;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, kind);
+	appendStringInfoChar(&s, '\x1f');
+	appendStringInfoString(&s, a);
+	appendStringInfoChar(&s, '\x1f');
+	if (b)
+		appendStringInfoString(&s, b);
+	h = hash_bytes((const unsigned char *) s.data, s.len);
+	pfree(s.data);
+	return (int32) h;
+}
+
+/* Shared transaction-scoped advisory lock: held by enqueues against a drop. */
+void
+orch_xact_lock_shared(const char *kind, const char *a, const char *b)
+{
+	DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(ORCH_LOCK_CLASS),
+						Int32GetDatum(lock_key(kind, a, b)));
+}
+
+/* Try the exclusive lock; false when another transaction holds it. */
+bool
+orch_xact_try_lock(const char *kind, const char *a, const char *b)
+{
+	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
+											Int32GetDatum(ORCH_LOCK_CLASS),
+											Int32GetDatum(lock_key(kind, a, b))));
+}
+
 /* Transaction-scoped advisory lock on a name (two-key form, class 'or'). */
 void
 orch_xact_lock(const char *kind, const char *a, const char *b)
@@ -137,7 +173,7 @@ key_slots(const char *queue, const char *key, int64 self_id, int *limit, int64 *
 	if (SPI_execute_plan(orch_prepare(&slots_plan,
 									  "SELECT coalesce((SELECT l.max_running FROM orch.concurrency_limits l"
 									  "                 WHERE l.queue = $1 AND l.key = $2),"
-									  "                (SELECT (q.settings ->> 'concurrency_key_limit')::int"
+									  "                (SELECT (q.settings ->> 'concurrency_key_limit')::numeric::int"
 									  "                 FROM orch.queues q WHERE q.name = $1), 1),"
 									  " (SELECT count(*) FROM orch.tasks t WHERE t.queue = $1"
 									  "  AND t.concurrency_key = $2 AND t.id <> $3"
@@ -365,7 +401,7 @@ orch_wake_delayed(const char *queue, int limit)
 										  "   AND NOT gated AND concurrency_key IS NOT NULL"
 										  "   AND run_at <= now() LIMIT $1",
 										  2, types),
-							 v, NULL, true, 1) != SPI_OK_SELECT)
+							 v, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: delayed task probe failed");
 		if (SPI_processed == 0)
 			return 0;
@@ -394,6 +430,16 @@ orch_wake_delayed(const char *queue, int limit)
 	return (int) SPI_processed;
 }
 
+static int
+pending_cmp(const ListCell *a, const ListCell *b)
+{
+	PendingRelease *x = (PendingRelease *) lfirst(a);
+	PendingRelease *y = (PendingRelease *) lfirst(b);
+	int			c = strcmp(x->queue, y->queue);
+
+	return c != 0 ? c : strcmp(x->key, y->key);
+}
+
 /* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
 Datum
 orch_gate_trigger(PG_FUNCTION_ARGS)
@@ -408,6 +454,8 @@ orch_gate_trigger(PG_FUNCTION_ARGS)
 		ListCell   *lc;
 
 		pending = NIL;
+		/* keys in one order for every session: no lock-order deadlocks */
+		list_sort(work, pending_cmp);
 		foreach(lc, work)
 		{
 			PendingRelease *r = (PendingRelease *) lfirst(lc);

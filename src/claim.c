@@ -159,7 +159,9 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 
 		if (owner != NULL && qs->owner_limit > 0)
 		{
-			orch_xact_lock("owner", queue, owner);
+			/* never wait for an owner's lock: that could deadlock two workers */
+			if (!orch_xact_try_lock("owner", queue, owner))
+				continue;
 			ov[0] = orch_text_datum(queue);
 			ov[1] = orch_text_datum(owner);
 			if (count1(orch_prepare(&running_owner_plan,

@@ -20,6 +20,7 @@ PG_FUNCTION_INFO_V1(orch_reprocess);
 	"('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable'," \
 	" 'compensation_required', 'not_safe_to_retry')"
 
+static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr check_plan = NULL;
 static SPIPlanPtr copy_plan = NULL;
 
@@ -28,7 +29,7 @@ static SPIPlanPtr copy_plan = NULL;
  * Caller is connected to SPI.
  */
 static int64
-redrive(int64 id)
+redrive(int64 id, bool skip_redriven)
 {
 	Oid			types[1] = {INT8OID};
 	Datum		v[1];
@@ -41,11 +42,18 @@ redrive(int64 id)
 	char	   *note;
 
 	v[0] = Int64GetDatum(id);
+	/* lock the dead letter: concurrent re-drives of it queue up here ... */
+	if (SPI_execute_plan(orch_prepare(&lock_plan,
+									  "SELECT 1 FROM orch.tasks WHERE id = $1 FOR UPDATE",
+									  1, types),
+						 v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: task lookup failed");
+	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
 	if (SPI_execute_plan(orch_prepare(&check_plan,
 									  "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id),"
 									  " t.tenant_id, t.reason_code"
-									  " FROM orch.tasks t WHERE t.id = $1 FOR UPDATE",
+									  " FROM orch.tasks t WHERE t.id = $1",
 									  1, types),
 						 v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: task lookup failed");
@@ -64,6 +72,8 @@ redrive(int64 id)
 				 errdetail("It is \"%s\" with reason \"%s\"; only tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY can be re-driven.",
 						   state, SPI_getvalue(tup, td, 5) ? SPI_getvalue(tup, td, 5) : "")));
 	SPI_getbinval(tup, td, 3, &isnull);
+	if (!isnull && skip_redriven)
+		return -1;				/* re-driven meanwhile by another session */
 	if (!isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -96,7 +106,7 @@ orch_retry(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 0, "task_id");
 	SPI_connect();
 	orch_set_event_context(NULL, NULL);
-	new_id = redrive(PG_GETARG_INT64(0));
+	new_id = redrive(PG_GETARG_INT64(0), false);
 	orch_clear_event_context();
 	SPI_finish();
 	PG_RETURN_INT64(new_id);
@@ -162,8 +172,12 @@ orch_reprocess(PG_FUNCTION_ARGS)
 		Datum		out[2];
 		bool		nulls[2] = {false, false};
 
+		int64		new_id = redrive(ids[i], true);
+
+		if (new_id < 0)
+			continue;
 		out[0] = Int64GetDatum(ids[i]);
-		out[1] = Int64GetDatum(redrive(ids[i]));
+		out[1] = Int64GetDatum(new_id);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
 	orch_clear_event_context();

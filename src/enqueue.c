@@ -130,6 +130,8 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 static void
 prepare_queue(EnqueueOpts *o)
 {
+	/* a concurrent orch_drop_queue waits for this enqueue, and vice versa */
+	orch_xact_lock_shared("queue-exists", o->queue, NULL);
 	if (!orch_load_queue(o->queue, &o->qs, NULL))
 		orch_ensure_queue(o->queue);
 	if (!o->has_priority)
@@ -365,6 +367,7 @@ orch_enqueue_internal(const char *queue, Jsonb *payload, const char *tenant,
 	o.tenant = pstrdup(tenant ? tenant : ORCH_DEFAULT_TENANT);
 	o.owner = owner ? pstrdup(owner) : NULL;
 	o.on_rate_limit = 0;
+	orch_xact_lock_shared("queue-exists", o.queue, NULL);
 	if (!orch_load_queue(o.queue, &o.qs, NULL))
 		orch_ensure_queue(o.queue);
 	o.priority = o.qs.priority;

@@ -793,6 +793,41 @@ machine_check(const char *machine, const char *from, const char *to)
 	return v;
 }
 
+/*
+ * The row as a JSON object of its columns' text forms.  Built from the
+ * types' output functions only: row_to_json would also run casts to json,
+ * which any user may define, and this trigger runs as the extension owner.
+ */
+static char *
+row_as_json_text(HeapTuple tup, TupleDesc td)
+{
+	StringInfoData buf;
+	bool		first = true;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int i = 1; i <= td->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(td, i - 1);
+		char	   *val;
+
+		if (att->attisdropped)
+			continue;
+		if (!first)
+			appendStringInfoString(&buf, ", ");
+		first = false;
+		escape_json(&buf, NameStr(att->attname));
+		appendStringInfoString(&buf, ": ");
+		val = SPI_getvalue(tup, td, i);
+		if (val == NULL)
+			appendStringInfoString(&buf, "null");
+		else
+			escape_json(&buf, val);
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
 static HeapTuple
 generic_trigger(TriggerData *trigdata, const char *column, const char *machine)
 {
@@ -850,8 +885,7 @@ generic_trigger(TriggerData *trigdata, const char *column, const char *machine)
 			return newtup;
 	}
 
-	rowjson = text_to_cstring(DatumGetTextPP(
-		DirectFunctionCall1(row_to_json, heap_copy_tuple_as_datum(newtup, td))));
+	rowjson = row_as_json_text(newtup, td);
 	write_event_full(ORCH_DEFAULT_TENANT, 0, false, 0, false, relname,
 					 from, to, is_insert ? "inserted" : "updated", ctx_actor, 0,
 					 NULL, rowjson);
@@ -932,15 +966,12 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
-	if (SPI_execute_with_args("SELECT 1 FROM orch.state_machines WHERE name = $1",
-							  1, types1, vals, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: lookup failed");
-	if (SPI_processed > 0)
+	exec_params("INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING",
+				1, types1, vals, SPI_OK_INSERT);
+	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("state machine \"%s\" already exists", name)));
-	exec_params("INSERT INTO orch.state_machines (name) VALUES ($1)", 1, types1, vals,
-				SPI_OK_INSERT);
 
 	it = JsonbIteratorInit(&transitions->root);
 	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)

@@ -266,7 +266,7 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 	nsp = get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid));
 	v[0] = orch_text_datum(MAINTENANCE_JOB);
 	v[1] = orch_text_datum(schedule);
-	v[2] = orch_text_datum(psprintf("SELECT * FROM %s.orch_maintain()", quote_identifier(nsp)));
+	v[2] = orch_text_datum(psprintf("SELECT * FROM %s.orch_maintain(1000)", quote_identifier(nsp)));
 	v[3] = orch_text_datum(get_database_name(MyDatabaseId));
 	if (SPI_execute_with_args("SELECT cron.schedule_in_database($1, $2, $3, $4)",
 							  4, types, v, NULL, false, 1) != SPI_OK_SELECT)

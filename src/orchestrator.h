@@ -142,6 +142,8 @@ extern void orch_gate_note_release(const char *queue, const char *key);
 extern int	orch_gate_promote(const char *queue, const char *key);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
 extern void orch_xact_lock(const char *kind, const char *a, const char *b);
+extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
+extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
 extern bool orch_has_gate(void);
 extern int	orch_wake_delayed(const char *queue, int limit);
 
@@ -197,5 +199,8 @@ extern char *orch_current_actor(void);
 extern Datum orch_text_datum(const char *s);
 
 #define ORCH_DEFAULT_TENANT "default"
+
+/* Longest delay or interval setting accepted: 100 years, in microseconds */
+#define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)
 
 #endif							/* ORCHESTRATOR_H */

@@ -148,10 +148,10 @@ orch_retry_decision(PG_FUNCTION_ARGS)
 	if (has_retry_after)
 	{
 		retry_after = orch_interval_usecs(PG_GETARG_INTERVAL_P(4));
-		if (retry_after < 0)
+		if (retry_after < 0 || retry_after > ORCH_MAX_INTERVAL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retry_after must not be negative")));
+					 errmsg("retry_after must be between 0 and 100 years")));
 	}
 
 	d = orch_decide(&qs.policy, ec, attempts, failures,

@@ -6,6 +6,8 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include <math.h>
+
 #include "utils/builtins.h"
 #include "miscadmin.h"
 #include "utils/datetime.h"
@@ -92,7 +94,8 @@ setting_int(const char *key, JsonbValue *v, int min)
 
 	if (v->type != jbvNumeric)
 		bad_setting(key, "an integer");
-	if (!is_integral(v->val.numeric))
+	if (!is_integral(v->val.numeric) ||
+		fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)))) > 2e9)
 		bad_setting(key, "an integer");
 	i = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
 	if (i < min || i > PG_INT32_MAX)
@@ -155,6 +158,8 @@ setting_interval(const char *key, JsonbValue *v, bool allow_zero)
 
 	if (us < 0 || (!allow_zero && us == 0))
 		bad_setting(key, allow_zero ? "a non-negative interval" : "a positive interval");
+	if (us > ORCH_MAX_INTERVAL)
+		bad_setting(key, "an interval of at most 100 years");
 	return us;
 }
 
@@ -357,8 +362,10 @@ orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only)
 					 errhint("A task's retry_policy accepts max_attempts, max_failures, backoff, initial_delay, max_delay, schedule, retry_on, on_exhausted and retry_safety.")));
 		else if (strcmp(key, "priority") == 0)
 		{
-			if (v.type != jbvNumeric || !is_integral(v.val.numeric))
-				bad_setting(key, "an integer");
+			if (v.type != jbvNumeric || !is_integral(v.val.numeric) ||
+				fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8,
+														NumericGetDatum(v.val.numeric)))) > PG_INT32_MAX)
+				bad_setting(key, "an integer between -2147483648 and 2147483647");
 			qs->priority = DatumGetInt32(DirectFunctionCall1(numeric_int4,
 															 NumericGetDatum(v.val.numeric)));
 		}
@@ -516,7 +523,7 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 	vals[0] = orch_text_datum(queue);
 	plan = orch_prepare(&load_plan,
 						"SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
-	if (SPI_execute_plan(plan, vals, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(plan, vals, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: queue lookup failed");
 	orch_settings_defaults(qs);
 	if (SPI_processed == 0)
@@ -698,6 +705,8 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
 
 	SPI_connect();
+	/* wait for enqueues in flight; later ones wait for this drop */
+	orch_xact_lock("queue-exists", name, NULL);
 	vals[0] = orch_text_datum(name);
 	if (SPI_execute_with_args("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE",
 							  1, types, vals, NULL, false, 1) != SPI_OK_SELECT)
@@ -708,7 +717,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 				 errmsg("queue \"%s\" does not exist", name)));
 	if (SPI_execute_with_args("SELECT count(*) FROM orch.tasks WHERE queue = $1"
 							  " AND state NOT IN ('completed', 'failed', 'cancelled')",
-							  1, types, vals, NULL, true, 1) != SPI_OK_SELECT)
+							  1, types, vals, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: task count failed");
 	live = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (live > 0 && !force)

@@ -482,10 +482,10 @@ orch_fail(PG_FUNCTION_ARGS)
 	if (has_retry_after)
 	{
 		retry_after = orch_interval_usecs(PG_GETARG_INTERVAL_P(4));
-		if (retry_after < 0)
+		if (retry_after < 0 || retry_after > ORCH_MAX_INTERVAL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retry_after must not be negative")));
+					 errmsg("retry_after must be between 0 and 100 years")));
 	}
 
 	InitMaterializedSRF(fcinfo, 0);

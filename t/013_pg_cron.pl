@@ -5,7 +5,7 @@
 # 'postgres' (cron.host = the node's socket directory, so that pg_cron's
 # libpq connections reach it).  CREATE EXTENSION pg_cron and orchestrator;
 # orch_schedule_maintenance() returns the id of a job in cron.job (schedule
-# '* * * * *', command orch_maintain(), database postgres); calling it again
+# '* * * * *', command orch_maintain(1000), database postgres); calling it again
 # re-registers the same job instead of adding one.  A task claimed with a
 # 1-second lease and abandoned is then recovered by one real scheduled run
 # (pg_cron 1.4 runs jobs at minute boundaries: we wait up to 90 s, polling
@@ -47,7 +47,7 @@ sql('CREATE EXTENSION orchestrator');
 # --- registration ----------------------------------------------------------
 my $job = sql('SELECT orch_schedule_maintenance()');
 like($job, qr/^\d+$/, 'orch_schedule_maintenance() returns a job id');
-is( sql(qq{SELECT schedule || ' | ' || database || ' | ' || (command LIKE '%orch_maintain()%') || ' | ' || active
+is( sql(qq{SELECT schedule || ' | ' || database || ' | ' || (command LIKE '%orch_maintain(1000)%') || ' | ' || active
              FROM cron.job WHERE jobid = $job}),
 	'* * * * * | postgres | true | true',
 	'the job is in cron.job: every minute, orch_maintain() in database postgres, active');
