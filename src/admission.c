@@ -125,20 +125,8 @@ orch_xact_try_lock(const char *kind, const char *a, const char *b)
 void
 orch_xact_lock(const char *kind, const char *a, const char *b)
 {
-	StringInfoData s;
-	uint32		h;
-
-	initStringInfo(&s);
-	appendStringInfoString(&s, kind);
-	appendStringInfoChar(&s, '\x1f');
-	appendStringInfoString(&s, a);
-	appendStringInfoChar(&s, '\x1f');
-	if (b)
-		appendStringInfoString(&s, b);
-	h = hash_bytes((const unsigned char *) s.data, s.len);
 	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(ORCH_LOCK_CLASS),
-						Int32GetDatum((int32) h));
-	pfree(s.data);
+						Int32GetDatum(lock_key(kind, a, b)));
 }
 
 static void
