@@ -52,7 +52,7 @@ SELECT count(*) FILTER (WHERE t.result = jsonb_build_object('i', t.id)) AS resul
   FROM orch.tasks t JOIN claimed c ON c.task_id = t.id;
 SELECT * FROM snapshot;
 SELECT count(*) AS completion_events FROM orch.events e JOIN claimed c ON c.task_id = e.task_id
- WHERE e.from_state = 'executing' AND e.to_state = 'completed' AND e.actor = 'bw';
+ WHERE e.from_state = 'executing' AND e.to_state = 'completed' AND e.label = 'bw' AND e.actor = current_user;
 -- a replay of the same batch: every task is terminal now
 SELECT pg_temp.sqlstate_of(format('SELECT orch_complete_batch(%L::bigint[], %L::uuid[])',
     (SELECT array_agg(task_id ORDER BY task_id) FROM claimed),

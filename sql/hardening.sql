@@ -45,8 +45,10 @@ CREATE TABLE hard_doors (id int PRIMARY KEY, status text NOT NULL, color hard_co
 SELECT orch_attach_state_machine('hard_doors', 'status', 'hard_m');
 INSERT INTO hard_doors VALUES (1, 'open', 'red');
 UPDATE hard_doors SET status = 'closed' WHERE id = 1;
-SELECT from_state, to_state, note::jsonb ->> 'color' AS color_in_note FROM orch_events
- WHERE entity = 'public.hard_doors' ORDER BY event_id;
+-- the event records the row's key and the transition only: no other column
+-- of a table the event's readers may not be allowed to read
+SELECT from_state, to_state, note::jsonb AS note, note::jsonb ->> 'color' AS color_in_note
+  FROM orch_events WHERE entity = 'public.hard_doors' ORDER BY event_id;
 
 DROP TABLE hard_doors;
 DROP CAST (hard_color AS json);

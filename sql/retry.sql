@@ -91,8 +91,9 @@ SELECT v.kind, v.cls, v.n, d.delay, v.expected, d.delay = v.expected AS ok
     (26, 'RATE_LIMITED, retry_after 42s',      'RATE_LIMITED', 3, '{}', interval '42 seconds', interval '42 seconds'),
     (27, 'RATE_LIMITED, no retry_after',       'RATE_LIMITED', 2, '{}', NULL, interval '10 seconds'),
     (28, 'RATE_LIMITED, retry_after 10min',    'RATE_LIMITED', 1, '{}', interval '10 minutes', interval '10 minutes'),
-    (29, 'TRANSIENT, retry_after 3s',          'TRANSIENT', 2,  '{}', interval '3 seconds', interval '3 seconds'),
-    (30, 'retry_after beats schedule',         'RETRYABLE', 1,  '{"schedule": ["1 hour"]}', interval '4 seconds', interval '4 seconds'),
+    -- SPEC section 4: only RATE_LIMITED honours retry_after; other classes keep the policy's delay
+    (29, 'TRANSIENT ignores retry_after',      'TRANSIENT', 2,  '{}', interval '3 seconds', interval '10 seconds'),
+    (30, 'RETRYABLE ignores retry_after',      'RETRYABLE', 1,  '{"schedule": ["1 hour"]}', interval '4 seconds', interval '1 hour'),
     (31, 'DEPENDENCY_FAILED exponential',      'DEPENDENCY_FAILED', 1, '{}', NULL, interval '10 seconds'),
     (32, 'DEPENDENCY_FAILED exponential',      'DEPENDENCY_FAILED', 2, '{}', NULL, interval '20 seconds'),
     (33, 'DEPENDENCY_FAILED exponential',      'DEPENDENCY_FAILED', 5, '{}', NULL, interval '160 seconds'),
@@ -171,14 +172,15 @@ CREATE FUNCTION pg_temp.tok(p_tag text) RETURNS uuid LANGUAGE sql AS
     $$ SELECT lease_token FROM claims WHERE tag = p_tag ORDER BY seq DESC LIMIT 1 $$;
 CREATE FUNCTION pg_temp.tid(p_tag text) RETURNS bigint LANGUAGE sql AS
     $$ SELECT task_id FROM claims WHERE tag = p_tag ORDER BY seq DESC LIMIT 1 $$;
--- quick_failures: n claim + TRANSIENT failure with retry_after 1 ms, so that
--- the task's failure count grows without waiting for the policy's backoff.
+-- quick_failures: n claim + RATE_LIMITED failure with retry_after 1 ms (only
+-- that class honours retry_after), so that the task's failure count grows
+-- without waiting for the policy's backoff.
 CREATE PROCEDURE pg_temp.quick_failures(p_tag text, p_q text, p_n int)
 LANGUAGE plpgsql AS $$
 BEGIN
     FOR i IN 1 .. p_n LOOP
         CALL pg_temp.claim_wait(p_tag, p_q);
-        PERFORM orch_fail(pg_temp.tid(p_tag), pg_temp.tok(p_tag), 'TRANSIENT', 'quick failure ' || i,
+        PERFORM orch_fail(pg_temp.tid(p_tag), pg_temp.tok(p_tag), 'RATE_LIMITED', 'quick failure ' || i,
                           interval '1 millisecond');
         COMMIT;
     END LOOP;

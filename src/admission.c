@@ -30,6 +30,7 @@ PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
 #define ORCH_LOCK_CLASS 0x6f72
 
 bool		orch_gate_promoting = false;
+bool		orch_gate_handover = false;	/* a member is handing its slot over */
 
 /* pending releases (PendingRelease) in TopTransactionContext */
 static List *pending = NIL;
@@ -40,6 +41,7 @@ gate_xact_callback(XactEvent event, void *arg)
 {
 	pending = NIL;				/* its memory goes with the transaction */
 	orch_gate_promoting = false;
+	orch_gate_handover = false;
 }
 
 /* A pending release: the (sub)transaction level that noted it, queue, key. */
@@ -85,12 +87,16 @@ gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
-/* The advisory lock key of a name (two-key form, class 'or'). */
-static int32
-lock_key(const char *kind, const char *a, const char *b)
+/*
+ * The advisory lock key of a name: a 64-bit hash of (kind, a, b), used as
+ * both int4 halves of the two-key form, so that a producer choosing names
+ * cannot make two keys collide by searching a 32-bit space.
+ */
+static void
+lock_key(const char *kind, const char *a, const char *b, int32 *k1, int32 *k2)
 {
 	StringInfoData s;
-	uint32		h;
+	uint64		h;
 
 	initStringInfo(&s);
 	appendStringInfoString(&s, kind);
@@ -99,44 +105,54 @@ lock_key(const char *kind, const char *a, const char *b)
 	appendStringInfoChar(&s, '\x1f');
 	if (b)
 		appendStringInfoString(&s, b);
-	h = hash_bytes((const unsigned char *) s.data, s.len);
+	h = hash_bytes_extended((const unsigned char *) s.data, s.len, ORCH_LOCK_CLASS);
 	pfree(s.data);
-	return (int32) h;
+	*k1 = (int32) (uint32) (h >> 32);
+	*k2 = (int32) (uint32) h;
 }
 
 /* Shared transaction-scoped advisory lock: held by enqueues against a drop. */
 void
 orch_xact_lock_shared(const char *kind, const char *a, const char *b)
 {
-	DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(ORCH_LOCK_CLASS),
-						Int32GetDatum(lock_key(kind, a, b)));
+	int32		k1,
+				k2;
+
+	lock_key(kind, a, b, &k1, &k2);
+	DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(k1), Int32GetDatum(k2));
 }
 
 /* Try the exclusive lock; false when another transaction holds it. */
 bool
 orch_xact_try_lock(const char *kind, const char *a, const char *b)
 {
+	int32		k1,
+				k2;
+
+	lock_key(kind, a, b, &k1, &k2);
 	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-											Int32GetDatum(ORCH_LOCK_CLASS),
-											Int32GetDatum(lock_key(kind, a, b))));
+											Int32GetDatum(k1), Int32GetDatum(k2)));
 }
 
-/* Transaction-scoped advisory lock on a name (two-key form, class 'or'). */
+/* Transaction-scoped advisory lock on a name (never a session lock). */
 void
 orch_xact_lock(const char *kind, const char *a, const char *b)
 {
-	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(ORCH_LOCK_CLASS),
-						Int32GetDatum(lock_key(kind, a, b)));
+	int32		k1,
+				k2;
+
+	lock_key(kind, a, b, &k1, &k2);
+	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(k1), Int32GetDatum(k2));
 }
 
-static void
-require_read_committed(void)
+void
+orch_require_read_committed(void)
 {
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("concurrency limits require READ COMMITTED isolation"),
-				 errdetail("Slot accounting must see other sessions' committed claims."),
+				 errmsg("concurrency and rate limits require READ COMMITTED isolation"),
+				 errdetail("Slot and rate accounting must see other sessions' committed work."),
 				 errhint("Run orchestrator calls in READ COMMITTED transactions.")));
 }
 
@@ -174,21 +190,78 @@ key_slots(const char *queue, const char *key, int64 self_id, int *limit, int64 *
 	SPI_finish();
 }
 
+static SPIPlanPtr worst_plan = NULL;
+static SPIPlanPtr bump_plan = NULL;
+
 /*
- * May task self_id enter its key's slot set?  Called by the lifecycle
- * trigger before the row is written; rows written earlier in the same
- * statement are already counted.
+ * May task self_id (priority, created_at) enter its key's slot set?  Called
+ * by the lifecycle trigger before the row is written; rows written earlier in
+ * the same statement are already counted.  Only executing tasks really hold
+ * a slot: when the set is full but one of its members is merely claimable
+ * and comes after this task in priority/FIFO order, that member goes back to
+ * waiting (gated) and this task takes its place, so waiters are served in
+ * order.
  */
 bool
-orch_gate_admit(const char *queue, const char *key, int64 self_id)
+orch_gate_admit(const char *queue, const char *key, int64 self_id,
+				int32 priority, TimestampTz created_at)
 {
 	int			limit;
 	int64		used;
+	Oid			types[5] = {TEXTOID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		v[5];
+	Oid			btypes[2] = {INT8OID, TEXTOID};
+	Datum		bv[2];
+	bool		isnull;
 
-	require_read_committed();
+	orch_require_read_committed();
 	orch_xact_lock("key", queue, key);
 	key_slots(queue, key, self_id, &limit, &used);
-	return used < limit;
+	if (used < limit)
+		return true;
+
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	v[2] = Int64GetDatum(self_id);
+	v[3] = Int32GetDatum(priority);
+	v[4] = TimestampTzGetDatum(created_at);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (SPI_execute_plan(orch_prepare(&worst_plan,
+									  "SELECT id, tenant_id FROM orch.tasks"
+									  " WHERE queue = $1 AND concurrency_key = $2 AND id <> $3"
+									  "   AND state <> 'executing' AND ready_at IS NOT NULL"
+									  "   AND (priority, created_at, id) > ($4, $5, $3)"
+									  " ORDER BY priority DESC, created_at DESC, id DESC"
+									  " LIMIT 1 FOR UPDATE SKIP LOCKED",
+									  5, types),
+						 v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: slot member scan failed");
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		return false;
+	}
+	bv[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	bv[1] = orch_text_datum(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
+	/* the slot passes to this task: no release for the gate to fill */
+	orch_gate_handover = true;
+	PG_TRY();
+	{
+		if (SPI_execute_plan(orch_prepare(&bump_plan,
+										  "UPDATE orch.tasks SET gated = true, ready_at = NULL"
+										  " WHERE id = $1 AND tenant_id = $2",
+										  2, btypes),
+							 bv, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "orchestrator: slot hand-over failed");
+	}
+	PG_FINALLY();
+	{
+		orch_gate_handover = false;
+	}
+	PG_END_TRY();
+	SPI_finish();
+	return true;
 }
 
 /* A member left the key's slot set: promote at the end of the statement. */
@@ -233,7 +306,7 @@ orch_gate_promote(const char *queue, const char *key)
 	Datum		v[3];
 	int			promoted;
 
-	require_read_committed();
+	orch_require_read_committed();
 	orch_xact_lock("key", queue, key);
 	key_slots(queue, key, 0, &limit, &used);
 	if (used >= limit)
@@ -283,7 +356,7 @@ gate_enforce(const char *queue, const char *key)
 	Datum		v[3];
 	int			demoted;
 
-	require_read_committed();
+	orch_require_read_committed();
 	orch_xact_lock("key", queue, key);
 	key_slots(queue, key, 0, &limit, &used);
 	if (used <= limit)
@@ -352,7 +425,7 @@ orch_gate_reconcile(const char *queue, int max_keys)
 
 static SPIPlanPtr wake_probe_plan = NULL;
 static SPIPlanPtr wake_queue_plan = NULL;
-static SPIPlanPtr wake_all_plan = NULL;
+static SPIPlanPtr queues_plan = NULL;
 
 /* Does the installed schema have concurrency keys (0.3.0 and later)? */
 bool
@@ -364,55 +437,68 @@ orch_has_gate(void)
 	return OidIsValid(rel) && get_attnum(rel, "gated") != InvalidAttrNumber;
 }
 
+#define DELAYED_WHERE \
+	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \
+	"   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))" \
+	"   AND coalesce(retry_at, run_at) <= now()" \
+	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+
 /*
- * Keyed tasks enqueued with a future run_at wait outside their key's slot
- * set ("delayed": queued, not claimable, not gated) so that they don't hold a
- * slot early; once due they enter through the gate.  Called by every claim
- * of the queue (queue NULL: by orch_maintain, for all).  Caller is connected
- * to SPI.
+ * Tasks that are not due yet (queued with a future run_at, or waiting to
+ * retry) are "delayed": not claimable and outside the claim index (the
+ * lifecycle trigger takes them out), so that claims never step over them and
+ * a keyed one holds no slot.  Once due, they are made claimable here, keyed
+ * ones through the gate.  Called by every claim of the queue (tenants: the
+ * claimer's, or (Datum) 0 for all) and by orch_maintain (queue NULL: every
+ * queue).  Caller is connected to SPI.
  */
 int
-orch_wake_delayed(const char *queue, int limit)
+orch_wake_delayed(const char *queue, int limit, Datum tenants)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		v[2];
+	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
 	int			rc;
 
-	v[0] = Int32GetDatum(limit);
-	if (queue)
+	if (queue == NULL)
 	{
-		v[1] = orch_text_datum(queue);
-		/* a read-only probe first: the UPDATE's set-up costs more than the look */
-		if (SPI_execute_plan(orch_prepare(&wake_probe_plan,
-										  "SELECT 1 FROM orch.tasks"
-										  " WHERE queue = $2 AND state = 'queued' AND ready_at IS NULL"
-										  "   AND NOT gated AND concurrency_key IS NOT NULL"
-										  "   AND run_at <= now() LIMIT $1",
-										  2, types),
-							 v, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: delayed task probe failed");
-		if (SPI_processed == 0)
-			return 0;
-		rc = SPI_execute_plan(orch_prepare(&wake_queue_plan,
-										   "UPDATE orch.tasks t SET ready_at = t.run_at"
-										   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-										   "       WHERE queue = $2 AND state = 'queued' AND ready_at IS NULL"
-										   "         AND NOT gated AND concurrency_key IS NOT NULL"
-										   "         AND run_at <= now()"
-										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))",
-										   2, types),
-							  v, NULL, false, 0);
+		int			nq;
+		char	  **names;
+		int			woken = 0;
+
+		if (SPI_execute_plan(orch_prepare(&queues_plan, "SELECT name FROM orch.queues ORDER BY name",
+										  0, NULL),
+							 NULL, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: queue scan failed");
+		nq = (int) SPI_processed;
+		names = palloc(sizeof(char *) * (nq + 1));
+		for (int i = 0; i < nq; i++)
+			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		for (int i = 0; i < nq && woken < limit; i++)
+			woken += orch_wake_delayed(names[i], limit - woken, tenants);
+		return woken;
 	}
-	else
-		rc = SPI_execute_plan(orch_prepare(&wake_all_plan,
-										   "UPDATE orch.tasks t SET ready_at = t.run_at"
-										   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-										   "       WHERE state = 'queued' AND ready_at IS NULL"
-										   "         AND NOT gated AND concurrency_key IS NOT NULL"
-										   "         AND run_at <= now()"
-										   "       ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))",
-										   1, types),
-							  v, NULL, false, 0);
+
+	v[0] = Int32GetDatum(limit);
+	v[1] = orch_text_datum(queue);
+	v[2] = tenants;
+	if (tenants == (Datum) 0)
+		n[2] = 'n';
+	/* a read-only probe first: the UPDATE's set-up costs more than the look */
+	if (SPI_execute_plan(orch_prepare(&wake_probe_plan,
+									  "SELECT 1 FROM orch.tasks" DELAYED_WHERE " LIMIT $1",
+									  3, types),
+						 v, n, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: delayed task probe failed");
+	if (SPI_processed == 0)
+		return 0;
+	rc = SPI_execute_plan(orch_prepare(&wake_queue_plan,
+									   "UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
+									   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE
+									   "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
+									   "       FOR UPDATE SKIP LOCKED))",
+									   3, types),
+						  v, n, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: waking delayed tasks failed");
 	return (int) SPI_processed;
@@ -468,6 +554,7 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 	Datum		v[3];
 	QueueSettings qs;
 
+	orch_require_unrestricted("orch_set_concurrency_limit");
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "key");
 	queue = orch_text_arg(fcinfo, 0);

@@ -37,6 +37,7 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claim_tenant_plan = NULL;
+static SPIPlanPtr claim_tenants_plan = NULL;
 
 /*
  * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
@@ -56,15 +57,20 @@ static SPIPlanPtr claim_tenant_plan = NULL;
 
 static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
-#define CLAIM_ONE_SQL \
+#define CLAIM_IDS_SQL \
 	"UPDATE orch.tasks t SET " CLAIM_SET \
-	" WHERE t.id = $1 AND t.tenant_id = $2 AND t.ready_at <= now()" \
+	" WHERE t.id = ANY ($1) AND t.ready_at <= now()" \
 	" RETURNING " CLAIM_RETURNING
 
 static SPIPlanPtr limited_cand_plan = NULL;
-static SPIPlanPtr claim_one_plan = NULL;
+static SPIPlanPtr claim_ids_plan = NULL;
 static SPIPlanPtr running_owner_plan = NULL;
 static SPIPlanPtr running_queue_plan = NULL;
+
+/* Candidates looked at per window, and in all, by one limited claim */
+#define LIMITED_WINDOW_MIN	64
+#define LIMITED_WINDOW_MAX	2048
+#define LIMITED_SCAN_MAX	20000
 
 static int64
 count1(SPIPlanPtr plan, Datum *v)
@@ -76,34 +82,48 @@ count1(SPIPlanPtr plan, Datum *v)
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+/* What one limited claim knows of an owner: may it take more, and how many */
+typedef struct OwnerSlot
+{
+	uint64		hash;			/* hash key */
+	char	   *owner;
+	bool		blocked;		/* lock held elsewhere, or at its limit */
+	int64		running;		/* executing, counting this call's claims */
+} OwnerSlot;
+
 /*
- * Claim under owner_limit / queue_limit, one task at a time: the best
- * eligible task whose owner is below its limit (counted with this call's own
- * claims) is locked (SKIP LOCKED), re-checked under the owner's
- * transaction-scoped advisory lock, and claimed.  Owners at their limit are
- * skipped, never waited for.  Claimed rows go straight into the result.
+ * Claim under owner_limit / queue_limit.  Candidates are read in claim order
+ * (priority, created_at, id) in windows, locked with SKIP LOCKED; an owner's
+ * transaction-scoped advisory lock is tried once per call (never waited for:
+ * two workers could deadlock), its executing tasks counted once, and then
+ * counted up as this call claims; owners at their limit are skipped, never
+ * waited for.  The chosen tasks are claimed with one UPDATE.  The work per
+ * call is bounded: at most LIMITED_SCAN_MAX candidates are looked at,
+ * whatever the batch and however many owners are busy elsewhere.
  */
 static void
 claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
-			  const char *tenant, QueueSettings *qs, ReturnSetInfo *rsinfo,
+			  Datum tenants, bool all_tenants, QueueSettings *qs, ReturnSetInfo *rsinfo,
 			  MemoryContext outer)
 {
-	Oid			ctypes[4] = {TEXTOID, INT4OID, TEXTOID, INT8ARRAYOID};
-	Datum		cv[4];
-	char		cn[4] = {' ', ' ', ' ', ' '};
+	Oid			ctypes[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID,
+	INT8OID, BOOLOID};
+	Datum		cv[7];
+	char		cn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Oid			otypes[2] = {TEXTOID, TEXTOID};
 	Datum		ov[2];
-	Oid			utypes[4] = {INT8OID, TEXTOID, TEXTOID, INTERVALOID};
+	Oid			utypes[4] = {INT8ARRAYOID, INT4OID, TEXTOID, INTERVALOID};
 	Datum		uv[4];
-	Datum	   *seen;
-	int			nseen = 0;
-	int			claimed = 0;
+	Datum	   *chosen;
+	int			nchosen = 0;
 	int32		allowed = batch;
+	int			scanned = 0;
+	int			window;
+	bool		first = true;
+	HASHCTL		hctl;
+	HTAB	   *owners = NULL;
 
-	if (IsolationUsesXactSnapshot())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("concurrency limits require READ COMMITTED isolation")));
+	orch_require_read_committed();
 	if (qs->queue_limit > 0)
 	{
 		int64		running;
@@ -118,68 +138,121 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		if (allowed > qs->queue_limit - running)
 			allowed = (int32) (qs->queue_limit - running);
 	}
-
-	seen = palloc(sizeof(Datum) * (allowed * 8 + 64));
-	cv[0] = orch_text_datum(queue);
-	cv[1] = Int32GetDatum(qs->owner_limit > 0 ? qs->owner_limit : PG_INT32_MAX);
-	cv[2] = tenant ? orch_text_datum(tenant) : (Datum) 0;
-	if (!tenant)
-		cn[2] = 'n';
-	uv[2] = orch_text_datum(worker);
-	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
-
-	/* bounded: every round claims or skips one task */
-	while (claimed < allowed && nseen < allowed * 8 + 64)
+	if (qs->owner_limit > 0)
 	{
-		int64		id;
-		char	   *ten;
-		char	   *owner;
+		memset(&hctl, 0, sizeof(hctl));
+		hctl.keysize = sizeof(uint64);
+		hctl.entrysize = sizeof(OwnerSlot);
+		hctl.hcxt = CurrentMemoryContext;
+		owners = hash_create("orchestrator claim owners", 64, &hctl,
+							 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+
+	window = Max(LIMITED_WINDOW_MIN, Min(allowed * 2, LIMITED_WINDOW_MAX));
+	chosen = palloc(sizeof(Datum) * allowed);
+	cv[0] = orch_text_datum(queue);
+	cv[2] = tenants;
+	if (all_tenants)
+		cn[2] = 'n';
+
+	while (nchosen < allowed && scanned < LIMITED_SCAN_MAX)
+	{
+		uint64		got;
+		int32		last_priority = 0;
+		TimestampTz last_created = 0;
+		int64		last_id = 0;
 		bool		isnull;
 
-		cv[3] = PointerGetDatum(construct_array(seen, nseen, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		cv[1] = Int32GetDatum(Min(window, LIMITED_SCAN_MAX - scanned));
+		cv[6] = BoolGetDatum(first);
+		if (first)
+		{
+			cv[3] = Int32GetDatum(0);
+			cv[4] = TimestampTzGetDatum(0);
+			cv[5] = Int64GetDatum(0);
+		}
+		/* keyset pagination: each window starts after the last one */
 		if (SPI_execute_plan(orch_prepare(&limited_cand_plan,
-										  "SELECT t.id, t.tenant_id, t.owner FROM orch.tasks t"
+										  "SELECT t.id, t.owner, t.priority, t.created_at FROM orch.tasks t"
 										  " WHERE t.queue = $1 AND t.ready_at <= now()"
-										  "   AND ($3::text IS NULL OR t.tenant_id = $3)"
-										  "   AND t.id <> ALL ($4)"
-										  "   AND (t.owner IS NULL OR (SELECT count(*) FROM orch.tasks e"
-										  "        WHERE e.queue = $1 AND e.owner = t.owner"
-										  "          AND e.state = 'executing') < $2)"
+										  "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))"
+										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
 										  " ORDER BY t.priority, t.created_at, t.id"
-										  " LIMIT 1 FOR UPDATE SKIP LOCKED",
-										  4, ctypes),
+										  " LIMIT $2 FOR UPDATE SKIP LOCKED",
+										  7, ctypes),
 							 cv, cn, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: candidate scan failed");
-		if (SPI_processed == 0)
+		got = SPI_processed;
+		if (got == 0)
 			break;
-		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		ten = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-		owner = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-		seen[nseen++] = Int64GetDatum(id);
+		scanned += (int) got;
+		first = false;
+		{
+			SPITupleTable *tt = SPI_tuptable;
 
-		if (owner != NULL && qs->owner_limit > 0)
-		{
-			/* never wait for an owner's lock: that could deadlock two workers */
-			if (!orch_xact_try_lock("owner", queue, owner))
-				continue;
-			ov[0] = orch_text_datum(queue);
-			ov[1] = orch_text_datum(owner);
-			if (count1(orch_prepare(&running_owner_plan,
-									"SELECT count(*) FROM orch.tasks WHERE queue = $1 AND owner = $2"
-									" AND state = 'executing'", 2, otypes), ov) >= qs->owner_limit)
-				continue;		/* a concurrent claim took the owner's last slot */
+			for (uint64 r = 0; r < got; r++)
+			{
+				HeapTuple	tup = tt->vals[r];
+				int64		id = DatumGetInt64(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
+				char	   *owner = SPI_getvalue(tup, tt->tupdesc, 2);
+
+				last_id = id;
+				last_priority = DatumGetInt32(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
+				last_created = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 4, &isnull));
+				if (nchosen >= allowed)
+					continue;
+				if (owner != NULL && owners != NULL)
+				{
+					uint64		h = hash_bytes_extended((const unsigned char *) owner,
+														strlen(owner), 0);
+					bool		found;
+					OwnerSlot  *o = hash_search(owners, &h, HASH_ENTER, &found);
+
+					if (!found)
+					{
+						o->owner = pstrdup(owner);
+						o->running = 0;
+						/* never wait for an owner's lock: that could deadlock two workers */
+						o->blocked = !orch_xact_try_lock("owner", queue, owner);
+						if (!o->blocked)
+						{
+							ov[0] = orch_text_datum(queue);
+							ov[1] = orch_text_datum(owner);
+							o->running = count1(orch_prepare(&running_owner_plan,
+															 "SELECT count(*) FROM orch.tasks WHERE queue = $1"
+															 " AND owner = $2 AND state = 'executing'",
+															 2, otypes), ov);
+						}
+					}
+					else if (strcmp(o->owner, owner) != 0)
+						continue;	/* a hash collision: leave it for the next claim */
+					if (o->blocked || o->running >= qs->owner_limit)
+						continue;
+					o->running++;
+				}
+				chosen[nchosen++] = Int64GetDatum(id);
+			}
 		}
-		uv[0] = Int64GetDatum(id);
-		uv[1] = orch_text_datum(ten);
-		if (SPI_execute_plan(orch_prepare(&claim_one_plan, CLAIM_ONE_SQL, 4, utypes),
-							 uv, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "orchestrator: claim failed");
-		if (SPI_processed == 1)
-		{
-			emit_claimed(rsinfo, outer);
-			claimed++;
-		}
+		cv[3] = Int32GetDatum(last_priority);
+		cv[4] = TimestampTzGetDatum(last_created);
+		cv[5] = Int64GetDatum(last_id);
 	}
+	if (nchosen == 0)
+		return;
+	uv[0] = PointerGetDatum(construct_array(chosen, nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
+											TYPALIGN_DOUBLE));
+	uv[1] = Int32GetDatum(nchosen);
+	uv[2] = orch_text_datum(worker);
+	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
+	if (SPI_execute_plan(orch_prepare(&claim_ids_plan,
+									  "WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
+									  " SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
+									  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
+									  " WHERE $2 > 0 ORDER BY priority, created_at, id",
+									  4, utypes),
+						 uv, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: claim failed");
+	emit_claimed(rsinfo, outer);
 }
 
 /* The stable step idempotency key: hash(tenant, run, step) or (tenant, task) */
@@ -252,6 +325,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
 	Datum		v[5];
 	MemoryContext outer = CurrentMemoryContext;
+	Datum		tenants;
+	bool		all_tenants;
 
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "worker");
@@ -291,19 +366,34 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	if (lease < 0)
 		lease = qs.lease;
 
-	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM);
+	/*
+	 * Which tenants: the one asked for (the caller must be allowed it), else
+	 * a bound caller's own, else all.
+	 */
+	if (tenant)
+	{
+		Datum		one = orch_text_datum(tenant);
+
+		orch_require_tenant(tenant);
+		tenants = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+		all_tenants = false;
+	}
+	else
+		tenants = orch_caller_tenants_datum(&all_tenants);
+
+	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants);
 	if (orch_has_gate())
-		orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4);
+		orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
 
 	v[0] = orch_text_datum(queue);
 	v[1] = Int32GetDatum(batch);
 	v[2] = orch_text_datum(worker);
 	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
-	v[4] = tenant ? orch_text_datum(tenant) : (Datum) 0;
+	v[4] = tenant ? orch_text_datum(tenant) : tenants;
 	orch_set_event_context(worker, NULL);
 	if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
-		claim_limited(queue, worker, batch, lease, tenant, &qs, rsinfo, outer);
+		claim_limited(queue, worker, batch, lease, tenants, all_tenants, &qs, rsinfo, outer);
 		orch_clear_event_context();
 		SPI_finish();
 		return (Datum) 0;
@@ -311,6 +401,16 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	if (tenant)
 	{
 		if (SPI_execute_plan(orch_prepare(&claim_tenant_plan, CLAIM_SQL(" AND tenant_id = $5", " AND t.tenant_id = $5"), 5, types),
+							 v, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: claim failed");
+	}
+	else if (!all_tenants)
+	{
+		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
+
+		if (SPI_execute_plan(orch_prepare(&claim_tenants_plan,
+										  CLAIM_SQL(" AND tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)"),
+										  5, atypes),
 							 v, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: claim failed");
 	}

@@ -62,9 +62,7 @@ orch_command(PG_FUNCTION_ARGS)
 	kind = orch_text_arg(fcinfo, 0);
 	key = orch_text_arg(fcinfo, 1);
 	payload = PG_GETARG_JSONB_P(2);
-	tenant = orch_text_arg(fcinfo, 4);
-	if (tenant == NULL)
-		tenant = ORCH_DEFAULT_TENANT;
+	tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 4));
 	if (kind[0] == '\0' || strlen(kind) > 128)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -222,7 +220,9 @@ orch_command_result(PG_FUNCTION_ARGS)
 	if (SPI_execute_with_args("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1 FOR UPDATE",
 							  1, types, v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: command lookup failed");
-	if (SPI_processed == 0)
+	/* another tenant's command does not exist for a role bound to tenants */
+	if (SPI_processed == 0 ||
+		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("command " INT64_FORMAT " does not exist", id)));

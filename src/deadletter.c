@@ -57,7 +57,9 @@ redrive(int64 id, bool skip_redriven)
 									  1, types),
 						 v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: task lookup failed");
-	if (SPI_processed == 0)
+	/* another tenant's task does not exist for a role bound to tenants */
+	if (SPI_processed == 0 ||
+		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4)))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("task " INT64_FORMAT " does not exist", id)));
@@ -121,9 +123,10 @@ Datum
 orch_reprocess(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTARRAYOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		all_tenants;
 	int32		max = PG_ARGISNULL(3) ? 100 : PG_GETARG_INT32(3);
 	int64	   *ids;
 	int			count;
@@ -150,6 +153,9 @@ orch_reprocess(PG_FUNCTION_ARGS)
 			n[i] = 'n';
 	}
 	v[3] = Int32GetDatum(max);
+	v[4] = orch_caller_tenants_datum(&all_tenants);
+	if (all_tenants)
+		n[4] = 'n';
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -158,9 +164,10 @@ orch_reprocess(PG_FUNCTION_ARGS)
 							  " AND ($1::text IS NULL OR t.queue = $1)"
 							  " AND ($2::text IS NULL OR t.reason_code = $2)"
 							  " AND ($3::timestamptz IS NULL OR t.finished_at >= $3)"
+							  " AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))"
 							  " AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id)"
 							  " ORDER BY t.finished_at, t.id LIMIT $4 FOR UPDATE SKIP LOCKED",
-							  4, types, v, n, false, 0) != SPI_OK_SELECT)
+							  5, types, v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: dead letter scan failed");
 	count = (int) SPI_processed;
 	ids = palloc(sizeof(int64) * (count + 1));

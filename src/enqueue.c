@@ -66,13 +66,8 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("run_at must be a finite timestamp")));
 	}
-	o->tenant = orch_text_arg(fcinfo, 5);
-	if (o->tenant == NULL)
-		o->tenant = ORCH_DEFAULT_TENANT;
-	if (o->tenant[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("tenant must not be empty")));
+	/* the caller's tenant: named, or its only binding, or 'default' */
+	o->tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 5));
 	o->owner = orch_text_arg(fcinfo, 6);
 	o->concurrency_key = orch_text_arg(fcinfo, 7);
 	if (!PG_ARGISNULL(8))
@@ -119,10 +114,11 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 	{
 		o->has_timeout = true;
 		o->timeout = PG_GETARG_INTERVAL_P(11);
-		if (orch_interval_usecs(o->timeout) <= 0)
+		if (orch_interval_usecs(o->timeout) <= 0 ||
+			orch_interval_usecs(o->timeout) > ORCH_MAX_INTERVAL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("timeout must be a positive interval")));
+					 errmsg("timeout must be a positive interval of at most 100 years")));
 	}
 }
 
@@ -150,22 +146,31 @@ static SPIPlanPtr rate_mark_plan = NULL;
 static bool
 rate_admit(EnqueueOpts *o)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, INTERVALOID};
-	Datum		v[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, INTERVALOID, TEXTOID};
+	Datum		v[4];
 	bool		isnull;
 	int64		used;
 	const char *owner = o->owner ? o->owner : "";
 
 	if (o->qs.rate_count <= 0)
 		return true;
-	orch_xact_lock("rate", o->queue, owner);
+
+	/*
+	 * The count must see every admission committed before the lock was
+	 * granted (a transaction snapshot would not), and the window is measured
+	 * on the clock, not from the start of a long transaction.
+	 */
+	orch_require_read_committed();
+	orch_xact_lock("rate", o->queue, psprintf("%s\x1f%s", o->tenant, owner));
 	v[0] = orch_text_datum(o->queue);
 	v[1] = orch_text_datum(owner);
 	v[2] = IntervalPGetDatum(orch_usecs_interval(o->qs.rate_per));
+	v[3] = orch_text_datum(o->tenant);
 	if (SPI_execute_plan(orch_prepare(&rate_count_plan,
 									  "SELECT count(*) FROM orch.rate_window"
-									  " WHERE queue = $1 AND owner = $2 AND at > now() - $3",
-									  3, types),
+									  " WHERE queue = $1 AND owner = $2 AND tenant_id = $4"
+									  "   AND at > clock_timestamp() - $3",
+									  4, types),
 						 v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: rate window count failed");
 	used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -183,9 +188,9 @@ rate_admit(EnqueueOpts *o)
 		return false;
 	}
 	if (SPI_execute_plan(orch_prepare(&rate_mark_plan,
-									  "INSERT INTO orch.rate_window (queue, owner, at, expires_at)"
-									  " VALUES ($1, $2, now(), now() + $3)",
-									  3, types),
+									  "INSERT INTO orch.rate_window (queue, owner, at, expires_at, tenant_id)"
+									  " VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3, $4)",
+									  4, types),
 						 v, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: rate window insert failed");
 	return true;

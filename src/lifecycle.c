@@ -7,17 +7,24 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/sysattr.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/array.h"
 #include "utils/datum.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/rls.h"
+#include "nodes/bitmapset.h"
+#include "catalog/namespace.h"
 
 #include "orchestrator.h"
 
@@ -149,20 +156,49 @@ orch_clear_event_context(void)
  * Event writer
  * ---------------------------------------------------------------------- */
 static SPIPlanPtr event_plan = NULL;
+static SPIPlanPtr event_plan_nolabel = NULL;
 
+/*
+ * Does orch.events have the label column (0.4.0 and later)?  Looked up per
+ * transaction: the library may run against an older schema until ALTER
+ * EXTENSION UPDATE.
+ */
+static LocalTransactionId label_lxid = InvalidLocalTransactionId;
+static bool label_known = false;
+
+static bool
+events_have_label(void)
+{
+	if (label_lxid != MyProc->lxid || label_lxid == InvalidLocalTransactionId)
+	{
+		Oid			nsp = get_namespace_oid("orch", true);
+		Oid			rel = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
+
+		label_known = OidIsValid(rel) && get_attnum(rel, "label") != InvalidAttrNumber;
+		label_lxid = MyProc->lxid;
+	}
+	return label_known;
+}
+
+/*
+ * Insert one event.  actor is always the role the call acts for
+ * (orch_current_actor); label is the name the caller supplied (worker,
+ * approver), recorded beside it and never in its place.
+ */
 static void
 write_event_full(const char *tenant, int64 task_id, bool has_task,
 				 int64 run_id, bool has_run, const char *entity,
 				 const char *from_state, const char *to_state,
-				 const char *reason_code, const char *actor, int32 attempt,
+				 const char *reason_code, const char *label, int32 attempt,
 				 pg_uuid_t *lease_token, const char *note)
 {
-	Oid			types[11] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
-	TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID};
-	Datum		values[11];
-	char		nulls[11];
+	Oid			types[12] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
+		TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID, TEXTOID};
+	Datum		values[12];
+	char		nulls[12];
 	SPIPlanPtr	plan;
 	int			rc;
+	bool		with_label = events_have_label();
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = orch_text_datum(tenant ? tenant : ORCH_DEFAULT_TENANT);
@@ -177,7 +213,10 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	OPT_TEXT(4, from_state);
 	OPT_TEXT(5, to_state);
 	OPT_TEXT(6, reason_code);
-	values[7] = orch_text_datum(actor ? actor : orch_current_actor());
+	if (with_label)
+		values[7] = orch_text_datum(orch_current_actor());
+	else
+		values[7] = orch_text_datum(label ? label : orch_current_actor());
 	values[8] = Int32GetDatum(attempt);
 	if (attempt <= 0)
 		nulls[8] = 'n';
@@ -185,15 +224,23 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	if (lease_token == NULL)
 		nulls[9] = 'n';
 	OPT_TEXT(10, note);
+	OPT_TEXT(11, label);
 #undef OPT_TEXT
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	plan = orch_prepare(&event_plan,
-						"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-						" to_state, reason_code, actor, attempt, lease_token, note)"
-						" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-						11, types);
+	if (with_label)
+		plan = orch_prepare(&event_plan,
+							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, label)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+							12, types);
+	else
+		plan = orch_prepare(&event_plan_nolabel,
+							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+							11, types);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: event insert failed: %s", SPI_result_code_string(rc));
@@ -216,7 +263,8 @@ typedef struct BufferedEvent
 	char	   *from_state;
 	char	   *to_state;
 	char	   *reason_code;
-	char	   *actor;
+	char	   *actor;			/* the role */
+	char	   *label;			/* the name the caller supplied, or NULL */
 	int32		attempt;
 	bool		has_token;
 	pg_uuid_t	token;
@@ -234,7 +282,7 @@ tx_strdup(const char *s)
 static void
 buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
 			 const char *from_state, const char *to_state, const char *reason_code,
-			 const char *actor, int32 attempt, pg_uuid_t *token, const char *note)
+			 const char *label, int32 attempt, pg_uuid_t *token, const char *note)
 {
 	MemoryContext old;
 	BufferedEvent *e;
@@ -251,7 +299,8 @@ buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
 	e->from_state = tx_strdup(from_state);
 	e->to_state = tx_strdup(to_state);
 	e->reason_code = tx_strdup(reason_code);
-	e->actor = tx_strdup(actor ? actor : orch_current_actor());
+	e->actor = tx_strdup(orch_current_actor());
+	e->label = tx_strdup(label);
 	e->attempt = attempt;
 	e->has_token = token != NULL;
 	if (token)
@@ -277,6 +326,9 @@ events_forget(int from_level)
 }
 
 static SPIPlanPtr flush_plan = NULL;
+static SPIPlanPtr flush_plan_nolabel = NULL;
+
+#define FLUSH_COLS 13
 
 /* Write every buffered event with one INSERT ... SELECT FROM unnest(...). */
 static void
@@ -284,16 +336,18 @@ events_flush(void)
 {
 	List	   *work = event_buffer;
 	int			n = list_length(work);
-	Datum	   *cols[12];
-	bool	   *nulls[12];
-	Oid			elemtypes[12] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
-	TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID};
-	Oid			arrtypes[12] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
+	Datum	   *cols[FLUSH_COLS];
+	bool	   *nulls[FLUSH_COLS];
+	Oid			elemtypes[FLUSH_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
+		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID};
+	Oid			arrtypes[FLUSH_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
 		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
-	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID};
-	Datum		args[12];
+	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		args[FLUSH_COLS];
 	int			i = 0;
 	ListCell   *lc;
+	bool		with_label;
+	SPIPlanPtr	plan;
 
 	if (n == 0)
 		return;
@@ -304,12 +358,13 @@ events_flush(void)
 		BufferedEvent *e = (BufferedEvent *) linitial(work);
 
 		write_event_full(e->tenant, e->task_id, true, e->run_id, e->has_run, "task",
-						 e->from_state, e->to_state, e->reason_code, e->actor,
+						 e->from_state, e->to_state, e->reason_code, e->label,
 						 e->attempt, e->has_token ? &e->token : NULL, e->note);
 		list_free_deep(work);
 		return;
 	}
-	for (int c = 0; c < 12; c++)
+	with_label = events_have_label();
+	for (int c = 0; c < FLUSH_COLS; c++)
 	{
 		cols[c] = palloc0(sizeof(Datum) * n);
 		nulls[c] = palloc0(sizeof(bool) * n);
@@ -326,7 +381,10 @@ events_flush(void)
 		SETTXT(3, e->from_state);
 		SETTXT(4, e->to_state);
 		SETTXT(5, e->reason_code);
-		SETTXT(6, e->actor);
+		if (with_label || e->label == NULL)
+			SETTXT(6, e->actor);
+		else
+			SETTXT(6, e->label);
 		cols[7][i] = Int32GetDatum(e->attempt);
 		nulls[7][i] = e->attempt <= 0;
 		cols[8][i] = UUIDPGetDatum(&e->token);
@@ -334,10 +392,11 @@ events_flush(void)
 		SETTXT(9, e->note);
 		cols[10][i] = TimestampTzGetDatum(e->at);
 		cols[11][i] = Int32GetDatum(i);
+		SETTXT(12, e->label);
 #undef SETTXT
 		i++;
 	}
-	for (int c = 0; c < 12; c++)
+	for (int c = 0; c < FLUSH_COLS; c++)
 	{
 		int16		typlen;
 		bool		typbyval;
@@ -351,17 +410,29 @@ events_flush(void)
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (SPI_execute_plan(orch_prepare(&flush_plan,
-									  "INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-									  " to_state, reason_code, actor, attempt, lease_token, note, at)"
-									  " SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
-									  " e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at"
-									  " FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-									  "   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
-									  "        actor, attempt, lease_token, note, at, ord)"
-									  " ORDER BY e.ord",
-									  12, arrtypes),
-						 args, NULL, false, 0) != SPI_OK_INSERT)
+	if (with_label)
+		plan = orch_prepare(&flush_plan,
+							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at, label)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord, label)"
+							" ORDER BY e.ord",
+							FLUSH_COLS, arrtypes);
+	else
+		plan = orch_prepare(&flush_plan_nolabel,
+							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord)"
+							" ORDER BY e.ord",
+							FLUSH_COLS - 1, arrtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: event flush failed");
 	SPI_finish();
 	list_free_deep(work);
@@ -431,10 +502,27 @@ typedef struct TaskCols
 				concurrency_key,
 				gated,			/* 0 before 0.3.0 */
 				updated_at,
-				finished_at;
+				finished_at,
+				priority,
+				created_at,
+				retry_at,
+				resume_data,
+				lease_expires_at;
 } TaskCols;
 
 static TaskCols task_cols = {InvalidOid};
+static bool task_cols_callback = false;
+
+/*
+ * The column numbers go stale when the table changes (ALTER EXTENSION UPDATE
+ * adds columns): forget them on any relcache invalidation of the table.
+ */
+static void
+task_cols_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == task_cols.relid)
+		task_cols.relid = InvalidOid;
+}
 
 static int
 must_fnumber(TupleDesc td, const char *name)
@@ -451,6 +539,11 @@ load_task_cols(Relation rel)
 {
 	TupleDesc	td = RelationGetDescr(rel);
 
+	if (!task_cols_callback)
+	{
+		CacheRegisterRelcacheCallback(task_cols_invalidate, (Datum) 0);
+		task_cols_callback = true;
+	}
 	if (task_cols.relid == RelationGetRelid(rel))
 		return;
 	task_cols.id = must_fnumber(td, "id");
@@ -470,6 +563,11 @@ load_task_cols(Relation rel)
 		task_cols.gated = 0;
 	task_cols.updated_at = must_fnumber(td, "updated_at");
 	task_cols.finished_at = must_fnumber(td, "finished_at");
+	task_cols.priority = must_fnumber(td, "priority");
+	task_cols.created_at = must_fnumber(td, "created_at");
+	task_cols.retry_at = must_fnumber(td, "retry_at");
+	task_cols.resume_data = must_fnumber(td, "resume_data");
+	task_cols.lease_expires_at = must_fnumber(td, "lease_expires_at");
 	task_cols.relid = RelationGetRelid(rel);
 }
 
@@ -571,22 +669,10 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 	in_new = (to == TS_EXECUTING) || !isnull;
 	gated = DatumGetBool(heap_getattr(newtup, task_cols.gated, td, &isnull));
 
-	/* a keyed task enqueued for later waits outside the slot set until due */
-	if (oldtup == NULL && to == TS_QUEUED && in_new)
-	{
-		Datum		run_at = heap_getattr(newtup, task_cols.run_at, td, &isnull);
-
-		if (!isnull && DatumGetTimestampTz(run_at) > GetCurrentTransactionStartTimestamp())
-		{
-			int			c = task_cols.ready_at;
-			Datum		nv = (Datum) 0;
-			bool		nn = true;
-
-			return heap_modify_tuple_by_cols(newtup, td, 1, &c, &nv, &nn);
-		}
-	}
 	if (in_new && !in_old && to != TS_EXECUTING && !orch_gate_promoting &&
-		!orch_gate_admit(queue, key, task_id))
+		!orch_gate_admit(queue, key, task_id,
+						 DatumGetInt32(heap_getattr(newtup, task_cols.priority, td, &isnull)),
+						 DatumGetTimestampTz(heap_getattr(newtup, task_cols.created_at, td, &isnull))))
 	{
 		/* wait for a slot, outside the claim index */
 		int			cs[2] = {task_cols.ready_at, task_cols.gated};
@@ -595,7 +681,7 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 
 		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
 	}
-	if (in_old && !in_new)
+	if (in_old && !in_new && !orch_gate_handover)
 		orch_gate_note_release(queue, key);
 	if (gated && (to == TS_EXECUTING || orch_state_is_terminal(to)))
 		return heap_modify_tuple_by_cols(newtup, td, 1, &col, &val, &null);
@@ -618,9 +704,9 @@ task_trigger(TriggerData *trigdata)
 	int64		task_id;
 	bool		isnull;
 	int			ncols = 0;
-	int			cols[4];
-	Datum		vals[4];
-	bool		nulls[4];
+	int			cols[8];
+	Datum		vals[8];
+	bool		nulls[8];
 	char		what[64];
 	char	   *reason;
 	char	   *tenant;
@@ -630,6 +716,19 @@ task_trigger(TriggerData *trigdata)
 	pg_uuid_t  *token = NULL;
 	int64		run_id = 0;
 	bool		has_run;
+
+	/*
+	 * A restore: pg_dump's scripts and pg_restore run with row_security =
+	 * off (so that no row is silently filtered), and load finished and
+	 * in-flight tasks with COPY.  Such a session declares that it reloads
+	 * rows exactly as they were: an insert outside any API call is taken
+	 * as it is, with no transition check, no derived column and no event
+	 * (the events are restored from the dump too).  Only roles that bypass
+	 * row-level security (superusers, the extension's owner) can write the
+	 * table with row_security off.
+	 */
+	if (is_insert && !ctx_active && !row_security)
+		return newtup;
 
 	load_task_cols(rel);
 	task_id = DatumGetInt64(heap_getattr(newtup, task_cols.id, td, &isnull));
@@ -686,8 +785,40 @@ task_trigger(TriggerData *trigdata)
 		vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 		nulls[ncols++] = false;
 	}
+	/*
+	 * An attempt ends: its lease is gone, and what was handed to it (a tool
+	 * result, a confirmation) was consumed and is not handed to the next.
+	 */
+	if (from == TS_EXECUTING && to != TS_EXECUTING)
+	{
+		cols[ncols] = task_cols.lease_expires_at;
+		vals[ncols] = (Datum) 0;
+		nulls[ncols++] = true;
+		cols[ncols] = task_cols.resume_data;
+		vals[ncols] = (Datum) 0;
+		nulls[ncols++] = true;
+	}
 	if (ncols > 0)
 		newtup = heap_modify_tuple_by_cols(newtup, td, ncols, cols, vals, nulls);
+
+	/*
+	 * Not due yet (queued for later, or waiting to retry): not claimable
+	 * until orch_wake_delayed lets it in, so claims never step over it and a
+	 * keyed task holds no slot while it waits.
+	 */
+	if (to == TS_QUEUED || to == TS_AWAITING_TOOL)
+	{
+		Datum		r = heap_getattr(newtup, task_cols.ready_at, td, &isnull);
+
+		if (!isnull && DatumGetTimestampTz(r) > GetCurrentTransactionStartTimestamp())
+		{
+			int			c = task_cols.ready_at;
+			Datum		nv = (Datum) 0;
+			bool		nn = true;
+
+			newtup = heap_modify_tuple_by_cols(newtup, td, 1, &c, &nv, &nn);
+		}
+	}
 
 	if (task_cols.gated > 0)
 		newtup = task_gate(newtup, oldtup, td, from, to, task_id);
@@ -794,31 +925,38 @@ machine_check(const char *machine, const char *from, const char *to)
 }
 
 /*
- * The row as a JSON object of its columns' text forms.  Built from the
- * types' output functions only: row_to_json would also run casts to json,
- * which any user may define, and this trigger runs as the extension owner.
+ * The row's primary key as a JSON object of its columns' text forms, e.g.
+ * {"id": "42"}: what identifies the row, and nothing else of it (the event
+ * is readable by roles that may not read the table).  Built from the types'
+ * output functions only: row_to_json would also run casts to json, which any
+ * user may define, and this trigger runs as the extension owner.  NULL when
+ * the table has no primary key.
  */
 static char *
-row_as_json_text(HeapTuple tup, TupleDesc td)
+row_key_json_text(Relation rel, HeapTuple tup, TupleDesc td)
 {
+	Bitmapset  *pk = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_PRIMARY_KEY);
 	StringInfoData buf;
 	bool		first = true;
+	int			x = -1;
 
+	if (pk == NULL)
+		return NULL;
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '{');
-	for (int i = 1; i <= td->natts; i++)
+	while ((x = bms_next_member(pk, x)) >= 0)
 	{
-		Form_pg_attribute att = TupleDescAttr(td, i - 1);
+		AttrNumber	attno = x + FirstLowInvalidHeapAttributeNumber;
 		char	   *val;
 
-		if (att->attisdropped)
+		if (attno <= 0)
 			continue;
 		if (!first)
 			appendStringInfoString(&buf, ", ");
 		first = false;
-		escape_json(&buf, NameStr(att->attname));
+		escape_json(&buf, NameStr(TupleDescAttr(td, attno - 1)->attname));
 		appendStringInfoString(&buf, ": ");
-		val = SPI_getvalue(tup, td, i);
+		val = SPI_getvalue(tup, td, attno);
 		if (val == NULL)
 			appendStringInfoString(&buf, "null");
 		else
@@ -885,7 +1023,7 @@ generic_trigger(TriggerData *trigdata, const char *column, const char *machine)
 			return newtup;
 	}
 
-	rowjson = row_as_json_text(newtup, td);
+	rowjson = row_key_json_text(rel, newtup, td);
 	write_event_full(ORCH_DEFAULT_TENANT, 0, false, 0, false, relname,
 					 from, to, is_insert ? "inserted" : "updated", ctx_actor, 0,
 					 NULL, rowjson);
@@ -950,6 +1088,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 	Datum		vals[3];
 	int			nstates = 0;
 
+	orch_require_unrestricted("orch_create_state_machine");
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "transitions");
 	name = orch_text_arg(fcinfo, 0);

@@ -11,7 +11,9 @@
 
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
+#include "common/hashfn.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/lsyscache.h"
 #include "utils/builtins.h"
@@ -36,10 +38,11 @@ static SPIPlanPtr expired_all_plan = NULL;
  * finished meanwhile no longer matches.  Caller is connected to SPI.
  */
 int
-orch_recover_expired(const char *queue, int limit)
+orch_recover_expired(const char *queue, int limit, Datum tenants)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		v[2];
+	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
+	Datum		v[3];
+	char		nl[3] = {' ', ' ', ' '};
 	int			n;
 	int64	   *ids;
 	int			recovered = 0;
@@ -50,12 +53,16 @@ orch_recover_expired(const char *queue, int limit)
 	if (queue)
 	{
 		v[1] = orch_text_datum(queue);
+		v[2] = tenants;
+		if (tenants == (Datum) 0)
+			nl[2] = 'n';
 		rc = SPI_execute_plan(orch_prepare(&expired_queue_plan,
 										   "SELECT id FROM orch.tasks"
 										   " WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()"
+										   "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
 										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										   2, types),
-							  v, NULL, false, 0);
+										   3, types),
+							  v, nl, false, 0);
 	}
 	else
 		rc = SPI_execute_plan(orch_prepare(&expired_all_plan,
@@ -137,6 +144,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be between 1 and 1000000")));
+	orch_require_unrestricted("orch_maintain");
 	InitMaterializedSRF(fcinfo, 0);
 
 	SPI_connect();
@@ -146,14 +154,14 @@ orch_maintain(PG_FUNCTION_ARGS)
 
 	/* 1. expired leases and timeouts */
 	acts[nacts].name = "leases_recovered";
-	acts[nacts++].count = orch_recover_expired(NULL, batch);
+	acts[nacts++].count = orch_recover_expired(NULL, batch, (Datum) 0);
 
 	/* 2. stuck work: waiting (not retrying, not released) past the bound */
 	acts[nacts].name = "stuck_tasks";
 	acts[nacts++].count =
 		count_query("SELECT count(*) FROM (SELECT 1 FROM orch.tasks"
 					" WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')"
-					"   AND ready_at IS NULL AND updated_at < now() - $2 LIMIT $1) s",
+					"   AND ready_at IS NULL AND retry_at IS NULL AND updated_at < now() - $2 LIMIT $1) s",
 					2, types, v);
 
 	/* 3. counters against rows, for tasks finished recently */
@@ -200,7 +208,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 	if (orch_has_gate())
 	{
 		acts[nacts].name = "delayed_woken";
-		acts[nacts++].count = orch_wake_delayed(NULL, batch);
+		acts[nacts++].count = orch_wake_delayed(NULL, batch, (Datum) 0);
 		acts[nacts].name = "slots_reconciled";
 		acts[nacts++].count = orch_gate_reconcile(NULL, batch);
 		acts[nacts].name = "rate_window_purged";
@@ -232,42 +240,118 @@ orch_maintain(PG_FUNCTION_ARGS)
 
 /* ---------------------------------------------------------------------- */
 
-static void
-require_pg_cron(void)
+/*
+ * The pg_cron job of this database is "orchestrator-maintenance:<database>"
+ * (pg_cron upserts jobs by name, so one name for all databases would make
+ * them overwrite each other's job).  cron.job.jobname is a name: when the
+ * result would not fit, the database name is cut and followed by a hash of
+ * all of it, so that two long names sharing a prefix still differ.
+ */
+static char *
+maintenance_job_name(const char *db)
 {
+	char	   *name = psprintf("%s:%s", MAINTENANCE_JOB, db);
+	char		suffix[16];
+	int			room;
+
+	if (strlen(name) < NAMEDATALEN)
+		return name;
+	snprintf(suffix, sizeof(suffix), "~%08x",
+			 hash_bytes((const unsigned char *) db, (int) strlen(db)));
+	room = NAMEDATALEN - 1 - (int) strlen(MAINTENANCE_JOB) - 1 - (int) strlen(suffix);
+	return psprintf("%s:%.*s%s", MAINTENANCE_JOB,
+					pg_mbcliplen(db, (int) strlen(db), room), db, suffix);
+}
+
+/* The scheduled command: schema-qualified, immune to the job's search_path. */
+static char *
+maintenance_command(FunctionCallInfo fcinfo)
+{
+	char	   *nsp = get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid));
+
+	return psprintf("SELECT * FROM %s.orch_maintain(1000)", quote_identifier(nsp));
+}
+
+/*
+ * Error out (55000) unless pg_cron is installed in database db, the current
+ * one.  pg_cron lives in one database (cron.database_name) and runs the jobs
+ * of every database from there, so when that is another database the error
+ * names it and the hint is cron_sql, the statement to run there instead.
+ */
+static void
+require_pg_cron(const char *db, const char *cron_sql)
+{
+	const char *cron_db;
+
 	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", true, 1)
 		!= SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: extension lookup failed");
-	if (SPI_processed == 0)
+	if (SPI_processed > 0)
+		return;
+
+	/* NULL unless pg_cron is loaded (a placeholder is only a setting) */
+	cron_db = GetConfigOption("cron.database_name", true, false);
+	if (cron_db != NULL &&
+		(GetConfigOptionFlags("cron.database_name", true) & GUC_CUSTOM_PLACEHOLDER) != 0)
+		cron_db = NULL;
+
+	if (cron_db == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_cron is not installed in this database"),
-				 errdetail("Maintenance is not scheduled. Leases are still recovered when workers claim."),
-				 errhint("Install pg_cron (shared_preload_libraries = 'pg_cron', CREATE EXTENSION pg_cron), or call SELECT orch_maintain() from any scheduler.")));
+				 errmsg("pg_cron is not installed in database \"%s\"", db),
+				 errdetail("pg_cron is not loaded in this server, so maintenance is not scheduled. Leases are still recovered when workers claim."),
+				 errhint("Load pg_cron (shared_preload_libraries = 'pg_cron') and run CREATE EXTENSION pg_cron in the database named by cron.database_name, or call SELECT orch_maintain() from any scheduler.")));
+	if (strcmp(cron_db, db) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_cron is not installed in database \"%s\"", db),
+				 errdetail("pg_cron is loaded and runs its jobs from this database (cron.database_name), but the extension has not been created here."),
+				 errhint("Run CREATE EXTENSION pg_cron in this database, then call this function again.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("pg_cron is not installed in database \"%s\"", db),
+			 errdetail("pg_cron lives in database \"%s\" (cron.database_name) and runs the jobs of every database from there.",
+					   cron_db),
+			 errhint("In database \"%s\", run: %s", cron_db, cron_sql)));
 }
 
 /*
  * orch_schedule_maintenance(schedule text DEFAULT '* * * * *') -> bigint
  *	  Registers (or re-registers) the pg_cron job that runs orch_maintain()
- *	  in this database; returns the job id.
+ *	  in this database; returns the job id.  The job of an older version,
+ *	  named plainly "orchestrator-maintenance", is replaced when it runs in
+ *	  this database.  Needs pg_cron installed here; in any other database the
+ *	  error hints the cron.schedule_in_database call to run where it is.
  */
 Datum
 orch_schedule_maintenance(PG_FUNCTION_ARGS)
 {
 	char	   *schedule = PG_ARGISNULL(0) ? "* * * * *" : orch_text_arg(fcinfo, 0);
+	char	   *db = get_database_name(MyDatabaseId);
+	char	   *job = maintenance_job_name(db);
+	char	   *command = maintenance_command(fcinfo);
 	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
 	Datum		v[4];
 	bool		isnull;
 	int64		jobid;
-	char	   *nsp;
 
 	SPI_connect();
-	require_pg_cron();
-	nsp = get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid));
+	require_pg_cron(db, psprintf("SELECT cron.schedule_in_database(%s, %s, %s, %s);",
+								 quote_literal_cstr(job), quote_literal_cstr(schedule),
+								 quote_literal_cstr(command), quote_literal_cstr(db)));
+
+	/* the job of an older version for this database */
 	v[0] = orch_text_datum(MAINTENANCE_JOB);
+	v[1] = orch_text_datum(db);
+	if (SPI_execute_with_args("SELECT cron.unschedule(jobid) FROM cron.job"
+							  " WHERE jobname = $1 AND database = $2",
+							  2, types, v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: cron.unschedule failed");
+
+	v[0] = orch_text_datum(job);
 	v[1] = orch_text_datum(schedule);
-	v[2] = orch_text_datum(psprintf("SELECT * FROM %s.orch_maintain(1000)", quote_identifier(nsp)));
-	v[3] = orch_text_datum(get_database_name(MyDatabaseId));
+	v[2] = orch_text_datum(command);
+	v[3] = orch_text_datum(db);
 	if (SPI_execute_with_args("SELECT cron.schedule_in_database($1, $2, $3, $4)",
 							  4, types, v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: cron.schedule_in_database failed");
@@ -276,27 +360,32 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(jobid);
 }
 
-/* orch_unschedule_maintenance() -> boolean: true when a job was removed */
+/*
+ * orch_unschedule_maintenance() -> boolean
+ *	  Removes this database's job, and the plainly named job of an older
+ *	  version when it runs in this database; true when a job was removed.
+ */
 Datum
 orch_unschedule_maintenance(PG_FUNCTION_ARGS)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		v[1];
-	bool		removed = false;
+	char	   *db = get_database_name(MyDatabaseId);
+	char	   *job = maintenance_job_name(db);
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[3];
+	bool		isnull;
+	bool		removed;
 
 	SPI_connect();
-	require_pg_cron();
-	v[0] = orch_text_datum(MAINTENANCE_JOB);
-	if (SPI_execute_with_args("SELECT jobid FROM cron.job WHERE jobname = $1",
-							  1, types, v, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.job lookup failed");
-	if (SPI_processed > 0)
-	{
-		if (SPI_execute_with_args("SELECT cron.unschedule($1::name)", 1, types, v, NULL, false, 1)
-			!= SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: cron.unschedule failed");
-		removed = true;
-	}
+	require_pg_cron(db, psprintf("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s;",
+								 quote_literal_cstr(job)));
+	v[0] = orch_text_datum(job);
+	v[1] = orch_text_datum(MAINTENANCE_JOB);
+	v[2] = orch_text_datum(db);
+	if (SPI_execute_with_args("SELECT count(cron.unschedule(jobid)) FROM cron.job"
+							  " WHERE jobname = $1 OR (jobname = $2 AND database = $3)",
+							  3, types, v, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: cron.unschedule failed");
+	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(removed);
 }

@@ -29,10 +29,10 @@ _PG_init(void)
 {
 	DefineCustomBoolVariable("orchestrator.auto_create_queues",
 							 "Create a queue with default settings on first enqueue.",
-							 NULL,
+							 "Only a superuser (or ALTER SYSTEM / ALTER DATABASE by one) may change it: a producer must not bypass an administrator's choice.",
 							 &orch_auto_create_queues,
 							 true,
-							 PGC_USERSET, 0,
+							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("orchestrator.max_payload_size",
 							"Largest accepted payload or result, in bytes.",
@@ -168,13 +168,6 @@ orch_new_uuid(void)
 	u->data[6] = (u->data[6] & 0x0f) | 0x40;
 	u->data[8] = (u->data[8] & 0x3f) | 0x80;
 	return u;
-}
-
-/* The role on whose behalf the current API call acts (session user). */
-char *
-orch_current_actor(void)
-{
-	return GetUserNameFromId(GetSessionUserId(), false);
 }
 
 Datum

@@ -137,7 +137,10 @@ extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *er
 
 /* admission.c */
 extern bool orch_gate_promoting;
-extern bool orch_gate_admit(const char *queue, const char *key, int64 self_id);
+extern bool orch_gate_handover;
+extern bool orch_gate_admit(const char *queue, const char *key, int64 self_id,
+							int32 priority, TimestampTz created_at);
+extern void orch_require_read_committed(void);
 extern void orch_gate_note_release(const char *queue, const char *key);
 extern int	orch_gate_promote(const char *queue, const char *key);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
@@ -145,14 +148,14 @@ extern void orch_xact_lock(const char *kind, const char *a, const char *b);
 extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
 extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
 extern bool orch_has_gate(void);
-extern int	orch_wake_delayed(const char *queue, int limit);
+extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
 
 /* enqueue.c */
 extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,
 								   const char *tenant, const char *owner);
 
 /* maintain.c */
-extern int	orch_recover_expired(const char *queue, int limit);
+extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
 
 /* settings.c */
 extern void orch_settings_defaults(QueueSettings *qs);
@@ -179,6 +182,17 @@ extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
 
+/* tenant.c: tenant bindings and the caller */
+extern Oid	orch_caller_role(void);
+extern char *orch_current_actor(void);
+extern bool orch_caller_restricted(void);
+extern bool orch_tenant_allowed(const char *tenant);
+extern Datum orch_caller_tenants_datum(bool *isnull);
+extern char *orch_resolve_tenant(const char *requested);
+extern void orch_require_tenant(const char *tenant);
+extern void orch_require_unrestricted(const char *what);
+extern bool orch_caller_is_admin_role(void);
+
 /* orchestrator.c: GUCs and helpers */
 extern bool orch_auto_create_queues;
 extern int	orch_max_payload_size;
@@ -195,7 +209,6 @@ extern int64 orch_interval_usecs(Interval *iv);
 extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);
 extern pg_uuid_t *orch_new_uuid(void);
-extern char *orch_current_actor(void);
 extern Datum orch_text_datum(const char *s);
 
 #define ORCH_DEFAULT_TENANT "default"

@@ -94,7 +94,8 @@ orch_decide(const RetryPolicy *p, ErrorClass ec, int attempts, int failures,
 		d.retry = true;
 		d.next_state = TS_AWAITING_TOOL;
 		d.reason_code = "retry_scheduled";
-		if (has_retry_after)
+		/* SPEC section 4: only RATE_LIMITED honours the caller's retry_after */
+		if (has_retry_after && ec == EC_RATE_LIMITED)
 			d.delay = retry_after;
 		else
 		{

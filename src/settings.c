@@ -587,6 +587,7 @@ orch_create_queue(PG_FUNCTION_ARGS)
 	Oid			types[2] = {TEXTOID, JSONBOID};
 	Datum		vals[2];
 
+	orch_require_unrestricted("queue administration");
 	orch_require_arg(fcinfo, 0, "name");
 	name = orch_text_arg(fcinfo, 0);
 	orch_validate_queue_name(name);
@@ -621,6 +622,7 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	bool		isnull;
 	MemoryContext outer = CurrentMemoryContext;
 
+	orch_require_unrestricted("queue administration");
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "settings");
 	name = orch_text_arg(fcinfo, 0);
@@ -661,6 +663,7 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	Oid			types[2] = {TEXTOID, BOOLOID};
 	Datum		vals[2];
 
+	orch_require_unrestricted("queue administration");
 	orch_require_arg(fcinfo, 0, "name");
 	name = orch_text_arg(fcinfo, 0);
 	SPI_connect();
@@ -700,6 +703,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	int64		live;
 	bool		isnull;
 
+	orch_require_unrestricted("queue administration");
 	orch_require_arg(fcinfo, 0, "name");
 	name = orch_text_arg(fcinfo, 0);
 	force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);

@@ -81,6 +81,9 @@ orch_lock_task(int64 id, OrchTask *t)
 	t->timed_out = DatumGetBool(SPI_getbinval(tup, td, 16, &isnull));
 	if (t->state == TS_INVALID)
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " has an unknown state", id);
+	/* another tenant's task does not exist for a role bound to tenants */
+	if (!orch_tenant_allowed(t->tenant))
+		return false;
 	return true;
 }
 
@@ -284,9 +287,10 @@ orch_complete(PG_FUNCTION_ARGS)
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	Jsonb	   *result = jsonb_arg(fcinfo, 2, "result");
-	Oid			types[4] = {INT8OID, UUIDOID, JSONBOID, TEXTOID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	Oid			types[5] = {INT8OID, UUIDOID, JSONBOID, TEXTOID, TEXTARRAYOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		unrestricted;
 
 	v[0] = Int64GetDatum(id);
 	v[1] = UUIDPGetDatum(token);
@@ -295,6 +299,9 @@ orch_complete(PG_FUNCTION_ARGS)
 		n[2] = 'n';
 	/* a parameter, not a literal: keeps the generic plan on the primary key */
 	v[3] = orch_text_datum("executing");
+	v[4] = orch_caller_tenants_datum(&unrestricted);
+	if (unrestricted)
+		n[4] = 'n';
 
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);
@@ -304,12 +311,13 @@ orch_complete(PG_FUNCTION_ARGS)
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > now()"
+									  "   AND ($5::text[] IS NULL OR tenant_id = ANY ($5))"
 									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at)"
 									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
 									  "   lease_token, started_at, outcome)"
 									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
 									  "   'completed' FROM t",
-									  4, types),
+									  5, types),
 						 v, n, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: complete failed");
 	if (SPI_processed == 0)
@@ -346,10 +354,11 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	bool	   *tok_nulls;
 	int			n,
 				ntok;
-	Oid			types[4] = {INT8ARRAYOID, UUIDARRAYOID, JSONBARRAYOID, TEXTOID};
-	Datum		v[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Oid			types[5] = {INT8ARRAYOID, UUIDARRAYOID, JSONBARRAYOID, TEXTOID, TEXTARRAYOID};
+	Datum		v[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			completed;
+	bool		unrestricted;
 
 	orch_require_arg(fcinfo, 0, "task_ids");
 	orch_require_arg(fcinfo, 1, "lease_tokens");
@@ -405,6 +414,9 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	v[0] = PointerGetDatum(ids_a);
 	v[1] = PointerGetDatum(toks_a);
 	v[3] = orch_text_datum("executing");
+	v[4] = orch_caller_tenants_datum(&unrestricted);
+	if (unrestricted)
+		nulls[4] = 'n';
 
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);
@@ -415,12 +427,13 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 									  "   AS r(id, tok, result)"
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
 									  "   AND t.lease_expires_at > now()"
+									  "   AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))"
 									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)"
 									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
 									  "   lease_token, started_at, outcome)"
 									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
 									  "   'completed' FROM t RETURNING task_id",
-									  4, types),
+									  5, types),
 						 v, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "orchestrator: batch complete failed");
 	completed = (int) SPI_processed;
@@ -734,15 +747,13 @@ orch_confirm(PG_FUNCTION_ARGS)
 	char	   *actor = orch_text_arg(fcinfo, 2);
 	char	   *note = orch_text_arg(fcinfo, 3);
 	OrchTask	t;
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
 	const char *result;
 
 	orch_require_arg(fcinfo, 1, "approve");
 	approve = PG_GETARG_BOOL(1);
-	if (actor == NULL)
-		actor = orch_current_actor();
 
 	SPI_connect();
 	lock_or_not_found(id, &t);
@@ -750,15 +761,20 @@ orch_confirm(PG_FUNCTION_ARGS)
 	orch_set_event_context(actor, note);
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
-	v[2] = orch_text_datum(actor);
+	/* the decision is the role's; a name it gives is kept beside it */
+	v[2] = orch_text_datum(orch_current_actor());
 	v[3] = note ? orch_text_datum(note) : (Datum) 0;
 	if (!note)
 		n[3] = 'n';
+	v[4] = actor ? orch_text_datum(actor) : (Datum) 0;
+	if (!actor)
+		n[4] = 'n';
 	if (approve)
 	{
 		exec_update("UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
-					" resume_data = jsonb_build_object('approved', true, 'actor', $3, 'note', $4)"
-					" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
+					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', true, 'actor', $3,"
+					"   'label', $5, 'note', $4))"
+					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
 		orch_write_event(t.tenant, id, true, "task", "awaiting_user_confirmation",
 						 "awaiting_user_confirmation", "confirmation_approved",
 						 t.attempts, NULL, NULL);
@@ -767,8 +783,9 @@ orch_confirm(PG_FUNCTION_ARGS)
 	else
 	{
 		exec_update("UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
-					" resume_data = jsonb_build_object('approved', false, 'actor', $3, 'note', $4)"
-					" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
+					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', false, 'actor', $3,"
+					"   'label', $5, 'note', $4))"
+					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
 		result = "failed";
 	}
 	orch_clear_event_context();

@@ -1,0 +1,239 @@
+/* orchestrator 0.3.0 -> 0.4.0: tenant isolation, secret lease tokens, restore-safe lifecycle, delayed work off the claim path. */
+
+\echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.4.0'" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- Tenant bindings (SPEC section 10).  A role bound to tenants (directly, or
+-- through a role whose privileges it has) sees and acts on those tenants
+-- only; a role bound to none is unrestricted; superusers are never bound.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.tenant_bindings (
+    role        name NOT NULL,
+    tenant_id   text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (role, tenant_id)
+);
+COMMENT ON TABLE orch.tenant_bindings IS
+  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted.';
+SELECT pg_catalog.pg_extension_config_dump('orch.tenant_bindings', '');
+REVOKE ALL ON orch.tenant_bindings FROM PUBLIC;
+
+CREATE FUNCTION orch.tenant_visible(tenant text)
+RETURNS boolean
+LANGUAGE C STABLE STRICT SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_tenant_visible';
+COMMENT ON FUNCTION orch.tenant_visible(text) IS
+  'May the calling role see this tenant''s rows? Used by the views and the row-level security policies.';
+
+CREATE FUNCTION orch_caller_tenants()
+RETURNS text[]
+LANGUAGE C STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_caller_tenants';
+COMMENT ON FUNCTION orch_caller_tenants() IS
+  'The tenants the calling role is bound to; NULL when it is unrestricted.';
+
+CREATE FUNCTION orch.caller_is_admin()
+RETURNS boolean
+LANGUAGE C STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_caller_is_admin';
+COMMENT ON FUNCTION orch.caller_is_admin() IS
+  'Is the calling role a member of orch_admin (or a superuser)? Only such roles read lease tokens in the audit views.';
+
+CREATE FUNCTION orch_bind_tenant(role name, tenant text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_bind_tenant';
+COMMENT ON FUNCTION orch_bind_tenant(name, text) IS
+  'Restricts a role (and the roles that have its privileges) to its bound tenants; true when the binding is new. Audited.';
+
+CREATE FUNCTION orch_unbind_tenant(role name, tenant text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_unbind_tenant';
+COMMENT ON FUNCTION orch_unbind_tenant(name, text) IS
+  'Removes one binding; true when it existed. A role left with no binding is unrestricted. Audited.';
+
+CREATE VIEW orch_tenant_bindings AS
+SELECT b.role, b.tenant_id, b.created_at FROM orch.tenant_bindings b;
+COMMENT ON VIEW orch_tenant_bindings IS 'Roles and the tenants they are restricted to.';
+
+-- ---------------------------------------------------------------------------
+-- Events: the actor is always the database role the call acted for; a name
+-- the caller supplied (worker, approver) is kept beside it as a label.
+-- ---------------------------------------------------------------------------
+ALTER TABLE orch.events ADD COLUMN label text;
+COMMENT ON COLUMN orch.events.actor IS
+  'The database role the action was taken for (current role outside the extension''s functions).';
+COMMENT ON COLUMN orch.events.label IS
+  'A name the caller supplied (worker id, approver name); never in place of actor.';
+
+-- ---------------------------------------------------------------------------
+-- Row-level security on every table with tenant data.  The extension's
+-- functions and views run as its owner (which bypasses RLS) and filter by
+-- the caller's tenants themselves; these policies guard direct access by any
+-- role a DBA grants table privileges to.
+-- ---------------------------------------------------------------------------
+DO $rls$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['tasks', 'attempts', 'events', 'idempotency_keys',
+                             'commands', 'rate_window', 'concurrency_limits']
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
+            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
+    END LOOP;
+END
+$rls$;
+
+-- ---------------------------------------------------------------------------
+-- Views: a bound role sees its tenants only; lease tokens are secrets that
+-- only orch_admin reads (a worker gets its own from the claim).
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE VIEW orch_tasks WITH (security_barrier) AS
+SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at,
+       retry_at, attempts, failures, max_attempts, max_failures, reason_code,
+       last_error, last_error_class, lease_owner, lease_expires_at, claimed_at,
+       wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
+       step_key, created_at, updated_at, finished_at, retry_of, gated
+  FROM orch.tasks
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+
+DROP VIEW orch_events;
+CREATE VIEW orch_events WITH (security_barrier) AS
+SELECT id AS event_id, tenant_id, task_id, run_id, entity, from_state, to_state,
+       reason_code, actor, attempt,
+       CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
+       note, at, label
+  FROM orch.events
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_events IS
+  'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
+
+DROP VIEW orch_attempts;
+CREATE VIEW orch_attempts WITH (security_barrier) AS
+SELECT id AS attempt_id, tenant_id, task_id, attempt, worker,
+       CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
+       started_at, finished_at, outcome, error_class, error, retry_at
+  FROM orch.attempts
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_attempts IS
+  'The append-only history of finished executions (lease tokens shown to orch_admin only).';
+
+CREATE OR REPLACE VIEW orch_dead_letters WITH (security_barrier) AS
+SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finished_at AS failed_at,
+       t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
+       t.owner, t.created_at
+  FROM orch.tasks t
+ WHERE t.state = 'failed'
+   AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                         'compensation_required', 'not_safe_to_retry')
+   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
+   AND ((SELECT orch_caller_tenants()) IS NULL OR t.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]));
+
+CREATE OR REPLACE VIEW orch_commands WITH (security_barrier) AS
+SELECT id AS command_id, tenant_id, kind, idempotency_key, payload, origin_task_id,
+       task_id, status, result, created_at, completed_at
+  FROM orch.commands
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+
+CREATE OR REPLACE FUNCTION orch_status(task_id bigint)
+RETURNS SETOF orch.task_status
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS $fn$
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+        SELECT t.id, t.queue, t.tenant_id, t.state, t.priority, t.attempts, t.failures,
+               t.reason_code, t.run_at, t.retry_at, t.lease_owner, t.lease_expires_at,
+               t.result, t.last_error, t.last_error_class, t.created_at, t.updated_at
+          FROM orch.tasks t
+         WHERE t.id OPERATOR(pg_catalog.=) $1 AND orch.tenant_visible(t.tenant_id);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
+    END IF;
+END
+$fn$;
+
+DROP FUNCTION orch_history(bigint);
+CREATE FUNCTION orch_history(task_id bigint)
+RETURNS TABLE (at timestamptz, kind text, attempt integer, from_state text, to_state text,
+               reason_code text, actor text, lease_token uuid, outcome text,
+               error_class text, error text, note text, label text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS $fn$
+DECLARE
+    admin boolean := orch.caller_is_admin();
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.=) $1
+                      AND orch.tenant_visible(t.tenant_id))
+       AND NOT EXISTS (SELECT 1 FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                          AND orch.tenant_visible(e.tenant_id)) THEN
+        RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
+    END IF;
+    RETURN QUERY
+        SELECT h.at, h.kind, h.attempt, h.from_state, h.to_state, h.reason_code, h.actor,
+               CASE WHEN admin THEN h.lease_token END, h.outcome, h.error_class, h.error, h.note,
+               h.label
+          FROM (SELECT e.at, 'event'::text AS kind, e.attempt, e.from_state, e.to_state,
+                       e.reason_code, e.actor, e.lease_token, NULL::text AS outcome,
+                       NULL::text AS error_class, NULL::text AS error, e.note, e.label,
+                       e.id AS seq, 1 AS src
+                  FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                   AND orch.tenant_visible(e.tenant_id)
+                UNION ALL
+                SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, a.worker,
+                       a.lease_token, a.outcome, a.error_class, a.error, NULL, NULL,
+                       a.id, 0
+                  FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
+                   AND orch.tenant_visible(a.tenant_id)) h
+         ORDER BY h.at, h.src, h.seq;
+END
+$fn$;
+COMMENT ON FUNCTION orch_history(bigint) IS
+  'A task''s attempts and events in order (lease tokens for orch_admin only); OR005 for an unknown id or another tenant''s task.';
+
+-- ---------------------------------------------------------------------------
+-- Delayed work off the claim path: tasks not due yet (queued for later, or
+-- waiting to retry) are not claimable (ready_at NULL) and wait in their own
+-- index until a claim of the queue or orch_maintain lets them in.
+-- ---------------------------------------------------------------------------
+DROP INDEX orch.tasks_delayed_idx;
+CREATE INDEX tasks_due_idx ON orch.tasks (queue, (coalesce(retry_at, run_at)))
+    WHERE ready_at IS NULL AND NOT gated
+      AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL));
+-- Existing future work leaves the claim index (a self-transition: no event).
+UPDATE orch.tasks SET ready_at = NULL
+ WHERE ready_at > pg_catalog.now() AND state IN ('queued', 'awaiting_tool');
+
+-- Rate windows are per tenant.
+DROP INDEX orch.rate_window_idx;
+CREATE INDEX rate_window_idx ON orch.rate_window (queue, owner, tenant_id, at);
+
+-- ---------------------------------------------------------------------------
+-- Privileges
+-- ---------------------------------------------------------------------------
+REVOKE ALL ON FUNCTION orch.tenant_visible(text), orch_caller_tenants(), orch.caller_is_admin(),
+    orch_bind_tenant(name, text), orch_unbind_tenant(name, text), orch_history(bigint)
+  FROM PUBLIC;
+REVOKE ALL ON orch_events, orch_attempts, orch_tenant_bindings FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch.tenant_visible(text), orch_caller_tenants(), orch.caller_is_admin(),
+    orch_history(bigint)
+  TO orch_reader;
+GRANT SELECT ON orch_events, orch_attempts TO orch_reader;
+GRANT EXECUTE ON FUNCTION orch_bind_tenant(name, text), orch_unbind_tenant(name, text) TO orch_admin;
+GRANT SELECT ON orch_tenant_bindings TO orch_admin;
