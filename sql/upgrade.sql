@@ -44,3 +44,16 @@ SELECT obj AS only_in_one FROM (
 -- roles survive DROP EXTENSION and are reused
 SELECT count(*) AS orch_roles FROM pg_roles
  WHERE rolname IN ('orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader');
+-- A session that used the task table before ALTER EXTENSION UPDATE added
+-- columns must not keep a stale column map: the concurrency gate (a column
+-- added in 0.3.0) works in the same session right after the update.
+DROP EXTENSION orchestrator CASCADE;
+CREATE EXTENSION orchestrator VERSION '0.2.0';
+SELECT orch_enqueue('stale_q', '{"before": "update"}') > 0 AS trigger_used_before_update;
+ALTER EXTENSION orchestrator UPDATE;
+SELECT orch_create_queue('stale_keys', '{"concurrency_key_limit": 1}') IS NOT NULL AS created;
+SELECT orch_enqueue('stale_keys', '{"n": 1}', concurrency_key => 'k') > 0 AS first,
+       orch_enqueue('stale_keys', '{"n": 2}', concurrency_key => 'k') > 0 AS second;
+SELECT payload ->> 'n' AS n, gated, ready_at IS NOT NULL AS claimable
+  FROM orch.tasks WHERE queue = 'stale_keys' ORDER BY id;
+SELECT count(*) AS claimed FROM orch_dequeue('stale_keys', 'w', 10);
