@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -17,6 +18,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "orchestrator.h"
@@ -71,10 +73,9 @@ static bool
 bindings_table_exists(void)
 {
 	/* before 0.4.0 there are no bindings: nobody is restricted */
-	return SPI_execute("SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
-					   " ON n.oid = c.relnamespace WHERE n.nspname = 'orch'"
-					   " AND c.relname = 'tenant_bindings'", true, 1) == SPI_OK_SELECT
-		&& SPI_processed == 1;
+	Oid			nsp = get_namespace_oid("orch", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("tenant_bindings", nsp));
 }
 
 static SPIPlanPtr bindings_plan = NULL;
@@ -97,11 +98,10 @@ load_caller_tenants(void)
 	cache_ntenants = 0;
 	cache_restricted = false;
 
-	if (!superuser_arg(role))
+	if (!superuser_arg(role) && bindings_table_exists())
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "orchestrator: SPI_connect failed");
-		if (bindings_table_exists())
 		{
 			v[0] = ObjectIdGetDatum(role);
 			if (SPI_execute_plan(orch_prepare(&bindings_plan,

@@ -1,0 +1,514 @@
+# t/030_dump_restore.pl: a plain pg_dump / pg_restore of a database using
+# orchestrator gives an exact, working copy, with the default commands (no
+# --disable-triggers, no other flags).
+#
+# Database src gets state covering every part of the extension: tasks in all
+# 8 states (received, queued, queued for later, executing with a live lease,
+# waiting for a tool, waiting to retry, waiting for a confirmation,
+# completed, failed as a dead letter and as rate-limited, cancelled),
+# idempotency keys, commands (one with its recorded result), a concurrency-
+# keyed queue with a gated task and a per-key limit, a rate-limited queue
+# (its window rows), a paused queue, a user-defined state machine attached to
+# a user table with rows, and a tenant binding.
+#
+# It is copied twice: pg_dump -Fc + createdb + pg_restore -d dst, and
+# pg_dump src | psql -v ON_ERROR_STOP=1 dst2.  Both must succeed without any
+# ERROR.  Then, for each copy:
+#   - every orch.* table has exactly src's contents (all columns, in primary
+#     key order), the sequences have src's values, the user table and its
+#     state-machine trigger are there;
+#   - the in-flight work finishes: the executing task completes with its
+#     original lease token, the tool wait is resumed, the confirmation
+#     approved, the retry wait, the queued, the received and the paused
+#     queue's tasks are claimed and completed, the keyed queue's gated task is
+#     promoted when its slot holder completes; the delayed task stays
+#     unclaimable; idempotent enqueues and commands replay with the recorded
+#     answers; the rate window still counts; the tenant binding still
+#     restricts; terminal tasks are still immutable; every transition writes
+#     events and new ids never collide with restored ones.
+# Finally: the restore exemption applies only to restore sessions: in a
+# normal session (row_security on) the superuser's raw INSERT of a
+# 'completed' task still raises OR001.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run ();
+use Time::HiRes qw(usleep);
+use FaultHarness qw(sqlstate_of);
+
+my $node = PostgreSQL::Test::Cluster->new('dump_restore');
+$node->init;
+$node->start;
+
+sub sql
+{
+	my ($db, $sql) = @_;
+	return $node->safe_psql($db, $sql);
+}
+
+# Run a client program against the node; returns (ok, stdout, stderr).
+sub client
+{
+	my (@cmd) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err);
+	return ($ok, $out, $err);
+}
+
+my @conn = ('-h', $node->host, '-p', $node->port);
+
+# ---------------------------------------------------------------------------
+# 1. State in src
+# ---------------------------------------------------------------------------
+sql('postgres', 'CREATE DATABASE src');
+sql('src', 'CREATE EXTENSION orchestrator');
+
+sql('src', q{
+SELECT orch_create_queue('q_main', '{"lease": "1 hour", "max_attempts": 3, "idempotency_ttl": "24 hours"}');
+SELECT orch_create_queue('q_exec', '{"lease": "1 hour"}');
+SELECT orch_create_queue('q_tool', '{"lease": "1 hour"}');
+SELECT orch_create_queue('q_retry', '{"lease": "1 hour", "max_attempts": 5, "backoff": "fixed",
+                                      "initial_delay": "1 second", "max_delay": "1 second"}');
+SELECT orch_create_queue('q_confirm', '{"lease": "1 hour"}');
+SELECT orch_create_queue('q_done', '{"lease": "1 hour", "max_attempts": 2}');
+SELECT orch_create_queue('q_received');
+SELECT orch_create_queue('q_rate', '{"rate_limit": {"count": 1, "per": "1 hour", "on_exceed": "record"}}');
+SELECT orch_create_queue('q_keyed', '{"lease": "1 hour", "concurrency_key_limit": 1}');
+SELECT orch_create_queue('q_paused', '{"priority": 3}');
+SELECT orch_create_queue('q_tenant');
+SELECT orch_set_concurrency_limit('q_keyed', 'k-wide', 2);
+SELECT orch_pause_queue('q_paused');
+});
+
+# queued (one with an idempotency key), delayed, received
+my $t_queued = sql('src', q{SELECT orch_enqueue('q_main', '{"n": "queued"}')});
+my $t_idem = sql('src',
+	q{SELECT orch_enqueue('q_main', '{"n": "idem"}', idempotency_key => 'idem-1')});
+is( sql('src',
+		q{SELECT orch_enqueue('q_main', '{"n": "idem"}', idempotency_key => 'idem-1')}),
+	$t_idem,
+	'src: an idempotent replay returns the same task');
+my $t_delayed = sql('src',
+	q{SELECT orch_enqueue('q_main', '{"n": "delayed"}', run_at => now() + interval '1 hour')});
+# No API call leaves a task 'received' (orch_enqueue moves it to queued in
+# one step); the table owner may insert one.
+my $t_received = sql('src', q{
+INSERT INTO orch.tasks (queue, state, payload) VALUES ('q_received', 'received', '{"n": "received"}')
+RETURNING id});
+
+# executing, with a long lease whose token we keep
+sql('src', q{SELECT orch_enqueue('q_exec', '{"n": "executing"}')});
+my ($t_exec, $tok_exec) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_exec', 'w-exec')});
+like($t_exec, qr/^\d+$/, 'src: claimed a task (executing)');
+
+# waiting for a tool
+sql('src', q{SELECT orch_enqueue('q_tool', '{"n": "tool"}')});
+my ($t_tool, $tok_tool) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_tool', 'w-tool')});
+is(sql('src', "SELECT orch_await_tool($t_tool, '$tok_tool', 'geocoder', '{\"address\": \"x\"}')"),
+	'awaiting_tool', 'src: a task waits for a tool');
+
+# waiting to retry (TRANSIENT failure)
+sql('src', q{SELECT orch_enqueue('q_retry', '{"n": "retry"}')});
+my ($t_retry, $tok_retry) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_retry', 'w-retry')});
+is( sql('src',
+		"SELECT state || ' ' || reason_code FROM orch_fail($t_retry, '$tok_retry', 'TRANSIENT', 'timeout')"),
+	'awaiting_tool retry_scheduled',
+	'src: a task waits to retry');
+
+# waiting for a confirmation
+sql('src', q{SELECT orch_enqueue('q_confirm', '{"n": "confirm"}')});
+my ($t_conf, $tok_conf) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_confirm', 'w-conf')});
+is( sql('src',
+		"SELECT orch_await_confirmation($t_conf, '$tok_conf', '{\"question\": \"refund?\"}')"),
+	'awaiting_user_confirmation',
+	'src: a task waits for a confirmation');
+
+# completed, failed (dead letter), cancelled
+sql('src', q{SELECT orch_enqueue('q_done', '{"n": "completed"}')});
+my ($t_done, $tok_done) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_done', 'w-done')});
+is(sql('src', "SELECT orch_complete($t_done, '$tok_done', '{\"ok\": true}')"),
+	'completed', 'src: a task completed');
+sql('src', q{SELECT orch_enqueue('q_done', '{"n": "failed"}')});
+my ($t_failed, $tok_failed) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_done', 'w-done')});
+is( sql('src',
+		"SELECT state || ' ' || reason_code FROM orch_fail($t_failed, '$tok_failed', 'NON_RETRYABLE', 'bad input')"),
+	'failed non_retryable',
+	'src: a task failed (dead letter)');
+my $t_cancel = sql('src', q{SELECT orch_enqueue('q_done', '{"n": "cancelled"}')});
+is(sql('src', "SELECT orch_cancel($t_cancel, 'withdrawn')"),
+	'cancelled', 'src: a task cancelled');
+
+# rate limit: the second enqueue of owner o1 is recorded as failed
+my $t_rate_ok = sql('src', q{SELECT orch_enqueue('q_rate', '{"n": 1}', owner => 'o1')});
+my $t_rate_failed = sql('src', q{SELECT orch_enqueue('q_rate', '{"n": 2}', owner => 'o1')});
+is( sql('src', "SELECT state || ' ' || reason_code FROM orch_tasks WHERE task_id = $t_rate_failed"),
+	'failed rate_limited',
+	'src: an enqueue over the rate limit is recorded as failed (rate_limited)');
+
+# concurrency key: the holder is executing, the second task is gated
+my $t_key1 = sql('src', q{SELECT orch_enqueue('q_keyed', '{"n": "k1"}', concurrency_key => 'k')});
+my $t_key2 = sql('src', q{SELECT orch_enqueue('q_keyed', '{"n": "k2"}', concurrency_key => 'k')});
+my ($t_key_held, $tok_key) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_keyed', 'w-key')});
+is($t_key_held, $t_key1, 'src: the first keyed task holds the slot');
+is( sql('src', "SELECT state || ' ' || gated || ' ' || (ready_at IS NULL) FROM orch.tasks WHERE id = $t_key2"),
+	'queued true true',
+	'src: the second task of the key is gated');
+
+# paused queue with work, tenant task
+my $t_paused = sql('src', q{SELECT orch_enqueue('q_paused', '{"n": "paused"}')});
+my $t_tenant = sql('src',
+	q{SELECT orch_enqueue('q_tenant', '{"n": "tenant"}', tenant => 'tenant-a')});
+sql('src', q{
+CREATE ROLE dr_tenant_a;
+GRANT orch_reader TO dr_tenant_a;
+SELECT orch_bind_tenant('dr_tenant_a', 'tenant-a');
+});
+
+# commands: one performed (result recorded, work task completed), one pending
+my ($c_done, $ct_done) = split /\|/, sql('src', q{
+SELECT command_id, task_id FROM orch_command('order.place', 'order-A-77',
+                                             '{"sku": "X1", "qty": 3}')});
+my ($c_pend, $ct_pend) = split /\|/, sql('src', q{
+SELECT command_id, task_id FROM orch_command('deployment.create', 'deploy-web-1',
+                                             '{"app": "web", "version": "1.4.2"}')});
+my ($ct_claimed, $tok_cmd) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('commands', 'adapter')});
+is($ct_claimed, $ct_done, "src: the adapter claimed the first command's task");
+is(sql('src', "SELECT orch_command_result($c_done, true, '{\"order_id\": \"ord-5531\"}')"),
+	'succeeded', 'src: the command result is recorded');
+is(sql('src', "SELECT orch_complete($ct_done, '$tok_cmd')"),
+	'completed', "src: the command's work task completed");
+
+# a user-defined machine on a user table
+sql('src', q{
+SELECT orch_create_state_machine('article',
+  '{"draft": ["review"], "review": ["draft", "published"], "published": []}', '{draft}');
+CREATE TABLE articles (id int PRIMARY KEY, title text NOT NULL, status text NOT NULL);
+SELECT orch_attach_state_machine('articles', 'status', 'article');
+INSERT INTO articles VALUES (1, 'one', 'draft'), (2, 'two', 'draft'), (3, 'three', 'draft');
+UPDATE articles SET status = 'review' WHERE id IN (2, 3);
+UPDATE articles SET status = 'published' WHERE id = 3;
+});
+
+is( sql('src', q{SELECT string_agg(state, ',' ORDER BY state) FROM (SELECT DISTINCT state FROM orch.tasks) s}),
+	'awaiting_tool,awaiting_user_confirmation,cancelled,completed,executing,failed,queued,received',
+	'src: tasks in all 8 states');
+
+# ---------------------------------------------------------------------------
+# 2. Dump and restore, with the default commands
+# ---------------------------------------------------------------------------
+my $dumpfile = "$PostgreSQL::Test::Utils::tmp_check/src.dump";
+my ($ok, $out, $err) = client('pg_dump', @conn, '-Fc', '-f', $dumpfile, 'src');
+ok($ok && $err !~ /ERROR|WARNING/, 'pg_dump -Fc src: exit 0, no error')
+  or diag("stdout: $out\nstderr: $err");
+
+($ok, $out, $err) = client('createdb', @conn, 'dst');
+ok($ok, 'createdb dst') or diag($err);
+($ok, $out, $err) = client('pg_restore', @conn, '-d', 'dst', $dumpfile);
+ok($ok, 'pg_restore -d dst: exit 0') or diag("stdout: $out\nstderr: $err");
+unlike("$out\n$err", qr/ERROR|WARNING|errors ignored/, 'pg_restore -d dst: no ERROR in its output')
+  or diag("stdout: $out\nstderr: $err");
+
+($ok, $out, $err) = client('createdb', @conn, 'dst2');
+ok($ok, 'createdb dst2') or diag($err);
+{
+	my ($dump_err, $psql_out, $psql_err) = ('', '', '');
+	my $pipe_ok = IPC::Run::run(
+		[ 'pg_dump', @conn, 'src' ], '<', \undef, '2>', \$dump_err, '|',
+		[ 'psql', '-X', @conn, '-v', 'ON_ERROR_STOP=1', 'dst2' ],
+		'>', \$psql_out, '2>', \$psql_err);
+	ok($pipe_ok, 'pg_dump src | psql -v ON_ERROR_STOP=1 dst2: both exit 0')
+	  or diag("pg_dump stderr: $dump_err\npsql stderr: $psql_err");
+	unlike("$dump_err\n$psql_out\n$psql_err", qr/ERROR|WARNING/,
+		'pg_dump src | psql dst2: no ERROR in the output')
+	  or diag("pg_dump stderr: $dump_err\npsql stderr: $psql_err");
+}
+
+# ---------------------------------------------------------------------------
+# 3. The copies are exact
+# ---------------------------------------------------------------------------
+
+# Every table of schema orch with its primary key columns (or none).
+my @tables = map { [ split /\|/, $_, -1 ] } split /\n/, sql('src', q{
+SELECT c.relname,
+       coalesce((SELECT string_agg('t.' || quote_ident(a.attname), ', ' ORDER BY k.ord)
+                   FROM pg_index i
+                   CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord)
+                   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                  WHERE i.indrelid = c.oid AND i.indisprimary), '')
+  FROM pg_class c
+ WHERE c.relnamespace = 'orch'::regnamespace AND c.relkind IN ('r', 'p')
+ ORDER BY 1});
+my @sequences = split /\n/, sql('src', q{
+SELECT relname FROM pg_class WHERE relnamespace = 'orch'::regnamespace AND relkind = 'S' ORDER BY 1});
+
+# A table's contents as text, one row a line, in primary-key order (then the
+# whole row, for tables without one).  The built-in 'task' machine is
+# created by CREATE EXTENSION (it is not dumped): its created_at is that of
+# the database's CREATE EXTENSION, so it is left out of the comparison.
+sub table_text
+{
+	my ($db, $table, $pk) = @_;
+	my $row = 't::text';
+	$row = q{(CASE WHEN t.builtin THEN (t.name, t.tenant_id, t.builtin, NULL::timestamptz)::text ELSE t::text END)}
+	  if $table eq 'state_machines';
+	my $order = $pk eq '' ? 't::text' : "$pk, t::text";
+	return sql($db, "SELECT count(*) || E'\\n' || coalesce(string_agg($row, E'\\n' ORDER BY $order), '')"
+		  . " FROM orch.$table t");
+}
+
+my %src_text;
+for my $t (@tables)
+{
+	my ($table, $pk) = @$t;
+	$src_text{$table} = table_text('src', $table, $pk);
+	my ($n) = $src_text{$table} =~ /^(\d+)/;
+	cmp_ok($n, '>', 0, "src: orch.$table has rows");
+}
+my %src_seq = map { $_ => sql('src', "SELECT last_value || ' ' || is_called FROM orch.$_") } @sequences;
+my $src_articles = sql('src', 'SELECT string_agg(a::text, E\'\n\' ORDER BY id) FROM articles a');
+my $trigger_sql = q{
+SELECT string_agg(pg_get_triggerdef(oid) || ' enabled=' || tgenabled::text, E'\n' ORDER BY tgname)
+  FROM pg_trigger WHERE tgrelid = 'public.articles'::regclass AND NOT tgisinternal};
+my $src_trigger = sql('src', $trigger_sql);
+like($src_trigger, qr/orch_state_machine_trigger/, 'src: articles has the state-machine trigger');
+
+for my $db (qw(dst dst2))
+{
+	is( sql($db, q{SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class
+	              WHERE relnamespace = 'orch'::regnamespace AND relkind IN ('r', 'p', 'S')}),
+		sql('src', q{SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class
+	              WHERE relnamespace = 'orch'::regnamespace AND relkind IN ('r', 'p', 'S')}),
+		"$db: the same orch tables and sequences");
+	is(sql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'}),
+		sql('src', q{SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'}),
+		"$db: the same extension version");
+	for my $t (@tables)
+	{
+		my ($table, $pk) = @$t;
+		is(table_text($db, $table, $pk), $src_text{$table},
+			"$db: orch.$table has exactly src's rows (all columns)");
+	}
+	for my $s (@sequences)
+	{
+		is(sql($db, "SELECT last_value || ' ' || is_called FROM orch.$s"),
+			$src_seq{$s}, "$db: sequence orch.$s has src's value");
+	}
+	is(sql($db, 'SELECT string_agg(a::text, E\'\n\' ORDER BY id) FROM articles a'),
+		$src_articles, "$db: the user table articles has src's rows");
+	is(sql($db, $trigger_sql), $src_trigger, "$db: articles has the same state-machine trigger");
+}
+
+# ---------------------------------------------------------------------------
+# 4. The in-flight work finishes in each copy
+# ---------------------------------------------------------------------------
+sub claim
+{
+	my ($db, $queue, $worker) = @_;
+	my $r = sql($db,
+		"SELECT task_id || '|' || lease_token || '|' || attempt || '|' || coalesce(resume_data::text, '')"
+		  . " FROM orch_dequeue('$queue', '$worker', 10)");
+	return map { [ split /\|/, $_, -1 ] } grep { $_ ne '' } split /\n/, $r;
+}
+
+for my $db (qw(dst dst2))
+{
+	my %max = map { $_ => sql($db, "SELECT coalesce(max(id), 0) FROM orch.$_") }
+	  qw(tasks events attempts commands);
+	my $events0 = sql($db, 'SELECT count(*) FROM orch.events');
+	my $tasks0  = sql($db, 'SELECT count(*) FROM orch.tasks');
+
+	# replays first (they must create nothing)
+	is( sql($db, q{SELECT orch_enqueue('q_main', '{"n": "idem"}', idempotency_key => 'idem-1')}),
+		$t_idem, "$db: an idempotent enqueue replay returns the original task id");
+	is( sqlstate_of($node, $db,
+			q{SELECT orch_enqueue('q_main', '{"n": "other"}', idempotency_key => 'idem-1')}),
+		'OR004', "$db: the same key with another payload raises OR004");
+	is( sql($db, q{SELECT command_id || ' ' || task_id || ' ' || replayed || ' ' || status || ' ' || result
+	              FROM orch_command('order.place', 'order-A-77', '{"sku": "X1", "qty": 3}')}),
+		"$c_done $ct_done true succeeded {\"order_id\": \"ord-5531\"}",
+		"$db: a replayed command returns replayed = true with the recorded result");
+	is( sql($db, q{SELECT command_id || ' ' || replayed || ' ' || status
+	              FROM orch_command('deployment.create', 'deploy-web-1',
+	                                '{"app": "web", "version": "1.4.2"}')}),
+		"$c_pend true pending", "$db: the pending command replays as pending");
+	is(sql($db, 'SELECT count(*) FROM orch.tasks'), $tasks0, "$db: the replays created no task");
+
+	# terminal tasks stay immutable
+	is(sqlstate_of($node, $db, "SELECT orch_cancel($t_done, 'late')"),
+		'OR002', "$db: cancelling the restored completed task raises OR002");
+	is(sqlstate_of($node, $db, "UPDATE orch.tasks SET state = 'queued' WHERE id = $t_failed"),
+		'OR002', "$db: a raw UPDATE of the restored failed task raises OR002");
+
+	# the executing task completes with its original lease token
+	is(sql($db, "SELECT orch_heartbeat($t_exec, '$tok_exec', '1 hour')"),
+		'executing', "$db: the executing task heartbeats with its original token");
+	is(sql($db, "SELECT orch_complete($t_exec, '$tok_exec', '{\"done\": \"after restore\"}')"),
+		'completed', "$db: the executing task completes with its original lease token");
+
+	# the tool wait
+	is(sql($db, "SELECT orch_resume($t_tool, '{\"lat\": 52.5}')"),
+		'awaiting_tool', "$db: orch_resume of the tool wait");
+	my @c = claim($db, 'q_tool', 'w2');
+	is( join(';', map { "$_->[0] $_->[2] $_->[3]" } @c),
+		"$t_tool 2 {\"lat\": 52.5}",
+		"$db: the resumed task is claimed (attempt 2) with the tool result");
+	is(sql($db, "SELECT orch_complete($t_tool, '$c[0][1]')"),
+		'completed', "$db: the resumed task completes");
+
+	# the confirmation
+	is(sql($db, "SELECT orch_confirm($t_conf, true, 'alice', 'ok')"),
+		'awaiting_user_confirmation', "$db: orch_confirm approves");
+	@c = claim($db, 'q_confirm', 'w2');
+	is(join(';', map { "$_->[0] $_->[2]" } @c), "$t_conf 2",
+		"$db: the approved task is claimed (attempt 2)");
+	like($c[0][3] // '', qr/"approved": true/, "$db: with the approval as resume_data");
+	is(sql($db, "SELECT orch_complete($t_conf, '$c[0][1]')"),
+		'completed', "$db: the approved task completes");
+
+	# the retry wait (its 1-second delay has long passed or soon will)
+	@c = ();
+	for (my $i = 0; $i < 50 && !@c; $i++)
+	{
+		@c = claim($db, 'q_retry', 'w2');
+		usleep(100_000) unless @c;
+	}
+	is(join(';', map { "$_->[0] $_->[2]" } @c), "$t_retry 2",
+		"$db: the retry wait is claimed again (attempt 2)");
+	is(sql($db, "SELECT orch_complete($t_retry, '$c[0][1]')"),
+		'completed', "$db: the retried task completes");
+
+	# the queued tasks (not the delayed one)
+	@c = claim($db, 'q_main', 'w2');
+	is( join(',', sort { $a <=> $b } map { $_->[0] } @c),
+		join(',', sort { $a <=> $b } ($t_queued, $t_idem)),
+		"$db: the queued tasks are claimed, the delayed one is not due");
+	is( sql($db, "SELECT orch_complete_batch(ARRAY[" . join(',', map { $_->[0] } @c)
+			  . "], ARRAY['" . join("','", map { $_->[1] } @c) . "']::uuid[])"),
+		scalar(@c), "$db: and complete");
+	is( sql($db, "SELECT state || ' ' || (ready_at IS NULL) FROM orch.tasks WHERE id = $t_delayed"),
+		'queued true', "$db: the delayed task is still queued, not claimable");
+
+	# the received task: queued by its owner, then claimed
+	is( sql($db, "UPDATE orch.tasks SET state = 'queued' WHERE id = $t_received RETURNING state"),
+		'queued', "$db: the received task moves to queued");
+	@c = claim($db, 'q_received', 'w2');
+	is(join(';', map { $_->[0] } @c), $t_received, "$db: the formerly received task is claimed");
+	is(sql($db, "SELECT orch_complete($t_received, '$c[0][1]')"),
+		'completed', "$db: and completes");
+
+	# the paused queue
+	is(scalar(claim($db, 'q_paused', 'w2')), 0, "$db: the paused queue hands out nothing");
+	sql($db, q{SELECT orch_resume_queue('q_paused')});
+	@c = claim($db, 'q_paused', 'w2');
+	is(join(';', map { $_->[0] } @c), $t_paused, "$db: once resumed its task is claimed");
+	is(sql($db, "SELECT orch_complete($t_paused, '$c[0][1]')"), 'completed', "$db: and completes");
+
+	# the keyed queue: completing the slot holder promotes the gated task
+	is(scalar(claim($db, 'q_keyed', 'w2')), 0, "$db: the gated task is not claimable yet");
+	is(sql($db, "SELECT orch_complete($t_key1, '$tok_key')"),
+		'completed', "$db: the slot holder completes with its original token");
+	is( sql($db, "SELECT state || ' ' || gated || ' ' || (ready_at IS NOT NULL) FROM orch.tasks WHERE id = $t_key2"),
+		'queued false true', "$db: the gated task is promoted");
+	@c = claim($db, 'q_keyed', 'w2');
+	is(join(';', map { $_->[0] } @c), $t_key2, "$db: the promoted task is claimed");
+	is(sql($db, "SELECT orch_complete($t_key2, '$c[0][1]')"), 'completed', "$db: and completes");
+
+	# the pending command: the adapter performs it
+	@c = claim($db, 'commands', 'adapter2');
+	is(join(';', map { $_->[0] } @c), $ct_pend, "$db: the pending command's task is claimed");
+	is(sql($db, "SELECT orch_command_result($c_pend, true, '{\"deployment_id\": \"dep-1\"}')"),
+		'succeeded', "$db: its result is recorded");
+	is(sql($db, "SELECT orch_complete($ct_pend, '$c[0][1]')"), 'completed', "$db: and its task completes");
+	is( sql($db, q{SELECT replayed || ' ' || status || ' ' || result
+	              FROM orch_command('deployment.create', 'deploy-web-1',
+	                                '{"app": "web", "version": "1.4.2"}')}),
+		'true succeeded {"deployment_id": "dep-1"}', "$db: its replay now returns the result");
+
+	# the rate window still counts the admission made in src
+	my $over = sql($db, q{SELECT orch_enqueue('q_rate', '{"n": 3}', owner => 'o1')});
+	is( sql($db, "SELECT state || ' ' || reason_code FROM orch.tasks WHERE id = $over"),
+		'failed rate_limited', "$db: the restored rate window still limits owner o1");
+
+	# the tenant binding still restricts its role
+	is( sql($db, q{SET ROLE dr_tenant_a; SELECT count(*) || ' ' || min(task_id) FROM orch_tasks}),
+		"1 $t_tenant", "$db: the bound role sees only its tenant's task");
+
+	# the user table's machine is enforced and audited
+	my $art_events = sql($db, q{SELECT count(*) FROM orch.events WHERE entity <> 'task'});
+	is(sqlstate_of($node, $db, q{UPDATE articles SET status = 'draft' WHERE id = 3}),
+		'OR002', "$db: a published article is immutable (OR002)");
+	is(sqlstate_of($node, $db, q{UPDATE articles SET status = 'published' WHERE id = 1}),
+		'OR001', "$db: draft -> published is refused (OR001)");
+	sql($db, q{UPDATE articles SET status = 'review' WHERE id = 1});
+	is(sql($db, q{SELECT count(*) FROM orch.events WHERE entity <> 'task'}),
+		$art_events + 1, "$db: an article transition writes an event");
+
+	# new work gets new ids
+	my $new_task = sql($db, q{SELECT orch_enqueue('q_main', '{"n": "new"}')});
+	cmp_ok($new_task, '>', $max{tasks}, "$db: a new task's id is above every restored task id");
+	my ($new_cmd) = split /\|/, sql($db, q{
+SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "ord-5531"}')});
+	cmp_ok($new_cmd, '>', $max{commands}, "$db: a new command's id is above every restored one");
+	is( sql($db, "SELECT count(*) FROM orch.events WHERE id <= $max{events}"),
+		sql('src', "SELECT count(*) FROM orch.events"),
+		"$db: no event was added with a restored event id");
+	is( sql($db, "SELECT count(*) FROM orch.attempts WHERE id <= $max{attempts}"),
+		sql('src', "SELECT count(*) FROM orch.attempts"),
+		"$db: no attempt was added with a restored attempt id");
+	cmp_ok(sql($db, "SELECT count(*) FROM orch.attempts WHERE id > $max{attempts}"),
+		'>=', 8, "$db: the finished executions wrote new attempt rows");
+	my $events1 = sql($db, 'SELECT count(*) FROM orch.events');
+	cmp_ok($events1, '>', $events0, "$db: the transitions after the restore wrote events");
+
+	# each transition after the restore has its event, and events agree with states
+	is( sql($db, qq{SELECT count(*) FROM orch.events
+	              WHERE to_state = 'completed' AND id > $max{events}
+	                AND task_id IN ($t_exec, $t_tool, $t_conf, $t_retry, $t_queued, $t_idem,
+	                                $t_received, $t_paused, $t_key1, $t_key2, $ct_pend)}),
+		'11', "$db: one new -> completed event per task finished after the restore");
+	is( sql($db, q{SELECT count(*) FROM orch.tasks t
+	              WHERE t.state IS DISTINCT FROM (SELECT e.to_state FROM orch.events e
+	                                               WHERE e.task_id = t.id AND e.entity = 'task'
+	                                               ORDER BY e.id DESC LIMIT 1)}),
+		'0', "$db: every task's last event is its state");
+	is( sql($db, q{SELECT count(*) FROM orch_maintain() WHERE action = 'counter_mismatches' AND count > 0}),
+		'0', "$db: orch_maintain finds no counter mismatch");
+	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
+	              SELECT state, count(*) AS n FROM orch.tasks GROUP BY state) s}),
+		'cancelled=1 completed=13 failed=3 queued=5',
+		"$db: final states: 13 completed, 3 failed, 1 cancelled, 5 queued");
+	my $new_cmd_task = sql($db, "SELECT task_id FROM orch.commands WHERE id = $new_cmd");
+	is( sql($db, q{SELECT string_agg(id::text, ',' ORDER BY id) FROM orch.tasks WHERE state = 'queued'}),
+		join(',', sort { $a <=> $b } ($t_delayed, $t_rate_ok, $t_tenant, $new_task, $new_cmd_task)),
+		"$db: the queued ones are the delayed, the rate-limited owner's, the tenant's and the two new tasks");
+}
+
+# ---------------------------------------------------------------------------
+# 5. The restore exemption is for restore sessions only
+# ---------------------------------------------------------------------------
+is( sqlstate_of($node, 'src', q{
+INSERT INTO orch.tasks (queue, state, payload) VALUES ('q_main', 'completed', '{"n": "forged"}')}),
+	'OR001',
+	'a raw INSERT of a completed task in a normal session (row_security on) raises OR001');
+is( sqlstate_of($node, 'src', q{
+BEGIN; SET LOCAL row_security = on;
+INSERT INTO orch.tasks (queue, state, payload) VALUES ('q_main', 'executing', '{"n": "forged"}');
+COMMIT;}),
+	'OR001',
+	'and so does a raw INSERT of an executing task');
+is(sql('src', q{SELECT count(*) FROM orch.tasks WHERE payload ->> 'n' = 'forged'}),
+	'0', 'nothing was inserted');
+
+$node->stop;
+done_testing();
