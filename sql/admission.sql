@@ -1,8 +1,9 @@
--- admission: concurrency keys (gated slots, promotion in priority/FIFO order,
--- no head-of-line blocking, per-key overrides, limit changes, which calls
--- hold and release a slot), owner_limit / queue_limit at claim time, rate
--- limits per (queue, owner), idempotency-key TTL, admission settings
--- validation (SPEC §5-§6, 0.3.0).
+-- admission: concurrency keys (gated slots, only executing tasks really hold
+-- a slot: hand-over to a better arrival, service in priority/FIFO order, no
+-- head-of-line blocking, per-key overrides, limit changes, which calls hold
+-- and release a slot, tasks not due yet hold none), owner_limit /
+-- queue_limit at claim time, rate limits per (queue, owner), idempotency-key
+-- TTL, admission settings validation (SPEC §5-§6, 0.4.0).
 \set VERBOSITY terse
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
@@ -32,8 +33,10 @@ BEGIN
     RETURN l;
 END $$;
 
--- st(queue): every task of the queue as label=state, with "+gated" for a task
--- waiting for a slot of its key and "+ready" for a claimable waiting task.
+-- st(queue): every task of the queue as label=state (retry: awaiting_tool
+-- waiting to retry), with "+gated" for a task waiting for a slot of its key,
+-- "+ready" for a claimable waiting task and "+later" for a task that is not
+-- due yet (future run_at or retry_at: not claimable, holding no slot).
 CREATE FUNCTION pg_temp.st(q text) RETURNS text LANGUAGE sql AS $$
     SELECT string_agg(k.label || '=' ||
              CASE t.state WHEN 'queued' THEN 'q' WHEN 'executing' THEN 'exec'
@@ -42,11 +45,54 @@ CREATE FUNCTION pg_temp.st(q text) RETURNS text LANGUAGE sql AS $$
                           WHEN 'completed' THEN 'done' ELSE t.state END ||
              CASE WHEN t.gated AND t.ready_at IS NOT NULL THEN '+BROKEN(gated and ready)'
                   WHEN t.gated THEN '+gated'
-                  WHEN t.ready_at IS NOT NULL THEN '+ready' ELSE '' END,
+                  WHEN t.ready_at IS NOT NULL THEN '+ready'
+                  WHEN t.state = 'queued' OR (t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL)
+                  THEN '+later' ELSE '' END,
              ' ' ORDER BY k.label)
       FROM orch.tasks t JOIN tk k ON k.id = t.id
      WHERE t.queue = q
 $$;
+
+-- inv(queue): 'ok', or every broken slot invariant of the queue's keys:
+-- "over" (more executing + claimable tasks than the limit), "lost" (a task
+-- waits gated while its key has room), "order" (a gated task comes before a
+-- claimable, not executing, task of its key in (priority, created_at, id)
+-- order: waiters must be served best first).
+CREATE FUNCTION pg_temp.inv(q text) RETURNS text LANGUAGE sql AS $$
+    WITH k AS (
+        SELECT t.concurrency_key AS key,
+               coalesce((SELECT l.max_running FROM orch.concurrency_limits l
+                          WHERE l.queue = q AND l.key = t.concurrency_key),
+                        (SELECT (s.settings ->> 'concurrency_key_limit')::int FROM orch.queues s
+                          WHERE s.name = q), 1) AS lim,
+               count(*) FILTER (WHERE t.state = 'executing' OR t.ready_at IS NOT NULL) AS held,
+               count(*) FILTER (WHERE t.gated) AS gated
+          FROM orch.tasks t WHERE t.queue = q AND t.concurrency_key IS NOT NULL
+         GROUP BY t.concurrency_key),
+    bad AS (
+        SELECT key || ':over' AS v FROM k WHERE held > lim
+        UNION ALL
+        SELECT key || ':lost' FROM k WHERE gated > 0 AND held < lim
+        UNION ALL
+        SELECT DISTINCT g.concurrency_key || ':order'
+          FROM orch.tasks g JOIN orch.tasks r
+            ON r.queue = g.queue AND r.concurrency_key = g.concurrency_key
+         WHERE g.queue = q AND g.gated AND r.ready_at IS NOT NULL AND r.state <> 'executing'
+           AND (g.priority, g.created_at, g.id) < (r.priority, r.created_at, r.id))
+    SELECT coalesce(string_agg(v, ' ' ORDER BY v), 'ok') FROM bad
+$$;
+
+-- due(label): time passes for a task that is not due yet: its run_at (and
+-- retry_at) move into the past.  A plain update: no event, no state change;
+-- the task stays out of the claim index until a claim of its queue (or
+-- orch_maintain) wakes it.
+CREATE FUNCTION pg_temp.due(l text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE orch.tasks SET run_at = least(run_at, now() - interval '1 second'),
+                          retry_at = least(retry_at, now() - interval '1 second')
+     WHERE id = (SELECT id FROM tk WHERE label = l);
+    RETURN l || ' due';
+END $$;
 
 -- claim(queue, batch, lease): the labels a dequeue hands out, in order, then
 -- the queue's state.
@@ -96,6 +142,14 @@ BEGIN
     RETURN what || ' ' || l || ': ' || coalesce(res, '<null>') || ' => ' || pg_temp.st(q);
 END $$;
 
+-- starts(label pattern): the labels of the matching tasks in the order their
+-- executions started (a task appears once per attempt).
+CREATE FUNCTION pg_temp.starts(pat text) RETURNS text LANGUAGE sql AS $$
+    SELECT string_agg(k.label, ' ' ORDER BY e.id)
+      FROM orch.events e JOIN tk k ON k.id = e.task_id
+     WHERE e.to_state = 'executing' AND k.label LIKE pat
+$$;
+
 -- ---------------------------------------------------------------------------
 -- 1. Gating and promotion order: limit 1 (the default); the excess waits
 --    queued and gated; a freed slot goes to the best waiting task of the key
@@ -105,17 +159,18 @@ SELECT orch_create_queue('adm_order') ->> 'concurrency_key_limit' AS default_key
 SELECT pg_temp.enq('a1', 'adm_order', 'A'), pg_temp.enq('a2', 'adm_order', 'A'),
        pg_temp.enq('a3', 'adm_order', 'A'), pg_temp.enq('a4', 'adm_order', 'A', -1),
        pg_temp.enq('a5', 'adm_order', 'A');
-SELECT pg_temp.st('adm_order');
--- gated tasks are queued, outside the claim index, and the slot holder is
--- claimable even though a4 has a better priority
+-- a1 took the slot first, but only executing tasks really hold one: a4
+-- (priority -1) took it from the merely claimable a1, which waits again
+SELECT pg_temp.st('adm_order'), pg_temp.inv('adm_order');
+-- gated tasks are queued and outside the claim index
 SELECT count(*) FILTER (WHERE gated) AS gated, count(*) FILTER (WHERE state = 'queued') AS queued,
        count(*) FILTER (WHERE ready_at IS NOT NULL) AS in_claim_index
   FROM orch.tasks WHERE queue = 'adm_order';
 SELECT pg_temp.claim('adm_order');
 SELECT pg_temp.claim('adm_order');
-SELECT pg_temp.act('a1', 'complete');
-SELECT pg_temp.claim('adm_order');
 SELECT pg_temp.act('a4', 'complete');
+SELECT pg_temp.claim('adm_order');
+SELECT pg_temp.act('a1', 'complete');
 SELECT pg_temp.claim('adm_order');
 SELECT pg_temp.act('a2', 'complete');
 SELECT pg_temp.claim('adm_order');
@@ -123,11 +178,10 @@ SELECT pg_temp.act('a3', 'complete');
 SELECT pg_temp.claim('adm_order');
 SELECT pg_temp.act('a5', 'complete');
 SELECT pg_temp.claim('adm_order');
--- start order = a1, a4 (priority -1), then a2, a3, a5 (FIFO)
-SELECT string_agg(k.label, ' ' ORDER BY e.id) AS start_order
-  FROM orch.events e JOIN tk k ON k.id = e.task_id
- WHERE e.to_state = 'executing' AND k.label LIKE 'a_';
--- waiting gated and being promoted write no events of their own
+-- start order = a4 (priority -1), then a1, a2, a3, a5 (FIFO)
+SELECT pg_temp.starts('a_') AS start_order;
+-- waiting gated, being handed back and being promoted write no events of
+-- their own
 SELECT k.label, string_agg(e.from_state || '>' || e.to_state, ' ' ORDER BY e.id) AS events
   FROM orch.events e JOIN tk k ON k.id = e.task_id
  WHERE k.label LIKE 'a_' GROUP BY k.label ORDER BY k.label;
@@ -145,25 +199,122 @@ SELECT pg_temp.claim('adm_order');
 SELECT pg_temp.act('ab2', 'complete');
 
 -- ---------------------------------------------------------------------------
--- 2. No head-of-line blocking: the waiting tasks of a busy key are older and
+-- 2. Hand-over (0.4.0): a task arriving at a full key takes the slot of a
+--    member that is merely claimable (not executing) and comes after it in
+--    (priority, created_at, id) order; that member waits gated again.  An
+--    executing member is never displaced.  Any arrival hands over: an
+--    enqueue, a resumed or approved task, a retry that came due.
+-- ---------------------------------------------------------------------------
+SELECT pg_temp.enq('h1', 'adm_hand', 'H');
+-- equal priority, later: h2 waits behind the claimable h1
+SELECT pg_temp.enq('h2', 'adm_hand', 'H');
+SELECT pg_temp.st('adm_hand');
+-- better priority: h1 is handed back, h3 takes the slot
+SELECT pg_temp.enq('h3', 'adm_hand', 'H', -1);
+SELECT pg_temp.st('adm_hand'), pg_temp.inv('adm_hand');
+-- equal to h3 and later: h4 waits
+SELECT pg_temp.enq('h4', 'adm_hand', 'H', -1);
+SELECT pg_temp.st('adm_hand'), pg_temp.inv('adm_hand');
+SELECT pg_temp.claim('adm_hand');
+-- the best priority of all, but h3 executes: h5 waits, h3 is not displaced
+SELECT pg_temp.enq('h5', 'adm_hand', 'H', -9);
+SELECT pg_temp.st('adm_hand'), pg_temp.inv('adm_hand');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h3', 'complete');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h5', 'complete');
+-- h4 (priority -1) claimable; h1 and h2 wait.  A claimable task handed
+-- over twice keeps its place: h6 (-5) takes h4's slot, h7 (-6) takes h6's
+SELECT pg_temp.enq('h6', 'adm_hand', 'H', -5);
+SELECT pg_temp.enq('h7', 'adm_hand', 'H', -6);
+SELECT pg_temp.st('adm_hand'), pg_temp.inv('adm_hand');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h7', 'complete');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h6', 'complete');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h4', 'complete');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h1', 'complete');
+SELECT pg_temp.claim('adm_hand');
+SELECT pg_temp.act('h2', 'complete');
+SELECT pg_temp.starts('h_') AS start_order;
+-- handed back and promoted again: no events of its own, one execution
+SELECT k.label, string_agg(e.from_state || '>' || e.to_state, ' ' ORDER BY e.id) AS events
+  FROM orch.events e JOIN tk k ON k.id = e.task_id
+ WHERE k.label IN ('h1', 'h4') GROUP BY k.label ORDER BY k.label;
+
+-- A resumed task re-enters in created_at order: g1 (older) takes the slot
+-- back from the claimable g2 ...
+SELECT pg_temp.enq('g1', 'adm_hand_tool', 'G'), pg_temp.enq('g2', 'adm_hand_tool', 'G');
+SELECT pg_temp.claim('adm_hand_tool');
+SELECT pg_temp.act('g1', 'await_tool');
+SELECT pg_temp.act('g1', 'resume');
+SELECT pg_temp.claim('adm_hand_tool');
+-- ... but not from an executing one: resumed while g2 executes, g1 waits
+SELECT pg_temp.act('g1', 'await_tool');
+SELECT pg_temp.claim('adm_hand_tool');
+SELECT pg_temp.act('g1', 'resume');
+SELECT pg_temp.act('g2', 'complete');
+SELECT pg_temp.claim('adm_hand_tool');
+SELECT pg_temp.act('g1', 'complete');
+-- an approved task the same way: f1 (older) takes the slot back from the
+-- claimable f2
+SELECT pg_temp.enq('f1', 'adm_hand_conf', 'F'), pg_temp.enq('f2', 'adm_hand_conf', 'F');
+SELECT pg_temp.claim('adm_hand_conf');
+SELECT pg_temp.act('f1', 'await_confirmation');
+SELECT pg_temp.act('f1', 'approve');
+SELECT pg_temp.claim('adm_hand_conf');
+SELECT pg_temp.act('f1', 'complete');
+SELECT pg_temp.claim('adm_hand_conf');
+SELECT pg_temp.act('f2', 'complete');
+-- a retry due at once is claimable, and handed back like any claimable task
+SELECT pg_temp.enq('e1', 'adm_hand_retry', 'E'), pg_temp.enq('e2', 'adm_hand_retry', 'E');
+SELECT pg_temp.claim('adm_hand_retry');
+SELECT pg_temp.act('e1', 'fail', 'RATE_LIMITED@0 seconds');
+SELECT pg_temp.enq('e3', 'adm_hand_retry', 'E', -1);
+SELECT pg_temp.st('adm_hand_retry'), pg_temp.inv('adm_hand_retry');
+SELECT pg_temp.claim('adm_hand_retry');
+SELECT pg_temp.act('e3', 'complete');
+-- promoted again: the retry is claimable at once, before e2
+SELECT pg_temp.claim('adm_hand_retry');
+SELECT pg_temp.act('e1', 'complete');
+SELECT pg_temp.claim('adm_hand_retry');
+SELECT pg_temp.act('e2', 'complete');
+SELECT pg_temp.starts('e_') AS start_order;
+-- the hand-over stays within its key: a better task of another key takes
+-- a slot of its own key, never this key's
+SELECT pg_temp.enq('i1', 'adm_hand_keys', 'I'), pg_temp.enq('i2', 'adm_hand_keys', 'I');
+SELECT pg_temp.enq('n1', 'adm_hand_keys', 'N', -9);
+SELECT pg_temp.st('adm_hand_keys'), pg_temp.inv('adm_hand_keys');
+SELECT pg_temp.claim('adm_hand_keys');
+SELECT pg_temp.act('i1', 'complete');
+SELECT pg_temp.act('n1', 'complete');
+SELECT pg_temp.claim('adm_hand_keys');
+SELECT pg_temp.act('i2', 'complete');
+
+-- ---------------------------------------------------------------------------
+-- 3. No head-of-line blocking: the waiting tasks of a busy key are older and
 --    of better priority than the other tasks, yet never block them.
 -- ---------------------------------------------------------------------------
 SELECT pg_temp.enq('b1', 'adm_hol', 'B'), pg_temp.enq('b2', 'adm_hol', 'B', -10),
        pg_temp.enq('b3', 'adm_hol', 'B', -10), pg_temp.enq('c1', 'adm_hol', 'C'),
        pg_temp.enq('c2', 'adm_hol', 'C'), pg_temp.enq('d1', 'adm_hol'), pg_temp.enq('d2', 'adm_hol', NULL, 5);
+-- b2 (priority -10) took B's slot from b1; b1 and b3 wait
 SELECT pg_temp.st('adm_hol');
 SELECT pg_temp.claim('adm_hol', 1);
 SELECT pg_temp.claim('adm_hol', 1);
 SELECT pg_temp.claim('adm_hol', 1);
 SELECT pg_temp.claim('adm_hol', 10);
 SELECT pg_temp.claim('adm_hol', 10);
-SELECT pg_temp.act('b1', 'complete');
+-- B's slot goes to b3 (priority -10), not to the older b1
+SELECT pg_temp.act('b2', 'complete');
 SELECT pg_temp.act('c1', 'complete');
 -- a batch claim takes at most one task per key (limit 1)
 SELECT pg_temp.claim('adm_hol', 10);
 
 -- ---------------------------------------------------------------------------
--- 3. Per-key override (orch_set_concurrency_limit) and limit changes.
+-- 4. Per-key override (orch_set_concurrency_limit) and limit changes.
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('adm_over') ->> 'concurrency_key_limit' AS queue_key_limit;
 SELECT orch_set_concurrency_limit('adm_over', 'K', 3);
@@ -198,7 +349,7 @@ SELECT pg_temp.st('adm_raise');
 -- an override below the queue's limit wins for its key: claimable tasks
 -- beyond it go back to waiting, and P runs strictly one at a time
 SELECT orch_set_concurrency_limit('adm_raise', 'P', 1);
-SELECT pg_temp.st('adm_raise');
+SELECT pg_temp.st('adm_raise'), pg_temp.inv('adm_raise');
 SELECT pg_temp.claim('adm_raise');
 SELECT pg_temp.act('p1', 'complete');
 SELECT pg_temp.claim('adm_raise');
@@ -215,22 +366,58 @@ SELECT pg_temp.try($$SELECT orch_set_concurrency_limit('adm_over', 'K', 0)$$) AS
 SELECT count(*) AS adm_nope_created FROM orch.queues WHERE name = 'adm_nope';
 
 -- ---------------------------------------------------------------------------
--- 4. A retry-wait keeps its slot (due or not); a lease lost to expiry keeps
---    it while the task retries and releases it when the task fails.
+-- 5. Retry waits (0.4.0): a keyed task waiting to retry holds no slot.  It
+--    frees its slot when it enters the wait, and the next waiting task of the
+--    key is promoted at once; when the retry comes due, the next claim of the
+--    queue (or orch_maintain) wakes it and it enters through the gate like
+--    any arrival: gated behind an executing task, served in priority/FIFO
+--    order.  A retry due at once stays claimable and keeps its place.  A
+--    lease lost to expiry: the same, whether the task retries or fails.
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('adm_retry', '{"initial_delay": "1 hour", "max_delay": "1 hour"}') IS NOT NULL AS created;
-SELECT pg_temp.enq('r1', 'adm_retry', 'R'), pg_temp.enq('r2', 'adm_retry', 'R');
+SELECT pg_temp.enq('r1', 'adm_retry', 'R'), pg_temp.enq('r2', 'adm_retry', 'R'),
+       pg_temp.enq('r3', 'adm_retry', 'R');
 SELECT pg_temp.claim('adm_retry');
--- retry due at once: the retry, not the waiting r2, gets the slot
+-- retry due at once (RATE_LIMITED, retry_after 0): r1 stays claimable and
+-- keeps the slot; r2 and r3 still wait
+SELECT pg_temp.act('r1', 'fail', 'RATE_LIMITED@0 seconds');
+SELECT pg_temp.claim('adm_retry');
+-- only RATE_LIMITED honours retry_after: TRANSIENT waits the policy delay
+-- (up to an hour).  r1 frees its slot as it enters the wait: r2 is promoted
 SELECT pg_temp.act('r1', 'fail', 'TRANSIENT@0 seconds');
+SELECT retry_at > now() + interval '10 minutes' AS waits_policy_delay, ready_at IS NULL AS not_claimable,
+       gated FROM orch.tasks WHERE id = (SELECT id FROM tk WHERE label = 'r1');
 SELECT pg_temp.claim('adm_retry');
--- retry due in an hour: r2 still waits, nothing is claimable
-SELECT pg_temp.act('r1', 'fail', 'RETRYABLE');
+-- the retry comes due while r2 executes: nothing happens until a claim ...
+SELECT pg_temp.due('r1');
+SELECT pg_temp.st('adm_retry');
+-- ... which wakes r1; its key is taken by the executing r2: r1 waits gated
 SELECT pg_temp.claim('adm_retry');
--- cancelling the retry-wait frees the slot
-SELECT pg_temp.act('r1', 'cancel');
-SELECT pg_temp.claim('adm_retry');
+-- a better task arriving now waits too, and is served first
+SELECT pg_temp.enq('r4', 'adm_retry', 'R', -1);
+SELECT pg_temp.st('adm_retry'), pg_temp.inv('adm_retry');
 SELECT pg_temp.act('r2', 'complete');
+SELECT pg_temp.claim('adm_retry');
+-- then the retry r1 (older than r3), claimable at once
+SELECT pg_temp.act('r4', 'complete');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.act('r1', 'complete');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.act('r3', 'complete');
+SELECT pg_temp.starts('r_') AS start_order;
+-- a retry due when its key has room is woken and claimed by the same dequeue;
+-- cancelling a retry-wait frees nothing (it held no slot)
+SELECT pg_temp.enq('r5', 'adm_retry', 'R');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.act('r5', 'fail', 'DEPENDENCY_FAILED@0 seconds');
+SELECT pg_temp.due('r5');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.enq('r6', 'adm_retry', 'R');
+SELECT pg_temp.act('r5', 'fail', 'RETRYABLE');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.act('r5', 'cancel');
+SELECT pg_temp.claim('adm_retry');
+SELECT pg_temp.act('r6', 'complete');
 
 SELECT orch_create_queue('adm_lease1', '{"max_attempts": 1}') IS NOT NULL AS created;
 SELECT pg_temp.enq('l1', 'adm_lease1', 'L'), pg_temp.enq('l2', 'adm_lease1', 'L');
@@ -246,14 +433,26 @@ SELECT orch_create_queue('adm_lease2', '{"max_attempts": 3, "initial_delay": "1 
 SELECT pg_temp.enq('m1', 'adm_lease2', 'M'), pg_temp.enq('m2', 'adm_lease2', 'M');
 SELECT pg_temp.claim('adm_lease2', 1, '1 millisecond');
 SELECT pg_sleep(0.05);
--- recovered into a retry-wait: m1 keeps the slot, m2 keeps waiting
+-- recovered into a retry-wait: m1 frees the slot, and the same dequeue
+-- hands it to m2
 SELECT pg_temp.claim('adm_lease2');
 SELECT reason_code FROM orch.tasks WHERE id = (SELECT id FROM tk WHERE label = 'm1');
+SELECT pg_temp.enq('m3', 'adm_lease2', 'M');
+SELECT pg_temp.act('m2', 'complete');
+-- m1 comes due while m3 is merely claimable: m1 (older) takes the slot back
+-- and the same dequeue claims it; m3 waits again
+SELECT pg_temp.due('m1');
+SELECT pg_temp.claim('adm_lease2');
+SELECT pg_temp.act('m1', 'complete');
+SELECT pg_temp.claim('adm_lease2');
+SELECT pg_temp.act('m3', 'complete');
+SELECT pg_temp.starts('m_') AS start_order;
 
 -- ---------------------------------------------------------------------------
--- 5. Leaving the slot set: complete, fail -> failed, cancel (executing,
+-- 6. Leaving the slot set: complete, fail -> failed, cancel (executing,
 --    claimable), await_tool, await_confirmation; a resumed or approved task
---    must find a free slot again; cancelling a waiting task frees nothing.
+--    must find a free slot again (an executing holder keeps it); cancelling
+--    a waiting task frees nothing.
 -- ---------------------------------------------------------------------------
 SELECT pg_temp.enq('x' || g, 'adm_rel', 'X') FROM generate_series(1, 8) g;
 SELECT pg_temp.st('adm_rel');
@@ -270,20 +469,21 @@ SELECT pg_temp.act('x6', 'cancel');
 SELECT gated FROM orch.tasks WHERE id = (SELECT id FROM tk WHERE label = 'x6');
 SELECT pg_temp.claim('adm_rel');
 SELECT pg_temp.act('x5', 'await_tool');
--- the tool answers while x7 holds the slot: x5 waits for it, not claimable
-SELECT pg_temp.act('x5', 'resume');
 SELECT pg_temp.claim('adm_rel');
+-- the tool answers while x7 executes: x5 waits for the slot, not claimable
+SELECT pg_temp.act('x5', 'resume');
+-- x7 parks: the slot goes to x5 (older than x8)
 SELECT pg_temp.act('x7', 'await_confirmation');
 SELECT pg_temp.claim('adm_rel');
 SELECT resume_data FROM orch_tasks WHERE task_id = (SELECT id FROM tk WHERE label = 'x5');
 SELECT pg_temp.act('x5', 'complete');
--- approved while x8 holds the slot: x7 waits
-SELECT pg_temp.act('x7', 'approve');
 SELECT pg_temp.claim('adm_rel');
+-- approved while x8 executes: x7 waits
+SELECT pg_temp.act('x7', 'approve');
 SELECT pg_temp.act('x8', 'complete');
 SELECT pg_temp.claim('adm_rel');
 SELECT pg_temp.act('x7', 'complete');
--- a rejected confirmation ends the task and frees its place
+-- a rejected confirmation ends the task; it held no slot, so nothing moves
 SELECT pg_temp.enq('y1', 'adm_rel', 'Y'), pg_temp.enq('y2', 'adm_rel', 'Y'), pg_temp.enq('y3', 'adm_rel', 'Y');
 SELECT pg_temp.claim('adm_rel');
 SELECT pg_temp.act('y1', 'await_confirmation');
@@ -297,7 +497,124 @@ SELECT count(*) FILTER (WHERE gated) AS gated, count(*) FILTER (WHERE ready_at I
   FROM orch.tasks WHERE queue = 'adm_rel';
 
 -- ---------------------------------------------------------------------------
--- 6. owner_limit and queue_limit at claim time: executing tasks only; an
+-- 7. Not due yet (0.4.0): a keyed task enqueued with a future run_at holds
+--    no slot and is not claimable; it neither blocks nor displaces a due
+--    task of its key, whatever its priority.  When due, the next claim of
+--    the queue (or orch_maintain) wakes it and it enters through the gate.
+--    A lowered limit applies to claims made after the change.
+-- ---------------------------------------------------------------------------
+SELECT pg_temp.enq('v1', 'adm_delay', 'V', -5, NULL, now() + interval '1 hour');
+SELECT pg_temp.enq('v2', 'adm_delay', 'V');
+SELECT pg_temp.st('adm_delay'), pg_temp.inv('adm_delay');
+SELECT pg_temp.claim('adm_delay');
+SELECT pg_temp.enq('v3', 'adm_delay', 'V');
+-- cancelling a task that is not due frees nothing: v3 still waits
+SELECT pg_temp.enq('v4', 'adm_delay', 'V', -5, NULL, now() + interval '1 hour');
+SELECT pg_temp.act('v4', 'cancel');
+-- v1 comes due: it stays out until a claim wakes it, then waits gated
+-- behind the executing v2
+SELECT pg_temp.due('v1');
+SELECT pg_temp.st('adm_delay');
+SELECT pg_temp.claim('adm_delay');
+-- v2 done: v1 (priority -5) goes before the older v3
+SELECT pg_temp.act('v2', 'complete');
+SELECT pg_temp.claim('adm_delay');
+SELECT pg_temp.act('v1', 'complete');
+SELECT pg_temp.claim('adm_delay');
+SELECT pg_temp.act('v3', 'complete');
+SELECT pg_temp.starts('v_') AS start_order;
+-- due while its key is free: woken and claimed by the same dequeue
+SELECT pg_temp.enq('v5', 'adm_delay', 'V', NULL, NULL, now() + interval '1 hour');
+SELECT pg_temp.claim('adm_delay');
+SELECT pg_temp.due('v5');
+SELECT pg_temp.claim('adm_delay');
+-- orch_maintain wakes due tasks too: v6 waits gated behind v5, v7 is free
+SELECT pg_temp.enq('v6', 'adm_delay', 'V', NULL, NULL, now() + interval '1 hour'),
+       pg_temp.enq('v7', 'adm_delay', 'V7', NULL, NULL, now() + interval '1 hour');
+SELECT pg_temp.due('v6'), pg_temp.due('v7');
+SELECT action, count > 0 AS woke FROM orch_maintain() WHERE action = 'delayed_woken';
+SELECT pg_temp.st('adm_delay'), pg_temp.inv('adm_delay');
+SELECT pg_temp.act('v5', 'complete');
+SELECT pg_temp.claim('adm_delay');
+SELECT pg_temp.act('v6', 'complete');
+SELECT pg_temp.act('v7', 'complete');
+
+SELECT orch_create_queue('adm_lower', '{"concurrency_key_limit": 3}') IS NOT NULL AS created;
+SELECT pg_temp.enq('w1', 'adm_lower', 'W'), pg_temp.enq('w2', 'adm_lower', 'W'), pg_temp.enq('w3', 'adm_lower', 'W');
+SELECT orch_configure_queue('adm_lower', '{"concurrency_key_limit": 1}') ->> 'concurrency_key_limit' AS key_limit;
+SELECT count(*) AS claimed FROM orch_dequeue('adm_lower', 'adm-worker', 10);
+SELECT count(*) AS executing FROM orch.tasks WHERE queue = 'adm_lower' AND state = 'executing';
+
+-- ---------------------------------------------------------------------------
+-- 8. Limit 2: at any time the claimable tasks of the key are the best
+--    waiting ones (as many as the executing ones leave room for), by
+--    priority then FIFO; executing tasks keep their slots.  inv() checks it
+--    after every step.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('adm_two', '{"concurrency_key_limit": 2}') IS NOT NULL AS created;
+SELECT pg_temp.enq('t1', 'adm_two', 'T');
+SELECT pg_temp.enq('t2', 'adm_two', 'T');
+SELECT pg_temp.st('adm_two'), pg_temp.inv('adm_two');
+-- t3 (-1) takes the slot of the worst member, t2
+SELECT pg_temp.enq('t3', 'adm_two', 'T', -1);
+SELECT pg_temp.st('adm_two'), pg_temp.inv('adm_two');
+-- t4 (-2) takes t1's
+SELECT pg_temp.enq('t4', 'adm_two', 'T', -2);
+SELECT pg_temp.st('adm_two'), pg_temp.inv('adm_two');
+-- t5 (5) is worse than both: waits
+SELECT pg_temp.enq('t5', 'adm_two', 'T', 5);
+SELECT pg_temp.st('adm_two'), pg_temp.inv('adm_two');
+-- one claim takes the best, t4
+SELECT pg_temp.claim('adm_two', 1);
+SELECT pg_temp.inv('adm_two');
+-- t6 (-3) takes the slot of the claimable t3, not of the executing t4
+SELECT pg_temp.enq('t6', 'adm_two', 'T', -3);
+SELECT pg_temp.st('adm_two'), pg_temp.inv('adm_two');
+SELECT pg_temp.claim('adm_two');
+SELECT pg_temp.inv('adm_two');
+-- both slots execute: t7 (-9) waits
+SELECT pg_temp.enq('t7', 'adm_two', 'T', -9);
+SELECT pg_temp.st('adm_two'), pg_temp.inv('adm_two');
+-- freed slots go to t7, then t3
+SELECT pg_temp.act('t4', 'complete');
+SELECT pg_temp.inv('adm_two');
+SELECT pg_temp.act('t6', 'complete');
+SELECT pg_temp.inv('adm_two');
+SELECT pg_temp.claim('adm_two');
+SELECT pg_temp.act('t7', 'complete');
+SELECT pg_temp.inv('adm_two');
+SELECT pg_temp.act('t3', 'complete');
+SELECT pg_temp.inv('adm_two');
+SELECT pg_temp.claim('adm_two');
+SELECT pg_temp.act('t1', 'complete');
+SELECT pg_temp.act('t2', 'complete');
+SELECT pg_temp.claim('adm_two');
+SELECT pg_temp.act('t5', 'complete');
+SELECT pg_temp.starts('t_') AS start_order;
+-- a batch enqueue of four better tasks: the two first take both claimable
+-- slots (in payload order), the others wait
+SELECT orch_create_queue('adm_two_batch', '{"concurrency_key_limit": 2}') IS NOT NULL AS created;
+SELECT pg_temp.enq('u1', 'adm_two_batch', 'U'), pg_temp.enq('u2', 'adm_two_batch', 'U');
+SELECT count(*) AS batch_enqueued FROM (
+    SELECT orch_enqueue_batch('adm_two_batch', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[],
+                              priority => -1, concurrency_key => 'U')) s;
+INSERT INTO tk (label, id)
+SELECT 'ub' || (payload ->> 'n'), id FROM orch.tasks WHERE queue = 'adm_two_batch' AND concurrency_key = 'U'
+   AND payload ? 'n';
+SELECT pg_temp.st('adm_two_batch'), pg_temp.inv('adm_two_batch');
+SELECT pg_temp.claim('adm_two_batch');
+SELECT pg_temp.act('ub1', 'complete');
+SELECT pg_temp.act('ub2', 'complete');
+SELECT pg_temp.claim('adm_two_batch');
+SELECT pg_temp.act('ub3', 'complete');
+SELECT pg_temp.act('ub4', 'complete');
+SELECT pg_temp.claim('adm_two_batch');
+SELECT pg_temp.act('u1', 'complete');
+SELECT pg_temp.act('u2', 'complete');
+SELECT pg_temp.starts('u%') AS start_order;
+
+-- ---------------------------------------------------------------------------
+-- 9. owner_limit and queue_limit at claim time: executing tasks only; an
 --    owner at its limit is skipped, never blocks the others.
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('adm_owner', '{"owner_limit": 2}') ->> 'owner_limit' AS owner_limit;
@@ -344,9 +661,9 @@ SELECT pg_temp.act('z1', 'complete');
 SELECT pg_temp.claim('adm_mix', 10);
 
 -- ---------------------------------------------------------------------------
--- 7. Rate limits: at most N admitted enqueues per (queue, owner) in any
---    sliding window; the excess is recorded as a failed task (rate_limited)
---    whose id is returned, or raises OR006 and records nothing.
+-- 10. Rate limits: at most N admitted enqueues per (queue, owner) in any
+--     sliding window; the excess is recorded as a failed task (rate_limited)
+--     whose id is returned, or raises OR006 and records nothing.
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('adm_rate', '{"rate_limit": {"count": 5, "per": "1 hour"}}') -> 'rate_limit' AS rate_limit;
 CREATE TEMP TABLE rate_ids (n serial, who text, id bigint);
@@ -442,8 +759,8 @@ SELECT pg_temp.enq_states('adm_rate_win', 'carol', 2) AS carol_at_2s;
 SELECT pg_temp.enq_states('adm_rate_win', 'alice', 1) AS alice;
 
 -- ---------------------------------------------------------------------------
--- 8. Idempotency keys expire after the queue's idempotency_ttl; an expired
---    key may be reused and then names the new task.
+-- 11. Idempotency keys expire after the queue's idempotency_ttl; an expired
+--     key may be reused and then names the new task.
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('adm_ttl', '{"idempotency_ttl": "1 second"}') ->> 'idempotency_ttl' AS ttl;
 SELECT orch_enqueue('adm_ttl', '{"v": 1}', idempotency_key => 'adm-ttl-key') AS t1 \gset
@@ -464,7 +781,7 @@ SELECT orch_enqueue('adm_ttl', '{"v": 2}', idempotency_key => 'adm-ttl-key') NOT
 SELECT count(*) AS tasks FROM orch.tasks WHERE queue = 'adm_ttl';
 
 -- ---------------------------------------------------------------------------
--- 9. Bad admission settings: 22023, and nothing changes.
+-- 12. Bad admission settings: 22023, and nothing changes.
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('adm_set') ->> 'concurrency_key_limit' AS key_limit;
 SELECT s AS setting, pg_temp.try(format('SELECT orch_configure_queue(%L, %L)', 'adm_set', s)) AS configure,
@@ -495,7 +812,7 @@ SELECT s -> 'concurrency_key_limit' AS key_limit, s -> 'owner_limit' AS owner_li
         "rate_limit": null, "idempotency_ttl": null}') s;
 
 -- ---------------------------------------------------------------------------
--- 10. Slot accounting needs READ COMMITTED: 0A000 otherwise.
+-- 13. Slot accounting needs READ COMMITTED: 0A000 otherwise.
 -- ---------------------------------------------------------------------------
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT pg_temp.try($$SELECT orch_enqueue('adm_iso', '{}', concurrency_key => 'I')$$) AS keyed_enqueue_rr;
@@ -508,21 +825,7 @@ ROLLBACK;
 SELECT count(*) AS adm_iso_tasks FROM orch.tasks WHERE queue = 'adm_iso';
 
 -- ---------------------------------------------------------------------------
--- 11. Only due or running work holds a key's slot: a task delayed by run_at
---     does not block a due task of its key; a lowered limit applies to
---     claims made after the change.
--- ---------------------------------------------------------------------------
-SELECT pg_temp.enq('v1', 'adm_delay', 'V', NULL, NULL, now() + interval '1 hour'),
-       pg_temp.enq('v2', 'adm_delay', 'V');
-SELECT split_part(pg_temp.claim('adm_delay'), ' => ', 1) AS due_task_claimed;
-SELECT orch_create_queue('adm_lower', '{"concurrency_key_limit": 3}') IS NOT NULL AS created;
-SELECT pg_temp.enq('w1', 'adm_lower', 'W'), pg_temp.enq('w2', 'adm_lower', 'W'), pg_temp.enq('w3', 'adm_lower', 'W');
-SELECT orch_configure_queue('adm_lower', '{"concurrency_key_limit": 1}') ->> 'concurrency_key_limit' AS key_limit;
-SELECT count(*) AS claimed FROM orch_dequeue('adm_lower', 'adm-worker', 10);
-SELECT count(*) AS executing FROM orch.tasks WHERE queue = 'adm_lower' AND state = 'executing';
-
--- ---------------------------------------------------------------------------
--- 12. A task approved while its key is busy waits gated; approving it again
+-- 14. A task approved while its key is busy waits gated; approving it again
 --     is refused (OR001) and the first approval's note reaches the claim.
 -- ---------------------------------------------------------------------------
 SELECT orch_enqueue('adm_appr', '{"n": 1}', concurrency_key => 'A') AS appr_a \gset

@@ -220,6 +220,22 @@ CREATE INDEX tasks_due_idx ON orch.tasks (queue, (coalesce(retry_at, run_at)))
 UPDATE orch.tasks SET ready_at = NULL
  WHERE ready_at > pg_catalog.now() AND state IN ('queued', 'awaiting_tool');
 
+-- Key decisions deferred to avoid lock-order deadlocks: a transaction that
+-- holds one concurrency-key lock only tries another; when it is busy, the
+-- task waits gated and the key is noted here, to be settled by the next
+-- claim of the queue or by orch_maintain.
+CREATE TABLE orch.gate_repairs (
+    queue       text NOT NULL,
+    key         text NOT NULL,
+    tenant_id   text NOT NULL DEFAULT 'default',
+    noted_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue, key)
+);
+COMMENT ON TABLE orch.gate_repairs IS
+  'Concurrency keys whose admission or promotion was deferred (the key lock was busy while the transaction held another key lock); settled by the next claim of the queue or orch_maintain.';
+SELECT pg_catalog.pg_extension_config_dump('orch.gate_repairs', '');
+REVOKE ALL ON orch.gate_repairs FROM PUBLIC;
+
 -- Rate windows are per tenant.
 DROP INDEX orch.rate_window_idx;
 CREATE INDEX rate_window_idx ON orch.rate_window (queue, owner, tenant_id, at);

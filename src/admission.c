@@ -36,10 +36,30 @@ bool		orch_gate_handover = false;	/* a member is handing its slot over */
 static List *pending = NIL;
 static bool callbacks_registered = false;
 
+/*
+ * Key locks this transaction holds (HeldKey, in TopTransactionContext).  A
+ * transaction that already holds one key lock never waits for another: two
+ * transactions taking two keys in opposite orders (complete a task of key A,
+ * then enqueue one of key B, and the reverse) would deadlock.  It tries the
+ * lock instead, and when another transaction holds it, decides
+ * conservatively (the task waits gated; no promotion) and records the key in
+ * orch.gate_repairs, which the next claim of the queue, or orch_maintain,
+ * settles under the lock once this transaction has committed.
+ */
+typedef struct HeldKey
+{
+	int			level;
+	char	   *queue;
+	char	   *key;
+} HeldKey;
+
+static List *held_keys = NIL;
+
 static void
 gate_xact_callback(XactEvent event, void *arg)
 {
 	pending = NIL;				/* its memory goes with the transaction */
+	held_keys = NIL;
 	orch_gate_promoting = false;
 	orch_gate_handover = false;
 }
@@ -69,6 +89,14 @@ gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (r->level >= level)
 				pending = foreach_delete_current(pending, lc);
 		}
+		/* the aborted subtransaction's locks are released with it */
+		foreach(lc, held_keys)
+		{
+			HeldKey    *h = (HeldKey *) lfirst(lc);
+
+			if (h->level >= level)
+				held_keys = foreach_delete_current(held_keys, lc);
+		}
 		orch_gate_promoting = false;
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
@@ -84,6 +112,24 @@ gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (r->level >= level)
 				r->level = level - 1;
 		}
+		foreach(lc, held_keys)
+		{
+			HeldKey    *h = (HeldKey *) lfirst(lc);
+
+			if (h->level >= level)
+				h->level = level - 1;
+		}
+	}
+}
+
+static void
+ensure_gate_callbacks(void)
+{
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(gate_xact_callback, NULL);
+		RegisterSubXactCallback(gate_subxact_callback, NULL);
+		callbacks_registered = true;
 	}
 }
 
@@ -143,6 +189,145 @@ orch_xact_lock(const char *kind, const char *a, const char *b)
 
 	lock_key(kind, a, b, &k1, &k2);
 	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(k1), Int32GetDatum(k2));
+}
+
+static bool
+repairs_table_exists(void)
+{
+	Oid			nsp = get_namespace_oid("orch", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("gate_repairs", nsp));
+}
+
+/*
+ * Take the key's transaction-scoped lock: waiting for it when this
+ * transaction holds no other key lock, else only trying (see HeldKey).
+ * False when the lock is held elsewhere and was not taken.
+ */
+static bool
+key_lock(const char *queue, const char *key)
+{
+	ListCell   *lc;
+	MemoryContext old;
+	HeldKey    *h;
+
+	ensure_gate_callbacks();
+	foreach(lc, held_keys)
+	{
+		HeldKey    *e = (HeldKey *) lfirst(lc);
+
+		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0)
+			return true;
+	}
+	if (held_keys == NIL || !repairs_table_exists())
+		orch_xact_lock("key", queue, key);
+	else if (!orch_xact_try_lock("key", queue, key))
+		return false;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	h = palloc(sizeof(HeldKey));
+	h->level = GetCurrentTransactionNestLevel();
+	h->queue = pstrdup(queue);
+	h->key = pstrdup(key);
+	held_keys = lappend(held_keys, h);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+static SPIPlanPtr repair_note_plan = NULL;
+
+/* A decision on the key was deferred: settle it after this transaction. */
+static void
+note_repair(const char *queue, const char *key)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		v[2];
+
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (SPI_execute_plan(orch_prepare(&repair_note_plan,
+									  "INSERT INTO orch.gate_repairs (queue, key) VALUES ($1, $2)"
+									  " ON CONFLICT DO NOTHING",
+									  2, types),
+						 v, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "orchestrator: gate repair note failed");
+	SPI_finish();
+}
+
+static int	gate_enforce(const char *queue, const char *key);
+
+static SPIPlanPtr repair_probe_plan = NULL;
+static SPIPlanPtr repair_pick_plan = NULL;
+static SPIPlanPtr repair_done_plan = NULL;
+
+/*
+ * Settle deferred key decisions of one queue (NULL: all): under each key's
+ * lock, demote beyond the limit and promote into free slots, then forget the
+ * note.  Called by every claim of the queue before it claims, and by
+ * orch_maintain.  Returns the number of keys settled.  Caller is connected
+ * to SPI.
+ */
+int
+orch_gate_repair(const char *queue, int limit)
+{
+	Oid			types[2] = {TEXTOID, INT4OID};
+	Datum		v[2];
+	char		n[2] = {' ', ' '};
+	int			nkeys;
+	char	  **queues;
+	char	  **keys;
+	int			settled = 0;
+
+	if (!repairs_table_exists())
+		return 0;
+	v[0] = queue ? orch_text_datum(queue) : (Datum) 0;
+	if (!queue)
+		n[0] = 'n';
+	v[1] = Int32GetDatum(limit);
+	/* a read-only probe first: the table is almost always empty */
+	if (SPI_execute_plan(orch_prepare(&repair_probe_plan,
+									  "SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
+									  " LIMIT $2",
+									  2, types),
+						 v, n, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: gate repair probe failed");
+	if (SPI_processed == 0)
+		return 0;
+	if (SPI_execute_plan(orch_prepare(&repair_pick_plan,
+									  "SELECT queue, key FROM orch.gate_repairs"
+									  " WHERE ($1::text IS NULL OR queue = $1)"
+									  " ORDER BY queue, key LIMIT $2 FOR UPDATE SKIP LOCKED",
+									  2, types),
+						 v, n, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: gate repair scan failed");
+	nkeys = (int) SPI_processed;
+	queues = palloc(sizeof(char *) * (nkeys + 1));
+	keys = palloc(sizeof(char *) * (nkeys + 1));
+	for (int i = 0; i < nkeys; i++)
+	{
+		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	}
+	for (int i = 0; i < nkeys; i++)
+	{
+		Oid			dtypes[2] = {TEXTOID, TEXTOID};
+		Datum		dv[2];
+
+		if (!key_lock(queues[i], keys[i]))
+			continue;			/* still busy: the next claim settles it */
+		gate_enforce(queues[i], keys[i]);
+		orch_gate_promote(queues[i], keys[i]);
+		dv[0] = orch_text_datum(queues[i]);
+		dv[1] = orch_text_datum(keys[i]);
+		if (SPI_execute_plan(orch_prepare(&repair_done_plan,
+										  "DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2",
+										  2, dtypes),
+							 dv, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "orchestrator: gate repair delete failed");
+		settled++;
+	}
+	return settled;
 }
 
 void
@@ -215,7 +400,12 @@ orch_gate_admit(const char *queue, const char *key, int64 self_id,
 	bool		isnull;
 
 	orch_require_read_committed();
-	orch_xact_lock("key", queue, key);
+	if (!key_lock(queue, key))
+	{
+		/* decided later, under the lock: wait gated meanwhile */
+		note_repair(queue, key);
+		return false;
+	}
 	key_slots(queue, key, self_id, &limit, &used);
 	if (used < limit)
 		return true;
@@ -272,12 +462,7 @@ orch_gate_note_release(const char *queue, const char *key)
 	ListCell   *lc;
 	PendingRelease *r;
 
-	if (!callbacks_registered)
-	{
-		RegisterXactCallback(gate_xact_callback, NULL);
-		RegisterSubXactCallback(gate_subxact_callback, NULL);
-		callbacks_registered = true;
-	}
+	ensure_gate_callbacks();
 	foreach(lc, pending)
 	{
 		PendingRelease *e = (PendingRelease *) lfirst(lc);
@@ -307,7 +492,11 @@ orch_gate_promote(const char *queue, const char *key)
 	int			promoted;
 
 	orch_require_read_committed();
-	orch_xact_lock("key", queue, key);
+	if (!key_lock(queue, key))
+	{
+		note_repair(queue, key);
+		return 0;
+	}
 	key_slots(queue, key, 0, &limit, &used);
 	if (used >= limit)
 		return 0;
@@ -357,7 +546,11 @@ gate_enforce(const char *queue, const char *key)
 	int			demoted;
 
 	orch_require_read_committed();
-	orch_xact_lock("key", queue, key);
+	if (!key_lock(queue, key))
+	{
+		note_repair(queue, key);
+		return 0;
+	}
 	key_slots(queue, key, 0, &limit, &used);
 	if (used <= limit)
 		return 0;
@@ -568,7 +761,8 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", queue)));
-	orch_xact_lock("key", queue, key);
+	if (!key_lock(queue, key))
+		orch_xact_lock("key", queue, key);	/* an explicit admin call may wait */
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
 	if (PG_ARGISNULL(2))

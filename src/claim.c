@@ -383,7 +383,11 @@ orch_dequeue(PG_FUNCTION_ARGS)
 
 	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants);
 	if (orch_has_gate())
+	{
 		orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
+		/* key decisions deferred to avoid a lock-order deadlock */
+		orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
+	}
 
 	v[0] = orch_text_datum(queue);
 	v[1] = Int32GetDatum(batch);

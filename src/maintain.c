@@ -134,7 +134,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
-	Action		acts[12];
+	Action		acts[16];
 	int			nacts = 0;
 	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
 	Datum		v[3];
@@ -209,6 +209,8 @@ orch_maintain(PG_FUNCTION_ARGS)
 	{
 		acts[nacts].name = "delayed_woken";
 		acts[nacts++].count = orch_wake_delayed(NULL, batch, (Datum) 0);
+		acts[nacts].name = "key_decisions_settled";
+		acts[nacts++].count = orch_gate_repair(NULL, batch);
 		acts[nacts].name = "slots_reconciled";
 		acts[nacts++].count = orch_gate_reconcile(NULL, batch);
 		acts[nacts].name = "rate_window_purged";

@@ -144,6 +144,7 @@ extern void orch_require_read_committed(void);
 extern void orch_gate_note_release(const char *queue, const char *key);
 extern int	orch_gate_promote(const char *queue, const char *key);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
+extern int	orch_gate_repair(const char *queue, int limit);
 extern void orch_xact_lock(const char *kind, const char *a, const char *b);
 extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
 extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
