@@ -14,7 +14,8 @@
 # that every task ended where its payload said it would.
 #
 # Connection: PGHOST/PGPORT when set (setup.sh sets them), else the cluster
-# that setup.sh started.  Database: $ORCH_DB (default orchestrator).
+# that setup.sh started (in $ORCH_CLUSTER_DIR when set).  Database: $ORCH_DB
+# (default orchestrator).
 set -euo pipefail
 
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,7 +25,7 @@ QUEUE=demo
 TIMEOUT=${ORCH_DEMO_TIMEOUT:-50}
 
 if [ -z "${PGHOST:-}" ] || [ -z "${PGPORT:-}" ]; then
-    dir=$(cluster_home "$ORCH_REPO/.cluster" setup)
+    dir=$(setup_cluster_dir)
     cluster_running "$dir" || die "no cluster running in $dir: run 'bash scripts/setup.sh' first"
     export PGHOST=$(cluster_socket_dir "$dir") PGPORT=$(cluster_port "$dir")
 fi

@@ -104,6 +104,20 @@ cluster_home() {
     fi
 }
 
+# setup_cluster_dir: the cluster directory of setup.sh and demo.sh:
+# $ORCH_CLUSTER_DIR when set (tests use a throwaway one), else .cluster/ of
+# the repository (or its /tmp fallback, see cluster_home).
+setup_cluster_dir() {
+    if [ -n "${ORCH_CLUSTER_DIR:-}" ]; then
+        case "$ORCH_CLUSTER_DIR" in
+            /*) printf '%s\n' "${ORCH_CLUSTER_DIR%/}" ;;
+            *)  die "ORCH_CLUSTER_DIR must be an absolute path, not '$ORCH_CLUSTER_DIR'" ;;
+        esac
+    else
+        cluster_home "$ORCH_REPO/.cluster" setup
+    fi
+}
+
 # Layout of a cluster directory DIR:
 #   DIR/data          PGDATA
 #   DIR/postgres.log  server log

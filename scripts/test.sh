@@ -249,4 +249,21 @@ if [ ${#tap_files[@]} -gt 0 ]; then
     done
 fi
 
+# --------------------------------------------------------------------------
+# scripts/setup.sh run again keeps the data (test/setup_rerun.sh; its own
+# throwaway cluster and port, stopped and removed at its end)
+# --------------------------------------------------------------------------
+echo
+log "scripts/setup_rerun: test/setup_rerun.sh"
+out=$TESTROOT/setup_rerun.out
+timeout --kill-after=30 "$FILE_TIMEOUT" bash test/setup_rerun.sh </dev/null >"$out" 2>&1
+rc=$?
+sed 's/^/    | /' "$out"
+if [ $rc -eq 0 ] && grep -q '^ok ' "$out" && ! grep -q '^not ok' "$out"; then
+    pass "scripts/setup_rerun"
+else
+    [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
+    fail "scripts/setup_rerun"
+fi
+
 finish

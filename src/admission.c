@@ -532,9 +532,16 @@ orch_gate_promote(const char *queue, const char *key)
 
 static SPIPlanPtr demote_plan = NULL;
 
+static SPIPlanPtr invert_plan = NULL;
+
 /*
- * A lowered limit: queued members beyond it go back to waiting, the worst
- * (by priority, then newest) first; executing ones finish undisturbed.
+ * Put a key's slot set back in order.  A lowered limit: claimable members
+ * beyond it (queued, resumed, approved or due to retry) go back to waiting,
+ * the worst (by priority, then newest) first; executing ones finish
+ * undisturbed.  And a claimable member that a waiting task should come
+ * before (left so when the hand-over skipped it because a claim that was
+ * later rolled back held it) goes back to waiting too, so that the
+ * promotion that follows serves the key in priority/FIFO order.
  */
 static int
 gate_enforce(const char *queue, const char *key)
@@ -543,7 +550,7 @@ gate_enforce(const char *queue, const char *key)
 	int64		used;
 	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
 	Datum		v[3];
-	int			demoted;
+	int			demoted = 0;
 
 	orch_require_read_committed();
 	if (!key_lock(queue, key))
@@ -552,23 +559,38 @@ gate_enforce(const char *queue, const char *key)
 		return 0;
 	}
 	key_slots(queue, key, 0, &limit, &used);
-	if (used <= limit)
-		return 0;
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
-	v[2] = Int32GetDatum((int32) (used - limit));
+	v[2] = Int32GetDatum((int32) Max(used - limit, 0));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (SPI_execute_plan(orch_prepare(&demote_plan,
+	if (used > limit)
+	{
+		if (SPI_execute_plan(orch_prepare(&demote_plan,
+										  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
+										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
+										  "       WHERE queue = $1 AND concurrency_key = $2 AND state <> 'executing'"
+										  "         AND ready_at IS NOT NULL"
+										  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))",
+										  3, types),
+							 v, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "orchestrator: demotion failed");
+		demoted += (int) SPI_processed;
+	}
+	if (SPI_execute_plan(orch_prepare(&invert_plan,
 									  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
-									  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-									  "       WHERE queue = $1 AND concurrency_key = $2 AND state = 'queued'"
-									  "         AND ready_at IS NOT NULL"
-									  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))",
-									  3, types),
+									  " WHERE t.id = ANY (ARRAY(SELECT m.id FROM orch.tasks m"
+									  "       WHERE m.queue = $1 AND m.concurrency_key = $2 AND m.state <> 'executing'"
+									  "         AND m.ready_at IS NOT NULL"
+									  "         AND EXISTS (SELECT 1 FROM orch.tasks g"
+									  "               WHERE g.queue = $1 AND g.concurrency_key = $2 AND g.gated"
+									  "                 AND g.state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
+									  "                 AND (g.priority, g.created_at, g.id) < (m.priority, m.created_at, m.id))"
+									  "       FOR UPDATE SKIP LOCKED))",
+									  2, types),
 						 v, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "orchestrator: demotion failed");
-	demoted = (int) SPI_processed;
+		elog(ERROR, "orchestrator: reordering failed");
+	demoted += (int) SPI_processed;
 	SPI_finish();
 	return demoted;
 }

@@ -669,6 +669,21 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 	in_new = (to == TS_EXECUTING) || !isnull;
 	gated = DatumGetBool(heap_getattr(newtup, task_cols.gated, td, &isnull));
 
+	/*
+	 * An attempt that ends in a state that is claimable at once (a retry due
+	 * now) no longer holds its slot either: it waits like any other task and
+	 * the promotion at the end of the statement serves the key in order (it
+	 * comes straight back when nothing better waits).
+	 */
+	if (from == TS_EXECUTING && in_new && to != TS_EXECUTING && !orch_gate_promoting)
+	{
+		int			cs[2] = {task_cols.ready_at, task_cols.gated};
+		Datum		vs[2] = {(Datum) 0, BoolGetDatum(true)};
+		bool		ns[2] = {true, false};
+
+		orch_gate_note_release(queue, key);
+		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
+	}
 	if (in_new && !in_old && to != TS_EXECUTING && !orch_gate_promoting &&
 		!orch_gate_admit(queue, key, task_id,
 						 DatumGetInt32(heap_getattr(newtup, task_cols.priority, td, &isnull)),
