@@ -213,3 +213,27 @@ SELECT count(*) AS claimed, count(DISTINCT t.owner) AS owners, max(n) AS most_pe
   JOIN orch.tasks t ON t.id = c.task_id;
 RESET statement_timeout;
 SELECT count(*) AS claimed_after_limit FROM orch_dequeue('sf_owners', 'w1', 10000);
+
+-- ---------------------------------------------------------------------------
+-- 6. Concurrency slots: only executing tasks hold one.
+-- ---------------------------------------------------------------------------
+-- a lowered limit sends back every claimable member, resumed ones included
+SELECT orch_create_queue('sf_lower', '{"concurrency_key_limit": 2}') IS NOT NULL AS created;
+SELECT orch_enqueue('sf_lower', '{"n": 1}', concurrency_key => 'k') AS low1 \gset
+SELECT orch_enqueue('sf_lower', '{"n": 2}', concurrency_key => 'k') AS low2 \gset
+CREATE TEMP TABLE sf_held AS SELECT task_id, lease_token FROM orch_dequeue('sf_lower', 'w', 10);
+SELECT count(*) AS parked FROM sf_held h, LATERAL orch_await_tool(h.task_id, h.lease_token, 't', '{}') a;
+SELECT orch_resume(:low1, '{}'), orch_resume(:low2, '{}');
+SELECT orch_configure_queue('sf_lower', '{"concurrency_key_limit": 1}') IS NOT NULL AS lowered;
+SELECT count(*) FILTER (WHERE ready_at IS NOT NULL) AS claimable, count(*) FILTER (WHERE gated) AS waiting
+  FROM orch.tasks WHERE queue = 'sf_lower';
+SELECT count(*) AS executing_at_once FROM orch_dequeue('sf_lower', 'w', 10);
+-- a retry due at once competes for its slot: a better waiting task goes first
+SELECT orch_create_queue('sf_again', '{"concurrency_key_limit": 1}') IS NOT NULL AS created;
+SELECT orch_enqueue('sf_again', '{"n": "a"}', concurrency_key => 'k') AS ag_a \gset
+SELECT lease_token AS agtok FROM orch_dequeue('sf_again', 'w') \gset
+SELECT orch_enqueue('sf_again', '{"n": "b"}', concurrency_key => 'k', priority => -1) AS ag_b \gset
+SELECT gated AS b_waits FROM orch.tasks WHERE id = :ag_b;
+SELECT state FROM orch_fail(:ag_a, :'agtok', 'RATE_LIMITED', 'busy', '0 seconds');
+SELECT payload ->> 'n' AS next_claim FROM orch_dequeue('sf_again', 'w');
+SELECT payload ->> 'n' AS gated_task, gated FROM orch.tasks WHERE queue = 'sf_again' AND state <> 'executing';
