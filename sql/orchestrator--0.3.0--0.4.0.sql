@@ -8,13 +8,13 @@
 -- only; a role bound to none is unrestricted; superusers are never bound.
 -- ---------------------------------------------------------------------------
 CREATE TABLE orch.tenant_bindings (
-    role        name NOT NULL,
+    role        regrole NOT NULL,
     tenant_id   text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (role, tenant_id)
 );
 COMMENT ON TABLE orch.tenant_bindings IS
-  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted.';
+  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted. regrole: a renamed role keeps its bindings.';
 SELECT pg_catalog.pg_extension_config_dump('orch.tenant_bindings', '');
 REVOKE ALL ON orch.tenant_bindings FROM PUBLIC;
 
@@ -59,7 +59,7 @@ COMMENT ON FUNCTION orch_unbind_tenant(name, text) IS
   'Removes one binding; true when it existed. A role left with no binding is unrestricted. Audited.';
 
 CREATE VIEW orch_tenant_bindings AS
-SELECT b.role, b.tenant_id, b.created_at FROM orch.tenant_bindings b;
+SELECT b.role::text AS role, b.tenant_id, b.created_at FROM orch.tenant_bindings b;
 COMMENT ON VIEW orch_tenant_bindings IS 'Roles and the tenants they are restricted to.';
 
 -- ---------------------------------------------------------------------------
@@ -106,8 +106,9 @@ SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at
   FROM orch.tasks
  WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
 
-DROP VIEW orch_events;
-CREATE VIEW orch_events WITH (security_barrier) AS
+-- CREATE OR REPLACE (same columns, label appended): views of users that
+-- depend on these keep working, and their grants stay.
+CREATE OR REPLACE VIEW orch_events WITH (security_barrier) AS
 SELECT id AS event_id, tenant_id, task_id, run_id, entity, from_state, to_state,
        reason_code, actor, attempt,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
@@ -117,8 +118,7 @@ SELECT id AS event_id, tenant_id, task_id, run_id, entity, from_state, to_state,
 COMMENT ON VIEW orch_events IS
   'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
 
-DROP VIEW orch_attempts;
-CREATE VIEW orch_attempts WITH (security_barrier) AS
+CREATE OR REPLACE VIEW orch_attempts WITH (security_barrier) AS
 SELECT id AS attempt_id, tenant_id, task_id, attempt, worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
        started_at, finished_at, outcome, error_class, error, retry_at
@@ -196,8 +196,8 @@ BEGIN
                   FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
                    AND orch.tenant_visible(e.tenant_id)
                 UNION ALL
-                SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, a.worker,
-                       a.lease_token, a.outcome, a.error_class, a.error, NULL, NULL,
+                SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
+                       a.lease_token, a.outcome, a.error_class, a.error, NULL, a.worker,
                        a.id, 0
                   FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
                    AND orch.tenant_visible(a.tenant_id)) h
@@ -229,7 +229,7 @@ CREATE TABLE orch.gate_repairs (
     key         text NOT NULL,
     tenant_id   text NOT NULL DEFAULT 'default',
     noted_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (queue, key)
+    PRIMARY KEY (queue, key, tenant_id)
 );
 COMMENT ON TABLE orch.gate_repairs IS
   'Concurrency keys whose admission or promotion was deferred (the key lock was busy while the transaction held another key lock); settled by the next claim of the queue or orch_maintain.';
@@ -253,3 +253,107 @@ GRANT EXECUTE ON FUNCTION orch.tenant_visible(text), orch_caller_tenants(), orch
 GRANT SELECT ON orch_events, orch_attempts TO orch_reader;
 GRANT EXECUTE ON FUNCTION orch_bind_tenant(name, text), orch_unbind_tenant(name, text) TO orch_admin;
 GRANT SELECT ON orch_tenant_bindings TO orch_admin;
+
+-- ---------------------------------------------------------------------------
+-- Workflow definitions (issue 8)
+-- Versioned workflow templates (SPEC section 7; format: docs/workflows.md).
+-- A name's versions are drafts (mutable: orch_define replaces the highest
+-- version while it is a draft), then published (immutable, OR007, enforced
+-- for every writer by a C trigger), then deprecated.  Definitions are shared
+-- by all tenants: they are stored under tenant 'default' and authored only
+-- by roles not bound to tenants.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.definitions (
+    tenant_id     text NOT NULL DEFAULT 'default',
+    name          text NOT NULL,
+    version       integer NOT NULL CHECK (version >= 1),
+    status        text NOT NULL DEFAULT 'draft'
+                  CHECK (status IN ('draft', 'published', 'deprecated')),
+    spec          jsonb NOT NULL,
+    content_hash  text NOT NULL CHECK (content_hash ~ '^[0-9a-f]{64}$'),
+    created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by    text NOT NULL DEFAULT CURRENT_USER,
+    published_at  timestamptz,
+    deprecated_at timestamptz,
+    PRIMARY KEY (name, version, tenant_id),
+    CHECK ((status = 'draft') = (published_at IS NULL)),
+    CHECK ((status = 'deprecated') = (deprecated_at IS NOT NULL))
+);
+COMMENT ON TABLE orch.definitions IS
+  'Workflow definitions: name + version + content hash (hex sha256 of spec::text). Drafts are mutable; published and deprecated versions are immutable (OR007, trigger definitions_guard).';
+SELECT pg_catalog.pg_extension_config_dump('orch.definitions', '');
+REVOKE ALL ON orch.definitions FROM PUBLIC;
+
+CREATE FUNCTION orch_definitions_guard()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_definitions_guard';
+COMMENT ON FUNCTION orch_definitions_guard() IS
+  'Keeps published workflow definitions immutable (OR007): status moves draft -> published -> deprecated only; no other column of a published or deprecated version changes; such versions are never deleted or truncated.';
+CREATE TRIGGER definitions_guard
+    BEFORE UPDATE OR DELETE ON orch.definitions
+    FOR EACH ROW EXECUTE FUNCTION orch_definitions_guard();
+CREATE TRIGGER definitions_guard_truncate
+    BEFORE TRUNCATE ON orch.definitions
+    FOR EACH STATEMENT EXECUTE FUNCTION orch_definitions_guard();
+
+CREATE FUNCTION orch_define(name text, spec jsonb)
+RETURNS integer
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_define';
+COMMENT ON FUNCTION orch_define(text, jsonb) IS
+  'Validates a workflow spec (OR008 naming the JSON path) and stores it as a draft: replaces the name''s highest version while that is a draft, else adds the next version. Returns the version. Audited.';
+
+CREATE FUNCTION orch_publish(name text, version integer)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_publish';
+COMMENT ON FUNCTION orch_publish(text, integer) IS
+  'Publishes a draft version after validating it again and returns its content hash; idempotent for a published version; OR007 for a deprecated one; OR005 when unknown. Audited.';
+
+CREATE FUNCTION orch_deprecate(name text, version integer)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_deprecate';
+COMMENT ON FUNCTION orch_deprecate(text, integer) IS
+  'Deprecates a published version (idempotent); OR007 for a draft; OR005 when unknown. Audited.';
+
+CREATE FUNCTION orch_definition(name text, version integer DEFAULT NULL)
+RETURNS TABLE (name text, version integer, status text, spec jsonb, content_hash text,
+               created_at timestamptz, published_at timestamptz, deprecated_at timestamptz)
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_definition';
+COMMENT ON FUNCTION orch_definition(text, integer) IS
+  'One version of a workflow definition in any status; version NULL means the highest published (not deprecated) version. OR005 when there is none.';
+
+CREATE FUNCTION orch_validate_definition(spec jsonb)
+RETURNS void
+LANGUAGE C STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_validate_definition';
+COMMENT ON FUNCTION orch_validate_definition(jsonb) IS
+  'Validates a workflow spec without storing it: returns nothing, or raises OR008 with the JSON path of the first problem in the detail.';
+
+CREATE VIEW orch_definitions AS
+SELECT d.name, d.version, d.status, d.content_hash, d.spec, d.created_at, d.created_by,
+       d.published_at, d.deprecated_at, d.tenant_id
+  FROM orch.definitions d;
+COMMENT ON VIEW orch_definitions IS
+  'Every version of every workflow definition (shared by all tenants).';
+
+REVOKE ALL ON FUNCTION orch_definitions_guard(), orch_define(text, jsonb),
+    orch_publish(text, integer), orch_deprecate(text, integer),
+    orch_definition(text, integer), orch_validate_definition(jsonb)
+  FROM PUBLIC;
+REVOKE ALL ON orch_definitions FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_define(text, jsonb), orch_publish(text, integer),
+    orch_deprecate(text, integer)
+  TO orch_admin;
+GRANT EXECUTE ON FUNCTION orch_definition(text, integer), orch_validate_definition(jsonb)
+  TO orch_reader;
+GRANT SELECT ON orch_definitions TO orch_reader;

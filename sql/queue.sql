@@ -332,7 +332,7 @@ SELECT state, attempts, failures, result, updated_at >= created_at AS times_ok F
 -- Transitions in order (an event per accepted transition), then the attempts.
 SELECT from_state, to_state FROM orch_history(:h_task)
  WHERE kind = 'event' AND from_state IS DISTINCT FROM to_state;
-SELECT attempt, outcome, actor AS worker FROM orch_history(:h_task) WHERE kind = 'attempt';
+SELECT attempt, outcome, label AS worker, actor IS NULL AS no_role_on_attempts FROM orch_history(:h_task) WHERE kind = 'attempt';
 SELECT count(*) AS rows_out_of_time_order
   FROM (SELECT at, lag(at) OVER () AS prev FROM orch_history(:h_task)) h WHERE at < prev;
 SELECT count(*) = (SELECT count(*) FROM orch.events WHERE task_id = :h_task)

@@ -19,10 +19,13 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
+SET client_min_messages = warning;  -- roles outlive the database: no "already a member" notices
 GRANT orch_worker TO sf_worker, sf_worker2, sf_worker_a;
 GRANT orch_producer TO sf_producer, sf_producer_a;
 GRANT orch_reader TO sf_reader;
 GRANT orch_admin TO sf_admin;
+GRANT orch_approver TO sf_approver;
+RESET client_min_messages;
 
 -- try(sql): the first column of the first row, or the SQLSTATE raised
 CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
@@ -65,7 +68,6 @@ RESET ROLE;
 SELECT from_state, to_state, actor, label FROM orch_events WHERE task_id = :tok_task ORDER BY event_id;
 
 -- orch_confirm: the decision is the role's; the name it gives is a label.
-GRANT orch_approver TO sf_approver;
 SELECT orch_enqueue('sf_conf', '{}') AS conf_task \gset
 SELECT lease_token AS ctok FROM orch_dequeue('sf_conf', 'w1') \gset
 SELECT orch_await_confirmation(:conf_task, :'ctok', '{"q": "ok?"}');
@@ -164,7 +166,7 @@ SELECT lease_expires_at IS NULL AS no_lease_after_completion FROM orch_status(:r
 SELECT orch_create_queue('sf_lock', '{"concurrency_key_limit": 1}') IS NOT NULL AS created;
 BEGIN;
 SELECT orch_enqueue('sf_lock', '{}', concurrency_key => 'k1') > 0 AS enqueued;
-WITH h AS (SELECT hashtextextended(E'key\x1fsf_lock\x1fk1', 28530) AS h)
+WITH h AS (SELECT hashtextextended(E'key\x1fsf_lock\x1fdefault\x1fk1', 28530) AS h)
 SELECT count(*) AS key_lock_held
   FROM pg_locks l, h
  WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.objsubid = 2
@@ -237,3 +239,42 @@ SELECT gated AS b_waits FROM orch.tasks WHERE id = :ag_b;
 SELECT state FROM orch_fail(:ag_a, :'agtok', 'RATE_LIMITED', 'busy', '0 seconds');
 SELECT payload ->> 'n' AS next_claim FROM orch_dequeue('sf_again', 'w');
 SELECT payload ->> 'n' AS gated_task, gated FROM orch.tasks WHERE queue = 'sf_again' AND state <> 'executing';
+
+-- ---------------------------------------------------------------------------
+-- Tenant isolation holds through SET ROLE to a group role and role renames;
+-- concurrency keys and commands' origin tasks are a tenant's own.
+-- ---------------------------------------------------------------------------
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'sf_login_a') THEN
+        CREATE ROLE sf_login_a LOGIN;
+    END IF;
+END $$;
+SET client_min_messages = warning;
+GRANT orch_worker, orch_producer TO sf_login_a;
+RESET client_min_messages;
+SELECT orch_bind_tenant('sf_login_a', 'sfa');
+SELECT orch_enqueue('sf_grp', '{"t": "b"}', tenant => 'sfb') AS grp_b \gset
+SET SESSION AUTHORIZATION sf_login_a;
+SELECT orch_caller_tenants() AS as_login;
+SET ROLE orch_worker;
+-- the login role's binding still holds after SET ROLE to an unbound group
+SELECT orch_caller_tenants() AS after_set_role_group;
+SELECT count(*) AS claimed_other_tenant FROM orch_dequeue('sf_grp', 'w', 10);
+SELECT count(*) FILTER (WHERE tenant_id <> 'sfa') AS other_tenant_rows FROM orch_tasks;
+RESET ROLE;
+-- an origin task of another tenant does not exist for the command
+SET ROLE orch_producer;
+SELECT pg_temp.try(format($$SELECT command_id FROM orch_command('k', 'sf-cmd-1', '{}', %s)$$, :grp_b)) AS command_on_other_tenants_task;
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+ALTER ROLE sf_login_a RENAME TO sf_login_a2;
+SET SESSION AUTHORIZATION sf_login_a2;
+SELECT orch_caller_tenants() AS after_rename;
+RESET SESSION AUTHORIZATION;
+ALTER ROLE sf_login_a2 RENAME TO sf_login_a;
+SELECT role, tenant_id FROM orch_tenant_bindings WHERE role = 'sf_login_a';
+-- keys: tenant sfa's key "k" and tenant sfb's key "k" are two keys
+SELECT orch_create_queue('sf_tkeys', '{"concurrency_key_limit": 1}') IS NOT NULL AS created;
+SELECT orch_enqueue('sf_tkeys', '{"t": "b"}', concurrency_key => 'k', tenant => 'sfb') > 0 AS b_first;
+SELECT orch_enqueue('sf_tkeys', '{"t": "a"}', concurrency_key => 'k', tenant => 'sfa', priority => -1000) > 0 AS a_better;
+SELECT tenant_id, gated, ready_at IS NOT NULL AS claimable FROM orch.tasks WHERE queue = 'sf_tkeys' ORDER BY tenant_id;

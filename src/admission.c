@@ -1,6 +1,7 @@
 /*
  * admission.c
- *	  Concurrency keys without head-of-line blocking.  Per (queue, key) at most
+ *	  Concurrency keys without head-of-line blocking.  Per (tenant, queue, key)
+ *	  (0.4.0: keys are a tenant's own) at most
  *	  `limit` tasks are in the key's slot set: executing, or claimable
  *	  (ready_at set).  A task that would exceed it waits "gated" (ready_at NULL,
  *	  outside the claim index) and is promoted in priority/FIFO order when a
@@ -51,7 +52,11 @@ typedef struct HeldKey
 	int			level;
 	char	   *queue;
 	char	   *key;
+	char	   *tenant;
 } HeldKey;
+
+/* Set while a claim lets work in: key locks are then only tried, never waited for. */
+static bool gate_try_only = false;
 
 static List *held_keys = NIL;
 
@@ -60,6 +65,7 @@ gate_xact_callback(XactEvent event, void *arg)
 {
 	pending = NIL;				/* its memory goes with the transaction */
 	held_keys = NIL;
+	gate_try_only = false;
 	orch_gate_promoting = false;
 	orch_gate_handover = false;
 }
@@ -70,6 +76,7 @@ typedef struct PendingRelease
 	int			level;
 	char	   *queue;
 	char	   *key;
+	char	   *tenant;
 } PendingRelease;
 
 /* An aborted subtransaction takes back only the releases it noted. */
@@ -204,8 +211,15 @@ repairs_table_exists(void)
  * transaction holds no other key lock, else only trying (see HeldKey).
  * False when the lock is held elsewhere and was not taken.
  */
+/* The advisory lock name of a tenant's key. */
+static char *
+key_lock_name(const char *key, const char *tenant)
+{
+	return psprintf("%s\x1f%s", tenant, key);
+}
+
 static bool
-key_lock(const char *queue, const char *key)
+key_lock(const char *queue, const char *key, const char *tenant)
 {
 	ListCell   *lc;
 	MemoryContext old;
@@ -216,18 +230,20 @@ key_lock(const char *queue, const char *key)
 	{
 		HeldKey    *e = (HeldKey *) lfirst(lc);
 
-		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0)
+		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0 &&
+			strcmp(e->tenant, tenant) == 0)
 			return true;
 	}
-	if (held_keys == NIL || !repairs_table_exists())
-		orch_xact_lock("key", queue, key);
-	else if (!orch_xact_try_lock("key", queue, key))
+	if ((held_keys == NIL && !gate_try_only) || !repairs_table_exists())
+		orch_xact_lock("key", queue, key_lock_name(key, tenant));
+	else if (!orch_xact_try_lock("key", queue, key_lock_name(key, tenant)))
 		return false;
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	h = palloc(sizeof(HeldKey));
 	h->level = GetCurrentTransactionNestLevel();
 	h->queue = pstrdup(queue);
 	h->key = pstrdup(key);
+	h->tenant = pstrdup(tenant);
 	held_keys = lappend(held_keys, h);
 	MemoryContextSwitchTo(old);
 	return true;
@@ -237,25 +253,26 @@ static SPIPlanPtr repair_note_plan = NULL;
 
 /* A decision on the key was deferred: settle it after this transaction. */
 static void
-note_repair(const char *queue, const char *key)
+note_repair(const char *queue, const char *key, const char *tenant)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		v[2];
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[3];
 
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
+	v[2] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (SPI_execute_plan(orch_prepare(&repair_note_plan,
-									  "INSERT INTO orch.gate_repairs (queue, key) VALUES ($1, $2)"
-									  " ON CONFLICT DO NOTHING",
-									  2, types),
+									  "INSERT INTO orch.gate_repairs (queue, key, tenant_id) VALUES ($1, $2, $3)"
+									  " ON CONFLICT (queue, key, tenant_id) DO UPDATE SET noted_at = excluded.noted_at",
+									  3, types),
 						 v, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: gate repair note failed");
 	SPI_finish();
 }
 
-static int	gate_enforce(const char *queue, const char *key);
+static int	gate_enforce(const char *queue, const char *key, const char *tenant);
 
 static SPIPlanPtr repair_probe_plan = NULL;
 static SPIPlanPtr repair_pick_plan = NULL;
@@ -268,6 +285,12 @@ static SPIPlanPtr repair_done_plan = NULL;
  * orch_maintain.  Returns the number of keys settled.  Caller is connected
  * to SPI.
  */
+void
+orch_gate_set_try_only(bool on)
+{
+	gate_try_only = on;
+}
+
 int
 orch_gate_repair(const char *queue, int limit)
 {
@@ -277,6 +300,7 @@ orch_gate_repair(const char *queue, int limit)
 	int			nkeys;
 	char	  **queues;
 	char	  **keys;
+	char	  **tenants;
 	int			settled = 0;
 
 	if (!repairs_table_exists())
@@ -290,39 +314,43 @@ orch_gate_repair(const char *queue, int limit)
 									  "SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
 									  " LIMIT $2",
 									  2, types),
-						 v, n, true, 1) != SPI_OK_SELECT)
+						 v, n, false, 1) != SPI_OK_SELECT)	/* sees notes of this statement */
 		elog(ERROR, "orchestrator: gate repair probe failed");
 	if (SPI_processed == 0)
 		return 0;
 	if (SPI_execute_plan(orch_prepare(&repair_pick_plan,
-									  "SELECT queue, key FROM orch.gate_repairs"
+									  "SELECT queue, key, tenant_id FROM orch.gate_repairs"
 									  " WHERE ($1::text IS NULL OR queue = $1)"
-									  " ORDER BY queue, key LIMIT $2 FOR UPDATE SKIP LOCKED",
+									  " ORDER BY queue, key, tenant_id LIMIT $2 FOR UPDATE SKIP LOCKED",
 									  2, types),
 						 v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: gate repair scan failed");
 	nkeys = (int) SPI_processed;
 	queues = palloc(sizeof(char *) * (nkeys + 1));
 	keys = palloc(sizeof(char *) * (nkeys + 1));
+	tenants = palloc(sizeof(char *) * (nkeys + 1));
 	for (int i = 0; i < nkeys; i++)
 	{
 		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
 	}
 	for (int i = 0; i < nkeys; i++)
 	{
-		Oid			dtypes[2] = {TEXTOID, TEXTOID};
-		Datum		dv[2];
+		Oid			dtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
+		Datum		dv[3];
 
-		if (!key_lock(queues[i], keys[i]))
+		if (!key_lock(queues[i], keys[i], tenants[i]))
 			continue;			/* still busy: the next claim settles it */
-		gate_enforce(queues[i], keys[i]);
-		orch_gate_promote(queues[i], keys[i]);
+		gate_enforce(queues[i], keys[i], tenants[i]);
+		orch_gate_promote(queues[i], keys[i], tenants[i]);
 		dv[0] = orch_text_datum(queues[i]);
 		dv[1] = orch_text_datum(keys[i]);
+		dv[2] = orch_text_datum(tenants[i]);
 		if (SPI_execute_plan(orch_prepare(&repair_done_plan,
-										  "DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2",
-										  2, dtypes),
+										  "DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2"
+										  " AND tenant_id = $3",
+										  3, dtypes),
 							 dv, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "orchestrator: gate repair delete failed");
 		settled++;
@@ -348,15 +376,17 @@ static SPIPlanPtr slots_plan = NULL;
  * Caller holds the key's advisory lock.
  */
 static void
-key_slots(const char *queue, const char *key, int64 self_id, int *limit, int64 *used)
+key_slots(const char *queue, const char *key, const char *tenant, int64 self_id,
+		  int *limit, int64 *used)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
-	Datum		v[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, TEXTOID};
+	Datum		v[4];
 	bool		isnull;
 
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
 	v[2] = Int64GetDatum(self_id);
+	v[3] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (SPI_execute_plan(orch_prepare(&slots_plan,
@@ -365,9 +395,9 @@ key_slots(const char *queue, const char *key, int64 self_id, int *limit, int64 *
 									  "                (SELECT (q.settings ->> 'concurrency_key_limit')::numeric::int"
 									  "                 FROM orch.queues q WHERE q.name = $1), 1),"
 									  " (SELECT count(*) FROM orch.tasks t WHERE t.queue = $1"
-									  "  AND t.concurrency_key = $2 AND t.id <> $3"
+									  "  AND t.concurrency_key = $2 AND t.tenant_id = $4 AND t.id <> $3"
 									  "  AND (t.state = 'executing' OR t.ready_at IS NOT NULL))",
-									  3, types),
+									  4, types),
 						 v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: slot count failed");
 	*limit = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -388,43 +418,54 @@ static SPIPlanPtr bump_plan = NULL;
  * order.
  */
 bool
-orch_gate_admit(const char *queue, const char *key, int64 self_id,
-				int32 priority, TimestampTz created_at)
+orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 self_id,
+				int32 priority, TimestampTz created_at, bool may_hand_over)
 {
 	int			limit;
 	int64		used;
-	Oid			types[5] = {TEXTOID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		v[5];
+	Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID, TEXTOID};
+	Datum		v[6];
 	Oid			btypes[2] = {INT8OID, TEXTOID};
 	Datum		bv[2];
 	bool		isnull;
 
 	orch_require_read_committed();
-	if (!key_lock(queue, key))
+	if (!key_lock(queue, key, tenant))
 	{
 		/* decided later, under the lock: wait gated meanwhile */
-		note_repair(queue, key);
+		note_repair(queue, key, tenant);
 		return false;
 	}
-	key_slots(queue, key, self_id, &limit, &used);
+	key_slots(queue, key, tenant, self_id, &limit, &used);
 	if (used < limit)
 		return true;
+	if (!may_hand_over)
+	{
+		/*
+		 * A raw multi-row write: demoting another row here could touch one
+		 * the statement has yet to reach.  Wait gated; the repair puts the
+		 * key in order after the statement.
+		 */
+		note_repair(queue, key, tenant);
+		return false;
+	}
 
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
 	v[2] = Int64GetDatum(self_id);
 	v[3] = Int32GetDatum(priority);
 	v[4] = TimestampTzGetDatum(created_at);
+	v[5] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (SPI_execute_plan(orch_prepare(&worst_plan,
 									  "SELECT id, tenant_id FROM orch.tasks"
-									  " WHERE queue = $1 AND concurrency_key = $2 AND id <> $3"
+									  " WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $6 AND id <> $3"
 									  "   AND state <> 'executing' AND ready_at IS NOT NULL"
 									  "   AND (priority, created_at, id) > ($4, $5, $3)"
 									  " ORDER BY priority DESC, created_at DESC, id DESC"
 									  " LIMIT 1 FOR UPDATE SKIP LOCKED",
-									  5, types),
+									  6, types),
 						 v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: slot member scan failed");
 	if (SPI_processed == 0)
@@ -456,7 +497,7 @@ orch_gate_admit(const char *queue, const char *key, int64 self_id,
 
 /* A member left the key's slot set: promote at the end of the statement. */
 void
-orch_gate_note_release(const char *queue, const char *key)
+orch_gate_note_release(const char *queue, const char *key, const char *tenant)
 {
 	MemoryContext old;
 	ListCell   *lc;
@@ -467,7 +508,8 @@ orch_gate_note_release(const char *queue, const char *key)
 	{
 		PendingRelease *e = (PendingRelease *) lfirst(lc);
 
-		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0)
+		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0 &&
+			strcmp(e->tenant, tenant) == 0)
 			return;
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
@@ -475,6 +517,7 @@ orch_gate_note_release(const char *queue, const char *key)
 	r->level = GetCurrentTransactionNestLevel();
 	r->queue = pstrdup(queue);
 	r->key = pstrdup(key);
+	r->tenant = pstrdup(tenant);
 	pending = lappend(pending, r);
 	MemoryContextSwitchTo(old);
 }
@@ -483,26 +526,27 @@ static SPIPlanPtr promote_plan = NULL;
 
 /* Fill the key's free slots with its gated tasks, best first. */
 int
-orch_gate_promote(const char *queue, const char *key)
+orch_gate_promote(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
-	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
-	Datum		v[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TEXTOID};
+	Datum		v[4];
 	int			promoted;
 
 	orch_require_read_committed();
-	if (!key_lock(queue, key))
+	if (!key_lock(queue, key, tenant))
 	{
-		note_repair(queue, key);
+		note_repair(queue, key, tenant);
 		return 0;
 	}
-	key_slots(queue, key, 0, &limit, &used);
+	key_slots(queue, key, tenant, 0, &limit, &used);
 	if (used >= limit)
 		return 0;
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
 	v[2] = Int32GetDatum((int32) (limit - used));
+	v[3] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	orch_gate_promoting = true;
@@ -513,10 +557,10 @@ orch_gate_promote(const char *queue, const char *key)
 										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, now())"
 										  "                 ELSE now() END"
 										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-										  "       WHERE queue = $1 AND concurrency_key = $2 AND gated"
+										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4 AND gated"
 										  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
 										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))",
-										  3, types),
+										  4, types),
 							 v, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "orchestrator: promotion failed");
 	}
@@ -544,24 +588,25 @@ static SPIPlanPtr invert_plan = NULL;
  * promotion that follows serves the key in priority/FIFO order.
  */
 static int
-gate_enforce(const char *queue, const char *key)
+gate_enforce(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
-	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
-	Datum		v[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TEXTOID};
+	Datum		v[4];
 	int			demoted = 0;
 
 	orch_require_read_committed();
-	if (!key_lock(queue, key))
+	if (!key_lock(queue, key, tenant))
 	{
-		note_repair(queue, key);
+		note_repair(queue, key, tenant);
 		return 0;
 	}
-	key_slots(queue, key, 0, &limit, &used);
+	key_slots(queue, key, tenant, 0, &limit, &used);
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
 	v[2] = Int32GetDatum((int32) Max(used - limit, 0));
+	v[3] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (used > limit)
@@ -569,10 +614,10 @@ gate_enforce(const char *queue, const char *key)
 		if (SPI_execute_plan(orch_prepare(&demote_plan,
 										  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
 										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-										  "       WHERE queue = $1 AND concurrency_key = $2 AND state <> 'executing'"
-										  "         AND ready_at IS NOT NULL"
+										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4"
+										  "         AND state <> 'executing' AND ready_at IS NOT NULL"
 										  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))",
-										  3, types),
+										  4, types),
 							 v, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "orchestrator: demotion failed");
 		demoted += (int) SPI_processed;
@@ -580,14 +625,15 @@ gate_enforce(const char *queue, const char *key)
 	if (SPI_execute_plan(orch_prepare(&invert_plan,
 									  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
 									  " WHERE t.id = ANY (ARRAY(SELECT m.id FROM orch.tasks m"
-									  "       WHERE m.queue = $1 AND m.concurrency_key = $2 AND m.state <> 'executing'"
-									  "         AND m.ready_at IS NOT NULL"
+									  "       WHERE m.queue = $1 AND m.concurrency_key = $2 AND m.tenant_id = $4"
+									  "         AND m.state <> 'executing' AND m.ready_at IS NOT NULL"
 									  "         AND EXISTS (SELECT 1 FROM orch.tasks g"
-									  "               WHERE g.queue = $1 AND g.concurrency_key = $2 AND g.gated"
+									  "               WHERE g.queue = $1 AND g.concurrency_key = $2 AND g.tenant_id = $4"
+									  "                 AND g.gated"
 									  "                 AND g.state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
 									  "                 AND (g.priority, g.created_at, g.id) < (m.priority, m.created_at, m.id))"
 									  "       FOR UPDATE SKIP LOCKED))",
-									  2, types),
+									  4, types),
 						 v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: reordering failed");
 	demoted += (int) SPI_processed;
@@ -610,13 +656,14 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	int			nkeys;
 	char	  **queues;
 	char	  **keys;
+	char	  **tenants;
 	int			promoted = 0;
 
 	v[0] = queue ? orch_text_datum(queue) : (Datum) 0;
 	if (!queue)
 		n[0] = 'n';
 	v[1] = Int32GetDatum(max_keys);
-	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key FROM orch.tasks"
+	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
 							  " WHERE concurrency_key IS NOT NULL"
 							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
 							  "   AND ($1::text IS NULL OR queue = $1) LIMIT $2",
@@ -625,15 +672,17 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	nkeys = (int) SPI_processed;
 	queues = palloc(sizeof(char *) * (nkeys + 1));
 	keys = palloc(sizeof(char *) * (nkeys + 1));
+	tenants = palloc(sizeof(char *) * (nkeys + 1));
 	for (int i = 0; i < nkeys; i++)
 	{
 		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
 	}
 	for (int i = 0; i < nkeys; i++)
 	{
-		gate_enforce(queues[i], keys[i]);
-		promoted += orch_gate_promote(queues[i], keys[i]);
+		gate_enforce(queues[i], keys[i], tenants[i]);
+		promoted += orch_gate_promote(queues[i], keys[i], tenants[i]);
 	}
 	return promoted;
 }
@@ -726,7 +775,9 @@ pending_cmp(const ListCell *a, const ListCell *b)
 	PendingRelease *y = (PendingRelease *) lfirst(b);
 	int			c = strcmp(x->queue, y->queue);
 
-	return c != 0 ? c : strcmp(x->key, y->key);
+	if (c == 0)
+		c = strcmp(x->key, y->key);
+	return c != 0 ? c : strcmp(x->tenant, y->tenant);
 }
 
 /* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
@@ -749,7 +800,7 @@ orch_gate_trigger(PG_FUNCTION_ARGS)
 		{
 			PendingRelease *r = (PendingRelease *) lfirst(lc);
 
-			orch_gate_promote(r->queue, r->key);
+			orch_gate_promote(r->queue, r->key, r->tenant);
 		}
 	}
 	return PointerGetDatum(NULL);
@@ -783,8 +834,6 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", queue)));
-	if (!key_lock(queue, key))
-		orch_xact_lock("key", queue, key);	/* an explicit admin call may wait */
 	v[0] = orch_text_datum(queue);
 	v[1] = orch_text_datum(key);
 	if (PG_ARGISNULL(2))
@@ -802,8 +851,25 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 								  3, types, v, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "orchestrator: limit upsert failed");
 	}
-	gate_enforce(queue, key);
-	orch_gate_promote(queue, key);
+	/* the override holds for the key in every tenant: bring each in line */
+	if (SPI_execute_with_args("SELECT DISTINCT tenant_id FROM orch.tasks"
+							  " WHERE queue = $1 AND concurrency_key = $2"
+							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
+							  " ORDER BY 1",
+							  2, types, v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: key tenant scan failed");
+	{
+		int			nt = (int) SPI_processed;
+		char	  **ts = palloc(sizeof(char *) * (nt + 1));
+
+		for (int i = 0; i < nt; i++)
+			ts[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		for (int i = 0; i < nt; i++)
+		{
+			gate_enforce(queue, key, ts[i]);
+			orch_gate_promote(queue, key, ts[i]);
+		}
+	}
 	SPI_finish();
 	PG_RETURN_VOID();
 }

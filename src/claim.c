@@ -68,7 +68,7 @@ static SPIPlanPtr running_owner_plan = NULL;
 static SPIPlanPtr running_queue_plan = NULL;
 
 /* Candidates looked at per window, and in all, by one limited claim */
-#define LIMITED_WINDOW_MIN	64
+#define LIMITED_WINDOW_MIN	16
 #define LIMITED_WINDOW_MAX	2048
 #define LIMITED_SCAN_MAX	20000
 
@@ -110,8 +110,8 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	INT8OID, BOOLOID};
 	Datum		cv[7];
 	char		cn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Oid			otypes[2] = {TEXTOID, TEXTOID};
-	Datum		ov[2];
+	Oid			otypes[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		ov[3];
 	Oid			utypes[4] = {INT8ARRAYOID, INT4OID, TEXTOID, INTERVALOID};
 	Datum		uv[4];
 	Datum	   *chosen;
@@ -173,7 +173,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		}
 		/* keyset pagination: each window starts after the last one */
 		if (SPI_execute_plan(orch_prepare(&limited_cand_plan,
-										  "SELECT t.id, t.owner, t.priority, t.created_at FROM orch.tasks t"
+										  "SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
 										  " WHERE t.queue = $1 AND t.ready_at <= now()"
 										  "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))"
 										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
@@ -195,6 +195,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 				HeapTuple	tup = tt->vals[r];
 				int64		id = DatumGetInt64(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
 				char	   *owner = SPI_getvalue(tup, tt->tupdesc, 2);
+				char	   *ten = SPI_getvalue(tup, tt->tupdesc, 5);
 
 				last_id = id;
 				last_priority = DatumGetInt32(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
@@ -203,28 +204,32 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 					continue;
 				if (owner != NULL && owners != NULL)
 				{
-					uint64		h = hash_bytes_extended((const unsigned char *) owner,
-														strlen(owner), 0);
+					/* an owner is a tenant's own: (tenant, owner) */
+					char	   *who = psprintf("%s\x1f%s", ten, owner);
+					uint64		h = hash_bytes_extended((const unsigned char *) who,
+														strlen(who), 0);
 					bool		found;
 					OwnerSlot  *o = hash_search(owners, &h, HASH_ENTER, &found);
 
 					if (!found)
 					{
-						o->owner = pstrdup(owner);
+						o->owner = who;
 						o->running = 0;
 						/* never wait for an owner's lock: that could deadlock two workers */
-						o->blocked = !orch_xact_try_lock("owner", queue, owner);
+						o->blocked = !orch_xact_try_lock("owner", queue, who);
 						if (!o->blocked)
 						{
 							ov[0] = orch_text_datum(queue);
 							ov[1] = orch_text_datum(owner);
+							ov[2] = orch_text_datum(ten);
 							o->running = count1(orch_prepare(&running_owner_plan,
 															 "SELECT count(*) FROM orch.tasks WHERE queue = $1"
-															 " AND owner = $2 AND state = 'executing'",
-															 2, otypes), ov);
+															 " AND owner = $2 AND tenant_id = $3"
+															 " AND state = 'executing'",
+															 3, otypes), ov);
 						}
 					}
-					else if (strcmp(o->owner, owner) != 0)
+					else if (strcmp(o->owner, who) != 0)
 						continue;	/* a hash collision: leave it for the next claim */
 					if (o->blocked || o->running >= qs->owner_limit)
 						continue;
@@ -384,9 +389,22 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants);
 	if (orch_has_gate())
 	{
-		orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
-		/* key decisions deferred to avoid a lock-order deadlock */
-		orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
+		/*
+		 * Letting due work in and settling deferred key decisions only tries
+		 * key locks: a claim never waits for a producer's open transaction
+		 * (what it cannot decide now is noted and settled later).
+		 */
+		orch_gate_set_try_only(true);
+		PG_TRY();
+		{
+			orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
+			orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
+		}
+		PG_FINALLY();
+		{
+			orch_gate_set_try_only(false);
+		}
+		PG_END_TRY();
 	}
 
 	v[0] = orch_text_datum(queue);

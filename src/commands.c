@@ -114,10 +114,14 @@ orch_command(PG_FUNCTION_ARGS)
 			/* the task on whose behalf the command is issued must exist */
 			if (!PG_ARGISNULL(3))
 			{
-				Oid			otypes[1] = {INT8OID};
+				Oid			otypes[2] = {INT8OID, TEXTOID};
+				Datum		ov[2];
 
-				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1", 1, otypes,
-										  &v[4], NULL, false, 1) != SPI_OK_SELECT)
+				/* and belong to the command's tenant (else it does not exist for it) */
+				ov[0] = v[4];
+				ov[1] = orch_text_datum(tenant);
+				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1 AND tenant_id = $2",
+										  2, otypes, ov, NULL, false, 1) != SPI_OK_SELECT)
 					elog(ERROR, "orchestrator: task lookup failed");
 				if (SPI_processed == 0)
 					ereport(ERROR,
@@ -217,9 +221,22 @@ orch_command_result(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	v[0] = Int64GetDatum(id);
-	if (SPI_execute_with_args("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1 FOR UPDATE",
-							  1, types, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: command lookup failed");
+	{
+		bool		all_tenants;
+		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
+		Datum		lv[2];
+		char		ln[2] = {' ', ' '};
+
+		lv[0] = v[0];
+		lv[1] = orch_caller_tenants_datum(&all_tenants);
+		if (all_tenants)
+			ln[1] = 'n';
+		/* another tenant's row is neither locked nor seen */
+		if (SPI_execute_with_args("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
+								  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
+								  2, ltypes, lv, ln, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: command lookup failed");
+	}
 	/* another tenant's command does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
 		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)))

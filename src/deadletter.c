@@ -43,11 +43,24 @@ redrive(int64 id, bool skip_redriven)
 
 	v[0] = Int64GetDatum(id);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
-	if (SPI_execute_plan(orch_prepare(&lock_plan,
-									  "SELECT 1 FROM orch.tasks WHERE id = $1 FOR UPDATE",
-									  1, types),
-						 v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: task lookup failed");
+	{
+		bool		all_tenants;
+		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
+		Datum		lv[2];
+		char		ln[2] = {' ', ' '};
+
+		lv[0] = v[0];
+		lv[1] = orch_caller_tenants_datum(&all_tenants);
+		if (all_tenants)
+			ln[1] = 'n';
+		/* (another tenant's row is neither locked nor seen) */
+		if (SPI_execute_plan(orch_prepare(&lock_plan,
+										  "SELECT 1 FROM orch.tasks WHERE id = $1"
+										  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
+										  2, ltypes),
+							 lv, ln, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: task lookup failed");
+	}
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
 	if (SPI_execute_plan(orch_prepare(&check_plan,
 									  "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","

@@ -649,6 +649,7 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 	Datum		kd = heap_getattr(newtup, task_cols.concurrency_key, td, &isnull);
 	char	   *key;
 	char	   *queue;
+	char	   *tenant;
 	bool		in_old = false;
 	bool		in_new;
 	bool		gated;
@@ -660,6 +661,7 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 		return newtup;
 	key = TextDatumGetCString(kd);
 	queue = get_text_col(newtup, td, task_cols.queue);
+	tenant = get_text_col(newtup, td, task_cols.tenant_id);
 	if (oldtup != NULL)
 	{
 		heap_getattr(oldtup, task_cols.ready_at, td, &isnull);
@@ -681,13 +683,14 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 		Datum		vs[2] = {(Datum) 0, BoolGetDatum(true)};
 		bool		ns[2] = {true, false};
 
-		orch_gate_note_release(queue, key);
+		orch_gate_note_release(queue, key, tenant);
 		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
 	}
 	if (in_new && !in_old && to != TS_EXECUTING && !orch_gate_promoting &&
-		!orch_gate_admit(queue, key, task_id,
+		!orch_gate_admit(queue, key, tenant, task_id,
 						 DatumGetInt32(heap_getattr(newtup, task_cols.priority, td, &isnull)),
-						 DatumGetTimestampTz(heap_getattr(newtup, task_cols.created_at, td, &isnull))))
+						 DatumGetTimestampTz(heap_getattr(newtup, task_cols.created_at, td, &isnull)),
+						 ctx_active))
 	{
 		/* wait for a slot, outside the claim index */
 		int			cs[2] = {task_cols.ready_at, task_cols.gated};
@@ -697,7 +700,7 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
 	}
 	if (in_old && !in_new && !orch_gate_handover)
-		orch_gate_note_release(queue, key);
+		orch_gate_note_release(queue, key, tenant);
 	if (gated && (to == TS_EXECUTING || orch_state_is_terminal(to)))
 		return heap_modify_tuple_by_cols(newtup, td, 1, &col, &val, &null);
 	return newtup;

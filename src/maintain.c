@@ -337,6 +337,7 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		jobid;
 
+	orch_require_unrestricted("maintenance scheduling");
 	SPI_connect();
 	require_pg_cron(db, psprintf("SELECT cron.schedule_in_database(%s, %s, %s, %s);",
 								 quote_literal_cstr(job), quote_literal_cstr(schedule),
@@ -377,6 +378,7 @@ orch_unschedule_maintenance(PG_FUNCTION_ARGS)
 	bool		isnull;
 	bool		removed;
 
+	orch_require_unrestricted("maintenance scheduling");
 	SPI_connect();
 	require_pg_cron(db, psprintf("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s;",
 								 quote_literal_cstr(job)));

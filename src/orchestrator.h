@@ -138,11 +138,13 @@ extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *er
 /* admission.c */
 extern bool orch_gate_promoting;
 extern bool orch_gate_handover;
-extern bool orch_gate_admit(const char *queue, const char *key, int64 self_id,
-							int32 priority, TimestampTz created_at);
+extern bool orch_gate_admit(const char *queue, const char *key, const char *tenant,
+							int64 self_id, int32 priority, TimestampTz created_at,
+							bool may_hand_over);
+extern void orch_gate_set_try_only(bool on);
 extern void orch_require_read_committed(void);
-extern void orch_gate_note_release(const char *queue, const char *key);
-extern int	orch_gate_promote(const char *queue, const char *key);
+extern void orch_gate_note_release(const char *queue, const char *key, const char *tenant);
+extern int	orch_gate_promote(const char *queue, const char *key, const char *tenant);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
 extern int	orch_gate_repair(const char *queue, int limit);
 extern void orch_xact_lock(const char *kind, const char *a, const char *b);
@@ -216,5 +218,11 @@ extern Datum orch_text_datum(const char *s);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)
+
+/* definitions.c: workflow definitions (issue 8) */
+#define ERRCODE_ORCH_DEFINITION_IMMUTABLE	MAKE_SQLSTATE('O','R','0','0','7')
+#define ERRCODE_ORCH_INVALID_DEFINITION		MAKE_SQLSTATE('O','R','0','0','8')
+
+extern void orch_definition_validate(Jsonb *spec);	/* OR008 naming the path */
 
 #endif							/* ORCHESTRATOR_H */

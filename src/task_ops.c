@@ -29,14 +29,20 @@ static SPIPlanPtr lock_plan = NULL;
 bool
 orch_lock_task(int64 id, OrchTask *t)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		v[1];
+	Oid			types[2] = {INT8OID, TEXTARRAYOID};
+	Datum		v[2];
+	char		n[2] = {' ', ' '};
+	bool		all_tenants;
 	HeapTuple	tup;
 	TupleDesc	td;
 	bool		isnull;
 	Datum		d;
 
 	v[0] = Int64GetDatum(id);
+	/* another tenant's row is neither locked nor seen (no timing oracle) */
+	v[1] = orch_caller_tenants_datum(&all_tenants);
+	if (all_tenants)
+		n[1] = 'n';
 	if (SPI_execute_plan(orch_prepare(&lock_plan,
 									  "SELECT id, tenant_id, queue, state, attempts, failures,"
 									  " max_attempts, max_failures, retry_policy, lease_token, lease_owner,"
@@ -44,9 +50,10 @@ orch_lock_task(int64 id, OrchTask *t)
 									  " state = 'awaiting_tool' AND retry_at IS NOT NULL,"
 									  " ready_at IS NOT NULL,"
 									  " coalesce(claimed_at + timeout <= now(), false)"
-									  " FROM orch.tasks WHERE id = $1 FOR UPDATE",
-									  1, types),
-						 v, NULL, false, 1) != SPI_OK_SELECT)
+									  " FROM orch.tasks WHERE id = $1"
+									  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
+									  2, types),
+						 v, n, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: task lookup failed");
 	if (SPI_processed == 0)
 		return false;
@@ -728,9 +735,9 @@ orch_resume(PG_FUNCTION_ARGS)
 	v[2] = JsonbPGetDatum(result);
 	if (!result)
 		n[2] = 'n';
+	orch_set_event_context(NULL, NULL);
 	exec_update("UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
 				" WHERE id = $1 AND tenant_id = $2", 3, types, v, n);
-	orch_set_event_context(NULL, NULL);
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
 	orch_clear_event_context();

@@ -31,10 +31,11 @@ PG_FUNCTION_INFO_V1(orch_caller_is_admin);
 
 /*
  * The caller's tenants, cached for one transaction (bindings and role
- * membership are read once per transaction and role).
+ * membership are read once per transaction and pair of roles).
  */
 static LocalTransactionId cache_lxid = InvalidLocalTransactionId;
 static Oid	cache_role = InvalidOid;
+static Oid	cache_session = InvalidOid;
 static bool cache_restricted = false;
 static int	cache_ntenants = 0;
 static char **cache_tenants = NULL;
@@ -80,16 +81,62 @@ bindings_table_exists(void)
 
 static SPIPlanPtr bindings_plan = NULL;
 
+/*
+ * The tenants one role is bound to (its own bindings and those of every role
+ * whose privileges it has), sorted; -1 when it is bound to none.
+ */
+static int
+role_tenants(Oid role, char ***out)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		v[1];
+	int			n;
+
+	*out = NULL;
+	if (superuser_arg(role))
+		return -1;
+	v[0] = ObjectIdGetDatum(role);
+	if (SPI_execute_plan(orch_prepare(&bindings_plan,
+									  "SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+									  " JOIN pg_catalog.pg_roles r ON r.oid = b.role"
+									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
+									  " ORDER BY 1",
+									  1, types),
+						 v, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: tenant binding lookup failed");
+	n = (int) SPI_processed;
+	if (n == 0)
+		return -1;
+	*out = palloc(sizeof(char *) * n);
+	for (int i = 0; i < n; i++)
+		(*out)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+	return n;
+}
+
+/*
+ * Load the caller's tenants.  Both the current role and the session (login)
+ * role count: a login role bound to a tenant stays bound after SET ROLE to a
+ * group role it belongs to (orch_worker, say), and a superuser session that
+ * sets a bound role is bound.  When both are bound, the caller may act on
+ * the tenants common to both.  The cache is marked invalid before the lookup
+ * and valid only after it, so an error during the lookup never leaves a
+ * stale "unrestricted" entry behind.
+ */
 static void
 load_caller_tenants(void)
 {
 	Oid			role = orch_caller_role();
-	Oid			types[1] = {OIDOID};
-	Datum		v[1];
+	Oid			session = GetSessionUserId();
 	MemoryContext old;
+	char	  **a = NULL;
+	char	  **b = NULL;
+	int			na = -1;
+	int			nb = -1;
 
-	if (cache_lxid == MyProc->lxid && cache_role == role && cache_lxid != InvalidLocalTransactionId)
+	if (cache_lxid == MyProc->lxid && cache_role == role && cache_session == session &&
+		cache_lxid != InvalidLocalTransactionId)
 		return;
+	cache_lxid = InvalidLocalTransactionId;
 	if (cache_cxt == NULL)
 		cache_cxt = AllocSetContextCreate(TopMemoryContext, "orchestrator tenant cache",
 										  ALLOCSET_SMALL_SIZES);
@@ -102,31 +149,49 @@ load_caller_tenants(void)
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "orchestrator: SPI_connect failed");
+		na = role_tenants(role, &a);
+		if (session != role)
+			nb = role_tenants(session, &b);
+		old = MemoryContextSwitchTo(cache_cxt);
+		if (na >= 0 || nb >= 0)
 		{
-			v[0] = ObjectIdGetDatum(role);
-			if (SPI_execute_plan(orch_prepare(&bindings_plan,
-											  "SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
-											  " JOIN pg_catalog.pg_roles r ON r.rolname = b.role"
-											  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
-											  " ORDER BY 1",
-											  1, types),
-								 v, NULL, true, 0) != SPI_OK_SELECT)
-				elog(ERROR, "orchestrator: tenant binding lookup failed");
-			if (SPI_processed > 0)
+			cache_restricted = true;
+			cache_tenants = palloc(sizeof(char *) * Max(Max(na, nb), 1));
+			if (na >= 0 && nb >= 0)
 			{
-				old = MemoryContextSwitchTo(cache_cxt);
-				cache_restricted = true;
-				cache_ntenants = (int) SPI_processed;
-				cache_tenants = palloc(sizeof(char *) * cache_ntenants);
-				for (int i = 0; i < cache_ntenants; i++)
-					cache_tenants[i] = pstrdup(SPI_getvalue(SPI_tuptable->vals[i],
-															SPI_tuptable->tupdesc, 1));
-				MemoryContextSwitchTo(old);
+				/* both sorted: their intersection */
+				int			i = 0,
+							j = 0;
+
+				while (i < na && j < nb)
+				{
+					int			c = strcmp(a[i], b[j]);
+
+					if (c == 0)
+					{
+						cache_tenants[cache_ntenants++] = pstrdup(a[i]);
+						i++, j++;
+					}
+					else if (c < 0)
+						i++;
+					else
+						j++;
+				}
+			}
+			else
+			{
+				char	  **src = na >= 0 ? a : b;
+				int			n = na >= 0 ? na : nb;
+
+				for (int i = 0; i < n; i++)
+					cache_tenants[cache_ntenants++] = pstrdup(src[i]);
 			}
 		}
+		MemoryContextSwitchTo(old);
 		SPI_finish();
 	}
 	cache_role = role;
+	cache_session = session;
 	cache_lxid = MyProc->lxid;
 }
 
@@ -298,7 +363,7 @@ orch_bind_tenant(PG_FUNCTION_ARGS)
 {
 	char	   *role;
 	char	   *tenant;
-	Oid			types[2] = {TEXTOID, TEXTOID};
+	Oid			types[2] = {OIDOID, TEXTOID};
 	Datum		v[2];
 	bool		added;
 
@@ -308,10 +373,10 @@ orch_bind_tenant(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("superuser \"%s\" cannot be bound to a tenant", role),
 				 errdetail("Superusers bypass every check, tenant bindings included.")));
-	v[0] = orch_text_datum(role);
+	v[0] = ObjectIdGetDatum(get_role_oid(role, false));
 	v[1] = orch_text_datum(tenant);
 	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO orch.tenant_bindings (role, tenant_id) VALUES ($1, $2)"
+	if (SPI_execute_with_args("INSERT INTO orch.tenant_bindings (role, tenant_id) VALUES ($1::oid::regrole, $2)"
 							  " ON CONFLICT DO NOTHING", 2, types, v, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: binding insert failed");
 	added = SPI_processed == 1;
@@ -328,15 +393,15 @@ orch_unbind_tenant(PG_FUNCTION_ARGS)
 {
 	char	   *role;
 	char	   *tenant;
-	Oid			types[2] = {TEXTOID, TEXTOID};
+	Oid			types[2] = {OIDOID, TEXTOID};
 	Datum		v[2];
 	bool		removed;
 
 	binding_args(fcinfo, &role, &tenant);
-	v[0] = orch_text_datum(role);
+	v[0] = ObjectIdGetDatum(get_role_oid(role, false));
 	v[1] = orch_text_datum(tenant);
 	SPI_connect();
-	if (SPI_execute_with_args("DELETE FROM orch.tenant_bindings WHERE role = $1 AND tenant_id = $2",
+	if (SPI_execute_with_args("DELETE FROM orch.tenant_bindings WHERE role = $1::oid::regrole AND tenant_id = $2",
 							  2, types, v, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "orchestrator: binding delete failed");
 	removed = SPI_processed == 1;

@@ -81,6 +81,9 @@ SELECT orch_create_queue('q_paused', '{"priority": 3}');
 SELECT orch_create_queue('q_tenant');
 SELECT orch_set_concurrency_limit('q_keyed', 'k-wide', 2);
 SELECT orch_pause_queue('q_paused');
+-- a deferred concurrency-key decision, as a transaction that held another
+-- key lock leaves it; the next claim of the queue settles it
+INSERT INTO orch.gate_repairs (queue, key) VALUES ('q_keyed', 'k-wide');
 });
 
 # queued (one with an idempotency key), delayed, received

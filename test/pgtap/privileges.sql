@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(321);
+SELECT plan(345);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,7 +52,7 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 34::bigint, 'the extension has the 34 orch_ functions of 0.3.0 (with the internal orch_events_flush and orch_gate_trigger)');
+SELECT is((SELECT count(*) FROM tap_api), 37::bigint, 'the extension has the 37 orch_ functions of 0.4.0 (with the internal orch_events_flush and orch_gate_trigger)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -78,30 +78,30 @@ SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has n
 -- 2. Catalog: exactly which API functions each role may execute.
 -- ---------------------------------------------------------------------------
 SELECT is(pg_temp.executable('tap_reader'),
-    ARRAY['orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
+    ARRAY['orch_caller_tenants', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
-    ARRAY['orch_cancel', 'orch_command', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
+    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_command', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
           'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
     'orch_producer executes reader + enqueue, enqueue_batch, cancel, command');
 SELECT is(pg_temp.executable('tap_worker'),
-    ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_command_result', 'orch_complete',
+    ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result', 'orch_complete',
           'orch_complete_batch', 'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_queue_settings',
           'orch_resume', 'orch_retry_decision', 'orch_status'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
-    ARRAY['orch_confirm', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
+    ARRAY['orch_caller_tenants', 'orch_confirm', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
     'orch_approver executes reader + confirm');
 SELECT is(pg_temp.executable('tap_admin'),
-    ARRAY['orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_cancel',
-          'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
+    ARRAY['orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_bind_tenant',
+          'orch_caller_tenants', 'orch_cancel', 'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
           'orch_configure_queue', 'orch_confirm',
           'orch_create_queue', 'orch_create_state_machine', 'orch_dequeue', 'orch_drop_queue',
           'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat', 'orch_history',
           'orch_maintain', 'orch_pause_queue', 'orch_queue_settings', 'orch_reprocess', 'orch_resume',
           'orch_resume_queue', 'orch_retry', 'orch_retry_decision', 'orch_schedule_maintenance',
           'orch_set_concurrency_limit', 'orch_state_machine_trigger', 'orch_status',
-          'orch_unschedule_maintenance'],
+          'orch_unbind_tenant', 'orch_unschedule_maintenance'],
     'orch_admin executes every API function (the internal gate trigger aside)');
 SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
 
@@ -161,6 +161,10 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_queues',               $$SELECT count(*) FROM orch_queues$$),
     ('orch_dead_letters',         $$SELECT count(*) FROM orch_dead_letters$$),
     ('orch_commands',             $$SELECT count(*) FROM orch_commands$$),
+    ('orch_caller_tenants',       $$SELECT orch_caller_tenants()$$),
+    ('orch_tenant_bindings',      $$SELECT count(*) FROM orch_tenant_bindings$$),
+    ('orch_bind_tenant',          $$SELECT orch_bind_tenant('tap_nobody', 'tap-tenant')$$),
+    ('orch_unbind_tenant',        $$SELECT orch_unbind_tenant('tap_nobody', 'tap-tenant')$$),
     ('orch_command',              $$SELECT replayed FROM orch_command('tap.kind', 'tap-key-' || current_user, '{"x": 1}')$$),
     ('orch_command_result',       $$SELECT orch_command_result((SELECT max(command_id) FROM orch_commands WHERE kind = 'tap.kind' AND status = 'pending'), true, '{"ok": true}')$$),
     ('orch_create_queue',         $$SELECT orch_create_queue('tap_new', '{"priority": 1}')$$),
@@ -216,20 +220,20 @@ END $$;
 -- ---------------------------------------------------------------------------
 SELECT * FROM pg_temp.run_as('tap_nobody', '{}');
 SELECT * FROM pg_temp.run_as('tap_reader',
-    ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+    ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
 SELECT * FROM pg_temp.run_as('tap_producer',
     ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
-          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
 SELECT * FROM pg_temp.run_as('tap_worker',
     ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_await_tool', 'orch_resume', 'orch_complete', 'orch_fail',
           'orch_await_confirmation', 'orch_command_result',
-          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
 SELECT * FROM pg_temp.run_as('tap_approver',
     ARRAY['orch_confirm',
-          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
 
 -- The admin may do everything through the API (with fresh work for the worker calls).

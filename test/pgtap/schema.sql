@@ -10,17 +10,20 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(84);
+SELECT plan(95);
 
 -- Tables.
 SELECT has_schema('orch');
 SELECT has_table('orch', t, 'table orch.' || t || ' exists')
   FROM unnest(ARRAY['queues', 'tasks', 'attempts', 'events', 'idempotency_keys',
-                    'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands']) t;
+                    'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
+                    'tenant_bindings']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
-  FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']) v;
+  FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
+                    'orch_tenant_bindings']) v;
 
--- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1).
+-- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1);
+-- orch.tenant_bindings (0.4.0) names a tenant in every row, without a default.
 SELECT has_column('orch', c.relname, 'tenant_id', 'orch.' || c.relname || ' has tenant_id')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
@@ -32,16 +35,20 @@ SELECT col_not_null('orch', c.relname, 'tenant_id', 'orch.' || c.relname || '.te
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
 SELECT col_default_is('orch', c.relname, 'tenant_id', 'default'::text, 'orch.' || c.relname || '.tenant_id defaults to ''default''')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND c.relname <> 'tenant_bindings' ORDER BY c.relname;
+SELECT col_hasnt_default('orch', 'tenant_bindings', 'tenant_id', 'orch.tenant_bindings.tenant_id has no default (a binding names its tenant)');
+SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.tenant_bindings is keyed by (role, tenant_id)');
 
 -- Keys of the distributed tables include tenant_id (SPEC §11); the small
 -- reference tables (queues, state_machines, state_transitions,
--- concurrency_limits) are exempt.
+-- concurrency_limits, tenant_bindings, and gate_repairs, keyed like
+-- concurrency_limits by (queue, key)) are exempt.
 CREATE TEMP VIEW dist_tables AS
 SELECT c.oid, c.relname::text AS name
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p')
-   AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits');
+   AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
+                         'gate_repairs');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables),
           ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'rate_window', 'tasks'],
           'the distributed tables are attempts, commands, events, idempotency_keys, rate_window, tasks');
