@@ -114,14 +114,19 @@ orch_command(PG_FUNCTION_ARGS)
 			/* the task on whose behalf the command is issued must exist */
 			if (!PG_ARGISNULL(3))
 			{
-				Oid			otypes[2] = {INT8OID, TEXTOID};
+				Oid			otypes[2] = {INT8OID, TEXTARRAYOID};
 				Datum		ov[2];
+				char		on[2] = {' ', ' '};
+				bool		all_tenants;
 
-				/* and belong to the command's tenant (else it does not exist for it) */
+				/* and be visible to the caller (another tenant's does not exist for it) */
 				ov[0] = v[4];
-				ov[1] = orch_text_datum(tenant);
-				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1 AND tenant_id = $2",
-										  2, otypes, ov, NULL, false, 1) != SPI_OK_SELECT)
+				ov[1] = orch_caller_tenants_datum(&all_tenants);
+				if (all_tenants)
+					on[1] = 'n';
+				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1"
+										  " AND ($2::text[] IS NULL OR tenant_id = ANY ($2))",
+										  2, otypes, ov, on, false, 1) != SPI_OK_SELECT)
 					elog(ERROR, "orchestrator: task lookup failed");
 				if (SPI_processed == 0)
 					ereport(ERROR,
