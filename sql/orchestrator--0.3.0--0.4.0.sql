@@ -357,3 +357,219 @@ GRANT EXECUTE ON FUNCTION orch_define(text, jsonb), orch_publish(text, integer),
 GRANT EXECUTE ON FUNCTION orch_definition(text, integer), orch_validate_definition(jsonb)
   TO orch_reader;
 GRANT SELECT ON orch_definitions TO orch_reader;
+
+-- ---------------------------------------------------------------------------
+-- Workflow runs (issue 8): one execution of a published definition version.
+-- Its steps become ordinary tasks (run_id, step_key); progression happens in
+-- the transaction that finishes a step's task, under the run's row lock.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE orch.runs_id_seq;
+CREATE TABLE orch.runs (
+    id              bigint NOT NULL DEFAULT pg_catalog.nextval('orch.runs_id_seq'),
+    tenant_id       text NOT NULL DEFAULT 'default',
+    definition      text NOT NULL,
+    version         integer NOT NULL,
+    content_hash    text NOT NULL,
+    state           text NOT NULL,
+    phase           text NOT NULL DEFAULT 'forward' CHECK (phase IN ('forward', 'compensating')),
+    input           jsonb NOT NULL,
+    output          jsonb,
+    pins            jsonb NOT NULL,
+    idempotency_key text,
+    reason_code     text,
+    failed_step     text,
+    error           text,
+    deadline_at     timestamptz,
+    retry_of        bigint,
+    created_by      text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at     timestamptz,
+    PRIMARY KEY (id, tenant_id)
+);
+CREATE UNIQUE INDEX runs_idempotency_idx ON orch.runs (tenant_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX runs_open_idx ON orch.runs (deadline_at)
+    WHERE state IN ('running', 'waiting_approval', 'paused');
+CREATE UNIQUE INDEX runs_retry_of_idx ON orch.runs (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
+COMMENT ON TABLE orch.runs IS
+  'Workflow runs: a pinned definition version (name, version, content hash), the input, pins, state (running, waiting_approval, paused, succeeded, failed, canceled; C trigger run_lifecycle) and phase (forward, compensating).';
+
+CREATE TABLE orch.run_steps (
+    run_id       bigint NOT NULL,
+    tenant_id    text NOT NULL DEFAULT 'default',
+    step_id      text NOT NULL,
+    ord          integer NOT NULL,
+    type         text NOT NULL,
+    spec         jsonb NOT NULL,
+    deps         text[] NOT NULL DEFAULT '{}',
+    join_policy  text NOT NULL DEFAULT 'all_succeeded',
+    needs_edge   boolean NOT NULL DEFAULT false,
+    edge_taken   boolean NOT NULL DEFAULT false,
+    out_edges    text[] NOT NULL DEFAULT '{}',
+    state        text NOT NULL DEFAULT 'pending'
+                 CHECK (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting',
+                                  'succeeded', 'failed', 'timed_out', 'skipped', 'canceled')),
+    task_id      bigint,
+    items        jsonb,
+    output       jsonb,
+    error        text,
+    wake_at      timestamptz,
+    started_at   timestamptz,
+    finished_at  timestamptz,
+    done_seq     bigint,
+    comp_state   text CHECK (comp_state IN ('armed', 'pending', 'awaiting_approval', 'running',
+                                            'done', 'failed', 'canceled')),
+    comp_task_id bigint,
+    PRIMARY KEY (run_id, step_id, tenant_id)
+);
+CREATE INDEX run_steps_wake_idx ON orch.run_steps (wake_at) WHERE state IN ('waiting', 'awaiting_approval');
+CREATE SEQUENCE orch.run_steps_done_seq;
+COMMENT ON TABLE orch.run_steps IS
+  'The steps of a run: their state, the task(s) executing them, outputs, timers and compensation state.';
+CREATE INDEX tasks_run_idx ON orch.tasks (run_id, tenant_id) WHERE run_id IS NOT NULL;
+
+CREATE TABLE orch.approvals (
+    approval_ref text NOT NULL,
+    tenant_id    text NOT NULL DEFAULT 'default',
+    run_id       bigint NOT NULL,
+    step_id      text NOT NULL,
+    approved     boolean NOT NULL,
+    actor        text NOT NULL,
+    label        text,
+    note         text,
+    decided_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (approval_ref, tenant_id)
+);
+COMMENT ON TABLE orch.approvals IS
+  'Human decisions on approval steps: an approval reference is single-use and bound to one run and step (OR009).';
+
+SELECT pg_catalog.pg_extension_config_dump('orch.runs', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.runs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_steps', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_steps_done_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.approvals', '');
+REVOKE ALL ON orch.runs, orch.run_steps, orch.approvals FROM PUBLIC;
+REVOKE ALL ON SEQUENCE orch.runs_id_seq, orch.run_steps_done_seq FROM PUBLIC;
+DO $rls$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['runs', 'run_steps', 'approvals']
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
+            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
+    END LOOP;
+END
+$rls$;
+
+CREATE FUNCTION orch_run_lifecycle()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_run_lifecycle';
+COMMENT ON FUNCTION orch_run_lifecycle() IS
+  'Enforces the run lifecycle of seed 001 section 3.1 on orch.runs for every writer (OR001, OR002) and writes one event per accepted transition.';
+CREATE TRIGGER runs_lifecycle
+    BEFORE INSERT OR UPDATE ON orch.runs
+    FOR EACH ROW EXECUTE FUNCTION orch_run_lifecycle();
+
+CREATE FUNCTION orch_start(name text, input jsonb, version integer DEFAULT NULL,
+                           idempotency_key text DEFAULT NULL, tenant text DEFAULT NULL,
+                           pins jsonb DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_start';
+COMMENT ON FUNCTION orch_start(text, jsonb, integer, text, text, jsonb) IS
+  'Starts a run of a published workflow version (default: the latest) and returns its id; the same idempotency key and request return the same run, another request raises OR004.';
+
+CREATE FUNCTION orch_approve(run_id bigint, step_id text, approval_ref text,
+                             actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_approve';
+COMMENT ON FUNCTION orch_approve(bigint, text, text, text, text) IS
+  'Approves a step awaiting approval (or a compensation awaiting approval) with a single-use reference; returns the run state. OR009 for a reused reference or a step not awaiting approval.';
+
+CREATE FUNCTION orch_reject(run_id bigint, step_id text, approval_ref text,
+                            actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_reject';
+COMMENT ON FUNCTION orch_reject(bigint, text, text, text, text) IS
+  'Rejects a step awaiting approval: it fails (on_failure edge, else the run fails and compensates); returns the run state.';
+
+CREATE FUNCTION orch_pause_run(run_id bigint)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_pause_run';
+COMMENT ON FUNCTION orch_pause_run(bigint) IS
+  'Pauses a running run (idempotent): no new step is handed out; running steps finish.';
+
+CREATE FUNCTION orch_resume_run(run_id bigint, pins jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_resume_run';
+COMMENT ON FUNCTION orch_resume_run(bigint, jsonb) IS
+  'Resumes a paused run (idempotent); with pins, every pin must equal the run''s pinned context, else OR010 and nothing changes.';
+
+CREATE FUNCTION orch_cancel_run(run_id bigint, reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_cancel_run';
+COMMENT ON FUNCTION orch_cancel_run(bigint, text) IS
+  'Cancels a run and every open task of its steps in one transaction (idempotent); workers learn it from orch_heartbeat.';
+
+CREATE FUNCTION orch_retry_run(run_id bigint)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_retry_run';
+COMMENT ON FUNCTION orch_retry_run(bigint) IS
+  'Runs a failed run again from its failed steps as a new run (retry_of = the original), keeping completed outputs; audited on both.';
+
+CREATE FUNCTION orch_run_status(run_id bigint)
+RETURNS jsonb
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_run_status';
+COMMENT ON FUNCTION orch_run_status(bigint) IS
+  'A run with its steps, their tasks and attempts, approvals and events, as one JSON document; OR005 when unknown.';
+
+CREATE VIEW orch_runs WITH (security_barrier) AS
+SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
+       r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
+       r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at
+  FROM orch.runs r
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
+
+CREATE VIEW orch_run_steps WITH (security_barrier) AS
+SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
+       s.wake_at, s.started_at, s.finished_at, s.comp_state AS compensation
+  FROM orch.run_steps s
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR s.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';
+
+REVOKE ALL ON FUNCTION orch_run_lifecycle(), orch_start(text, jsonb, integer, text, text, jsonb),
+    orch_approve(bigint, text, text, text, text), orch_reject(bigint, text, text, text, text),
+    orch_pause_run(bigint), orch_resume_run(bigint, jsonb), orch_cancel_run(bigint, text),
+    orch_retry_run(bigint), orch_run_status(bigint)
+  FROM PUBLIC;
+REVOKE ALL ON orch_runs, orch_run_steps FROM PUBLIC;
+GRANT SELECT ON orch_runs, orch_run_steps TO orch_reader;
+GRANT EXECUTE ON FUNCTION orch_run_status(bigint) TO orch_reader;
+GRANT EXECUTE ON FUNCTION orch_start(text, jsonb, integer, text, text, jsonb),
+    orch_pause_run(bigint), orch_resume_run(bigint, jsonb), orch_cancel_run(bigint, text)
+  TO orch_producer;
+GRANT EXECUTE ON FUNCTION orch_approve(bigint, text, text, text, text),
+    orch_reject(bigint, text, text, text, text) TO orch_approver;
+GRANT EXECUTE ON FUNCTION orch_retry_run(bigint) TO orch_admin;

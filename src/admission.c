@@ -803,6 +803,8 @@ orch_gate_trigger(PG_FUNCTION_ARGS)
 			orch_gate_promote(r->queue, r->key, r->tenant);
 		}
 	}
+	/* workflow steps whose tasks finished in this statement */
+	orch_runs_flush();
 	return PointerGetDatum(NULL);
 }
 

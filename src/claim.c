@@ -35,20 +35,31 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
 
-static SPIPlanPtr claim_plan = NULL;
-static SPIPlanPtr claim_tenant_plan = NULL;
-static SPIPlanPtr claim_tenants_plan = NULL;
+/* [1]: with the run filter (0.4.0 schema and later) */
+static SPIPlanPtr claim_plan[2] = {NULL, NULL};
+static SPIPlanPtr claim_tenant_plan[2] = {NULL, NULL};
+static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 
 /*
  * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
  * generic plan stays an index scan (a join against a LIMIT $n sub-query
  * would be planned for 10% of the table).
  */
-#define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER) \
+/*
+ * A workflow step's task is handed out only while its run is running (not
+ * paused, waiting, finished) and within its deadline; compensation tasks run
+ * after the deadline too.  Plain tasks (run_id NULL) pay nothing.
+ */
+#define RUN_FILTER \
+	" AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
+	"      WHERE r.id = c.run_id AND r.tenant_id = c.tenant_id AND r.state = 'running'" \
+	"        AND (r.deadline_at IS NULL OR r.deadline_at > now() OR c.step_key LIKE '%:compensate')))"
+
+#define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " CLAIM_SET \
-	"  WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" \
-	"     WHERE queue = $1 AND ready_at <= now()" TENANT_FILTER \
+	"  WHERE t.id = ANY (ARRAY(SELECT c.id FROM orch.tasks c" \
+	"     WHERE c.queue = $1 AND c.ready_at <= now()" TENANT_FILTER RUNF \
 	"     ORDER BY priority, created_at, id" \
 	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
 	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
@@ -177,6 +188,10 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 										  " WHERE t.queue = $1 AND t.ready_at <= now()"
 										  "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))"
 										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
+										  "   AND (t.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r"
+										  "        WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND r.state = 'running'"
+										  "          AND (r.deadline_at IS NULL OR r.deadline_at > now()"
+										  "               OR t.step_key LIKE '%:compensate')))"
 										  " ORDER BY t.priority, t.created_at, t.id"
 										  " LIMIT $2 FOR UPDATE SKIP LOCKED",
 										  7, ctypes),
@@ -332,6 +347,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	MemoryContext outer = CurrentMemoryContext;
 	Datum		tenants;
 	bool		all_tenants;
+	bool		runs = orch_has_runs();
 
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "worker");
@@ -422,7 +438,9 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	}
 	if (tenant)
 	{
-		if (SPI_execute_plan(orch_prepare(&claim_tenant_plan, CLAIM_SQL(" AND tenant_id = $5", " AND t.tenant_id = $5"), 5, types),
+		if (SPI_execute_plan(runs
+							 ? orch_prepare(&claim_tenant_plan[1], CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types)
+							 : orch_prepare(&claim_tenant_plan[0], CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ""), 5, types),
 							 v, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: claim failed");
 	}
@@ -430,13 +448,19 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	{
 		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
 
-		if (SPI_execute_plan(orch_prepare(&claim_tenants_plan,
-										  CLAIM_SQL(" AND tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)"),
-										  5, atypes),
+		if (SPI_execute_plan(runs
+							 ? orch_prepare(&claim_tenants_plan[1],
+											CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", RUN_FILTER),
+											5, atypes)
+							 : orch_prepare(&claim_tenants_plan[0],
+											CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", ""),
+											5, atypes),
 							 v, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: claim failed");
 	}
-	else if (SPI_execute_plan(orch_prepare(&claim_plan, CLAIM_SQL("", ""), 4, types),
+	else if (SPI_execute_plan(runs
+							  ? orch_prepare(&claim_plan[1], CLAIM_SQL("", "", RUN_FILTER), 4, types)
+							  : orch_prepare(&claim_plan[0], CLAIM_SQL("", "", ""), 4, types),
 							  v, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: claim failed");
 	orch_clear_event_context();

@@ -480,6 +480,16 @@ orch_write_event(const char *tenant, int64 task_id, bool has_task,
 					 note ? note : ctx_note);
 }
 
+/* An event of a workflow run or of one of its steps (entity 'run', 'run_step'). */
+void
+orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
+					 const char *from_state, const char *to_state,
+					 const char *reason_code, const char *note)
+{
+	write_event_full(tenant, 0, false, run_id, true, entity, from_state, to_state,
+					 reason_code, ctx_actor, 0, NULL, note ? note : ctx_note);
+}
+
 /* ----------------------------------------------------------------------
  * The trigger
  * ---------------------------------------------------------------------- */
@@ -593,9 +603,16 @@ get_text_col(HeapTuple tup, TupleDesc td, int attno)
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
+/* An insert outside any API call in a restore session (row_security = off). */
+bool
+orch_restoring(void)
+{
+	return !ctx_active && !row_security;
+}
+
 /* True when every column of the two tuples is byte-identical. */
-static bool
-tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td)
+bool
+orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td)
 {
 	for (int i = 1; i <= td->natts; i++)
 	{
@@ -764,7 +781,7 @@ task_trigger(TriggerData *trigdata)
 				 task_id, from_name);
 		if (orch_state_is_terminal(from))
 		{
-			if (to == from && tuples_identical(oldtup, newtup, td))
+			if (to == from && orch_tuples_identical(oldtup, newtup, td))
 				return newtup;
 			raise_terminal(what, from_name, to_name);
 		}
@@ -866,6 +883,10 @@ task_trigger(TriggerData *trigdata)
 	has_run = !isnull;
 	if (has_run)
 		run_id = DatumGetInt64(d);
+
+	/* a workflow step's task finished: its run progresses at statement end */
+	if (has_run && orch_state_is_terminal(to) && to != from)
+		orch_runs_note(run_id, tenant);
 
 	actor = ctx_actor;
 	if (actor == NULL && ctx_worker_actor)
@@ -1027,7 +1048,7 @@ generic_trigger(TriggerData *trigdata, const char *column, const char *machine)
 	{
 		if (from != NULL && v.from_terminal)
 		{
-			if (to != NULL && strcmp(from, to) == 0 && tuples_identical(oldtup, newtup, td))
+			if (to != NULL && strcmp(from, to) == 0 && orch_tuples_identical(oldtup, newtup, td))
 				return newtup;
 			raise_terminal(what, from, to);
 		}

@@ -209,6 +209,8 @@ orch_maintain(PG_FUNCTION_ARGS)
 	{
 		acts[nacts].name = "delayed_woken";
 		acts[nacts++].count = orch_wake_delayed(NULL, batch, (Datum) 0);
+		acts[nacts].name = "runs_progressed";
+		acts[nacts++].count = orch_runs_maintain(batch);
 		acts[nacts].name = "key_decisions_settled";
 		acts[nacts++].count = orch_gate_repair(NULL, batch);
 		acts[nacts].name = "slots_reconciled";

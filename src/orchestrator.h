@@ -8,6 +8,8 @@
 
 #include "postgres.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
@@ -184,6 +186,18 @@ extern void orch_set_event_context(const char *actor, const char *note);
 extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
+extern void orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
+								 const char *from_state, const char *to_state,
+								 const char *reason_code, const char *note);
+
+extern bool orch_restoring(void);
+extern bool orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td);
+
+/* runs.c: workflow runs */
+extern void orch_runs_note(int64 run_id, const char *tenant);
+extern void orch_runs_flush(void);
+extern bool orch_has_runs(void);
+extern int	orch_runs_maintain(int limit);
 
 /* tenant.c: tenant bindings and the caller */
 extern Oid	orch_caller_role(void);
