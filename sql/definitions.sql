@@ -33,6 +33,15 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE;
 END $$;
 GRANT EXECUTE ON FUNCTION pg_temp.try(text) TO PUBLIC;
+-- run(sql): 'ok', or the SQLSTATE the statement raised (for statements returning no rows).
+CREATE FUNCTION pg_temp.run(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END $$;
+GRANT EXECUTE ON FUNCTION pg_temp.run(text) TO PUBLIC;
 
 -- v(spec): 'valid', or the SQLSTATE and the detail orch_validate_definition raised.
 CREATE FUNCTION pg_temp.v(spec jsonb) RETURNS text LANGUAGE plpgsql AS $$
@@ -108,7 +117,7 @@ SELECT label, pg_temp.v(pg_temp.top(jsonb_build_object('policies', p))) AS resul
     ('not an object',        '[]'::jsonb),
     ('unknown key',          '{"timeout": "1 hour"}'),
     ('deadline zero',        '{"deadline": "0 seconds"}'),
-    ('deadline 101 years',   '{"deadline": "101 years"}'),
+    ('deadline 36501 days',  '{"deadline": "36501 days"}'),
     ('deadline negative',    '{"deadline": -1}'),
     ('deadline bad text',    '{"deadline": "tomorrow-ish"}'),
     ('deadline boolean',     '{"deadline": true}'),
@@ -121,6 +130,7 @@ SELECT label, pg_temp.v(pg_temp.top(jsonb_build_object('policies', p))) AS resul
     ('retry_safety clash',   '{"retry_policy": {"retry_safety": "NOT_SAFE_TO_RETRY"}, "retry_safety": "SAFE_TO_RETRY"}'),
     ('all valid',            '{"deadline": "1 hour", "retry_policy": {"max_attempts": 3, "backoff": "fixed"}, "queue": "defs_q", "retry_safety": "SAFE_TO_RETRY_WITH_GUARD"}'),
     ('deadline 100 years',   '{"deadline": "100 years"}'),
+    ('deadline 36500 days',  '{"deadline": "36500 days"}'),
     ('deadline seconds',     '{"deadline": 3600.5}')
 ) t(label, p);
 
@@ -225,13 +235,16 @@ SELECT label, pg_temp.v(spec) AS result FROM (VALUES
     ('timeout text',           pg_temp.st(1, '{"timeout": "a while"}')),
     ('timeout zero',           pg_temp.st(1, '{"timeout": 0}')),
     ('timeout negative',       pg_temp.st(1, '{"timeout": "-5 minutes"}')),
-    ('timeout 101 years',      pg_temp.st(1, '{"timeout": "101 years"}')),
+    ('timeout 36501 days',     pg_temp.st(1, '{"timeout": "36501 days"}')),
+    ('timeout 3153600001 s',   pg_temp.st(1, '{"timeout": 3153600001}')),
     ('timeout 1e10 seconds',   pg_temp.st(1, '{"timeout": 1e10}')),
     ('timeout 1e-9 seconds',   pg_temp.st(1, '{"timeout": 1e-9}')),
     ('timeout boolean',        pg_temp.st(1, '{"timeout": false}')),
     ('timeout overflow',       pg_temp.st(1, '{"timeout": "9999999999 years"}')),
     ('all valid',              pg_temp.st(1, '{"retry_policy": {"max_attempts": 3, "schedule": ["5 s", "15 s", "30 s"], "retry_on": ["TRANSIENT"], "on_exhausted": "escalate", "retry_safety": "NOT_SAFE_TO_RETRY"}, "retry_safety": "NOT_SAFE_TO_RETRY", "timeout": "PT5M"}')),
-    ('timeout seconds',        pg_temp.st(1, '{"timeout": 0.5}'))
+    ('timeout seconds',        pg_temp.st(1, '{"timeout": 0.5}')),
+    ('timeout 36500 days',     pg_temp.st(1, '{"timeout": "36500 days"}')),
+    ('timeout 3153600000 s',   pg_temp.st(1, '{"timeout": 3153600000}'))
 ) t(label, spec);
 
 -- ---------------------------------------------------------------------------
@@ -356,8 +369,6 @@ SELECT label, pg_temp.v(spec) AS result FROM (VALUES
     ('over no key',            pg_temp.st(1, '{"map": {"over": "$.steps.fetch.output"}}')),
     ('over unknown step',      pg_temp.st(1, '{"map": {"over": "$.steps.fetcher.output.items"}}')),
     ('over not an ancestor',   pg_temp.st(1, '{"map": {"over": "$.steps.store.output.items"}}')),
-    ('over edge, not depends', pg_temp.st(0, '{"on_success": "check"}') #- '{steps,1,depends_on}'
-                               || '{}' ),
     ('max_parallel zero',      pg_temp.st(1, '{"map": {"over": "$.input.items", "max_parallel": 0}}')),
     ('max_parallel fraction',  pg_temp.st(1, '{"map": {"over": "$.input.items", "max_parallel": 1.5}}')),
     ('max_parallel text',      pg_temp.st(1, '{"map": {"over": "$.input.items", "max_parallel": "4"}}')),
@@ -472,6 +483,48 @@ INSERT INTO specs VALUES
   "steps": [
     {"step_id": "hold", "type": "wait", "until_path": "$.input.release_at", "timeout": "1 day"},
     {"step_id": "run", "queue": "defs_q", "handler": "run", "depends_on": ["hold"]}]}');
+-- the full example of docs/workflows.md (seed 002's gated pipeline), verbatim
+INSERT INTO specs VALUES ('defs_gated_pipeline', $spec${
+  "description": "Gated cut pipeline (seed 002): internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
+  "input_schema": {
+    "required": ["document_id", "mode"],
+    "properties": {
+      "document_id": {"type": "string"},
+      "mode": {"type": "string"},
+      "max_candidates": {"type": "integer"}
+    }
+  },
+  "policies": {
+    "deadline": "1 day",
+    "queue": "cutter",
+    "retry_policy": {"max_attempts": 3, "schedule": ["5 s", "15 s", "30 s"], "retry_on": ["TRANSIENT", "RATE_LIMITED"]},
+    "retry_safety": "SAFE_TO_RETRY"
+  },
+  "steps": [
+    {"step_id": "source_pin", "handler": "cutter.source_pin", "timeout": "2 minutes", "on_failure": "stop_report"},
+    {"step_id": "mark", "handler": "cutter.mark", "depends_on": ["source_pin"], "timeout": "5 minutes", "on_failure": "stop_report"},
+    {"step_id": "cutplan", "handler": "cutter.cutplan", "depends_on": ["mark"], "timeout": "10 minutes", "on_failure": "stop_report"},
+    {"step_id": "backup", "handler": "cutter.backup", "depends_on": ["cutplan"], "timeout": "5 minutes", "on_failure": "stop_report"},
+    {"step_id": "grant_probe", "handler": "cutter.grant_probe", "depends_on": ["backup"], "timeout": "1 minute", "on_failure": "stop_report"},
+    {"step_id": "authorize_cut", "type": "human_approval", "description": "SG_1: sovereign cut authorization",
+     "depends_on": ["grant_probe"], "timeout": "8 hours", "on_timeout": "stop_report", "on_failure": "stop_report"},
+    {"step_id": "cut_leg_a", "type": "external_call", "handler": "cutter.cut_leg_a", "depends_on": ["authorize_cut"],
+     "timeout": "10 minutes", "retry_safety": "NOT_SAFE_TO_RETRY",
+     "compensation": {"handler": "cutter.void_leg_a", "mode": "approval"}, "on_failure": "stop_report"},
+    {"step_id": "structural_verify", "handler": "cutter.structural_verify", "depends_on": ["cut_leg_a"], "timeout": "2 minutes", "on_failure": "stop_report"},
+    {"step_id": "leg_b_record", "handler": "cutter.leg_b_record", "depends_on": ["structural_verify"],
+     "timeout": "5 minutes", "retry_safety": "SAFE_TO_RETRY_WITH_GUARD",
+     "compensation": {"handler": "cutter.void_leg_b", "queue": "cutter.compensation"}, "on_failure": "stop_report"},
+    {"step_id": "write_verify", "handler": "cutter.write_verify", "depends_on": ["leg_b_record"], "timeout": "5 minutes", "on_failure": "stop_report"},
+    {"step_id": "authorize_lifecycle", "type": "human_approval", "description": "SG_2: sovereign lifecycle authorization",
+     "depends_on": ["write_verify"], "timeout": "8 hours", "on_timeout": "stop_report", "on_failure": "stop_report"},
+    {"step_id": "lifecycle_enact", "handler": "cutter.lifecycle_enact", "depends_on": ["authorize_lifecycle"],
+     "timeout": "15 minutes", "retry_safety": "NOT_SAFE_TO_RETRY", "on_failure": "stop_report"},
+    {"step_id": "closeout", "handler": "cutter.closeout", "depends_on": ["lifecycle_enact"], "timeout": "5 minutes"},
+    {"step_id": "stop_report", "type": "notify", "handler": "cutter.stop_route_report",
+     "description": "SG_3: failure escalation with the full run state; never a silent retry"}
+  ]
+}$spec$);
 SELECT name, pg_temp.v(spec) AS result FROM specs ORDER BY name;
 
 -- ---------------------------------------------------------------------------
@@ -539,7 +592,8 @@ SELECT status FROM orch_definitions WHERE name = 'defs_life' AND version = 3;
 
 -- names: 1 to 128 of [A-Za-z0-9_.:-] (22023); NULL arguments: 22004
 SELECT pg_temp.try(format('SELECT orch_define(%L, %L)', n, pg_temp.base())) AS result, length(n) AS len
-  FROM unnest(ARRAY['', 'has space', 'semi;colon', 'ünïcode', repeat('n', 129), repeat('n', 128), 'defs.ok:name-1_x']) n;
+  FROM unnest(ARRAY['', 'defs has space', 'defs;semicolon', 'defs_ünïcode', 'defs_' || repeat('n', 124),
+                    'defs_' || repeat('n', 123), 'defs.ok:name-1_x']) n;
 SELECT pg_temp.try($$SELECT orch_define(NULL, '{}')$$) AS define_null_name,
        pg_temp.try($$SELECT orch_define('defs_x', NULL)$$) AS define_null_spec,
        pg_temp.try($$SELECT orch_publish(NULL, 1)$$) AS publish_null_name,
@@ -555,7 +609,7 @@ SELECT pg_temp.try($$SELECT orch_define(NULL, '{}')$$) AS define_null_name,
 -- ---------------------------------------------------------------------------
 SELECT current_setting('is_superuser') AS superuser;
 SELECT content_hash AS linear_hash FROM orch_definitions WHERE name = 'defs_linear' AND version = 1 \gset
-SELECT label, pg_temp.try(q) AS result FROM (VALUES
+SELECT label, pg_temp.run(q) AS result FROM (VALUES
     ('spec',           $$UPDATE orch.definitions SET spec = '{"steps": []}' WHERE name = 'defs_linear'$$),
     ('spec via jsonb', $$UPDATE orch.definitions SET spec = spec || '{"description": "x"}' WHERE name = 'defs_linear'$$),
     ('content_hash',   $$UPDATE orch.definitions SET content_hash = repeat('0', 64) WHERE name = 'defs_linear'$$),
@@ -614,20 +668,20 @@ SELECT pg_temp.try($$SELECT orch_define('defs_priv', '{"steps": [{"step_id": "a"
        pg_temp.try($$SELECT orch_publish('defs_life', 3)$$) AS reader_publish,
        pg_temp.try($$SELECT orch_deprecate('defs_linear', 1)$$) AS reader_deprecate,
        pg_temp.try($$SELECT version::text FROM orch_definition('defs_linear')$$) AS reader_definition,
-       pg_temp.try($$SELECT orch_validate_definition('{"steps": [{"step_id": "a", "queue": "q", "handler": "h"}]}')$$) AS reader_validate,
+       pg_temp.run($$SELECT orch_validate_definition('{"steps": [{"step_id": "a", "queue": "q", "handler": "h"}]}')$$) AS reader_validate,
        pg_temp.try($$SELECT count(*)::text FROM orch_definitions WHERE name = 'defs_linear'$$) AS reader_view,
        pg_temp.try($$SELECT count(*)::text FROM orch.definitions$$) AS reader_table;
 RESET ROLE;
 SET ROLE defs_nobody;
 SELECT pg_temp.try($$SELECT version::text FROM orch_definition('defs_linear')$$) AS public_definition,
-       pg_temp.try($$SELECT orch_validate_definition('{}')$$) AS public_validate,
+       pg_temp.run($$SELECT orch_validate_definition('{}')$$) AS public_validate,
        pg_temp.try($$SELECT count(*)::text FROM orch_definitions$$) AS public_view;
 RESET ROLE;
 SET ROLE defs_admin;
 SELECT orch_define('defs_priv', '{"steps": [{"step_id": "a", "queue": "q", "handler": "h"}]}') AS admin_define;
 SELECT length(orch_publish('defs_priv', 1)) AS admin_publish;
 SELECT orch_deprecate('defs_priv', 1) AS admin_deprecate;
-SELECT pg_temp.try($$UPDATE orch.definitions SET spec = '{}' WHERE name = 'defs_priv'$$) AS admin_raw_update;
+SELECT pg_temp.run($$UPDATE orch.definitions SET spec = '{}' WHERE name = 'defs_priv'$$) AS admin_raw_update;
 RESET ROLE;
 SELECT orch_bind_tenant('defs_bound', 'defs_t') AS bound;
 SET ROLE defs_bound;

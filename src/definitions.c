@@ -453,7 +453,7 @@ check_interval(JsonbValue *v, const char *path, const char *key)
 		if (numeric_cmp_int(n, 0) <= 0)
 			def_fail(path, NULL, "%s must be positive", key);
 		if (numeric_cmp_int(n, ORCH_MAX_INTERVAL / USECS_PER_SEC) > 0)
-			def_fail(path, NULL, "%s must be at most 100 years", key);
+			def_fail(path, NULL, "%s must be at most 100 years (36500 days)", key);
 		us = (int64) (DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(n)))
 					  * USECS_PER_SEC);
 	}
@@ -468,7 +468,7 @@ check_interval(JsonbValue *v, const char *path, const char *key)
 			def_fail_from(path, ed);
 		us = p.usecs;
 		if (us > ORCH_MAX_INTERVAL)
-			def_fail(path, NULL, "%s must be at most 100 years", key);
+			def_fail(path, NULL, "%s must be at most 100 years (36500 days)", key);
 	}
 	else
 		def_fail(path, NULL, "%s must be an interval (a string such as \"30 seconds\") or a number of seconds, not %s",
@@ -741,7 +741,7 @@ check_context_path(DefCheck *c, JsonbValue *v, const char *path, bool has_handle
 	if (SEG_IS("result"))
 	{
 		if (!has_handler)
-			def_fail(path, hint, "path %s: $.result is only available on a decision step with a handler",
+			def_fail(path, hint, "path %s uses $.result, which only a decision step with a handler has",
 					 show_value(v));
 		return;
 	}
@@ -756,22 +756,22 @@ check_context_path(DefCheck *c, JsonbValue *v, const char *path, bool has_handle
 			def_fail(path, hint, "path %s must name a step: $.steps.<step_id>.output[.key...]",
 					 show_value(v));
 
-		/* the longest step_id that the path names (ids may contain '.') */
-		for (int k = 0; k < c->nids; k++)
+		/*
+		 * The longest step_id the path names (ids may contain '.'): try each
+		 * prefix that ends at a '.' or at the end, shortest first.
+		 */
+		for (int p = 1; p <= rlen; p++)
 		{
-			DefId	   *e = &c->ids[k];
-			const char *tail;
-			int			tlen;
+			const char *tail = r + p;
+			int			tlen = rlen - p;
 
-			if (e->len > rlen || memcmp(r, e->id, e->len) != 0 ||
-				(e->len < rlen && r[e->len] != '.'))
+			if (p < rlen && r[p] != '.')
+				continue;
+			if (find_step(c, r, p) < 0)
 				continue;
 			named = true;
-			tail = r + e->len;
-			tlen = rlen - e->len;
-			if (tlen >= 7 && memcmp(tail, ".output", 7) == 0 && (tlen == 7 || tail[7] == '.') &&
-				(best < 0 || e->len > c->ids[best].len))
-				best = k;
+			if (tlen >= 7 && memcmp(tail, ".output", 7) == 0 && (tlen == 7 || tail[7] == '.'))
+				best = p;
 		}
 		if (best >= 0)
 			return;
@@ -976,6 +976,7 @@ check_rules(DefCheck *c, JsonbValue *v, const char *path, List *targets, bool ha
 		int			op;
 		int			then;
 
+		CHECK_FOR_INTERRUPTS();
 		if (!is_object(r))
 			def_fail(rpath, NULL, "a rule must be an object {\"when\": ..., \"then\": ...}, not %s",
 					 def_kind(r));
