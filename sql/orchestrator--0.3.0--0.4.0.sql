@@ -415,6 +415,7 @@ CREATE TABLE orch.run_steps (
     output       jsonb,
     error        text,
     wake_at      timestamptz,
+    cap_at       timestamptz,
     started_at   timestamptz,
     finished_at  timestamptz,
     done_seq     bigint,
@@ -423,7 +424,8 @@ CREATE TABLE orch.run_steps (
     comp_task_id bigint,
     PRIMARY KEY (run_id, step_id, tenant_id)
 );
-CREATE INDEX run_steps_wake_idx ON orch.run_steps (wake_at) WHERE state IN ('waiting', 'awaiting_approval');
+CREATE INDEX run_steps_timer_idx ON orch.run_steps (least(wake_at, cap_at))
+    WHERE state IN ('running', 'waiting', 'awaiting_approval');
 CREATE SEQUENCE orch.run_steps_done_seq;
 COMMENT ON TABLE orch.run_steps IS
   'The steps of a run: their state, the task(s) executing them, outputs, timers and compensation state.';
@@ -554,7 +556,7 @@ COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
 
 CREATE VIEW orch_run_steps WITH (security_barrier) AS
 SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
-       s.wake_at, s.started_at, s.finished_at, s.comp_state AS compensation
+       s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
   FROM orch.run_steps s
  WHERE (SELECT orch_caller_tenants()) IS NULL OR s.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';

@@ -1,0 +1,378 @@
+/*
+ * run_control.c
+ *	  Acting on a workflow run from outside: orch_approve / orch_reject
+ *	  (single-use approval references, OR009), orch_pause_run,
+ *	  orch_resume_run (drift check against the run's pins, OR010),
+ *	  orch_cancel_run and orch_retry_run.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+
+#include "run_internal.h"
+
+PG_FUNCTION_INFO_V1(orch_approve);
+PG_FUNCTION_INFO_V1(orch_reject);
+PG_FUNCTION_INFO_V1(orch_pause_run);
+PG_FUNCTION_INFO_V1(orch_resume_run);
+PG_FUNCTION_INFO_V1(orch_cancel_run);
+PG_FUNCTION_INFO_V1(orch_retry_run);
+
+/* ----------------------------------------------------------------------
+ * Approvals: orch_approve / orch_reject(run, step, approval_ref, actor, note)
+ * ---------------------------------------------------------------------- */
+static Datum
+decide(FunctionCallInfo fcinfo, bool approve)
+{
+	int64		run_id;
+	char	   *step;
+	char	   *ref;
+	char	   *label = orch_text_arg(fcinfo, 3);
+	char	   *note = orch_text_arg(fcinfo, 4);
+	RunRow		r;
+	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[8];
+	char		n[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+	bool		compensation;
+	char	   *state;
+	const char *result;
+
+	orch_require_arg(fcinfo, 0, "run_id");
+	orch_require_arg(fcinfo, 1, "step_id");
+	orch_require_arg(fcinfo, 2, "approval_ref");
+	run_id = PG_GETARG_INT64(0);
+	step = orch_text_arg(fcinfo, 1);
+	ref = orch_text_arg(fcinfo, 2);
+	if (ref[0] == '\0' || strlen(ref) > 256)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("approval_ref must have 1 to 256 characters")));
+
+	SPI_connect();
+	lock_run_or_not_found(run_id, &r);
+	RUN_ARGS(v, r.id, r.tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = orch_text_datum(ref);
+	v[4] = BoolGetDatum(approve);
+	v[5] = orch_text_datum(orch_current_actor());
+	v[6] = label ? orch_text_datum(label) : (Datum) 0;
+	if (!label)
+		n[6] = 'n';
+	v[7] = note ? orch_text_datum(note) : (Datum) 0;
+	if (!note)
+		n[7] = 'n';
+
+	/* a reference is used once, for one run and step and one decision */
+	run_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
+			" WHERE approval_ref = $4 AND tenant_id = $2",
+			8, types, v, n, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+	{
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		{
+			/* the same decision again: nothing changes */
+			result = run_state_names[r.state];
+			run_busy_end(0);
+			SPI_finish();
+			PG_RETURN_TEXT_P(cstring_to_text(result));
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("approval reference \"%s\" was already used", ref),
+				 errdetail("An approval reference is single-use and bound to one run and step.")));
+	}
+	if (run_terminal(r.state))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
+						run_state_names[r.state])));
+	run_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+			3, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("run " INT64_FORMAT " has no step \"%s\"", run_id, step)));
+	state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	compensation = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)) && !isnull;
+	if (!compensation && strcmp(state, "awaiting_approval") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("step \"%s\" of run " INT64_FORMAT " is not awaiting approval (it is \"%s\")",
+						step, run_id, state)));
+	run_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
+			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8)",
+			8, types, v, n, SPI_OK_INSERT);
+	orch_set_event_context(label, note);
+	if (compensation)
+	{
+		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
+		if (!approve)
+			run_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+					3, types, v, NULL, SPI_OK_UPDATE);
+		step_event(&r, step, "succeeded", "succeeded",
+				   approve ? "compensation_approved" : "compensation_rejected");
+		if (r.state == RS_WAITING_APPROVAL && approve)
+			set_run_state(&r, RS_RUNNING, NULL, NULL);
+		if (approve)
+		{
+			v[3] = Int64GetDatum(run_enqueue_compensation(&r, step));
+			{
+				Oid			ctypes[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+
+				run_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
+						" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+						4, ctypes, v, NULL, SPI_OK_UPDATE);
+			}
+		}
+		else
+			run_advance_compensation(&r);
+	}
+	else if (approve)
+	{
+		run_step_succeeded(&r, step, "awaiting_approval",
+					   json_object1("approval_ref", ref, "approved", "true"), NULL);
+		run_progress(&r);
+	}
+	else
+	{
+		run_sql("UPDATE orch.run_steps SET state = 'running' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_UPDATE);
+		run_step_failed(&r, step, "failed", note ? note : "rejected", false);
+		run_progress(&r);
+	}
+	orch_clear_event_context();
+	result = run_state_names[r.state];
+	run_busy_end(0);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+Datum
+orch_approve(PG_FUNCTION_ARGS)
+{
+	return decide(fcinfo, true);
+}
+
+Datum
+orch_reject(PG_FUNCTION_ARGS)
+{
+	return decide(fcinfo, false);
+}
+
+/* ----------------------------------------------------------------------
+ * Pause, resume (with the drift check), cancel
+ * ---------------------------------------------------------------------- */
+static void
+raise_run_state(RunRow *r, const char *action)
+{
+	ereport(ERROR,
+			(errcode(run_terminal(r->state) ? ERRCODE_ORCH_TERMINAL_STATE : ERRCODE_ORCH_INVALID_TRANSITION),
+			 errmsg("run " INT64_FORMAT " is \"%s\"; cannot %s it", r->id, run_state_names[r->state], action)));
+}
+
+Datum
+orch_pause_run(PG_FUNCTION_ARGS)
+{
+	RunRow		r;
+	const char *result;
+
+	orch_require_arg(fcinfo, 0, "run_id");
+	SPI_connect();
+	lock_run_or_not_found(PG_GETARG_INT64(0), &r);
+	if (r.state != RS_PAUSED)
+	{
+		if (r.state != RS_RUNNING)
+			raise_run_state(&r, "pause");
+		orch_set_event_context(NULL, NULL);
+		set_run_state(&r, RS_PAUSED, "paused", NULL);
+		orch_clear_event_context();
+	}
+	result = run_state_names[r.state];
+	run_busy_end(0);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+Datum
+orch_resume_run(PG_FUNCTION_ARGS)
+{
+	RunRow		r;
+	Jsonb	   *pins = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	const char *result;
+
+	orch_require_arg(fcinfo, 0, "run_id");
+	if (pins != NULL && !JB_ROOT_IS_OBJECT(pins))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pins must be a JSON object")));
+	SPI_connect();
+	lock_run_or_not_found(PG_GETARG_INT64(0), &r);
+	if (pins != NULL)
+	{
+		Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
+		Datum		v[3];
+
+		RUN_ARGS(v, r.id, r.tenant);
+		v[2] = JsonbPGetDatum(pins);
+		run_sql("SELECT string_agg(format('%s: the run has %s, the caller %s', p.key,"
+				"   coalesce(r.pins -> p.key, 'null'), p.value), '; ' ORDER BY p.key)"
+				" FROM orch.runs r, jsonb_each($3) p"
+				" WHERE r.id = $1 AND r.tenant_id = $2 AND r.pins -> p.key IS DISTINCT FROM p.value",
+				3, types, v, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_DRIFT_DETECTED),
+					 errmsg("pinned context of run " INT64_FORMAT " differs from the caller's", r.id),
+					 errdetail("%s.", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+					 errhint("Nothing was changed; start a new run for the new context.")));
+	}
+	if (r.state == RS_PAUSED)
+	{
+		orch_set_event_context(NULL, NULL);
+		set_run_state(&r, RS_RUNNING, "resumed", NULL);
+		run_progress(&r);
+		orch_clear_event_context();
+	}
+	else if (run_terminal(r.state))
+		raise_run_state(&r, "resume");
+	result = run_state_names[r.state];
+	run_busy_end(0);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+Datum
+orch_cancel_run(PG_FUNCTION_ARGS)
+{
+	RunRow		r;
+	int64		run_id;
+	char	   *reason = orch_text_arg(fcinfo, 1);
+	Datum		v[3];
+	bool		all_tenants;
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTARRAYOID};
+	char		n[3] = {' ', 'n', ' '};
+
+	orch_require_arg(fcinfo, 0, "run_id");
+	run_id = PG_GETARG_INT64(0);
+	SPI_connect();
+	/* the run's open tasks first (the lock order), then the run */
+	v[0] = Int64GetDatum(run_id);
+	v[1] = (Datum) 0;
+	v[2] = orch_caller_tenants_datum(&all_tenants);
+	if (all_tenants)
+		n[2] = 'n';
+	run_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
+			3, types, v, n, SPI_OK_SELECT);
+	lock_run_or_not_found(run_id, &r);
+	if (r.state == RS_CANCELED)
+	{
+		run_busy_end(0);
+		SPI_finish();
+		PG_RETURN_TEXT_P(cstring_to_text("canceled"));
+	}
+	if (run_terminal(r.state))
+		raise_run_state(&r, "cancel");
+	RUN_ARGS(v, r.id, r.tenant);
+	/* the tasks are locked already (above): none is skipped */
+	run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
+					 2, rt_types, v, NULL, "run_canceled");
+	orch_set_event_context(NULL, reason);
+	run_sql("UPDATE orch.run_steps SET state = CASE WHEN state IN ('pending', 'ready') THEN 'skipped'"
+			"   ELSE 'canceled' END, finished_at = clock_timestamp(),"
+			" comp_state = CASE WHEN comp_state IN ('running', 'awaiting_approval', 'pending') THEN 'canceled' ELSE comp_state END"
+			" WHERE run_id = $1 AND tenant_id = $2"
+			"   AND (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
+			"     OR comp_state IN ('running', 'awaiting_approval', 'pending'))",
+			2, rt_types, v, NULL, SPI_OK_UPDATE);
+	set_run_state(&r, RS_CANCELED, "canceled", NULL);
+	orch_clear_event_context();
+	run_busy_end(0);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text("canceled"));
+}
+
+/* ----------------------------------------------------------------------
+ * orch_retry_run(run_id) -> new run id: a failed run again from its failed
+ * steps, keeping completed outputs (lineage: retry_of).
+ * ---------------------------------------------------------------------- */
+Datum
+orch_retry_run(PG_FUNCTION_ARGS)
+{
+	RunRow		r;
+	RunRow		nr;
+	Datum		v[3];
+	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
+	bool		isnull;
+
+	orch_require_arg(fcinfo, 0, "run_id");
+	SPI_connect();
+	lock_run_or_not_found(PG_GETARG_INT64(0), &r);
+	RUN_ARGS(v, r.id, r.tenant);
+	if (r.state != RS_FAILED)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("run " INT64_FORMAT " is \"%s\": only a failed run can be retried", r.id,
+						run_state_names[r.state])));
+	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('done', 'failed', 'running')",
+			2, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("run " INT64_FORMAT " was compensated and cannot be retried", r.id),
+				 errhint("Start a new run.")));
+	run_sql("SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", 2, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("run " INT64_FORMAT " was already retried", r.id)));
+	orch_set_event_context(NULL, NULL);
+	run_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+			"   created_by, deadline_at, reason_code, retry_of)"
+			" SELECT tenant_id, definition, version, content_hash, 'running', input, pins, $3::text,"
+			"   now() + (deadline_at - created_at), 'retried', id"
+			" FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id",
+			3, (Oid[]) {INT8OID, TEXTOID, TEXTOID},
+			(Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, SPI_OK_INSERT_RETURNING);
+	nr.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	nr.tenant = r.tenant;
+	nr.state = RS_RUNNING;
+	nr.phase = "forward";
+	nr.reason = NULL;
+	nr.past_deadline = false;
+	v[2] = Int64GetDatum(nr.id);
+	/* completed steps keep their outputs; everything else runs again */
+	run_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+			"   needs_edge, edge_taken, out_edges, state, output, items, done_seq, comp_state, started_at, finished_at)"
+			" SELECT $3, tenant_id, step_id, ord, type, spec, deps, join_policy, needs_edge,"
+			"   CASE WHEN state = 'succeeded' THEN edge_taken ELSE edge_taken AND state NOT IN ('skipped', 'canceled') END,"
+			"   out_edges, CASE WHEN state = 'succeeded' THEN 'succeeded' ELSE 'pending' END,"
+			"   CASE WHEN state = 'succeeded' THEN output END, CASE WHEN state = 'succeeded' THEN items END,"
+			"   CASE WHEN state = 'succeeded' THEN done_seq END,"
+			"   CASE WHEN state = 'succeeded' THEN comp_state END,"
+			"   CASE WHEN state = 'succeeded' THEN started_at END, CASE WHEN state = 'succeeded' THEN finished_at END"
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2",
+			3, types, v, NULL, SPI_OK_INSERT);
+	orch_write_run_event(r.tenant, r.id, "run", "failed", "failed", "retried",
+						 psprintf("retried as run " INT64_FORMAT, nr.id));
+	orch_write_run_event(nr.tenant, nr.id, "run", "running", "running", "retry_of",
+						 psprintf("retry of run " INT64_FORMAT, r.id));
+	/* the edges taken by steps that succeeded hold again; the rest is re-decided */
+	run_advance(&nr);
+	orch_clear_event_context();
+	run_busy_end(0);
+	SPI_finish();
+	PG_RETURN_INT64(nr.id);
+}
+

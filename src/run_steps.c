@@ -1,0 +1,999 @@
+/*
+ * run_steps.c
+ *	  Step progression of workflow runs: which pending steps can start (joins,
+ *	  edges), starting them (a task, a map fan-out, a decision's rules, a
+ *	  human approval, a timer), collecting outcomes of their tasks, timers and
+ *	  soft caps, handling failures (edges, or the run fails), compensation in
+ *	  reverse completion order, and the run's end.  Every function here runs
+ *	  with the run's row locked and is connected to SPI.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+
+#include "run_internal.h"
+
+/* ----------------------------------------------------------------------
+ * Starting steps
+ * ---------------------------------------------------------------------- */
+
+/* The context paths and rules read: {"input": ..., "steps": {id: {"output": ...}}} */
+#define RUN_CONTEXT_SQL \
+	"jsonb_build_object('input', (SELECT r.input FROM orch.runs r WHERE r.id = $1 AND r.tenant_id = $2)," \
+	" 'steps', coalesce((SELECT jsonb_object_agg(s.step_id, jsonb_build_object('output', s.output))" \
+	"   FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'succeeded'), '{}'))"
+
+/* Enqueue one task of a step (item >= 0: one item of a map step). */
+static int64
+enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec_unused,
+				  int item, bool compensation)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
+	Datum		v[5];
+	bool		isnull;
+	char	   *queue;
+	QueueSettings qs;
+
+	(void) spec_unused;
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = orch_text_datum(step_key);
+	v[4] = Int32GetDatum(item);
+	/* the queue: the step's (or its compensation's), else the run policy's */
+	run_sql(compensation
+			? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
+			"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+			: "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
+			"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3",
+			3, types, v, NULL, SPI_OK_SELECT);
+	queue = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+	if (queue == NULL)
+		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
+	if (!orch_load_queue(queue, &qs, NULL))
+		orch_ensure_queue(queue);
+	run_sql(compensation
+			? "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
+			"  timeout, run_id, step_key, reason_code)"
+			" SELECT $2, q.name, 'queued',"
+			"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler',"
+			"    'input', r.input, 'output', s.output),"
+			"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}'),"
+			"  NULL, $1, $4, 'compensation_ready'"
+			" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+			"  CROSS JOIN LATERAL (SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue',"
+			"       d.spec -> 'policies' ->> 'queue') AS name) q"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1"
+			" RETURNING id"
+			: "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
+			"  timeout, run_id, step_key, reason_code, priority)"
+			" SELECT $2, q.name, 'queued',"
+			"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler',"
+			"    'input', r.input,"
+			"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x"
+			"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps)),"
+			"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END,"
+			"    'index', CASE WHEN $5 >= 0 THEN $5 END)),"
+			"  now(), now(),"
+			"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}')"
+			"   || jsonb_strip_nulls(jsonb_build_object('retry_safety',"
+			"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety'))),"
+			"  NULL::interval,"
+			"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0)"
+			" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+			"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq"
+			"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+			" RETURNING id",
+			5, types, v, NULL, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != 1)
+		elog(ERROR, "orchestrator: step task insert failed");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+
+
+/* Mark the targets of a finished step's edge for the given outcome. */
+static void
+take_edges(RunRow *r, const char *step, const char *outcome)
+{
+	Datum		v[3];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	/* outcome is one of on_success / on_failure / on_timeout (a literal) */
+	run_sql(psprintf("UPDATE orch.run_steps t SET edge_taken = true"
+					 " FROM orch.run_steps s"
+					 " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+					 "   AND t.run_id = $1 AND t.tenant_id = $2"
+					 "   AND t.step_id IN (SELECT jsonb_array_elements_text(CASE jsonb_typeof(s.spec -> '%s')"
+					 "        WHEN 'array' THEN s.spec -> '%s' WHEN 'string' THEN jsonb_build_array(s.spec -> '%s')"
+					 "        ELSE '[]' END))",
+					 outcome, outcome, outcome),
+			3, rt_types, v, NULL, SPI_OK_UPDATE);
+}
+
+/* Does the step have an edge for this outcome? */
+static bool
+has_edge(RunRow *r, const char *step, const char *outcome)
+{
+	Datum		v[3];
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	run_sql(psprintf("SELECT jsonb_typeof(spec -> '%s') IN ('string', 'array') FROM orch.run_steps"
+					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome),
+			3, rt_types, v, NULL, SPI_OK_SELECT);
+	return SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+		!isnull;
+}
+
+/* A step succeeded with an output: record, take its on_success edges. */
+void
+run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = output ? JsonbPGetDatum(output) : (Datum) 0;
+	if (!output)
+		n[3] = 'n';
+	v[4] = chosen ? orch_text_datum(chosen) : (Datum) 0;
+	if (!chosen)
+		n[4] = 'n';
+	run_sql("UPDATE orch.run_steps SET state = 'succeeded', output = $4, finished_at = clock_timestamp(),"
+			" done_seq = nextval('orch.run_steps_done_seq'),"
+			" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+			5, types, v, n, SPI_OK_UPDATE);
+	step_event(r, step, from, "succeeded", "step_succeeded");
+	if (chosen)
+	{
+		/* a decision activates exactly the target it chose */
+		run_sql("UPDATE orch.run_steps SET edge_taken = true"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5",
+				5, types, v, n, SPI_OK_UPDATE);
+	}
+	else
+		take_edges(r, step, "on_success");
+}
+
+/*
+ * A context path ("$.input.a.b", "$.steps.<step_id>.output.k", "$.result.x")
+ * as the key array of the #> operator.  A step id may contain dots: the
+ * longest step id of the run that the path names is the one meant (as the
+ * validator resolves it).
+ */
+static Datum
+path_keys(RunRow *r, const char *path)
+{
+	List	   *keys = NIL;
+	const char *rest;
+	Datum	   *elems;
+	int			n;
+	ListCell   *lc;
+
+	if (strncmp(path, "$.", 2) != 0)
+		elog(ERROR, "orchestrator: path \"%s\" does not start with \"$.\"", path);
+	rest = path + 2;
+	if (strncmp(rest, "steps.", 6) == 0)
+	{
+		Datum		v[3];
+		char	   *step;
+
+		RUN_ARGS(v, r->id, r->tenant);
+		v[2] = orch_text_datum(rest + 6);
+		run_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				" AND ($3 = step_id || '.output' OR left($3, length(step_id) + 8) = step_id || '.output.')"
+				" ORDER BY length(step_id) DESC LIMIT 1",
+				3, rt_types, v, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			return PointerGetDatum(construct_array(NULL, 0, TEXTOID, -1, false, TYPALIGN_INT));	/* names nothing */
+		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		keys = lappend(keys, "steps");
+		keys = lappend(keys, step);
+		keys = lappend(keys, "output");
+		rest = rest + 6 + strlen(step) + strlen(".output");
+		if (*rest == '.')
+			rest++;
+	}
+	while (*rest)
+	{
+		const char *dot = strchr(rest, '.');
+		int			len = dot ? (int) (dot - rest) : (int) strlen(rest);
+
+		keys = lappend(keys, pnstrdup(rest, len));
+		rest += len;
+		if (*rest == '.')
+			rest++;
+	}
+	n = list_length(keys);
+	elems = palloc(sizeof(Datum) * Max(n, 1));
+	n = 0;
+	foreach(lc, keys)
+		elems[n++] = orch_text_datum((char *) lfirst(lc));
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* The run's context: {"input", "steps": {id: {"output"}}} plus a decision's "result". */
+static Jsonb *
+run_context(RunRow *r, Jsonb *result)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = result ? JsonbPGetDatum(result) : (Datum) 0;
+	if (!result)
+		n[2] = 'n';
+	run_sql("SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END",
+			3, types, v, n, SPI_OK_SELECT);
+	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* The value a path names in a context, or NULL. */
+static Jsonb *
+context_value(RunRow *r, Jsonb *ctx, const char *path)
+{
+	Oid			types[2] = {JSONBOID, TEXTARRAYOID};
+	Datum		v[2];
+	bool		isnull;
+	Datum		d;
+
+	v[0] = JsonbPGetDatum(ctx);
+	v[1] = path_keys(r, path);
+	run_sql("SELECT $1 #> $2", 2, types, v, NULL, SPI_OK_SELECT);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? NULL : DatumGetJsonbPCopy(d);
+}
+
+/*
+ * A decision's target: the first rule whose "when" holds on the context
+ * (the run's, with the handler's result as $.result), else its default;
+ * NULL when neither.  Without rules and default, a handler's result names
+ * the target itself as {"next": ...} (checked by the caller).
+ */
+static char *
+decide(RunRow *r, const char *step, Jsonb *result)
+{
+	Datum		v[3];
+	int			nrules;
+	Jsonb	  **rules;
+	char	   *deflt;
+	Jsonb	   *ctx;
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	run_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
+			" LEFT JOIN LATERAL jsonb_array_elements(coalesce(s.spec -> 'rules', '[]')) WITH ORDINALITY AS x(rule, n) ON true"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n",
+			3, rt_types, v, NULL, SPI_OK_SELECT);
+	nrules = (int) SPI_processed;
+	rules = palloc(sizeof(Jsonb *) * (nrules + 1));
+	deflt = nrules > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
+	for (int i = 0; i < nrules; i++)
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		rules[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+	}
+	ctx = run_context(r, result);
+	for (int i = 0; i < nrules; i++)
+	{
+		Oid			types[2] = {JSONBOID, JSONBOID};
+		Datum		cv[2];
+		char		cn[2] = {' ', ' '};
+		char	   *path;
+		Jsonb	   *val;
+
+		if (rules[i] == NULL)
+			continue;
+		cv[0] = JsonbPGetDatum(rules[i]);
+		run_sql("SELECT $1 -> 'when' ->> 'path'", 1, types, cv, NULL, SPI_OK_SELECT);
+		path = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		val = path ? context_value(r, ctx, path) : NULL;
+		cv[1] = val ? JsonbPGetDatum(val) : (Datum) 0;
+		if (!val)
+			cn[1] = 'n';
+		run_sql("SELECT CASE $1 -> 'when' ->> 'op'"
+				"  WHEN 'exists' THEN $2 IS NOT NULL"
+				"  WHEN 'eq' THEN coalesce($2 = $1 -> 'when' -> 'value', false)"
+				"  WHEN 'ne' THEN $2 IS NOT NULL AND $2 <> $1 -> 'when' -> 'value'"
+				"  WHEN 'gt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 > $1 -> 'when' -> 'value', false)"
+				"  WHEN 'ge' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 >= $1 -> 'when' -> 'value', false)"
+				"  WHEN 'lt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 < $1 -> 'when' -> 'value', false)"
+				"  WHEN 'le' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 <= $1 -> 'when' -> 'value', false)"
+				"  WHEN 'in' THEN coalesce($1 -> 'when' -> 'value' @> jsonb_build_array($2), false)"
+				"  ELSE false END, $1 ->> 'then'",
+				2, types, cv, cn, SPI_OK_SELECT);
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
+			return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	}
+	return deflt;
+}
+
+/* The step's soft cap (its timeout) from now, or NULL */
+#define CAP_SQL \
+	"CASE WHEN spec ? 'timeout' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'timeout')" \
+	"  WHEN 'number' THEN make_interval(secs => (spec ->> 'timeout')::float8)" \
+	"  ELSE (spec ->> 'timeout')::interval END) END"
+
+/* Enqueue the next items of a map step, at most max_parallel open at once. */
+static void
+map_fill(RunRow *r, const char *step)
+{
+	Datum		v[3];
+	bool		isnull;
+	int			total,
+				created,
+				open,
+				maxp;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	run_sql("SELECT jsonb_array_length(s.items),"
+			" (SELECT count(*) FROM orch.tasks t WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
+			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'),"
+			" (SELECT count(*) FROM orch.tasks t WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
+			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'"
+			"   AND t.state NOT IN ('completed', 'failed', 'cancelled')),"
+			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647)"
+			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3",
+			3, rt_types, v, NULL, SPI_OK_SELECT);
+	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	created = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	open = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	for (int i = created; i < total && open < maxp; i++, open++)
+		enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false);
+}
+
+/* Hand a ready step to its executor (a task, a rule, a human, a timer). */
+static void
+start_step(RunRow *r, const char *step, const char *type)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	if (strcmp(type, "human_approval") == 0)
+	{
+		run_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
+				" cap_at = " CAP_SQL
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_UPDATE);
+		step_event(r, step, "ready", "awaiting_approval", "approval_requested");
+		return;
+	}
+	if (strcmp(type, "wait") == 0)
+	{
+		char	   *until;
+		Jsonb	   *at = NULL;
+
+		run_sql("SELECT spec ->> 'until_path' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_SELECT);
+		until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		if (until)
+			at = context_value(r, run_context(r, NULL), until);
+		v[4] = at ? JsonbPGetDatum(at) : (Datum) 0;
+		if (!at)
+			n[4] = 'n';
+		run_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+				" wake_at = CASE WHEN spec ? 'duration' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'duration')"
+				"       WHEN 'number' THEN make_interval(secs => (spec ->> 'duration')::float8)"
+				"       ELSE (spec ->> 'duration')::interval END)"
+				"   WHEN jsonb_typeof($5) = 'string' THEN ($5 #>> '{}')::timestamptz END"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL",
+				5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]},
+				(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE);
+		step_event(r, step, "ready", "waiting", "wait_started");
+		if (until && (at == NULL))
+			run_step_failed(r, step, "failed", psprintf("%s names no timestamp in the input", until), false);
+		return;
+	}
+	if (strcmp(type, "decision") == 0)
+	{
+		run_sql("SELECT spec ? 'handler' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_SELECT);
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		{
+			char	   *chosen = decide(r, step, NULL);
+
+			run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()"
+					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+					3, types, v, NULL, SPI_OK_UPDATE);
+			if (chosen == NULL)
+				run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
+			else
+				run_step_succeeded(r, step, "running", json_object1("next", chosen, NULL, NULL), chosen);
+			return;
+		}
+		/* a decision with a handler: a worker runs it, then the rules decide */
+	}
+
+	/* a map step fans out over an array: one task per item, results joined in order */
+	run_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND spec ? 'map'",
+			3, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 1)
+	{
+		char	   *over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		Jsonb	   *items = context_value(r, run_context(r, NULL), over);
+
+		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
+		if (!items)
+			n[4] = 'n';
+		run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+				" items = $5 WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
+				" RETURNING jsonb_typeof(items), jsonb_array_length(CASE jsonb_typeof(items) WHEN 'array' THEN items ELSE '[]' END)",
+				5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]},
+				(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE_RETURNING);
+		{
+			char	   *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			int			count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+
+			step_event(r, step, "ready", "running", "step_started");
+			if (kind == NULL || strcmp(kind, "array") != 0)
+			{
+				run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
+				return;
+			}
+			if (count == 0)
+			{
+				run_step_succeeded(r, step, "running",
+								   DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"))), NULL);
+				return;
+			}
+		}
+		map_fill(r, step);
+		return;
+	}
+	v[3] = Int64GetDatum(enqueue_step_task(r, step, step, NULL, -1, false));
+	run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
+			" cap_at = " CAP_SQL
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+			4, types, v, NULL, SPI_OK_UPDATE);
+	step_event(r, step, "ready", "running", "step_started");
+}
+
+/* ----------------------------------------------------------------------
+ * Failing, compensating, finishing
+ * ---------------------------------------------------------------------- */
+
+/* Cancel the run's open forward step tasks, never waiting for a locked one. */
+static void
+cancel_open_step_tasks(RunRow *r, const char *reason)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		v[3];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	(void) types;
+	run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+					 "   AND state NOT IN ('completed', 'failed', 'cancelled') AND step_key NOT LIKE '%:compensate'"
+					 "   ORDER BY id FOR UPDATE SKIP LOCKED",
+					 2, rt_types, v, NULL, reason);
+}
+
+
+/*
+ * The run fails (a step failed with nothing to handle it, a deadline, a
+ * rejection): open steps stop; steps that succeeded with a compensation
+ * handler are compensated in reverse completion order (the run stays
+ * running, phase compensating, until they are done); then it is failed.
+ */
+static void
+fail_run(RunRow *r, const char *reason, const char *step, const char *error)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+
+	if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
+		return;
+	cancel_open_step_tasks(r, reason);
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(reason);
+	v[3] = step ? orch_text_datum(step) : (Datum) 0;
+	if (!step)
+		n[3] = 'n';
+	v[4] = error ? orch_text_datum(error) : (Datum) 0;
+	if (!error)
+		n[4] = 'n';
+	run_sql("UPDATE orch.run_steps SET state = CASE WHEN state IN ('pending', 'ready') THEN 'skipped'"
+			"   ELSE 'canceled' END, finished_at = clock_timestamp()"
+			" WHERE run_id = $1 AND tenant_id = $2"
+			"   AND state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')",
+			2, types, v, n, SPI_OK_UPDATE);
+	run_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
+			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'",
+			2, types, v, n, SPI_OK_UPDATE);
+	if (SPI_processed > 0)
+	{
+		/* running (from waiting or paused) while compensations run */
+		if (r->state != RS_RUNNING)
+			set_run_state(r, RS_RUNNING, reason, NULL);
+		run_sql("UPDATE orch.runs SET phase = 'compensating', reason_code = $3,"
+				" failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2",
+				5, types, v, n, SPI_OK_UPDATE);
+		r->phase = "compensating";
+		r->reason = pstrdup(reason);
+		orch_write_run_event(r->tenant, r->id, "run", "running", "running", "compensation_started", reason);
+		run_advance_compensation(r);
+		return;
+	}
+	run_sql("UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2",
+			5, types, v, n, SPI_OK_UPDATE);
+	if (r->state == RS_PAUSED || r->state == RS_WAITING_APPROVAL)
+		set_run_state(r, RS_RUNNING, reason, NULL);
+	set_run_state(r, RS_FAILED, reason, NULL);
+}
+
+/* One compensation at a time, latest completed step first. */
+void
+run_advance_compensation(RunRow *r)
+{
+	Datum		v[4];
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+	char	   *step;
+	char	   *mode;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('running', 'awaiting_approval')",
+			2, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		return;
+	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'",
+			2, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+	{
+		/* a compensation failed for good: manual review */
+		set_run_state(r, RS_FAILED, "compensation_failed", NULL);
+		return;
+	}
+	run_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
+			" WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'pending'"
+			" ORDER BY done_seq DESC LIMIT 1",
+			2, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		set_run_state(r, RS_FAILED, r->reason, NULL);
+		return;
+	}
+	step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	v[2] = orch_text_datum(step);
+	if (strcmp(mode, "approval") == 0)
+	{
+		run_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_UPDATE);
+		step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
+		set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);
+		return;
+	}
+	v[3] = Int64GetDatum(enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true));
+	run_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+			4, types, v, NULL, SPI_OK_UPDATE);
+	step_event(r, step, "succeeded", "succeeded", "compensation_started");
+}
+
+/*
+ * A step failed (or timed out) for good.  COMPENSATION_REQUIRED fails the
+ * run at once; otherwise an on_timeout / on_failure edge, or a dependant
+ * joining with all_finished / any, handles it; else the run fails.
+ */
+void
+run_step_failed(RunRow *r, const char *step, const char *state, const char *error,
+					bool compensation_required)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		handled = false;
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = orch_text_datum(state);
+	v[4] = error ? orch_text_datum(error) : (Datum) 0;
+	if (!error)
+		n[4] = 'n';
+	run_sql("UPDATE orch.run_steps SET state = $4, error = $5, finished_at = clock_timestamp()"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+			5, types, v, n, SPI_OK_UPDATE);
+	step_event(r, step, "running", state, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
+	if (compensation_required)
+	{
+		fail_run(r, "compensation_required", step, error);
+		return;
+	}
+	if (strcmp(state, "timed_out") == 0 && has_edge(r, step, "on_timeout"))
+	{
+		take_edges(r, step, "on_timeout");
+		handled = true;
+	}
+	else if (has_edge(r, step, "on_failure"))
+	{
+		take_edges(r, step, "on_failure");
+		handled = true;
+	}
+	else
+	{
+		run_sql("SELECT EXISTS (SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				" AND $3 = ANY (deps) AND join_policy IN ('all_finished', 'any'))",
+				3, types, v, NULL, SPI_OK_SELECT);
+		handled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	if (!handled)
+		fail_run(r, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed", step, error);
+}
+
+/* ----------------------------------------------------------------------
+ * Progression
+ * ---------------------------------------------------------------------- */
+#define TERMINAL_STEP "('succeeded', 'failed', 'timed_out', 'skipped', 'canceled')"
+
+/* A pending step that can run now */
+#define CAN_RUN \
+	"(NOT s.needs_edge OR s.edge_taken) AND CASE s.join_policy" \
+	"  WHEN 'all_finished' THEN NOT EXISTS (SELECT 1 FROM unnest(s.deps) d(id) LEFT JOIN orch.run_steps x" \
+	"     ON x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = d.id" \
+	"     WHERE x.state IS NULL OR x.state NOT IN " TERMINAL_STEP ")" \
+	"  WHEN 'any' THEN cardinality(s.deps) = 0 OR EXISTS (SELECT 1 FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = ANY (s.deps) AND x.state = 'succeeded')" \
+	"  ELSE NOT EXISTS (SELECT 1 FROM unnest(s.deps) d(id) LEFT JOIN orch.run_steps x" \
+	"     ON x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = d.id" \
+	"     WHERE x.state IS DISTINCT FROM 'succeeded') END"
+
+/* A pending step that never will: its edge was not taken, or its join cannot hold */
+#define CANNOT_RUN \
+	"(s.needs_edge AND NOT s.edge_taken AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND s.step_id = ANY (x.out_edges)" \
+	"       AND x.state NOT IN " TERMINAL_STEP "))" \
+	" OR CASE s.join_policy" \
+	"  WHEN 'all_finished' THEN false" \
+	"  WHEN 'any' THEN cardinality(s.deps) > 0 AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = ANY (s.deps)" \
+	"       AND x.state NOT IN ('failed', 'timed_out', 'skipped', 'canceled'))" \
+	"  ELSE EXISTS (SELECT 1 FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id" \
+	"     AND x.step_id = ANY (s.deps) AND x.state IN ('failed', 'timed_out', 'skipped', 'canceled')) END"
+
+/* The run's open work is done: it succeeds (or, compensating, moves on). */
+static void
+maybe_finish(RunRow *r)
+{
+	Datum		v[2];
+	bool		isnull;
+	Jsonb	   *out;
+
+	if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
+		return;
+	RUN_ARGS(v, r->id, r->tenant);
+	run_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
+			" count(*) FILTER (WHERE state = 'awaiting_approval'),"
+			" coalesce(jsonb_object_agg(step_id, output) FILTER (WHERE state = 'succeeded'), '{}')"
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2",
+			2, rt_types, v, NULL, SPI_OK_SELECT);
+	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) == 0)
+	{
+		out = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+		if (r->state != RS_RUNNING)
+			set_run_state(r, RS_RUNNING, NULL, NULL);
+		set_run_state(r, RS_SUCCEEDED, "completed", out);
+		return;
+	}
+	/* waiting for a human while nothing else moves, or back to running */
+	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) > 0)
+	{
+		if (r->state == RS_RUNNING)
+			set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);
+	}
+	else if (r->state == RS_WAITING_APPROVAL)
+		set_run_state(r, RS_RUNNING, NULL, NULL);
+}
+
+/* Settle steps whose tasks, timers or approvals have finished. */
+static void
+collect_outcomes(RunRow *r)
+{
+	Datum		v[3];
+	int			nrows;
+	char	  **steps;
+	char	  **states;
+	char	  **errors;
+	char	  **classes;
+	Jsonb	  **outputs;
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	/* running task steps: all tasks completed, or one failed / cancelled */
+	run_sql("SELECT s.step_id, CASE"
+			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
+			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
+			"         WHERE a.task_id = t.id AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
+			"     ELSE 'failed' END"
+			"   WHEN count(*) = count(*) FILTER (WHERE t.state = 'completed')"
+			"        AND count(*) = coalesce(jsonb_array_length(CASE jsonb_typeof(s.items) WHEN 'array' THEN s.items END), 1)"
+			"     THEN 'succeeded' END,"
+			" CASE WHEN s.spec ? 'map' THEN jsonb_agg(t.result ORDER BY nullif(split_part(t.step_key, '#', 2), '')::int)"
+			"      ELSE (array_agg(t.result))[1] END,"
+			" string_agg(DISTINCT coalesce(t.last_error, CASE WHEN t.state = 'cancelled' THEN 'cancelled' END), '; '),"
+			" string_agg(DISTINCT t.last_error_class, ',')"
+			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
+			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
+			" GROUP BY s.step_id, s.spec, s.items, s.ord ORDER BY s.ord",
+			2, rt_types, v, NULL, SPI_OK_SELECT);
+	nrows = (int) SPI_processed;
+	steps = palloc(sizeof(char *) * (nrows + 1));
+	states = palloc(sizeof(char *) * (nrows + 1));
+	errors = palloc(sizeof(char *) * (nrows + 1));
+	classes = palloc(sizeof(char *) * (nrows + 1));
+	outputs = palloc(sizeof(Jsonb *) * (nrows + 1));
+	for (int i = 0; i < nrows; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		Datum		d;
+
+		steps[i] = SPI_getvalue(tup, td, 1);
+		states[i] = SPI_getvalue(tup, td, 2);
+		d = SPI_getbinval(tup, td, 3, &isnull);
+		outputs[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+		errors[i] = SPI_getvalue(tup, td, 4);
+		classes[i] = SPI_getvalue(tup, td, 5);
+	}
+	for (int i = 0; i < nrows; i++)
+	{
+		if (states[i] == NULL)
+			continue;			/* still running */
+		if (run_terminal(r->state))
+			break;
+		if (strcmp(states[i], "succeeded") == 0)
+		{
+			char	   *chosen = NULL;
+
+			/*
+			 * A decision with a handler: its rules (or default) decide on its
+			 * result ($.result); without either, the result names one declared
+			 * target as {"next": ...}.
+			 */
+			v[2] = orch_text_datum(steps[i]);
+			run_sql("SELECT type = 'decision', spec ? 'rules' OR spec ? 'default' FROM orch.run_steps"
+					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+					3, rt_types, v, NULL, SPI_OK_SELECT);
+			if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+				DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+			{
+				chosen = decide(r, steps[i], outputs[i]);
+				if (chosen == NULL)
+				{
+					run_step_failed(r, steps[i], "failed",
+									"no rule matched and the decision has no default", false);
+					continue;
+				}
+			}
+			else if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			{
+				Oid			ctypes[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+				Datum		cv[5];
+				char		cn[5] = {' ', ' ', ' ', ' ', ' '};
+
+				cv[0] = v[0];
+				cv[1] = v[1];
+				cv[2] = v[2];
+				cv[3] = (Datum) 0;
+				cn[3] = 'n';
+				cv[4] = outputs[i] ? JsonbPGetDatum(outputs[i]) : (Datum) 0;
+				if (!outputs[i])
+					cn[4] = 'n';
+				run_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+						" AND step_id = $3 AND jsonb_typeof($5 -> 'next') = 'string'"
+						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')",
+						5, ctypes, cv, cn, SPI_OK_SELECT);
+				if (SPI_processed == 0)
+				{
+					run_step_failed(r, steps[i], "failed",
+										"the decision's result does not name one of its declared targets (\"next\")",
+										false);
+					continue;
+				}
+				chosen = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			}
+			run_step_succeeded(r, steps[i], "running", outputs[i], chosen);
+		}
+		else
+		{
+			/* one item failed: the others of a map step stop */
+			v[2] = orch_text_datum(psprintf("%s#", steps[i]));
+			run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+							 "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
+							 "   ORDER BY id FOR UPDATE SKIP LOCKED",
+							 3, rt_types, v, NULL, "map_item_failed");
+			run_step_failed(r, steps[i], states[i], errors[i],
+								classes[i] != NULL && strstr(classes[i], "COMPENSATION_REQUIRED") != NULL);
+		}
+	}
+
+	/* map steps that can hand out more items */
+	run_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array' ORDER BY ord",
+			2, rt_types, v, NULL, SPI_OK_SELECT);
+	nrows = (int) SPI_processed;
+	for (int i = 0; i < nrows; i++)
+		steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+	for (int i = 0; i < nrows && !run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
+		map_fill(r, steps[i]);
+
+	/* soft caps passed (a step's timeout), then due timers */
+	run_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp() THEN 'cap' ELSE state END"
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
+			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())) ORDER BY ord",
+			2, rt_types, v, NULL, SPI_OK_SELECT);
+	nrows = (int) SPI_processed;
+	for (int i = 0; i < nrows; i++)
+	{
+		steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		states[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	}
+	for (int i = 0; i < nrows && !run_terminal(r->state); i++)
+	{
+		if (strcmp(states[i], "waiting") == 0)
+			run_step_succeeded(r, steps[i], "waiting", NULL, NULL);
+		else
+		{
+			/* the step's timeout passed: its open tasks stop, it follows on_timeout */
+			v[2] = orch_text_datum(steps[i]);
+			run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+							 "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
+							 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
+							 3, rt_types, v, NULL, "step_timed_out");
+			run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
+		}
+	}
+
+	/* compensation tasks */
+	if (strcmp(r->phase, "compensating") == 0 && !run_terminal(r->state))
+	{
+		run_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
+				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
+				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
+				"   AND t.state IN ('completed', 'failed', 'cancelled')"
+				" RETURNING s.step_id, s.comp_state",
+				2, rt_types, v, NULL, SPI_OK_UPDATE_RETURNING);
+		nrows = (int) SPI_processed;
+		for (int i = 0; i < nrows; i++)
+		{
+			steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+			states[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		}
+		for (int i = 0; i < nrows; i++)
+			step_event(r, steps[i], "succeeded", "succeeded",
+					   strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");
+		run_advance_compensation(r);
+	}
+}
+
+/* Move pending steps to ready or skipped, start ready ones, finish. */
+void
+run_advance(RunRow *r)
+{
+	Datum		v[2];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	for (int round = 0; round < 10000; round++)
+	{
+		int			changed = 0;
+		int			nready;
+		char	  **steps;
+		char	  **types;
+
+		if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
+			return;
+		changed += run_sql("UPDATE orch.run_steps s SET state = 'skipped', finished_at = clock_timestamp()"
+						   " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending' AND (" CANNOT_RUN ")",
+						   2, rt_types, v, NULL, SPI_OK_UPDATE);
+		changed += run_sql("UPDATE orch.run_steps s SET state = 'ready'"
+						   " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending' AND (" CAN_RUN ")",
+						   2, rt_types, v, NULL, SPI_OK_UPDATE);
+		if (r->state != RS_PAUSED)
+		{
+			run_sql("SELECT step_id, type FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+					" AND state = 'ready' ORDER BY ord",
+					2, rt_types, v, NULL, SPI_OK_SELECT);
+			nready = (int) SPI_processed;
+			steps = palloc(sizeof(char *) * (nready + 1));
+			types = palloc(sizeof(char *) * (nready + 1));
+			for (int i = 0; i < nready; i++)
+			{
+				steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+				types[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+			}
+			for (int i = 0; i < nready && !run_terminal(r->state) &&
+				 strcmp(r->phase, "compensating") != 0; i++)
+			{
+				start_step(r, steps[i], types[i]);
+				changed++;
+			}
+		}
+		if (changed == 0)
+			break;
+	}
+	maybe_finish(r);
+}
+
+/* Everything a run needs after one of its tasks, timers or approvals moved. */
+void
+run_progress(RunRow *r)
+{
+	if (run_terminal(r->state))
+		return;
+	if (r->past_deadline && strcmp(r->phase, "compensating") != 0)
+	{
+		fail_run(r, "deadline_exceeded", NULL, "the run's deadline passed");
+		return;
+	}
+	collect_outcomes(r);
+	run_advance(r);
+}
+
+
+/* Create the run's steps from its definition. */
+void
+run_create_steps(RunRow *r)
+{
+	Datum		v[2];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	run_sql("WITH d AS (SELECT d.spec FROM orch.runs r JOIN orch.definitions d"
+			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+			"   WHERE r.id = $1 AND r.tenant_id = $2),"
+			" st AS (SELECT x.step, x.n FROM d, jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)),"
+			" e AS (SELECT st.step ->> 'step_id' AS src, t.target"
+			"   FROM st, LATERAL (SELECT jsonb_array_elements_text(CASE jsonb_typeof(st.step -> k)"
+			"        WHEN 'array' THEN st.step -> k WHEN 'string' THEN jsonb_build_array(st.step -> k) ELSE '[]' END)"
+			"        FROM unnest(ARRAY['on_success', 'on_failure', 'on_timeout', 'targets']) k) t(target))"
+			" INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+			"   needs_edge, out_edges)"
+			" SELECT $1, $2, st.step ->> 'step_id', st.n, coalesce(st.step ->> 'type', 'task'), st.step,"
+			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(st.step -> 'depends_on')), '{}'),"
+			"   coalesce(st.step ->> 'join', 'all_succeeded'),"
+			"   EXISTS (SELECT 1 FROM e WHERE e.target = st.step ->> 'step_id'),"
+			"   coalesce(ARRAY(SELECT e.target FROM e WHERE e.src = st.step ->> 'step_id'), '{}')"
+			" FROM st",
+			2, rt_types, v, NULL, SPI_OK_INSERT);
+}
+
+/* The compensation task of a step (orch_approve of a compensation). */
+int64
+run_enqueue_compensation(RunRow *r, const char *step)
+{
+	return enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true);
+}
