@@ -46,6 +46,7 @@ typedef struct RunRow
 extern Oid	rt_types[6];
 
 /* runs.c */
+extern SPIPlanPtr run_plan(const char *sql, int nargs, Oid *types);
 extern int	run_sql(const char *sql, int nargs, Oid *types, Datum *values,
 					const char *nulls, int expect);
 extern bool lock_run(int64 run_id, const char *tenant, RunRow *r);

@@ -19,7 +19,9 @@
 #include "commands/trigger.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "common/hashfn.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/json.h"
@@ -294,7 +296,7 @@ orch_has_runs(void)
 int
 run_sql(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
-	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	int			rc = SPI_execute_plan(run_plan(sql, nargs, types), values, nulls, false, 0);
 
 	if (rc != expect)
 		elog(ERROR, "orchestrator: run statement failed (%s): %s", SPI_result_code_string(rc), sql);
@@ -339,6 +341,67 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	r->reason = SPI_getvalue(tup, td, 5);
 	r->past_deadline = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
 	return true;
+}
+
+/*
+ * Prepared plans of the run statements, kept for the backend's life and
+ * found by the statement's text (every statement here is a constant, or
+ * built from a handful of constants), so that progression does not plan its
+ * statements again for every step.
+ */
+typedef struct RunPlan
+{
+	uint64		hash;			/* hash key */
+	char	   *sql;
+	int			nargs;
+	SPIPlanPtr	plan;
+} RunPlan;
+
+static HTAB *run_plans = NULL;
+
+SPIPlanPtr
+run_plan(const char *sql, int nargs, Oid *types)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) sql, strlen(sql), 0x72756e);
+	bool		found;
+	RunPlan    *e;
+
+	if (run_plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(RunPlan);
+		ctl.hcxt = TopMemoryContext;
+		run_plans = hash_create("orchestrator run plans", 128, &ctl,
+								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(run_plans, &h, HASH_ENTER, &found);
+	if (found && e->plan != NULL && e->nargs == nargs && strcmp(e->sql, sql) == 0)
+		return e->plan;
+	if (found && e->plan != NULL && strcmp(e->sql, sql) != 0)
+	{
+		/* a hash collision: plan this one every time */
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, types);
+
+		if (p == NULL)
+			elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		return p;
+	}
+	e->plan = NULL;
+	e->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	e->nargs = nargs;
+	e->plan = SPI_prepare(sql, nargs, types);
+	if (e->plan == NULL || SPI_keepplan(e->plan) != 0)
+	{
+		SPIPlanPtr	bad = e->plan;
+
+		e->plan = NULL;
+		(void) bad;
+		elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	}
+	return e->plan;
 }
 
 /*
