@@ -917,11 +917,12 @@ run_advance(RunRow *r)
 
 		if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
-		changed += run_sql("UPDATE orch.run_steps s SET state = 'skipped', finished_at = clock_timestamp()"
-						   " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending' AND (" CANNOT_RUN ")",
-						   2, rt_types, v, NULL, SPI_OK_UPDATE);
-		changed += run_sql("UPDATE orch.run_steps s SET state = 'ready'"
-						   " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending' AND (" CAN_RUN ")",
+		/* pending steps that never will run are skipped; those that can are ready */
+		changed += run_sql("UPDATE orch.run_steps s SET"
+						   " state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
+						   " finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
+						   " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
+						   "   AND ((" CANNOT_RUN ") OR (" CAN_RUN "))",
 						   2, rt_types, v, NULL, SPI_OK_UPDATE);
 		if (r->state != RS_PAUSED)
 		{
@@ -972,23 +973,28 @@ run_create_steps(RunRow *r)
 	Datum		v[2];
 
 	RUN_ARGS(v, r->id, r->tenant);
-	run_sql("WITH d AS (SELECT d.spec FROM orch.runs r JOIN orch.definitions d"
-			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-			"   WHERE r.id = $1 AND r.tenant_id = $2),"
-			" st AS (SELECT x.step, x.n FROM d, jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)),"
-			" e AS (SELECT st.step ->> 'step_id' AS src, t.target"
-			"   FROM st, LATERAL (SELECT jsonb_array_elements_text(CASE jsonb_typeof(st.step -> k)"
-			"        WHEN 'array' THEN st.step -> k WHEN 'string' THEN jsonb_build_array(st.step -> k) ELSE '[]' END)"
-			"        FROM unnest(ARRAY['on_success', 'on_failure', 'on_timeout', 'targets']) k) t(target))"
-			" INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
-			"   needs_edge, out_edges)"
-			" SELECT $1, $2, st.step ->> 'step_id', st.n, coalesce(st.step ->> 'type', 'task'), st.step,"
-			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(st.step -> 'depends_on')), '{}'),"
-			"   coalesce(st.step ->> 'join', 'all_succeeded'),"
-			"   EXISTS (SELECT 1 FROM e WHERE e.target = st.step ->> 'step_id'),"
-			"   coalesce(ARRAY(SELECT e.target FROM e WHERE e.src = st.step ->> 'step_id'), '{}')"
-			" FROM st",
+	/*
+	 * Plain statements with small row estimates: one cross product of the
+	 * steps' JSON here would be costed high enough to be JIT-compiled.
+	 */
+	run_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+			"   out_edges)"
+			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), x.step,"
+			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
+			"   coalesce(x.step ->> 'join', 'all_succeeded'),"
+			"   ARRAY(SELECT jsonb_array_elements_text(CASE jsonb_typeof(x.step -> k.key)"
+			"          WHEN 'array' THEN x.step -> k.key WHEN 'string' THEN jsonb_build_array(x.step -> k.key)"
+			"          ELSE '[]' END)"
+			"         FROM (VALUES ('on_success'), ('on_failure'), ('on_timeout'), ('targets')) k(key))"
+			" FROM orch.runs r JOIN orch.definitions d"
+			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
+			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
+			" WHERE r.id = $1 AND r.tenant_id = $2",
 			2, rt_types, v, NULL, SPI_OK_INSERT);
+	run_sql("UPDATE orch.run_steps s SET needs_edge = true"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
+			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))",
+			2, rt_types, v, NULL, SPI_OK_UPDATE);
 }
 
 /* The compensation task of a step (orch_approve of a compensation). */
