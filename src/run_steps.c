@@ -729,6 +729,8 @@ collect_outcomes(RunRow *r)
 	char	  **errors;
 	char	  **classes;
 	Jsonb	  **outputs;
+	bool	   *is_decision;
+	bool	   *by_rules;
 	bool		isnull;
 
 	RUN_ARGS(v, r->id, r->tenant);
@@ -744,15 +746,18 @@ collect_outcomes(RunRow *r)
 			" CASE WHEN s.spec ? 'map' THEN jsonb_agg(t.result ORDER BY nullif(split_part(t.step_key, '#', 2), '')::int)"
 			"      ELSE (array_agg(t.result))[1] END,"
 			" string_agg(DISTINCT coalesce(t.last_error, CASE WHEN t.state = 'cancelled' THEN 'cancelled' END), '; '),"
-			" string_agg(DISTINCT t.last_error_class, ',')"
+			" string_agg(DISTINCT t.last_error_class, ','),"
+			" s.type = 'decision', s.spec ? 'rules' OR s.spec ? 'default'"
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
-			" GROUP BY s.step_id, s.spec, s.items, s.ord ORDER BY s.ord",
+			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord",
 			2, rt_types, v, NULL, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
 	steps = palloc(sizeof(char *) * (nrows + 1));
 	states = palloc(sizeof(char *) * (nrows + 1));
+	is_decision = palloc(sizeof(bool) * (nrows + 1));
+	by_rules = palloc(sizeof(bool) * (nrows + 1));
 	errors = palloc(sizeof(char *) * (nrows + 1));
 	classes = palloc(sizeof(char *) * (nrows + 1));
 	outputs = palloc(sizeof(Jsonb *) * (nrows + 1));
@@ -768,6 +773,8 @@ collect_outcomes(RunRow *r)
 		outputs[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
 		errors[i] = SPI_getvalue(tup, td, 4);
 		classes[i] = SPI_getvalue(tup, td, 5);
+		is_decision[i] = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
+		by_rules[i] = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull));
 	}
 	for (int i = 0; i < nrows; i++)
 	{
@@ -785,11 +792,7 @@ collect_outcomes(RunRow *r)
 			 * target as {"next": ...}.
 			 */
 			v[2] = orch_text_datum(steps[i]);
-			run_sql("SELECT type = 'decision', spec ? 'rules' OR spec ? 'default' FROM orch.run_steps"
-					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-					3, rt_types, v, NULL, SPI_OK_SELECT);
-			if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
-				DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+			if (is_decision[i] && by_rules[i])
 			{
 				chosen = decide(r, steps[i], outputs[i]);
 				if (chosen == NULL)
@@ -799,7 +802,7 @@ collect_outcomes(RunRow *r)
 					continue;
 				}
 			}
-			else if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			else if (is_decision[i])
 			{
 				Oid			ctypes[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
 				Datum		cv[5];
