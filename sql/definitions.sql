@@ -20,8 +20,10 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
+SET client_min_messages = warning;  -- roles outlive the database: no "already a member" notices
 GRANT orch_admin TO defs_admin, defs_bound;
 GRANT orch_reader TO defs_reader;
+RESET client_min_messages;
 
 -- try(sql): the first column of the statement's first row, or the SQLSTATE it raised.
 CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$

@@ -233,10 +233,11 @@ extern Datum orch_text_datum(const char *s);
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)
 
-/* definitions.c: workflow definitions (issue 8) */
+/* definitions.c, definition_validate.c: workflow definitions (issue 8) */
 #define ERRCODE_ORCH_DEFINITION_IMMUTABLE	MAKE_SQLSTATE('O','R','0','0','7')
 #define ERRCODE_ORCH_INVALID_DEFINITION		MAKE_SQLSTATE('O','R','0','0','8')
 
+/* definition_validate.c */
 extern void orch_definition_validate(Jsonb *spec);	/* OR008 naming the path */
 
 #endif							/* ORCHESTRATOR_H */

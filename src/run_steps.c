@@ -712,10 +712,10 @@ maybe_finish(RunRow *r)
 	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) > 0)
 	{
 		if (r->state == RS_RUNNING)
-			set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);
+			set_run_state(r, RS_WAITING_APPROVAL, "approval_requested", NULL);
 	}
 	else if (r->state == RS_WAITING_APPROVAL)
-		set_run_state(r, RS_RUNNING, NULL, NULL);
+		set_run_state(r, RS_RUNNING, "approval_decided", NULL);
 }
 
 /* Settle steps whose tasks, timers or approvals have finished. */

@@ -134,7 +134,7 @@ is(snapshot(), $before, '... and change nothing');
 is( sql(qq{SELECT state || ' ' || attempts || ' ' || failures || ' ' || result::text
            FROM orch_status($id)}),
 	'completed 2 1 {"by": "b"}', "the task is completed with B's result, 2 attempts, 1 failure");
-is( sql(qq{SELECT string_agg(attempt || ':' || outcome || ':' || actor || ':'
+is( sql(qq{SELECT string_agg(attempt || ':' || outcome || ':' || label || ':'
                    || CASE lease_token WHEN '$tok_a' THEN 'A' WHEN '$tok_b' THEN 'B' ELSE '?' END, ' ')
            FROM orch_history($id) WHERE kind = 'attempt'}),
 	'1:lease_expired:worker-a:A 2:completed:worker-b:B',

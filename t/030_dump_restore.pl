@@ -9,7 +9,11 @@
 # idempotency keys, commands (one with its recorded result), a concurrency-
 # keyed queue with a gated task and a per-key limit, a rate-limited queue
 # (its window rows), a paused queue, a user-defined state machine attached to
-# a user table with rows, and a tenant binding.
+# a user table with rows, a tenant binding, a deferred concurrency-key
+# decision (gate_repairs), and workflows: a published definition (a task step
+# with a compensation, then a human approval) and a draft, a run waiting for
+# approval, a run whose step task is queued, and a run approved to the end
+# (an approval row).
 #
 # It is copied twice: pg_dump -Fc + createdb + pg_restore -d dst, and
 # pg_dump src | psql -v ON_ERROR_STOP=1 dst2.  Both must succeed without any
@@ -25,10 +29,16 @@
 #     unclaimable; idempotent enqueues and commands replay with the recorded
 #     answers; the rate window still counts; the tenant binding still
 #     restricts; terminal tasks are still immutable; every transition writes
-#     events and new ids never collide with restored ones.
+#     events and new ids never collide with restored ones;
+#   - the in-flight workflow work finishes: the waiting run is approved and
+#     succeeds, the queued step task is claimed and completed and its run
+#     waits for approval, a restored approval reference is still single-use,
+#     orch_run_status works, a published definition is still immutable
+#     (OR007 on a raw UPDATE or DELETE), a finished run still terminal (OR002),
+#     a new run gets a new id.
 # Finally: the restore exemption applies only to restore sessions: in a
 # normal session (row_security on) the superuser's raw INSERT of a
-# 'completed' task still raises OR001.
+# 'completed' task, or of a 'succeeded' run, still raises OR001.
 use strict;
 use warnings;
 
@@ -81,9 +91,6 @@ SELECT orch_create_queue('q_paused', '{"priority": 3}');
 SELECT orch_create_queue('q_tenant');
 SELECT orch_set_concurrency_limit('q_keyed', 'k-wide', 2);
 SELECT orch_pause_queue('q_paused');
--- a deferred concurrency-key decision, as a transaction that held another
--- key lock leaves it; the next claim of the queue settles it
-INSERT INTO orch.gate_repairs (queue, key) VALUES ('q_keyed', 'k-wide');
 });
 
 # queued (one with an idempotency key), delayed, received
@@ -166,6 +173,10 @@ is($t_key_held, $t_key1, 'src: the first keyed task holds the slot');
 is( sql('src', "SELECT state || ' ' || gated || ' ' || (ready_at IS NULL) FROM orch.tasks WHERE id = $t_key2"),
 	'queued true true',
 	'src: the second task of the key is gated');
+# a deferred concurrency-key decision, as a transaction that held another key
+# lock leaves it (after the last claim of the queue here, which would settle
+# it); the next claim of the queue in a copy settles it
+sql('src', q{INSERT INTO orch.gate_repairs (queue, key) VALUES ('q_keyed', 'k-wide')});
 
 # paused queue with work, tenant task
 my $t_paused = sql('src', q{SELECT orch_enqueue('q_paused', '{"n": "paused"}')});
@@ -202,6 +213,42 @@ INSERT INTO articles VALUES (1, 'one', 'draft'), (2, 'two', 'draft'), (3, 'three
 UPDATE articles SET status = 'review' WHERE id IN (2, 3);
 UPDATE articles SET status = 'published' WHERE id = 3;
 });
+
+# workflows: a published definition (a task step with a compensation, then a
+# human approval) and a draft
+sql('src', q{
+SELECT orch_define('wf_dr', '{"description": "dump and restore",
+  "steps": [{"step_id": "prepare", "queue": "q_wf", "handler": "dr.prepare",
+             "compensation": {"handler": "dr.unprepare"}},
+            {"step_id": "sign_off", "type": "human_approval", "depends_on": ["prepare"]}]}');
+SELECT orch_publish('wf_dr', 1);
+SELECT orch_define('wf_dr', '{"steps": [{"step_id": "prepare", "queue": "q_wf", "handler": "dr.prepare.v2"}]}');
+});
+is(sql('src', q{SELECT string_agg(version || ' ' || status, ',' ORDER BY version) FROM orch_definitions WHERE name = 'wf_dr'}),
+	'1 published,2 draft', 'src: workflow wf_dr has a published version and a draft');
+
+# run A: its step task claimed and completed, it waits for approval
+my $run_a = sql('src', q{SELECT orch_start('wf_dr', '{"doc": "A"}')});
+my ($t_run_a, $tok_run_a) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_wf', 'w-wf')});
+is(sql('src', "SELECT run_id FROM orch.tasks WHERE id = $t_run_a"), $run_a, "src: claimed run A's step task");
+is(sql('src', "SELECT orch_complete($t_run_a, '$tok_run_a', '{\"prepared\": \"A\"}')"),
+	'completed', "src: run A's step task completed");
+# run C: approved to the end (orch.approvals has its row)
+my $run_c = sql('src', q{SELECT orch_start('wf_dr', '{"doc": "C"}')});
+my ($t_run_c, $tok_run_c) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_wf', 'w-wf')});
+is(sql('src', "SELECT run_id FROM orch.tasks WHERE id = $t_run_c"), $run_c, "src: claimed run C's step task");
+sql('src', "SELECT orch_complete($t_run_c, '$tok_run_c', '{\"prepared\": \"C\"}')");
+is(sql('src', "SELECT orch_approve($run_c, 'sign_off', 'ref-C', 'carol', 'fine')"),
+	'succeeded', 'src: run C approved, it succeeded');
+# run B: its step task stays queued
+my $run_b = sql('src', q{SELECT orch_start('wf_dr', '{"doc": "B"}')});
+my $t_run_b = sql('src', "SELECT id FROM orch.tasks WHERE run_id = $run_b");
+is( sql('src', "SELECT string_agg(run_id || '=' || state, ',' ORDER BY run_id) FROM orch_runs"),
+	join(',', sort { $a cmp $b } ("$run_a=waiting_approval", "$run_b=running", "$run_c=succeeded")),
+	'src: runs waiting for approval, running and succeeded');
+is(sql('src', "SELECT state FROM orch.tasks WHERE id = $t_run_b"), 'queued', "src: run B's step task is queued");
 
 is( sql('src', q{SELECT string_agg(state, ',' ORDER BY state) FROM (SELECT DISTINCT state FROM orch.tasks) s}),
 	'awaiting_tool,awaiting_user_confirmation,cancelled,completed,executing,failed,queued,received',
@@ -327,7 +374,7 @@ sub claim
 for my $db (qw(dst dst2))
 {
 	my %max = map { $_ => sql($db, "SELECT coalesce(max(id), 0) FROM orch.$_") }
-	  qw(tasks events attempts commands);
+	  qw(tasks events attempts commands runs);
 	my $events0 = sql($db, 'SELECT count(*) FROM orch.events');
 	my $tasks0  = sql($db, 'SELECT count(*) FROM orch.tasks');
 
@@ -457,6 +504,44 @@ for my $db (qw(dst dst2))
 	is(sql($db, q{SELECT count(*) FROM orch.events WHERE entity <> 'task'}),
 		$art_events + 1, "$db: an article transition writes an event");
 
+	# the workflows: definitions are still immutable once published
+	is(sqlstate_of($node, $db, q{UPDATE orch.definitions SET spec = '{"steps": []}' WHERE name = 'wf_dr' AND version = 1}),
+		'OR007', "$db: a raw UPDATE of the restored published definition raises OR007");
+	is(sqlstate_of($node, $db, q{DELETE FROM orch.definitions WHERE name = 'wf_dr' AND version = 1}),
+		'OR007', "$db: a raw DELETE of the restored published definition raises OR007");
+	is(sql($db, q{SELECT version || ' ' || status FROM orch_definition('wf_dr')}),
+		'1 published', "$db: orch_definition finds the published version");
+	# the succeeded run is terminal, its approval reference single-use
+	is(sqlstate_of($node, $db, "UPDATE orch.runs SET state = 'running' WHERE id = $run_c"),
+		'OR002', "$db: a raw UPDATE of the restored succeeded run raises OR002");
+	is(sqlstate_of($node, $db, "SELECT orch_approve($run_a, 'sign_off', 'ref-C')"),
+		'OR009', "$db: the approval reference restored with run C cannot approve run A (OR009)");
+	# the waiting run: approved, it succeeds
+	is(sql($db, "SELECT orch_approve($run_a, 'sign_off', 'ref-A', 'alice', 'after restore')"),
+		'succeeded', "$db: run A, waiting for approval, is approved and succeeds");
+	is( sql($db, "SELECT state || ' ' || (output -> 'prepare' ->> 'prepared') FROM orch_runs WHERE run_id = $run_a"),
+		'succeeded A', "$db: run A's output keeps the step output from before the restore");
+	# the queued step task: claimed and completed, its run waits for approval
+	@c = claim($db, 'q_wf', 'w-wf2');
+	is(join(';', map { "$_->[0] $_->[2]" } @c), "$t_run_b 1", "$db: run B's queued step task is claimed");
+	is(sql($db, "SELECT orch_complete($t_run_b, '$c[0][1]', '{\"prepared\": \"B\"}')"),
+		'completed', "$db: and completes");
+	is(sql($db, "SELECT state FROM orch_runs WHERE run_id = $run_b"),
+		'waiting_approval', "$db: run B now waits for approval");
+	# orch_run_status
+	is( sql($db, "SELECT s -> 'run' ->> 'state' FROM orch_run_status($run_b) AS f(s)"),
+		'waiting_approval', "$db: orch_run_status of run B");
+	is( sql($db, qq{SELECT string_agg(a ->> 'approval_ref', ',' ORDER BY a ->> 'approval_ref')
+	               FROM orch_run_status($run_a) AS f(s), jsonb_array_elements(s -> 'approvals') a}),
+		'ref-A', "$db: orch_run_status of run A lists its approval");
+	is( sql($db, qq{SELECT (s -> 'run' ->> 'state') || ' ' || (s -> 'approvals' -> 0 ->> 'approval_ref') || ' '
+	                      || jsonb_array_length(s -> 'steps')
+	               FROM orch_run_status($run_c) AS f(s)}),
+		'succeeded ref-C 2', "$db: orch_run_status of run C (restored as it was)");
+	# a new run gets a new id
+	my $new_run = sql($db, q{SELECT orch_start('wf_dr', '{"doc": "new"}')});
+	cmp_ok($new_run, '>', $max{runs}, "$db: a new run's id is above every restored run id");
+
 	# new work gets new ids
 	my $new_task = sql($db, q{SELECT orch_enqueue('q_main', '{"n": "new"}')});
 	cmp_ok($new_task, '>', $max{tasks}, "$db: a new task's id is above every restored task id");
@@ -478,8 +563,8 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 	is( sql($db, qq{SELECT count(*) FROM orch.events
 	              WHERE to_state = 'completed' AND id > $max{events}
 	                AND task_id IN ($t_exec, $t_tool, $t_conf, $t_retry, $t_queued, $t_idem,
-	                                $t_received, $t_paused, $t_key1, $t_key2, $ct_pend)}),
-		'11', "$db: one new -> completed event per task finished after the restore");
+	                                $t_received, $t_paused, $t_key1, $t_key2, $ct_pend, $t_run_b)}),
+		'12', "$db: one new -> completed event per task finished after the restore");
 	is( sql($db, q{SELECT count(*) FROM orch.tasks t
 	              WHERE t.state IS DISTINCT FROM (SELECT e.to_state FROM orch.events e
 	                                               WHERE e.task_id = t.id AND e.entity = 'task'
@@ -489,12 +574,17 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		'0', "$db: orch_maintain finds no counter mismatch");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
 	              SELECT state, count(*) AS n FROM orch.tasks GROUP BY state) s}),
-		'cancelled=1 completed=13 failed=3 queued=5',
-		"$db: final states: 13 completed, 3 failed, 1 cancelled, 5 queued");
+		'cancelled=1 completed=16 failed=3 queued=6',
+		"$db: final states: 16 completed, 3 failed, 1 cancelled, 6 queued");
 	my $new_cmd_task = sql($db, "SELECT task_id FROM orch.commands WHERE id = $new_cmd");
+	my $new_run_task = sql($db, "SELECT id FROM orch.tasks WHERE run_id = $new_run");
 	is( sql($db, q{SELECT string_agg(id::text, ',' ORDER BY id) FROM orch.tasks WHERE state = 'queued'}),
-		join(',', sort { $a <=> $b } ($t_delayed, $t_rate_ok, $t_tenant, $new_task, $new_cmd_task)),
-		"$db: the queued ones are the delayed, the rate-limited owner's, the tenant's and the two new tasks");
+		join(',', sort { $a <=> $b } ($t_delayed, $t_rate_ok, $t_tenant, $new_task, $new_cmd_task, $new_run_task)),
+		"$db: the queued ones are the delayed, the rate-limited owner's, the tenant's and the three new tasks");
+	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
+	              SELECT state, count(*) AS n FROM orch.runs GROUP BY state) s}),
+		'running=1 succeeded=2 waiting_approval=1',
+		"$db: final run states: A and C succeeded, B waits for approval, the new run is running");
 }
 
 # ---------------------------------------------------------------------------
@@ -512,6 +602,12 @@ COMMIT;}),
 	'and so does a raw INSERT of an executing task');
 is(sql('src', q{SELECT count(*) FROM orch.tasks WHERE payload ->> 'n' = 'forged'}),
 	'0', 'nothing was inserted');
+is( sqlstate_of($node, 'src', q{
+INSERT INTO orch.runs (definition, version, content_hash, state, input, pins, created_by)
+VALUES ('wf_dr', 1, repeat('0', 64), 'succeeded', '{"forged": true}', '{}', 'forger')}),
+	'OR001',
+	'a raw INSERT of a succeeded run in a normal session raises OR001');
+is(sql('src', q{SELECT count(*) FROM orch.runs WHERE input ? 'forged'}), '0', 'no run was inserted');
 
 $node->stop;
 done_testing();

@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(345);
+SELECT plan(490);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,7 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 37::bigint, 'the extension has the 37 orch_ functions of 0.4.0 (with the internal orch_events_flush and orch_gate_trigger)');
+SELECT is((SELECT count(*) FROM tap_api), 52::bigint,
+          'the extension has the 52 orch_ functions of 0.4.0 (with the internal orch_events_flush, orch_gate_trigger, orch_definitions_guard and orch_run_lifecycle)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -78,31 +79,37 @@ SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has n
 -- 2. Catalog: exactly which API functions each role may execute.
 -- ---------------------------------------------------------------------------
 SELECT is(pg_temp.executable('tap_reader'),
-    ARRAY['orch_caller_tenants', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
+    ARRAY['orch_caller_tenants', 'orch_definition', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_run_status', 'orch_status', 'orch_validate_definition'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
-    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_command', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
-          'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
-    'orch_producer executes reader + enqueue, enqueue_batch, cancel, command');
+    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_definition', 'orch_enqueue',
+          'orch_enqueue_batch', 'orch_history', 'orch_pause_run', 'orch_queue_settings', 'orch_resume_run',
+          'orch_retry_decision', 'orch_run_status', 'orch_start', 'orch_status', 'orch_validate_definition'],
+    'orch_producer executes reader + enqueue, enqueue_batch, cancel, command, start, pause_run, resume_run, cancel_run');
 SELECT is(pg_temp.executable('tap_worker'),
     ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result', 'orch_complete',
-          'orch_complete_batch', 'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_queue_settings',
-          'orch_resume', 'orch_retry_decision', 'orch_status'],
+          'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history',
+          'orch_queue_settings', 'orch_resume', 'orch_retry_decision', 'orch_run_status', 'orch_status',
+          'orch_validate_definition'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
-    ARRAY['orch_caller_tenants', 'orch_confirm', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_status'],
-    'orch_approver executes reader + confirm');
+    ARRAY['orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition', 'orch_history', 'orch_queue_settings',
+          'orch_reject', 'orch_retry_decision', 'orch_run_status', 'orch_status', 'orch_validate_definition'],
+    'orch_approver executes reader + confirm, approve, reject');
 SELECT is(pg_temp.executable('tap_admin'),
-    ARRAY['orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_bind_tenant',
-          'orch_caller_tenants', 'orch_cancel', 'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
-          'orch_configure_queue', 'orch_confirm',
-          'orch_create_queue', 'orch_create_state_machine', 'orch_dequeue', 'orch_drop_queue',
+    ARRAY['orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_bind_tenant',
+          'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_command_result', 'orch_complete',
+          'orch_complete_batch', 'orch_configure_queue', 'orch_confirm',
+          'orch_create_queue', 'orch_create_state_machine', 'orch_define', 'orch_definition', 'orch_deprecate',
+          'orch_dequeue', 'orch_drop_queue',
           'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat', 'orch_history',
-          'orch_maintain', 'orch_pause_queue', 'orch_queue_settings', 'orch_reprocess', 'orch_resume',
-          'orch_resume_queue', 'orch_retry', 'orch_retry_decision', 'orch_schedule_maintenance',
-          'orch_set_concurrency_limit', 'orch_state_machine_trigger', 'orch_status',
-          'orch_unbind_tenant', 'orch_unschedule_maintenance'],
-    'orch_admin executes every API function (the internal gate trigger aside)');
+          'orch_maintain', 'orch_pause_queue', 'orch_pause_run', 'orch_publish', 'orch_queue_settings', 'orch_reject',
+          'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry', 'orch_retry_decision',
+          'orch_retry_run', 'orch_run_status', 'orch_schedule_maintenance',
+          'orch_set_concurrency_limit', 'orch_start', 'orch_state_machine_trigger', 'orch_status',
+          'orch_unbind_tenant', 'orch_unschedule_maintenance', 'orch_validate_definition'],
+    'orch_admin executes every API function (the internal trigger functions orch_events_flush, orch_gate_trigger, orch_definitions_guard and orch_run_lifecycle aside)');
 SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
 
 -- ---------------------------------------------------------------------------
@@ -128,7 +135,20 @@ BEGIN
     PERFORM orch_enqueue('tap_a', jsonb_build_object('n', g)) FROM generate_series(1, 3) g;
     INSERT INTO tap_claims SELECT 'approve', task_id, lease_token FROM orch_dequeue('tap_a', 'setup', 3);
     PERFORM orch_await_confirmation(task_id, lease_token) FROM tap_claims WHERE tag = 'approve';
+    -- a published workflow: a task step, then a human approval
+    PERFORM orch_define('tap_wf', '{"steps": [{"step_id": "work", "queue": "tap_wq", "handler": "tap.work"},
+                                              {"step_id": "gate", "type": "human_approval", "depends_on": ["work"]}]}');
+    PERFORM orch_publish('tap_wf', 1);
+    -- a failed run (its step task failed) for orch_retry_run
+    PERFORM orch_start('tap_wf', '{"fx": "failed"}');
+    PERFORM orch_fail(task_id, lease_token, 'NON_RETRYABLE', 'setup') FROM orch_dequeue('tap_wq', 'setup');
+    -- four runs waiting for approval: the approver and the admin each approve one and reject one
+    PERFORM orch_start('tap_wf', jsonb_build_object('fx', 'waiting', 'n', g)) FROM generate_series(1, 4) g;
+    PERFORM orch_complete(task_id, lease_token) FROM orch_dequeue('tap_wq', 'setup', 4);
 END $$;
+SELECT is((SELECT string_agg(state, ',' ORDER BY run_id) FROM orch_runs WHERE definition = 'tap_wf'),
+          'failed,waiting_approval,waiting_approval,waiting_approval,waiting_approval',
+          'fixture: a failed run and four runs waiting for approval');
 -- a table owned by tap_admin for orch_attach_state_machine
 CREATE TABLE tap_doors (id int PRIMARY KEY, status text);
 ALTER TABLE tap_doors OWNER TO tap_admin;
@@ -177,7 +197,23 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_set_concurrency_limit', $$SELECT orch_set_concurrency_limit('tap_q', 'tap-key', 2)$$),
     ('orch_maintain',             $$SELECT count(*) FROM orch_maintain(100)$$),
     ('orch_retry',                $$SELECT orch_retry((SELECT min(task_id) FROM orch_dead_letters WHERE queue = 'tap_w'))$$),
-    ('orch_reprocess',            $$SELECT count(*) FROM orch_reprocess(queue => 'tap_w')$$);
+    ('orch_reprocess',            $$SELECT count(*) FROM orch_reprocess(queue => 'tap_w')$$),
+    ('orch_define',               $$SELECT orch_define('tap_wf2', '{"steps": [{"step_id": "s", "queue": "tap_wq", "handler": "h"}]}')$$),
+    ('orch_publish',              $$SELECT orch_publish('tap_wf2', 1)$$),
+    ('orch_deprecate',            $$SELECT orch_deprecate('tap_wf2', 1)$$),
+    ('orch_definition',           $$SELECT status FROM orch_definition('tap_wf')$$),
+    ('orch_validate_definition',  $$SELECT orch_validate_definition('{"steps": [{"step_id": "s", "queue": "q", "handler": "h"}]}')$$),
+    ('orch_definitions',          $$SELECT count(*) FROM orch_definitions$$),
+    ('orch_start',                $$SELECT orch_start('tap_wf', '{"by": "role"}')$$),
+    ('orch_pause_run',            $$SELECT orch_pause_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'))$$),
+    ('orch_resume_run',           $$SELECT orch_resume_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'paused'), '{"definition": "tap_wf"}')$$),
+    ('orch_cancel_run',           $$SELECT orch_cancel_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'), 'by role')$$),
+    ('orch_approve',              $$SELECT orch_approve((SELECT min(run_id) FROM orch_runs WHERE state = 'waiting_approval'), 'gate', 'tap-ok-' || current_user, 'tap', 'yes')$$),
+    ('orch_reject',               $$SELECT orch_reject((SELECT min(run_id) FROM orch_runs WHERE state = 'waiting_approval'), 'gate', 'tap-no-' || current_user, 'tap', 'no')$$),
+    ('orch_run_status',           $$SELECT orch_run_status((SELECT min(run_id) FROM orch_runs)) -> 'run' ->> 'state'$$),
+    ('orch_runs',                 $$SELECT count(*) FROM orch_runs$$),
+    ('orch_run_steps',            $$SELECT count(*) FROM orch_run_steps$$),
+    ('orch_retry_run',            $$SELECT orch_retry_run((SELECT min(run_id) FROM orch_runs WHERE state = 'failed'))$$);
 
 -- Direct writes on the orch tables: refused for every role.
 CREATE TEMP TABLE writes (ord serial, sql text);
@@ -193,7 +229,14 @@ INSERT INTO writes (sql) VALUES
     ($$UPDATE orch.queues SET paused = true$$),
     ($$DELETE FROM orch.idempotency_keys$$),
     ($$INSERT INTO orch.attempts (task_id, attempt, outcome) VALUES (1, 1, 'completed')$$),
-    ($$INSERT INTO orch.state_transitions (machine, from_state, to_state) VALUES ('task', 'completed', 'queued')$$);
+    ($$INSERT INTO orch.state_transitions (machine, from_state, to_state) VALUES ('task', 'completed', 'queued')$$),
+    ($$INSERT INTO orch.definitions (name, version, spec, content_hash) VALUES ('forged', 1, '{}', repeat('0', 64))$$),
+    ($$UPDATE orch.definitions SET status = 'deprecated'$$),
+    ($$DELETE FROM orch.definitions$$),
+    ($$UPDATE orch.runs SET state = 'succeeded'$$),
+    ($$DELETE FROM orch.run_steps$$),
+    ($$INSERT INTO orch.approvals (approval_ref, run_id, step_id, approved, actor) VALUES ('forged', 1, 'gate', true, 'forger')$$),
+    ($$DELETE FROM orch.gate_repairs$$);
 
 -- run_as(role, allowed functions): for every call, lives_ok when its function
 -- is allowed to the role, else throws_ok 42501; then every direct write
@@ -221,20 +264,25 @@ END $$;
 SELECT * FROM pg_temp.run_as('tap_nobody', '{}');
 SELECT * FROM pg_temp.run_as('tap_reader',
     ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
-          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
 SELECT * FROM pg_temp.run_as('tap_producer',
     ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
+          'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
-          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
 SELECT * FROM pg_temp.run_as('tap_worker',
     ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_await_tool', 'orch_resume', 'orch_complete', 'orch_fail',
           'orch_await_confirmation', 'orch_command_result',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
-          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
 SELECT * FROM pg_temp.run_as('tap_approver',
-    ARRAY['orch_confirm',
+    ARRAY['orch_confirm', 'orch_approve', 'orch_reject',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
-          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands']);
+          'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
 
 -- The admin may do everything through the API (with fresh work for the worker calls).
 DO $$
@@ -258,6 +306,20 @@ SELECT is((SELECT array_agg(status ORDER BY idempotency_key) FROM orch_commands 
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND retry_of IS NOT NULL), 2::bigint,
           'the admin re-drove both dead letters (orch_retry, orch_reprocess)');
 SELECT is((SELECT count(*) FROM orch.concurrency_limits WHERE queue = 'tap_q'), 1::bigint, 'the admin set a concurrency limit');
+SELECT is((SELECT string_agg(version || ':' || status, ',' ORDER BY version) FROM orch.definitions WHERE name = 'tap_wf2'),
+          '1:deprecated', 'the admin defined, published and deprecated a workflow (once: the others were refused)');
+SELECT is((SELECT array_agg(created_by || ':' || state ORDER BY created_by) FROM orch.runs WHERE input = '{"by": "role"}'),
+          ARRAY['tap_admin:canceled', 'tap_producer:canceled'], 'producer and admin each started a run and cancelled it');
+SELECT is((SELECT array_agg(actor || ':' || reason_code ORDER BY actor, reason_code) FROM orch.events
+            WHERE entity = 'run' AND reason_code IN ('paused', 'resumed')),
+          ARRAY['tap_admin:paused', 'tap_admin:resumed', 'tap_producer:paused', 'tap_producer:resumed'],
+          'producer and admin each paused and resumed a run');
+SELECT is((SELECT array_agg(actor || ':' || approved ORDER BY actor, approved) FROM orch.approvals),
+          ARRAY['tap_admin:false', 'tap_admin:true', 'tap_approver:false', 'tap_approver:true'],
+          'approver and admin each approved and rejected a run');
+SELECT is((SELECT string_agg(state, ',' ORDER BY id) FROM orch.runs WHERE input ? 'n'),
+          'succeeded,failed,succeeded,failed', 'the approved runs succeeded, the rejected ones failed');
+SELECT is((SELECT count(*) FROM orch.runs WHERE retry_of IS NOT NULL), 1::bigint, 'the admin retried the failed run');
 
 SELECT * FROM finish();
 ROLLBACK;

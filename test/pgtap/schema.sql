@@ -1,7 +1,8 @@
 -- schema: the tables of SPEC §1/§11 exist, every table carries tenant_id,
 -- keys of the distributed tables include tenant_id, the lifecycle trigger is
--- in place with the built-in matrix, and every SECURITY DEFINER function pins
--- search_path (SPEC §10).
+-- in place with the built-in matrix, the workflow tables (0.4.0) have their
+-- keys and C triggers (run lifecycle, definition guard), and every SECURITY
+-- DEFINER function pins search_path (SPEC §10).
 -- Run: pg_prove -d DB test/pgtap/schema.sql
 \set QUIET 1
 \set ON_ERROR_STOP 1
@@ -10,17 +11,19 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(95);
+SELECT plan(137);
 
 -- Tables.
 SELECT has_schema('orch');
 SELECT has_table('orch', t, 'table orch.' || t || ' exists')
   FROM unnest(ARRAY['queues', 'tasks', 'attempts', 'events', 'idempotency_keys',
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
-                    'tenant_bindings']) t;
+                    'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-                    'orch_tenant_bindings']) v;
+                    'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps']) v;
+SELECT has_sequence('orch', s, 'sequence orch.' || s || ' exists')
+  FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq']) s;
 
 -- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1);
 -- orch.tenant_bindings (0.4.0) names a tenant in every row, without a default.
@@ -41,20 +44,28 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 
 -- Keys of the distributed tables include tenant_id (SPEC §11); the small
 -- reference tables (queues, state_machines, state_transitions,
--- concurrency_limits, tenant_bindings, and gate_repairs, keyed like
--- concurrency_limits by (queue, key)) are exempt.
+-- concurrency_limits, tenant_bindings, gate_repairs, and the workflow
+-- definitions, which all tenants share under tenant 'default') are exempt.
+-- gate_repairs, a reference table, still carries tenant_id in its key
+-- (a deferred key decision is per tenant); so does definitions.
 CREATE TEMP VIEW dist_tables AS
 SELECT c.oid, c.relname::text AS name
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p')
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
-                         'gate_repairs');
+                         'gate_repairs', 'definitions');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables),
-          ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'rate_window', 'tasks'],
-          'the distributed tables are attempts, commands, events, idempotency_keys, rate_window, tasks');
+          ARRAY['approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'rate_window', 'run_steps', 'runs',
+                'tasks'],
+          'the distributed tables are approvals, attempts, commands, events, idempotency_keys, rate_window, run_steps, runs, tasks');
 SELECT has_pk('orch', t, 'orch.' || t || ' has a primary key')
-  FROM unnest(ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'tasks']) t;
+  FROM unnest(ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'tasks', 'runs', 'run_steps', 'approvals']) t;
 SELECT col_is_pk('orch', 'tasks', ARRAY['id', 'tenant_id'], 'orch.tasks is keyed by (id, tenant_id)');
+SELECT col_is_pk('orch', 'runs', ARRAY['id', 'tenant_id'], 'orch.runs is keyed by (id, tenant_id)');
+SELECT col_is_pk('orch', 'run_steps', ARRAY['run_id', 'step_id', 'tenant_id'], 'orch.run_steps is keyed by (run_id, step_id, tenant_id)');
+SELECT col_is_pk('orch', 'approvals', ARRAY['approval_ref', 'tenant_id'], 'orch.approvals is keyed by (approval_ref, tenant_id)');
+SELECT col_is_pk('orch', 'gate_repairs', ARRAY['queue', 'key', 'tenant_id'], 'orch.gate_repairs is keyed by (queue, key, tenant_id)');
+SELECT col_is_pk('orch', 'definitions', ARRAY['name', 'version', 'tenant_id'], 'orch.definitions is keyed by (name, version, tenant_id)');
 SELECT is(
     (SELECT coalesce(array_agg(d.name || '.' || con.conname ORDER BY 1), '{}')
        FROM dist_tables d JOIN pg_constraint con ON con.conrelid = d.oid
@@ -99,6 +110,26 @@ SELECT set_eq(
              ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled')$$,
     'the built-in task machine is exactly the matrix of SPEC section 2');
 SELECT is((SELECT builtin FROM orch.state_machines WHERE name = 'task'), true, 'the task machine is built in');
+
+-- The workflow triggers (0.4.0): the run lifecycle and the definition guard, in C.
+SELECT has_trigger('orch', 'runs', 'runs_lifecycle', 'orch.runs has the run lifecycle trigger');
+SELECT trigger_is('orch', 'runs', 'runs_lifecycle', 'public', 'orch_run_lifecycle',
+                  'the run lifecycle trigger calls orch_run_lifecycle');
+SELECT ok((SELECT (tgtype & 2) <> 0 AND (tgtype & 1) <> 0 AND (tgtype & 4) <> 0 AND (tgtype & 16) <> 0 AND (tgtype & 8) = 0
+             FROM pg_trigger WHERE tgrelid = 'orch.runs'::regclass AND tgname = 'runs_lifecycle'),
+          'the run lifecycle trigger is BEFORE INSERT OR UPDATE FOR EACH ROW');
+SELECT has_trigger('orch', 'definitions', 'definitions_guard', 'orch.definitions has the guard trigger');
+SELECT trigger_is('orch', 'definitions', 'definitions_guard', 'public', 'orch_definitions_guard',
+                  'the definition guard calls orch_definitions_guard');
+SELECT ok((SELECT (tgtype & 2) <> 0 AND (tgtype & 1) <> 0 AND (tgtype & 8) <> 0 AND (tgtype & 16) <> 0 AND (tgtype & 4) = 0
+             FROM pg_trigger WHERE tgrelid = 'orch.definitions'::regclass AND tgname = 'definitions_guard'),
+          'the definition guard is BEFORE UPDATE OR DELETE FOR EACH ROW');
+SELECT ok((SELECT (tgtype & 2) <> 0 AND (tgtype & 1) = 0 AND (tgtype & 32) <> 0
+             FROM pg_trigger WHERE tgrelid = 'orch.definitions'::regclass AND tgname = 'definitions_guard_truncate'),
+          'the definition guard also fires BEFORE TRUNCATE (for each statement)');
+SELECT is((SELECT array_agg(lanname::text ORDER BY p.proname) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+            WHERE p.oid IN ('orch_run_lifecycle()'::regprocedure, 'orch_definitions_guard()'::regprocedure)),
+          ARRAY['c', 'c'], 'the run lifecycle and the definition guard are written in C');
 
 -- SECURITY DEFINER functions pin search_path (pg_catalog first, pg_temp last).
 CREATE TEMP VIEW ext_functions AS

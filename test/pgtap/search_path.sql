@@ -2,11 +2,14 @@
 -- hijack (SPEC §10).  An unprivileged role with CREATE on schema public
 -- plants functions, aggregates, operators and relations named like what the
 -- extension uses (now(), gen_random_uuid(), jsonb_build_object, count(*),
--- = on text/bigint, pg_has_role, hash_bytes, tasks/events/queues, ...);
+-- = on text/bigint, pg_has_role, hash_bytes, jsonb_typeof, sha256,
+-- jsonb_agg, tasks/events/queues/definitions/runs, ...);
 -- each records that it was called (a log row, and a sequence that a
 -- rollback cannot undo).  Then the whole API runs with search_path =
 -- 'public, pg_catalog' (public FIRST), as each role, as an admin for
--- everything, and as the superuser: every result is checked, and no planted
+-- everything, and as the superuser (workflows included: define, publish,
+-- start, step tasks, approvals, pause, resume, cancel, compensation, re-run,
+-- run status): every result is checked, and no planted
 -- object may ever have been called.  Finally every SECURITY DEFINER function
 -- must pin search_path = pg_catalog, orch, pg_temp.
 -- Run: pg_prove -d DB test/pgtap/search_path.sql
@@ -17,7 +20,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(293);
+SELECT plan(427);
 
 -- ---------------------------------------------------------------------------
 -- Roles (NOLOGIN; created in this transaction, reused when they exist).
@@ -122,6 +125,25 @@ CREATE FUNCTION public.pg_notify(text, text) RETURNS void LANGUAGE plpgsql SET s
     $$ BEGIN PERFORM public.hj_log('pg_notify(text,text)'); END $$;
 CREATE FUNCTION public.to_jsonb(anyelement) RETURNS jsonb LANGUAGE plpgsql SET search_path = pg_catalog AS
     $$ BEGIN PERFORM public.hj_log('to_jsonb(anyelement)'); RETURN pg_catalog.to_jsonb($1); END $$;
+-- what workflow definitions and runs use (0.4.0)
+CREATE FUNCTION public.jsonb_typeof(jsonb) RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('jsonb_typeof(jsonb)'); RETURN pg_catalog.jsonb_typeof($1); END $$;
+CREATE FUNCTION public.jsonb_array_length(jsonb) RETURNS integer LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('jsonb_array_length(jsonb)'); RETURN pg_catalog.jsonb_array_length($1); END $$;
+CREATE FUNCTION public.jsonb_array_elements(jsonb) RETURNS SETOF jsonb LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('jsonb_array_elements(jsonb)'); RETURN QUERY SELECT pg_catalog.jsonb_array_elements($1); END $$;
+CREATE FUNCTION public.jsonb_array_elements_text(jsonb) RETURNS SETOF text LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('jsonb_array_elements_text(jsonb)'); RETURN QUERY SELECT pg_catalog.jsonb_array_elements_text($1); END $$;
+CREATE FUNCTION public."left"(text, integer) RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('left(text,integer)'); RETURN pg_catalog."left"($1, $2); END $$;
+CREATE FUNCTION public.make_interval(secs double precision) RETURNS interval LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('make_interval(secs)'); RETURN pg_catalog.make_interval(secs => secs); END $$;
+CREATE FUNCTION public.sha256(bytea) RETURNS bytea LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('sha256(bytea)'); RETURN pg_catalog.sha256($1); END $$;
+CREATE FUNCTION public.encode(bytea, text) RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('encode(bytea,text)'); RETURN pg_catalog.encode($1, $2); END $$;
+CREATE FUNCTION public.convert_to(text, name) RETURNS bytea LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('convert_to(text,name)'); RETURN pg_catalog.convert_to($1, $2); END $$;
 -- COALESCE, GREATEST, NULLIF are SQL constructs, not functions: a function of
 -- that name is never what COALESCE(...) calls; planted anyway.
 CREATE FUNCTION public."coalesce"(text, text) RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog AS
@@ -138,6 +160,14 @@ CREATE FUNCTION public.hj_max_sf(bigint, bigint) RETURNS bigint LANGUAGE plpgsql
     $$ BEGIN PERFORM public.hj_log('max/min(bigint)'); RETURN pg_catalog.greatest($1, $2); END $$;
 CREATE AGGREGATE public.max(bigint) (SFUNC = public.hj_max_sf, STYPE = bigint);
 CREATE AGGREGATE public.min(bigint) (SFUNC = public.hj_max_sf, STYPE = bigint);
+CREATE FUNCTION public.hj_jsonb_agg_sf(jsonb, anyelement) RETURNS jsonb LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('jsonb_agg(anyelement)');
+             RETURN pg_catalog.coalesce($1, '[]'::jsonb) OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_array($2); END $$;
+CREATE AGGREGATE public.jsonb_agg(anyelement) (SFUNC = public.hj_jsonb_agg_sf, STYPE = jsonb);
+CREATE FUNCTION public.hj_string_agg_sf(text, text, text) RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog AS
+    $$ BEGIN PERFORM public.hj_log('string_agg(text,text)');
+             RETURN CASE WHEN $1 IS NULL THEN $2 ELSE $1 OPERATOR(pg_catalog.||) $3 OPERATOR(pg_catalog.||) $2 END; END $$;
+CREATE AGGREGATE public.string_agg(text, text) (SFUNC = public.hj_string_agg_sf, STYPE = text);
 -- operators: name(left, right) -> the pg_catalog operator's answer, recorded
 DO $$
 DECLARE o record; fn text;
@@ -168,7 +198,8 @@ DECLARE t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['tasks', 'events', 'queues', 'attempts', 'commands', 'idempotency_keys',
                              'tenant_bindings', 'state_machines', 'state_transitions', 'concurrency_limits',
-                             'rate_window', 'gate_repairs', 'task_status'] LOOP
+                             'rate_window', 'gate_repairs', 'task_status', 'definitions', 'runs', 'run_steps',
+                             'approvals'] LOOP
         EXECUTE format('CREATE VIEW public.%I AS SELECT 1::bigint AS id, ''default''::text AS tenant_id, '
                        '''x''::text AS queue, ''x''::text AS name, ''x''::text AS role, ''queued''::text AS state '
                        'WHERE public.hj_hit(%L)', t, 'read public.' || t);
@@ -182,7 +213,8 @@ RESET ROLE;
 DO $$
 DECLARE t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['tasks', 'events', 'queues', 'attempts', 'commands', 'tenant_bindings', 'state_machines'] LOOP
+    FOREACH t IN ARRAY ARRAY['tasks', 'events', 'queues', 'attempts', 'commands', 'tenant_bindings', 'state_machines',
+                             'definitions', 'runs', 'run_steps', 'approvals'] LOOP
         EXECUTE format('CREATE TEMP VIEW %I AS SELECT 1::bigint AS id, ''default''::text AS tenant_id, '
                        '''x''::text AS queue, ''x''::text AS name, ''queued''::text AS state '
                        'WHERE public.hj_hit(%L)', t, 'read pg_temp.' || t);
@@ -191,7 +223,7 @@ BEGIN
 END $$;
 SELECT is((SELECT count(*) FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
             WHERE p.pronamespace = 'public'::regnamespace AND r.rolname = 's_attacker'),
-          53::bigint, 'the 53 planted functions, aggregates and operator functions are owned by the unprivileged role');
+          66::bigint, 'the 66 planted functions, aggregates and operator functions are owned by the unprivileged role');
 SELECT is((SELECT count(*) FROM pg_operator WHERE oprnamespace = 'public'::regnamespace), 16::bigint, '16 operators planted in public');
 
 -- ---------------------------------------------------------------------------
@@ -254,8 +286,11 @@ SELECT is(pg_temp.sp('s_producer', $$SELECT ('a'::text = 'a'::text) AS r$$), 'tr
 SELECT is(pg_temp.sp('s_producer', 'SELECT count(*) AS r FROM generate_series(1, 3)'), '3', 'control: count(*) reaches the planted aggregate');
 SELECT is(pg_temp.sp('s_producer', 'SELECT pg_catalog.count(*) AS r FROM tasks'), '1', 'control: tasks resolves to a plant');
 SELECT is(pg_temp.sp('s_reader', 'SELECT pg_catalog.count(*) AS r FROM public.queues'), '1', 'control: public.queues is a plant');
+SELECT is(pg_temp.sp('s_producer', $$SELECT jsonb_typeof('[1]') AS r$$), 'array', 'control: jsonb_typeof reaches public.jsonb_typeof');
+SELECT is(pg_temp.sp('s_reader', 'SELECT pg_catalog.count(*) AS r FROM runs'), '1', 'control: runs resolves to a plant');
 SELECT set_has($$SELECT what FROM public.hijack_log$$,
-               $$VALUES ('now()'), ('=(text,text)'), ('count(*)'), ('read pg_temp.tasks'), ('read public.queues')$$,
+               $$VALUES ('now()'), ('=(text,text)'), ('count(*)'), ('read pg_temp.tasks'), ('read public.queues'),
+                        ('jsonb_typeof(jsonb)'), ('read pg_temp.runs')$$,
                'control: the plants recorded every call');
 SELECT last_value AS hj_base FROM public.hijack_seq \gset
 DELETE FROM public.hijack_log;
@@ -356,6 +391,50 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('bound', 'the bound worker sees its tenant only', $$SELECT pg_catalog.count(*) AS r FROM orch_tasks WHERE queue OPERATOR(pg_catalog.=) 'sp{n}_tn'$$, NULL, '1'),
     ('admin', 'unbind it', $$SELECT orch_unbind_tenant('s_worker_a', 'sa{n}') AS r$$, NULL, 'true'),
     ('bound', 'unbound again', $$SELECT orch_caller_tenants() AS r$$, NULL, '<null>'),
+    ('admin', 'define a workflow', $$SELECT orch_define('sp{n}_wf', '{"steps": [{"step_id": "work", "queue": "sp{n}_wq", "handler": "sp.work", "timeout": 3600, "compensation": {"handler": "sp.undo"}}, {"step_id": "gate", "type": "human_approval", "depends_on": ["work"], "timeout": "1 day"}], "policies": {"deadline": "2 days", "retry_policy": {"max_attempts": 2}}, "input_schema": {"required": ["doc"], "properties": {"doc": {"type": "integer"}}}}') AS r$$, NULL, '1'),
+    ('admin', 'define it again: the draft is replaced', $$SELECT orch_define('sp{n}_wf', '{"steps": [{"step_id": "work", "queue": "sp{n}_wq", "handler": "sp.work", "timeout": 3600, "compensation": {"handler": "sp.undo"}}, {"step_id": "gate", "type": "human_approval", "depends_on": ["work"], "timeout": "1 day"}], "policies": {"deadline": "2 days", "retry_policy": {"max_attempts": 2}}, "input_schema": {"required": ["doc"], "properties": {"doc": {"type": "integer"}}}}') AS r$$, NULL, '1'),
+    ('reader', 'validate a spec', $$SELECT 'valid' AS r FROM orch_validate_definition('{"steps": [{"step_id": "a", "queue": "q", "handler": "h", "on_success": "b"}, {"step_id": "b", "type": "decision", "targets": ["c", "d"], "rules": [{"when": {"path": "$.steps.a.output.n", "op": "ge", "value": 1}, "then": "c"}], "default": "d"}, {"step_id": "c", "type": "wait", "duration": "5 min"}, {"step_id": "d", "type": "task", "queue": "q", "handler": "n", "map": {"over": "$.input.items", "max_parallel": 2}}]}') v$$, NULL, 'valid'),
+    ('reader', 'validate an invalid spec: OR008', $$SELECT 'valid' AS r FROM orch_validate_definition('{"steps": [{"step_id": "a", "queue": "q", "handler": "h", "depends_on": ["a"]}]}') v$$, NULL, 'OR008:%'),
+    ('admin', 'publish it', $$SELECT pg_catalog.length(orch_publish('sp{n}_wf', 1)) AS r$$, NULL, '64'),
+    ('admin', 'publish it again: the same hash', $$SELECT (orch_publish('sp{n}_wf', 1) OPERATOR(pg_catalog.=) content_hash) AS r FROM orch_definitions WHERE name OPERATOR(pg_catalog.=) 'sp{n}_wf'$$, NULL, 'true'),
+    ('reader', 'the published definition', $$SELECT version OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) status AS r FROM orch_definition('sp{n}_wf')$$, NULL, '1/published'),
+    ('reader', 'orch_definitions', $$SELECT status AS r FROM orch_definitions WHERE name OPERATOR(pg_catalog.=) 'sp{n}_wf'$$, NULL, 'published'),
+    ('producer', 'start a run', $$SELECT orch_start('sp{n}_wf', '{"doc": 1}', idempotency_key => 'sp{n}-run') AS task_id$$, 'w1', '{"task_id": %}'),
+    ('producer', 'start it again: the same run', $$SELECT orch_start('sp{n}_wf', '{"doc": 1}', idempotency_key => 'sp{n}-run') AS r$$, NULL, '{id:w1}'),
+    ('producer', 'the same key, another input: OR004', $$SELECT orch_start('sp{n}_wf', '{"doc": 2}', idempotency_key => 'sp{n}-run') AS r$$, NULL, 'OR004:%'),
+    ('producer', 'an input against the schema: 22023', $$SELECT orch_start('sp{n}_wf', '{"doc": "x"}') AS r$$, NULL, '22023:%'),
+    ('worker', 'claim the step task', $$SELECT task_id, lease_token, (payload OPERATOR(pg_catalog.->>) 'step_id') AS step FROM orch_dequeue('sp{n}_wq', 'sp-worker')$$, 'ws1', '{"step": "work", "task_id": %, "lease_token": "%"}'),
+    ('worker', 'complete it', $$SELECT orch_complete({id:ws1}, {tok:ws1}, '{"done": true}') AS r$$, NULL, 'completed'),
+    ('reader', 'the run waits for approval', $$SELECT state AS r FROM orch_runs WHERE run_id OPERATOR(pg_catalog.=) {id:w1}$$, NULL, 'waiting_approval'),
+    ('approver', 'approve', $$SELECT orch_approve({id:w1}, 'gate', 'sp{n}-ref1', 'carol', 'ok') AS r$$, NULL, 'succeeded'),
+    ('approver', 'approve again with the same reference: no change', $$SELECT orch_approve({id:w1}, 'gate', 'sp{n}-ref1', 'carol', 'ok') AS r$$, NULL, 'succeeded'),
+    ('reader', 'run status', $$SELECT (orch_run_status({id:w1}) OPERATOR(pg_catalog.->) 'run' OPERATOR(pg_catalog.->>) 'state') AS r$$, NULL, 'succeeded'),
+    ('reader', 'orch_run_steps', $$SELECT pg_catalog.string_agg(step_id OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) state, ',' ORDER BY ord) AS r FROM orch_run_steps WHERE run_id OPERATOR(pg_catalog.=) {id:w1}$$, NULL, 'work=succeeded,gate=succeeded'),
+    ('producer', 'start a second run', $$SELECT orch_start('sp{n}_wf', '{"doc": 2}') AS task_id$$, 'w2', '{"task_id": %}'),
+    ('producer', 'pause it', $$SELECT orch_pause_run({id:w2}) AS r$$, NULL, 'paused'),
+    ('producer', 'resume it (its pins hold)', $$SELECT orch_resume_run({id:w2}, '{"definition": "sp{n}_wf", "version": 1}') AS r$$, NULL, 'running'),
+    ('producer', 'pause it again', $$SELECT orch_pause_run({id:w2}) AS r$$, NULL, 'paused'),
+    ('producer', 'resume with drifted pins: OR010', $$SELECT orch_resume_run({id:w2}, '{"version": 2}') AS r$$, NULL, 'OR010:%'),
+    ('producer', 'resume it', $$SELECT orch_resume_run({id:w2}) AS r$$, NULL, 'running'),
+    ('worker', 'claim its step task', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_wq', 'sp-worker')$$, 'ws2', '{"task_id": %, "lease_token": "%"}'),
+    ('producer', 'cancel the run (its step task is executing)', $$SELECT orch_cancel_run({id:w2}, 'not needed') AS r$$, NULL, 'canceled'),
+    ('producer', 'cancel it again: no change', $$SELECT orch_cancel_run({id:w2}, 'not needed') AS r$$, NULL, 'canceled'),
+    ('worker', 'the worker learns it from a heartbeat', $$SELECT orch_heartbeat({id:ws2}, {tok:ws2}) AS r$$, NULL, 'cancelled'),
+    ('reader', 'run status of the canceled run', $$SELECT (orch_run_status({id:w2}) OPERATOR(pg_catalog.->) 'run' OPERATOR(pg_catalog.->>) 'state') AS r$$, NULL, 'canceled'),
+    ('producer', 'start a third run', $$SELECT orch_start('sp{n}_wf', '{"doc": 3}') AS task_id$$, 'w3', '{"task_id": %}'),
+    ('worker', 'claim its step task', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_wq', 'sp-worker')$$, 'ws3', '{"task_id": %, "lease_token": "%"}'),
+    ('worker', 'complete it', $$SELECT orch_complete({id:ws3}, {tok:ws3}, '{"done": 3}') AS r$$, NULL, 'completed'),
+    ('approver', 'reject: the run compensates', $$SELECT orch_reject({id:w3}, 'gate', 'sp{n}-ref3', 'carol', 'no') AS r$$, NULL, 'running'),
+    ('worker', 'claim the compensation task', $$SELECT task_id, lease_token, (payload OPERATOR(pg_catalog.->>) 'compensation') AS comp FROM orch_dequeue('sp{n}_wq', 'sp-worker')$$, 'wc3', '{"comp": "sp.undo", "task_id": %, "lease_token": "%"}'),
+    ('worker', 'complete it', $$SELECT orch_complete({id:wc3}, {tok:wc3}) AS r$$, NULL, 'completed'),
+    ('reader', 'the run failed, compensated', $$SELECT state OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) phase AS r FROM orch_runs WHERE run_id OPERATOR(pg_catalog.=) {id:w3}$$, NULL, 'failed/compensating'),
+    ('producer', 'start a fourth run', $$SELECT orch_start('sp{n}_wf', '{"doc": 4}') AS task_id$$, 'w4', '{"task_id": %}'),
+    ('worker', 'claim its step task', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_wq', 'sp-worker')$$, 'ws4', '{"task_id": %, "lease_token": "%"}'),
+    ('worker', 'fail it NON_RETRYABLE: the run fails', $$SELECT state AS r FROM orch_fail({id:ws4}, {tok:ws4}, 'NON_RETRYABLE', 'broken')$$, NULL, 'failed'),
+    ('admin', 're-run the failed run', $$SELECT orch_retry_run({id:w4}) AS task_id$$, 'w5', '{"task_id": %}'),
+    ('reader', 'the re-run', $$SELECT state OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) retry_of::text AS r FROM orch_runs WHERE run_id OPERATOR(pg_catalog.=) {id:w5}$$, NULL, 'running/{id:w4}'),
+    ('admin', 'deprecate the workflow', $$SELECT orch_deprecate('sp{n}_wf', 1)::text AS r$$, NULL, ''),
+    ('producer', 'no published version left: OR005', $$SELECT orch_start('sp{n}_wf', '{"doc": 6}') AS r$$, NULL, 'OR005:%'),
     ('admin', 'drop a queue (forced)', $$SELECT orch_drop_queue('sp{n}_l', true)::text AS r$$, NULL, ''),
     ('admin', 'schedule maintenance (pg_cron absent here): 55000', $$SELECT orch_schedule_maintenance() AS r$$, NULL, '55000:%'),
     ('admin', 'unschedule maintenance (pg_cron absent here): 55000', $$SELECT orch_unschedule_maintenance() AS r$$, NULL, '55000:%');

@@ -5,7 +5,9 @@
 -- or spanning tenants is 42501; nothing of another tenant changes).  Then
 -- the views as each role sees them, lease-token secrecy, actor/label in
 -- events, row-level security on the tables, the binding API itself and the
--- SUSET orchestrator.auto_create_queues.
+-- SUSET orchestrator.auto_create_queues.  Workflows (0.4.0): definitions are
+-- shared templates (authored by unbound roles only), runs, their steps and
+-- approvals are tenant data like tasks.
 -- Run: pg_prove -d DB test/pgtap/tenants.sql
 \set QUIET 1
 \set ON_ERROR_STOP 1
@@ -14,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(3287);
+SELECT plan(4844);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -235,6 +237,73 @@ BEGIN
     UPDATE orch.tasks SET run_at = now() - interval '1 minute' WHERE queue = 'q_delay';
 END $$;
 
+-- Workflow fixtures: a published definition (a task step with a
+-- compensation, then a human approval), a published one to deprecate and a
+-- draft to publish; per tenant, runs in every state reached through the API
+-- (fx names: run_done succeeded, run_wait waiting for approval, run_exec
+-- running with its step task executing (fx run_exec_task holds the task and
+-- its token), run_failed failed, run_paused paused with its step task
+-- queued); and a run of tb started with an idempotency key.
+CREATE FUNCTION pg_temp.mk_run(nm text, st text, ten text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE rid bigint; c record; got text;
+BEGIN
+    rid := orch_start('tt_wf', jsonb_build_object('fx', nm, 'tenant', ten), tenant => ten);
+    IF st = 'paused' THEN
+        PERFORM orch_pause_run(rid);
+    ELSE
+        SELECT d.task_id, d.lease_token INTO c FROM orch_dequeue('q_wf', 'fx-worker', 1, '1 hour', tenant => ten) d;
+        IF c.task_id IS DISTINCT FROM (SELECT t.id FROM orch.tasks t WHERE t.run_id = rid AND t.tenant_id = ten) THEN
+            RAISE EXCEPTION 'setup: claimed % instead of the step task of run %', c.task_id, rid;
+        END IF;
+        CASE st
+            WHEN 'running' THEN INSERT INTO fx VALUES (nm || '_task', ten, c.task_id, c.lease_token);
+            WHEN 'failed' THEN PERFORM orch_fail(c.task_id, c.lease_token, 'NON_RETRYABLE', 'fx run failure');
+            ELSE PERFORM orch_complete(c.task_id, c.lease_token, '{"fx": "done"}');
+        END CASE;
+        IF st = 'succeeded' THEN
+            PERFORM orch_approve(rid, 'gate', 'fx-ref-' || nm, 'fx-approver', 'fx');
+        END IF;
+    END IF;
+    SELECT r.state INTO got FROM orch.runs r WHERE r.id = rid;
+    IF got IS DISTINCT FROM st THEN
+        RAISE EXCEPTION 'setup: run % is % instead of %', rid, got, st;
+    END IF;
+    INSERT INTO fx VALUES (nm, ten, rid, NULL);
+    RETURN rid;
+END $$;
+
+DO $$
+DECLARE t text;
+BEGIN
+    PERFORM orch_create_queue('q_wf');
+    PERFORM orch_create_queue('q_wf_comp');
+    PERFORM orch_define('tt_wf', '{"steps": [
+        {"step_id": "work", "queue": "q_wf", "handler": "tt.work", "compensation": {"handler": "tt.undo", "queue": "q_wf_comp"}},
+        {"step_id": "gate", "type": "human_approval", "depends_on": ["work"]}]}');
+    PERFORM orch_publish('tt_wf', 1);
+    PERFORM orch_define('tt_wf_old', '{"steps": [{"step_id": "s", "queue": "q_wf", "handler": "tt.old"}]}');
+    PERFORM orch_publish('tt_wf_old', 1);
+    PERFORM orch_define('tt_wf_draft', '{"steps": [{"step_id": "s", "queue": "q_wf", "handler": "tt.draft"}]}');
+    FOREACH t IN ARRAY ARRAY['ta', 'tb'] LOOP
+        PERFORM pg_temp.mk_run('run_done', 'succeeded', t);
+        PERFORM pg_temp.mk_run('run_wait', 'waiting_approval', t);
+        PERFORM pg_temp.mk_run('run_exec', 'running', t);
+        PERFORM pg_temp.mk_run('run_failed', 'failed', t);
+        PERFORM pg_temp.mk_run('run_paused', 'paused', t);
+    END LOOP;
+    PERFORM orch_start('tt_wf', '{"x": 1}', idempotency_key => 'run-shared', tenant => 'tb');
+END $$;
+
+SELECT is((SELECT string_agg(tenant_id || '=' || state, ',' ORDER BY tenant_id, id) FROM orch.runs),
+          'ta=succeeded,ta=waiting_approval,ta=running,ta=failed,ta=paused,'
+          'tb=succeeded,tb=waiting_approval,tb=running,tb=failed,tb=paused,tb=running',
+          'fixture: runs of ta and tb in every state');
+SELECT is((SELECT string_agg(tenant_id || '=' || state, ',' ORDER BY tenant_id) FROM orch.tasks
+            WHERE id IN (pg_temp.fx('run_exec_task', 'ta'), pg_temp.fx('run_exec_task', 'tb'))),
+          'ta=executing,tb=executing', 'fixture: the running runs'' step tasks are executing');
+SELECT is((SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.approvals), 'ta,tb',
+          'fixture: one approval in each tenant');
+
 SELECT is((SELECT string_agg(tenant_id || '=' || state || '/' || (ready_at IS NOT NULL), ',' ORDER BY tenant_id)
              FROM orch.tasks WHERE queue = 'q_delay'),
           'ta=queued/false,tb=queued/false', 'fixture: the delayed tasks are due but not yet claimable');
@@ -253,23 +322,26 @@ CREATE TEMP TABLE tt_allowed (kind text, fn text, PRIMARY KEY (kind, fn));
 INSERT INTO tt_allowed
 SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin']) k,
        unnest(ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
-                    'orch_caller_tenants', 'orch.tenant_visible', 'orch.caller_is_admin']) f
+                    'orch_caller_tenants', 'orch.tenant_visible', 'orch.caller_is_admin',
+                    'orch_definition', 'orch_validate_definition', 'orch_run_status']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
-       unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command']) f
+       unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
+                    'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['worker', 'admin']) k,
        unnest(ARRAY['orch_dequeue', 'orch_complete', 'orch_complete_batch', 'orch_fail', 'orch_heartbeat',
                     'orch_await_tool', 'orch_await_confirmation', 'orch_resume', 'orch_command_result']) f
 UNION ALL
-SELECT k, f FROM unnest(ARRAY['approver', 'admin']) k, unnest(ARRAY['orch_confirm']) f
+SELECT k, f FROM unnest(ARRAY['approver', 'admin']) k, unnest(ARRAY['orch_confirm', 'orch_approve', 'orch_reject']) f
 UNION ALL
 SELECT 'admin', f FROM unnest(ARRAY['orch_create_queue', 'orch_configure_queue', 'orch_pause_queue',
                                     'orch_resume_queue', 'orch_drop_queue', 'orch_set_concurrency_limit',
                                     'orch_create_state_machine', 'orch_attach_state_machine',
                                     'orch_state_machine_trigger', 'orch_maintain', 'orch_schedule_maintenance',
                                     'orch_unschedule_maintenance', 'orch_retry', 'orch_reprocess',
-                                    'orch_bind_tenant', 'orch_unbind_tenant']) f;
+                                    'orch_bind_tenant', 'orch_unbind_tenant',
+                                    'orch_define', 'orch_publish', 'orch_deprecate', 'orch_retry_run']) f;
 
 -- The cases.  class:
 --   task      acts on one task/command of tenant tgt: want own / other
@@ -502,6 +574,106 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_events_flush', 'any', NULL, 'call the event flush trigger function directly',
      'SELECT orch_events_flush()', NULL, '{"*": "39P01"}');
 
+-- Workflow cases: runs, their step tasks and approvals are the tenant's;
+-- definitions are shared, authored by unbound roles only.
+DO $$
+DECLARE t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['ta', 'tb'] LOOP
+        INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
+        ('orch_run_status', 'task', t, 'run_status of a run waiting for approval',
+         format($q$SELECT (s -> 'run' ->> 'state') || '/' || (s -> 'run' ->> 'tenant_id') || '/' || jsonb_array_length(s -> 'steps')
+                     FROM orch_run_status(%s) AS f(s)$q$, pg_temp.fx('run_wait', t)), NULL,
+         jsonb_build_object('own', '00000:waiting_approval/' || t || '/2', 'other', 'OR005')),
+        ('orch_run_status', 'task', t, 'run_status of a succeeded run shows its approval',
+         format($q$SELECT (s -> 'run' ->> 'state') || '/' || (s -> 'approvals' -> 0 ->> 'approval_ref')
+                     FROM orch_run_status(%s) AS f(s)$q$, pg_temp.fx('run_done', t)), NULL,
+         '{"own": "00000:succeeded/fx-ref-run_done", "other": "OR005"}'),
+        ('orch_approve', 'task', t, 'approve a run waiting for approval',
+         format($q$SELECT orch_approve(%s, 'gate', 'tt-ref', 'alice', 'fine')$q$, pg_temp.fx('run_wait', t)),
+         format($q$SELECT r.state || '/' || a.actor || '/' || a.label FROM orch.runs r
+                     JOIN orch.approvals a ON a.run_id = r.id AND a.tenant_id = r.tenant_id
+                    WHERE r.id = %s AND a.approval_ref = 'tt-ref'$q$, pg_temp.fx('run_wait', t)),
+         '{"own": "00000:succeeded|succeeded/{role}/alice", "other": "OR005"}'),
+        ('orch_approve', 'task', t, 'approve with the reference another run of the tenant used: OR009',
+         format($q$SELECT orch_approve(%s, 'gate', 'fx-ref-run_done')$q$, pg_temp.fx('run_wait', t)), NULL,
+         '{"own": "OR009", "other": "OR005"}'),
+        ('orch_reject', 'task', t, 'reject a run waiting for approval (the run compensates)',
+         format($q$SELECT orch_reject(%s, 'gate', 'tt-ref', 'alice', 'no')$q$, pg_temp.fx('run_wait', t)),
+         format($q$SELECT r.state || '/' || r.phase || '/' || c.state FROM orch.runs r
+                     JOIN orch.tasks c ON c.run_id = r.id AND c.tenant_id = r.tenant_id AND c.step_key = 'work:compensate'
+                    WHERE r.id = %s$q$, pg_temp.fx('run_wait', t)),
+         '{"own": "00000:running|running/compensating/queued", "other": "OR005"}'),
+        ('orch_pause_run', 'task', t, 'pause a running run',
+         format('SELECT orch_pause_run(%s)', pg_temp.fx('run_exec', t)),
+         format('SELECT state FROM orch.runs WHERE id = %s', pg_temp.fx('run_exec', t)),
+         '{"own": "00000:paused|paused", "other": "OR005"}'),
+        ('orch_resume_run', 'task', t, 'resume a paused run (its pins hold)',
+         format($q$SELECT orch_resume_run(%s, '{"definition": "tt_wf", "version": 1}')$q$, pg_temp.fx('run_paused', t)),
+         format('SELECT state FROM orch.runs WHERE id = %s', pg_temp.fx('run_paused', t)),
+         '{"own": "00000:running|running", "other": "OR005"}'),
+        ('orch_resume_run', 'task', t, 'resume a paused run with pins that drifted: OR010',
+         format($q$SELECT orch_resume_run(%s, '{"version": 2}')$q$, pg_temp.fx('run_paused', t)), NULL,
+         '{"own": "OR010", "other": "OR005"}'),
+        ('orch_cancel_run', 'task', t, 'cancel a run waiting for approval',
+         format($q$SELECT orch_cancel_run(%s, 'tt cancel')$q$, pg_temp.fx('run_wait', t)),
+         format('SELECT state FROM orch.runs WHERE id = %s', pg_temp.fx('run_wait', t)),
+         '{"own": "00000:canceled|canceled", "other": "OR005"}'),
+        ('orch_cancel_run', 'task', t, 'cancel a running run and its executing step task',
+         format($q$SELECT orch_cancel_run(%s, 'tt cancel')$q$, pg_temp.fx('run_exec', t)),
+         format($q$SELECT r.state || '/' || k.state FROM orch.runs r JOIN orch.tasks k ON k.run_id = r.id AND k.tenant_id = r.tenant_id
+                    WHERE r.id = %s$q$, pg_temp.fx('run_exec', t)),
+         '{"own": "00000:canceled|canceled/cancelled", "other": "OR005"}'),
+        ('orch_retry_run', 'task', t, 're-run a failed run',
+         format('SELECT orch_retry_run(%s)', pg_temp.fx('run_failed', t)),
+         format('SELECT tenant_id || ''/'' || state FROM orch.runs WHERE retry_of = %s', pg_temp.fx('run_failed', t)),
+         jsonb_build_object('own', '00000:%|' || t || '/running', 'other', 'OR005')),
+        ('orch_complete', 'task', t, 'complete the executing step task of a run (the run then waits for approval)',
+         format($q$SELECT orch_complete(%s, %L, '{"r": 1}')$q$, pg_temp.fx('run_exec_task', t), pg_temp.tok('run_exec_task', t)),
+         format('SELECT state FROM orch.runs WHERE id = %s', pg_temp.fx('run_exec', t)),
+         '{"own": "00000:completed|waiting_approval", "other": "OR005"}'),
+        ('orch_start', 'tenant', t, 'start a run naming the tenant',
+         format($q$SELECT orch_start('tt_wf', '{"n": 1}', tenant => %L)$q$, t),
+         $q$SELECT tenant_id || '/' || state || '/' || created_by FROM orch.runs WHERE id = {result}$q$,
+         jsonb_build_object('own', '00000:%|' || t || '/running/{role}', 'other', '42501')),
+        ('orch_start', 'tenant', t, 'start naming the tenant, with the key tb holds (another input)',
+         format($q$SELECT orch_start('tt_wf', '{"x": 2}', idempotency_key => 'run-shared', tenant => %L)$q$, t),
+         'SELECT tenant_id FROM orch.runs WHERE id = {result}',
+         jsonb_build_object('own', CASE t WHEN 'ta' THEN '00000:%|ta' ELSE 'OR004' END, 'other', '42501'));
+    END LOOP;
+END $$;
+INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
+    ('orch_start', 'implicit', NULL, 'start a run without a tenant',
+     $q$SELECT orch_start('tt_wf', '{"n": 1}')$q$,
+     'SELECT tenant_id || ''/'' || state FROM orch.runs WHERE id = {result}',
+     '{"ta": "00000:%|ta/running", "tb": "00000:%|tb/running", "ta,tb": "42501", "default,ta": "00000:%|default/running",
+       "*": "00000:%|default/running"}'),
+    ('orch_start', 'implicit', NULL, 'start without a tenant, with the key tb holds (another input)',
+     $q$SELECT orch_start('tt_wf', '{"x": 2}', idempotency_key => 'run-shared')$q$,
+     'SELECT tenant_id FROM orch.runs WHERE id = {result}',
+     '{"ta": "00000:%|ta", "tb": "OR004", "ta,tb": "42501", "default,ta": "00000:%|default", "*": "00000:%|default"}'),
+    ('orch_define', 'global', NULL, 'define a workflow',
+     $q$SELECT orch_define('wf_{role}', '{"steps": [{"step_id": "s", "queue": "q_wf", "handler": "h"}]}')$q$,
+     $q$SELECT status || '/' || created_by FROM orch.definitions WHERE name = 'wf_{role}'$q$, '{"*": "00000:1|draft/{role}"}'),
+    ('orch_publish', 'global', NULL, 'publish a draft',
+     $q$SELECT length(orch_publish('tt_wf_draft', 1))$q$,
+     $q$SELECT status FROM orch.definitions WHERE name = 'tt_wf_draft'$q$, '{"*": "00000:64|published"}'),
+    ('orch_deprecate', 'global', NULL, 'deprecate a published version',
+     $q$SELECT orch_deprecate('tt_wf_old', 1)::text$q$,
+     $q$SELECT status FROM orch.definitions WHERE name = 'tt_wf_old'$q$, '{"*": "00000:|deprecated"}'),
+    ('orch_definition', 'any', NULL, 'the latest published version of a shared definition',
+     $q$SELECT version || '/' || status || '/' || length(content_hash) FROM orch_definition('tt_wf')$q$, NULL,
+     '{"*": "00000:1/published/64"}'),
+    ('orch_validate_definition', 'any', NULL, 'validate a spec',
+     $q$SELECT 'valid' FROM orch_validate_definition('{"steps": [{"step_id": "s", "queue": "q", "handler": "h"}]}') v$q$, NULL,
+     '{"*": "00000:valid"}'),
+    ('orch_validate_definition', 'any', NULL, 'validate an invalid spec: OR008',
+     $q$SELECT 'valid' FROM orch_validate_definition('{"steps": []}') v$q$, NULL, '{"*": "OR008"}'),
+    ('orch_definitions_guard', 'any', NULL, 'call the definition guard trigger function directly',
+     'SELECT orch_definitions_guard()', NULL, '{"*": "39P01"}'),
+    ('orch_run_lifecycle', 'any', NULL, 'call the run lifecycle trigger function directly',
+     'SELECT orch_run_lifecycle()', NULL, '{"*": "39P01"}');
+
 -- Every SQL-callable function of the extension has a case (and no case names
 -- a function that does not exist).
 CREATE TEMP VIEW tt_ext_functions AS
@@ -516,7 +688,7 @@ SELECT is(ARRAY(SELECT fn FROM tt_cases EXCEPT SELECT fn FROM tt_ext_functions O
           'every case of the matrix names a function of the extension');
 SELECT is(ARRAY(SELECT fn FROM tt_allowed EXCEPT SELECT fn FROM tt_ext_functions ORDER BY 1), '{}'::text[],
           'the expected grants name functions of the extension');
-SELECT cmp_ok((SELECT count(*) FROM tt_ext_functions), '>=', 39::bigint, 'the extension has at least the 39 functions of 0.4.0');
+SELECT cmp_ok((SELECT count(*) FROM tt_ext_functions), '>=', 54::bigint, 'the extension has at least the 54 functions of 0.4.0');
 
 -- A snapshot of every tenant's data (and of the tenant-less tables).
 CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
@@ -528,12 +700,16 @@ CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
             UNION ALL SELECT tenant_id, 'C' || to_jsonb(c)::text FROM orch.commands c
             UNION ALL SELECT tenant_id, 'I' || to_jsonb(i)::text FROM orch.idempotency_keys i
             UNION ALL SELECT tenant_id, 'R' || to_jsonb(r)::text FROM orch.rate_window r
-            UNION ALL SELECT tenant_id, 'L' || to_jsonb(l)::text FROM orch.concurrency_limits l) s
+            UNION ALL SELECT tenant_id, 'L' || to_jsonb(l)::text FROM orch.concurrency_limits l
+            UNION ALL SELECT tenant_id, 'U' || to_jsonb(u)::text FROM orch.runs u
+            UNION ALL SELECT tenant_id, 'S' || to_jsonb(p)::text FROM orch.run_steps p
+            UNION ALL SELECT tenant_id, 'P' || to_jsonb(v)::text FROM orch.approvals v) s
          GROUP BY tenant_id
         UNION ALL
         SELECT '(global)', md5(coalesce((SELECT string_agg(to_jsonb(q)::text, ',' ORDER BY q.name) FROM orch.queues q), '')
                                || coalesce((SELECT string_agg(to_jsonb(m)::text, ',' ORDER BY m.name) FROM orch.state_machines m), '')
-                               || coalesce((SELECT string_agg(to_jsonb(b)::text, ',' ORDER BY b.role, b.tenant_id) FROM orch.tenant_bindings b), ''))
+                               || coalesce((SELECT string_agg(to_jsonb(b)::text, ',' ORDER BY b.role, b.tenant_id) FROM orch.tenant_bindings b), '')
+                               || coalesce((SELECT string_agg(to_jsonb(d)::text, ',' ORDER BY d.name, d.version) FROM orch.definitions d), ''))
     ) s
 $$;
 
@@ -634,6 +810,8 @@ INSERT INTO tt_views VALUES
     ('orch_events', 'SELECT tenant_id FROM orch.events'),
     ('orch_attempts', 'SELECT tenant_id FROM orch.attempts'),
     ('orch_commands', 'SELECT tenant_id FROM orch.commands'),
+    ('orch_runs', 'SELECT tenant_id FROM orch.runs'),
+    ('orch_run_steps', 'SELECT tenant_id FROM orch.run_steps'),
     ('orch_dead_letters', $$SELECT t.tenant_id FROM orch.tasks t WHERE t.state = 'failed'
         AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
                               'compensation_required', 'not_safe_to_retry')
@@ -642,6 +820,8 @@ SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.tasks WHERE state = 'faile
           'fixture: dead letters of three tenants');
 SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.commands), 2::bigint, 'fixture: commands of two tenants');
 SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.attempts), 3::bigint, 'fixture: attempts of three tenants');
+SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.runs), 2::bigint, 'fixture: runs of two tenants');
+SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.run_steps), 2::bigint, 'fixture: run steps of two tenants');
 
 SELECT is(pg_temp.as_role(r.role, format($$SELECT pg_temp.tt_counts('SELECT tenant_id FROM %s')$$, v.view)),
           CASE WHEN r.kind = 'nobody' THEN '42501'
@@ -654,6 +834,16 @@ SELECT is(pg_temp.as_role(r.role, format($$SELECT pg_temp.tt_counts('SELECT tena
 SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_queues'),
           CASE WHEN kind = 'nobody' THEN '42501' ELSE (SELECT count(*) FROM orch.queues)::text END,
           role || ' sees every queue in orch_queues (queues are not tenant data)')
+  FROM tt_roles ORDER BY ord;
+SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_definitions'),
+          CASE WHEN kind = 'nobody' THEN '42501' ELSE (SELECT count(*) FROM orch.definitions)::text END,
+          role || ' sees every workflow definition in orch_definitions (definitions are shared)')
+  FROM tt_roles ORDER BY ord;
+SELECT is(pg_temp.as_role(role, format('SELECT count(*) FROM orch_runs WHERE run_id IN (%s, %s)',
+                                       pg_temp.fx('run_wait', 'ta'), pg_temp.fx('run_wait', 'tb'))),
+          CASE WHEN kind = 'nobody' THEN '42501'
+               ELSE (SELECT count(*) FROM unnest(ARRAY['ta', 'tb']) x WHERE eff IS NULL OR x = ANY (eff))::text END,
+          role || ' finds in orch_runs only its tenants'' runs, even by id')
   FROM tt_roles ORDER BY ord;
 SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_tenant_bindings'),
           CASE WHEN kind = 'admin' THEN (SELECT count(*) FROM orch.tenant_bindings)::text ELSE '42501' END,
@@ -800,6 +990,26 @@ SELECT results_eq(
            pg_temp.fx('dead', 'ta'), :ev_mark),
     $$VALUES ('t_admin_a'::text, 'redriven'::text)$$,
     'orch_retry by a bound admin on its own tenant: actor = the admin role');
+-- workflows: the run records the producer role, the approval the approver
+-- role (actor) and the name it gave (label)
+SET LOCAL ROLE t_producer_a;
+SELECT orch_start('tt_wf', '{"actor": 1}') AS actor_run \gset
+RESET ROLE;
+SELECT is((SELECT tenant_id || '/' || created_by FROM orch.runs WHERE id = :actor_run), 'ta/t_producer_a',
+          'orch_start by a bound producer: a run of its tenant, created_by = the producer role');
+SELECT results_eq(format($$SELECT actor, to_state, tenant_id FROM orch.events WHERE run_id = %s AND entity = 'run' ORDER BY id$$, :actor_run),
+                  $$VALUES ('t_producer_a'::text, 'running'::text, 'ta'::text)$$,
+                  'orch_start: the run''s start event names the producer role');
+SET LOCAL ROLE t_approver_a;
+SELECT orch_approve(pg_temp.fx('run_wait', 'ta'), 'gate', 'actor-ref', 'carol', 'ship it') AS approved_state \gset
+RESET ROLE;
+SELECT is(:'approved_state'::text, 'succeeded', 't_approver_a approved its tenant''s run (it succeeded)');
+SELECT is((SELECT actor || '/' || label || '/' || note FROM orch.approvals WHERE approval_ref = 'actor-ref'),
+          't_approver_a/carol/ship it', 'orch_approve: the approval records the approver role as actor, the actor argument as label');
+SELECT results_eq(format($$SELECT actor, label, reason_code FROM orch.events WHERE run_id = %s AND id > %s AND entity = 'run_step' ORDER BY id$$,
+                         pg_temp.fx('run_wait', 'ta'), :ev_mark),
+                  $$VALUES ('t_approver_a'::text, 'carol'::text, 'step_succeeded'::text)$$,
+                  'orch_approve: the step''s event names the approver role, the given name is its label');
 SELECT is((SELECT count(*) FROM orch.events WHERE id > :ev_mark AND actor = session_user), 0::bigint,
           'no event of this section names the session user (every call ran under SET ROLE)');
 SELECT is((SELECT count(*) FROM orch.events WHERE id > :ev_mark AND actor NOT IN (SELECT rolname FROM pg_roles)), 0::bigint,
@@ -810,7 +1020,7 @@ SELECT is((SELECT count(*) FROM orch.events WHERE id > :ev_mark AND actor NOT IN
 -- ---------------------------------------------------------------------------
 CREATE TEMP TABLE tt_rls (tbl text);
 INSERT INTO tt_rls VALUES ('tasks'), ('attempts'), ('events'), ('idempotency_keys'), ('commands'),
-                          ('rate_window'), ('concurrency_limits');
+                          ('rate_window'), ('concurrency_limits'), ('runs'), ('run_steps'), ('approvals');
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = ('orch.' || tbl)::regclass),
           'row-level security is enabled on orch.' || tbl)
   FROM tt_rls ORDER BY tbl;
@@ -822,6 +1032,9 @@ SELECT is((SELECT string_agg(format('%s %s %s/%s', policyname, cmd, qual, with_c
 SELECT cmp_ok((SELECT count(DISTINCT tenant_id) FROM orch.tasks), '>=', 3::bigint, 'fixture: orch.tasks holds three tenants');
 SELECT cmp_ok((SELECT count(DISTINCT tenant_id) FROM orch.rate_window), '>=', 2::bigint, 'fixture: orch.rate_window holds two tenants');
 SELECT cmp_ok((SELECT count(DISTINCT tenant_id) FROM orch.idempotency_keys), '>=', 1::bigint, 'fixture: orch.idempotency_keys has rows');
+SELECT cmp_ok((SELECT count(DISTINCT tenant_id) FROM orch.approvals), '>=', 2::bigint, 'fixture: orch.approvals holds two tenants');
+SELECT ok(NOT (SELECT relrowsecurity FROM pg_class WHERE oid = 'orch.definitions'::regclass),
+          'orch.definitions (shared by every tenant) has no row-level security');
 
 DO $$
 DECLARE t text;
