@@ -205,6 +205,27 @@ for f in "${pgtap_files[@]}"; do
     q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 done
 
+# --------------------------------------------------------------------------
+# The README's "Using it" snippet runs as written (pasted into psql)
+# --------------------------------------------------------------------------
+echo
+log "readme: the \"Using it\" snippet"
+out=$TESTROOT/readme_snippet.out
+snippet=$TESTROOT/readme_snippet.sql
+awk '/^## Using it/ {u = 1} u && /^```sql/ {s = 1; next} s && /^```/ {exit} s {print}' README.md >"$snippet"
+if [ -s "$snippet" ] \
+   && q -d postgres -c "DROP DATABASE IF EXISTS orch_readme" -c "CREATE DATABASE orch_readme" >"$out" 2>&1 \
+   && q -d orch_readme -c "CREATE EXTENSION orchestrator" >>"$out" 2>&1 \
+   && "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -d orch_readme -f "$snippet" >>"$out" 2>&1 \
+   && grep -q 'completed' "$out" && grep -q 'retry_scheduled' "$out"; then
+    sed 's/^/    | /' "$out" | tail -n 12
+    pass "readme/using_it"
+else
+    sed 's/^/    | /' "$out"
+    fail "readme/using_it"
+fi
+q -d postgres -c "DROP DATABASE IF EXISTS orch_readme WITH (FORCE)" >/dev/null 2>&1 || true
+
 # The shared cluster is no longer needed.
 cluster_stop "$CLUSTER"
 
