@@ -10,7 +10,8 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency keys"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency keys wf"   which groups to run
+#   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_SKIP_BUILD=1      do not run make / make install
 #   BENCH_PROC_CAP=SECONDS  cap of each processing run (default 60, quick 12)
 #   BENCH_PROFILE=1         load pg_stat_statements (track=all) and print the
@@ -31,7 +32,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency keys}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency keys wf}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -49,6 +50,7 @@ if [ "$QUICK" = 1 ]; then
     CLAIM_SECS=2        # each claim-only latency run
     KEY_JOBS=10000      # jobs of the concurrency-key runs
     BLOCKED_BIG=2000    # blocked keys of the "many blocked keys" latency run
+    WF_RUNS=300         # workflow runs started (before the workers) per wf run
 else
     ENQ_SECS=10
     PROC_JOBS=100000
@@ -61,11 +63,15 @@ else
     CLAIM_SECS=5
     KEY_JOBS=100000
     BLOCKED_BIG=10000
+    WF_RUNS=2000
 fi
 KEYS=1000               # distinct concurrency keys (limit 1 each)
 BLOCKED_SMALL=10
 LOAD_CHUNK=10000        # rows per pre-load transaction
 PROC_CAP=${BENCH_PROC_CAP:-$PROC_CAP}
+WF_RUNS=${BENCH_WF_RUNS:-$WF_RUNS}
+WF_WORKERS=4            # workers of the workflow runs (as "process, 4 workers")
+WF_TARGET=1.5           # step overhead target: bare-task jobs/s / linear steps/s
 
 log()  { printf '==> %s\n' "$*" >&2; }
 die()  { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
@@ -501,6 +507,96 @@ run_keys() {
     done
 }
 
+# ---------------------------------------------------------------------------
+# Workflows (orchestrator only): WF_RUNS runs of a published definition
+# (bench/wf_definitions.sql) are started before the workers begin; 4 workers
+# run bench/orch_process.sql -- the bare-task loop: claim one task
+# (orch_dequeue), complete it (orch_complete) -- on queue 'wf', where every
+# task is a step; each completion enqueues the next step(s) in its own
+# transaction.  Runs are counted from orch.runs (state succeeded), steps
+# from the step tasks completed; the window runs from pgbench's start to
+# the last finish.
+# ---------------------------------------------------------------------------
+declare -A WRES          # WRES[label,runs|steps] = per second
+declare -A WNOTE
+WF_LINEAR="wf: linear, 5 steps"
+WF_FAN="wf: fan-out 10 + join"
+WF_BARE="wf: bare tasks, $WF_WORKERS workers"
+
+start_runs() { # DEFINITION N: N runs, 500 orch_start per transaction
+    local def=$1 n=$2 done=0 k t0 t1
+    t0=$(date +%s.%N)
+    while [ "$done" -lt "$n" ]; do
+        k=$(( n - done < 500 ? n - done : 500 ))
+        sql "SELECT count(orch_start('$def', jsonb_build_object('n', g)))
+               FROM generate_series($done + 1, $done + $k) g" >/dev/null \
+            || die "orch_start failed while starting the $def runs"
+        done=$(( done + k ))
+    done
+    t1=$(date +%s.%N)
+    log "  started $n runs of $def in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f s, %.0f runs/s", b-a, '"$n"'/(b-a)}')"
+}
+
+wf_succeeded() { sql "SELECT count(*) FROM orch.runs WHERE state = 'succeeded'"; }
+
+run_wf() { # LABEL DEFINITION STEPS-PER-RUN
+    local label=$1 def=$2 per=$3 t0 out res runs steps secs wal lsn
+    want orchestrator || return 0
+    reset_all
+    sqlf "$BENCH_DIR/wf_definitions.sql"
+    log "$label: $WF_RUNS runs ($per steps each), $WF_WORKERS workers"
+    start_runs "$def" "$WF_RUNS"
+    settle; profile_reset
+    out=$WORK/pgbench-${label//[^A-Za-z0-9]/_}.log
+    lsn=$(wal_lsn)
+    t0=$(now_epoch)
+    "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+        -c "$WF_WORKERS" -j "$(threads_for "$WF_WORKERS")" -T "$PROC_CAP" \
+        -D queue=wf -f "$BENCH_DIR/orch_process.sql" bench >"$out" 2>&1 &
+    PGBENCH_PID=$!
+    while kill -0 "$PGBENCH_PID" 2>/dev/null; do
+        sleep 1
+        if [ "$(wf_succeeded)" -ge "$WF_RUNS" ]; then
+            kill -TERM "$PGBENCH_PID" 2>/dev/null || true
+            break
+        fi
+    done
+    wait "$PGBENCH_PID" 2>/dev/null || true
+    PGBENCH_PID=
+    pgbench_check "$out"
+    res=$(sql "SELECT (SELECT count(*) FROM orch.runs WHERE state = 'succeeded'),
+                      (SELECT count(*) FROM orch_tasks WHERE queue = 'wf' AND run_id IS NOT NULL
+                                                         AND state = 'completed'),
+                      coalesce(greatest(
+                          (SELECT extract(epoch FROM max(finished_at)) FROM orch.runs WHERE state = 'succeeded'),
+                          (SELECT extract(epoch FROM max(finished_at)) FROM orch_tasks
+                            WHERE queue = 'wf' AND state = 'completed')) - $t0, 0)")
+    IFS='|' read -r runs steps secs <<<"$res"
+    wal=$(sql "SELECT CASE WHEN $steps > 0 THEN round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn') / $steps) END")
+    WRES[$label,runs]=$(awk -v j="$runs" -v s="$secs" 'BEGIN{ if (s > 0) printf "%.0f", j/s; else print 0 }')
+    WRES[$label,steps]=$(awk -v j="$steps" -v s="$secs" 'BEGIN{ if (s > 0) printf "%.0f", j/s; else print 0 }')
+    WRES[$label,wal]=${wal:-}
+    WNOTE[$label]="$runs runs succeeded, $steps steps in $(printf '%.1f' "$secs") s, ${wal:-?} B WAL/step"
+    if [ "$runs" -lt "$WF_RUNS" ]; then
+        WNOTE[$label]+=" (runs left: $(sql "SELECT string_agg(state || '=' || n, ' ' ORDER BY state)
+                                             FROM (SELECT state, count(*) AS n FROM orch.runs
+                                                    WHERE state <> 'succeeded' GROUP BY state) s"))"
+    fi
+    log "  ${WNOTE[$label]}: ${WRES[$label,runs]} runs/s, ${WRES[$label,steps]} steps/s"
+    profile_dump "$label"
+}
+
+run_workflows() {
+    want orchestrator || return 0
+    run_wf "$WF_LINEAR" bench_linear5 5
+    run_wf "$WF_FAN"    bench_fan10   12
+    # The bare-task reference is the "process, 4 workers" orchestrator figure
+    # of this run; without the process group, the same run is made here.
+    if [ -z "${RES[process, 4 workers,orchestrator]:-}" ]; then
+        SYSTEMS=orchestrator run_process "$WF_BARE" process "$WF_WORKERS" "$PROC_JOBS"
+    fi
+}
+
 T_START=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 add_workload "enqueue, 1 client"                 0.8
@@ -524,6 +620,7 @@ fi
 if group batch; then
     run_process "process, claim 100, $BATCH_WORKERS workers" process_batch "$BATCH_WORKERS" "$BATCH_JOBS"
 fi
+if group wf; then run_workflows; fi
 if group latency; then run_latency; fi
 if group keys; then run_keys; fi
 T_END=$(date +%s)
@@ -535,6 +632,46 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 setting() { sql "SELECT current_setting('$1')"; }
 fmt_int() { # 1234567 -> 1,234,567
     if [ -n "${1:-}" ]; then echo "$1" | sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta'; else echo n/a; fi
+}
+
+# The workflow figures, in the style of the task table (orchestrator only).
+report_wf() {
+    local wl bare bare_from bare_note steps ratio=n/a met=- walr=n/a bare_wal
+    echo "workflows (orchestrator; $(fmt_int "$WF_RUNS") runs each, all started before $WF_WORKERS workers begin; one step task per claim + complete)"
+    printf '%-36s | %19s | %15s | %6s | %6s | %s\n' \
+        workload "runs/s" "steps/s" ratio target met
+    printf '%s\n' "-------------------------------------+---------------------+-----------------+--------+--------+-----"
+    for wl in "$WF_LINEAR" "$WF_FAN"; do
+        printf '%-36s | %19s | %15s | %6s | %6s | %s\n' "$wl" \
+            "$(fmt_int "${WRES[$wl,runs]:-}")" "$(fmt_int "${WRES[$wl,steps]:-}")" "" "" ""
+    done
+    bare=${RES[process, 4 workers,orchestrator]:-}; bare_from='"process, 4 workers" above'
+    bare_note=${NOTE[process, 4 workers,orchestrator]:-}
+    if [ -z "$bare" ]; then
+        bare=${RES[$WF_BARE,orchestrator]:-}; bare_note=${NOTE[$WF_BARE,orchestrator]:-}
+        bare_from="measured in the wf group: ${bare_note:-n/a}"
+    fi
+    # WAL per step / WAL per bare job: the same comparison in bytes written,
+    # which other work on the machine does not skew.
+    bare_wal=$(printf '%s' "$bare_note" | sed -n 's/.* \([0-9][0-9]*\) B WAL\/job.*/\1/p')
+    if [ -n "$bare_wal" ] && [ -n "${WRES[$WF_LINEAR,wal]:-}" ]; then
+        walr=$(awk -v s="${WRES[$WF_LINEAR,wal]}" -v b="$bare_wal" 'BEGIN{printf "%.2fx", s/b}')
+    fi
+    steps=${WRES[$WF_LINEAR,steps]:-}
+    if [ -n "$bare" ] && [ -n "$steps" ] && [ "$steps" -gt 0 ]; then
+        ratio=$(awk -v b="$bare" -v s="$steps" 'BEGIN{printf "%.2f", b/s}')
+        met=$(awk -v r="$ratio" -v t="$WF_TARGET" 'BEGIN{print (r <= t) ? "yes" : "NO"}')
+    fi
+    printf '%-36s | %19s | %15s | %6s | %6s | %s\n' "wf: step cost / bare task cost" \
+        "" "" "$ratio" "<=${WF_TARGET}x" "$met"
+    echo
+    echo "runs counted from orch.runs (succeeded), steps from their completed tasks; window = pgbench start .. last finish"
+    for wl in "$WF_LINEAR" "$WF_FAN"; do
+        printf '  %-30s %s\n' "$wl" "${WNOTE[$wl]:-n/a}"
+    done
+    printf '  %-30s %s\n' "wf: step cost / bare task cost" \
+        "= bare-task jobs/s / linear steps/s = $(fmt_int "$bare") / $(fmt_int "$steps") (bare tasks: $bare_from)"
+    printf '  %-30s %s\n' "" "WAL per linear step / per bare job = ${WRES[$WF_LINEAR,wal]:-?} / ${bare_wal:-?} B = $walr"
 }
 
 report() {
@@ -567,6 +704,7 @@ report() {
             "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}"
     done
     echo
+    if want orchestrator; then report_wf; echo; fi
     echo "latency, 1 client, backlog kept near its size (ms; from pgbench -l, per transaction)"
     printf '%-14s | %-15s | %10s | %9s | %9s | %9s | %9s | %7s\n' \
         side measured waiting p50 p90 p99 max n

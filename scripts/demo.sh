@@ -13,6 +13,21 @@
 # final counts, the audit trail summary and one task's history, and checks
 # that every task ended where its payload said it would.
 #
+# Then workflows: a gated release pipeline shaped like seed 002 (plan ->
+# design_review gate -> build -> test -> release_approval gate -> deploy,
+# build and deploy compensable, a 1 hour deadline) is defined and published
+# once per database (reused while its spec is unchanged) and run three
+# times, two workers running its step tasks from queue 'demo_wf' and the
+# demo acting as the approver and operator: (1) the happy path, both gates
+# approved with orch_approve; (2) approved and paused (orch_pause_run) in one
+# transaction after the first gate, orch_resume_run with other pins refused
+# with OR010, then resumed with the pinned ones; (3) deploy fails
+# NON_RETRYABLE after build succeeded, so build's compensation runs and the
+# run ends failed.  Each run's summary comes from orch_runs, orch_run_steps
+# and orch_run_status; every expectation is checked.  Idempotency keys and
+# approval references carry the demo run's id, so reruns start new runs.
+# Any failed check makes the demo exit 1.
+#
 # Connection: PGHOST/PGPORT when set (setup.sh sets them), else the cluster
 # that setup.sh started (in $ORCH_CLUSTER_DIR when set).  Database: $ORCH_DB
 # (default orchestrator).
@@ -48,7 +63,7 @@ WORK=$(mktemp -d /tmp/orch-demo.XXXXXX)
 RUN=$(date +%s)-$$
 BGPIDS=()
 cleanup() {
-    touch "$WORK/stop"
+    touch "$WORK/stop" "$WORK/wf-stop"
     local p
     for p in "${BGPIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
@@ -406,8 +421,307 @@ fi
 if [ -s "$WORK/expected.log" ]; then
     echo "(expected errors seen by workers: $(wc -l <"$WORK/expected.log"))"
 fi
+if [ "$problems" -eq 0 ]; then
+    echo "tasks: OK: $TOTAL tasks, all terminal and where their payload said, in ${ELAPSED}s"
+fi
+TASK_PROBLEMS=$problems
+ERRORS_SEEN=$( [ -f "$WORK/errors.log" ] && wc -l <"$WORK/errors.log" || echo 0)
+
+# ===========================================================================
+# Workflows: a gated release pipeline shaped like seed 002 (internal steps
+# that run automatically, two human gates, a compensable deploy, a hard
+# deadline), three runs: the happy path, a paused run resumed with a drift
+# check (OR010), and a deploy that fails after a compensable step succeeded.
+# ===========================================================================
+WF=demo_release
+WFQ=demo_wf
+WF_TIMEOUT=${ORCH_DEMO_WF_TIMEOUT:-40}
+WF_SPEC=$(cat <<'JSON'
+{
+  "description": "Demo release pipeline (shaped like seed 002): internal steps run automatically, two human gates wait for a person, deploy is never retried blindly and is compensated, any failure undoes what succeeded.",
+  "input_schema": {
+    "required": ["change_id", "scenario"],
+    "properties": {"change_id": {"type": "string"}, "scenario": {"type": "string"}}
+  },
+  "policies": {
+    "deadline": "1 hour",
+    "queue": "demo_wf",
+    "retry_policy": {"max_attempts": 3, "schedule": ["1 s", "2 s", "4 s"], "retry_on": ["TRANSIENT", "RATE_LIMITED"]}
+  },
+  "steps": [
+    {"step_id": "plan", "handler": "release.plan", "timeout": "2 minutes"},
+    {"step_id": "design_review", "type": "human_approval", "description": "gate 1: a person reviews the plan",
+     "depends_on": ["plan"], "timeout": "8 hours"},
+    {"step_id": "build", "handler": "release.build", "depends_on": ["design_review"], "timeout": "10 minutes",
+     "compensation": {"handler": "release.discard_build"}},
+    {"step_id": "test", "handler": "release.test", "depends_on": ["build"], "timeout": "10 minutes"},
+    {"step_id": "release_approval", "type": "human_approval", "description": "gate 2: a person approves the release",
+     "depends_on": ["test"], "timeout": "8 hours"},
+    {"step_id": "deploy", "type": "external_call", "handler": "release.deploy", "depends_on": ["release_approval"],
+     "timeout": "5 minutes", "retry_safety": "NOT_SAFE_TO_RETRY",
+     "compensation": {"handler": "release.rollback"}}
+  ]
+}
+JSON
+)
+
+echo
+echo "== workflows: definition '$WF' (gated release pipeline), queue '$WFQ'"
+sql "SELECT CASE WHEN EXISTS (SELECT 1 FROM orch_queues WHERE queue = '$WFQ')
+            THEN orch_configure_queue('$WFQ', '{\"lease\": \"30 seconds\"}')
+            ELSE orch_create_queue('$WFQ', '{\"lease\": \"30 seconds\"}') END" >/dev/null
+# Define and publish once per database: reuse the latest published version
+# when its spec is this one; otherwise (first run, or the spec changed)
+# define the next version and publish it.
+same=$(sql "SELECT coalesce((SELECT (spec = \$spec\$$WF_SPEC\$spec\$::jsonb)::text FROM orch_definitions
+                              WHERE name = '$WF' AND status = 'published' ORDER BY version DESC LIMIT 1), 'none')")
+if [ "$same" = true ]; then
+    echo "reusing the published definition (defined by an earlier demo run):"
+else
+    v=$(sql "SELECT orch_define('$WF', \$spec\$$WF_SPEC\$spec\$::jsonb)")
+    sql "SELECT orch_publish('$WF', $v)" >/dev/null
+    echo "defined and published version $v$( [ "$same" = false ] && echo " (the spec changed since the last published version)"):"
+fi
+show "SELECT name, version, status, left(content_hash, 16) || '...' AS content_hash,
+             jsonb_array_length(spec -> 'steps') AS steps, spec -> 'policies' ->> 'deadline' AS deadline
+        FROM orch_definition('$WF')"
+sql "SELECT string_agg(format('%s (%s%s%s)', s ->> 'step_id', coalesce(s ->> 'type', 'task'),
+                              coalesce(', after ' || (s -> 'depends_on' ->> 0), ''),
+                              coalesce(', compensation ' || (s -> 'compensation' ->> 'handler'), '')), ' -> ')
+       FROM orch_definition('$WF') d, jsonb_array_elements(d.spec -> 'steps') s" | fold -s -w 100 | sed 's/^/  /'
+
+# Runs of earlier demo runs that did not finish (an interrupted demo) are
+# cancelled, so that their tasks do not meet this run's workers.
+left=$(sql "SELECT count(orch_cancel_run(run_id, 'demo: leftover of an earlier run'))
+              FROM orch_runs WHERE definition = '$WF' AND state IN ('running', 'waiting_approval', 'paused')")
+[ "$left" = 0 ] || echo "cancelled $left workflow run(s) left over from an earlier demo run"
+
+# Workers: claim one step task at a time from the queue and act as the run's
+# input says (the failure scenario's deploy fails NON_RETRYABLE); a
+# compensation task (step_key "<step>:compensate") is completed.
+wf_worker() {
+    local me=$1 row id tok key run scen handler comp call out
+    while [ ! -e "$WORK/wf-stop" ]; do
+        if ! row=$(sql "SELECT d.task_id, d.lease_token, d.step_key, coalesce(d.payload ->> 'run_id', '?'),
+                               coalesce(d.payload -> 'input' ->> 'scenario', ''), coalesce(d.payload ->> 'handler', ''),
+                               coalesce(d.payload ->> 'compensation', '')
+                          FROM orch_dequeue('$WFQ', '$me') d" 2>"$WORK/$me.err"); then
+            record_error "$me" dequeue "$WORK/$me.err"
+            sleep 0.5
+            continue
+        fi
+        if [ -z "$row" ]; then sleep 0.2; continue; fi
+        IFS='|' read -r id tok key run scen handler comp <<<"$row"
+        if [ -n "$comp" ]; then
+            call="SELECT orch_complete($id, '$tok', '{\"undone\": true, \"by\": \"$me\"}')"
+            handler=$comp
+        elif [ "$key" = deploy ] && [ "$scen" = failure ]; then
+            call="SELECT state || ' (' || reason_code || ')' FROM orch_fail($id, '$tok', 'NON_RETRYABLE', 'deploy: canary health check failed on 3 of 3 hosts (simulated)')"
+        else
+            call="SELECT orch_complete($id, '$tok', jsonb_build_object('by', '$me', 'handler', '$handler'))"
+        fi
+        if out=$(sql "$call" 2>"$WORK/$me.err"); then
+            printf '  %-11s run %s %-18s %-22s -> %s\n' "$me" "$run" "$key" "($handler)" "$out"
+        else
+            record_error "$me" "run $run $key" "$WORK/$me.err"
+        fi
+    done
+}
+
+# wait_for WHAT SQL: poll until SQL returns t (or WF_TIMEOUT seconds pass).
+wait_for() {
+    local what=$1 q=$2 i
+    for ((i = 0; i < WF_TIMEOUT * 5; i++)); do
+        [ "$(sql "$q" 2>/dev/null)" = t ] && return 0
+        sleep 0.2
+    done
+    echo "  TIMEOUT after ${WF_TIMEOUT}s waiting for: $what"
+    return 1
+}
+step_state() { # run step -> "<state>"
+    sql "SELECT state FROM orch_run_steps WHERE run_id = $1 AND step_id = '$2'"
+}
+await_gate() { # run step
+    wait_for "run $1: $2 awaiting approval" \
+        "SELECT EXISTS (SELECT 1 FROM orch_run_steps WHERE run_id = $1 AND step_id = '$2' AND state = 'awaiting_approval')"
+}
+approve() { # run step ref actor note -> the run's state
+    local out
+    if out=$(sql "SELECT orch_approve($1, '$2', '$3', '$4', '$5')" 2>"$WORK/approve.err"); then
+        printf '  %-11s run %s %-18s approved by %s with reference %s -> run %s\n' operator "$1" "$2" "$4" "$3" "$out"
+    else
+        record_error operator "run $1 approve $2" "$WORK/approve.err"
+    fi
+}
+
+wf_problems=0
+wf_problem() { echo "PROBLEM: $*"; wf_problems=$((wf_problems + 1)); }
+expect() { # description got want
+    if [ "$2" = "$3" ]; then
+        printf '  ok   %s\n' "$1"
+    else
+        printf '  FAIL %s: got "%s", expected "%s"\n' "$1" "$2" "$3"
+        wf_problems=$((wf_problems + 1))
+    fi
+}
+
+# Three runs; idempotency keys and approval references carry this demo run's
+# id, so a rerun starts new runs (and a reference is never reused: OR009).
+start_run() { # scenario pins
+    sql "SELECT orch_start('$WF', jsonb_build_object('change_id', 'CHG-$RUN', 'scenario', '$1'),
+                           idempotency_key => 'demo-$RUN-$1', pins => '$2')"
+}
+PINS='{"commit": "c0ffee1", "config": "prod-v42"}'
+R_HAPPY=$(start_run happy '{"commit": "c0ffee1"}')
+R_DRIFT=$(start_run drift "$PINS")
+R_FAIL=$(start_run failure '{"commit": "c0ffee1"}')
+again=$(start_run happy '{"commit": "c0ffee1"}')
+echo "started run $R_HAPPY (happy path), run $R_DRIFT (pause + drift-checked resume), run $R_FAIL (deploy fails, compensation)"
+echo "  orch_start again with the key demo-$RUN-happy returns run $again (the same run, nothing new)"
+expect "the same idempotency key returns the same run" "$again" "$R_HAPPY"
+
+rm -f "$WORK/wf-stop"
+for w in 1 2; do wf_worker "wf-worker-$w" & BGPIDS+=($!); done
+WF_START=$(date +%s)
+
+# Gate 1 (design_review) on all three; the drift run is approved and paused
+# in one transaction, so no worker can pick up its next step in between.
+for r in "$R_HAPPY" "$R_DRIFT" "$R_FAIL"; do await_gate "$r" design_review || wf_problems=$((wf_problems + 1)); done
+approve "$R_HAPPY" design_review "DR-$RUN-1" alice "plan reviewed"
+approve "$R_FAIL"  design_review "DR-$RUN-3" alice "plan reviewed"
+if out=$(sql "SELECT orch_approve($R_DRIFT, 'design_review', 'DR-$RUN-2', 'alice', 'plan reviewed');
+              SELECT orch_pause_run($R_DRIFT)" 2>"$WORK/approve.err"); then
+    printf '  %-11s run %s %-18s approved by alice with reference DR-%s-2 and paused in the same transaction -> run %s\n' \
+        operator "$R_DRIFT" design_review "$RUN" "$(echo "$out" | tail -n1)"
+else
+    record_error operator "run $R_DRIFT approve+pause" "$WORK/approve.err"
+fi
+sleep 2
+printf '  %-11s run %s 2 s later: run %s, its build step %s, build task %s (not handed out while paused)\n' \
+    operator "$R_DRIFT" "$(sql "SELECT state FROM orch_runs WHERE run_id = $R_DRIFT")" "$(step_state "$R_DRIFT" build)" \
+    "$(sql "SELECT coalesce(max(state), 'none') FROM orch_tasks WHERE run_id = $R_DRIFT AND step_key = 'build'")"
+expect "run $R_DRIFT is paused" "$(sql "SELECT state FROM orch_runs WHERE run_id = $R_DRIFT")" paused
+expect "the paused run's build task is not handed out" \
+    "$(sql "SELECT coalesce(max(state), 'none') FROM orch_tasks WHERE run_id = $R_DRIFT AND step_key = 'build'")" queued
+
+# Resume with other pins: OR010 (drift), nothing changes; then the matching pins.
+WRONG='{"commit": "deadbee", "config": "prod-v42"}'
+if sql "SELECT orch_resume_run($R_DRIFT, '$WRONG')" >/dev/null 2>"$WORK/drift.err"; then
+    echo "  operator    run $R_DRIFT orch_resume_run with pins $WRONG succeeded: NO DRIFT DETECTED"
+    wf_problems=$((wf_problems + 1))
+else
+    echo "  operator    run $R_DRIFT orch_resume_run with pins $WRONG -> refused, as it should be:"
+    grep -E '^(ERROR|DETAIL|HINT):' "$WORK/drift.err" | sed 's/^/                /'
+    expect "the drift is reported with SQLSTATE OR010" \
+        "$(grep -qE '^ERROR: +OR010:' "$WORK/drift.err" && echo OR010 || head -n1 "$WORK/drift.err")" OR010
+fi
+expect "run $R_DRIFT is still paused after the refused resume" \
+    "$(sql "SELECT state FROM orch_runs WHERE run_id = $R_DRIFT")" paused
+if out=$(sql "SELECT orch_resume_run($R_DRIFT, '$PINS')" 2>"$WORK/drift.err"); then
+    echo "  operator    run $R_DRIFT orch_resume_run with the pinned $PINS -> $out"
+else
+    record_error operator "run $R_DRIFT resume" "$WORK/drift.err"
+fi
+
+# Gate 2 (release_approval) on all three, then deploy.
+for r in "$R_HAPPY" "$R_DRIFT" "$R_FAIL"; do
+    if await_gate "$r" release_approval; then
+        approve "$r" release_approval "REL-$RUN-$r" bob "release window open"
+    else
+        wf_problems=$((wf_problems + 1))
+    fi
+done
+wait_for "every run finished (the failed one compensated)" \
+    "SELECT bool_and(state IN ('succeeded', 'failed', 'canceled')) FROM orch_runs
+      WHERE run_id IN ($R_HAPPY, $R_DRIFT, $R_FAIL)" || wf_problems=$((wf_problems + 1))
+touch "$WORK/wf-stop"
+wait "${BGPIDS[@]}" 2>/dev/null || true
+BGPIDS=()
+WF_ELAPSED=$(( $(date +%s) - WF_START ))
+
+# ---------------------------------------------------------------------------
+# Summary per run: orch_runs (state, reason), orch_run_steps (steps) and
+# orch_run_status (each step's tasks and attempts, approvals, events).
+# ---------------------------------------------------------------------------
+summary() { # run title
+    echo
+    echo "== run $1: $2"
+    sql "SELECT format('state %s (reason %s, phase %s)%s; definition %s v%s; pins %s; deadline %s (%s after the start)',
+                       state, reason_code, phase,
+                       coalesce(', failed step ' || failed_step || ': ' || error, ''),
+                       definition, version, pins - 'definition' - 'version' - 'content_hash',
+                       to_char(deadline_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC', deadline_at - created_at)
+           FROM orch_runs WHERE run_id = $1" | fold -s -w 110 | sed 's/^/  /'
+    show "SELECT s.step_id, s.type, s.state, coalesce(s.compensation, '') AS compensation,
+                 coalesce((SELECT string_agg(format('%s: %s%s, %s attempt(s)', t ->> 'step_key', t ->> 'state',
+                                         CASE WHEN t ->> 'reason_code' <> t ->> 'state'
+                                              THEN ' (' || (t ->> 'reason_code') || ')' ELSE '' END,
+                                         t ->> 'attempts'), '; ')
+                             FROM jsonb_array_elements(x -> 'tasks') t), '') AS tasks,
+                 coalesce((SELECT string_agg(format('%s by %s', a ->> 'approval_ref', a ->> 'label'), ', ')
+                             FROM jsonb_array_elements(st -> 'approvals') a
+                            WHERE a ->> 'step_id' = s.step_id), '') AS approval
+            FROM orch_run_steps s
+            CROSS JOIN orch_run_status($1) st
+            LEFT JOIN LATERAL (SELECT x FROM jsonb_array_elements(st -> 'steps') x
+                                WHERE x ->> 'step_id' = s.step_id) j ON true
+           WHERE s.run_id = $1 ORDER BY s.ord"
+    sql "SELECT 'run transitions: ' || string_agg(coalesce(e ->> 'from_state', '') || '->' || (e ->> 'to_state')
+                                                   || ' (' || (e ->> 'reason_code') || ')', ', ')
+           FROM jsonb_array_elements(orch_run_status($1) -> 'events') e WHERE e ->> 'entity' = 'run'" \
+        | fold -s -w 110 | sed 's/^/  /'
+}
+summary "$R_HAPPY" "happy path (both gates approved, deploy completes)"
+summary "$R_DRIFT" "paused after gate 1, resume refused on drift (OR010), resumed with the pinned context"
+summary "$R_FAIL"  "deploy fails NON_RETRYABLE after build succeeded: build is compensated"
+
+# ---------------------------------------------------------------------------
+# Checks.
+# ---------------------------------------------------------------------------
+echo
+echo "== workflow checks"
+rs() { sql "SELECT state || '/' || reason_code FROM orch_runs WHERE run_id = $1"; }
+steps_of() { sql "SELECT string_agg(step_id || '=' || state, ' ' ORDER BY ord) FROM orch_run_steps WHERE run_id = $1"; }
+ALLOK="plan=succeeded design_review=succeeded build=succeeded test=succeeded release_approval=succeeded deploy=succeeded"
+expect "run $R_HAPPY succeeded" "$(rs "$R_HAPPY")" succeeded/completed
+expect "run $R_HAPPY: every step succeeded" "$(steps_of "$R_HAPPY")" "$ALLOK"
+expect "run $R_HAPPY: both gates approved with their references" \
+    "$(sql "SELECT string_agg(step_id || ':' || approval_ref, ' ' ORDER BY decided_at) FROM orch.approvals WHERE run_id = $R_HAPPY AND approved")" \
+    "design_review:DR-$RUN-1 release_approval:REL-$RUN-$R_HAPPY"
+expect "run $R_HAPPY: deadline 1 hour after the start" \
+    "$(sql "SELECT deadline_at - created_at FROM orch_runs WHERE run_id = $R_HAPPY")" 01:00:00
+expect "run $R_DRIFT succeeded" "$(rs "$R_DRIFT")" succeeded/completed
+expect "run $R_DRIFT: every step succeeded" "$(steps_of "$R_DRIFT")" "$ALLOK"
+expect "run $R_DRIFT: paused once, resumed once (the refused resume changed nothing)" \
+    "$(sql "SELECT count(*) FILTER (WHERE to_state = 'paused') || ' paused, '
+                   || count(*) FILTER (WHERE from_state = 'paused' AND to_state = 'running') || ' resumed'
+              FROM orch_events WHERE run_id = $R_DRIFT AND entity = 'run'")" "1 paused, 1 resumed"
+expect "run $R_FAIL failed at deploy" \
+    "$(sql "SELECT state || '/' || reason_code || '/' || failed_step FROM orch_runs WHERE run_id = $R_FAIL")" failed/step_failed/deploy
+expect "run $R_FAIL: deploy failed once, not retried (NOT_SAFE_TO_RETRY, NON_RETRYABLE)" \
+    "$(sql "SELECT state || ' after ' || attempts || ' attempt(s)' FROM orch_tasks WHERE run_id = $R_FAIL AND step_key = 'deploy'")" \
+    "failed after 1 attempt(s)"
+expect "run $R_FAIL: build's compensation ran and is done" "$(sql "SELECT compensation FROM orch_run_steps WHERE run_id = $R_FAIL AND step_id = 'build'")" "done"
+expect "run $R_FAIL: the compensation task (release.discard_build) completed" \
+    "$(sql "SELECT string_agg(state || ':' || (payload ->> 'compensation'), ' ') FROM orch_tasks WHERE run_id = $R_FAIL AND step_key LIKE '%:compensate'")" \
+    "completed:release.discard_build"
+expect "run $R_FAIL: the compensation started when deploy failed" \
+    "$(sql "SELECT count(*) FROM orch_events WHERE run_id = $R_FAIL AND entity = 'run' AND reason_code = 'compensation_started'")" 1
+open=$(sql "SELECT count(*) FROM orch_tasks WHERE run_id IN ($R_HAPPY, $R_DRIFT, $R_FAIL) AND state NOT IN ('completed', 'failed', 'cancelled')")
+expect "no task of the three runs left open" "$open" 0
+now_errors=$( [ -f "$WORK/errors.log" ] && wc -l <"$WORK/errors.log" || echo 0)
+if [ "$now_errors" -gt "$ERRORS_SEEN" ]; then
+    echo "PROBLEM: unexpected errors in the workflow part:"
+    tail -n +"$((ERRORS_SEEN + 1))" "$WORK/errors.log" | sed 's/^/  /'
+    wf_problems=$((wf_problems + 1))
+fi
+if [ "$wf_problems" -eq 0 ]; then
+    echo "workflows: OK: 3 runs (succeeded; succeeded after a refused drifted resume; failed at deploy with build compensated) in ${WF_ELAPSED}s"
+fi
+
+problems=$((TASK_PROBLEMS + wf_problems))
 if [ "$problems" -gt 0 ]; then
-    echo "demo: FAILED ($problems problem(s))"
+    echo "demo: FAILED ($TASK_PROBLEMS task problem(s), $wf_problems workflow problem(s))"
     exit 1
 fi
-echo "demo: OK: $TOTAL tasks, all terminal and where their payload said, in ${ELAPSED}s"
+echo "demo: OK: $TOTAL tasks, all terminal and where their payload said, in ${ELAPSED}s; 3 workflow runs as expected in ${WF_ELAPSED}s"

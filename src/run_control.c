@@ -94,6 +94,12 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
 						run_state_names[r.state])));
+	/* an approval whose time is up expires now, before anyone decides it */
+	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()",
+			3, types, v, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		run_progress(&r);
 	run_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
 			3, types, v, NULL, SPI_OK_SELECT);
@@ -288,13 +294,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
 					 2, rt_types, v, NULL, "run_canceled");
 	orch_set_event_context(NULL, reason);
-	run_sql("UPDATE orch.run_steps SET state = CASE WHEN state IN ('pending', 'ready') THEN 'skipped'"
-			"   ELSE 'canceled' END, finished_at = clock_timestamp(),"
-			" comp_state = CASE WHEN comp_state IN ('running', 'awaiting_approval', 'pending') THEN 'canceled' ELSE comp_state END"
-			" WHERE run_id = $1 AND tenant_id = $2"
-			"   AND (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
-			"     OR comp_state IN ('running', 'awaiting_approval', 'pending'))",
-			2, rt_types, v, NULL, SPI_OK_UPDATE);
+	run_close_open_steps(&r, "run_canceled", true);
 	set_run_state(&r, RS_CANCELED, "canceled", NULL);
 	orch_clear_event_context();
 	run_busy_end(0);

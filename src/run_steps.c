@@ -500,6 +500,53 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 
 
 /*
+ * The run ends (fails or is canceled): its open steps stop — pending and
+ * ready ones are skipped, running, waiting and awaiting ones canceled (with
+ * cancel_compensations, compensations in progress too) — each with its
+ * step event.
+ */
+void
+run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, BOOLOID};
+	Datum		v[3];
+	int			n;
+	char	  **steps;
+	char	  **from;
+	char	  **to;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = BoolGetDatum(cancel_compensations);
+	run_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			"   AND (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
+			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE)"
+			" UPDATE orch.run_steps s SET"
+			"   state = CASE WHEN s.state IN ('pending', 'ready') THEN 'skipped'"
+			"                WHEN s.state IN ('running', 'awaiting_approval', 'waiting') THEN 'canceled'"
+			"                ELSE s.state END,"
+			"   finished_at = CASE WHEN s.state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
+			"                 THEN clock_timestamp() ELSE s.finished_at END,"
+			"   comp_state = CASE WHEN $3 AND s.comp_state IN ('running', 'awaiting_approval', 'pending')"
+			"                THEN 'canceled' ELSE s.comp_state END"
+			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
+			" RETURNING s.step_id, o.state, s.state, s.ord",
+			3, types, v, NULL, SPI_OK_UPDATE_RETURNING);
+	n = (int) SPI_processed;
+	steps = palloc(sizeof(char *) * (n + 1));
+	from = palloc(sizeof(char *) * (n + 1));
+	to = palloc(sizeof(char *) * (n + 1));
+	for (int i = 0; i < n; i++)
+	{
+		steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		from[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		to[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+	}
+	for (int i = 0; i < n; i++)
+		if (strcmp(from[i], to[i]) != 0)
+			step_event(r, steps[i], from[i], to[i], reason);
+}
+
+/*
  * The run fails (a step failed with nothing to handle it, a deadline, a
  * rejection): open steps stop; steps that succeeded with a compensation
  * handler are compensated in reverse completion order (the run stays
@@ -523,11 +570,7 @@ fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 	v[4] = error ? orch_text_datum(error) : (Datum) 0;
 	if (!error)
 		n[4] = 'n';
-	run_sql("UPDATE orch.run_steps SET state = CASE WHEN state IN ('pending', 'ready') THEN 'skipped'"
-			"   ELSE 'canceled' END, finished_at = clock_timestamp()"
-			" WHERE run_id = $1 AND tenant_id = $2"
-			"   AND state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')",
-			2, types, v, n, SPI_OK_UPDATE);
+	run_close_open_steps(r, reason, false);
 	run_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
 			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'",
 			2, types, v, n, SPI_OK_UPDATE);
@@ -624,10 +667,13 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 	v[4] = error ? orch_text_datum(error) : (Datum) 0;
 	if (!error)
 		n[4] = 'n';
-	run_sql("UPDATE orch.run_steps SET state = $4, error = $5, finished_at = clock_timestamp()"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-			5, types, v, n, SPI_OK_UPDATE);
-	step_event(r, step, "running", state, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
+	run_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			"   FOR UPDATE)"
+			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp() FROM o"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state",
+			5, types, v, n, SPI_OK_UPDATE_RETURNING);
+	step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
+			   state, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
 	if (compensation_required)
 	{
 		fail_run(r, "compensation_required", step, error);
