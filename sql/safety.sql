@@ -103,7 +103,7 @@ SELECT pg_temp.try($$SELECT orch_bind_tenant('postgres', 'sfa')$$) AS bind_super
        pg_temp.try($$SELECT orch_bind_tenant('no_such_role', 'sfa')$$) AS bind_unknown,
        pg_temp.try($$SELECT orch_bind_tenant('sf_worker', '')$$) AS bind_empty;
 SELECT entity, tenant_id, from_state, to_state, reason_code, actor FROM orch_events
- WHERE entity = 'tenant_binding' ORDER BY event_id;
+ WHERE entity = 'tenant_binding' AND coalesce(to_state, from_state) LIKE 'sf\_%' ORDER BY event_id;
 
 -- ---------------------------------------------------------------------------
 -- 7. A producer cannot block a queue with an absurd timeout.

@@ -46,61 +46,72 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 	v[2] = orch_text_datum(step);
 	v[3] = orch_text_datum(step_key);
 	v[4] = Int32GetDatum(item);
-	/* the queue: the step's (or its compensation's), else the run policy's */
-	run_sql(compensation
-			? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-			"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-			: "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-			"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3",
-			3, types, v, NULL, SPI_OK_SELECT);
-	queue = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
-	if (queue == NULL)
-		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
-	if (!orch_load_queue(queue, &qs, NULL))
-		orch_ensure_queue(queue);
-	run_sql(compensation
-			? "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
-			"  timeout, run_id, step_key, reason_code)"
-			" SELECT $2, q.name, 'queued',"
-			"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler',"
-			"    'input', r.input, 'output', s.output),"
-			"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}'),"
-			"  NULL, $1, $4, 'compensation_ready'"
-			" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-			"  CROSS JOIN LATERAL (SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue',"
-			"       d.spec -> 'policies' ->> 'queue') AS name) q"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1"
-			" RETURNING id"
-			: "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
-			"  timeout, run_id, step_key, reason_code, priority)"
-			" SELECT $2, q.name, 'queued',"
-			"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler',"
-			"    'input', r.input,"
-			"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x"
-			"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps)),"
-			"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END,"
-			"    'index', CASE WHEN $5 >= 0 THEN $5 END)),"
-			"  now(), now(),"
-			"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}')"
-			"   || jsonb_strip_nulls(jsonb_build_object('retry_safety',"
-			"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety'))),"
-			"  NULL::interval,"
-			"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0)"
-			" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-			"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-			"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq"
-			"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-			" RETURNING id",
-			5, types, v, NULL, SPI_OK_INSERT_RETURNING);
-	if (SPI_processed != 1)
-		elog(ERROR, "orchestrator: step task insert failed");
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/*
+	 * The queue: the step's (or its compensation's), else the run policy's.
+	 * A task step's insert finds the queue itself and inserts nothing when it
+	 * does not exist yet: only then is it looked up and created.
+	 */
+	for (int pass = 0; pass < 2; pass++)
+	{
+		if (compensation || pass == 1)
+		{
+			run_sql(compensation
+					? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
+					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+					: "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
+					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3",
+					3, types, v, NULL, SPI_OK_SELECT);
+			queue = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+			if (queue == NULL)
+				elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
+			if (!orch_load_queue(queue, &qs, NULL))
+				orch_ensure_queue(queue);
+		}
+		run_sql(compensation
+				? "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
+				"  timeout, run_id, step_key, reason_code)"
+				" SELECT $2, q.name, 'queued',"
+				"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler',"
+				"    'input', r.input, 'output', s.output),"
+				"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}'),"
+				"  NULL, $1, $4, 'compensation_ready'"
+				" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+				"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+				"  CROSS JOIN LATERAL (SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue',"
+				"       d.spec -> 'policies' ->> 'queue') AS name) q"
+				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1"
+				" RETURNING id"
+				: "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
+				"  timeout, run_id, step_key, reason_code, priority)"
+				" SELECT $2, q.name, 'queued',"
+				"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler',"
+				"    'input', r.input,"
+				"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x"
+				"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps)),"
+				"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END,"
+				"    'index', CASE WHEN $5 >= 0 THEN $5 END)),"
+				"  now(), now(),"
+				"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}')"
+				"   || jsonb_strip_nulls(jsonb_build_object('retry_safety',"
+				"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety'))),"
+				"  NULL::interval,"
+				"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0)"
+				" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+				"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+				"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq"
+				"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
+				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+				" RETURNING id",
+				5, types, v, NULL, SPI_OK_INSERT_RETURNING);
+		if (SPI_processed == 1)
+			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	elog(ERROR, "orchestrator: step task insert failed");
+	return 0;					/* keep compiler quiet */
 }
 
 
@@ -368,9 +379,13 @@ map_fill(RunRow *r, const char *step)
 		enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false);
 }
 
-/* Hand a ready step to its executor (a task, a rule, a human, a timer). */
-static void
-start_step(RunRow *r, const char *step, const char *type)
+/*
+ * Hand a ready step to its executor (a task, a rule, a human, a timer).
+ * True when the step finished at once (a decision by rules, an empty or
+ * invalid map, a wait with no timestamp): then other steps may be ready.
+ */
+static bool
+start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_handler)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID};
 	Datum		v[5];
@@ -386,7 +401,7 @@ start_step(RunRow *r, const char *step, const char *type)
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
 				3, types, v, NULL, SPI_OK_UPDATE);
 		step_event(r, step, "ready", "awaiting_approval", "approval_requested");
-		return;
+		return false;
 	}
 	if (strcmp(type, "wait") == 0)
 	{
@@ -411,14 +426,15 @@ start_step(RunRow *r, const char *step, const char *type)
 				(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE);
 		step_event(r, step, "ready", "waiting", "wait_started");
 		if (until && (at == NULL))
+		{
 			run_step_failed(r, step, "failed", psprintf("%s names no timestamp in the input", until), false);
-		return;
+			return true;
+		}
+		return false;
 	}
 	if (strcmp(type, "decision") == 0)
 	{
-		run_sql("SELECT spec ? 'handler' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_SELECT);
-		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		if (!has_handler)
 		{
 			char	   *chosen = decide(r, step, NULL);
 
@@ -429,19 +445,22 @@ start_step(RunRow *r, const char *step, const char *type)
 				run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
 			else
 				run_step_succeeded(r, step, "running", json_object1("next", chosen, NULL, NULL), chosen);
-			return;
+			return true;
 		}
 		/* a decision with a handler: a worker runs it, then the rules decide */
 	}
 
 	/* a map step fans out over an array: one task per item, results joined in order */
-	run_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND spec ? 'map'",
-			3, types, v, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 1)
+	if (is_map)
 	{
-		char	   *over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		Jsonb	   *items = context_value(r, run_context(r, NULL), over);
+		char	   *over;
+		Jsonb	   *items;
+
+		run_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_SELECT);
+		over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		items = context_value(r, run_context(r, NULL), over);
 
 		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
 		if (!items)
@@ -459,17 +478,17 @@ start_step(RunRow *r, const char *step, const char *type)
 			if (kind == NULL || strcmp(kind, "array") != 0)
 			{
 				run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
-				return;
+				return true;
 			}
 			if (count == 0)
 			{
 				run_step_succeeded(r, step, "running",
 								   DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"))), NULL);
-				return;
+				return true;
 			}
 		}
 		map_fill(r, step);
-		return;
+		return false;
 	}
 	v[3] = Int64GetDatum(enqueue_step_task(r, step, step, NULL, -1, false));
 	run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
@@ -477,6 +496,7 @@ start_step(RunRow *r, const char *step, const char *type)
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
 			4, types, v, NULL, SPI_OK_UPDATE);
 	step_event(r, step, "ready", "running", "step_started");
+	return false;
 }
 
 /* ----------------------------------------------------------------------
@@ -732,7 +752,7 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 
 /* The run's open work is done: it succeeds (or, compensating, moves on). */
 static void
-maybe_finish(RunRow *r)
+run_maybe_finish(RunRow *r)
 {
 	Datum		v[2];
 	bool		isnull;
@@ -959,44 +979,68 @@ run_advance(RunRow *r)
 	RUN_ARGS(v, r->id, r->tenant);
 	for (int round = 0; round < 10000; round++)
 	{
-		int			changed = 0;
+		int			changed;
+		int			skipped;
 		int			nready;
 		char	  **steps;
 		char	  **types;
+		bool	   *is_map;
+		bool	   *has_handler;
+		bool		isnull;
 
 		if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
 		/* pending steps that never will run are skipped; those that can are ready */
-		changed += run_sql("UPDATE orch.run_steps s SET"
-						   " state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
-						   " finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
-						   " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
-						   "   AND ((" CANNOT_RUN ") OR (" CAN_RUN "))",
-						   2, rt_types, v, NULL, SPI_OK_UPDATE);
-		if (r->state != RS_PAUSED)
+		run_sql("UPDATE orch.run_steps s SET"
+				" state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
+				" finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
+				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
+				"   AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
+				" RETURNING s.state",
+				2, rt_types, v, NULL, SPI_OK_UPDATE_RETURNING);
+		/* a skipped step may let its dependants be settled in another round */
+		skipped = 0;
+		for (uint64 k = 0; k < SPI_processed; k++)
 		{
-			run_sql("SELECT step_id, type FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-					" AND state = 'ready' ORDER BY ord",
-					2, rt_types, v, NULL, SPI_OK_SELECT);
-			nready = (int) SPI_processed;
-			steps = palloc(sizeof(char *) * (nready + 1));
-			types = palloc(sizeof(char *) * (nready + 1));
-			for (int i = 0; i < nready; i++)
-			{
-				steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-				types[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-			}
-			for (int i = 0; i < nready && !run_terminal(r->state) &&
-				 strcmp(r->phase, "compensating") != 0; i++)
-			{
-				start_step(r, steps[i], types[i]);
-				changed++;
-			}
+			char	   *st = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
+
+			if (strcmp(st, "skipped") == 0)
+				skipped++;
 		}
+		if (r->state == RS_PAUSED)
+		{
+			if (skipped == 0)
+				break;
+			continue;
+		}
+		run_sql("SELECT step_id, type, spec ? 'map', spec ? 'handler' FROM orch.run_steps"
+				" WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready' ORDER BY ord",
+				2, rt_types, v, NULL, SPI_OK_SELECT);
+		nready = (int) SPI_processed;
+		steps = palloc(sizeof(char *) * (nready + 1));
+		types = palloc(sizeof(char *) * (nready + 1));
+		is_map = palloc(sizeof(bool) * (nready + 1));
+		has_handler = palloc(sizeof(bool) * (nready + 1));
+		for (int i = 0; i < nready; i++)
+		{
+			steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+			types[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+			is_map[i] = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
+			has_handler[i] = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4, &isnull));
+		}
+		/*
+		 * Another round only when something may have unlocked more steps:
+		 * a step skipped, or one that finished as soon as it started.
+		 */
+		changed = skipped;
+		for (int i = 0; i < nready && !run_terminal(r->state) &&
+			 strcmp(r->phase, "compensating") != 0; i++)
+			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i]))
+				changed++;
 		if (changed == 0)
 			break;
 	}
-	maybe_finish(r);
+	run_maybe_finish(r);
 }
 
 /* Everything a run needs after one of its tasks, timers or approvals moved. */
