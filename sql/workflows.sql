@@ -253,6 +253,22 @@ SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'sign_off', 'CAB-3')$$, :g3)
 SELECT pg_temp.work_all('wf_g') IS NOT NULL AS drained;
 SELECT pg_temp.st(:g1) AS g1, pg_temp.st(:g2) AS g2, pg_temp.st(:g3) AS g3;
 
+-- several approvals expire in one pass (parallel gates, one on_timeout each)
+SELECT orch_define('wf_gates3', '{"steps": [
+    {"step_id": "g1", "type": "human_approval", "timeout": "1 hour", "on_timeout": "t1"},
+    {"step_id": "g2", "type": "human_approval", "timeout": "1 hour", "on_timeout": "t2"},
+    {"step_id": "g3", "type": "human_approval", "timeout": "1 hour", "on_timeout": "t3"},
+    {"step_id": "t1", "queue": "wf_g3", "handler": "t"},
+    {"step_id": "t2", "queue": "wf_g3", "handler": "t"},
+    {"step_id": "t3", "queue": "wf_g3", "handler": "t"}]}');
+SELECT orch_publish('wf_gates3', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_gates3', '{}') AS g4 \gset
+UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :g4;
+SELECT count > 0 AS moved FROM orch_maintain() WHERE action = 'runs_progressed';
+SELECT pg_temp.st(:g4);
+SELECT pg_temp.work_all('wf_g3') AS escalations;
+SELECT pg_temp.st(:g4);
+
 -- ---------------------------------------------------------------------------
 -- 7. Pause / resume with the drift check / cancel.
 -- ---------------------------------------------------------------------------

@@ -274,6 +274,21 @@ note_repair(const char *queue, const char *key, const char *tenant)
 
 static int	gate_enforce(const char *queue, const char *key, const char *tenant);
 
+/* (queue, key, tenant) rows of the last SPI result, as three arrays */
+static void
+read_keys(int nkeys, char ***queues, char ***keys, char ***tenants)
+{
+	*queues = palloc(sizeof(char *) * (nkeys + 1));
+	*keys = palloc(sizeof(char *) * (nkeys + 1));
+	*tenants = palloc(sizeof(char *) * (nkeys + 1));
+	for (int i = 0; i < nkeys; i++)
+	{
+		(*queues)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		(*keys)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		(*tenants)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+	}
+}
+
 static SPIPlanPtr repair_probe_plan = NULL;
 static SPIPlanPtr repair_pick_plan = NULL;
 static SPIPlanPtr repair_done_plan = NULL;
@@ -326,15 +341,7 @@ orch_gate_repair(const char *queue, int limit)
 						 v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: gate repair scan failed");
 	nkeys = (int) SPI_processed;
-	queues = palloc(sizeof(char *) * (nkeys + 1));
-	keys = palloc(sizeof(char *) * (nkeys + 1));
-	tenants = palloc(sizeof(char *) * (nkeys + 1));
-	for (int i = 0; i < nkeys; i++)
-	{
-		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
-	}
+	read_keys(nkeys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
 	{
 		Oid			dtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
@@ -670,15 +677,7 @@ orch_gate_reconcile(const char *queue, int max_keys)
 							  2, types, v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: gated scan failed");
 	nkeys = (int) SPI_processed;
-	queues = palloc(sizeof(char *) * (nkeys + 1));
-	keys = palloc(sizeof(char *) * (nkeys + 1));
-	tenants = palloc(sizeof(char *) * (nkeys + 1));
-	for (int i = 0; i < nkeys; i++)
-	{
-		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
-	}
+	read_keys(nkeys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
 	{
 		gate_enforce(queues[i], keys[i], tenants[i]);

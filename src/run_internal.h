@@ -54,6 +54,7 @@ extern void lock_run_or_not_found(int64 run_id, RunRow *r);
 extern void set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
 extern void step_event(RunRow *r, const char *step, const char *from, const char *to,
 					   const char *reason);
+extern char **run_column(int col);
 extern int	run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, const char *reason);
 extern int64 run_busy_begin(int64 run_id);

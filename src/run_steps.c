@@ -552,15 +552,9 @@ run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 			" RETURNING s.step_id, o.state, s.state, s.ord",
 			3, types, v, NULL, SPI_OK_UPDATE_RETURNING);
 	n = (int) SPI_processed;
-	steps = palloc(sizeof(char *) * (n + 1));
-	from = palloc(sizeof(char *) * (n + 1));
-	to = palloc(sizeof(char *) * (n + 1));
-	for (int i = 0; i < n; i++)
-	{
-		steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		from[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		to[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
-	}
+	steps = run_column(1);
+	from = run_column(2);
+	to = run_column(3);
 	for (int i = 0; i < n; i++)
 		if (strcmp(from[i], to[i]) != 0)
 			step_event(r, steps[i], from[i], to[i], reason);
@@ -915,8 +909,7 @@ collect_outcomes(RunRow *r)
 			" AND state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array' ORDER BY ord",
 			2, rt_types, v, NULL, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
-	for (int i = 0; i < nrows; i++)
-		steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+	steps = run_column(1);
 	for (int i = 0; i < nrows && !run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
 		map_fill(r, steps[i]);
 
@@ -927,11 +920,8 @@ collect_outcomes(RunRow *r)
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())) ORDER BY ord",
 			2, rt_types, v, NULL, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
-	for (int i = 0; i < nrows; i++)
-	{
-		steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		states[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-	}
+	steps = run_column(1);
+	states = run_column(2);
 	for (int i = 0; i < nrows && !run_terminal(r->state); i++)
 	{
 		if (strcmp(states[i], "waiting") == 0)
@@ -958,11 +948,8 @@ collect_outcomes(RunRow *r)
 				" RETURNING s.step_id, s.comp_state",
 				2, rt_types, v, NULL, SPI_OK_UPDATE_RETURNING);
 		nrows = (int) SPI_processed;
-		for (int i = 0; i < nrows; i++)
-		{
-			steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-			states[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		}
+		steps = run_column(1);
+		states = run_column(2);
 		for (int i = 0; i < nrows; i++)
 			step_event(r, steps[i], "succeeded", "succeeded",
 					   strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");

@@ -472,6 +472,17 @@ json_object1(const char *k1, const char *v1, const char *k2, const char *raw2)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(b.data)));
 }
 
+/* One text column of the last SPI result, as a fresh array of SPI_processed values. */
+char **
+run_column(int col)
+{
+	char	  **out = palloc(sizeof(char *) * (SPI_processed + 1));
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+		out[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, col);
+	return out;
+}
+
 /*
  * Cancel the tasks whose ids ids_sql selects (and locks) with the reason;
  * an executing one ends its attempt as "cancelled", as orch_cancel records
