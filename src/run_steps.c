@@ -30,6 +30,32 @@
 	" 'steps', coalesce((SELECT jsonb_object_agg(s.step_id, jsonb_build_object('output', s.output))" \
 	"   FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'succeeded'), '{}'))"
 
+/*
+ * The task of a step (or of one item of a map step: $5 >= 0); $1 run,
+ * $2 tenant, $3 step, $4 step key.  Its queue must exist (else no row).
+ */
+#define STEP_TASK_INSERT \
+	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
+	"  timeout, run_id, step_key, reason_code, priority)" \
+	" SELECT $2, q.name, 'queued'," \
+	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
+	"    'input', r.input," \
+	"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
+	"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))," \
+	"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END," \
+	"    'index', CASE WHEN $5 >= 0 THEN $5 END))," \
+	"  now(), now()," \
+	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}')" \
+	"   || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
+	"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))," \
+	"  NULL::interval," \
+	"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0)" \
+	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
+	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
+	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
+	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q" \
+	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+
 /* Enqueue one task of a step (item >= 0: one item of a map step). */
 static int64
 enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec_unused,
@@ -85,26 +111,7 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 				"       d.spec -> 'policies' ->> 'queue') AS name) q"
 				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1"
 				" RETURNING id"
-				: "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
-				"  timeout, run_id, step_key, reason_code, priority)"
-				" SELECT $2, q.name, 'queued',"
-				"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler',"
-				"    'input', r.input,"
-				"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x"
-				"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps)),"
-				"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END,"
-				"    'index', CASE WHEN $5 >= 0 THEN $5 END)),"
-				"  now(), now(),"
-				"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}')"
-				"   || jsonb_strip_nulls(jsonb_build_object('retry_safety',"
-				"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety'))),"
-				"  NULL::interval,"
-				"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0)"
-				" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-				"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-				"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq"
-				"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
-				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+				: STEP_TASK_INSERT
 				" RETURNING id",
 				5, types, v, NULL, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
@@ -160,6 +167,8 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		has_success_edges;
+	bool		isnull;
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
@@ -172,8 +181,11 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	run_sql("UPDATE orch.run_steps SET state = 'succeeded', output = $4, finished_at = clock_timestamp(),"
 			" done_seq = nextval('orch.run_steps_done_seq'),"
 			" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-			5, types, v, n, SPI_OK_UPDATE);
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')",
+			5, types, v, n, SPI_OK_UPDATE_RETURNING);
+	has_success_edges = SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
 	step_event(r, step, from, "succeeded", "step_succeeded");
 	if (chosen)
 	{
@@ -182,7 +194,7 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5",
 				5, types, v, n, SPI_OK_UPDATE);
 	}
-	else
+	else if (has_success_edges)
 		take_edges(r, step, "on_success");
 }
 
@@ -490,11 +502,23 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		map_fill(r, step);
 		return false;
 	}
-	v[3] = Int64GetDatum(enqueue_step_task(r, step, step, NULL, -1, false));
-	run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
-			" cap_at = " CAP_SQL
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-			4, types, v, NULL, SPI_OK_UPDATE);
+	/* one statement: the step's task, and the step running with it */
+	v[3] = orch_text_datum(step);
+	v[4] = Int32GetDatum(-1);
+	run_sql("WITH t AS (" STEP_TASK_INSERT " RETURNING id)"
+			" UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(),"
+			"   task_id = (SELECT id FROM t), cap_at = " CAP_SQL
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)",
+			5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID}, v, NULL, SPI_OK_UPDATE);
+	if (SPI_processed == 0)
+	{
+		/* its queue does not exist yet: created on the way */
+		v[3] = Int64GetDatum(enqueue_step_task(r, step, step, NULL, -1, false));
+		run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
+				" cap_at = " CAP_SQL
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				4, types, v, NULL, SPI_OK_UPDATE);
+	}
 	step_event(r, step, "ready", "running", "step_started");
 	return false;
 }
@@ -904,26 +928,29 @@ collect_outcomes(RunRow *r)
 		}
 	}
 
-	/* map steps that can hand out more items */
-	run_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array' ORDER BY ord",
-			2, rt_types, v, NULL, SPI_OK_SELECT);
-	nrows = (int) SPI_processed;
-	steps = run_column(1);
-	for (int i = 0; i < nrows && !run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
-		map_fill(r, steps[i]);
-
-	/* soft caps passed (a step's timeout), then due timers */
-	run_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp() THEN 'cap' ELSE state END"
+	/*
+	 * Map steps that can hand out more items, soft caps passed (a step's
+	 * timeout), due timers: one look for all three.
+	 */
+	run_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
+			"     AND state IN ('running', 'waiting', 'awaiting_approval') THEN 'cap'"
+			"   WHEN state = 'waiting' AND wake_at <= clock_timestamp() THEN 'waiting'"
+			"   ELSE 'map' END"
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
-			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())) ORDER BY ord",
+			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
+			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord",
 			2, rt_types, v, NULL, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
 	steps = run_column(1);
 	states = run_column(2);
+	for (int i = 0; i < nrows && !run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
+		if (strcmp(states[i], "map") == 0)
+			map_fill(r, steps[i]);
 	for (int i = 0; i < nrows && !run_terminal(r->state); i++)
 	{
+		if (strcmp(states[i], "map") == 0)
+			continue;
 		if (strcmp(states[i], "waiting") == 0)
 			run_step_succeeded(r, steps[i], "waiting", NULL, NULL);
 		else
@@ -962,6 +989,9 @@ void
 run_advance(RunRow *r)
 {
 	Datum		v[2];
+
+	bool		started_task = false;
+	bool		started_other = false;
 
 	RUN_ARGS(v, r->id, r->tenant);
 	for (int round = 0; round < 10000; round++)
@@ -1022,11 +1052,25 @@ run_advance(RunRow *r)
 		changed = skipped;
 		for (int i = 0; i < nready && !run_terminal(r->state) &&
 			 strcmp(r->phase, "compensating") != 0; i++)
+		{
 			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i]))
 				changed++;
+			else if (strcmp(types[i], "human_approval") == 0 || strcmp(types[i], "wait") == 0)
+				started_other = true;
+			else
+				started_task = true;
+		}
 		if (changed == 0)
 			break;
 	}
+
+	/*
+	 * A running run that just handed out a task is not finished and waits
+	 * for no human: nothing to look at.  Otherwise: finished, waiting for
+	 * approval, or back to running.
+	 */
+	if (started_task && !started_other && r->state == RS_RUNNING)
+		return;
 	run_maybe_finish(r);
 }
 

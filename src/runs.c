@@ -324,11 +324,12 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	v[2] = orch_caller_tenants_datum(&all_tenants);
 	if (all_tenants)
 		n[2] = 'n';
-	if (SPI_execute_with_args("SELECT id, tenant_id, state, phase, reason_code,"
-							  " coalesce(deadline_at <= now(), false)"
-							  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
-							  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) FOR UPDATE",
-							  3, types, v, n, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(run_plan("SELECT id, tenant_id, state, phase, reason_code,"
+								  " coalesce(deadline_at <= now(), false)"
+								  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+								  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) FOR UPDATE",
+								  3, types),
+						 v, n, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: run lookup failed");
 	if (SPI_processed == 0)
 		return false;
