@@ -458,3 +458,80 @@ RESET ROLE;
 SET ROLE wf_approver;
 SELECT pg_temp.try($$SELECT orch_start('wf_linear', '{}')$$) AS approver_start;
 RESET ROLE;
+
+-- ---------------------------------------------------------------------------
+-- 15. Review cases: bad input fails a step, never the worker's call; a
+--     compensating run paused or waiting ends properly; a step failing at
+--     start fails the run once; retry_run re-decides edges; unhandled
+--     failures; parallel branches while an approval waits; versions on
+--     replay.
+-- ---------------------------------------------------------------------------
+SELECT orch_define('wf_until', '{"steps": [
+    {"step_id": "a", "queue": "wf_r", "handler": "a"},
+    {"step_id": "w", "type": "wait", "until_path": "$.input.at", "depends_on": ["a"]}]}');
+SELECT orch_publish('wf_until', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_until', '{"at": "next tuesday"}') AS r1 \gset
+SELECT orch_start('wf_until', '{"at": 12}') AS r2 \gset
+SELECT pg_temp.work('wf_r') AS completed_despite_bad_input, pg_temp.work('wf_r') AS again;
+SELECT pg_temp.st(:r1) AS bad_string, pg_temp.st(:r2) AS not_a_string;
+SELECT error FROM orch_run_steps WHERE run_id = :r1 AND step_id = 'w';
+-- a compensation in a paused run, and a rejected compensation
+SELECT orch_define('wf_comp_pause', '{"steps": [
+    {"step_id": "book", "queue": "wf_cp", "handler": "book", "compensation": {"handler": "unbook"}},
+    {"step_id": "pay", "queue": "wf_cp", "handler": "pay", "depends_on": ["book"], "retry_policy": {"max_attempts": 1}}]}');
+SELECT orch_publish('wf_comp_pause', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_comp_pause', '{}') AS cp \gset
+SELECT pg_temp.work('wf_cp'), pg_temp.fail1('wf_cp', 'NON_RETRYABLE');
+SELECT task_id AS cpt, lease_token AS cptok FROM orch_dequeue('wf_cp', 'w') \gset
+SELECT orch_pause_run(:cp);
+SELECT orch_complete(:cpt, :'cptok') AS compensation_completes_while_paused;
+SELECT pg_temp.st(:cp);
+SELECT orch_resume_run(:cp);
+SELECT pg_temp.st(:cp);
+SELECT orch_start('wf_saga2', '{}') AS s3 \gset
+SELECT pg_temp.work('wf_s2'), pg_temp.fail1('wf_s2', 'COMPENSATION_REQUIRED');
+SELECT orch_reject(:s3, 'book', 'NO-UNDO-1', 'ops', 'do not unbook') AS rejected_compensation;
+SELECT pg_temp.st(:s3);
+-- a decision failing at start while a sibling task is open: the run fails once
+SELECT orch_define('wf_nest', '{"steps": [
+    {"step_id": "a", "queue": "wf_n", "handler": "a"},
+    {"step_id": "d", "type": "decision", "targets": ["x"],
+     "rules": [{"when": {"path": "$.input.k", "op": "exists"}, "then": "x"}]},
+    {"step_id": "x", "queue": "wf_n", "handler": "x"}]}');
+SELECT orch_publish('wf_nest', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_nest', '{}') AS n1 \gset
+SELECT pg_temp.st(:n1), (SELECT state FROM orch_tasks WHERE run_id = :n1 AND step_key = 'a') AS sibling_task;
+-- retry_run: failure edges are not taken again, success edges are
+SELECT orch_define('wf_retry_edges', '{"steps": [
+    {"step_id": "f", "queue": "wf_re", "handler": "f", "on_failure": "h", "retry_policy": {"max_attempts": 1}},
+    {"step_id": "h", "queue": "wf_re", "handler": "h", "retry_policy": {"max_attempts": 1}}]}');
+SELECT orch_publish('wf_retry_edges', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_retry_edges', '{}') AS re1 \gset
+SELECT pg_temp.fail1('wf_re', 'NON_RETRYABLE'), pg_temp.fail1('wf_re', 'NON_RETRYABLE');
+SELECT pg_temp.st(:re1);
+SELECT orch_retry_run(:re1) AS re2 \gset
+SELECT pg_temp.st(:re2), (SELECT string_agg(step_key, ' ') FROM orch_tasks WHERE run_id = :re2 AND state = 'queued') AS queued;
+-- a failure whose only handler is skipped is not handled
+SELECT orch_define('wf_unhandled2', '{"steps": [
+    {"step_id": "a", "queue": "wf_u2", "handler": "a", "on_failure": "b", "retry_policy": {"max_attempts": 1}},
+    {"step_id": "b", "queue": "wf_u2", "handler": "b", "depends_on": ["a"]}]}');
+SELECT orch_publish('wf_unhandled2', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_unhandled2', '{}') AS uh \gset
+SELECT pg_temp.fail1('wf_u2', 'NON_RETRYABLE');
+SELECT pg_temp.st(:uh), failed_step FROM orch_runs WHERE run_id = :uh;
+-- an approval waiting next to a parallel branch: the branch's task is claimable
+SELECT orch_define('wf_par', '{"steps": [
+    {"step_id": "ok", "type": "human_approval"},
+    {"step_id": "build", "queue": "wf_par", "handler": "b"}]}');
+SELECT orch_publish('wf_par', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_par', '{}') AS par \gset
+SELECT pg_temp.st(:par);
+SELECT pg_temp.work('wf_par') AS claimed_while_approval_waits;
+SELECT pg_temp.st(:par);
+SELECT orch_approve(:par, 'ok', 'PAR-1'), pg_temp.st(:par);
+-- a replay naming another version is another request
+SELECT orch_start('wf_linear', '{}', 1, 'ver-key') AS v1 \gset
+SELECT pg_temp.try($$SELECT orch_start('wf_linear', '{}', 2, 'ver-key')$$) AS other_version,
+       orch_start('wf_linear', '{}', 1, 'ver-key') = :v1 AS same_version,
+       orch_start('wf_linear', '{}', NULL, 'ver-key') = :v1 AS any_version;
+SELECT pg_temp.work_all('wf_q') IS NOT NULL AS drained;

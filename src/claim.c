@@ -53,7 +53,8 @@ static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 #define RUN_FILTER \
 	" AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
 	"      WHERE r.id = c.run_id AND r.tenant_id = c.tenant_id AND r.state = 'running'" \
-	"        AND (r.deadline_at IS NULL OR r.deadline_at > now() OR c.step_key LIKE '%:compensate')))"
+	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
+	"             OR c.step_key LIKE '%:compensate')))"
 
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
 	"WITH u AS (" \
@@ -190,7 +191,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
 										  "   AND (t.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r"
 										  "        WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND r.state = 'running'"
-										  "          AND (r.deadline_at IS NULL OR r.deadline_at > now()"
+										  "          AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))"
 										  "               OR t.step_key LIKE '%:compensate')))"
 										  " ORDER BY t.priority, t.created_at, t.id"
 										  " LIMIT $2 FOR UPDATE SKIP LOCKED",

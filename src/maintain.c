@@ -100,6 +100,14 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 
 /* ---------------------------------------------------------------------- */
 
+/* Purging the finished tasks p: their attempts, events and keys with them */
+#define PURGE_TAIL \
+	" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id)," \
+	" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id)," \
+	" k AS (DELETE FROM orch.idempotency_keys k USING p" \
+	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id)" \
+	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id"
+
 static int64
 count_query(const char *sql, int nargs, Oid *types, Datum *v)
 {
@@ -186,15 +194,21 @@ orch_maintain(PG_FUNCTION_ARGS)
 	acts[nacts].name = "tasks_purged";
 	if (orch_retention > 0)
 		purged_tasks =
-			count_query("WITH p AS (SELECT id, tenant_id FROM orch.tasks"
+			count_query(orch_has_runs()
+						? "WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
+						"   WHERE finished_at < now() - $3"
+						"     AND state IN ('completed', 'failed', 'cancelled')"
+						/* a run still open needs its steps' tasks (map results, counts) */
+						"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
+						"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id"
+						"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
+						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+						PURGE_TAIL
+						: "WITH p AS (SELECT id, tenant_id FROM orch.tasks"
 						"   WHERE finished_at < now() - $3"
 						"     AND state IN ('completed', 'failed', 'cancelled')"
 						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-						" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id),"
-						" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id),"
-						" k AS (DELETE FROM orch.idempotency_keys k USING p"
-						"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id)"
-						" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id",
+						PURGE_TAIL,
 						3, types, v);
 	acts[nacts++].count = purged_tasks;
 

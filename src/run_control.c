@@ -150,8 +150,6 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	}
 	else
 	{
-		run_sql("UPDATE orch.run_steps SET state = 'running' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_UPDATE);
 		run_step_failed(&r, step, "failed", note ? note : "rejected", false);
 		run_progress(&r);
 	}
@@ -199,7 +197,8 @@ orch_pause_run(PG_FUNCTION_ARGS)
 		if (r.state != RS_RUNNING)
 			raise_run_state(&r, "pause");
 		orch_set_event_context(NULL, NULL);
-		set_run_state(&r, RS_PAUSED, "paused", NULL);
+		/* a compensating run keeps the reason it fails for */
+		set_run_state(&r, RS_PAUSED, strcmp(r.phase, "compensating") == 0 ? NULL : "paused", NULL);
 		orch_clear_event_context();
 	}
 	result = run_state_names[r.state];
@@ -244,7 +243,7 @@ orch_resume_run(PG_FUNCTION_ARGS)
 	if (r.state == RS_PAUSED)
 	{
 		orch_set_event_context(NULL, NULL);
-		set_run_state(&r, RS_RUNNING, "resumed", NULL);
+		set_run_state(&r, RS_RUNNING, strcmp(r.phase, "compensating") == 0 ? NULL : "resumed", NULL);
 		run_progress(&r);
 		orch_clear_event_context();
 	}
@@ -291,7 +290,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	RUN_ARGS(v, r.id, r.tenant);
 	/* the tasks are locked already (above): none is skipped */
 	run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
+					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
 					 2, rt_types, v, NULL, "run_canceled");
 	orch_set_event_context(NULL, reason);
 	run_close_open_steps(&r, "run_canceled", true);
@@ -356,13 +355,17 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	run_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
 			"   needs_edge, edge_taken, out_edges, state, output, items, done_seq, comp_state, started_at, finished_at)"
 			" SELECT $3, tenant_id, step_id, ord, type, spec, deps, join_policy, needs_edge,"
-			"   CASE WHEN state = 'succeeded' THEN edge_taken ELSE edge_taken AND state NOT IN ('skipped', 'canceled') END,"
+			/* an edge holds again only when a kept success took it */
+			"   CASE WHEN state = 'succeeded' THEN edge_taken ELSE EXISTS (SELECT 1 FROM orch.run_steps x"
+			"     WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.state = 'succeeded'"
+			"       AND (CASE WHEN x.type = 'decision' THEN x.output ->> 'next' = o.step_id"
+			"            ELSE x.spec -> 'on_success' ? o.step_id END)) END,"
 			"   out_edges, CASE WHEN state = 'succeeded' THEN 'succeeded' ELSE 'pending' END,"
 			"   CASE WHEN state = 'succeeded' THEN output END, CASE WHEN state = 'succeeded' THEN items END,"
 			"   CASE WHEN state = 'succeeded' THEN done_seq END,"
 			"   CASE WHEN state = 'succeeded' THEN comp_state END,"
 			"   CASE WHEN state = 'succeeded' THEN started_at END, CASE WHEN state = 'succeeded' THEN finished_at END"
-			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2",
+			" FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2",
 			3, types, v, NULL, SPI_OK_INSERT);
 	orch_write_run_event(r.tenant, r.id, "run", "failed", "failed", "retried",
 						 psprintf("retried as run " INT64_FORMAT, nr.id));

@@ -17,6 +17,8 @@
 #include "utils/jsonb.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "run_internal.h"
 
@@ -45,7 +47,7 @@
 	"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END," \
 	"    'index', CASE WHEN $5 >= 0 THEN $5 END))," \
 	"  now(), now()," \
-	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}')" \
+	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))" \
 	"   || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
 	"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))," \
 	"  NULL::interval," \
@@ -103,7 +105,7 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 				" SELECT $2, q.name, 'queued',"
 				"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler',"
 				"    'input', r.input, 'output', s.output),"
-				"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || coalesce(s.spec -> 'retry_policy', '{}'),"
+				"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}')),"
 				"  NULL, $1, $4, 'compensation_ready'"
 				" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
 				"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
@@ -355,6 +357,46 @@ decide(RunRow *r, const char *step, Jsonb *result)
 	return deflt;
 }
 
+/*
+ * A JSON string as a finite timestamp, or false: a bad value in a run's
+ * input fails the step, never the worker's call that made it due.
+ */
+static bool
+parse_timestamp_safely(Jsonb *j, TimestampTz *out)
+{
+	JsonbValue	jv;
+	char	   *str;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		ok = false;
+
+	if (!JsonbExtractScalar(&j->root, &jv) || jv.type != jbvString)
+		return false;
+	str = pnstrdup(jv.val.string.val, jv.val.string.len);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		*out = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(str),
+													   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+		ok = !TIMESTAMP_NOT_FINITE(*out);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
 /* The step's soft cap (its timeout) from now, or NULL */
 #define CAP_SQL \
 	"CASE WHEN spec ? 'timeout' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'timeout')" \
@@ -428,19 +470,31 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		v[4] = at ? JsonbPGetDatum(at) : (Datum) 0;
 		if (!at)
 			n[4] = 'n';
-		run_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
-				" wake_at = CASE WHEN spec ? 'duration' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'duration')"
-				"       WHEN 'number' THEN make_interval(secs => (spec ->> 'duration')::float8)"
-				"       ELSE (spec ->> 'duration')::interval END)"
-				"   WHEN jsonb_typeof($5) = 'string' THEN ($5 #>> '{}')::timestamptz END"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL",
-				5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]},
-				(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE);
-		step_event(r, step, "ready", "waiting", "wait_started");
-		if (until && (at == NULL))
 		{
-			run_step_failed(r, step, "failed", psprintf("%s names no timestamp in the input", until), false);
-			return true;
+			TimestampTz wake = 0;
+			bool		wake_ok = true;
+
+			/* the input names the time: a finite timestamp, or the step fails */
+			if (until)
+				wake_ok = at != NULL && parse_timestamp_safely(at, &wake);
+			v[4] = TimestampTzGetDatum(wake);
+			n[4] = (until && wake_ok) ? ' ' : 'n';
+			run_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+					" wake_at = CASE WHEN spec ? 'duration' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'duration')"
+					"       WHEN 'number' THEN make_interval(secs => (spec ->> 'duration')::float8)"
+					"       ELSE (spec ->> 'duration')::interval END)"
+					"   ELSE $5 END"
+					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL",
+					5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID},
+					(Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]},
+					(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE);
+			step_event(r, step, "ready", "waiting", "wait_started");
+			if (until && !wake_ok)
+			{
+				run_step_failed(r, step, "failed",
+								psprintf("%s does not name a timestamp in the input", until), false);
+				return true;
+			}
 		}
 		return false;
 	}
@@ -584,6 +638,15 @@ run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 			step_event(r, steps[i], from[i], to[i], reason);
 }
 
+/* The run ends failed, through running when it waits or is paused. */
+static void
+end_failed(RunRow *r, const char *reason)
+{
+	if (r->state == RS_WAITING_APPROVAL || r->state == RS_PAUSED)
+		set_run_state(r, RS_RUNNING, reason, NULL);
+	set_run_state(r, RS_FAILED, reason, NULL);
+}
+
 /*
  * The run fails (a step failed with nothing to handle it, a deadline, a
  * rejection): open steps stop; steps that succeeded with a compensation
@@ -628,12 +691,14 @@ fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 	}
 	run_sql("UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2",
 			5, types, v, n, SPI_OK_UPDATE);
-	if (r->state == RS_PAUSED || r->state == RS_WAITING_APPROVAL)
-		set_run_state(r, RS_RUNNING, reason, NULL);
-	set_run_state(r, RS_FAILED, reason, NULL);
+	end_failed(r, reason);
 }
 
-/* One compensation at a time, latest completed step first. */
+
+/*
+ * One compensation at a time, latest completed step first.  A paused run
+ * compensates on when it is resumed.
+ */
 void
 run_advance_compensation(RunRow *r)
 {
@@ -642,6 +707,8 @@ run_advance_compensation(RunRow *r)
 	char	   *step;
 	char	   *mode;
 
+	if (r->state == RS_PAUSED)
+		return;
 	RUN_ARGS(v, r->id, r->tenant);
 	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND comp_state IN ('running', 'awaiting_approval')",
@@ -653,7 +720,7 @@ run_advance_compensation(RunRow *r)
 	if (SPI_processed > 0)
 	{
 		/* a compensation failed for good: manual review */
-		set_run_state(r, RS_FAILED, "compensation_failed", NULL);
+		end_failed(r, "compensation_failed");
 		return;
 	}
 	run_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
@@ -662,7 +729,7 @@ run_advance_compensation(RunRow *r)
 			2, types, v, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
-		set_run_state(r, RS_FAILED, r->reason, NULL);
+		end_failed(r, r->reason);
 		return;
 	}
 	step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -674,7 +741,7 @@ run_advance_compensation(RunRow *r)
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
 				3, types, v, NULL, SPI_OK_UPDATE);
 		step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
-		set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);
+		set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
 		return;
 	}
 	v[3] = Int64GetDatum(enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true));
@@ -781,19 +848,39 @@ run_maybe_finish(RunRow *r)
 	RUN_ARGS(v, r->id, r->tenant);
 	run_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
 			" count(*) FILTER (WHERE state = 'awaiting_approval'),"
-			" coalesce(jsonb_object_agg(step_id, output) FILTER (WHERE state = 'succeeded'), '{}')"
+			" coalesce(jsonb_object_agg(step_id, output) FILTER (WHERE state = 'succeeded'), '{}'),"
+			" count(*) FILTER (WHERE state IN ('running', 'ready', 'waiting')),"
+			/* a failure whose every handler was skipped was not handled after all */
+			" (SELECT min(f.step_id) FROM orch.run_steps f WHERE f.run_id = $1 AND f.tenant_id = $2"
+			"   AND f.state IN ('failed', 'timed_out') AND NOT EXISTS (SELECT 1 FROM orch.run_steps h"
+			"     WHERE h.run_id = $1 AND h.tenant_id = $2 AND h.state <> 'skipped'"
+			"       AND (f.spec -> 'on_failure' ? h.step_id"
+			"         OR (f.state = 'timed_out' AND f.spec -> 'on_timeout' ? h.step_id)"
+			"         OR (f.step_id = ANY (h.deps) AND h.join_policy IN ('all_finished', 'any')))))"
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2",
 			2, rt_types, v, NULL, SPI_OK_SELECT);
 	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) == 0)
 	{
+		char	   *unhandled = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
+
+		if (unhandled != NULL)
+		{
+			fail_run(r, "step_failed", unhandled, "every step that would have handled its failure was skipped");
+			return;
+		}
 		out = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 		if (r->state != RS_RUNNING)
 			set_run_state(r, RS_RUNNING, NULL, NULL);
 		set_run_state(r, RS_SUCCEEDED, "completed", out);
 		return;
 	}
-	/* waiting for a human while nothing else moves, or back to running */
-	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) > 0)
+	/*
+	 * Waiting for a human when nothing else moves (no step executes, is
+	 * ready or waits for a timer: parallel branches keep the run running
+	 * and their tasks claimable), else running.
+	 */
+	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) > 0 &&
+		DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)) == 0)
 	{
 		if (r->state == RS_RUNNING)
 			set_run_state(r, RS_WAITING_APPROVAL, "approval_requested", NULL);
@@ -985,11 +1072,21 @@ collect_outcomes(RunRow *r)
 }
 
 /* Move pending steps to ready or skipped, start ready ones, finish. */
+static void advance_steps(RunRow *r);
+
 void
 run_advance(RunRow *r)
 {
-	Datum		v[2];
+	int64		prev = run_busy_begin(r->id);
 
+	advance_steps(r);
+	run_busy_end(prev);
+}
+
+static void
+advance_steps(RunRow *r)
+{
+	Datum		v[2];
 	bool		started_task = false;
 	bool		started_other = false;
 
@@ -1078,15 +1175,20 @@ run_advance(RunRow *r)
 void
 run_progress(RunRow *r)
 {
+	int64		prev;
+
 	if (run_terminal(r->state))
 		return;
+	/* the tasks it changes itself need no second pass */
+	prev = run_busy_begin(r->id);
 	if (r->past_deadline && strcmp(r->phase, "compensating") != 0)
-	{
 		fail_run(r, "deadline_exceeded", NULL, "the run's deadline passed");
-		return;
+	else
+	{
+		collect_outcomes(r);
+		run_advance(r);
 	}
-	collect_outcomes(r);
-	run_advance(r);
+	run_busy_end(prev);
 }
 
 

@@ -520,6 +520,18 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 	return (int) SPI_processed;
 }
 
+static int
+run_note_cmp(const ListCell *a, const ListCell *b)
+{
+	RunNote    *x = (RunNote *) lfirst(a);
+	RunNote    *y = (RunNote *) lfirst(b);
+	int			c = strcmp(x->tenant, y->tenant);
+
+	if (c != 0)
+		return c;
+	return x->run_id < y->run_id ? -1 : (x->run_id > y->run_id ? 1 : 0);
+}
+
 /* At statement end (orch_gate_trigger): progress the noted runs. */
 void
 orch_runs_flush(void)
@@ -529,6 +541,8 @@ orch_runs_flush(void)
 	runs_flushing = true;
 	PG_TRY();
 	{
+		/* runs locked in one order by every session: no lock-order deadlock */
+		list_sort(run_notes, run_note_cmp);
 		while (run_notes != NIL)
 		{
 			RunNote    *n = (RunNote *) linitial(run_notes);
@@ -598,9 +612,12 @@ orch_runs_maintain(int limit)
 		/* the run's open tasks first, then the run (the lock order) */
 		RUN_ARGS(lv, ids[i], tenants[i]);
 		run_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
+				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
 				2, rt_types, lv, NULL, SPI_OK_SELECT);
-		if (!lock_run(ids[i], tenants[i], &r))
+		/* a run a worker is progressing is left to it (and the next pass) */
+		run_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED",
+				2, rt_types, lv, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 0 || !lock_run(ids[i], tenants[i], &r))
 			continue;
 		orch_set_event_context("orchestrator", NULL);
 		{
@@ -678,7 +695,7 @@ orch_start(PG_FUNCTION_ARGS)
 	Datum		fv[2];
 	char		fn[2] = {' ', ' '};
 	Oid			types[9] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
-	TEXTOID, TEXTOID};
+	TEXTOID, INT4OID};
 	Datum		v[9];
 	char		n[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int32		version;
@@ -740,8 +757,9 @@ orch_start(PG_FUNCTION_ARGS)
 	if (!key)
 		n[6] = 'n';
 	v[7] = orch_text_datum(orch_current_actor());
-	v[8] = (Datum) 0;
-	n[8] = 'n';
+	/* a replay that names a version must name the run's */
+	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(version);
+	n[8] = PG_ARGISNULL(2) ? 'n' : ' ';
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
 	run_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
