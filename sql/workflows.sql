@@ -535,3 +535,10 @@ SELECT pg_temp.try($$SELECT orch_start('wf_linear', '{}', 2, 'ver-key')$$) AS ot
        orch_start('wf_linear', '{}', 1, 'ver-key') = :v1 AS same_version,
        orch_start('wf_linear', '{}', NULL, 'ver-key') = :v1 AS any_version;
 SELECT pg_temp.work_all('wf_q') IS NOT NULL AS drained;
+-- a step whose queue does not exist while auto-creation is off fails (the call that made it due does not)
+SELECT orch_define('wf_noqueue', '{"steps": [{"step_id": "a", "queue": "wf_never_created", "handler": "a"}]}');
+SELECT orch_publish('wf_noqueue', 1) IS NOT NULL AS published;
+SET orchestrator.auto_create_queues = off;
+SELECT orch_start('wf_noqueue', '{}') AS nq \gset
+RESET orchestrator.auto_create_queues;
+SELECT pg_temp.st(:nq), (SELECT error FROM orch_run_steps WHERE run_id = :nq) AS error;

@@ -114,9 +114,15 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("step \"%s\" of run " INT64_FORMAT " is not awaiting approval (it is \"%s\")",
 						step, run_id, state)));
+	/* a concurrent use of the reference for another run wins or loses here */
 	run_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
-			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8)",
+			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
 			8, types, v, n, SPI_OK_INSERT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("approval reference \"%s\" was already used", ref),
+				 errdetail("An approval reference is single-use and bound to one run and step.")));
 	orch_set_event_context(label, note);
 	if (compensation)
 	{
@@ -130,14 +136,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 			set_run_state(&r, RS_RUNNING, NULL, NULL);
 		if (approve)
 		{
-			v[3] = Int64GetDatum(run_enqueue_compensation(&r, step));
-			{
-				Oid			ctypes[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
-
-				run_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
-						" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-						4, ctypes, v, NULL, SPI_OK_UPDATE);
-			}
+			run_start_compensation(&r, step);
 		}
 		else
 			run_advance_compensation(&r);

@@ -71,6 +71,6 @@ extern void run_step_failed(RunRow *r, const char *step, const char *state, cons
 							bool compensation_required);
 extern void run_advance_compensation(RunRow *r);
 extern void run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations);
-extern int64 run_enqueue_compensation(RunRow *r, const char *step);
+extern void run_start_compensation(RunRow *r, const char *step);
 
 #endif							/* RUN_INTERNAL_H */

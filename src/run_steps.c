@@ -97,7 +97,11 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 			if (queue == NULL)
 				elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
 			if (!orch_load_queue(queue, &qs, NULL))
+			{
+				if (!orch_auto_create_queues)
+					return -1;	/* the caller fails the step */
 				orch_ensure_queue(queue);
+			}
 		}
 		run_sql(compensation
 				? "INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy,"
@@ -166,9 +170,9 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 void
 run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID};
+	Datum		v[6];
+	char		n[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	bool		has_success_edges;
 	bool		isnull;
 
@@ -180,12 +184,16 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	v[4] = chosen ? orch_text_datum(chosen) : (Datum) 0;
 	if (!chosen)
 		n[4] = 'n';
+	v[5] = orch_text_datum(from);
+	/* only from the state it was in: a step closed meanwhile stays closed */
 	run_sql("UPDATE orch.run_steps SET state = 'succeeded', output = $4, finished_at = clock_timestamp(),"
 			" done_seq = nextval('orch.run_steps_done_seq'),"
 			" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
 			" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')",
-			5, types, v, n, SPI_OK_UPDATE_RETURNING);
+			6, types, v, n, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed == 0)
+		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
 	step_event(r, step, from, "succeeded", "step_succeeded");
@@ -194,7 +202,7 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 		/* a decision activates exactly the target it chose */
 		run_sql("UPDATE orch.run_steps SET edge_taken = true"
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5",
-				5, types, v, n, SPI_OK_UPDATE);
+				6, types, v, n, SPI_OK_UPDATE);
 	}
 	else if (has_success_edges)
 		take_edges(r, step, "on_success");
@@ -230,7 +238,7 @@ path_keys(RunRow *r, const char *path)
 				" ORDER BY length(step_id) DESC LIMIT 1",
 				3, rt_types, v, NULL, SPI_OK_SELECT);
 		if (SPI_processed == 0)
-			return PointerGetDatum(construct_array(NULL, 0, TEXTOID, -1, false, TYPALIGN_INT));	/* names nothing */
+			return (Datum) 0;	/* names nothing */
 		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		keys = lappend(keys, "steps");
 		keys = lappend(keys, step);
@@ -286,6 +294,8 @@ context_value(RunRow *r, Jsonb *ctx, const char *path)
 
 	v[0] = JsonbPGetDatum(ctx);
 	v[1] = path_keys(r, path);
+	if (v[1] == (Datum) 0)
+		return NULL;
 	run_sql("SELECT $1 #> $2", 2, types, v, NULL, SPI_OK_SELECT);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
@@ -430,7 +440,11 @@ map_fill(RunRow *r, const char *step)
 	open = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 	for (int i = created; i < total && open < maxp; i++, open++)
-		enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false);
+		if (enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false) < 0)
+		{
+			run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
+			return;
+		}
 }
 
 /*
@@ -567,7 +581,14 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	if (SPI_processed == 0)
 	{
 		/* its queue does not exist yet: created on the way */
-		v[3] = Int64GetDatum(enqueue_step_task(r, step, step, NULL, -1, false));
+		int64		id = enqueue_step_task(r, step, step, NULL, -1, false);
+
+		if (id < 0)
+		{
+			run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
+			return true;
+		}
+		v[3] = Int64GetDatum(id);
 		run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
 				" cap_at = " CAP_SQL
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
@@ -744,7 +765,29 @@ run_advance_compensation(RunRow *r)
 		set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
 		return;
 	}
-	v[3] = Int64GetDatum(enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true));
+	run_start_compensation(r, step);
+}
+
+/* A step's compensation task; when it cannot be queued, the compensation fails. */
+void
+run_start_compensation(RunRow *r, const char *step)
+{
+	Datum		v[4];
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+	int64		id = enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true);
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = Int64GetDatum(id);
+	if (id < 0)
+	{
+		run_sql("UPDATE orch.run_steps SET comp_state = 'failed'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				3, types, v, NULL, SPI_OK_UPDATE);
+		step_event(r, step, "succeeded", "succeeded", "compensation_failed");
+		run_advance_compensation(r);
+		return;
+	}
 	run_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
 			4, types, v, NULL, SPI_OK_UPDATE);
@@ -1221,11 +1264,4 @@ run_create_steps(RunRow *r)
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
 			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))",
 			2, rt_types, v, NULL, SPI_OK_UPDATE);
-}
-
-/* The compensation task of a step (orch_approve of a compensation). */
-int64
-run_enqueue_compensation(RunRow *r, const char *step)
-{
-	return enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true);
 }
