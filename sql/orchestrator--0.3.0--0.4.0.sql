@@ -423,9 +423,11 @@ CREATE TABLE orch.run_steps (
                                             'done', 'failed', 'canceled')),
     comp_task_id bigint,
     PRIMARY KEY (run_id, step_id, tenant_id)
-);
+) WITH (fillfactor = 70);
+-- Timers and soft caps; no state in the predicate, so that a step's state
+-- changes are HOT updates (fillfactor 70 leaves them room).
 CREATE INDEX run_steps_timer_idx ON orch.run_steps (least(wake_at, cap_at))
-    WHERE state IN ('running', 'waiting', 'awaiting_approval');
+    WHERE wake_at IS NOT NULL OR cap_at IS NOT NULL;
 CREATE SEQUENCE orch.run_steps_done_seq;
 COMMENT ON TABLE orch.run_steps IS
   'The steps of a run: their state, the task(s) executing them, outputs, timers and compensation state.';

@@ -187,6 +187,7 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	v[5] = orch_text_datum(from);
 	/* only from the state it was in: a step closed meanwhile stays closed */
 	run_sql("UPDATE orch.run_steps SET state = 'succeeded', output = $4, finished_at = clock_timestamp(),"
+			" wake_at = NULL, cap_at = NULL,"
 			" done_seq = nextval('orch.run_steps_done_seq'),"
 			" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
@@ -645,6 +646,7 @@ run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 			"                ELSE s.state END,"
 			"   finished_at = CASE WHEN s.state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
 			"                 THEN clock_timestamp() ELSE s.finished_at END,"
+			"   wake_at = NULL, cap_at = NULL,"
 			"   comp_state = CASE WHEN $3 AND s.comp_state IN ('running', 'awaiting_approval', 'pending')"
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
@@ -817,7 +819,8 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 		n[4] = 'n';
 	run_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
 			"   FOR UPDATE)"
-			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp() FROM o"
+			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp(),"
+			"   wake_at = NULL, cap_at = NULL FROM o"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state",
 			5, types, v, n, SPI_OK_UPDATE_RETURNING);
 	step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
