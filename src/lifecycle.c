@@ -152,6 +152,30 @@ orch_clear_event_context(void)
 	ctx_reset();
 }
 
+/* The current event context, to be put back with orch_restore_event_context. */
+OrchEventContext
+orch_save_event_context(void)
+{
+	OrchEventContext c;
+
+	c.active = ctx_active;
+	c.worker_actor = ctx_worker_actor;
+	c.actor = ctx_actor ? pstrdup(ctx_actor) : NULL;
+	c.note = ctx_note ? pstrdup(ctx_note) : NULL;
+	return c;
+}
+
+void
+orch_restore_event_context(OrchEventContext c)
+{
+	if (!c.active)
+	{
+		ctx_reset();
+		return;
+	}
+	orch_set_event_context_ext(c.actor, c.note, c.worker_actor);
+}
+
 /* ----------------------------------------------------------------------
  * Event writer
  * ---------------------------------------------------------------------- */

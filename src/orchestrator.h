@@ -186,6 +186,17 @@ extern void orch_set_event_context(const char *actor, const char *note);
 extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
+
+typedef struct OrchEventContext
+{
+	bool		active;
+	bool		worker_actor;
+	char	   *actor;
+	char	   *note;
+} OrchEventContext;
+
+extern OrchEventContext orch_save_event_context(void);
+extern void orch_restore_event_context(OrchEventContext c);
 extern void orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 								 const char *from_state, const char *to_state,
 								 const char *reason_code, const char *note);

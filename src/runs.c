@@ -497,6 +497,7 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 	Datum	   *v = palloc(sizeof(Datum) * (nargs + 1));
 	char	   *n = palloc(nargs + 2);
 	int			r = nargs + 1;
+	OrchEventContext saved;
 
 	memcpy(t, types, sizeof(Oid) * nargs);
 	memcpy(v, values, sizeof(Datum) * nargs);
@@ -506,6 +507,7 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 		memcpy(n, nulls, nargs);
 	t[nargs] = TEXTOID;
 	v[nargs] = orch_text_datum(reason);
+	saved = orch_save_event_context();
 	orch_set_event_context(NULL, reason);
 	run_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
 					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))),"
@@ -516,7 +518,7 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 					 " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
 					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id", ids_sql, r, r),
 			nargs + 1, t, v, n, SPI_OK_UPDATE);
-	orch_clear_event_context();
+	orch_restore_event_context(saved);	/* the caller's label and note go on */
 	return (int) SPI_processed;
 }
 
