@@ -390,8 +390,21 @@ run_plan(const char *sql, int nargs, Oid *types)
 			elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		return p;
 	}
+	if (!found)
+	{
+		e->plan = NULL;
+		e->sql = NULL;
+	}
+	/* same text with another argument list, or an earlier failed prepare */
+	if (e->plan != NULL)
+		SPI_freeplan(e->plan);
 	e->plan = NULL;
-	e->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	if (e->sql == NULL || strcmp(e->sql, sql) != 0)
+	{
+		if (e->sql != NULL)
+			pfree(e->sql);
+		e->sql = MemoryContextStrdup(TopMemoryContext, sql);
+	}
 	e->nargs = nargs;
 	e->plan = SPI_prepare(sql, nargs, types);
 	if (e->plan == NULL || SPI_keepplan(e->plan) != 0)
