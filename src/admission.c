@@ -293,6 +293,13 @@ static SPIPlanPtr repair_probe_plan = NULL;
 static SPIPlanPtr repair_pick_plan = NULL;
 static SPIPlanPtr repair_done_plan = NULL;
 
+/* While on, key locks are only tried (a claim letting work in never waits). */
+void
+orch_gate_set_try_only(bool on)
+{
+	gate_try_only = on;
+}
+
 /*
  * Settle deferred key decisions of one queue (NULL: all): under each key's
  * lock, demote beyond the limit and promote into free slots, then forget the
@@ -300,12 +307,6 @@ static SPIPlanPtr repair_done_plan = NULL;
  * orch_maintain.  Returns the number of keys settled.  Caller is connected
  * to SPI.
  */
-void
-orch_gate_set_try_only(bool on)
-{
-	gate_try_only = on;
-}
-
 int
 orch_gate_repair(const char *queue, int limit)
 {
@@ -320,9 +321,7 @@ orch_gate_repair(const char *queue, int limit)
 
 	if (!repairs_table_exists())
 		return 0;
-	v[0] = queue ? orch_text_datum(queue) : (Datum) 0;
-	if (!queue)
-		n[0] = 'n';
+	orch_spi_text(v, n, 0, queue);
 	v[1] = Int32GetDatum(limit);
 	/* a read-only probe first: the table is almost always empty */
 	if (SPI_execute_plan(orch_prepare(&repair_probe_plan,
@@ -666,9 +665,7 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	char	  **tenants;
 	int			promoted = 0;
 
-	v[0] = queue ? orch_text_datum(queue) : (Datum) 0;
-	if (!queue)
-		n[0] = 'n';
+	orch_spi_text(v, n, 0, queue);
 	v[1] = Int32GetDatum(max_keys);
 	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
 							  " WHERE concurrency_key IS NOT NULL"

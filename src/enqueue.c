@@ -497,12 +497,8 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 		v[8] = IntervalPGetDatum(o.has_timeout ? o.timeout : orch_usecs_interval(o.qs.timeout));
 		if (!o.has_timeout && o.qs.timeout <= 0)
 			n[8] = 'n';
-		v[9] = o.owner ? orch_text_datum(o.owner) : (Datum) 0;
-		if (!o.owner)
-			n[9] = 'n';
-		v[10] = o.concurrency_key ? orch_text_datum(o.concurrency_key) : (Datum) 0;
-		if (!o.concurrency_key)
-			n[10] = 'n';
+		orch_spi_text(v, n, 9, o.owner);
+		orch_spi_text(v, n, 10, o.concurrency_key);
 		if (SPI_execute_plan(orch_prepare(&batch_plan,
 										  "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
 										  " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"

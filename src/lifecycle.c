@@ -951,12 +951,8 @@ machine_check(const char *machine, const char *from, const char *to)
 	bool		isnull;
 
 	values[0] = orch_text_datum(machine);
-	values[1] = from ? orch_text_datum(from) : (Datum) 0;
-	if (!from)
-		nulls[1] = 'n';
-	values[2] = to ? orch_text_datum(to) : (Datum) 0;
-	if (!to)
-		nulls[2] = 'n';
+	orch_spi_text(values, nulls, 1, from);
+	orch_spi_text(values, nulls, 2, to);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");

@@ -175,3 +175,11 @@ orch_text_datum(const char *s)
 {
 	return PointerGetDatum(cstring_to_text(s));
 }
+
+/* Set SPI argument i to the text s, or to SQL NULL when s is NULL. */
+void
+orch_spi_text(Datum *values, char *nulls, int i, const char *s)
+{
+	values[i] = s ? orch_text_datum(s) : (Datum) 0;
+	nulls[i] = s ? ' ' : 'n';
+}

@@ -238,6 +238,7 @@ extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);
 extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
+extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
 
 #define ORCH_DEFAULT_TENANT "default"
 

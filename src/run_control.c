@@ -63,12 +63,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	v[3] = orch_text_datum(ref);
 	v[4] = BoolGetDatum(approve);
 	v[5] = orch_text_datum(orch_current_actor());
-	v[6] = label ? orch_text_datum(label) : (Datum) 0;
-	if (!label)
-		n[6] = 'n';
-	v[7] = note ? orch_text_datum(note) : (Datum) 0;
-	if (!note)
-		n[7] = 'n';
+	orch_spi_text(v, n, 6, label);
+	orch_spi_text(v, n, 7, note);
 
 	/* a reference is used once, for one run and step and one decision */
 	run_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"

@@ -181,9 +181,7 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	v[3] = output ? JsonbPGetDatum(output) : (Datum) 0;
 	if (!output)
 		n[3] = 'n';
-	v[4] = chosen ? orch_text_datum(chosen) : (Datum) 0;
-	if (!chosen)
-		n[4] = 'n';
+	orch_spi_text(v, n, 4, chosen);
 	v[5] = orch_text_datum(from);
 	/* only from the state it was in: a step closed meanwhile stays closed */
 	run_sql("UPDATE orch.run_steps SET state = 'succeeded', output = $4, finished_at = clock_timestamp(),"
@@ -688,12 +686,8 @@ fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 	cancel_open_step_tasks(r, reason);
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(reason);
-	v[3] = step ? orch_text_datum(step) : (Datum) 0;
-	if (!step)
-		n[3] = 'n';
-	v[4] = error ? orch_text_datum(error) : (Datum) 0;
-	if (!error)
-		n[4] = 'n';
+	orch_spi_text(v, n, 3, step);
+	orch_spi_text(v, n, 4, error);
 	run_close_open_steps(r, reason, false);
 	run_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
 			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'",
@@ -814,9 +808,7 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
 	v[3] = orch_text_datum(state);
-	v[4] = error ? orch_text_datum(error) : (Datum) 0;
-	if (!error)
-		n[4] = 'n';
+	orch_spi_text(v, n, 4, error);
 	run_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
 			"   FOR UPDATE)"
 			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp(),"

@@ -318,9 +318,7 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	bool		isnull;
 
 	v[0] = Int64GetDatum(run_id);
-	v[1] = tenant ? orch_text_datum(tenant) : (Datum) 0;
-	if (!tenant)
-		n[1] = 'n';
+	orch_spi_text(v, n, 1, tenant);
 	v[2] = orch_caller_tenants_datum(&all_tenants);
 	if (all_tenants)
 		n[2] = 'n';
@@ -445,9 +443,7 @@ set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 		return;
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(run_state_names[to]);
-	v[3] = reason ? orch_text_datum(reason) : (Datum) 0;
-	if (!reason)
-		n[3] = 'n';
+	orch_spi_text(v, n, 3, reason);
 	v[4] = output ? JsonbPGetDatum(output) : (Datum) 0;
 	if (!output)
 		n[4] = 'n';
@@ -768,9 +764,7 @@ orch_start(PG_FUNCTION_ARGS)
 	v[5] = pins ? JsonbPGetDatum(pins) : (Datum) 0;
 	if (!pins)
 		n[5] = 'n';
-	v[6] = key ? orch_text_datum(key) : (Datum) 0;
-	if (!key)
-		n[6] = 'n';
+	orch_spi_text(v, n, 6, key);
 	v[7] = orch_text_datum(orch_current_actor());
 	/* a replay that names a version must name the run's */
 	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(version);

@@ -151,9 +151,7 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 	v[0] = orch_text_datum(t->tenant);
 	v[1] = Int64GetDatum(t->id);
 	v[2] = Int32GetDatum(t->attempts);
-	v[3] = t->lease_owner ? orch_text_datum(t->lease_owner) : (Datum) 0;
-	if (!t->lease_owner)
-		n[3] = 'n';
+	orch_spi_text(v, n, 3, t->lease_owner);
 	v[4] = UUIDPGetDatum(&t->token);
 	if (!t->has_token)
 		n[4] = 'n';
@@ -161,12 +159,8 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 	if (!t->has_claimed_at)
 		n[5] = 'n';
 	v[6] = orch_text_datum(outcome);
-	v[7] = error_class ? orch_text_datum(error_class) : (Datum) 0;
-	if (!error_class)
-		n[7] = 'n';
-	v[8] = error ? orch_text_datum(error) : (Datum) 0;
-	if (!error)
-		n[8] = 'n';
+	orch_spi_text(v, n, 7, error_class);
+	orch_spi_text(v, n, 8, error);
 	v[9] = TimestampTzGetDatum(retry_at);
 	if (!has_retry_at)
 		n[9] = 'n';
@@ -225,9 +219,7 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 	v[2] = orch_text_datum(orch_state_names[d.next_state]);
 	v[3] = Int32GetDatum(t->failures + 1);
 	v[4] = orch_text_datum(reason);
-	v[5] = error ? orch_text_datum(error) : (Datum) 0;
-	if (!error)
-		n[5] = 'n';
+	orch_spi_text(v, n, 5, error);
 	v[6] = orch_text_datum(orch_error_class_names[ec]);
 	v[7] = TimestampTzGetDatum(at);
 	if (!d.retry)
@@ -770,12 +762,8 @@ orch_confirm(PG_FUNCTION_ARGS)
 	v[1] = orch_text_datum(t.tenant);
 	/* the decision is the role's; a name it gives is kept beside it */
 	v[2] = orch_text_datum(orch_current_actor());
-	v[3] = note ? orch_text_datum(note) : (Datum) 0;
-	if (!note)
-		n[3] = 'n';
-	v[4] = actor ? orch_text_datum(actor) : (Datum) 0;
-	if (!actor)
-		n[4] = 'n';
+	orch_spi_text(v, n, 3, note);
+	orch_spi_text(v, n, 4, actor);
 	if (approve)
 	{
 		exec_update("UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
