@@ -84,7 +84,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT_OK = qw(env_knob fault_node query try_query sqlstate_of
-  run_amcheck wait_for);
+  run_amcheck wait_for task_invariants_sql parse_counts);
 
 # SQLSTATEs a client of these tests may legitimately see: fenced calls of a
 # worker that lost its lease (OR002 / OR003), and connection loss around
@@ -674,6 +674,72 @@ sub restart_immediate
 # Verification
 # ---------------------------------------------------------------------------
 
+# task_invariants_sql(LEASE): the per-task checks shared by the queue soaks
+# and the workflow kill test, as "UNION ALL SELECT name, count" lines over the
+# temp tables qt (the tasks), qa (their attempts), qe (their events), exec_log
+# and complete_ack.  LEASE (an SQL interval) bounds an attempt that logged no
+# execution.  Each count must be 0 (executions: at least the tasks).
+sub task_invariants_sql
+{
+	my ($lease_iv) = @_;
+	return <<EOS;
+UNION ALL SELECT 'executions', count(*) FROM exec_log
+UNION ALL SELECT 'executions_unaccounted', count(*) FROM exec_log l
+   WHERE (SELECT count(*) FROM qa WHERE qa.task_id = l.task_id AND qa.lease_token = l.lease_token) <> 1
+UNION ALL SELECT 'overlap_live', count(*) FROM
+   (SELECT l.task_id, l.lease_token, l.started,
+           CASE WHEN qa.outcome = 'completed' THEN least(qa.finished_at, l.lease_expires_at)
+                ELSE l.lease_expires_at END AS live_end
+      FROM exec_log l LEFT JOIN qa ON qa.task_id = l.task_id AND qa.lease_token = l.lease_token) x
+   JOIN
+   (SELECT l.task_id, l.lease_token, l.started,
+           CASE WHEN qa.outcome = 'completed' THEN least(qa.finished_at, l.lease_expires_at)
+                ELSE l.lease_expires_at END AS live_end
+      FROM exec_log l LEFT JOIN qa ON qa.task_id = l.task_id AND qa.lease_token = l.lease_token) y
+     ON y.task_id = x.task_id AND x.lease_token < y.lease_token
+   WHERE x.started < x.live_end AND y.started < y.live_end
+     AND x.started < y.live_end AND y.started < x.live_end
+UNION ALL SELECT 'completed_after_lease', count(*) FROM qa
+   JOIN exec_log l ON l.task_id = qa.task_id AND l.lease_token = qa.lease_token
+   WHERE qa.outcome = 'completed' AND qa.finished_at >= l.lease_expires_at
+UNION ALL SELECT 'claimed_during_live_lease', count(*) FROM qa a
+   JOIN qa b ON b.task_id = a.task_id AND b.attempt = a.attempt + 1
+   LEFT JOIN exec_log l ON l.task_id = a.task_id AND l.lease_token = a.lease_token
+   WHERE b.started_at < coalesce(l.lease_expires_at, a.started_at + $lease_iv)
+UNION ALL SELECT 'event_chain_broken', count(DISTINCT task_id) FROM
+   (SELECT task_id, from_state, to_state,
+           lag(to_state) OVER w AS prev, row_number() OVER w AS rn
+      FROM qe WINDOW w AS (PARTITION BY task_id ORDER BY id)) s
+   WHERE (rn = 1 AND (from_state IS DISTINCT FROM 'received' OR to_state <> 'queued'))
+      OR (rn > 1 AND from_state IS DISTINCT FROM prev)
+UNION ALL SELECT 'last_event_not_state', count(*) FROM qt
+   WHERE qt.state IS DISTINCT FROM
+         (SELECT to_state FROM qe WHERE qe.task_id = qt.id ORDER BY qe.id DESC LIMIT 1)
+UNION ALL SELECT 'claim_events_not_attempts', count(*) FROM qt
+   WHERE qt.attempts <> (SELECT count(*) FROM qe WHERE qe.task_id = qt.id AND qe.to_state = 'executing')
+UNION ALL SELECT 'terminal_events_not_1', count(*) FROM qt
+   WHERE (SELECT count(*) FROM qe WHERE qe.task_id = qt.id
+           AND qe.to_state IN ('completed', 'failed', 'cancelled')) <> 1
+UNION ALL SELECT 'completed_attempts_not_1', count(*) FROM qt
+   WHERE (SELECT count(*) FROM qa WHERE qa.task_id = qt.id AND qa.outcome = 'completed') <> 1
+UNION ALL SELECT 'ack_not_completing', count(*) FROM complete_ack c
+   WHERE NOT EXISTS (SELECT 1 FROM qa WHERE qa.task_id = c.task_id
+                       AND qa.lease_token = c.lease_token AND qa.outcome = 'completed')
+EOS
+}
+
+# parse_counts(OUT): { name => count } from psql's "name|count" lines.
+sub parse_counts
+{
+	my ($out) = @_;
+	my %c;
+	for my $l (split /\n/, $out)
+	{
+		$c{$1} = $2 if $l =~ /^(\w+)\|(\d+)$/;
+	}
+	return \%c;
+}
+
 sub _counts
 {
 	my ($self) = @_;
@@ -685,7 +751,7 @@ sub _counts
 	  join(',', map { "($_, $acks->{$_})" } sort { $a <=> $b } keys %$acks);
 	$ack_values = '(NULL::int, NULL::bigint)' if $ack_values eq '';
 
-	my $sql = <<EOS;
+	my $sql = <<EOS . task_invariants_sql($lease);
 CREATE TEMP TABLE acked (n int, task_id bigint);
 INSERT INTO acked VALUES $ack_values;
 DELETE FROM acked WHERE n IS NULL;
@@ -711,28 +777,17 @@ UNION ALL SELECT 'acked', count(*) FROM acked
 UNION ALL SELECT 'acked_lost', count(*) FROM acked a
    WHERE NOT EXISTS (SELECT 1 FROM qt WHERE qt.id = a.task_id AND qt.state = 'completed'
                        AND qt.idempotency_key = 'job-' || a.n AND qt.payload = jsonb_build_object('n', a.n))
-UNION ALL SELECT 'completed_attempts_not_1', count(*) FROM qt
-   WHERE (SELECT count(*) FROM qa WHERE qa.task_id = qt.id AND qa.outcome = 'completed') <> 1
 UNION ALL SELECT 'completed_events_not_1', count(*) FROM qt
    WHERE (SELECT count(*) FROM qe WHERE qe.task_id = qt.id AND qe.to_state = 'completed') <> 1
-UNION ALL SELECT 'terminal_events_not_1', count(*) FROM qt
-   WHERE (SELECT count(*) FROM qe WHERE qe.task_id = qt.id
-           AND qe.to_state IN ('completed', 'failed', 'cancelled')) <> 1
 UNION ALL SELECT 'double_completed', count(*) FROM qt
    WHERE (SELECT count(*) FROM qa WHERE qa.task_id = qt.id AND qa.outcome = 'completed') > 1
       OR (SELECT count(*) FROM qe WHERE qe.task_id = qt.id AND qe.to_state = 'completed') > 1
       OR (SELECT count(DISTINCT c.lease_token) FROM complete_ack c WHERE c.task_id = qt.id) > 1
-UNION ALL SELECT 'ack_not_completing', count(*) FROM complete_ack c
-   WHERE NOT EXISTS (SELECT 1 FROM qa WHERE qa.task_id = c.task_id
-                       AND qa.lease_token = c.lease_token AND qa.outcome = 'completed')
 UNION ALL SELECT 'completing_token_not_current', count(*) FROM qt
    JOIN qa ON qa.task_id = qt.id AND qa.outcome = 'completed'
    WHERE qa.attempt <> qt.attempts
       OR (qt.lease_token IS NOT NULL AND qa.lease_token IS DISTINCT FROM qt.lease_token)
 UNION ALL SELECT 'token_reuse', count(*) - count(DISTINCT lease_token) FROM qa
-UNION ALL SELECT 'executions', count(*) FROM exec_log
-UNION ALL SELECT 'executions_unaccounted', count(*) FROM exec_log l
-   WHERE (SELECT count(*) FROM qa WHERE qa.task_id = l.task_id AND qa.lease_token = l.lease_token) <> 1
 UNION ALL SELECT 'attempt_sequence_bad', count(*) FROM qt
    WHERE qt.attempts <> (SELECT count(*) FROM qa WHERE qa.task_id = qt.id)
       OR qt.attempts <> (SELECT count(DISTINCT attempt) FROM qa WHERE qa.task_id = qt.id)
@@ -741,45 +796,8 @@ UNION ALL SELECT 'attempt_sequence_bad', count(*) FROM qt
       OR EXISTS (SELECT 1 FROM qa WHERE qa.task_id = qt.id AND qa.attempt < qt.attempts
                    AND qa.outcome <> 'lease_expired')
 UNION ALL SELECT 'lease_expired_attempts', count(*) FROM qa WHERE outcome = 'lease_expired'
-UNION ALL SELECT 'overlap_live', count(*) FROM
-   (SELECT l.task_id, l.lease_token, l.started,
-           CASE WHEN qa.outcome = 'completed' THEN least(qa.finished_at, l.lease_expires_at)
-                ELSE l.lease_expires_at END AS live_end
-      FROM exec_log l LEFT JOIN qa ON qa.task_id = l.task_id AND qa.lease_token = l.lease_token) x
-   JOIN
-   (SELECT l.task_id, l.lease_token, l.started,
-           CASE WHEN qa.outcome = 'completed' THEN least(qa.finished_at, l.lease_expires_at)
-                ELSE l.lease_expires_at END AS live_end
-      FROM exec_log l LEFT JOIN qa ON qa.task_id = l.task_id AND qa.lease_token = l.lease_token) y
-     ON y.task_id = x.task_id AND x.lease_token < y.lease_token
-   WHERE x.started < x.live_end AND y.started < y.live_end
-     AND x.started < y.live_end AND y.started < x.live_end
-UNION ALL SELECT 'completed_after_lease', count(*) FROM qa
-   JOIN exec_log l ON l.task_id = qa.task_id AND l.lease_token = qa.lease_token
-   WHERE qa.outcome = 'completed' AND qa.finished_at >= l.lease_expires_at
-UNION ALL SELECT 'claimed_during_live_lease', count(*) FROM qa a
-   JOIN qa b ON b.task_id = a.task_id AND b.attempt = a.attempt + 1
-   LEFT JOIN exec_log l ON l.task_id = a.task_id AND l.lease_token = a.lease_token
-   WHERE b.started_at < coalesce(l.lease_expires_at, a.started_at + $lease)
-UNION ALL SELECT 'event_chain_broken', count(DISTINCT task_id) FROM
-   (SELECT task_id, from_state, to_state,
-           lag(to_state) OVER w AS prev, row_number() OVER w AS rn
-      FROM qe WINDOW w AS (PARTITION BY task_id ORDER BY id)) s
-   WHERE (rn = 1 AND (from_state IS DISTINCT FROM 'received' OR to_state <> 'queued'))
-      OR (rn > 1 AND from_state IS DISTINCT FROM prev)
-UNION ALL SELECT 'last_event_not_state', count(*) FROM qt
-   WHERE qt.state IS DISTINCT FROM
-         (SELECT to_state FROM qe WHERE qe.task_id = qt.id ORDER BY qe.id DESC LIMIT 1)
-UNION ALL SELECT 'claim_events_not_attempts', count(*) FROM qt
-   WHERE qt.attempts <> (SELECT count(*) FROM qe WHERE qe.task_id = qt.id AND qe.to_state = 'executing')
 EOS
-	my $out = query($self->{node}, $self->{db}, $sql);
-	my %c;
-	for my $l (split /\n/, $out)
-	{
-		$c{$1} = $2 if $l =~ /^(\w+)\|(\d+)$/;
-	}
-	return \%c;
+	return parse_counts(query($self->{node}, $self->{db}, $sql));
 }
 
 # Errors and warnings the clients printed: { sqlstate => count }, and the
