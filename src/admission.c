@@ -206,11 +206,6 @@ repairs_table_exists(void)
 	return OidIsValid(nsp) && OidIsValid(get_relname_relid("gate_repairs", nsp));
 }
 
-/*
- * Take the key's transaction-scoped lock: waiting for it when this
- * transaction holds no other key lock, else only trying (see HeldKey).
- * False when the lock is held elsewhere and was not taken.
- */
 /* The advisory lock name of a tenant's key. */
 static char *
 key_lock_name(const char *key, const char *tenant)
@@ -218,6 +213,11 @@ key_lock_name(const char *key, const char *tenant)
 	return psprintf("%s\x1f%s", tenant, key);
 }
 
+/*
+ * Take the key's transaction-scoped lock: waiting for it when this
+ * transaction holds no other key lock, else only trying (see HeldKey).
+ * False when the lock is held elsewhere and was not taken.
+ */
 static bool
 key_lock(const char *queue, const char *key, const char *tenant)
 {

@@ -41,11 +41,6 @@ static SPIPlanPtr claim_tenant_plan[2] = {NULL, NULL};
 static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 
 /*
- * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
- * generic plan stays an index scan (a join against a LIMIT $n sub-query
- * would be planned for 10% of the table).
- */
-/*
  * A workflow step's task is handed out only while its run is running (not
  * paused, waiting, finished) and within its deadline; compensation tasks run
  * after the deadline too.  Plain tasks (run_id NULL) pay nothing.
@@ -56,6 +51,11 @@ static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
 	"             OR c.step_key LIKE '%:compensate')))"
 
+/*
+ * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
+ * generic plan stays an index scan (a join against a LIMIT $n sub-query
+ * would be planned for 10% of the table).
+ */
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " CLAIM_SET \
