@@ -117,13 +117,10 @@ orch_command(PG_FUNCTION_ARGS)
 				Oid			otypes[2] = {INT8OID, TEXTARRAYOID};
 				Datum		ov[2];
 				char		on[2] = {' ', ' '};
-				bool		all_tenants;
 
 				/* and be visible to the caller (another tenant's does not exist for it) */
 				ov[0] = v[4];
-				ov[1] = orch_caller_tenants_datum(&all_tenants);
-				if (all_tenants)
-					on[1] = 'n';
+				orch_spi_caller_tenants(ov, on, 1);
 				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1"
 										  " AND ($2::text[] IS NULL OR tenant_id = ANY ($2))",
 										  2, otypes, ov, on, false, 1) != SPI_OK_SELECT)
@@ -227,15 +224,12 @@ orch_command_result(PG_FUNCTION_ARGS)
 	SPI_connect();
 	v[0] = Int64GetDatum(id);
 	{
-		bool		all_tenants;
 		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
 		Datum		lv[2];
 		char		ln[2] = {' ', ' '};
 
 		lv[0] = v[0];
-		lv[1] = orch_caller_tenants_datum(&all_tenants);
-		if (all_tenants)
-			ln[1] = 'n';
+		orch_spi_caller_tenants(lv, ln, 1);
 		/* another tenant's row is neither locked nor seen */
 		if (SPI_execute_with_args("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
 								  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",

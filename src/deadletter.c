@@ -44,15 +44,12 @@ redrive(int64 id, bool skip_redriven)
 	v[0] = Int64GetDatum(id);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
 	{
-		bool		all_tenants;
 		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
 		Datum		lv[2];
 		char		ln[2] = {' ', ' '};
 
 		lv[0] = v[0];
-		lv[1] = orch_caller_tenants_datum(&all_tenants);
-		if (all_tenants)
-			ln[1] = 'n';
+		orch_spi_caller_tenants(lv, ln, 1);
 		/* (another tenant's row is neither locked nor seen) */
 		if (SPI_execute_plan(orch_prepare(&lock_plan,
 										  "SELECT 1 FROM orch.tasks WHERE id = $1"
@@ -139,7 +136,6 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTARRAYOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
-	bool		all_tenants;
 	int32		max = PG_ARGISNULL(3) ? 100 : PG_GETARG_INT32(3);
 	int64	   *ids;
 	int			count;
@@ -166,9 +162,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 			n[i] = 'n';
 	}
 	v[3] = Int32GetDatum(max);
-	v[4] = orch_caller_tenants_datum(&all_tenants);
-	if (all_tenants)
-		n[4] = 'n';
+	orch_spi_caller_tenants(v, n, 4);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

@@ -216,6 +216,7 @@ extern char *orch_current_actor(void);
 extern bool orch_caller_restricted(void);
 extern bool orch_tenant_allowed(const char *tenant);
 extern Datum orch_caller_tenants_datum(bool *isnull);
+extern void orch_spi_caller_tenants(Datum *values, char *nulls, int i);
 extern char *orch_resolve_tenant(const char *requested);
 extern void orch_require_tenant(const char *tenant);
 extern void orch_require_unrestricted(const char *what);

@@ -257,7 +257,6 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	int64		run_id;
 	char	   *reason = orch_text_arg(fcinfo, 1);
 	Datum		v[3];
-	bool		all_tenants;
 	Oid			types[3] = {INT8OID, TEXTOID, TEXTARRAYOID};
 	char		n[3] = {' ', 'n', ' '};
 
@@ -267,9 +266,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	/* the run's open tasks first (the lock order), then the run */
 	v[0] = Int64GetDatum(run_id);
 	v[1] = (Datum) 0;
-	v[2] = orch_caller_tenants_datum(&all_tenants);
-	if (all_tenants)
-		n[2] = 'n';
+	orch_spi_caller_tenants(v, n, 2);
 	run_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
 			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
 			3, types, v, n, SPI_OK_SELECT);

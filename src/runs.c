@@ -312,16 +312,13 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	Oid			types[3] = {INT8OID, TEXTOID, TEXTARRAYOID};
 	Datum		v[3];
 	char		n[3] = {' ', ' ', ' '};
-	bool		all_tenants;
 	HeapTuple	tup;
 	TupleDesc	td;
 	bool		isnull;
 
 	v[0] = Int64GetDatum(run_id);
 	orch_spi_text(v, n, 1, tenant);
-	v[2] = orch_caller_tenants_datum(&all_tenants);
-	if (all_tenants)
-		n[2] = 'n';
+	orch_spi_caller_tenants(v, n, 2);
 	if (SPI_execute_plan(run_plan("SELECT id, tenant_id, state, phase, reason_code,"
 								  " coalesce(deadline_at <= now(), false)"
 								  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
@@ -829,16 +826,13 @@ orch_run_status(PG_FUNCTION_ARGS)
 	Oid			types[2] = {INT8OID, TEXTARRAYOID};
 	Datum		v[2];
 	char		n[2] = {' ', ' '};
-	bool		all_tenants;
 	bool		isnull;
 	Jsonb	   *out;
 	MemoryContext outer = CurrentMemoryContext;
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	v[0] = PG_GETARG_DATUM(0);
-	v[1] = orch_caller_tenants_datum(&all_tenants);
-	if (all_tenants)
-		n[1] = 'n';
+	orch_spi_caller_tenants(v, n, 1);
 	SPI_connect();
 	run_sql("SELECT jsonb_build_object("
 			"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id),"

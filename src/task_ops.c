@@ -32,7 +32,6 @@ orch_lock_task(int64 id, OrchTask *t)
 	Oid			types[2] = {INT8OID, TEXTARRAYOID};
 	Datum		v[2];
 	char		n[2] = {' ', ' '};
-	bool		all_tenants;
 	HeapTuple	tup;
 	TupleDesc	td;
 	bool		isnull;
@@ -40,9 +39,7 @@ orch_lock_task(int64 id, OrchTask *t)
 
 	v[0] = Int64GetDatum(id);
 	/* another tenant's row is neither locked nor seen (no timing oracle) */
-	v[1] = orch_caller_tenants_datum(&all_tenants);
-	if (all_tenants)
-		n[1] = 'n';
+	orch_spi_caller_tenants(v, n, 1);
 	if (SPI_execute_plan(orch_prepare(&lock_plan,
 									  "SELECT id, tenant_id, queue, state, attempts, failures,"
 									  " max_attempts, max_failures, retry_policy, lease_token, lease_owner,"
@@ -289,7 +286,6 @@ orch_complete(PG_FUNCTION_ARGS)
 	Oid			types[5] = {INT8OID, UUIDOID, JSONBOID, TEXTOID, TEXTARRAYOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
-	bool		unrestricted;
 
 	v[0] = Int64GetDatum(id);
 	v[1] = UUIDPGetDatum(token);
@@ -298,9 +294,7 @@ orch_complete(PG_FUNCTION_ARGS)
 		n[2] = 'n';
 	/* a parameter, not a literal: keeps the generic plan on the primary key */
 	v[3] = orch_text_datum("executing");
-	v[4] = orch_caller_tenants_datum(&unrestricted);
-	if (unrestricted)
-		n[4] = 'n';
+	orch_spi_caller_tenants(v, n, 4);
 
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);
@@ -357,7 +351,6 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	Datum		v[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			completed;
-	bool		unrestricted;
 
 	orch_require_arg(fcinfo, 0, "task_ids");
 	orch_require_arg(fcinfo, 1, "lease_tokens");
@@ -413,9 +406,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	v[0] = PointerGetDatum(ids_a);
 	v[1] = PointerGetDatum(toks_a);
 	v[3] = orch_text_datum("executing");
-	v[4] = orch_caller_tenants_datum(&unrestricted);
-	if (unrestricted)
-		nulls[4] = 'n';
+	orch_spi_caller_tenants(v, nulls, 4);
 
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);

@@ -238,6 +238,16 @@ orch_caller_tenants_datum(bool *isnull)
 										   TYPALIGN_INT));
 }
 
+/* Set SPI argument i to the caller's tenants (SQL NULL when unrestricted). */
+void
+orch_spi_caller_tenants(Datum *values, char *nulls, int i)
+{
+	bool		unrestricted;
+
+	values[i] = orch_caller_tenants_datum(&unrestricted);
+	nulls[i] = unrestricted ? 'n' : ' ';
+}
+
 /*
  * The tenant a producer call writes to: the one it names (which it must be
  * allowed), else its only binding, else 'default'.  42501 for a tenant the
