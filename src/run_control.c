@@ -25,6 +25,15 @@ PG_FUNCTION_INFO_V1(orch_resume_run);
 PG_FUNCTION_INFO_V1(orch_cancel_run);
 PG_FUNCTION_INFO_V1(orch_retry_run);
 
+/* End a run call (its busy mark, SPI) and return the run's state name. */
+static Datum
+run_call_result(const char *state)
+{
+	run_busy_end(0);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
+}
+
 /* ----------------------------------------------------------------------
  * Approvals: orch_approve / orch_reject(run, step, approval_ref, actor, note)
  * ---------------------------------------------------------------------- */
@@ -43,7 +52,6 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	bool		isnull;
 	bool		compensation;
 	char	   *state;
-	const char *result;
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	orch_require_arg(fcinfo, 1, "step_id");
@@ -75,10 +83,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		{
 			/* the same decision again: nothing changes */
-			result = run_state_names[r.state];
-			run_busy_end(0);
-			SPI_finish();
-			PG_RETURN_TEXT_P(cstring_to_text(result));
+			return run_call_result(run_state_names[r.state]);
 		}
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
@@ -149,10 +154,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 		run_progress(&r);
 	}
 	orch_clear_event_context();
-	result = run_state_names[r.state];
-	run_busy_end(0);
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(result));
+	return run_call_result(run_state_names[r.state]);
 }
 
 Datum
@@ -182,7 +184,6 @@ Datum
 orch_pause_run(PG_FUNCTION_ARGS)
 {
 	RunRow		r;
-	const char *result;
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	SPI_connect();
@@ -196,10 +197,7 @@ orch_pause_run(PG_FUNCTION_ARGS)
 		set_run_state(&r, RS_PAUSED, strcmp(r.phase, "compensating") == 0 ? NULL : "paused", NULL);
 		orch_clear_event_context();
 	}
-	result = run_state_names[r.state];
-	run_busy_end(0);
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(result));
+	return run_call_result(run_state_names[r.state]);
 }
 
 Datum
@@ -207,7 +205,6 @@ orch_resume_run(PG_FUNCTION_ARGS)
 {
 	RunRow		r;
 	Jsonb	   *pins = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
-	const char *result;
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	if (pins != NULL && !JB_ROOT_IS_OBJECT(pins))
@@ -244,10 +241,7 @@ orch_resume_run(PG_FUNCTION_ARGS)
 	}
 	else if (run_terminal(r.state))
 		raise_run_state(&r, "resume");
-	result = run_state_names[r.state];
-	run_busy_end(0);
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(result));
+	return run_call_result(run_state_names[r.state]);
 }
 
 Datum
@@ -273,9 +267,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	lock_run_or_not_found(run_id, &r);
 	if (r.state == RS_CANCELED)
 	{
-		run_busy_end(0);
-		SPI_finish();
-		PG_RETURN_TEXT_P(cstring_to_text("canceled"));
+		return run_call_result("canceled");
 	}
 	if (run_terminal(r.state))
 		raise_run_state(&r, "cancel");
@@ -288,9 +280,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	run_close_open_steps(&r, "run_canceled", true);
 	set_run_state(&r, RS_CANCELED, "canceled", NULL);
 	orch_clear_event_context();
-	run_busy_end(0);
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text("canceled"));
+	return run_call_result("canceled");
 }
 
 /* ----------------------------------------------------------------------
