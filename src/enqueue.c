@@ -38,6 +38,7 @@ typedef struct EnqueueOpts
 	bool		has_timeout;
 	Interval   *timeout;
 	int			on_rate_limit;	/* -1: the queue's on_exceed, 0: record, 1: error */
+	char	   *correlation_id; /* NULL: none */
 	QueueSettings qs;
 } EnqueueOpts;
 
@@ -110,6 +111,8 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("on_rate_limit must be \"record\" or \"error\"")));
 	}
+	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
+		o->correlation_id = orch_correlation_arg(fcinfo, 13);
 	if (!PG_ARGISNULL(11))
 	{
 		o->has_timeout = true;
@@ -197,14 +200,15 @@ rate_admit(EnqueueOpts *o)
 }
 
 static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr insert_corr_plan = NULL;
 
 static int64
 insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 id)
 {
-	Oid			types[14] = {INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID, TIMESTAMPTZOID,
-		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID};
-	Datum		v[14];
-	char		n[14];
+	Oid			types[15] = {INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID, TIMESTAMPTZOID,
+		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID};
+	Datum		v[15];
+	char		n[15];
 	SPIPlanPtr	plan;
 	bool		isnull;
 
@@ -238,7 +242,22 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 #undef OPT_TEXT
 	v[13] = BoolGetDatum(rate_admit(o));
 
-	plan = orch_prepare(&insert_plan,
+	/* with a correlation id (0.5.0 schema); without, the plain insert serves every schema */
+	if (o->correlation_id)
+	{
+		v[14] = orch_text_datum(o->correlation_id);
+		plan = orch_prepare(&insert_corr_plan,
+							"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
+							" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+							" idempotency_key, owner, concurrency_key, reason_code, correlation_id)"
+							" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3,"
+							" CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5,"
+							" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
+							" CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END, $15) RETURNING id",
+							15, types);
+	}
+	else
+		plan = orch_prepare(&insert_plan,
 						"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
 						" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
 						" idempotency_key, owner, concurrency_key, reason_code)"
@@ -411,6 +430,7 @@ orch_enqueue(PG_FUNCTION_ARGS)
 }
 
 static SPIPlanPtr batch_plan = NULL;
+static SPIPlanPtr batch_corr_plan = NULL;
 
 Datum
 orch_enqueue_batch(PG_FUNCTION_ARGS)
@@ -471,10 +491,11 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 	else
 	{
 		/* one set-based INSERT; ids follow the order of the payloads */
-		Oid			types[11] = {TEXTOID, TEXTOID, INT4OID, JSONBARRAYOID, TIMESTAMPTZOID,
-		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID};
-		Datum		v[11];
-		char		n[11];
+		Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, JSONBARRAYOID, TIMESTAMPTZOID,
+		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID};
+		Datum		v[12];
+		char		n[12];
+		SPIPlanPtr	plan;
 		bool		isnull;
 
 		memset(n, ' ', sizeof(n));
@@ -499,16 +520,28 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 			n[8] = 'n';
 		orch_spi_text(v, n, 9, o.owner);
 		orch_spi_text(v, n, 10, o.concurrency_key);
-		if (SPI_execute_plan(orch_prepare(&batch_plan,
-										  "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
-										  " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-										  " owner, concurrency_key, reason_code)"
-										  " SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now()),"
-										  " COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'"
-										  " FROM unnest($4) WITH ORDINALITY AS p(payload, ord)"
-										  " ORDER BY p.ord RETURNING id",
-										  11, types),
-							 v, n, false, 0) != SPI_OK_INSERT_RETURNING ||
+		orch_spi_text(v, n, 11, o.correlation_id);
+		if (o.correlation_id)
+			plan = orch_prepare(&batch_corr_plan,
+								"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
+								" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+								" owner, concurrency_key, reason_code, correlation_id)"
+								" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now()),"
+								" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued', $12"
+								" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)"
+								" ORDER BY p.ord RETURNING id",
+								12, types);
+		else
+			plan = orch_prepare(&batch_plan,
+								"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
+								" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+								" owner, concurrency_key, reason_code)"
+								" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now()),"
+								" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'"
+								" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)"
+								" ORDER BY p.ord RETURNING id",
+								11, types);
+		if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING ||
 			SPI_processed != (uint64) np)
 			elog(ERROR, "orchestrator: batch insert failed");
 		for (int i = 0; i < np; i++)

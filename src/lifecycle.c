@@ -181,27 +181,30 @@ orch_restore_event_context(OrchEventContext c)
  * ---------------------------------------------------------------------- */
 static SPIPlanPtr event_plan = NULL;
 static SPIPlanPtr event_plan_nolabel = NULL;
+static SPIPlanPtr event_plan_waited = NULL;
 
 /*
- * Does orch.events have the label column (0.4.0 and later)?  Looked up per
- * transaction: the library may run against an older schema until ALTER
- * EXTENSION UPDATE.
+ * Which columns does orch.events have?  0: before 0.4.0; 1: label (0.4.0);
+ * 2: label and waited (0.5.0).  Looked up per transaction: the library may
+ * run against an older schema until ALTER EXTENSION UPDATE.
  */
-static LocalTransactionId label_lxid = InvalidLocalTransactionId;
-static bool label_known = false;
+static LocalTransactionId level_lxid = InvalidLocalTransactionId;
+static int	level_known = 0;
 
-static bool
-events_have_label(void)
+static int
+events_level(void)
 {
-	if (label_lxid != MyProc->lxid || label_lxid == InvalidLocalTransactionId)
+	if (level_lxid != MyProc->lxid || level_lxid == InvalidLocalTransactionId)
 	{
 		Oid			nsp = get_namespace_oid("orch", true);
 		Oid			rel = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
 
-		label_known = OidIsValid(rel) && get_attnum(rel, "label") != InvalidAttrNumber;
-		label_lxid = MyProc->lxid;
+		level_known = 0;
+		if (OidIsValid(rel) && get_attnum(rel, "label") != InvalidAttrNumber)
+			level_known = get_attnum(rel, "waited") != InvalidAttrNumber ? 2 : 1;
+		level_lxid = MyProc->lxid;
 	}
-	return label_known;
+	return level_known;
 }
 
 /*
@@ -214,15 +217,16 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 				 int64 run_id, bool has_run, const char *entity,
 				 const char *from_state, const char *to_state,
 				 const char *reason_code, const char *label, int32 attempt,
-				 pg_uuid_t *lease_token, const char *note)
+				 pg_uuid_t *lease_token, const char *note, int64 waited_us)
 {
-	Oid			types[12] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
-		TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID, TEXTOID};
-	Datum		values[12];
-	char		nulls[12];
+	Oid			types[13] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
+		TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID, TEXTOID, INTERVALOID};
+	Datum		values[13];
+	char		nulls[13];
 	SPIPlanPtr	plan;
 	int			rc;
-	bool		with_label = events_have_label();
+	int			level = events_level();
+	bool		with_label = level >= 1;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = orch_text_datum(tenant ? tenant : ORCH_DEFAULT_TENANT);
@@ -250,10 +254,20 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	OPT_TEXT(10, note);
 	OPT_TEXT(11, label);
 #undef OPT_TEXT
+	if (waited_us >= 0)
+		values[12] = IntervalPGetDatum(orch_usecs_interval(waited_us));
+	else
+		nulls[12] = 'n';
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (with_label)
+	if (level >= 2)
+		plan = orch_prepare(&event_plan_waited,
+							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, label, waited)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+							13, types);
+	else if (with_label)
 		plan = orch_prepare(&event_plan,
 							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, label)"
@@ -294,6 +308,7 @@ typedef struct BufferedEvent
 	pg_uuid_t	token;
 	char	   *note;
 	TimestampTz at;
+	int64		waited_us;		/* claims: how long it was claimable; else -1 */
 } BufferedEvent;
 
 
@@ -306,7 +321,8 @@ tx_strdup(const char *s)
 static void
 buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
 			 const char *from_state, const char *to_state, const char *reason_code,
-			 const char *label, int32 attempt, pg_uuid_t *token, const char *note)
+			 const char *label, int32 attempt, pg_uuid_t *token, const char *note,
+			 int64 waited_us)
 {
 	MemoryContext old;
 	BufferedEvent *e;
@@ -331,6 +347,7 @@ buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
 		memcpy(&e->token, token, sizeof(pg_uuid_t));
 	e->note = tx_strdup(note);
 	e->at = GetCurrentTimestamp();
+	e->waited_us = waited_us;
 	event_buffer = lappend(event_buffer, e);
 	MemoryContextSwitchTo(old);
 }
@@ -352,7 +369,9 @@ events_forget(int from_level)
 static SPIPlanPtr flush_plan = NULL;
 static SPIPlanPtr flush_plan_nolabel = NULL;
 
-#define FLUSH_COLS 13
+static SPIPlanPtr flush_plan_waited = NULL;
+
+#define FLUSH_COLS 14
 
 /* Write every buffered event with one INSERT ... SELECT FROM unnest(...). */
 static void
@@ -363,13 +382,14 @@ events_flush(void)
 	Datum	   *cols[FLUSH_COLS];
 	bool	   *nulls[FLUSH_COLS];
 	Oid			elemtypes[FLUSH_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
-		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID};
+		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID};
 	Oid			arrtypes[FLUSH_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
 		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
-	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID};
 	Datum		args[FLUSH_COLS];
 	int			i = 0;
 	ListCell   *lc;
+	int			level;
 	bool		with_label;
 	SPIPlanPtr	plan;
 
@@ -383,11 +403,12 @@ events_flush(void)
 
 		write_event_full(e->tenant, e->task_id, true, e->run_id, e->has_run, "task",
 						 e->from_state, e->to_state, e->reason_code, e->label,
-						 e->attempt, e->has_token ? &e->token : NULL, e->note);
+						 e->attempt, e->has_token ? &e->token : NULL, e->note, e->waited_us);
 		list_free_deep(work);
 		return;
 	}
-	with_label = events_have_label();
+	level = events_level();
+	with_label = level >= 1;
 	for (int c = 0; c < FLUSH_COLS; c++)
 	{
 		cols[c] = palloc0(sizeof(Datum) * n);
@@ -418,6 +439,10 @@ events_flush(void)
 		cols[11][i] = Int32GetDatum(i);
 		SETTXT(12, e->label);
 #undef SETTXT
+		if (e->waited_us >= 0)
+			cols[13][i] = IntervalPGetDatum(orch_usecs_interval(e->waited_us));
+		else
+			nulls[13][i] = true;
 		i++;
 	}
 	for (int c = 0; c < FLUSH_COLS; c++)
@@ -434,7 +459,18 @@ events_flush(void)
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (with_label)
+	if (level >= 2)
+		plan = orch_prepare(&flush_plan_waited,
+							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord, label, waited)"
+							" ORDER BY e.ord",
+							FLUSH_COLS, arrtypes);
+	else if (with_label)
 		plan = orch_prepare(&flush_plan,
 							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, at, label)"
@@ -444,7 +480,7 @@ events_flush(void)
 							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
 							"        actor, attempt, lease_token, note, at, ord, label)"
 							" ORDER BY e.ord",
-							FLUSH_COLS, arrtypes);
+							FLUSH_COLS - 1, arrtypes);
 	else
 		plan = orch_prepare(&flush_plan_nolabel,
 							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
@@ -455,7 +491,7 @@ events_flush(void)
 							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
 							"        actor, attempt, lease_token, note, at, ord)"
 							" ORDER BY e.ord",
-							FLUSH_COLS - 1, arrtypes);
+							FLUSH_COLS - 2, arrtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: event flush failed");
 	SPI_finish();
@@ -501,7 +537,7 @@ orch_write_event(const char *tenant, int64 task_id, bool has_task,
 {
 	write_event_full(tenant, task_id, has_task, 0, false, entity, from_state,
 					 to_state, reason_code, ctx_actor, attempt, lease_token,
-					 note ? note : ctx_note);
+					 note ? note : ctx_note, -1);
 }
 
 /* An event of a workflow run or of one of its steps (entity 'run', 'run_step'). */
@@ -511,7 +547,7 @@ orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 					 const char *reason_code, const char *note)
 {
 	write_event_full(tenant, 0, false, run_id, true, entity, from_state, to_state,
-					 reason_code, ctx_actor, 0, NULL, note ? note : ctx_note);
+					 reason_code, ctx_actor, 0, NULL, note ? note : ctx_note, -1);
 }
 
 /* ----------------------------------------------------------------------
@@ -775,6 +811,7 @@ task_trigger(TriggerData *trigdata)
 	pg_uuid_t  *token = NULL;
 	int64		run_id = 0;
 	bool		has_run;
+	int64		waited_us;
 
 	/*
 	 * A restore: pg_dump's scripts and pg_restore run with row_security =
@@ -915,14 +952,23 @@ task_trigger(TriggerData *trigdata)
 	actor = ctx_actor;
 	if (actor == NULL && ctx_worker_actor)
 		actor = get_text_col(newtup, td, task_cols.lease_owner);
+
+	/* a claim: how long the task had been claimable (queue wait metrics) */
+	waited_us = -1;
+	if (!is_insert && to == TS_EXECUTING)
+	{
+		d = heap_getattr(oldtup, task_cols.ready_at, td, &isnull);
+		if (!isnull)
+			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
+	}
 	if (has_flush_trigger(rel))
 		buffer_event(tenant, task_id, has_run, run_id,
 					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
-					 to_name, reason, actor, attempt, token, ctx_note);
+					 to_name, reason, actor, attempt, token, ctx_note, waited_us);
 	else
 		write_event_full(tenant, task_id, true, run_id, has_run, "task",
 						 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
-						 to_name, reason, actor, attempt, token, ctx_note);
+						 to_name, reason, actor, attempt, token, ctx_note, waited_us);
 	return newtup;
 }
 
@@ -1085,7 +1131,7 @@ generic_trigger(TriggerData *trigdata, const char *column, const char *machine)
 	rowjson = row_key_json_text(rel, newtup, td);
 	write_event_full(ORCH_DEFAULT_TENANT, 0, false, 0, false, relname,
 					 from, to, is_insert ? "inserted" : "updated", ctx_actor, 0,
-					 NULL, rowjson);
+					 NULL, rowjson, -1);
 	return newtup;
 }
 

@@ -18,6 +18,8 @@
 #include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/timestamp.h"
 
 #include "orchestrator.h"
 
@@ -135,6 +137,40 @@ typedef struct Action
 } Action;
 
 /*
+ * Record one pass in orch.maintenance_log (its actions as a JSON object of
+ * counts) and drop the records older than seven days.
+ */
+static void
+log_pass(TimestampTz started, Action *acts, int nacts)
+{
+	StringInfoData buf;
+	Oid			types[3] = {TIMESTAMPTZOID, TEXTOID, TEXTOID};
+	Datum		v[3];
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int i = 0; i < nacts; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, acts[i].name);
+		appendStringInfo(&buf, ": " INT64_FORMAT, acts[i].count);
+	}
+	appendStringInfoChar(&buf, '}');
+	v[0] = TimestampTzGetDatum(started);
+	v[1] = orch_text_datum(orch_current_actor());
+	v[2] = orch_text_datum(buf.data);
+	count_query("INSERT INTO orch.maintenance_log (started_at, finished_at, actor, actions)"
+				" VALUES ($1, clock_timestamp(), $2, $3::jsonb)", 3, types, v);
+	count_query("DELETE FROM orch.maintenance_log WHERE started_at < now() - interval '7 days'",
+				0, NULL, NULL);
+	count_query("INSERT INTO orch.metric_totals (tenant_id, queue, metric, value)"
+				" VALUES ('', '', 'maintenance_runs', 1)"
+				" ON CONFLICT (tenant_id, queue, metric, l1, l2)"
+				" DO UPDATE SET value = orch.metric_totals.value + 1", 0, NULL, NULL);
+}
+
+/*
  * orch_maintain(batch int DEFAULT 1000) -> TABLE(action text, count bigint)
  */
 Datum
@@ -142,11 +178,13 @@ orch_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
-	Action		acts[16];
+	Action		acts[20];
 	int			nacts = 0;
 	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
 	Datum		v[3];
 	int64		purged_tasks;
+	bool		metrics;
+	TimestampTz started = GetCurrentTimestamp();
 
 	if (batch < 1 || batch > 1000000)
 		ereport(ERROR,
@@ -159,6 +197,14 @@ orch_maintain(PG_FUNCTION_ARGS)
 	v[0] = Int32GetDatum(batch);
 	v[1] = IntervalPGetDatum(orch_usecs_interval((int64) orch_stuck_after * USECS_PER_SEC));
 	v[2] = IntervalPGetDatum(orch_usecs_interval((int64) orch_retention * USECS_PER_SEC));
+
+	/* 0. metrics: fold what committed since the last pass (before any purge) */
+	metrics = orch_has_metrics();
+	if (metrics)
+	{
+		acts[nacts].name = "metrics_folded";
+		acts[nacts++].count = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL);
+	}
 
 	/* 1. expired leases and timeouts */
 	acts[nacts].name = "leases_recovered";
@@ -242,6 +288,10 @@ orch_maintain(PG_FUNCTION_ARGS)
 					" (SELECT tenant_id, key FROM orch.idempotency_keys WHERE expires_at <= now()"
 					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
 					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key", 1, types, v);
+
+	/* the pass's record (0.5.0): pg_cron's history then says what it did */
+	if (metrics)
+		log_pass(started, acts, nacts);
 	SPI_finish();
 
 	for (int i = 0; i < nacts; i++)

@@ -5,6 +5,8 @@
  */
 #include "postgres.h"
 
+#include "mb/pg_wchar.h"
+
 #include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -114,6 +116,29 @@ orch_text_arg(FunctionCallInfo fcinfo, int argno)
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
+ * A correlation id argument: NULL when absent; otherwise 1 to 200
+ * characters with no control characters, else 22023.
+ */
+char *
+orch_correlation_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *c = orch_text_arg(fcinfo, argno);
+
+	if (c == NULL)
+		return NULL;
+	if (c[0] == '\0' || pg_mbstrlen(c) > 200)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("correlation_id must be 1 to 200 characters")));
+	for (const char *p = c; *p; p++)
+		if ((unsigned char) *p < 0x20 || *p == 0x7f)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("correlation_id must not contain control characters")));
+	return c;
 }
 
 /*

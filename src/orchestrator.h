@@ -208,6 +208,7 @@ extern bool orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td);
 extern void orch_runs_note(int64 run_id, const char *tenant);
 extern void orch_runs_flush(void);
 extern bool orch_has_runs(void);
+extern bool orch_has_metrics(void);
 extern int	orch_runs_maintain(int limit);
 
 /* tenant.c: tenant bindings and the caller */
@@ -234,6 +235,7 @@ extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 							   Oid *argtypes);
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
+extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 orch_interval_usecs(Interval *iv);
 extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);

@@ -702,10 +702,11 @@ orch_start(PG_FUNCTION_ARGS)
 	Oid			ftypes[2] = {TEXTOID, INT4OID};
 	Datum		fv[2];
 	char		fn[2] = {' ', ' '};
-	Oid			types[9] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
-	TEXTOID, INT4OID};
-	Datum		v[9];
-	char		n[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
+	Oid			types[10] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
+	TEXTOID, INT4OID, TEXTOID};
+	Datum		v[10];
+	char		n[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int32		version;
 	Datum		spec;
 	char	   *hash;
@@ -766,21 +767,27 @@ orch_start(PG_FUNCTION_ARGS)
 	/* a replay that names a version must name the run's */
 	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(version);
 	n[8] = PG_ARGISNULL(2) ? 'n' : ' ';
+	orch_spi_text(v, n, 9, corr);
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
-	run_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
-			"   idempotency_key, created_by, deadline_at, reason_code)"
-			" SELECT $1, $2, $3, $4, 'running', $5,"
-			"   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
-			"   $7, $8,"
-			"   now() + CASE jsonb_typeof(d.spec -> 'policies' -> 'deadline')"
-			"     WHEN 'number' THEN make_interval(secs => (d.spec -> 'policies' ->> 'deadline')::float8)"
-			"     WHEN 'string' THEN (d.spec -> 'policies' ->> 'deadline')::interval END,"
-			"   'started'"
-			" FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'"
-			" ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-			" RETURNING id",
-			9, types, v, n, SPI_OK_INSERT_RETURNING);
+#define RUN_INSERT_SQL(CORR_COL, CORR_VAL) \
+	"INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins," \
+	"   idempotency_key, created_by, deadline_at, reason_code" CORR_COL ")" \
+	" SELECT $1, $2, $3, $4, 'running', $5," \
+	"   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}')," \
+	"   $7, $8," \
+	"   now() + CASE jsonb_typeof(d.spec -> 'policies' -> 'deadline')" \
+	"     WHEN 'number' THEN make_interval(secs => (d.spec -> 'policies' ->> 'deadline')::float8)" \
+	"     WHEN 'string' THEN (d.spec -> 'policies' ->> 'deadline')::interval END," \
+	"   'started'" CORR_VAL \
+	" FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'" \
+	" ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING" \
+	" RETURNING id"
+	/* with a correlation id (0.5.0 schema); without, the plain insert serves every schema */
+	if (corr)
+		run_sql(RUN_INSERT_SQL(", correlation_id", ", $10"), 10, types, v, n, SPI_OK_INSERT_RETURNING);
+	else
+		run_sql(RUN_INSERT_SQL("", ""), 9, types, v, n, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed == 0)
 	{
 		/* the key names an existing run: the same request returns it */

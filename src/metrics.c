@@ -1,0 +1,445 @@
+/*
+ * metrics.c
+ *	  The metrics layer's C pieces: the histogram bucket of a duration, the
+ *	  quantile of a bucketed histogram, and orch_metrics_prometheus(), which
+ *	  renders the rolling counters (orch.metric_totals, folded from events and
+ *	  attempts by orch.metrics_fold) and the live gauges in the Prometheus
+ *	  text exposition format.  Nothing here reads finished history: counters
+ *	  come from the folded totals, gauges from the partial indexes of open
+ *	  work.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_histogram_le);
+PG_FUNCTION_INFO_V1(orch_histogram_quantile);
+PG_FUNCTION_INFO_V1(orch_metrics_prometheus);
+
+/* Bucket upper bounds in seconds; a last bucket, +Inf, takes the rest. */
+static const double bucket_bounds[] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+	300, 600, 1800, 3600
+};
+static const char *const bucket_names[] = {
+	"0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5",
+	"10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf"
+};
+
+#define NBOUNDS lengthof(bucket_bounds)
+
+/* Does the installed schema have the metrics tables (0.5.0 and later)? */
+bool
+orch_has_metrics(void)
+{
+	Oid			nsp = get_namespace_oid("orch", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("metric_state", nsp));
+}
+
+/*
+ * orch.histogram_le(seconds float8) -> text
+ *	  The first bucket whose bound is >= seconds (Prometheus "le"), "+Inf"
+ *	  past the last bound; NaN goes to +Inf, negatives to the first bucket.
+ */
+Datum
+orch_histogram_le(PG_FUNCTION_ARGS)
+{
+	double		x = PG_GETARG_FLOAT8(0);
+	int			lo = 0,
+				hi = NBOUNDS;
+
+	if (isnan(x))
+		PG_RETURN_TEXT_P(cstring_to_text(bucket_names[NBOUNDS]));
+	/* first index with bound >= x */
+	while (lo < hi)
+	{
+		int			mid = (lo + hi) / 2;
+
+		if (bucket_bounds[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	PG_RETURN_TEXT_P(cstring_to_text(bucket_names[lo]));
+}
+
+/* The bound of a bucket name; +Inf for "+Inf"; -1 for a name not ours. */
+static double
+bucket_bound(const char *name)
+{
+	for (int i = 0; i < (int) NBOUNDS; i++)
+		if (strcmp(bucket_names[i], name) == 0)
+			return bucket_bounds[i];
+	if (strcmp(name, "+Inf") == 0)
+		return INFINITY;
+	return -1;
+}
+
+/*
+ * orch.histogram_quantile(q float8, les text[], counts bigint[]) -> float8
+ *	  The q-quantile of a histogram given as (non-cumulative) counts per
+ *	  bucket, in any order: find the bucket where the cumulative count
+ *	  reaches q * total and interpolate linearly between its lower and upper
+ *	  bound (0 below the first).  In the +Inf bucket the answer is the
+ *	  largest finite bound.  NULL for an empty histogram.
+ */
+Datum
+orch_histogram_quantile(PG_FUNCTION_ARGS)
+{
+	double		q = PG_GETARG_FLOAT8(0);
+	ArrayType  *les = PG_GETARG_ARRAYTYPE_P(1);
+	ArrayType  *counts = PG_GETARG_ARRAYTYPE_P(2);
+	Datum	   *ld,
+			   *cd;
+	bool	   *ln,
+			   *cn;
+	int			nl,
+				nc;
+	int64		per[NBOUNDS + 1] = {0};
+	int64		total = 0;
+	double		rank,
+				cum = 0;
+
+	if (q < 0 || q > 1 || isnan(q))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("quantile must be between 0 and 1")));
+	deconstruct_array(les, TEXTOID, -1, false, TYPALIGN_INT, &ld, &ln, &nl);
+	deconstruct_array(counts, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &cd, &cn, &nc);
+	if (nl != nc)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("bounds and counts must have the same length")));
+	for (int i = 0; i < nl; i++)
+	{
+		char	   *name;
+		int			b = -1;
+
+		if (ln[i] || cn[i])
+			continue;
+		name = TextDatumGetCString(ld[i]);
+		for (int j = 0; j <= (int) NBOUNDS; j++)
+			if (strcmp(bucket_names[j], name) == 0)
+				b = j;
+		if (b < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("\"%s\" is not a histogram bucket", name)));
+		per[b] += DatumGetInt64(cd[i]);
+		total += DatumGetInt64(cd[i]);
+	}
+	if (total <= 0)
+		PG_RETURN_NULL();
+	rank = q * (double) total;
+	for (int b = 0; b <= (int) NBOUNDS; b++)
+	{
+		double		lower = b == 0 ? 0 : bucket_bounds[b - 1];
+
+		if (per[b] == 0 || cum + (double) per[b] < rank)
+		{
+			cum += (double) per[b];
+			continue;
+		}
+		if (b == (int) NBOUNDS)
+			PG_RETURN_FLOAT8(bucket_bounds[NBOUNDS - 1]);
+		PG_RETURN_FLOAT8(lower + (bucket_bounds[b] - lower) * ((rank - cum) / (double) per[b]));
+	}
+	PG_RETURN_FLOAT8(bucket_bounds[NBOUNDS - 1]);
+}
+
+/* ----------------------------------------------------------------------
+ * Prometheus text exposition (format 0.0.4)
+ * ---------------------------------------------------------------------- */
+
+/* A label value: backslash, double quote and newline escaped. */
+static void
+append_label_value(StringInfo buf, const char *s)
+{
+	appendStringInfoChar(buf, '"');
+	for (; *s; s++)
+	{
+		if (*s == '\\')
+			appendStringInfoString(buf, "\\\\");
+		else if (*s == '"')
+			appendStringInfoString(buf, "\\\"");
+		else if (*s == '\n')
+			appendStringInfoString(buf, "\\n");
+		else
+			appendStringInfoChar(buf, *s);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+static void
+append_header(StringInfo buf, const char *name, const char *type, const char *help)
+{
+	appendStringInfo(buf, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/*
+ * One sample: name{labels} value.  names/values are the label pairs; a NULL
+ * or empty value is written as "none" for error_class and as "" otherwise.
+ */
+static void
+append_sample(StringInfo buf, const char *name, int nlabels, const char *const *names,
+			  char **values, const char *value)
+{
+	appendStringInfoString(buf, name);
+	if (nlabels > 0)
+	{
+		appendStringInfoChar(buf, '{');
+		for (int i = 0; i < nlabels; i++)
+		{
+			const char *v = values[i];
+
+			if (i > 0)
+				appendStringInfoChar(buf, ',');
+			if ((v == NULL || v[0] == '\0') && strcmp(names[i], "error_class") == 0)
+				v = "none";
+			appendStringInfo(buf, "%s=", names[i]);
+			append_label_value(buf, v ? v : "");
+		}
+		appendStringInfoChar(buf, '}');
+	}
+	appendStringInfo(buf, " %s\n", value);
+}
+
+/*
+ * A family from one query whose columns are the label values in order, then
+ * the value (any type; printed by its output function).
+ */
+static void
+family(StringInfo buf, const char *name, const char *type, const char *help,
+	   int nlabels, const char *const *labels, const char *sql)
+{
+	append_header(buf, name, type, help);
+	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: metrics query failed: %s", sql);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		char	   *vals[8];
+		char	   *value;
+
+		for (int i = 0; i < nlabels; i++)
+			vals[i] = SPI_getvalue(tup, td, i + 1);
+		value = SPI_getvalue(tup, td, nlabels + 1);
+		append_sample(buf, name, nlabels, labels, vals, value ? value : "0");
+	}
+}
+
+/*
+ * A histogram family from orch.metric_totals: metric holds per-bucket
+ * counts (l1 step type, l2 bucket), metric_sum the sum in microseconds.
+ * Buckets are written cumulatively, every bound present, then _sum and
+ * _count.
+ */
+static void
+histogram(StringInfo buf, const char *name, const char *help, const char *metric)
+{
+	static const char *const labels[] = {"tenant", "queue", "step_type", "le"};
+	char	   *sql;
+	uint64		n;
+	SPITupleTable *tt;
+	char	   *bname = psprintf("%s_bucket", name);
+	char	   *sname = psprintf("%s_sum", name);
+	char	   *cname = psprintf("%s_count", name);
+
+	append_header(buf, name, "histogram", help);
+	sql = psprintf("SELECT m.tenant_id, m.queue, m.l1, m.metric, m.l2, m.value"
+				   "  FROM orch.metric_totals m"
+				   " WHERE m.metric IN (%s, %s) AND orch.tenant_visible(m.tenant_id)"
+				   " ORDER BY m.tenant_id, m.queue, m.l1, m.metric",
+				   quote_literal_cstr(metric), quote_literal_cstr(psprintf("%s_sum", metric)));
+	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: metrics query failed: %s", sql);
+	n = SPI_processed;
+	tt = SPI_tuptable;
+	for (uint64 r = 0; r < n;)
+	{
+		char	   *tenant = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
+		char	   *queue = SPI_getvalue(tt->vals[r], tt->tupdesc, 2);
+		char	   *step = SPI_getvalue(tt->vals[r], tt->tupdesc, 3);
+		int64		per[NBOUNDS + 1] = {0};
+		int64		sum_us = 0,
+					cum = 0;
+		char	   *vals[4];
+
+		/* the rows of one (tenant, queue, step type) */
+		for (; r < n; r++)
+		{
+			char	   *t = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
+			char	   *q = SPI_getvalue(tt->vals[r], tt->tupdesc, 2);
+			char	   *s = SPI_getvalue(tt->vals[r], tt->tupdesc, 3);
+			char	   *m = SPI_getvalue(tt->vals[r], tt->tupdesc, 4);
+			char	   *le = SPI_getvalue(tt->vals[r], tt->tupdesc, 5);
+			bool		isnull;
+			int64		v = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 6, &isnull));
+
+			if (strcmp(t, tenant) != 0 || strcmp(q, queue) != 0 || strcmp(s, step) != 0)
+				break;
+			if (strcmp(m, metric) == 0)
+			{
+				double		bound = bucket_bound(le);
+
+				for (int b = 0; b <= (int) NBOUNDS; b++)
+					if (bound >= 0 && (b == (int) NBOUNDS ? isinf(bound) : bucket_bounds[b] == bound))
+						per[b] += v;
+			}
+			else
+				sum_us += v;
+		}
+		vals[0] = tenant;
+		vals[1] = queue;
+		vals[2] = step;
+		for (int b = 0; b <= (int) NBOUNDS; b++)
+		{
+			cum += per[b];
+			vals[3] = (char *) bucket_names[b];
+			append_sample(buf, bname, 4, labels, vals, psprintf(INT64_FORMAT, cum));
+		}
+		append_sample(buf, sname, 3, labels, vals, psprintf("%.6f", (double) sum_us / 1e6));
+		append_sample(buf, cname, 3, labels, vals, psprintf(INT64_FORMAT, cum));
+	}
+}
+
+/*
+ * The open-work gauges from one scan of orch.open_tasks(): columns tenant,
+ * queue, the five open states, ready, delayed, retry_waiting, oldest age.
+ */
+static void
+open_gauges(StringInfo buf, SPITupleTable *tt, uint64 n)
+{
+	static const char *const tq[] = {"tenant", "queue"};
+	static const char *const tqs[] = {"tenant", "queue", "state"};
+	static const char *const states[] = {"received", "queued", "executing", "awaiting_tool",
+	"awaiting_user_confirmation"};
+	static const struct
+	{
+		const char *name;
+		const char *help;
+	}			per_queue[] = {
+		{"orch_tasks_ready", "Tasks claimable now."},
+		{"orch_tasks_delayed", "Queued tasks scheduled for later."},
+		{"orch_tasks_retry_waiting", "Tasks waiting for their retry time."},
+		{"orch_oldest_ready_age_seconds", "How long the oldest claimable task has been claimable."},
+	};
+
+	append_header(buf, "orch_tasks", "gauge", "Open tasks by state.");
+	for (uint64 r = 0; r < n; r++)
+		for (int s = 0; s < (int) lengthof(states); s++)
+		{
+			char	   *vals[3];
+
+			vals[0] = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
+			vals[1] = SPI_getvalue(tt->vals[r], tt->tupdesc, 2);
+			vals[2] = (char *) states[s];
+			append_sample(buf, "orch_tasks", 3, tqs, vals,
+						  SPI_getvalue(tt->vals[r], tt->tupdesc, 3 + s));
+		}
+	for (int g = 0; g < (int) lengthof(per_queue); g++)
+	{
+		append_header(buf, per_queue[g].name, "gauge", per_queue[g].help);
+		for (uint64 r = 0; r < n; r++)
+		{
+			char	   *vals[2];
+
+			vals[0] = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
+			vals[1] = SPI_getvalue(tt->vals[r], tt->tupdesc, 2);
+			append_sample(buf, per_queue[g].name, 2, tq, vals,
+						  SPI_getvalue(tt->vals[r], tt->tupdesc, 8 + g));
+		}
+	}
+}
+
+#define TOTALS(metric_cond, label_cols) \
+	"SELECT " label_cols ", sum(m.value) FROM orch.metric_totals m" \
+	" WHERE " metric_cond " AND orch.tenant_visible(m.tenant_id)" \
+	" GROUP BY " label_cols " ORDER BY " label_cols
+
+/*
+ * orch_metrics_prometheus() -> text
+ *	  Every metric in the text exposition format.  A bound role sees its
+ *	  tenants (the queries filter with orch.tenant_visible).
+ */
+Datum
+orch_metrics_prometheus(PG_FUNCTION_ARGS)
+{
+	static const char *const tq[] = {"tenant", "queue"};
+	static const char *const tqs[] = {"tenant", "queue", "state"};
+	static const char *const tqo[] = {"tenant", "queue", "outcome"};
+	static const char *const tqe[] = {"tenant", "queue", "error_class"};
+	static const char *const tqer[] = {"tenant", "queue", "error_class", "reason_code"};
+	static const char *const tds[] = {"tenant", "definition", "state"};
+	static const char *const t[] = {"tenant"};
+	static const char *const tk[] = {"tenant", "kind"};
+	StringInfoData buf;
+	text	   *result;
+
+	if (!orch_has_metrics())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the installed orchestrator schema has no metrics"),
+				 errhint("Run ALTER EXTENSION orchestrator UPDATE.")));
+	initStringInfo(&buf);
+	SPI_connect();
+
+	/* live gauges: open work, from the partial indexes (one pass) */
+	if (SPI_execute("SELECT tenant_id, queue, received, queued, executing, awaiting_tool,"
+					" awaiting_user_confirmation, ready, delayed, retry_waiting,"
+					" coalesce(extract(epoch FROM now() - oldest_ready), 0)::float8"
+					" FROM orch.open_tasks() ORDER BY 1, 2", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: open task counts failed");
+	open_gauges(&buf, SPI_tuptable, SPI_processed);
+	family(&buf, "orch_dead_letters", "gauge", "Dead letters awaiting review.", 2, tq,
+		   "SELECT tenant_id, queue, dead_letters FROM orch.dead_letter_counts() ORDER BY 1, 2");
+	family(&buf, "orch_runs", "gauge", "Open workflow runs by state.", 3, tds,
+		   "SELECT r.tenant_id, r.definition, r.state, count(*) FROM orch.runs r"
+		   " WHERE r.state IN ('running', 'waiting_approval', 'paused')"
+		   "   AND orch.tenant_visible(r.tenant_id) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
+	family(&buf, "orch_review_items", "gauge", "Items in the manual review queue by kind.", 2, tk,
+		   "SELECT tenant_id, kind, count(*) FROM orch.review_items() GROUP BY 1, 2 ORDER BY 1, 2");
+	family(&buf, "orch_approvals_waiting", "gauge", "Workflow steps waiting for an approval.", 1, t,
+		   "SELECT tenant_id, count(*) FROM orch.review_items() WHERE kind = 'approval_waiting'"
+		   " GROUP BY 1 ORDER BY 1");
+	family(&buf, "orch_metrics_refreshed_timestamp_seconds", "gauge",
+		   "When the counters were last brought up to date (orch_maintain, orch_metrics_refresh).", 0, NULL,
+		   "SELECT extract(epoch FROM refreshed_at)::float8 FROM orch.metric_state");
+
+	/* counters: the folded totals */
+	family(&buf, "orch_tasks_enqueued_total", "counter", "Tasks enqueued.", 2, tq,
+		   TOTALS("m.metric = 'enqueued'", "m.tenant_id, m.queue"));
+	family(&buf, "orch_executions_started_total", "counter", "Attempts started (claims).", 2, tq,
+		   TOTALS("m.metric = 'started'", "m.tenant_id, m.queue"));
+	family(&buf, "orch_executions_finished_total", "counter", "Attempts finished, by outcome.", 3, tqo,
+		   TOTALS("m.metric = 'attempt'", "m.tenant_id, m.queue, m.l1"));
+	family(&buf, "orch_tasks_finished_total", "counter", "Tasks that reached a terminal state.", 3, tqs,
+		   TOTALS("m.metric = 'finished'", "m.tenant_id, m.queue, m.l1"));
+	family(&buf, "orch_retries_total", "counter", "Retries scheduled, by error class.", 3, tqe,
+		   TOTALS("m.metric = 'retry'", "m.tenant_id, m.queue, m.l1"));
+	family(&buf, "orch_failures_total", "counter", "Tasks failed for good, by error class and reason code.", 4, tqer,
+		   TOTALS("m.metric = 'failed'", "m.tenant_id, m.queue, m.l1, m.l2"));
+	family(&buf, "orch_lease_expiries_total", "counter", "Attempts whose lease expired.", 2, tq,
+		   TOTALS("m.metric = 'attempt' AND m.l1 = 'lease_expired'", "m.tenant_id, m.queue"));
+	family(&buf, "orch_runs_finished_total", "counter", "Workflow runs finished, by state.", 3, tds,
+		   TOTALS("m.metric = 'run_finished'", "m.tenant_id, m.queue, m.l1"));
+	family(&buf, "orch_maintenance_runs_total", "counter", "orch_maintain passes.", 0, NULL,
+		   "SELECT coalesce(sum(value), 0) FROM orch.metric_totals WHERE metric = 'maintenance_runs'");
+	histogram(&buf, "orch_attempt_duration_seconds", "Attempt duration (claim to finish).", "attempt_seconds");
+	histogram(&buf, "orch_queue_wait_seconds", "Time from claimable to claimed.", "wait_seconds");
+
+	SPI_finish();
+	result = cstring_to_text_with_len(buf.data, buf.len);
+	PG_RETURN_TEXT_P(result);
+}
