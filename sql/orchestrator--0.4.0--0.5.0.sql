@@ -77,8 +77,9 @@ CREATE TABLE orch.metric_minutes (
 COMMENT ON TABLE orch.metric_minutes IS
   'The same counters per minute of the event time, kept two days: throughput windows and duration percentiles.';
 
+CREATE SEQUENCE orch.maintenance_log_id_seq;
 CREATE TABLE orch.maintenance_log (
-    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id           bigint PRIMARY KEY DEFAULT pg_catalog.nextval('orch.maintenance_log_id_seq'),
     started_at   timestamptz NOT NULL,
     finished_at  timestamptz NOT NULL,
     actor        text NOT NULL,
@@ -89,21 +90,25 @@ COMMENT ON TABLE orch.maintenance_log IS
   'One row per orch_maintain() pass with what it did; kept seven days.';
 
 REVOKE ALL ON orch.metric_state, orch.metric_totals, orch.metric_minutes, orch.maintenance_log FROM PUBLIC;
+REVOKE ALL ON SEQUENCE orch.maintenance_log_id_seq FROM PUBLIC;
 
--- Seed: the counters start where the tables are now.  Finished tasks count
--- as finished; what follows is folded from the rows written after this.
-INSERT INTO orch.metric_state (snap_xmin, snap_xmax, snap_xip, event_floor, attempt_floor)
-SELECT (pg_catalog.pg_snapshot_xmin(s)::text)::bigint, (pg_catalog.pg_snapshot_xmax(s)::text)::bigint,
-       coalesce((SELECT pg_catalog.array_agg((x::text)::bigint) FROM pg_catalog.pg_snapshot_xip(s) x), '{}'),
-       coalesce((SELECT pg_catalog.max(id) FROM orch.events), 0),
-       coalesce((SELECT pg_catalog.max(id) FROM orch.attempts), 0)
-  FROM (SELECT pg_catalog.pg_current_snapshot() AS s) q;
+-- Seed: tasks that exist now count as enqueued and (when finished) as
+-- finished; rows written from now on are folded (rows already present have
+-- no xact and are never folded).  The fold creates its state row on first
+-- use, so that a fresh CREATE EXTENSION (empty tables) followed by a
+-- restore loads the dumped state row without a conflict.
 INSERT INTO orch.metric_totals (tenant_id, queue, metric, l1, value)
 SELECT tenant_id, queue, 'finished', state, pg_catalog.count(*)
   FROM orch.tasks WHERE state IN ('completed', 'failed', 'cancelled')
  GROUP BY tenant_id, queue, state;
 INSERT INTO orch.metric_totals (tenant_id, queue, metric, value)
 SELECT tenant_id, queue, 'enqueued', pg_catalog.count(*) FROM orch.tasks GROUP BY tenant_id, queue;
+
+SELECT pg_catalog.pg_extension_config_dump('orch.metric_state', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.metric_totals', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.metric_minutes', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.maintenance_log', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.maintenance_log_id_seq', '');
 
 -- Histogram buckets (seconds; the last is +Inf), as Prometheus renders them.
 CREATE FUNCTION orch.histogram_le(seconds double precision)
@@ -145,6 +150,8 @@ DECLARE
     cur_max bigint;
     folded  bigint;
 BEGIN
+    -- The first fold starts from nothing: every row with an xact counts.
+    INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
     -- One fold at a time; a caller that finds one running leaves it to it.
     -- The lock is taken before the fold's own statement, so that statement's
     -- snapshot sees the state the previous fold committed.
