@@ -57,3 +57,25 @@ SELECT orch_enqueue('stale_keys', '{"n": 1}', concurrency_key => 'k') > 0 AS fir
 SELECT payload ->> 'n' AS n, gated, ready_at IS NOT NULL AS claimable
   FROM orch.tasks WHERE queue = 'stale_keys' ORDER BY id;
 SELECT count(*) AS claimed FROM orch_dequeue('stale_keys', 'w', 10);
+-- 0.4.0 -> 0.5.0: the new library serves a 0.4.0 schema until the update
+-- (no metrics, no correlation ids), then the counters start from the tasks
+-- that exist (seeded) and fold only what is written afterwards.
+DROP EXTENSION orchestrator CASCADE;
+CREATE EXTENSION orchestrator VERSION '0.4.0';
+SELECT orch_create_queue('up5', '{"max_attempts": 1}') IS NOT NULL AS created;
+SELECT count(orch_enqueue('up5', jsonb_build_object('n', g))) AS enqueued_before
+  FROM generate_series(1, 4) g;
+SELECT count(orch_complete(d.task_id, d.lease_token)) AS completed_before
+  FROM orch_dequeue('up5', 'w', 2) d;
+SELECT count(*) AS maintain_before FROM orch_maintain();
+ALTER EXTENSION orchestrator UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+SELECT metric, l1, value FROM orch.metric_totals WHERE queue = 'up5' ORDER BY 1, 2;
+SELECT orch_metrics_refresh() AS folded_nothing_old;
+SELECT orch_enqueue('up5', '{"n": 5}', correlation_id => 'after') > 0 AS enqueued_after;
+SELECT count(orch_complete(d.task_id, d.lease_token)) AS completed_after
+  FROM orch_dequeue('up5', 'w', 1) d;
+SELECT orch_metrics_refresh() > 0 AS folded_new;
+SELECT enqueued_total, started_total, completed_total, queued
+  FROM orch_queue_stats WHERE queue = 'up5';
+SELECT correlation_id FROM orch_tasks WHERE queue = 'up5' AND correlation_id IS NOT NULL;
