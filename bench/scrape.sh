@@ -87,13 +87,15 @@ SELECT g, CASE WHEN g % 2 = 0 THEN 'default' ELSE 't2' END, 'q' || (g % 10), 'co
        now() - interval '3 days', now() - interval '2 days', now() - interval '2 days',
        now() - interval '2 days'
   FROM generate_series(1, $ROWS) g;
-INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, started_at, finished_at, outcome)
+-- (xact NULL: rows from before the counters, as after an upgrade; the
+-- fold never reads them)
+INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, started_at, finished_at, outcome, xact)
 SELECT CASE WHEN g % 2 = 0 THEN 'default' ELSE 't2' END, g, 1, 'w', now() - interval '2 days',
-       now() - interval '2 days', 'completed'
+       now() - interval '2 days', 'completed', NULL
   FROM generate_series(1, $ROWS) g;
-INSERT INTO orch.events (tenant_id, task_id, entity, from_state, to_state, reason_code, actor, attempt, at)
+INSERT INTO orch.events (tenant_id, task_id, entity, from_state, to_state, reason_code, actor, attempt, at, xact)
 SELECT CASE WHEN g % 2 = 0 THEN 'default' ELSE 't2' END, g, 'task', 'executing', 'completed',
-       'completed', 'w', 1, now() - interval '2 days'
+       'completed', 'w', 1, now() - interval '2 days', NULL
   FROM generate_series(1, $ROWS) g;
 SELECT setval('orch.tasks_id_seq', $ROWS);
 -- two days of folded counters, as orch_maintain leaves them

@@ -719,6 +719,22 @@ if [ "$wf_problems" -eq 0 ]; then
     echo "workflows: OK: 3 runs (succeeded; succeeded after a refused drifted resume; failed at deploy with build compensated) in ${WF_ELAPSED}s"
 fi
 
+# What an operator sees: the counters (folded now, as orch_maintain does
+# every minute), the durations, and the review queue.
+echo
+echo "== operating: orch_queue_stats, orch_durations, orch_review_queue, Prometheus =="
+sql "SELECT orch_metrics_refresh()" >/dev/null
+show "SELECT tenant_id, queue, ready, executing, enqueued_total, completed_total, failed_total, dead_letters
+                    FROM orch_queue_stats ORDER BY queue" || wf_problems=$((wf_problems + 1))
+show "SELECT queue, step_type, kind, samples, round(p50_seconds::numeric, 3) AS p50_s,
+                        round(p95_seconds::numeric, 3) AS p95_s
+                   FROM orch_durations ORDER BY queue, step_type, kind" || wf_problems=$((wf_problems + 1))
+show "SELECT kind, queue, task_id, run_id, action FROM orch_review_queue ORDER BY since LIMIT 10" \
+    || wf_problems=$((wf_problems + 1))
+prom_lines=$(sql "SELECT count(*) FROM regexp_split_to_table(orch_metrics_prometheus(), E'\\n') l WHERE l LIKE 'orch_%'")
+echo "orch_metrics_prometheus(): $prom_lines samples"
+[ "${prom_lines:-0}" -gt 0 ] || { echo "PROBLEM: no Prometheus samples"; wf_problems=$((wf_problems + 1)); }
+
 problems=$((TASK_PROBLEMS + wf_problems))
 if [ "$problems" -gt 0 ]; then
     echo "demo: FAILED ($TASK_PROBLEMS task problem(s), $wf_problems workflow problem(s))"

@@ -14,7 +14,7 @@ PG_TEST_PERL=$PGXS_DIR/src/test/perl
 
 ORCH_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron
                postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
-               libipc-run-perl build-essential)
+               libipc-run-perl build-essential python3-prometheus-client)
 
 # The repository root (this file lives in scripts/).
 ORCH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -227,6 +227,26 @@ fi
 q -d postgres -c "DROP DATABASE IF EXISTS orch_readme WITH (FORCE)" >/dev/null 2>&1 || true
 
 # The shared cluster is no longer needed.
+# --------------------------------------------------------------------------
+# The Prometheus exposition, parsed by the prometheus_client text parser
+# (Debian's python3-prometheus-client), counters checked to only grow.
+# --------------------------------------------------------------------------
+echo
+log "prometheus: orch_metrics_prometheus() through the prometheus_client parser"
+out=$TESTROOT/prometheus_check.out
+if q -d postgres -c "DROP DATABASE IF EXISTS orch_prometheus" -c "CREATE DATABASE orch_prometheus" >"$out" 2>&1 \
+   && q -d orch_prometheus -c "CREATE EXTENSION orchestrator" >>"$out" 2>&1 \
+   && PATH="$PG_BINDIR:$PATH" timeout --kill-after=30 "$FILE_TIMEOUT" \
+        /usr/bin/python3 test/prometheus_check.py orch_prometheus >>"$out" 2>&1 \
+   && grep -q '^ok ' "$out" && ! grep -q '^not ok' "$out"; then
+    sed 's/^/    | /' "$out" | tail -n 40
+    pass "prometheus/exposition"
+else
+    sed 's/^/    | /' "$out"
+    fail "prometheus/exposition"
+fi
+q -d postgres -c "DROP DATABASE IF EXISTS orch_prometheus WITH (FORCE)" >/dev/null 2>&1 || true
+
 cluster_stop "$CLUSTER"
 
 # --------------------------------------------------------------------------

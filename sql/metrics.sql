@@ -59,6 +59,8 @@ GRANT EXECUTE ON FUNCTION pg_temp.prom(text) TO PUBLIC;
 --      a8       claimed, still executing
 --      a9       queued for tomorrow (delayed)
 --    Tenant t2 (same queue name): b1 claimed and completed, b2 queued.
+--    Queue m_rl (rate limit 1 per hour per owner, excess recorded): r1
+--    queued, r2 inserted as failed/rate_limited (no attempt, no error class).
 -- ---------------------------------------------------------------------------
 SELECT orch_create_queue('m_a', '{"max_attempts": 2, "backoff": "fixed", "initial_delay": "0s"}') ->> 'max_attempts' AS max_attempts;
 SELECT orch_enqueue('m_a', '{"n": "a1"}') AS a1 \gset
@@ -85,10 +87,403 @@ SELECT orch_enqueue('m_a', '{"n": "a9"}', run_at => now() + interval '1 day') AS
 SELECT orch_enqueue('m_a', '{"n": "b1"}', tenant => 't2') AS b1 \gset
 SELECT pg_temp.claim('b1', 'm_a', 't2') = :b1 AS claimed, pg_temp.done('b1');
 SELECT orch_enqueue('m_a', '{"n": "b2"}', tenant => 't2') AS b2 \gset
-SELECT task_id, tenant_id, payload ->> 'n' AS n, state, reason_code, attempts, failures
-  FROM orch_tasks WHERE queue = 'm_a' ORDER BY task_id;
+SELECT orch_create_queue('m_rl', '{"rate_limit": {"count": 1, "per": "1 hour", "on_exceed": "record"}}') IS NOT NULL AS created;
+SELECT orch_enqueue('m_rl', '{"n": "r1"}', owner => 'o1') AS r1 \gset
+SELECT orch_enqueue('m_rl', '{"n": "r2"}', owner => 'o1') AS r2 \gset
+SELECT t.task_id, t.tenant_id, t.queue, t.payload ->> 'n' AS n, t.state, t.reason_code, t.attempts, t.failures
+  FROM orch_tasks t ORDER BY t.task_id;
+-- Fold.  orch_maintain above folded the first 23 rows (events + attempts:
+-- a1, a2: enqueue, claim, complete + attempt = 4 each; a3: 7; a4: 4; a5: 2;
+-- a6: 2); this picks up the rest: a6's recovery (event + attempt; written
+-- after maintain's own fold, in its transaction), a7 (2), a8, a9 (1 each),
+-- b1 (4), b2 (1), r1, r2 (1 each) = 13.
 SELECT orch_metrics_refresh() AS folded;
-SELECT * FROM orch_queue_stats ORDER BY tenant_id, queue;
+SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) AS rows_written,
+       folded_total FROM orch.metric_state;
+-- Live: default/m_a has a8 and a9 queued (a8 ready, a9 delayed), a7
+-- executing, a4 and a6 dead letters.  Totals: 9 enqueued; 7 claims (a1, a2,
+-- a3 twice, a4, a6, a7); completed a1-a3, failed a4 and a6, cancelled a5;
+-- one lease expiry.  t2/m_a: 2 enqueued, 1 claim, 1 completed, b2 ready.
+-- m_rl: 2 enqueued, r2 failed, r1 ready; not a dead letter (rate_limited).
+-- The *_5m and *_1h windows hold everything (the test takes seconds); the
+-- *_1m windows are the current minute only, so they are bounded, not exact.
+SELECT tenant_id, queue, received, queued, executing, awaiting_tool, awaiting_user_confirmation,
+       ready, delayed, retry_waiting, gated, dead_letters
+  FROM orch_queue_stats ORDER BY tenant_id, queue;
+SELECT tenant_id, queue, enqueued_total, started_total, completed_total, failed_total,
+       cancelled_total, lease_expiries_1h, completed_5m, failed_5m, completed_1h, failed_1h
+  FROM orch_queue_stats ORDER BY tenant_id, queue;
+SELECT tenant_id, queue,
+       (oldest_ready_age >= interval '0') AS oldest_ready_age_set,
+       enqueued_1m BETWEEN 0 AND enqueued_total AS enqueued_1m_ok,
+       completed_1m BETWEEN 0 AND completed_total AS completed_1m_ok,
+       failed_1m BETWEEN 0 AND failed_total AS failed_1m_ok,
+       metrics_as_of = (SELECT refreshed_at FROM orch.metric_state) AS as_of_last_fold
+  FROM orch_queue_stats ORDER BY tenant_id, queue;
+-- Retries and final failures by class and reason: a3's TRANSIENT retry,
+-- a4 NON_RETRYABLE, a6's lease expiry (TRANSIENT, budget exhausted), r2
+-- (no attempt: no error class).
+SELECT * FROM orch_error_stats ORDER BY tenant_id, queue, error_class NULLS FIRST, reason_code;
+-- The review queue: the two dead letters with the call that re-drives them.
+SELECT kind, tenant_id, queue, task_id, run_id, step_id, state, reason_code, error,
+       since IS NOT NULL AS since_set, action
+  FROM orch_review_queue ORDER BY kind, task_id;
+-- Prometheus: counters from the folded totals, gauges live.
+SELECT * FROM pg_temp.prom('^orch_tasks_enqueued_total');
+SELECT * FROM pg_temp.prom('^orch_executions_(started|finished)_total');
+SELECT * FROM pg_temp.prom('^orch_tasks_finished_total');
+SELECT * FROM pg_temp.prom('^orch_(retries|failures|lease_expiries)_total');
+SELECT * FROM pg_temp.prom('^orch_tasks(_ready|_delayed|_retry_waiting)?\{tenant="default",queue="m_a"');
+SELECT * FROM pg_temp.prom('^orch_(dead_letters|review_items)\{');
+SELECT * FROM pg_temp.prom('^orch_maintenance_runs_total');
+-- every family has its HELP and TYPE; each histogram has 19 buckets per series
+SELECT count(*) FILTER (WHERE l ~ '^# HELP ') AS help_lines, count(*) FILTER (WHERE l ~ '^# TYPE ') AS type_lines,
+       count(*) FILTER (WHERE l ~ '^# TYPE \S+ counter$') AS counters,
+       count(*) FILTER (WHERE l ~ '^# TYPE \S+ gauge$') AS gauges,
+       count(*) FILTER (WHERE l ~ '^# TYPE \S+ histogram$') AS histograms
+  FROM pg_temp.prom('^#') l;
+SELECT substring(l from '^(\w+)\{') AS series, count(*)
+  FROM pg_temp.prom('^orch_\w+_seconds_bucket\{tenant="default",queue="m_a"') l GROUP BY 1 ORDER BY 1;
+-- wait and attempt histograms count every claim / every finished attempt
+SELECT * FROM pg_temp.prom('^orch_(attempt_duration|queue_wait)_seconds_count\{');
+SELECT * FROM pg_temp.prom('^orch_(attempt_duration|queue_wait)_seconds_bucket\{.*le="\+Inf"');
+
+-- ---------------------------------------------------------------------------
+-- 2. Known durations.  Queue m_d: 100 tasks claimed and completed in one
+--    statement.  Before the fold, as superuser, the attempts are rewritten to
+--    last 1, 2, ..., 100 seconds (task i: i seconds) and the claims' queue
+--    waits to 0 s (i <= 50), 10 s (51..90) and 3601 s (91..100: past the
+--    last bound, the +Inf bucket).  An UPDATE keeps a row's xact, so the
+--    fold counts each rewritten row once, with its rewritten values.
+--    Attempt buckets (le, count): 1:1 (1 s), 2.5:1 (2), 5:3 (3-5), 10:5
+--    (6-10), 30:20, 60:30, 120:40 (61-100); cumulative 1, 2, 5, 10, 30, 60,
+--    100.  Linear interpolation in the bucket holding rank q*100:
+--      p50: rank 50 in (30, 60] (30 below, 30 in it): 30 + 30 * 20/30 = 50
+--      p95: rank 95 in (60, 120] (60 below, 40 in it): 60 + 60 * 35/40 = 112.5
+--      p99: rank 99 in (60, 120]:                      60 + 60 * 39/40 = 118.5
+--    mean 5050 / 100 = 50.5.
+--    Wait buckets: 0.005: 50, 10: 40, +Inf: 10.
+--      p50: rank 50 in (0, 0.005] (50 in it): 0 + 0.005 * 50/50 = 0.005
+--      p95, p99: in +Inf: the largest finite bound, 3600
+--    mean (40 * 10 + 10 * 3601) / 100 = 36410 / 100 = 364.1.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('m_d') IS NOT NULL AS created;
+SELECT count(*) AS enqueued
+  FROM orch_enqueue_batch('m_d', (SELECT array_agg(jsonb_build_object('i', g) ORDER BY g)
+                                    FROM generate_series(1, 100) g));
+WITH c AS (SELECT * FROM orch_dequeue('m_d', 'm-worker', 100))
+SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS completed FROM c;
+CREATE TEMP TABLE d_rows AS
+SELECT 'attempt' AS kind, a.id, a.xact FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'm_d'
+UNION ALL
+SELECT 'event', e.id, e.xact FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'm_d';
+UPDATE orch.attempts a SET started_at = a.finished_at - make_interval(secs => (t.payload ->> 'i')::int)
+  FROM orch.tasks t WHERE t.id = a.task_id AND t.queue = 'm_d';
+UPDATE orch.events e
+   SET waited = CASE WHEN (t.payload ->> 'i')::int <= 50 THEN interval '0'
+                     WHEN (t.payload ->> 'i')::int <= 90 THEN interval '10 seconds'
+                     ELSE interval '3601 seconds' END
+  FROM orch.tasks t WHERE t.id = e.task_id AND t.queue = 'm_d' AND e.to_state = 'executing';
+-- the rewrite kept every row's xact
+SELECT count(*) AS rows, count(*) FILTER (WHERE x.xact IS DISTINCT FROM d.xact) AS xact_changed
+  FROM d_rows d
+  JOIN (SELECT 'attempt' AS kind, id, xact FROM orch.attempts UNION ALL
+        SELECT 'event', id, xact FROM orch.events) x USING (kind, id);
+-- 100 enqueue events + 100 claim events + 100 completion events + 100 attempts
+SELECT orch_metrics_refresh() AS folded;
+SELECT queue, step_type, kind, samples, round(mean_seconds::numeric, 3) AS mean,
+       round(p50_seconds::numeric, 3) AS p50, round(p95_seconds::numeric, 3) AS p95,
+       round(p99_seconds::numeric, 3) AS p99
+  FROM orch_durations WHERE queue = 'm_d' ORDER BY kind;
+-- the same by hand through orch.histogram_quantile on the bucket counts
+SELECT l1 AS step_type, metric, array_agg(l2 ORDER BY l2::float8) AS les, array_agg(value ORDER BY l2::float8) AS counts,
+       round(orch.histogram_quantile(0.5, array_agg(l2), array_agg(value))::numeric, 3) AS p50,
+       round(orch.histogram_quantile(0.95, array_agg(l2), array_agg(value))::numeric, 3) AS p95
+  FROM orch.metric_totals WHERE queue = 'm_d' AND metric IN ('attempt_seconds', 'wait_seconds')
+ GROUP BY l1, metric ORDER BY metric;
+-- Prometheus: cumulative buckets (every bound present), _sum, _count
+SELECT * FROM pg_temp.prom('^orch_attempt_duration_seconds_(bucket|sum|count)\{tenant="default",queue="m_d"');
+SELECT * FROM pg_temp.prom('^orch_queue_wait_seconds_(bucket|sum|count)\{tenant="default",queue="m_d"');
+SELECT * FROM pg_temp.prom('^orch_(tasks_enqueued|executions_started|tasks_finished)_total\{tenant="default",queue="m_d"');
+
+-- ---------------------------------------------------------------------------
+-- 3. Exactly once.  A fold reads only rows committed since its snapshot:
+--    again at once it reads nothing and changes nothing; after more work it
+--    adds exactly the new rows; counters never go down.  Rows written in the
+--    fold's own transaction are left for the next fold.
+-- ---------------------------------------------------------------------------
+CREATE TEMP TABLE totals0 AS SELECT * FROM orch.metric_totals;
+SELECT orch_metrics_refresh() AS folded_again;
+SELECT count(*) AS changed_rows
+  FROM (SELECT * FROM orch.metric_totals EXCEPT SELECT * FROM totals0) x;
+-- the per-minute counters add up to the totals (everything is minutes old;
+-- maintenance_runs is counted by orch_maintain, not folded)
+SELECT count(*) AS totals, count(*) FILTER (WHERE m.s IS DISTINCT FROM t.value) AS minutes_disagree
+  FROM orch.metric_totals t
+  LEFT JOIN (SELECT tenant_id, queue, metric, l1, l2, sum(value) AS s FROM orch.metric_minutes
+              GROUP BY 1, 2, 3, 4, 5) m USING (tenant_id, queue, metric, l1, l2)
+ WHERE t.metric <> 'maintenance_runs';
+-- More work: c1 claimed and completed (enqueue, claim, complete + attempt:
+-- 4 rows), c2 enqueued (1 row): 5 rows.  Only their counters move.
+SELECT orch_enqueue('m_a', '{"n": "c1"}', tenant => 't3') AS c1 \gset
+SELECT pg_temp.claim('c1', 'm_a', 't3') = :c1 AS claimed, pg_temp.done('c1');
+SELECT orch_enqueue('m_a', '{"n": "c2"}', tenant => 't3') AS c2 \gset
+SELECT orch_metrics_refresh() AS folded;
+SELECT t.tenant_id, t.queue, t.metric, t.l1, t.l2,
+       CASE WHEN t.metric LIKE '%\_sum' THEN 'µs' ELSE (t.value - coalesce(o.value, 0))::text END AS added
+  FROM orch.metric_totals t LEFT JOIN totals0 o USING (tenant_id, queue, metric, l1, l2)
+ WHERE t.value IS DISTINCT FROM o.value
+ ORDER BY 1, 2, 3, 4, 5;
+SELECT count(*) AS decreased
+  FROM totals0 o LEFT JOIN orch.metric_totals t USING (tenant_id, queue, metric, l1, l2)
+ WHERE t.value IS NULL OR t.value < o.value;
+-- A fold in the transaction that wrote a row does not count that row (it
+-- is not committed yet); the next fold does, once.
+BEGIN;
+SELECT orch_enqueue('m_a', '{"n": "c3"}', tenant => 't3') AS c3 \gset
+SELECT orch_metrics_refresh() AS folded_in_same_xact;
+SELECT orch_metrics_refresh() AS folded_again_in_same_xact;
+COMMIT;
+SELECT orch_metrics_refresh() AS folded_after_commit;
+SELECT orch_metrics_refresh() AS folded_again;
+-- and a row written after the fold in the same transaction likewise
+BEGIN;
+SELECT orch_metrics_refresh() AS folded_first;
+SELECT orch_enqueue('m_a', '{"n": "c4"}', tenant => 't3') AS c4 \gset
+COMMIT;
+SELECT orch_metrics_refresh() AS folded_after_commit;
+-- a rolled-back transaction's rows are never counted
+BEGIN;
+SELECT orch_enqueue('m_a', '{"n": "gone"}', tenant => 't3') IS NOT NULL AS enqueued;
+ROLLBACK;
+SELECT orch_metrics_refresh() AS folded_after_rollback;
+-- rewriting rows already folded does not count them again (xact unchanged)
+UPDATE orch.events SET note = coalesce(note, '') WHERE tenant_id = 't3';
+SELECT orch_metrics_refresh() AS folded_after_update;
+SELECT * FROM pg_temp.prom('^orch_(tasks_enqueued|executions_started)_total\{tenant="t3"');
+SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) AS rows_written,
+       folded_total FROM orch.metric_state;
+
+-- ---------------------------------------------------------------------------
+-- 4. orch.histogram_le: the first bound >= the value (bounds are inclusive,
+--    as Prometheus "le"); past 3600 and NaN: +Inf; negatives: the first.
+--    orch.histogram_quantile: linear interpolation within the bucket where
+--    the cumulative count reaches q * total (0 below the first bound); the
+--    +Inf bucket answers the largest finite bound; NULL when empty.
+-- ---------------------------------------------------------------------------
+SELECT x, orch.histogram_le(x) AS le
+  FROM unnest(ARRAY[0, 0.005, 0.0051, 0.01, 1, 1.0000001, 59.999, 60, 60.5, 3600, 3600.001, 3601,
+                    -1, 'NaN', 'Infinity', '-Infinity']::float8[]) WITH ORDINALITY AS u(x, n)
+ ORDER BY n;
+SELECT orch.histogram_le(NULL) IS NULL AS null_in_null_out;
+-- empty histograms
+SELECT orch.histogram_quantile(0.5, '{}', '{}') IS NULL AS no_buckets,
+       orch.histogram_quantile(0.5, '{1,10}', '{0,0}') IS NULL AS all_zero,
+       orch.histogram_quantile(0.5, NULL, '{1}') IS NULL AS null_bounds;
+-- one bucket (5, 10] holding 4: q 0 -> 5, 0.5 -> 7.5, 1 -> 10; the first
+-- bucket (0, 0.005] interpolates from 0
+SELECT orch.histogram_quantile(0, '{10}', '{4}') AS q0,
+       orch.histogram_quantile(0.5, '{10}', '{4}') AS q50,
+       orch.histogram_quantile(0.25, '{10}', '{4}') AS q25,
+       orch.histogram_quantile(1, '{10}', '{4}') AS q100,
+       orch.histogram_quantile(0.5, '{0.005}', '{2}') AS first_bucket;
+-- +Inf: the largest finite bound
+SELECT orch.histogram_quantile(0.5, '{+Inf}', '{3}') AS only_inf,
+       orch.histogram_quantile(0.99, '{1,+Inf}', '{98,2}') AS p99_in_inf,
+       orch.histogram_quantile(0.98, '{1,+Inf}', '{98,2}') AS p98_at_1;
+-- order does not matter; a bucket named twice adds up; NULL elements are skipped
+SELECT orch.histogram_quantile(0.5, '{60,30}', '{30,20}') AS unordered,      -- rank 25: 30 + 30 * 5/30 = 35
+       orch.histogram_quantile(0.5, '{30,60,30}', '{10,30,10}') AS repeated,  -- the same histogram
+       orch.histogram_quantile(0.5, ARRAY['30', NULL, '60'], '{20,99,30}') AS null_bound,  -- 35 again
+       -- (10, 30]: 20, (60, 120]: 30; rank 25: 60 + 60 * 5/30 = 70
+       orch.histogram_quantile(0.5, '{30,60,120}', ARRAY[20, NULL, 30]::bigint[]) AS null_count;
+-- errors: q outside [0, 1] or NaN (22023), arrays of different lengths
+-- (2202E), a bucket name not ours (22023; "1.0" is not "1")
+SELECT pg_temp.try($$SELECT orch.histogram_quantile(-0.01, '{1}', '{1}')$$) AS q_negative,
+       pg_temp.try($$SELECT orch.histogram_quantile(1.01, '{1}', '{1}')$$) AS q_over_one,
+       pg_temp.try($$SELECT orch.histogram_quantile('NaN', '{1}', '{1}')$$) AS q_nan,
+       pg_temp.try($$SELECT orch.histogram_quantile(0.5, '{1,2.5}', '{1}')$$) AS lengths_differ,
+       pg_temp.try($$SELECT orch.histogram_quantile(0.5, '{7}', '{1}')$$) AS unknown_bucket,
+       pg_temp.try($$SELECT orch.histogram_quantile(0.5, '{1.0}', '{1}')$$) AS not_canonical,
+       pg_temp.try($$SELECT orch.histogram_quantile(0.5, '{inf}', '{1}')$$) AS inf_spelling;
+
+-- ---------------------------------------------------------------------------
+-- 5. orch_maintain's log: one row per pass whose actions are exactly what
+--    the pass returned; orch_maintenance_runs_total counts the passes.
+-- ---------------------------------------------------------------------------
+-- The pass of section 1: it folded the 23 rows written before it and
+-- recovered a6's lease.
+SELECT id, actor, actions ->> 'metrics_folded' AS metrics_folded,
+       actions ->> 'leases_recovered' AS leases_recovered,
+       finished_at >= started_at AS ordered, duration = finished_at - started_at AS duration_ok
+  FROM orch_maintenance_log ORDER BY id;
+SELECT * FROM pg_temp.prom('^orch_maintenance_runs_total');
+-- Two more passes.  Before the first, c5 (queue m_m: 2 attempts, no
+-- backoff delay) is enqueued and claimed (2 rows)
+-- and its lease runs out: pass 1 folds those 2 and recovers the lease (a
+-- TRANSIENT failure, retried at once); pass 2
+-- folds what pass 1 wrote after its own fold (c5's failure event and
+-- attempt: 2).
+SELECT orch_create_queue('m_m', '{"max_attempts": 2, "backoff": "fixed", "initial_delay": "0s"}') IS NOT NULL AS created;
+SELECT orch_enqueue('m_m', '{"n": "c5"}') AS c5 \gset
+SELECT pg_temp.claim('c5', 'm_m') = :c5 AS claimed;
+UPDATE orch.tasks SET lease_expires_at = now() - interval '1 minute' WHERE id = :c5;
+CREATE TEMP TABLE pass1 AS SELECT * FROM orch_maintain();
+CREATE TEMP TABLE pass2 AS SELECT * FROM orch_maintain();
+SELECT p1.action, p1.count AS pass1, p2.count AS pass2
+  FROM pass1 p1 JOIN pass2 p2 USING (action) ORDER BY action;
+SELECT state, reason_code, attempts, failures FROM orch_tasks WHERE task_id = :c5;
+SELECT l.id, l.actions = (SELECT jsonb_object_agg(action, count) FROM pass1) AS same_as_pass1,
+       (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(l.actions) k)
+         = (SELECT array_agg(action ORDER BY action) FROM pass1) AS same_keys
+  FROM orch_maintenance_log l WHERE l.id = 2;
+SELECT l.id, l.actions = (SELECT jsonb_object_agg(action, count) FROM pass2) AS same_as_pass2
+  FROM orch_maintenance_log l WHERE l.id = 3;
+SELECT count(*) AS log_rows FROM orch_maintenance_log;
+SELECT * FROM pg_temp.prom('^orch_maintenance_runs_total');
+SELECT value AS maintenance_runs FROM orch.metric_totals WHERE metric = 'maintenance_runs';
+-- a pass rolled back leaves no log row and no count (one transaction)
+BEGIN;
+SELECT count(*) > 0 AS ran FROM orch_maintain();
+ROLLBACK;
+SELECT count(*) AS log_rows FROM orch_maintenance_log;
+SELECT * FROM pg_temp.prom('^orch_maintenance_runs_total');
+
+-- ---------------------------------------------------------------------------
+-- 6. Correlation ids: kept on the task (or run), shown by orch_tasks,
+--    orch_events, orch_attempts, orch_runs, orch_history and
+--    orch_run_status; inherited by a run's step tasks and by the run
+--    orch_retry_run makes; 1 to 200 characters without control characters,
+--    else 22023 and nothing is stored.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('m_c', '{"max_attempts": 1}') IS NOT NULL AS created;
+SELECT orch_enqueue('m_c', '{"n": "k1"}', correlation_id => 'req-42') AS k1 \gset
+SELECT pg_temp.claim('k1', 'm_c') = :k1 AS claimed;
+SELECT pg_temp.done('k1');
+SELECT correlation_id FROM orch_tasks WHERE task_id = :k1;
+SELECT kind, from_state, to_state, outcome, correlation_id FROM orch_history(:k1);
+SELECT from_state, to_state, correlation_id FROM orch_events WHERE task_id = :k1 ORDER BY event_id;
+SELECT attempt, outcome, correlation_id FROM orch_attempts WHERE task_id = :k1;
+-- without one: NULL everywhere
+SELECT orch_enqueue('m_c', '{"n": "k0"}') AS k0 \gset
+SELECT (SELECT correlation_id FROM orch_tasks WHERE task_id = :k0) AS task,
+       (SELECT count(*) FROM orch_history(:k0) WHERE correlation_id IS NOT NULL) AS history,
+       (SELECT count(*) FROM orch_events WHERE task_id = :k0 AND correlation_id IS NOT NULL) AS events;
+SELECT orch_cancel(:k0);
+-- a batch: every task carries it; multibyte: 200 characters (400 bytes) fit
+CREATE TEMP TABLE kb AS
+SELECT b.id FROM orch_enqueue_batch('m_c', ARRAY['{"n": "kb1"}', '{"n": "kb2"}', '{"n": "kb3"}']::jsonb[],
+                                    correlation_id => 'batch-7') b(id);
+SELECT t.payload ->> 'n' AS n, t.correlation_id FROM kb JOIN orch_tasks t ON t.task_id = kb.id ORDER BY t.task_id;
+SELECT orch_enqueue('m_c', '{"n": "kw"}', correlation_id => repeat('é', 200)) AS kw \gset
+SELECT length(correlation_id) AS chars, octet_length(correlation_id) AS bytes FROM orch_tasks WHERE task_id = :kw;
+-- A one-step workflow run started with a correlation id: its step task
+-- carries it, and so do the run's views and status.
+SELECT orch_define('m_wf', '{"steps": [{"step_id": "only", "queue": "m_wfq", "handler": "h"}]}') AS version;
+SELECT orch_publish('m_wf', 1) IS NOT NULL AS published;
+SELECT orch_start('m_wf', '{"x": 1}', correlation_id => 'run-9') AS w1 \gset
+SELECT step_key, state, correlation_id FROM orch_tasks WHERE run_id = :w1;
+SELECT pg_temp.claim('w1', 'm_wfq') IS NOT NULL AS claimed;
+SELECT pg_temp.done('w1');
+SELECT state, correlation_id FROM orch_runs WHERE run_id = :w1;
+SELECT s -> 'run' ->> 'state' AS state, s -> 'run' ->> 'correlation_id' AS correlation_id
+  FROM orch_run_status(:w1) s;
+SELECT entity, to_state, correlation_id FROM orch_events WHERE run_id = :w1 AND entity = 'run' ORDER BY event_id;
+SELECT DISTINCT kind, correlation_id FROM orch_history((SELECT task_id FROM orch_tasks WHERE run_id = :w1));
+-- a failed run re-run by orch_retry_run keeps it, and so does its new step task
+SELECT orch_start('m_wf', '{"x": 2}', correlation_id => 'run-10') AS w2 \gset
+SELECT pg_temp.claim('w2', 'm_wfq') IS NOT NULL AS claimed, pg_temp.fail('w2', 'NON_RETRYABLE');
+SELECT state, correlation_id FROM orch_runs WHERE run_id = :w2;
+SELECT orch_retry_run(:w2) AS w3 \gset
+SELECT retry_of = :w2 AS retry_of_w2, correlation_id FROM orch_runs WHERE run_id = :w3;
+SELECT step_key, state, correlation_id FROM orch_tasks WHERE run_id = :w3;
+SELECT pg_temp.claim('w3', 'm_wfq') IS NOT NULL AS claimed, pg_temp.done('w3');
+SELECT run_id = :w3 AS is_w3, state, correlation_id FROM orch_runs WHERE run_id IN (:w2, :w3) ORDER BY run_id;
+-- bad values: 22023, nothing stored
+CREATE TEMP TABLE counts0 AS
+SELECT (SELECT count(*) FROM orch.tasks) AS tasks, (SELECT count(*) FROM orch.runs) AS runs,
+       (SELECT count(*) FROM orch.events) AS events;
+SELECT pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => '')$$) AS empty,
+       pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => repeat('x', 201))$$) AS too_long,
+       pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => E'a\nb')$$) AS newline,
+       pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => E'a\tb')$$) AS tab,
+       pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => E'a\x7fb')$$) AS del;
+SELECT pg_temp.try($$SELECT count(*) FROM orch_enqueue_batch('m_c', ARRAY['{}']::jsonb[], correlation_id => '')$$) AS batch_empty,
+       pg_temp.try($$SELECT count(*) FROM orch_enqueue_batch('m_c', ARRAY['{}', '{}']::jsonb[], correlation_id => repeat('x', 201))$$) AS batch_too_long,
+       pg_temp.try($$SELECT orch_start('m_wf', '{}', correlation_id => '')$$) AS start_empty,
+       pg_temp.try($$SELECT orch_start('m_wf', '{}', correlation_id => E'\r')$$) AS start_control;
+SELECT (SELECT count(*) FROM orch.tasks) - tasks AS new_tasks, (SELECT count(*) FROM orch.runs) - runs AS new_runs,
+       (SELECT count(*) FROM orch.events) - events AS new_events
+  FROM counts0;
+-- exactly 200 characters is fine
+SELECT orch_enqueue('m_c', '{"n": "k200"}', correlation_id => repeat('x', 200)) AS k200 \gset
+SELECT length(correlation_id) AS chars FROM orch_tasks WHERE task_id = :k200;
+
+-- ---------------------------------------------------------------------------
+-- 7. Tenant isolation and privileges.  A reader bound to tenant t1 sees
+--    only t1 in every new view and in the Prometheus text (series without a
+--    tenant label are global: refresh time, maintenance passes); a role
+--    without orch_reader gets 42501 from the views and functions.
+--    t1 in queue m_a: e1 completed, e2 failed NON_RETRYABLE (dead letter),
+--    e3 queued.
+-- ---------------------------------------------------------------------------
+DO $$
+DECLARE r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['metrics_reader_t1', 'metrics_nobody'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I', r);
+        END IF;
+    END LOOP;
+END $$;
+SET client_min_messages = warning;  -- roles outlive the database: no "already a member" notices
+GRANT orch_reader TO metrics_reader_t1;
+REVOKE orch_reader, orch_producer, orch_worker, orch_approver, orch_admin FROM metrics_nobody;
+RESET client_min_messages;
+SELECT orch_bind_tenant('metrics_reader_t1', 't1') AS bound;
+SELECT orch_enqueue('m_a', '{"n": "e1"}', tenant => 't1') AS e1 \gset
+SELECT pg_temp.claim('e1', 'm_a', 't1') = :e1 AS claimed, pg_temp.done('e1');
+SELECT orch_enqueue('m_a', '{"n": "e2"}', tenant => 't1') AS e2 \gset
+SELECT pg_temp.claim('e2', 'm_a', 't1') = :e2 AS claimed, pg_temp.fail('e2', 'NON_RETRYABLE');
+SELECT orch_enqueue('m_a', '{"n": "e3"}', tenant => 't1') AS e3 \gset
+-- e1: 4 rows, e2: 4 rows, e3: 1 row
+SELECT orch_metrics_refresh() AS folded;
+SET ROLE metrics_reader_t1;
+SELECT orch_caller_tenants();
+SELECT tenant_id, queue, queued, ready, dead_letters, enqueued_total, started_total,
+       completed_total, failed_total, cancelled_total
+  FROM orch_queue_stats ORDER BY tenant_id, queue;
 SELECT * FROM orch_error_stats ORDER BY tenant_id, queue, error_class, reason_code;
-SELECT * FROM orch_review_queue ORDER BY kind, task_id;
-SELECT * FROM pg_temp.prom('^orch_');
+SELECT tenant_id, queue, step_type, kind, samples FROM orch_durations ORDER BY 1, 2, 3, 4;
+SELECT tenant_id, queue, step_type, kind, samples FROM orch_duration_stats('2 days') ORDER BY 1, 2, 3, 4;
+SELECT kind, tenant_id, queue, task_id = :e2 AS is_e2, reason_code, action = 'SELECT orch_retry(' || :e2 || ')' AS action_ok
+  FROM orch_review_queue ORDER BY kind, task_id;
+-- every tenant label in the text is t1
+SELECT count(*) FILTER (WHERE l ~ 'tenant="t1"') AS t1_samples,
+       count(*) FILTER (WHERE l ~ 'tenant="' AND l !~ 'tenant="t1"') AS other_tenant_samples,
+       count(*) FILTER (WHERE l !~ '^#' AND l !~ 'tenant="') AS untenanted_samples
+  FROM pg_temp.prom('.') l;
+SELECT * FROM pg_temp.prom('^orch_(tasks_enqueued_total|executions_started_total|tasks_finished_total|failures_total|dead_letters|review_items)\{');
+SELECT * FROM pg_temp.prom('^orch_(maintenance_runs_total|metrics_refreshed_timestamp_seconds) ') l WHERE l ~ 'maintenance';
+-- the reader may bring the counters up to date (nothing new), not fold directly or read the tables
+SELECT orch_metrics_refresh() AS reader_refresh;
+SELECT pg_temp.try('SELECT orch.metrics_fold()') AS fold_directly,
+       pg_temp.try('SELECT count(*) FROM orch.metric_totals') AS totals_table,
+       pg_temp.try('SELECT count(*) FROM orch.metric_minutes') AS minutes_table,
+       pg_temp.try('SELECT count(*) FROM orch.maintenance_log') AS log_table,
+       pg_temp.try('SELECT count(*) FROM orch.review_items()') AS review_items_fn;
+SELECT count(*) > 0 AS reads_log FROM orch_maintenance_log;
+SELECT pg_temp.try('SELECT count(*) FROM orch_maintain()') AS maintain;
+RESET ROLE;
+SET ROLE metrics_nobody;
+SELECT pg_temp.try('SELECT count(*) FROM orch_queue_stats') AS queue_stats,
+       pg_temp.try('SELECT count(*) FROM orch_error_stats') AS error_stats,
+       pg_temp.try('SELECT count(*) FROM orch_durations') AS durations,
+       pg_temp.try($$SELECT count(*) FROM orch_duration_stats('1 hour')$$) AS duration_stats,
+       pg_temp.try('SELECT count(*) FROM orch_review_queue') AS review_queue,
+       pg_temp.try('SELECT count(*) FROM orch_maintenance_log') AS maintenance_log;
+SELECT pg_temp.try('SELECT orch_metrics_prometheus()') AS prometheus,
+       pg_temp.try('SELECT orch_metrics_refresh()') AS refresh,
+       pg_temp.try('SELECT orch.histogram_le(1)') AS histogram_le,
+       pg_temp.try($$SELECT orch_enqueue('m_a', '{}', correlation_id => 'x')$$) AS enqueue;
+RESET ROLE;
