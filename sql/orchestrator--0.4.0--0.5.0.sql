@@ -715,8 +715,11 @@ REVOKE ALL ON orch_queue_stats, orch_error_stats, orch_durations, orch_review_qu
     orch_maintenance_log FROM PUBLIC;
 GRANT SELECT ON orch_queue_stats, orch_error_stats, orch_durations, orch_review_queue,
     orch_maintenance_log TO orch_reader;
+-- The views call these (EXECUTE is checked against the caller, not the
+-- view's owner); they filter by the caller's tenants themselves.
 GRANT EXECUTE ON FUNCTION orch_metrics_refresh(), orch_duration_stats(interval),
-    orch_metrics_prometheus(), orch_history(bigint) TO orch_reader;
+    orch_metrics_prometheus(), orch_history(bigint), orch.open_tasks(),
+    orch.dead_letter_counts(), orch.review_items() TO orch_reader;
 GRANT EXECUTE ON FUNCTION
     orch_enqueue(text, jsonb, integer, text, timestamptz, text, text, text, integer, integer, jsonb, interval, text, text),
     orch_enqueue_batch(text, jsonb[], integer, text[], timestamptz, text, text, text, integer, integer, jsonb, interval, text, text),

@@ -809,6 +809,23 @@ def check_queue_stats(tap: Tap, name: str, db: Database, scrape: Scrape, ledger:
     tap.problems(problems, f"{name}: orch_queue_stats agrees with the exposition")
 
 
+def check_reader_access(tap: Tap, db: Database) -> None:
+    """A scraper needs only orch_reader: orch_metrics_prometheus() and the
+    views contrib/postgres_exporter/queries.yaml reads."""
+    reads = ["SELECT length(orch_metrics_prometheus())"] + [
+        f"SELECT count(*) FROM {view}" for view in
+        ("orch_queue_stats", "orch_error_stats", "orch_durations", "orch_review_queue", "orch_runs")]
+    problems = []
+    for sql in reads:
+        try:
+            db.run(f"SET ROLE orch_reader; {sql}")
+        except DatabaseError as e:
+            lines = str(e).splitlines()
+            error = next((l for l in lines if l.startswith("ERROR:")), lines[-1])
+            problems.append(f"{error} ({sql})")
+    tap.problems(problems, "orch_reader can read orch_metrics_prometheus() and the stats views")
+
+
 # ---------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------
@@ -855,6 +872,7 @@ def scenario(tap: Tap, db: Database, names: Names) -> None:
     check_oldest_age(tap, "scrape #1", scrape1, ledger)
     check_freshness(tap, "scrape #1", scrape1, db_now)
     check_queue_stats(tap, "scrape #1", db, scrape1, ledger)
+    check_reader_access(tap, db)
 
     # Phase 2: more completions and more work, a new series; refresh.
     worker.work(work_q, plain, 2)
