@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "common/hashfn.h"
@@ -20,6 +21,7 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/timestamp.h"
+#include "utils/resowner.h"
 
 #include "orchestrator.h"
 
@@ -137,6 +139,47 @@ typedef struct Action
 } Action;
 
 /*
+ * Fold the metrics in a subtransaction: a failure there (reported as a
+ * WARNING) must never stop the recovery work of the pass.  Caller is
+ * connected to SPI.
+ */
+static int64
+fold_metrics(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	int64		n = 0;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		n = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errmsg("orchestrator: folding the metrics failed, the rest of the pass goes on: %s",
+						e->message)));
+		FreeErrorData(e);
+		n = 0;
+	}
+	PG_END_TRY();
+	return n;
+}
+
+/*
  * Record one pass in orch.maintenance_log (its actions as a JSON object of
  * counts) and drop the records older than seven days.
  */
@@ -203,7 +246,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 	if (metrics)
 	{
 		acts[nacts].name = "metrics_folded";
-		acts[nacts++].count = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL);
+		acts[nacts++].count = fold_metrics();
 	}
 
 	/* 1. expired leases and timeouts */
