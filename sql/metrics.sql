@@ -46,7 +46,8 @@ GRANT EXECUTE ON FUNCTION pg_temp.prom(text) TO PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- 1. A scripted history with known counts.  Queue m_a: two attempts, fixed
---    backoff of 0 s (a TRANSIENT failure is claimable again at once).
+--    backoff of 0 s (a TRANSIENT failure is claimable again at once), a
+--    lease of an hour (a7 stays executing, however slow the machine).
 --    Tenant default, in order:
 --      a1, a2   claimed, completed
 --      a3       claimed, failed TRANSIENT (retry), claimed again, completed
@@ -62,7 +63,7 @@ GRANT EXECUTE ON FUNCTION pg_temp.prom(text) TO PUBLIC;
 --    Queue m_rl (rate limit 1 per hour per owner, excess recorded): r1
 --    queued, r2 inserted as failed/rate_limited (no attempt, no error class).
 -- ---------------------------------------------------------------------------
-SELECT orch_create_queue('m_a', '{"max_attempts": 2, "backoff": "fixed", "initial_delay": "0s"}') ->> 'max_attempts' AS max_attempts;
+SELECT orch_create_queue('m_a', '{"max_attempts": 2, "backoff": "fixed", "initial_delay": "0s", "lease": "1 hour"}') ->> 'max_attempts' AS max_attempts;
 SELECT orch_enqueue('m_a', '{"n": "a1"}') AS a1 \gset
 SELECT pg_temp.claim('a1', 'm_a', 'default') = :a1 AS claimed, pg_temp.done('a1');
 SELECT orch_enqueue('m_a', '{"n": "a2"}') AS a2 \gset
@@ -128,7 +129,9 @@ SELECT * FROM orch_error_stats ORDER BY tenant_id, queue, error_class NULLS FIRS
 SELECT kind, tenant_id, queue, task_id, run_id, step_id, state, reason_code, error,
        since IS NOT NULL AS since_set, action
   FROM orch_review_queue ORDER BY kind, task_id;
--- Prometheus: counters from the folded totals, gauges live.
+-- Prometheus: counters from the folded totals, gauges live.  Attempts
+-- finished: completed 3 (a1, a2, a3's second), failed 2 (a3's first, a4),
+-- lease_expired 1 (a6); t2: completed 1 (b1).
 SELECT * FROM pg_temp.prom('^orch_tasks_enqueued_total');
 SELECT * FROM pg_temp.prom('^orch_executions_(started|finished)_total');
 SELECT * FROM pg_temp.prom('^orch_tasks_finished_total');
@@ -217,8 +220,9 @@ SELECT orch_metrics_refresh() AS folded_again;
 SELECT count(*) AS changed_rows
   FROM (SELECT * FROM orch.metric_totals EXCEPT SELECT * FROM totals0) x;
 -- the per-minute counters add up to the totals (everything is minutes old;
--- maintenance_runs is counted by orch_maintain, not folded)
-SELECT count(*) AS totals, count(*) FILTER (WHERE m.s IS DISTINCT FROM t.value) AS minutes_disagree
+-- maintenance_runs is counted by orch_maintain, not folded).  (How many
+-- rows there are depends on the buckets the millisecond waits fell in.)
+SELECT count(*) > 0 AS has_totals, count(*) FILTER (WHERE m.s IS DISTINCT FROM t.value) AS minutes_disagree
   FROM orch.metric_totals t
   LEFT JOIN (SELECT tenant_id, queue, metric, l1, l2, sum(value) AS s FROM orch.metric_minutes
               GROUP BY 1, 2, 3, 4, 5) m USING (tenant_id, queue, metric, l1, l2)
@@ -229,8 +233,11 @@ SELECT orch_enqueue('m_a', '{"n": "c1"}', tenant => 't3') AS c1 \gset
 SELECT pg_temp.claim('c1', 'm_a', 't3') = :c1 AS claimed, pg_temp.done('c1');
 SELECT orch_enqueue('m_a', '{"n": "c2"}', tenant => 't3') AS c2 \gset
 SELECT orch_metrics_refresh() AS folded;
-SELECT t.tenant_id, t.queue, t.metric, t.l1, t.l2,
-       CASE WHEN t.metric LIKE '%\_sum' THEN 'µs' ELSE (t.value - coalesce(o.value, 0))::text END AS added
+-- (c1's queue wait is a few milliseconds: its bucket is not shown; its
+-- attempt was claimed and completed in one transaction: 0 s, bucket 0.005)
+SELECT t.tenant_id, t.queue, t.metric, t.l1,
+       CASE WHEN t.metric = 'wait_seconds' THEN '(ms)' ELSE t.l2 END AS l2,
+       CASE WHEN t.metric LIKE '%\_sum' THEN '(µs)' ELSE (t.value - coalesce(o.value, 0))::text END AS added
   FROM orch.metric_totals t LEFT JOIN totals0 o USING (tenant_id, queue, metric, l1, l2)
  WHERE t.value IS DISTINCT FROM o.value
  ORDER BY 1, 2, 3, 4, 5;
@@ -319,11 +326,10 @@ SELECT id, actor, actions ->> 'metrics_folded' AS metrics_folded,
   FROM orch_maintenance_log ORDER BY id;
 SELECT * FROM pg_temp.prom('^orch_maintenance_runs_total');
 -- Two more passes.  Before the first, c5 (queue m_m: 2 attempts, no
--- backoff delay) is enqueued and claimed (2 rows)
--- and its lease runs out: pass 1 folds those 2 and recovers the lease (a
--- TRANSIENT failure, retried at once); pass 2
--- folds what pass 1 wrote after its own fold (c5's failure event and
--- attempt: 2).
+-- backoff delay) is enqueued and claimed (2 rows) and its lease runs out:
+-- pass 1 folds those 2 and recovers the lease (a TRANSIENT failure, retried
+-- at once); pass 2 folds what pass 1 wrote after its own fold (c5's failure
+-- event and attempt: 2).
 SELECT orch_create_queue('m_m', '{"max_attempts": 2, "backoff": "fixed", "initial_delay": "0s"}') IS NOT NULL AS created;
 SELECT orch_enqueue('m_m', '{"n": "c5"}') AS c5 \gset
 SELECT pg_temp.claim('c5', 'm_m') = :c5 AS claimed;
@@ -421,10 +427,8 @@ SELECT length(correlation_id) AS chars FROM orch_tasks WHERE task_id = :k200;
 -- The runs' metrics: runs finished by definition and state (w1 and w3
 -- succeeded, w2 failed once); their step tasks are labelled with the step
 -- type.
--- BUG: orch.metrics_fold counts every run event whose to_state is final,
--- also orch_retry_run's audit event on the old run (failed -> failed,
--- reason "retried"), so w2 counts as failed twice.  The task branches check
--- from_state IS DISTINCT FROM to_state; the run_finished branch must too.
+-- orch_retry_run's audit event on the old run (failed -> failed, reason
+-- "retried") is not a finish: w2 counts as failed once.
 SELECT orch_metrics_refresh() > 0 AS folded;
 SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded
   FROM orch.metric_state;
@@ -448,7 +452,7 @@ BEGIN
         END IF;
     END LOOP;
 END $$;
-SET client_min_messages = warning;  -- roles outlive the database: no "already a member" notices
+SET client_min_messages = error;  -- roles outlive the database: no "already/not a member" messages
 GRANT orch_reader TO metrics_reader_t1;
 REVOKE orch_reader, orch_producer, orch_worker, orch_approver, orch_admin FROM metrics_nobody;
 RESET client_min_messages;
@@ -458,16 +462,14 @@ SELECT pg_temp.claim('e1', 'm_a', 't1') = :e1 AS claimed, pg_temp.done('e1');
 SELECT orch_enqueue('m_a', '{"n": "e2"}', tenant => 't1') AS e2 \gset
 SELECT pg_temp.claim('e2', 'm_a', 't1') = :e2 AS claimed, pg_temp.fail('e2', 'NON_RETRYABLE');
 SELECT orch_enqueue('m_a', '{"n": "e3"}', tenant => 't1') AS e3 \gset
--- e1: 4 rows, e2: 4 rows, e3: 1 row
+-- the binding (an event of its own), e1: 4 rows, e2: 4 rows, e3: 1 row = 10
 SELECT orch_metrics_refresh() AS folded;
 SET ROLE metrics_reader_t1;
 SELECT orch_caller_tenants();
--- BUG: orch_queue_stats and orch_review_queue are granted to orch_reader but
--- call orch.open_tasks(), orch.dead_letter_counts() and orch.review_items(),
--- whose EXECUTE is revoked from PUBLIC and granted to no one: a function in
--- a view is checked against the caller, so a reader gets "permission denied
--- for function open_tasks" (42501).  Those three filter by tenant
--- themselves; they need GRANT EXECUTE ... TO orch_reader.
+-- orch_queue_stats and orch_review_queue call orch.open_tasks(),
+-- orch.dead_letter_counts() and orch.review_items(); EXECUTE in a view is
+-- checked against the caller, so orch_reader needs (and has) EXECUTE on
+-- them; they filter by the caller's tenants themselves.
 SELECT tenant_id, queue, queued, ready, dead_letters, enqueued_total, started_total,
        completed_total, failed_total, cancelled_total
   FROM orch_queue_stats ORDER BY tenant_id, queue;
@@ -488,8 +490,7 @@ SELECT orch_metrics_refresh() AS reader_refresh;
 SELECT pg_temp.try('SELECT orch.metrics_fold()') AS fold_directly,
        pg_temp.try('SELECT count(*) FROM orch.metric_totals') AS totals_table,
        pg_temp.try('SELECT count(*) FROM orch.metric_minutes') AS minutes_table,
-       pg_temp.try('SELECT count(*) FROM orch.maintenance_log') AS log_table,
-       pg_temp.try('SELECT count(*) FROM orch.review_items()') AS review_items_fn;
+       pg_temp.try('SELECT count(*) FROM orch.maintenance_log') AS log_table;
 SELECT count(*) > 0 AS reads_log FROM orch_maintenance_log;
 SELECT pg_temp.try('SELECT count(*) FROM orch_maintain()') AS maintain;
 RESET ROLE;
@@ -589,10 +590,27 @@ SELECT tenant_id, queue, queued, executing, awaiting_tool, awaiting_user_confirm
        enqueued_total, started_total, completed_total, failed_total, lease_expiries_1h
   FROM orch_queue_stats WHERE queue = 'm_r';
 SELECT * FROM orch_error_stats WHERE queue = 'm_r' ORDER BY error_class, reason_code;
+-- dead_letters (orch_queue_stats) and the orch_dead_letters gauge count
+-- what the review queue lists as dead letters: a failed workflow step task
+-- is its run's failure (run_failed until re-run), not a dead letter of its
+-- own, so m_wfq (the steps of w2 and w4) has none, though the
+-- orch_dead_letters view lists every failed task.
+SELECT s.tenant_id, s.queue, s.dead_letters,
+       (SELECT count(*) FROM orch_review_queue r WHERE r.kind = 'dead_letter'
+           AND r.tenant_id = s.tenant_id AND r.queue = s.queue) AS listed
+  FROM orch_queue_stats s WHERE s.dead_letters > 0 ORDER BY 1, 2;
+SELECT count(*) AS m_wfq_failed_step_tasks FROM orch_dead_letters WHERE queue = 'm_wfq';
+SELECT * FROM pg_temp.prom('^orch_dead_letters\{');
 SELECT * FROM pg_temp.prom('^orch_(review_items|approvals_waiting|runs)\{tenant="default"');
 -- runs finished: m_wf w1, w3 succeeded, w2, w4 failed (their re-runs add
 -- no finish: the "retried" event on a failed run is failed -> failed)
--- BUG: as in section 6, each orch_retry_run adds a "failed" here (4, not 2).
 SELECT * FROM pg_temp.prom('^orch_runs_finished_total');
 SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded_once
   FROM orch.metric_state;
+-- 9. A re-driven dead letter (orch_retry) keeps its correlation id.
+SELECT orch_create_queue('m_rd', '{"max_attempts": 1}') IS NOT NULL AS created;
+SELECT orch_enqueue('m_rd', '{"n": 1}', correlation_id => 'order-77') AS rd \gset
+SELECT pg_temp.claim('rd1', 'm_rd') = :rd AS claimed, pg_temp.fail('rd1', 'NON_RETRYABLE');
+SELECT orch_retry(:rd) AS rd2 \gset
+SELECT task_id = :rd2 AS is_copy, retry_of = :rd AS of_dead_letter, correlation_id
+  FROM orch_tasks WHERE task_id = :rd2;

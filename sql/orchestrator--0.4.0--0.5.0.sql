@@ -253,6 +253,7 @@ BEGIN
         SELECT e.at, e.tenant_id, r.definition, 'run_finished', e.to_state, '', 1
           FROM ev e JOIN orch.runs r ON r.id = e.run_id AND r.tenant_id = e.tenant_id
          WHERE e.entity = 'run' AND e.to_state IN ('succeeded', 'failed', 'canceled')
+           AND e.from_state IS DISTINCT FROM e.to_state
     ),
     per_minute AS (
         INSERT INTO orch.metric_minutes AS m (minute, tenant_id, queue, metric, l1, l2, value)
@@ -350,9 +351,11 @@ RETURNS TABLE (tenant_id text, queue text, dead_letters bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 AS $fn$
+    -- a workflow step's task that failed is the run's failure (run_failed
+    -- in the review queue), not a dead letter of its own
     SELECT t.tenant_id, t.queue, count(*)
       FROM orch.tasks t
-     WHERE t.state = 'failed'
+     WHERE t.state = 'failed' AND t.run_id IS NULL
        AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
                              'compensation_required', 'not_safe_to_retry')
        AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)

@@ -23,6 +23,7 @@ PG_FUNCTION_INFO_V1(orch_reprocess);
 static SPIPlanPtr lock_plan = NULL;
 static SPIPlanPtr check_plan = NULL;
 static SPIPlanPtr copy_plan = NULL;
+static SPIPlanPtr copy_corr_plan = NULL;
 
 /*
  * Re-drive one task, which the caller has locked.  Returns the new task id.
@@ -92,15 +93,18 @@ redrive(int64 id, bool skip_redriven)
 				 errmsg("task " INT64_FORMAT " was already re-driven as task %s", id,
 						SPI_getvalue(tup, td, 3))));
 
-	if (SPI_execute_plan(orch_prepare(&copy_plan,
-									  "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
-									  " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-									  " owner, concurrency_key, run_id, step_key, retry_of, reason_code)"
-									  " SELECT tenant_id, queue, 'queued', priority, payload, now(), now(),"
-									  " max_attempts, max_failures, retry_policy, timeout, owner,"
-									  " concurrency_key, run_id, step_key, id, 'redriven'"
-									  " FROM orch.tasks WHERE id = $1 RETURNING id",
-									  1, types),
+	/* the copy keeps the correlation id (0.5.0 schema) */
+#define REDRIVE_SQL(CORR) \
+	"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload," \
+	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
+	" owner, concurrency_key, run_id, step_key, retry_of, reason_code" CORR ")" \
+	" SELECT tenant_id, queue, 'queued', priority, payload, now(), now()," \
+	" max_attempts, max_failures, retry_policy, timeout, owner," \
+	" concurrency_key, run_id, step_key, id, 'redriven'" CORR \
+	" FROM orch.tasks WHERE id = $1 RETURNING id"
+	if (SPI_execute_plan(orch_has_metrics()
+						 ? orch_prepare(&copy_corr_plan, REDRIVE_SQL(", correlation_id"), 1, types)
+						 : orch_prepare(&copy_plan, REDRIVE_SQL(""), 1, types),
 						 v, NULL, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "orchestrator: re-drive insert failed");
 	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
