@@ -316,7 +316,8 @@ SELECT pg_temp.try($$SELECT orch.histogram_quantile(-0.01, '{1}', '{1}')$$) AS q
 
 -- ---------------------------------------------------------------------------
 -- 5. orch_maintain's log: one row per pass whose actions are exactly what
---    the pass returned; orch_maintenance_runs_total counts the passes.
+--    the pass returned; orch_maintenance_runs_total counts the passes
+--    folded so far (a pass's own record is folded by the next fold).
 -- ---------------------------------------------------------------------------
 -- The pass of section 1: it folded the 23 rows written before it and
 -- recovered a6's lease.
@@ -345,6 +346,7 @@ SELECT l.id, l.actions = (SELECT jsonb_object_agg(action, count) FROM pass1) AS 
   FROM orch_maintenance_log l WHERE l.id = 2;
 SELECT l.id, l.actions = (SELECT jsonb_object_agg(action, count) FROM pass2) AS same_as_pass2
   FROM orch_maintenance_log l WHERE l.id = 3;
+-- three passes logged; two folded (pass 1 folded the first, pass 2 pass 1's)
 SELECT count(*) AS log_rows FROM orch_maintenance_log;
 SELECT * FROM pg_temp.prom('^orch_maintenance_runs_total');
 SELECT value AS maintenance_runs FROM orch.metric_totals WHERE metric = 'maintenance_runs';

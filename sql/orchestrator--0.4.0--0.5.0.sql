@@ -83,7 +83,8 @@ CREATE TABLE orch.maintenance_log (
     started_at   timestamptz NOT NULL,
     finished_at  timestamptz NOT NULL,
     actor        text NOT NULL,
-    actions      jsonb NOT NULL
+    actions      jsonb NOT NULL,
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint
 );
 CREATE INDEX maintenance_log_started_idx ON orch.maintenance_log (started_at);
 COMMENT ON TABLE orch.maintenance_log IS
@@ -140,10 +141,14 @@ AS $fn$
     END
 $fn$;
 
+-- force_custom_plan: the fold's range (xact >= the last snapshot's xmin)
+-- must be planned with its value, so that the block-range indexes are used
+-- and only the recent part of the tables is read.
 CREATE FUNCTION orch.metrics_fold()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
+SET plan_cache_mode = force_custom_plan
 AS $fn$
 DECLARE
     st      orch.metric_state;
@@ -151,7 +156,10 @@ DECLARE
     folded  bigint;
 BEGIN
     -- The first fold starts from nothing: every row with an xact counts.
-    INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
+    -- (Looked for first: an insert would wait for a fold in progress.)
+    IF NOT EXISTS (SELECT 1 FROM orch.metric_state) THEN
+        INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
+    END IF;
     -- One fold at a time; a caller that finds one running leaves it to it.
     -- The lock is taken before the fold's own statement, so that statement's
     -- snapshot sees the state the previous fold committed.
@@ -254,6 +262,13 @@ BEGIN
           FROM ev e JOIN orch.runs r ON r.id = e.run_id AND r.tenant_id = e.tenant_id
          WHERE e.entity = 'run' AND e.to_state IN ('succeeded', 'failed', 'canceled')
            AND e.from_state IS DISTINCT FROM e.to_state
+        UNION ALL
+        -- orch_maintain passes (a pass's own record is folded by the next)
+        SELECT l.started_at, '', '', 'maintenance_runs', '', '', 1
+          FROM orch.maintenance_log l
+         WHERE l.xact >= st.snap_xmin
+           AND (l.xact >= st.snap_xmax OR l.xact = ANY (st.snap_xip))
+           AND l.xact IS DISTINCT FROM (SELECT own FROM cur)
     ),
     per_minute AS (
         INSERT INTO orch.metric_minutes AS m (minute, tenant_id, queue, metric, l1, l2, value)

@@ -207,10 +207,6 @@ log_pass(TimestampTz started, Action *acts, int nacts)
 				" VALUES ($1, clock_timestamp(), $2, $3::jsonb)", 3, types, v);
 	count_query("DELETE FROM orch.maintenance_log WHERE started_at < now() - interval '7 days'",
 				0, NULL, NULL);
-	count_query("INSERT INTO orch.metric_totals (tenant_id, queue, metric, value)"
-				" VALUES ('', '', 'maintenance_runs', 1)"
-				" ON CONFLICT (tenant_id, queue, metric, l1, l2)"
-				" DO UPDATE SET value = orch.metric_totals.value + 1", 0, NULL, NULL);
 }
 
 /*

@@ -434,7 +434,7 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 		   TOTALS("m.metric = 'attempt' AND m.l1 = 'lease_expired'", "m.tenant_id, m.queue"));
 	family(&buf, "orch_runs_finished_total", "counter", "Workflow runs finished, by state.", 3, tds,
 		   TOTALS("m.metric = 'run_finished'", "m.tenant_id, m.queue, m.l1"));
-	family(&buf, "orch_maintenance_runs_total", "counter", "orch_maintain passes.", 0, NULL,
+	family(&buf, "orch_maintenance_runs_total", "counter", "orch_maintain passes (folded from orch.maintenance_log).", 0, NULL,
 		   "SELECT coalesce(sum(value), 0) FROM orch.metric_totals WHERE metric = 'maintenance_runs'");
 	histogram(&buf, "orch_attempt_duration_seconds", "Attempt duration (claim to finish).", "attempt_seconds");
 	histogram(&buf, "orch_queue_wait_seconds", "Time from claimable to claimed.", "wait_seconds");
