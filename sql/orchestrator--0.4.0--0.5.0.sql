@@ -141,14 +141,22 @@ AS $fn$
     END
 $fn$;
 
--- force_custom_plan: the fold's range (xact >= the last snapshot's xmin)
--- must be planned with its value, so that the block-range indexes are used
--- and only the recent part of the tables is read.
+-- The fold reads the recent part of events and attempts only, through
+-- their block-range indexes (xact >= the last snapshot's xmin).  The
+-- planner cannot cost a BRIN scan well (without correlation statistics, as
+-- after an upgrade, when old rows have no xact, it assumes every range
+-- matches), so sequential scans are ruled out for the fold; its other
+-- reads are primary-key lookups.  Custom plans: the range is planned with
+-- its value.  No parallel workers and no JIT: the scans are short (and the
+-- cost of a ruled-out scan would look worth compiling).
 CREATE FUNCTION orch.metrics_fold()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET max_parallel_workers_per_gather = 0
+SET jit = off
 AS $fn$
 DECLARE
     st      orch.metric_state;
