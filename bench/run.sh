@@ -286,15 +286,15 @@ profile_reset() { [ "$PROFILE" = 1 ] && sql "SELECT pg_stat_statements_reset()" 
 profile_dump() {
     [ "$PROFILE" = 1 ] || return 0
     {
-        echo "--- pg_stat_statements, $1 (top 12 by total time; ms) ---"
+        echo "--- pg_stat_statements, $1 (top ${BENCH_PROFILE_TOP:-12} by total time; ms) ---"
         "${PSQL[@]}" -d bench -P pager=off -c "
           SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
                  round(mean_exec_time::numeric, 3) AS mean_ms,
                  CASE WHEN toplevel THEN 'top' ELSE 'nested' END AS level,
-                 regexp_replace(left(query, 110), '\s+', ' ', 'g') AS query
+                 regexp_replace(left(query, ${BENCH_PROFILE_WIDTH:-110}), '\s+', ' ', 'g') AS query
             FROM pg_stat_statements
            WHERE query !~* 'pg_stat_statements|extract\(epoch|VACUUM|CHECKPOINT'
-           ORDER BY total_exec_time DESC LIMIT 12"
+           ORDER BY total_exec_time DESC LIMIT ${BENCH_PROFILE_TOP:-12}"
     } | tee -a "$WORK/profile.txt" >&2
 }
 
