@@ -41,6 +41,7 @@ CREATE INDEX runs_failed_idx ON orch.runs (finished_at) WHERE state = 'failed';
 
 CREATE TABLE orch.metric_state (
     id             integer PRIMARY KEY DEFAULT 1 CHECK (id = 1),
+    tenant_id      text NOT NULL DEFAULT 'default',
     snap_xmin      bigint NOT NULL,
     snap_xmax      bigint NOT NULL,
     snap_xip       bigint[] NOT NULL DEFAULT '{}',
@@ -53,7 +54,7 @@ COMMENT ON TABLE orch.metric_state IS
   'Where orch.metrics_fold stopped: the snapshot (xmin, xmax, in-progress ids) of its last pass, and the event/attempt ids below which rows predate the counters.';
 
 CREATE TABLE orch.metric_totals (
-    tenant_id  text NOT NULL,
+    tenant_id  text NOT NULL DEFAULT 'default',
     queue      text NOT NULL,
     metric     text NOT NULL,
     l1         text NOT NULL DEFAULT '',
@@ -66,7 +67,7 @@ COMMENT ON TABLE orch.metric_totals IS
 
 CREATE TABLE orch.metric_minutes (
     minute     timestamptz NOT NULL,
-    tenant_id  text NOT NULL,
+    tenant_id  text NOT NULL DEFAULT 'default',
     queue      text NOT NULL,
     metric     text NOT NULL,
     l1         text NOT NULL DEFAULT '',
@@ -80,6 +81,7 @@ COMMENT ON TABLE orch.metric_minutes IS
 CREATE SEQUENCE orch.maintenance_log_id_seq;
 CREATE TABLE orch.maintenance_log (
     id           bigint PRIMARY KEY DEFAULT pg_catalog.nextval('orch.maintenance_log_id_seq'),
+    tenant_id    text NOT NULL DEFAULT 'default',
     started_at   timestamptz NOT NULL,
     finished_at  timestamptz NOT NULL,
     actor        text NOT NULL,
@@ -115,6 +117,7 @@ SELECT pg_catalog.pg_extension_config_dump('orch.maintenance_log_id_seq', '');
 CREATE FUNCTION orch.histogram_le(seconds double precision)
 RETURNS text
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, orch, pg_temp
 AS 'MODULE_PATHNAME', 'orch_histogram_le';
 COMMENT ON FUNCTION orch.histogram_le(double precision) IS
   'The histogram bucket (its upper bound as text, "+Inf" for the last) a duration in seconds falls in.';
@@ -122,6 +125,7 @@ COMMENT ON FUNCTION orch.histogram_le(double precision) IS
 CREATE FUNCTION orch.histogram_quantile(q double precision, les text[], counts bigint[])
 RETURNS double precision
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, orch, pg_temp
 AS 'MODULE_PATHNAME', 'orch_histogram_quantile';
 COMMENT ON FUNCTION orch.histogram_quantile(double precision, text[], bigint[]) IS
   'The q-quantile of a histogram given as bucket upper bounds and counts, interpolated linearly within its bucket (as PromQL histogram_quantile).';
@@ -317,11 +321,11 @@ COMMENT ON FUNCTION orch.metrics_fold() IS
 
 CREATE FUNCTION orch_metrics_refresh()
 RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
-AS $fn$ SELECT orch.metrics_fold() $fn$;
+AS 'MODULE_PATHNAME', 'orch_metrics_refresh';
 COMMENT ON FUNCTION orch_metrics_refresh() IS
-  'Brings the rolling counters up to date now (orch_maintain does it on every pass); returns the number of events and attempts folded in, 0 when another session is folding.';
+  'Brings the rolling counters up to date now (orch_maintain does it on every pass); returns the number of events and attempts folded in, 0 when another session is folding. It folds every tenant''s rows: 42501 for a role bound to tenants.';
 
 -- ---------------------------------------------------------------------------
 -- Live figures.  Every branch matches a partial index of open work, so their

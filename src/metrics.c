@@ -24,6 +24,7 @@
 PG_FUNCTION_INFO_V1(orch_histogram_le);
 PG_FUNCTION_INFO_V1(orch_histogram_quantile);
 PG_FUNCTION_INFO_V1(orch_metrics_prometheus);
+PG_FUNCTION_INFO_V1(orch_metrics_refresh);
 
 /* Bucket upper bounds in seconds; a last bucket, +Inf, takes the rest. */
 static const double bucket_bounds[] = {
@@ -155,6 +156,27 @@ orch_histogram_quantile(PG_FUNCTION_ARGS)
 		PG_RETURN_FLOAT8(lower + (bucket_bounds[b] - lower) * ((rank - cum) / (double) per[b]));
 	}
 	PG_RETURN_FLOAT8(bucket_bounds[NBOUNDS - 1]);
+}
+
+/*
+ * orch_metrics_refresh() -> bigint
+ *	  Runs the fold now (orch.metrics_fold): the rows of every tenant, so a
+ *	  role bound to tenants may not (42501; the count would tell it how busy
+ *	  the others are).
+ */
+Datum
+orch_metrics_refresh(PG_FUNCTION_ARGS)
+{
+	bool		isnull;
+	Datum		n;
+
+	orch_require_unrestricted("orch_metrics_refresh");
+	SPI_connect();
+	if (SPI_execute("SELECT orch.metrics_fold()", false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "orchestrator: metrics fold failed");
+	n = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	SPI_finish();
+	PG_RETURN_INT64(isnull ? 0 : DatumGetInt64(n));
 }
 
 /* ----------------------------------------------------------------------

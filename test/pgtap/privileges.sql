@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(490);
+SELECT plan(568);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 52::bigint,
-          'the extension has the 52 orch_ functions of 0.4.0 (with the internal orch_events_flush, orch_gate_trigger, orch_definitions_guard and orch_run_lifecycle)');
+SELECT is((SELECT count(*) FROM tap_api), 55::bigint,
+          'the extension has the 55 orch_ functions of 0.5.0 (with the internal orch_events_flush, orch_gate_trigger, orch_definitions_guard and orch_run_lifecycle)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -79,22 +79,26 @@ SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has n
 -- 2. Catalog: exactly which API functions each role may execute.
 -- ---------------------------------------------------------------------------
 SELECT is(pg_temp.executable('tap_reader'),
-    ARRAY['orch_caller_tenants', 'orch_definition', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
+    ARRAY['orch_caller_tenants', 'orch_definition', 'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus',
+          'orch_metrics_refresh', 'orch_queue_settings', 'orch_retry_decision',
           'orch_run_status', 'orch_status', 'orch_validate_definition'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
-    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_definition', 'orch_enqueue',
-          'orch_enqueue_batch', 'orch_history', 'orch_pause_run', 'orch_queue_settings', 'orch_resume_run',
+    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_definition',
+          'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history', 'orch_metrics_prometheus',
+          'orch_metrics_refresh', 'orch_pause_run', 'orch_queue_settings', 'orch_resume_run',
           'orch_retry_decision', 'orch_run_status', 'orch_start', 'orch_status', 'orch_validate_definition'],
     'orch_producer executes reader + enqueue, enqueue_batch, cancel, command, start, pause_run, resume_run, cancel_run');
 SELECT is(pg_temp.executable('tap_worker'),
     ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result', 'orch_complete',
-          'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_fail', 'orch_heartbeat', 'orch_history',
+          'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_duration_stats', 'orch_fail',
+          'orch_heartbeat', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
           'orch_queue_settings', 'orch_resume', 'orch_retry_decision', 'orch_run_status', 'orch_status',
           'orch_validate_definition'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
-    ARRAY['orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition', 'orch_history', 'orch_queue_settings',
+    ARRAY['orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition', 'orch_duration_stats',
+          'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_queue_settings',
           'orch_reject', 'orch_retry_decision', 'orch_run_status', 'orch_status', 'orch_validate_definition'],
     'orch_approver executes reader + confirm, approve, reject');
 SELECT is(pg_temp.executable('tap_admin'),
@@ -102,9 +106,9 @@ SELECT is(pg_temp.executable('tap_admin'),
           'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_command_result', 'orch_complete',
           'orch_complete_batch', 'orch_configure_queue', 'orch_confirm',
           'orch_create_queue', 'orch_create_state_machine', 'orch_define', 'orch_definition', 'orch_deprecate',
-          'orch_dequeue', 'orch_drop_queue',
+          'orch_dequeue', 'orch_drop_queue', 'orch_duration_stats',
           'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat', 'orch_history',
-          'orch_maintain', 'orch_pause_queue', 'orch_pause_run', 'orch_publish', 'orch_queue_settings', 'orch_reject',
+          'orch_maintain', 'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_queue', 'orch_pause_run', 'orch_publish', 'orch_queue_settings', 'orch_reject',
           'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry', 'orch_retry_decision',
           'orch_retry_run', 'orch_run_status', 'orch_schedule_maintenance',
           'orch_set_concurrency_limit', 'orch_start', 'orch_state_machine_trigger', 'orch_status',
@@ -213,7 +217,15 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_run_status',           $$SELECT orch_run_status((SELECT min(run_id) FROM orch_runs)) -> 'run' ->> 'state'$$),
     ('orch_runs',                 $$SELECT count(*) FROM orch_runs$$),
     ('orch_run_steps',            $$SELECT count(*) FROM orch_run_steps$$),
-    ('orch_retry_run',            $$SELECT orch_retry_run((SELECT min(run_id) FROM orch_runs WHERE state = 'failed'))$$);
+    ('orch_retry_run',            $$SELECT orch_retry_run((SELECT min(run_id) FROM orch_runs WHERE state = 'failed'))$$),
+    ('orch_metrics_refresh',      $$SELECT orch_metrics_refresh()$$),
+    ('orch_metrics_prometheus',   $$SELECT length(orch_metrics_prometheus())$$),
+    ('orch_duration_stats',       $$SELECT count(*) FROM orch_duration_stats('1 day')$$),
+    ('orch_queue_stats',          $$SELECT count(*) FROM orch_queue_stats$$),
+    ('orch_error_stats',          $$SELECT count(*) FROM orch_error_stats$$),
+    ('orch_durations',            $$SELECT count(*) FROM orch_durations$$),
+    ('orch_review_queue',         $$SELECT count(*) FROM orch_review_queue$$),
+    ('orch_maintenance_log',      $$SELECT count(*) FROM orch_maintenance_log$$);
 
 -- Direct writes on the orch tables: refused for every role.
 CREATE TEMP TABLE writes (ord serial, sql text);
@@ -236,7 +248,12 @@ INSERT INTO writes (sql) VALUES
     ($$UPDATE orch.runs SET state = 'succeeded'$$),
     ($$DELETE FROM orch.run_steps$$),
     ($$INSERT INTO orch.approvals (approval_ref, run_id, step_id, approved, actor) VALUES ('forged', 1, 'gate', true, 'forger')$$),
-    ($$DELETE FROM orch.gate_repairs$$);
+    ($$DELETE FROM orch.gate_repairs$$),
+    ($$UPDATE orch.metric_totals SET value = 0$$),
+    ($$DELETE FROM orch.metric_minutes$$),
+    ($$UPDATE orch.metric_state SET snap_xmin = 0$$),
+    ($$INSERT INTO orch.maintenance_log (started_at, finished_at, actor, actions) VALUES (now(), now(), 'forger', '{}')$$),
+    ($$DELETE FROM orch.maintenance_log$$);
 
 -- run_as(role, allowed functions): for every call, lives_ok when its function
 -- is allowed to the role, else throws_ok 42501; then every direct write
@@ -265,24 +282,32 @@ SELECT * FROM pg_temp.run_as('tap_nobody', '{}');
 SELECT * FROM pg_temp.run_as('tap_reader',
     ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_producer',
     ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
           'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_worker',
     ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_await_tool', 'orch_resume', 'orch_complete', 'orch_fail',
           'orch_await_confirmation', 'orch_command_result',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_approver',
     ARRAY['orch_confirm', 'orch_approve', 'orch_reject',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps']);
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 
 -- The admin may do everything through the API (with fresh work for the worker calls).
 DO $$

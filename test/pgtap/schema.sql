@@ -11,19 +11,22 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(137);
+SELECT plan(163);
 
 -- Tables.
 SELECT has_schema('orch');
 SELECT has_table('orch', t, 'table orch.' || t || ' exists')
   FROM unnest(ARRAY['queues', 'tasks', 'attempts', 'events', 'idempotency_keys',
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
-                    'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals']) t;
+                    'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals',
+                    'metric_state', 'metric_totals', 'metric_minutes', 'maintenance_log']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-                    'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps']) v;
+                    'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps',
+                    'orch_queue_stats', 'orch_error_stats', 'orch_durations', 'orch_review_queue',
+                    'orch_maintenance_log']) v;
 SELECT has_sequence('orch', s, 'sequence orch.' || s || ' exists')
-  FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq']) s;
+  FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq', 'maintenance_log_id_seq']) s;
 
 -- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1);
 -- orch.tenant_bindings (0.4.0) names a tenant in every row, without a default.
@@ -44,8 +47,10 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 
 -- Keys of the distributed tables include tenant_id (SPEC §11); the small
 -- reference tables (queues, state_machines, state_transitions,
--- concurrency_limits, tenant_bindings, gate_repairs, and the workflow
--- definitions, which all tenants share under tenant 'default') are exempt.
+-- concurrency_limits, tenant_bindings, gate_repairs, the workflow
+-- definitions, which all tenants share under tenant 'default', and the
+-- metrics fold's state and the maintenance log (0.5.0), which are about the
+-- whole installation) are exempt.
 -- gate_repairs, a reference table, still carries tenant_id in its key
 -- (a deferred key decision is per tenant); so does definitions.
 CREATE TEMP VIEW dist_tables AS
@@ -53,11 +58,11 @@ SELECT c.oid, c.relname::text AS name
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p')
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
-                         'gate_repairs', 'definitions');
+                         'gate_repairs', 'definitions', 'metric_state', 'maintenance_log');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables),
-          ARRAY['approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'rate_window', 'run_steps', 'runs',
-                'tasks'],
-          'the distributed tables are approvals, attempts, commands, events, idempotency_keys, rate_window, run_steps, runs, tasks');
+          ARRAY['approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes', 'metric_totals',
+                'rate_window', 'run_steps', 'runs', 'tasks'],
+          'the distributed tables are approvals, attempts, commands, events, idempotency_keys, metric_minutes, metric_totals, rate_window, run_steps, runs, tasks');
 SELECT has_pk('orch', t, 'orch.' || t || ' has a primary key')
   FROM unnest(ARRAY['attempts', 'commands', 'events', 'idempotency_keys', 'tasks', 'runs', 'run_steps', 'approvals']) t;
 SELECT col_is_pk('orch', 'tasks', ARRAY['id', 'tenant_id'], 'orch.tasks is keyed by (id, tenant_id)');

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(4844);
+SELECT plan(5214);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -323,7 +323,9 @@ INSERT INTO tt_allowed
 SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin']) k,
        unnest(ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
                     'orch_caller_tenants', 'orch.tenant_visible', 'orch.caller_is_admin',
-                    'orch_definition', 'orch_validate_definition', 'orch_run_status']) f
+                    'orch_definition', 'orch_validate_definition', 'orch_run_status',
+                    'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats',
+                    'orch.open_tasks', 'orch.dead_letter_counts', 'orch.review_items']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
@@ -672,7 +674,28 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_definitions_guard', 'any', NULL, 'call the definition guard trigger function directly',
      'SELECT orch_definitions_guard()', NULL, '{"*": "39P01"}'),
     ('orch_run_lifecycle', 'any', NULL, 'call the run lifecycle trigger function directly',
-     'SELECT orch_run_lifecycle()', NULL, '{"*": "39P01"}');
+     'SELECT orch_run_lifecycle()', NULL, '{"*": "39P01"}'),
+    -- metrics (0.5.0): the fold spans tenants; the reads filter by tenant
+    ('orch_metrics_refresh', 'global', NULL, 'fold the counters of every tenant',
+     'SELECT orch_metrics_refresh() >= 0', NULL, '{"*": "00000:true"}'),
+    ('orch_metrics_prometheus', 'any', NULL, 'the Prometheus text',
+     $q$SELECT orch_metrics_prometheus() LIKE '# HELP %'$q$, NULL, '{"*": "00000:true"}'),
+    ('orch_duration_stats', 'any', NULL, 'duration statistics',
+     'SELECT count(*) >= 0 FROM orch_duration_stats()', NULL, '{"*": "00000:true"}'),
+    ('orch.open_tasks', 'any', NULL, 'open tasks by queue',
+     'SELECT count(*) >= 0 FROM orch.open_tasks()', NULL, '{"*": "00000:true"}'),
+    ('orch.dead_letter_counts', 'any', NULL, 'dead letters by queue',
+     'SELECT count(*) >= 0 FROM orch.dead_letter_counts()', NULL, '{"*": "00000:true"}'),
+    ('orch.review_items', 'any', NULL, 'the review queue',
+     'SELECT count(*) >= 0 FROM orch.review_items()', NULL, '{"*": "00000:true"}'),
+    ('orch.metrics_fold', 'any', NULL, 'call the fold directly',
+     'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
+    ('orch.task_step_type', 'any', NULL, 'call task_step_type directly',
+     $q$SELECT orch.task_step_type(NULL, 'ta', 's')$q$, NULL, '{"*": "42501"}'),
+    ('orch.histogram_le', 'any', NULL, 'call histogram_le directly',
+     'SELECT orch.histogram_le(1)', NULL, '{"*": "42501"}'),
+    ('orch.histogram_quantile', 'any', NULL, 'call histogram_quantile directly',
+     $q$SELECT orch.histogram_quantile(0.5, '{1}', '{1}')$q$, NULL, '{"*": "42501"}');
 
 -- Every SQL-callable function of the extension has a case (and no case names
 -- a function that does not exist).
@@ -688,7 +711,7 @@ SELECT is(ARRAY(SELECT fn FROM tt_cases EXCEPT SELECT fn FROM tt_ext_functions O
           'every case of the matrix names a function of the extension');
 SELECT is(ARRAY(SELECT fn FROM tt_allowed EXCEPT SELECT fn FROM tt_ext_functions ORDER BY 1), '{}'::text[],
           'the expected grants name functions of the extension');
-SELECT cmp_ok((SELECT count(*) FROM tt_ext_functions), '>=', 54::bigint, 'the extension has at least the 54 functions of 0.4.0');
+SELECT cmp_ok((SELECT count(*) FROM tt_ext_functions), '>=', 64::bigint, 'the extension has at least the 64 functions of 0.5.0');
 
 -- A snapshot of every tenant's data (and of the tenant-less tables).
 CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
@@ -928,7 +951,7 @@ SELECT is((SELECT lease_owner FROM orch.tasks WHERE id = (SELECT task_id FROM tt
 -- orch_history, read by a bound reader: roles in actor, names in label, no token
 CREATE TEMP TABLE tt_hist (at timestamptz, kind text, attempt integer, from_state text, to_state text,
                           reason_code text, actor text, lease_token uuid, outcome text,
-                          error_class text, error text, note text, label text);
+                          error_class text, error text, note text, label text, correlation_id text);
 GRANT ALL ON tt_hist TO PUBLIC;
 SET LOCAL ROLE t_reader_a;
 SELECT format('INSERT INTO tt_hist SELECT * FROM orch_history(%s)', task_id) AS hist_sql FROM tt_actor WHERE what = 'enqueued' \gset
