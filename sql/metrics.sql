@@ -619,7 +619,14 @@ SELECT * FROM pg_temp.prom('^orch_(review_items|approvals_waiting|runs)\{tenant=
 SELECT * FROM pg_temp.prom('^orch_runs_finished_total');
 SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded_once
   FROM orch.metric_state;
--- 9. A re-driven dead letter (orch_retry) keeps its correlation id.
+-- 9. orch_duration_stats refuses a window it cannot answer.
+SELECT pg_temp.try($$SELECT count(*) FROM orch_duration_stats(NULL)$$) AS null_since,
+       pg_temp.try($$SELECT count(*) FROM orch_duration_stats('0 seconds')$$) AS zero_since,
+       pg_temp.try($$SELECT count(*) FROM orch_duration_stats('-1 hour')$$) AS negative_since,
+       pg_temp.try($$SELECT count(*) FROM orch_duration_stats('3 days')$$) AS past_the_kept_minutes,
+       pg_temp.try($$SELECT count(*) >= 0 FROM orch_duration_stats('2 days')$$) AS two_days;
+
+-- 10. A re-driven dead letter (orch_retry) keeps its correlation id.
 SELECT orch_create_queue('m_rd', '{"max_attempts": 1}') IS NOT NULL AS created;
 SELECT orch_enqueue('m_rd', '{"n": 1}', correlation_id => 'order-77') AS rd \gset
 SELECT pg_temp.claim('rd1', 'm_rd') = :rd AS claimed, pg_temp.fail('rd1', 'NON_RETRYABLE');

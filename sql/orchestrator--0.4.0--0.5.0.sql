@@ -469,15 +469,25 @@ CREATE FUNCTION orch_duration_stats(since interval DEFAULT '1 hour')
 RETURNS TABLE (tenant_id text, queue text, step_type text, kind text, samples bigint,
                mean_seconds double precision, p50_seconds double precision,
                p95_seconds double precision, p99_seconds double precision)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF since IS NULL THEN
+        RAISE EXCEPTION 'since must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF since <= interval '0' OR since > interval '2 days' THEN
+        RAISE EXCEPTION 'since must be a positive interval of at most 2 days (the per-minute counters are kept two days)'
+              USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
     WITH b AS (
         SELECT m.tenant_id, m.queue, m.l1 AS step_type,
                CASE m.metric WHEN 'attempt_seconds' THEN 'attempt' ELSE 'queue_wait' END AS kind,
                m.l2 AS le, sum(m.value)::bigint AS n
           FROM orch.metric_minutes m
-         WHERE m.minute > now() - $1 AND m.metric IN ('attempt_seconds', 'wait_seconds')
+         WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds', 'wait_seconds')
            AND orch.tenant_visible(m.tenant_id)
          GROUP BY 1, 2, 3, 4, 5),
     s AS (
@@ -485,7 +495,7 @@ AS $fn$
                CASE m.metric WHEN 'attempt_seconds_sum' THEN 'attempt' ELSE 'queue_wait' END AS kind,
                sum(m.value) / 1e6 AS seconds
           FROM orch.metric_minutes m
-         WHERE m.minute > now() - $1 AND m.metric IN ('attempt_seconds_sum', 'wait_seconds_sum')
+         WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds_sum', 'wait_seconds_sum')
            AND orch.tenant_visible(m.tenant_id)
          GROUP BY 1, 2, 3, 4),
     h AS (
@@ -497,7 +507,8 @@ AS $fn$
            orch.histogram_quantile(0.95, h.les, h.ns),
            orch.histogram_quantile(0.99, h.les, h.ns)
       FROM h LEFT JOIN s USING (tenant_id, queue, step_type, kind)
-     ORDER BY 1, 2, 3, 4
+     ORDER BY 1, 2, 3, 4;
+END
 $fn$;
 COMMENT ON FUNCTION orch_duration_stats(interval) IS
   'Attempt duration and queue wait (count, mean, p50/p95/p99 in seconds) by queue and step type over the last "since" (at most two days), from the per-minute histograms.';
