@@ -379,7 +379,7 @@ run_plan(const char *sql, int nargs, Oid *types)
 	if (found && e->plan != NULL && strcmp(e->sql, sql) != 0)
 	{
 		/* a hash collision: plan this one every time */
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, types);
+		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL)
 			elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -401,7 +401,12 @@ run_plan(const char *sql, int nargs, Oid *types)
 		e->sql = MemoryContextStrdup(TopMemoryContext, sql);
 	}
 	e->nargs = nargs;
-	e->plan = SPI_prepare(sql, nargs, types);
+	/*
+	 * A generic plan, made once: these statements look rows up by run id
+	 * and step, where a custom plan is no better, and planning them (their
+	 * join conditions are sub-queries) costs more than running them.
+	 */
+	e->plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
 	if (e->plan == NULL || SPI_keepplan(e->plan) != 0)
 	{
 		SPIPlanPtr	bad = e->plan;
