@@ -264,10 +264,13 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 	return j;
 }
 
+/* One task update through the call site's cached plan (*cache). */
+static SPIPlanPtr update_plans[6];
+
 static void
-exec_update(const char *sql, int nargs, Oid *types, Datum *v, const char *n)
+exec_update(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types, Datum *v, const char *n)
 {
-	if (SPI_execute_with_args(sql, nargs, types, v, n, false, 0) != SPI_OK_UPDATE ||
+	if (SPI_execute_plan(orch_prepare(cache, sql, nargs, types), v, n, false, 0) != SPI_OK_UPDATE ||
 		SPI_processed != 1)
 		elog(ERROR, "orchestrator: task update failed");
 }
@@ -549,7 +552,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
 	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
-	exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
+	exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
 				" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("executing"));
@@ -575,7 +578,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 		record_attempt(&t, "cancelled", NULL, reason, false, 0);
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
-	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
+	exec_update(&update_plans[1], "UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
 				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
 	orch_clear_event_context();
 	SPI_finish();
@@ -608,7 +611,7 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 	v[3] = JsonbPGetDatum(wait_data);
 	if (!wait_data)
 		n[3] = 'n';
-	exec_update("UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
+	exec_update(&update_plans[2], "UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
 				" retry_at = NULL, wait_data = $4, resume_data = NULL"
 				" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
 	orch_clear_event_context();
@@ -719,7 +722,7 @@ orch_resume(PG_FUNCTION_ARGS)
 	if (!result)
 		n[2] = 'n';
 	orch_set_event_context(NULL, NULL);
-	exec_update("UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
+	exec_update(&update_plans[3], "UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
 				" WHERE id = $1 AND tenant_id = $2", 3, types, v, n);
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
@@ -757,7 +760,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	orch_spi_text(v, n, 4, actor);
 	if (approve)
 	{
-		exec_update("UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
+		exec_update(&update_plans[4], "UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
 					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', true, 'actor', $3,"
 					"   'label', $5, 'note', $4))"
 					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
@@ -768,7 +771,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		exec_update("UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
+		exec_update(&update_plans[5], "UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
 					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', false, 'actor', $3,"
 					"   'label', $5, 'note', $4))"
 					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
