@@ -1153,43 +1153,53 @@ advance_steps(RunRow *r)
 
 		if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
-		/* pending steps that never will run are skipped; those that can are ready */
-		run_sql("UPDATE orch.run_steps s SET"
-				" state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
-				" finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
-				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
-				"   AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
-				" RETURNING s.state",
-				2, rt_types, v, NULL, SPI_OK_UPDATE_RETURNING);
+		/*
+		 * Pending steps that never will run are skipped, those that can are
+		 * ready; with them (one statement) the steps that were ready before
+		 * (the outer SELECT sees those rows as they were), in step order.
+		 */
+		run_sql("WITH u AS (UPDATE orch.run_steps s SET"
+				"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
+				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
+				"  WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
+				"    AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
+				"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
+				"    s.spec ? 'handler' AS has_handler, s.ord)"
+				" SELECT step_id, state, type, is_map, has_handler, ord FROM u"
+				" UNION ALL"
+				" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord FROM orch.run_steps"
+				"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
+				" ORDER BY ord",
+				2, rt_types, v, NULL, SPI_OK_SELECT);
 		/* a skipped step may let its dependants be settled in another round */
 		skipped = 0;
+		nready = 0;
+		steps = palloc(sizeof(char *) * (SPI_processed + 1));
+		types = palloc(sizeof(char *) * (SPI_processed + 1));
+		is_map = palloc(sizeof(bool) * (SPI_processed + 1));
+		has_handler = palloc(sizeof(bool) * (SPI_processed + 1));
 		for (uint64 k = 0; k < SPI_processed; k++)
 		{
-			char	   *st = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
+			HeapTuple	tup = SPI_tuptable->vals[k];
+			TupleDesc	td = SPI_tuptable->tupdesc;
+			char	   *st = SPI_getvalue(tup, td, 2);
 
 			if (strcmp(st, "skipped") == 0)
+			{
 				skipped++;
+				continue;
+			}
+			steps[nready] = SPI_getvalue(tup, td, 1);
+			types[nready] = SPI_getvalue(tup, td, 3);
+			is_map[nready] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
+			has_handler[nready] = DatumGetBool(SPI_getbinval(tup, td, 5, &isnull));
+			nready++;
 		}
 		if (r->state == RS_PAUSED)
 		{
 			if (skipped == 0)
 				break;
 			continue;
-		}
-		run_sql("SELECT step_id, type, spec ? 'map', spec ? 'handler' FROM orch.run_steps"
-				" WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready' ORDER BY ord",
-				2, rt_types, v, NULL, SPI_OK_SELECT);
-		nready = (int) SPI_processed;
-		steps = palloc(sizeof(char *) * (nready + 1));
-		types = palloc(sizeof(char *) * (nready + 1));
-		is_map = palloc(sizeof(bool) * (nready + 1));
-		has_handler = palloc(sizeof(bool) * (nready + 1));
-		for (int i = 0; i < nready; i++)
-		{
-			steps[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-			types[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-			is_map[i] = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
-			has_handler[i] = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4, &isnull));
 		}
 		/*
 		 * Another round only when something may have unlocked more steps:
