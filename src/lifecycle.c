@@ -83,6 +83,7 @@ static char *ctx_actor = NULL;
 static char *ctx_note = NULL;
 static bool ctx_callbacks_registered = false;
 static List *event_buffer = NIL;	/* BufferedEvent, in TopTransactionContext */
+static int	events_deferred = 0;	/* > 0: statement ends do not flush (see orch_events_defer) */
 
 static void
 ctx_reset(void)
@@ -100,6 +101,7 @@ ctx_xact_callback(XactEvent event, void *arg)
 {
 	ctx_reset();
 	event_buffer = NIL;			/* its memory goes with the transaction */
+	events_deferred = 0;
 }
 
 static void events_forget(int from_level);
@@ -295,6 +297,8 @@ typedef struct BufferedEvent
 {
 	int			level;			/* (sub)transaction nesting level */
 	char	   *tenant;
+	const char *entity;			/* "task", "run", "run_step" (a literal) */
+	bool		has_task;
 	int64		task_id;
 	bool		has_run;
 	int64		run_id;
@@ -319,7 +323,8 @@ tx_strdup(const char *s)
 }
 
 static void
-buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
+buffer_event(const char *entity, const char *tenant, bool has_task, int64 task_id,
+			 bool has_run, int64 run_id,
 			 const char *from_state, const char *to_state, const char *reason_code,
 			 const char *label, int32 attempt, pg_uuid_t *token, const char *note,
 			 int64 waited_us)
@@ -333,6 +338,8 @@ buffer_event(const char *tenant, int64 task_id, bool has_run, int64 run_id,
 
 	e->level = GetCurrentTransactionNestLevel();
 	e->tenant = tx_strdup(tenant ? tenant : ORCH_DEFAULT_TENANT);
+	e->entity = entity;
+	e->has_task = has_task;
 	e->task_id = task_id;
 	e->has_run = has_run;
 	e->run_id = run_id;
@@ -371,7 +378,7 @@ static SPIPlanPtr flush_plan_nolabel = NULL;
 
 static SPIPlanPtr flush_plan_waited = NULL;
 
-#define FLUSH_COLS 14
+#define FLUSH_COLS 15
 
 /* Write every buffered event with one INSERT ... SELECT FROM unnest(...). */
 static void
@@ -382,10 +389,10 @@ events_flush(void)
 	Datum	   *cols[FLUSH_COLS];
 	bool	   *nulls[FLUSH_COLS];
 	Oid			elemtypes[FLUSH_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
-		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID};
+		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
 	Oid			arrtypes[FLUSH_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
 		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
-	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID};
+	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID};
 	Datum		args[FLUSH_COLS];
 	int			i = 0;
 	ListCell   *lc;
@@ -401,7 +408,7 @@ events_flush(void)
 		/* one row: the plain VALUES insert is cheaper to start than unnest */
 		BufferedEvent *e = (BufferedEvent *) linitial(work);
 
-		write_event_full(e->tenant, e->task_id, true, e->run_id, e->has_run, "task",
+		write_event_full(e->tenant, e->task_id, e->has_task, e->run_id, e->has_run, e->entity,
 						 e->from_state, e->to_state, e->reason_code, e->label,
 						 e->attempt, e->has_token ? &e->token : NULL, e->note, e->waited_us);
 		list_free_deep(work);
@@ -421,6 +428,7 @@ events_flush(void)
 #define SETTXT(c, s) do { if (s) cols[c][i] = orch_text_datum(s); else nulls[c][i] = true; } while (0)
 		SETTXT(0, e->tenant);
 		cols[1][i] = Int64GetDatum(e->task_id);
+		nulls[1][i] = !e->has_task;
 		cols[2][i] = Int64GetDatum(e->run_id);
 		nulls[2][i] = !e->has_run;
 		SETTXT(3, e->from_state);
@@ -443,6 +451,7 @@ events_flush(void)
 			cols[13][i] = IntervalPGetDatum(orch_usecs_interval(e->waited_us));
 		else
 			nulls[13][i] = true;
+		cols[14][i] = orch_text_datum(e->entity ? e->entity : "task");
 		i++;
 	}
 	for (int c = 0; c < FLUSH_COLS; c++)
@@ -463,11 +472,11 @@ events_flush(void)
 		plan = orch_prepare(&flush_plan_waited,
 							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
-							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+							" SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
 							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
-							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
-							"        actor, attempt, lease_token, note, at, ord, label, waited)"
+							"        actor, attempt, lease_token, note, at, ord, label, waited, entity)"
 							" ORDER BY e.ord",
 							FLUSH_COLS, arrtypes);
 	else if (with_label)
@@ -480,7 +489,7 @@ events_flush(void)
 							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
 							"        actor, attempt, lease_token, note, at, ord, label)"
 							" ORDER BY e.ord",
-							FLUSH_COLS - 1, arrtypes);
+							FLUSH_COLS - 2, arrtypes);
 	else
 		plan = orch_prepare(&flush_plan_nolabel,
 							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
@@ -491,7 +500,7 @@ events_flush(void)
 							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
 							"        actor, attempt, lease_token, note, at, ord)"
 							" ORDER BY e.ord",
-							FLUSH_COLS - 2, arrtypes);
+							FLUSH_COLS - 3, arrtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "orchestrator: event flush failed");
 	SPI_finish();
@@ -506,7 +515,8 @@ orch_events_flush(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("orch_events_flush: not called by trigger manager")));
-	events_flush();
+	if (events_deferred == 0)
+		events_flush();
 	return PointerGetDatum(NULL);
 }
 
@@ -546,8 +556,40 @@ orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 					 const char *from_state, const char *to_state,
 					 const char *reason_code, const char *note)
 {
-	write_event_full(tenant, 0, false, run_id, true, entity, from_state, to_state,
-					 reason_code, ctx_actor, 0, NULL, note ? note : ctx_note, -1);
+	if (events_deferred > 0)
+		buffer_event(strcmp(entity, "run") == 0 ? "run" : "run_step", tenant, false, 0,
+					 true, run_id, from_state, to_state, reason_code, ctx_actor, 0, NULL,
+					 note ? note : ctx_note, -1);
+	else
+		write_event_full(tenant, 0, false, run_id, true, entity, from_state, to_state,
+						 reason_code, ctx_actor, 0, NULL, note ? note : ctx_note, -1);
+}
+
+/*
+ * While a run progresses at the end of a statement (orch_runs_flush), the
+ * events of its steps, of the step tasks it enqueues and of the run are
+ * buffered and written with one INSERT when it is done (orch_events_undefer)
+ * instead of one per event.  Only with the 0.5.0 schema (the flush writes
+ * the entity of each row); returns whether deferral began.
+ */
+bool
+orch_events_defer(void)
+{
+	if (events_level() < 2)
+		return false;
+	ensure_callbacks();
+	events_deferred++;
+	return true;
+}
+
+/* End a deferral; the outermost one writes what was buffered. */
+void
+orch_events_undefer(bool flush)
+{
+	if (events_deferred > 0)
+		events_deferred--;
+	if (events_deferred == 0 && flush)
+		events_flush();
 }
 
 /* ----------------------------------------------------------------------
@@ -962,7 +1004,7 @@ task_trigger(TriggerData *trigdata)
 			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
 	if (has_flush_trigger(rel))
-		buffer_event(tenant, task_id, has_run, run_id,
+		buffer_event("task", tenant, true, task_id, has_run, run_id,
 					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
 					 to_name, reason, actor, attempt, token, ctx_note, waited_us);
 	else

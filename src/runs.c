@@ -549,9 +549,13 @@ run_note_cmp(const ListCell *a, const ListCell *b)
 void
 orch_runs_flush(void)
 {
+	volatile bool deferred;
+
 	if (runs_flushing || run_notes == NIL)
 		return;
 	runs_flushing = true;
+	/* the events of the progression go in with one INSERT at its end */
+	deferred = orch_events_defer();
 	PG_TRY();
 	{
 		/* runs locked in one order by every session: no lock-order deadlock */
@@ -575,10 +579,17 @@ orch_runs_flush(void)
 			}
 			SPI_finish();
 		}
+		if (deferred)
+		{
+			deferred = false;
+			orch_events_undefer(true);
+		}
 	}
 	PG_FINALLY();
 	{
 		runs_flushing = false;
+		if (deferred)
+			orch_events_undefer(false);
 	}
 	PG_END_TRY();
 }
