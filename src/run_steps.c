@@ -1162,6 +1162,10 @@ advance_steps(RunRow *r)
 				"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
 				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
 				"  WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
+				/* cheap first: a step none of whose dependencies has finished cannot change */
+				"    AND (cardinality(s.deps) = 0 OR s.needs_edge"
+				"         OR s.deps && (SELECT coalesce(array_agg(f.step_id), '{}') FROM orch.run_steps f"
+				"                        WHERE f.run_id = $1 AND f.tenant_id = $2 AND f.state IN " TERMINAL_STEP "))"
 				"    AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
 				"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
 				"    s.spec ? 'handler' AS has_handler, s.ord)"
