@@ -1154,27 +1154,38 @@ advance_steps(RunRow *r)
 		if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
 		/*
-		 * Pending steps that never will run are skipped, those that can are
-		 * ready; with them (one statement) the steps that were ready before
-		 * (the outer SELECT sees those rows as they were), in step order.
+		 * One statement: pending steps that never will run become skipped;
+		 * those that can run are listed to be started now (they go from
+		 * pending to their started state in one write; in a paused run they
+		 * are marked ready instead, and started on resume); with them the
+		 * steps that were ready before (the second SELECT sees the rows as
+		 * they were before the UPDATE), in step order.
 		 */
+#define PENDING_CANDIDATE \
+	"s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'" \
+	/* cheap first: a step none of whose dependencies has finished cannot change */ \
+	" AND (cardinality(s.deps) = 0 OR s.needs_edge" \
+	"      OR s.deps && (SELECT coalesce(array_agg(f.step_id), '{}') FROM orch.run_steps f" \
+	"                     WHERE f.run_id = $1 AND f.tenant_id = $2 AND f.state IN " TERMINAL_STEP "))"
 		run_sql("WITH u AS (UPDATE orch.run_steps s SET"
 				"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
 				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
-				"  WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'"
-				/* cheap first: a step none of whose dependencies has finished cannot change */
-				"    AND (cardinality(s.deps) = 0 OR s.needs_edge"
-				"         OR s.deps && (SELECT coalesce(array_agg(f.step_id), '{}') FROM orch.run_steps f"
-				"                        WHERE f.run_id = $1 AND f.tenant_id = $2 AND f.state IN " TERMINAL_STEP "))"
-				"    AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
+				"  WHERE " PENDING_CANDIDATE
+				"    AND ((" CANNOT_RUN ") OR ($3 AND (" CAN_RUN ")))"
 				"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
 				"    s.spec ? 'handler' AS has_handler, s.ord)"
 				" SELECT step_id, state, type, is_map, has_handler, ord FROM u"
 				" UNION ALL"
+				" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord FROM orch.run_steps s"
+				"  WHERE NOT $3 AND " PENDING_CANDIDATE
+				"    AND NOT (" CANNOT_RUN ") AND (" CAN_RUN ")"
+				" UNION ALL"
 				" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord FROM orch.run_steps"
 				"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
 				" ORDER BY ord",
-				2, rt_types, v, NULL, SPI_OK_SELECT);
+				3, (Oid[]) {INT8OID, TEXTOID, BOOLOID},
+				(Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED)}, NULL,
+				SPI_OK_SELECT);
 		/* a skipped step may let its dependants be settled in another round */
 		skipped = 0;
 		nready = 0;
