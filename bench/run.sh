@@ -538,7 +538,26 @@ start_runs() { # DEFINITION N: N runs, 500 orch_start per transaction
     log "  started $n runs of $def in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f s, %.0f runs/s", b-a, '"$n"'/(b-a)}')"
 }
 
-wf_succeeded() { sql "SELECT count(*) FROM orch.runs WHERE state = 'succeeded'"; }
+# wf_workers SCRIPT LOG DONE-SQL TARGET: WF_WORKERS pgbench workers run
+# SCRIPT on queue wf until DONE-SQL (checked every second) reaches TARGET
+# or PROC_CAP passes.
+wf_workers() {
+    local script=$1 out=$2 done_sql=$3 target=$4
+    "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+        -c "$WF_WORKERS" -j "$(threads_for "$WF_WORKERS")" -T "$PROC_CAP" \
+        -D queue=wf -f "$script" bench >"$out" 2>&1 &
+    PGBENCH_PID=$!
+    while kill -0 "$PGBENCH_PID" 2>/dev/null; do
+        sleep 1
+        if [ "$(sql "$done_sql")" -ge "$target" ]; then
+            kill -TERM "$PGBENCH_PID" 2>/dev/null || true
+            break
+        fi
+    done
+    wait "$PGBENCH_PID" 2>/dev/null || true
+    PGBENCH_PID=
+    pgbench_check "$out"
+}
 
 run_wf() { # LABEL DEFINITION STEPS-PER-RUN
     local label=$1 def=$2 per=$3 t0 out res runs steps secs wal lsn
@@ -551,20 +570,7 @@ run_wf() { # LABEL DEFINITION STEPS-PER-RUN
     out=$WORK/pgbench-${label//[^A-Za-z0-9]/_}.log
     lsn=$(wal_lsn)
     t0=$(now_epoch)
-    "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
-        -c "$WF_WORKERS" -j "$(threads_for "$WF_WORKERS")" -T "$PROC_CAP" \
-        -D queue=wf -f "$BENCH_DIR/orch_process.sql" bench >"$out" 2>&1 &
-    PGBENCH_PID=$!
-    while kill -0 "$PGBENCH_PID" 2>/dev/null; do
-        sleep 1
-        if [ "$(wf_succeeded)" -ge "$WF_RUNS" ]; then
-            kill -TERM "$PGBENCH_PID" 2>/dev/null || true
-            break
-        fi
-    done
-    wait "$PGBENCH_PID" 2>/dev/null || true
-    PGBENCH_PID=
-    pgbench_check "$out"
+    wf_workers "$BENCH_DIR/orch_process.sql" "$out" "SELECT count(*) FROM orch.runs WHERE state = 'succeeded'" "$WF_RUNS"
     res=$(sql "SELECT (SELECT count(*) FROM orch.runs WHERE state = 'succeeded'),
                       (SELECT count(*) FROM orch_tasks WHERE queue = 'wf' AND run_id IS NOT NULL
                                                          AND state = 'completed'),
@@ -604,20 +610,8 @@ run_chain() {
     out=$WORK/pgbench-${label//[^A-Za-z0-9]/_}.log
     lsn=$(wal_lsn)
     t0=$(now_epoch)
-    "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
-        -c "$WF_WORKERS" -j "$(threads_for "$WF_WORKERS")" -T "$PROC_CAP" \
-        -D queue=wf -f "$BENCH_DIR/orch_chain.sql" bench >"$out" 2>&1 &
-    PGBENCH_PID=$!
-    while kill -0 "$PGBENCH_PID" 2>/dev/null; do
-        sleep 1
-        if [ "$(sql "SELECT count(*) FROM orch.tasks WHERE queue = 'wf' AND state = 'completed'")" -ge "$n" ]; then
-            kill -TERM "$PGBENCH_PID" 2>/dev/null || true
-            break
-        fi
-    done
-    wait "$PGBENCH_PID" 2>/dev/null || true
-    PGBENCH_PID=
-    pgbench_check "$out"
+    wf_workers "$BENCH_DIR/orch_chain.sql" "$out" \
+        "SELECT count(*) FROM orch.tasks WHERE queue = 'wf' AND state = 'completed'" "$n"
     res=$(sql "SELECT count(*), coalesce(extract(epoch FROM max(finished_at)) - $t0, 0)
                  FROM orch.tasks WHERE queue = 'wf' AND state = 'completed'")
     IFS='|' read -r steps secs <<<"$res"
