@@ -72,3 +72,30 @@ SELECT pg_temp.sqlstate_of('SELECT * FROM orch_maintain(0)') AS maintain_zero;
 SELECT pg_temp.sqlstate_of('SELECT orch_schedule_maintenance()') AS schedule_without_pg_cron;
 
 SELECT orch_drop_queue('mnt', force => true);
+
+-- 7. Retention purges finished workflow runs with their steps and the run's
+--    own events; an open run of the same age stays whole (0.5.0).
+SELECT orch_publish('mnt_wf', orch_define('mnt_wf',
+  '{"steps": [{"step_id": "a", "queue": "mnt_wfq", "handler": "h"},
+              {"step_id": "b", "queue": "mnt_wfq", "handler": "h", "depends_on": ["a"]}]}')) IS NOT NULL AS published;
+SELECT orch_start('mnt_wf', '{"n": "done"}') AS run_done \gset
+SELECT orch_start('mnt_wf', '{"n": "open"}') AS run_open \gset
+-- run_done: both steps; run_open: its first step only
+SELECT orch_complete(d.task_id, d.lease_token) FROM orch_dequeue('mnt_wfq', 'w', 2) d ORDER BY d.task_id;
+SELECT orch_complete(d.task_id, d.lease_token) FROM orch_dequeue('mnt_wfq', 'w', 1) d;
+SELECT run_id = :run_done AS is_done, state FROM orch_runs WHERE run_id IN (:run_done, :run_open) ORDER BY run_id;
+SET orchestrator.retention = 1;
+SELECT pg_sleep(1.1);
+SELECT action, count FROM orch_maintain() WHERE action IN ('tasks_purged', 'runs_purged') ORDER BY action;
+RESET orchestrator.retention;
+SELECT (SELECT count(*) FROM orch.runs WHERE id = :run_done) AS done_run,
+       (SELECT count(*) FROM orch.run_steps WHERE run_id = :run_done) AS done_steps,
+       (SELECT count(*) FROM orch.events WHERE run_id = :run_done) AS done_events,
+       (SELECT count(*) FROM orch.tasks WHERE run_id = :run_done) AS done_tasks;
+SELECT (SELECT state FROM orch.runs WHERE id = :run_open) AS open_run,
+       (SELECT count(*) FROM orch.run_steps WHERE run_id = :run_open) AS open_steps,
+       (SELECT count(*) > 0 FROM orch.events WHERE run_id = :run_open AND task_id IS NULL) AS open_run_events,
+       (SELECT count(*) FROM orch.tasks WHERE run_id = :run_open) AS open_tasks;
+-- orch_run_status still lists the open run's events, its own and its tasks'
+SELECT jsonb_array_length(orch_run_status(:run_open) -> 'events') =
+       (SELECT count(*) FROM orch.events WHERE run_id = :run_open) AS status_events_complete;

@@ -35,6 +35,14 @@ ALTER TABLE orch.attempts ALTER COLUMN xact SET DEFAULT (pg_catalog.pg_current_x
 CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
 CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
 
+-- A run's own events (run and step transitions) by run, for orch_run_status
+-- and retention (task events are found through their tasks); the events of
+-- user tables' state machines by time, for retention; finished runs by
+-- time, for retention.  Task events are in none of them.
+CREATE INDEX events_run_idx ON orch.events (run_id, tenant_id) WHERE task_id IS NULL;
+CREATE INDEX events_other_idx ON orch.events (at) WHERE entity NOT IN ('task', 'run', 'run_step');
+CREATE INDEX runs_finished_idx ON orch.runs (finished_at) WHERE finished_at IS NOT NULL;
+
 -- Dead letters and failed runs are listed without scanning finished history.
 CREATE INDEX tasks_dead_idx ON orch.tasks (queue, finished_at) WHERE state = 'failed';
 CREATE INDEX runs_failed_idx ON orch.runs (finished_at) WHERE state = 'failed';

@@ -217,7 +217,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
-	Action		acts[20];
+	Action		acts[24];
 	int			nacts = 0;
 	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
 	Datum		v[3];
@@ -297,11 +297,32 @@ orch_maintain(PG_FUNCTION_ARGS)
 						3, types, v);
 	acts[nacts++].count = purged_tasks;
 
+	/*
+	 * Finished workflow runs past the retention, with their steps and the
+	 * run's own events (their tasks went with the tasks above).  Approvals
+	 * stay: an approval reference is single-use for ever.
+	 */
+	if (orch_has_runs())
+	{
+		acts[nacts].name = "runs_purged";
+		acts[nacts++].count = orch_retention <= 0 ? 0 :
+			count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
+						"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
+						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+						" s AS (DELETE FROM orch.run_steps s USING p"
+						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id),"
+						" e AS (DELETE FROM orch.events e USING p"
+						"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL)"
+						" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id",
+						3, types, v);
+	}
+
+	/* events of the user tables' state machines past the retention */
 	acts[nacts].name = "events_purged";
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
 		count_query("DELETE FROM orch.events e USING"
-					" (SELECT id FROM orch.events WHERE entity <> 'task' AND at < now() - $3"
-					"  ORDER BY id LIMIT $1) o WHERE e.id = o.id", 3, types, v);
+					" (SELECT id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
+					"    AND at < now() - $3 ORDER BY at LIMIT $1) o WHERE e.id = o.id", 3, types, v);
 
 	/* 0.3.0 objects: slots and rate windows */
 	if (orch_has_gate())

@@ -877,7 +877,13 @@ orch_run_status(PG_FUNCTION_ARGS)
 			"  'events', coalesce((SELECT jsonb_agg(jsonb_build_object('at', e.at, 'entity', e.entity, 'task_id', e.task_id,"
 			"       'from_state', e.from_state, 'to_state', e.to_state, 'reason_code', e.reason_code,"
 			"       'actor', e.actor, 'label', e.label, 'note', e.note) ORDER BY e.id)"
-			"       FROM orch.events e WHERE e.run_id = r.id AND e.tenant_id = r.tenant_id), '[]'))"
+			/* the run's own events (events_run_idx), then its tasks' */
+			"       FROM (SELECT x.* FROM orch.events x"
+			"              WHERE x.run_id = r.id AND x.tenant_id = r.tenant_id AND x.task_id IS NULL"
+			"             UNION ALL"
+			"             SELECT x.* FROM orch.tasks t JOIN orch.events x ON x.task_id = t.id"
+			"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
+			"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))"
 			" FROM orch.runs r WHERE r.id = $1 AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))",
 			2, types, v, n, SPI_OK_SELECT);
 	if (SPI_processed == 0)
