@@ -193,8 +193,8 @@ static SPIPlanPtr event_plan_waited = NULL;
 static LocalTransactionId level_lxid = InvalidLocalTransactionId;
 static int	level_known = 0;
 
-static int
-events_level(void)
+int
+orch_events_level(void)
 {
 	if (level_lxid != MyProc->lxid || level_lxid == InvalidLocalTransactionId)
 	{
@@ -227,7 +227,7 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	char		nulls[13];
 	SPIPlanPtr	plan;
 	int			rc;
-	int			level = events_level();
+	int			level = orch_events_level();
 	bool		with_label = level >= 1;
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -414,7 +414,7 @@ events_flush(void)
 		list_free_deep(work);
 		return;
 	}
-	level = events_level();
+	level = orch_events_level();
 	with_label = level >= 1;
 	for (int c = 0; c < FLUSH_COLS; c++)
 	{
@@ -575,7 +575,7 @@ orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 bool
 orch_events_defer(void)
 {
-	if (events_level() < 2)
+	if (orch_events_level() < 2)
 		return false;
 	ensure_callbacks();
 	events_deferred++;

@@ -12,12 +12,10 @@
 
 #include <math.h>
 
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 
 #include "orchestrator.h"
 
@@ -38,13 +36,14 @@ static const char *const bucket_names[] = {
 
 #define NBOUNDS lengthof(bucket_bounds)
 
-/* Does the installed schema have the metrics tables (0.5.0 and later)? */
+/*
+ * Is the installed schema 0.5.0 or later (metrics tables, correlation ids)?
+ * The events' columns tell (looked up once per transaction).
+ */
 bool
 orch_has_metrics(void)
 {
-	Oid			nsp = get_namespace_oid("orch", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("metric_state", nsp));
+	return orch_events_level() >= 2;
 }
 
 /*
@@ -74,15 +73,13 @@ orch_histogram_le(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(bucket_names[lo]));
 }
 
-/* The bound of a bucket name; +Inf for "+Inf"; -1 for a name not ours. */
-static double
-bucket_bound(const char *name)
+/* The index of a bucket name (NBOUNDS for "+Inf"); -1 for a name not ours. */
+static int
+bucket_index(const char *name)
 {
-	for (int i = 0; i < (int) NBOUNDS; i++)
+	for (int i = 0; i <= (int) NBOUNDS; i++)
 		if (strcmp(bucket_names[i], name) == 0)
-			return bucket_bounds[i];
-	if (strcmp(name, "+Inf") == 0)
-		return INFINITY;
+			return i;
 	return -1;
 }
 
@@ -124,14 +121,12 @@ orch_histogram_quantile(PG_FUNCTION_ARGS)
 	for (int i = 0; i < nl; i++)
 	{
 		char	   *name;
-		int			b = -1;
+		int			b;
 
 		if (ln[i] || cn[i])
 			continue;
 		name = TextDatumGetCString(ld[i]);
-		for (int j = 0; j <= (int) NBOUNDS; j++)
-			if (strcmp(bucket_names[j], name) == 0)
-				b = j;
+		b = bucket_index(name);
 		if (b < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -313,11 +308,10 @@ histogram(StringInfo buf, const char *name, const char *help, const char *metric
 				break;
 			if (strcmp(m, metric) == 0)
 			{
-				double		bound = bucket_bound(le);
+				int			b = bucket_index(le);
 
-				for (int b = 0; b <= (int) NBOUNDS; b++)
-					if (bound >= 0 && (b == (int) NBOUNDS ? isinf(bound) : bucket_bounds[b] == bound))
-						per[b] += v;
+				if (b >= 0)
+					per[b] += v;
 			}
 			else
 				sum_us += v;

@@ -197,6 +197,7 @@ typedef struct OrchEventContext
 
 extern OrchEventContext orch_save_event_context(void);
 extern void orch_restore_event_context(OrchEventContext c);
+extern int	orch_events_level(void);
 extern bool orch_events_defer(void);
 extern void orch_events_undefer(bool flush);
 extern void orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
