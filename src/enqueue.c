@@ -243,29 +243,21 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 	v[13] = BoolGetDatum(rate_admit(o));
 
 	/* with a correlation id (0.5.0 schema); without, the plain insert serves every schema */
+#define TASK_INSERT_SQL(CORR_COL, CORR_VAL) \
+	"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload," \
+	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
+	" idempotency_key, owner, concurrency_key, reason_code" CORR_COL ")" \
+	" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3," \
+	" CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5," \
+	" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13," \
+	" CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END" CORR_VAL ") RETURNING id"
 	if (o->correlation_id)
 	{
 		v[14] = orch_text_datum(o->correlation_id);
-		plan = orch_prepare(&insert_corr_plan,
-							"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
-							" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-							" idempotency_key, owner, concurrency_key, reason_code, correlation_id)"
-							" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3,"
-							" CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5,"
-							" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
-							" CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END, $15) RETURNING id",
-							15, types);
+		plan = orch_prepare(&insert_corr_plan, TASK_INSERT_SQL(", correlation_id", ", $15"), 15, types);
 	}
 	else
-		plan = orch_prepare(&insert_plan,
-						"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
-						" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-						" idempotency_key, owner, concurrency_key, reason_code)"
-						" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3,"
-						" CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5,"
-						" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
-						" CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END) RETURNING id",
-						14, types);
+		plan = orch_prepare(&insert_plan, TASK_INSERT_SQL("", ""), 14, types);
 	if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "orchestrator: task insert failed");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -521,26 +513,18 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 		orch_spi_text(v, n, 9, o.owner);
 		orch_spi_text(v, n, 10, o.concurrency_key);
 		orch_spi_text(v, n, 11, o.correlation_id);
+#define BATCH_INSERT_SQL(CORR_COL, CORR_VAL) \
+	"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload," \
+	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
+	" owner, concurrency_key, reason_code" CORR_COL ")" \
+	" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now())," \
+	" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'" CORR_VAL \
+	" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)" \
+	" ORDER BY p.ord RETURNING id"
 		if (o.correlation_id)
-			plan = orch_prepare(&batch_corr_plan,
-								"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
-								" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-								" owner, concurrency_key, reason_code, correlation_id)"
-								" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now()),"
-								" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued', $12"
-								" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)"
-								" ORDER BY p.ord RETURNING id",
-								12, types);
+			plan = orch_prepare(&batch_corr_plan, BATCH_INSERT_SQL(", correlation_id", ", $12"), 12, types);
 		else
-			plan = orch_prepare(&batch_plan,
-								"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
-								" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-								" owner, concurrency_key, reason_code)"
-								" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now()),"
-								" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'"
-								" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)"
-								" ORDER BY p.ord RETURNING id",
-								11, types);
+			plan = orch_prepare(&batch_plan, BATCH_INSERT_SQL("", ""), 11, types);
 		if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING ||
 			SPI_processed != (uint64) np)
 			elog(ERROR, "orchestrator: batch insert failed");
