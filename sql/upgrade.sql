@@ -79,3 +79,20 @@ SELECT orch_metrics_refresh() > 0 AS folded_new;
 SELECT enqueued_total, started_total, completed_total, queued
   FROM orch_queue_stats WHERE queue = 'up5';
 SELECT correlation_id FROM orch_tasks WHERE queue = 'up5' AND correlation_id IS NOT NULL;
+-- 0.5.0 -> 0.6.0: the functions run without JIT (a generic plan costed
+-- without its LIMIT crossed jit_above_cost with a large backlog).
+DROP EXTENSION orchestrator CASCADE;
+CREATE EXTENSION orchestrator VERSION '0.5.0';
+SELECT orch_create_queue('up6') IS NOT NULL AS created;
+SELECT orch_enqueue('up6', '{"n": 1}') > 0 AS enqueued_before;
+SELECT coalesce('jit=off' = ANY (proconfig), false) AS jit_off_before
+  FROM pg_proc WHERE oid = 'orch_dequeue(text,text,integer,interval,text)'::regprocedure;
+ALTER EXTENSION orchestrator UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+SELECT 'jit=off' = ANY (proconfig) AS jit_off_after
+  FROM pg_proc WHERE oid = 'orch_dequeue(text,text,integer,interval,text)'::regprocedure;
+SET jit = on;
+SET jit_above_cost = 0;
+SELECT count(*) AS claimed FROM orch_dequeue('up6', 'w', 10);
+RESET jit_above_cost;
+RESET jit;

@@ -16,6 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/array.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -227,9 +228,35 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	char		nulls[13];
 	SPIPlanPtr	plan;
 	int			rc;
-	int			level = orch_events_level();
-	bool		with_label = level >= 1;
+	int			level;
+	bool		with_label;
+	OrchEvent	ev;
+	OrchEvent  *evp = &ev;
 
+	ev.level = 0;
+	ev.tenant = (char *) (tenant ? tenant : ORCH_DEFAULT_TENANT);
+	ev.entity = entity;
+	ev.has_task = has_task;
+	ev.task_id = task_id;
+	ev.has_run = has_run;
+	ev.run_id = run_id;
+	ev.from_state = (char *) from_state;
+	ev.to_state = (char *) to_state;
+	ev.reason_code = (char *) reason_code;
+	ev.actor = (char *) orch_current_actor();
+	ev.label = (char *) label;
+	ev.attempt = attempt;
+	ev.has_token = lease_token != NULL;
+	if (lease_token)
+		memcpy(&ev.token, lease_token, sizeof(pg_uuid_t));
+	ev.note = (char *) note;
+	ev.at = GetCurrentTimestamp();
+	ev.waited_us = waited_us;
+	if (orch_events_store(&evp, 1))
+		return;
+
+	level = orch_events_level();
+	with_label = level >= 1;
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = orch_text_datum(tenant ? tenant : ORCH_DEFAULT_TENANT);
 	values[1] = Int64GetDatum(task_id);
@@ -293,27 +320,7 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
  * orch_events_flush writes them with one INSERT at the end of the statement:
  * a batch claim or enqueue of N tasks then costs one insert, not N.
  * ---------------------------------------------------------------------- */
-typedef struct BufferedEvent
-{
-	int			level;			/* (sub)transaction nesting level */
-	char	   *tenant;
-	const char *entity;			/* "task", "run", "run_step" (a literal) */
-	bool		has_task;
-	int64		task_id;
-	bool		has_run;
-	int64		run_id;
-	char	   *from_state;
-	char	   *to_state;
-	char	   *reason_code;
-	char	   *actor;			/* the role */
-	char	   *label;			/* the name the caller supplied, or NULL */
-	int32		attempt;
-	bool		has_token;
-	pg_uuid_t	token;
-	char	   *note;
-	TimestampTz at;
-	int64		waited_us;		/* claims: how long it was claimable; else -1 */
-} BufferedEvent;
+typedef OrchEvent BufferedEvent;
 
 
 static char *
@@ -413,6 +420,21 @@ events_flush(void)
 						 e->attempt, e->has_token ? &e->token : NULL, e->note, e->waited_us);
 		list_free_deep(work);
 		return;
+	}
+	{
+		OrchEvent **arr = palloc(sizeof(OrchEvent *) * n);
+
+		i = 0;
+		foreach(lc, work)
+			arr[i++] = (OrchEvent *) lfirst(lc);
+		i = 0;
+		if (orch_events_store(arr, n))
+		{
+			pfree(arr);
+			list_free_deep(work);
+			return;
+		}
+		pfree(arr);
 	}
 	level = orch_events_level();
 	with_label = level >= 1;
@@ -1008,9 +1030,14 @@ task_trigger(TriggerData *trigdata)
 					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
 					 to_name, reason, actor, attempt, token, ctx_note, waited_us);
 	else
+	{
+		int			nest = orch_pin_search_path();
+
 		write_event_full(tenant, task_id, true, run_id, has_run, "task",
 						 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
 						 to_name, reason, actor, attempt, token, ctx_note, waited_us);
+		AtEOXact_GUC(true, nest);
+	}
 	return newtup;
 }
 
@@ -1204,8 +1231,21 @@ orch_state_machine_trigger(PG_FUNCTION_ARGS)
 		strcmp(trigger->tgargs[0], "state") == 0 &&
 		is_task_table(trigdata->tg_relation))
 		return PointerGetDatum(task_trigger(trigdata));
-	return PointerGetDatum(generic_trigger(trigdata, trigger->tgargs[0],
-										   trigger->tgargs[1]));
+	else
+	{
+		/*
+		 * A user table: its writer's search_path is not ours, and the
+		 * machine lookups and the event insert run SQL as the extension's
+		 * owner.  The function itself pins no search_path (0.6.0: the task
+		 * table's path runs no SQL and is fired once per row, where a
+		 * function-level SET costs a GUC save and restore per row).
+		 */
+		int			nest = orch_pin_search_path();
+		HeapTuple	result = generic_trigger(trigdata, trigger->tgargs[0], trigger->tgargs[1]);
+
+		AtEOXact_GUC(true, nest);
+		return PointerGetDatum(result);
+	}
 }
 
 /* ----------------------------------------------------------------------

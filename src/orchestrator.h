@@ -245,8 +245,38 @@ extern void orch_check_payload_size(Jsonb *j, const char *what);
 extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
+extern int	orch_pin_search_path(void);	/* AtEOXact_GUC(true, result) undoes it */
 
 #define ORCH_DEFAULT_TENANT "default"
+
+/*
+ * One audit event, as the writers buffer it (lifecycle.c) and the event
+ * store appends it (event_store.c).
+ */
+typedef struct OrchEvent
+{
+	int			level;			/* (sub)transaction nesting level it was buffered at */
+	char	   *tenant;
+	const char *entity;			/* "task", "run", "run_step", a user table's name */
+	bool		has_task;
+	int64		task_id;
+	bool		has_run;
+	int64		run_id;
+	char	   *from_state;
+	char	   *to_state;
+	char	   *reason_code;
+	char	   *actor;			/* the role */
+	char	   *label;			/* the name the caller supplied, or NULL */
+	int32		attempt;		/* <= 0: none */
+	bool		has_token;
+	pg_uuid_t	token;
+	char	   *note;
+	TimestampTz at;
+	int64		waited_us;		/* claims: how long it was claimable; else -1 */
+} OrchEvent;
+
+/* event_store.c: false when orch.events needs the SQL INSERT (nothing written) */
+extern bool orch_events_store(OrchEvent *const *events, int n);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)

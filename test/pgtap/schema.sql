@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(163);
+SELECT plan(166);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -146,15 +146,35 @@ SELECT cmp_ok((SELECT count(*) FROM ext_functions WHERE prosecdef), '>', 0::bigi
               'the extension has SECURITY DEFINER functions');
 SELECT is(
     (SELECT coalesce(array_agg(sig ORDER BY sig), '{}') FROM ext_functions f
-      WHERE prosecdef
+      WHERE prosecdef AND sig <> 'orch_state_machine_trigger()'
         AND NOT EXISTS (SELECT 1 FROM unnest(f.proconfig) c
                          WHERE c ~ '^search_path=pg_catalog(,|$)' AND c ~ '[= ,]pg_temp$')),
     '{}'::text[], 'every SECURITY DEFINER function pins search_path to pg_catalog, ..., pg_temp');
+-- The row trigger pins it in C around the SQL it runs for user tables (0.6.0:
+-- a function-level SET cost a GUC save and restore per task row written);
+-- search_path.sql's hijack run fires it on a user table.
+SELECT is((SELECT proconfig FROM ext_functions WHERE sig = 'orch_state_machine_trigger()'), NULL::text[],
+          'the lifecycle row trigger has no function-level SET (it pins search_path in C)');
 SELECT is(
     (SELECT coalesce(array_agg(sig ORDER BY sig), '{}') FROM ext_functions f
       WHERE prosecdef
         AND EXISTS (SELECT 1 FROM unnest(f.proconfig) c WHERE c ~ '^search_path=.*\m(public|"\$user")\M')),
     '{}'::text[], 'no SECURITY DEFINER function puts public or $user on its search_path');
+
+-- No JIT inside the extension's functions (0.6.0): a generic plan is costed
+-- without its LIMIT, and with a large backlog it crossed jit_above_cost.
+-- Trigger functions run under the setting of the function that fires them;
+-- the per-row helpers plan nothing.
+SELECT is(
+    (SELECT coalesce(array_agg(sig ORDER BY sig), '{}') FROM ext_functions f
+      WHERE (SELECT prorettype FROM pg_proc WHERE oid = f.oid) <> 'trigger'::regtype
+        AND sig NOT IN ('orch.tenant_visible(text)', 'orch.caller_is_admin()', 'orch.histogram_le(double precision)',
+                        'orch.histogram_quantile(double precision,text[],bigint[])',
+                        'orch.task_step_type(bigint,text,text)')
+        AND NOT ('jit=off' = ANY (coalesce(f.proconfig, '{}')))),
+    '{}'::text[], 'every function of the extension but the triggers and per-row helpers runs with jit = off');
+SELECT is((SELECT count(*) FROM ext_functions WHERE 'jit=off' = ANY (coalesce(proconfig, '{}'))) >= 50, true,
+          'the API functions run with jit = off');
 
 -- The extension does not need shared_preload_libraries and is not relocatable.
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'orchestrator'), false, 'the extension is not relocatable');
