@@ -10,7 +10,7 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency keys wf"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency backlog keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_SKIP_BUILD=1      do not run make / make install
 #   BENCH_PROC_CAP=SECONDS  cap of each processing run (default 60, quick 12)
@@ -32,7 +32,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency keys wf}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency backlog keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -51,6 +51,9 @@ if [ "$QUICK" = 1 ]; then
     KEY_JOBS=10000      # jobs of the concurrency-key runs
     BLOCKED_BIG=2000    # blocked keys of the "many blocked keys" latency run
     WF_RUNS=300         # workflow runs started (before the workers) per wf run
+    DELAYED=20000       # future-dated + retry-waiting tasks of the backlog latency run
+    DECAY_CHUNK=100000  # tasks per round of the no-decay run
+    DECAY_ROUNDS=5      # rounds of the no-decay run
 else
     ENQ_SECS=10
     PROC_JOBS=100000
@@ -64,7 +67,12 @@ else
     KEY_JOBS=100000
     BLOCKED_BIG=10000
     WF_RUNS=2000
+    DELAYED=200000
+    DECAY_CHUNK=1000000
+    DECAY_ROUNDS=10
 fi
+DECAY_RETENTION=60      # seconds: orchestrator.retention during the no-decay run
+DECAY_WORKERS=4
 KEYS=1000               # distinct concurrency keys (limit 1 each)
 BLOCKED_SMALL=10
 LOAD_CHUNK=10000        # rows per pre-load transaction
@@ -133,6 +141,7 @@ cleanup() {
     if [ -n "$PGBENCH_PID" ] && kill -0 "$PGBENCH_PID" 2>/dev/null; then
         kill -TERM "$PGBENCH_PID" 2>/dev/null || true
     fi
+    if [ -n "${MAINT_PID:-}" ]; then kill "$MAINT_PID" 2>/dev/null || true; fi
     if [ -f "$DATA/postmaster.pid" ]; then
         as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
     fi
@@ -425,6 +434,135 @@ run_latency() {
 }
 
 # ---------------------------------------------------------------------------
+# Backlog of work that is not due (issue 10): claim latency with LAT_SMALL
+# ready jobs alone, and with DELAYED more that are not due — orchestrator:
+# half future-dated (run_at tomorrow), half waiting to retry (claimed and
+# failed with retry_after 1 day); baseline: all future-dated (run_at
+# tomorrow; it has no retry state).  The delayed jobs are loaded first, so
+# in creation order they stand before the ready ones.  Same 1-client mix as
+# the latency runs (claim+complete, and a one-job enqueue).
+# ---------------------------------------------------------------------------
+preload_delayed() { # SIDE N
+    local side=$1 n=$2 done=0 k half
+    if [ "$side" = orchestrator ]; then
+        half=$(( n / 2 ))
+        while [ "$done" -lt "$half" ]; do
+            k=$(( half - done < LOAD_CHUNK ? half - done : LOAD_CHUNK ))
+            sql "SELECT count(*) FROM orch_enqueue_batch('lat',
+                   ARRAY(SELECT jsonb_build_object('kind', 'retry', 'n', g) FROM generate_series(1, $k) g))" >/dev/null
+            sql "SELECT count(f.state) FROM orch_dequeue('lat', 'loader', $k) d,
+                   LATERAL orch_fail(d.task_id, d.lease_token, 'TRANSIENT', 'down', interval '1 day') f" >/dev/null
+            done=$(( done + k ))
+        done
+        done=0
+        while [ "$done" -lt "$(( n - half ))" ]; do
+            k=$(( n - half - done < LOAD_CHUNK ? n - half - done : LOAD_CHUNK ))
+            sql "SELECT count(*) FROM orch_enqueue_batch('lat',
+                   ARRAY(SELECT jsonb_build_object('kind', 'later', 'n', g) FROM generate_series(1, $k) g),
+                   run_at => now() + interval '1 day')" >/dev/null
+            done=$(( done + k ))
+        done
+        log "  delayed (orchestrator): $(sql "SELECT string_agg(state || CASE WHEN retry_at IS NOT NULL THEN '/retry' ELSE '/future' END || '=' || n, ' ')
+                                            FROM (SELECT state, retry_at IS NOT NULL AS r, min(retry_at) AS retry_at, count(*) AS n
+                                                    FROM orch.tasks WHERE queue = 'lat' GROUP BY 1, 2) s")"
+    else
+        while [ "$done" -lt "$n" ]; do
+            k=$(( n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK ))
+            sql "INSERT INTO jobs (queue, priority, payload, run_at)
+                 SELECT 'lat', 0, jsonb_build_object('kind', 'later', 'n', g), now() + interval '1 day'
+                   FROM generate_series(1, $k) g" >/dev/null
+            done=$(( done + k ))
+        done
+    fi
+}
+
+run_backlog() {
+    local side delayed prefix
+    for side in $SYSTEMS; do
+        for delayed in 0 "$DELAYED"; do
+            reset_all
+            log "backlog: $LAT_SMALL ready + $delayed not due: $side"
+            [ "$delayed" -gt 0 ] && preload_delayed "$side" "$delayed"
+            preload "$side" lat "$LAT_SMALL"
+            settle; profile_reset
+            prefix=$WORK/backlog-$side-$delayed
+            (cd "$WORK" && "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+                -c 1 -j 1 -T "$LAT_SECS" -D queue=lat \
+                -f "$(script_for "$side" process)@1" -f "$(script_for "$side" enqueue)@1" \
+                -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1) || true
+            pgbench_check "$prefix.out"
+            LAT[backlog,$side,$delayed]=$(lat_stats "$prefix".*[0-9])
+            log "  claim+complete: p50/p90/p99/max/n = ${LAT[backlog,$side,$delayed]}"
+            profile_dump "backlog, $delayed not due, $side"
+        done
+    done
+}
+
+# ---------------------------------------------------------------------------
+# No decay (issue 10; orchestrator only): DECAY_ROUNDS rounds of DECAY_CHUNK
+# tasks, each enqueued in batches of 1,000 (1 client) and then processed by
+# DECAY_WORKERS workers claiming 100 and completing them with
+# orch_complete_batch, while orch_maintain runs every second with
+# orchestrator.retention = DECAY_RETENTION s (so finished tasks, their
+# events and attempts are purged as the run goes, and autovacuum works as it
+# would in production).  Per round: enqueue and processing jobs/s, and the
+# size of the tables with their indexes.
+# ---------------------------------------------------------------------------
+declare -a DECAY_ROWS    # "round enq/s proc/s tasks_MB events_MB attempts_MB rows"
+MAINT_PID=
+decay_sizes() {
+    sql "SELECT round(pg_total_relation_size('orch.tasks') / 1048576.0) || ' ' ||
+                round(pg_total_relation_size('orch.events') / 1048576.0) || ' ' ||
+                round(pg_total_relation_size('orch.attempts') / 1048576.0) || ' ' ||
+                (SELECT count(*) FROM orch.tasks)"
+}
+run_decay() {
+    local round t0 t1 tp out enq proc open last purged
+    want orchestrator || return 0
+    reset_all
+    sql "ALTER DATABASE bench SET orchestrator.retention = $DECAY_RETENTION" >/dev/null
+    settle
+    log "no decay: $DECAY_ROUNDS rounds of $DECAY_CHUNK tasks (retention ${DECAY_RETENTION}s, orch_maintain every second)"
+    ( while :; do
+          "${PSQL[@]}" -d bench -At -c "SELECT coalesce(sum(count), 0) FROM orch_maintain(200000) WHERE action = 'tasks_purged'" \
+              >>"$WORK/decay-maintain.log" 2>&1 || true
+          sleep 1
+      done ) &
+    MAINT_PID=$!
+    for round in $(seq 1 "$DECAY_ROUNDS"); do
+        out=$WORK/decay-enqueue-$round.log
+        t0=$(date +%s.%N)
+        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared -c 1 -j 1 \
+            -t $(( DECAY_CHUNK / 1000 )) -D queue=bench -f "$BENCH_DIR/orch_enqueue_batch.sql" bench >"$out" 2>&1 || true
+        pgbench_check "$out"
+        t1=$(date +%s.%N)
+        enq=$(awk -v a="$t0" -v b="$t1" -v n="$DECAY_CHUNK" 'BEGIN{printf "%.0f", n/(b-a)}')
+        out=$WORK/decay-process-$round.log
+        tp=$(now_epoch)
+        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c "$DECAY_WORKERS" -j "$(threads_for "$DECAY_WORKERS")" -T 3600 \
+            -D queue=bench -f "$BENCH_DIR/orch_process_batch.sql" bench >"$out" 2>&1 &
+        PGBENCH_PID=$!
+        while kill -0 "$PGBENCH_PID" 2>/dev/null; do
+            sleep 0.5
+            open=$(sql "SELECT count(*) FROM orch.tasks WHERE queue = 'bench' AND (ready_at IS NOT NULL OR state = 'executing')")
+            if [ "$open" -eq 0 ]; then kill -TERM "$PGBENCH_PID" 2>/dev/null || true; break; fi
+        done
+        wait "$PGBENCH_PID" 2>/dev/null || true
+        PGBENCH_PID=
+        pgbench_check "$out"
+        last=$(sql "SELECT extract(epoch FROM max(finished_at)) FROM orch.tasks")
+        proc=$(awk -v a="$tp" -v b="$last" -v n="$DECAY_CHUNK" 'BEGIN{printf "%.0f", n/(b-a)}')
+        DECAY_ROWS+=("$round $enq $proc $(decay_sizes)")
+        log "  round $round: enqueue $enq jobs/s, process $proc jobs/s; MB tasks/events/attempts, task rows: $(decay_sizes)"
+    done
+    kill "$MAINT_PID" 2>/dev/null || true; wait "$MAINT_PID" 2>/dev/null || true; MAINT_PID=
+    purged=$(awk '{s += $1} END {print s + 0}' "$WORK/decay-maintain.log" 2>/dev/null)
+    DECAY_PURGED=$purged
+    sql "ALTER DATABASE bench RESET orchestrator.retention" >/dev/null
+}
+
+# ---------------------------------------------------------------------------
 # Concurrency keys (orchestrator only): the same 16-worker processing run
 # with every task under one of KEYS keys (limit 1 each) and without keys, and
 # claim latency with few versus many blocked keys.
@@ -660,7 +798,9 @@ if group batch; then
 fi
 if group wf; then run_workflows; fi
 if group latency; then run_latency; fi
+if group backlog; then run_backlog; fi
 if group keys; then run_keys; fi
+if group decay; then run_decay; fi
 T_END=$(date +%s)
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -789,6 +929,38 @@ report() {
                     printf "\n" }'
         done
     done
+
+    if [ -n "${LAT[backlog,orchestrator,0]:-}${LAT[backlog,baseline,0]:-}" ]; then
+        echo "backlog not due (claim+complete, 1 client; ms): $LAT_SMALL ready alone vs with $(fmt_int "$DELAYED") not due"
+        for side in $SYSTEMS; do
+            local e=${LAT[backlog,$side,0]:-} f=${LAT[backlog,$side,$DELAYED]:-}
+            [ -n "$e" ] && [ -n "$f" ] || continue
+            awk -v s="$e" -v l="$f" -v side="$side" -v tgt="$( [ "$side" = orchestrator ] && echo 1 || echo 0)" 'BEGIN {
+                split(s, a, " "); split(l, b, " "); r = (a[3] > 0) ? b[3] / a[3] : 0;
+                printf "  %-13s p50 %.3f / %.3f   p99 %.3f / %.3f   p99 ratio %.2fx", side, a[1], b[1], a[3], b[3], r;
+                if (tgt) printf "   target <= 1.20x: %s", (r <= 1.2) ? "met" : "NOT met";
+                printf "\n" }'
+        done
+    fi
+    if [ "${#DECAY_ROWS[@]}" -gt 0 ]; then
+        echo
+        echo "no decay: $DECAY_ROUNDS rounds of $(fmt_int "$DECAY_CHUNK") tasks (enqueue batches of 1,000; $DECAY_WORKERS workers claim 100 + orch_complete_batch;"
+        echo "          orch_maintain every second, retention ${DECAY_RETENTION}s; $(fmt_int "${DECAY_PURGED:-0}") tasks purged in all)"
+        printf '  %5s | %12s | %12s | %9s | %10s | %11s | %10s\n' round "enqueue/s" "process/s" "tasks MB" "events MB" "attempts MB" "task rows"
+        local r
+        for r in "${DECAY_ROWS[@]}"; do
+            # shellcheck disable=SC2086
+            set -- $r
+            printf '  %5s | %12s | %12s | %9s | %10s | %11s | %10s\n' "$1" "$(fmt_int "$2")" "$(fmt_int "$3")" "$4" "$5" "$6" "$(fmt_int "$7")"
+        done
+        # shellcheck disable=SC2086
+        set -- ${DECAY_ROWS[0]}; local e1=$2 p1=$3
+        # shellcheck disable=SC2086
+        set -- ${DECAY_ROWS[${#DECAY_ROWS[@]}-1]}; local en=$2 pn=$3
+        awk -v e1="$e1" -v p1="$p1" -v en="$en" -v pn="$pn" 'BEGIN {
+            re = (e1 > 0) ? en / e1 : 0; rp = (p1 > 0) ? pn / p1 : 0;
+            printf "  last round / first round: enqueue %.2fx, processing %.2fx   target >= 0.90x: %s\n", re, rp, (rp >= 0.9 && re >= 0.9) ? "met" : "NOT met" }'
+    fi
     if [ -n "${KRES[16 workers, no keys]:-}" ] && [ -n "${KRES[16 workers, $KEYS keys (limit 1)]:-}" ]; then
         local kk=${KRES[16 workers, $KEYS keys (limit 1)]} kn=${KRES[16 workers, no keys]}
         echo "concurrency keys (orchestrator against itself):"
