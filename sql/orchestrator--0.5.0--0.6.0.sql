@@ -230,3 +230,21 @@ $$;
 -- SECURITY DEFINER (events of user tables are written as the owner).
 -- ---------------------------------------------------------------------------
 ALTER FUNCTION orch_state_machine_trigger() RESET search_path;
+
+-- ---------------------------------------------------------------------------
+-- Queue settings are cached per backend (every enqueue, claim and fail read
+-- orch.queues and parsed its settings JSON).  This trigger makes every
+-- write to orch.queues drop the caches of all backends when it commits (a
+-- relcache invalidation of the table, PostgreSQL's own mechanism).
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION orch_queues_changed()
+RETURNS trigger
+LANGUAGE C
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_queues_changed';
+COMMENT ON FUNCTION orch_queues_changed() IS
+  'AFTER statement trigger on orch.queues: drops every backend''s cached queue settings when the change commits.';
+REVOKE ALL ON FUNCTION orch_queues_changed() FROM PUBLIC;
+CREATE TRIGGER queues_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON orch.queues
+    FOR EACH STATEMENT EXECUTE FUNCTION orch_queues_changed();

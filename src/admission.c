@@ -206,6 +206,13 @@ repairs_table_exists(void)
 	return OidIsValid(nsp) && OidIsValid(get_relname_relid("gate_repairs", nsp));
 }
 
+/* Does the installed schema note deferred key decisions (0.4.0 and later)? */
+bool
+orch_has_gate_repairs(void)
+{
+	return repairs_table_exists();
+}
+
 /* The advisory lock name of a tenant's key. */
 static char *
 key_lock_name(const char *key, const char *tenant)
@@ -697,11 +704,7 @@ orch_has_gate(void)
 	return OidIsValid(rel) && get_attnum(rel, "gated") != InvalidAttrNumber;
 }
 
-#define DELAYED_WHERE \
-	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \
-	"   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))" \
-	"   AND coalesce(retry_at, run_at) <= now()" \
-	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+#define DELAYED_WHERE ORCH_DELAYED_WHERE
 
 /*
  * Tasks that are not due yet (queued with a future run_at, or waiting to

@@ -69,6 +69,40 @@ static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 
 static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
+static SPIPlanPtr probe_plan = NULL;
+
+/*
+ * Before a claim: is there an expired lease to recover, a delayed task now
+ * due, a deferred key decision to settle?  One statement looks for all
+ * three (each is usually absent); only what it finds is then worked on,
+ * with the statements of orch_recover_expired, orch_wake_delayed and
+ * orch_gate_repair.  Caller is connected to SPI.
+ */
+static void
+probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs)
+{
+	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
+	Datum		v[3];
+	char		n[3] = {'n', ' ', ' '};
+	bool		isnull;
+
+	v[0] = (Datum) 0;			/* $1 unused: the texts share their numbering */
+	v[1] = orch_text_datum(queue);
+	v[2] = tenants;
+	if (tenants == (Datum) 0)
+		n[2] = 'n';
+	if (SPI_execute_plan(orch_prepare(&probe_plan,
+									  "SELECT EXISTS (SELECT 1 FROM orch.tasks" ORCH_EXPIRED_WHERE "),"
+									  "       EXISTS (SELECT 1 FROM orch.tasks" ORCH_DELAYED_WHERE "),"
+									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2)",
+									  3, types),
+						 v, n, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "orchestrator: claim probe failed");
+	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	*repairs = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+}
+
 #define CLAIM_IDS_SQL \
 	"UPDATE orch.tasks t SET " CLAIM_SET \
 	" WHERE t.id = ANY ($1) AND t.ready_at <= now()" \
@@ -349,6 +383,9 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	Datum		tenants;
 	bool		all_tenants;
 	bool		runs = orch_has_runs();
+	bool		expired = true,
+				due = true,
+				repairs = true;
 
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "worker");
@@ -403,8 +440,11 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	else
 		tenants = orch_caller_tenants_datum(&all_tenants);
 
-	orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants);
-	if (orch_has_gate())
+	if (orch_has_gate_repairs())
+		probe_housekeeping(queue, all_tenants ? (Datum) 0 : tenants, &expired, &due, &repairs);
+	if (expired)
+		orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants);
+	if ((due || repairs) && orch_has_gate())
 	{
 		/*
 		 * Letting due work in and settling deferred key decisions only tries
@@ -414,8 +454,10 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		orch_gate_set_try_only(true);
 		PG_TRY();
 		{
-			orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
-			orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
+			if (due)
+				orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
+			if (repairs)
+				orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
 		}
 		PG_FINALLY();
 		{

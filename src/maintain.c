@@ -61,9 +61,7 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		if (tenants == (Datum) 0)
 			nl[2] = 'n';
 		rc = SPI_execute_plan(orch_prepare(&expired_queue_plan,
-										   "SELECT id FROM orch.tasks"
-										   " WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()"
-										   "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+										   "SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
 										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 										   3, types),
 							  v, nl, false, 0);

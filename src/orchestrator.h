@@ -153,6 +153,21 @@ extern void orch_xact_lock(const char *kind, const char *a, const char *b);
 extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
 extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
 extern bool orch_has_gate(void);
+extern bool orch_has_gate_repairs(void);
+
+/*
+ * What a claim's housekeeping looks for ($2 queue, $3 tenants or NULL):
+ * leases that expired (orch_recover_expired) and delayed tasks that became
+ * due (orch_wake_delayed).  One text each for the work and the probe.
+ */
+#define ORCH_EXPIRED_WHERE \
+	" WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()" \
+	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+#define ORCH_DELAYED_WHERE \
+	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \
+	"   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))" \
+	"   AND coalesce(retry_at, run_at) <= now()" \
+	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
 extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
 
 /* enqueue.c */
@@ -274,6 +289,10 @@ typedef struct OrchEvent
 	TimestampTz at;
 	int64		waited_us;		/* claims: how long it was claimable; else -1 */
 } OrchEvent;
+
+/* queue_cache.c: per-backend queue settings, dropped when orch.queues changes */
+extern bool orch_queue_cache_get(const char *queue, QueueSettings *qs, bool *paused);
+extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, bool paused);
 
 /* event_store.c: false when orch.events needs the SQL INSERT (nothing written) */
 extern bool orch_events_store(OrchEvent *const *events, int n);

@@ -518,8 +518,11 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 	SPIPlanPtr	plan;
 	bool		isnull;
 	Jsonb	   *settings;
+	bool		is_paused;
 	MemoryContext spicxt = CurrentMemoryContext;
 
+	if (orch_queue_cache_get(queue, qs, paused))
+		return true;
 	vals[0] = orch_text_datum(queue);
 	plan = orch_prepare(&load_plan,
 						"SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
@@ -533,10 +536,12 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 		return false;
 	}
 	settings = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	is_paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	if (paused)
-		*paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		*paused = is_paused;
 	MemoryContextSwitchTo(spicxt);
 	orch_settings_apply(qs, settings, false);
+	orch_queue_cache_put(queue, qs, is_paused);
 	return true;
 }
 

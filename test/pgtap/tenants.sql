@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5214);
+SELECT plan(5254);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -574,7 +574,9 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_gate_trigger', 'any', NULL, 'call the gate trigger function directly',
      'SELECT orch_gate_trigger()', NULL, '{"*": "39P01"}'),
     ('orch_events_flush', 'any', NULL, 'call the event flush trigger function directly',
-     'SELECT orch_events_flush()', NULL, '{"*": "39P01"}');
+     'SELECT orch_events_flush()', NULL, '{"*": "39P01"}'),
+    ('orch_queues_changed', 'any', NULL, 'call the queue cache trigger function directly',
+     'SELECT orch_queues_changed()', NULL, '{"*": "39P01"}');
 
 -- Workflow cases: runs, their step tasks and approvals are the tenant's;
 -- definitions are shared, authored by unbound roles only.
