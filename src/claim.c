@@ -442,8 +442,10 @@ orch_dequeue(PG_FUNCTION_ARGS)
 
 	if (orch_has_gate_repairs())
 		probe_housekeeping(queue, all_tenants ? (Datum) 0 : tenants, &expired, &due, &repairs);
-	if (expired)
-		orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants);
+	/* a recovered task may be due again at once, and may have freed a key */
+	if (expired &&
+		orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants) > 0)
+		due = repairs = true;
 	if ((due || repairs) && orch_has_gate())
 	{
 		/*
@@ -454,8 +456,10 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		orch_gate_set_try_only(true);
 		PG_TRY();
 		{
-			if (due)
-				orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants);
+			/* waking keyed tasks may defer key decisions: settle them now */
+			if (due &&
+				orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants) > 0)
+				repairs = true;
 			if (repairs)
 				orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
 		}

@@ -294,7 +294,9 @@ typedef struct OrchEvent
 extern bool orch_queue_cache_get(const char *queue, QueueSettings *qs, bool *paused);
 extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, bool paused);
 
-/* event_store.c: false when orch.events needs the SQL INSERT (nothing written) */
+/* append.c: false when the table needs the SQL INSERT (nothing written) */
+extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
+							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */

@@ -10,6 +10,7 @@
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 #include "orchestrator.h"
 
@@ -170,6 +171,69 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 		elog(ERROR, "orchestrator: attempt insert failed");
 }
 
+/*
+ * The attempt rows of tasks a statement just completed: its RETURNING rows
+ * are (tenant_id, id, attempts, lease_owner, lease_token, claimed_at).
+ * Appended directly (append.c); through SQL when orch.attempts needs it.
+ */
+static SPIPlanPtr completed_attempts_plan = NULL;
+
+static void
+record_completed_attempts(SPITupleTable *tt, int n)
+{
+	static const char *const cols[7] = {"tenant_id", "task_id", "attempt", "worker",
+	"lease_token", "started_at", "outcome"};
+	Datum	   *v = palloc(sizeof(Datum) * 7 * n);
+	bool	   *nl = palloc(sizeof(bool) * 7 * n);
+	Datum		outcome = CStringGetTextDatum("completed");
+
+	for (int i = 0; i < n; i++)
+	{
+		for (int c = 0; c < 6; c++)
+			v[i * 7 + c] = SPI_getbinval(tt->vals[i], tt->tupdesc, c + 1, &nl[i * 7 + c]);
+		v[i * 7 + 6] = outcome;
+		nl[i * 7 + 6] = false;
+	}
+	if (!orch_table_append("attempts", 7, cols, n, v, nl))
+	{
+		Oid			elem[6] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID, TIMESTAMPTZOID};
+		Oid			arr[6] = {TEXTARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+		UUIDARRAYOID, TIMESTAMPTZARRAYOID};
+		Datum		args[6];
+
+		for (int c = 0; c < 6; c++)
+		{
+			Datum	   *cv = palloc(sizeof(Datum) * n);
+			bool	   *cn = palloc(sizeof(bool) * n);
+			int16		typlen;
+			bool		typbyval;
+			char		typalign;
+			int			dims[1] = {n};
+			int			lbs[1] = {1};
+
+			for (int i = 0; i < n; i++)
+			{
+				cv[i] = v[i * 7 + c];
+				cn[i] = nl[i * 7 + c];
+			}
+			get_typlenbyvalalign(elem[c], &typlen, &typbyval, &typalign);
+			args[c] = PointerGetDatum(construct_md_array(cv, cn, 1, dims, lbs, elem[c],
+														 typlen, typbyval, typalign));
+		}
+		if (SPI_execute_plan(orch_prepare(&completed_attempts_plan,
+										  "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+										  "   lease_token, started_at, outcome)"
+										  " SELECT u.t, u.i, u.a, u.w, u.l, u.s, 'completed'"
+										  "   FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY AS u(t, i, a, w, l, s, o)"
+										  "  ORDER BY u.o",
+										  6, arr),
+							 args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "orchestrator: attempt insert failed");
+	}
+	pfree(v);
+	pfree(nl);
+}
+
 static SPIPlanPtr fail_plan = NULL;
 
 /*
@@ -301,20 +365,16 @@ orch_complete(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);
-	/* Fast path: one statement fences, completes and records the attempt */
+	/* Fast path: one statement fences and completes; then the attempt row */
 	if (SPI_execute_plan(orch_prepare(&complete_plan,
-									  "WITH t AS (UPDATE orch.tasks SET state = 'completed', result = $3,"
+									  "UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > now()"
 									  "   AND ($5::text[] IS NULL OR tenant_id = ANY ($5))"
-									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at)"
-									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-									  "   lease_token, started_at, outcome)"
-									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
-									  "   'completed' FROM t",
+									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
 									  5, types),
-						 v, n, false, 0) != SPI_OK_INSERT)
+						 v, n, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "orchestrator: complete failed");
 	if (SPI_processed == 0)
 	{
@@ -325,6 +385,7 @@ orch_complete(PG_FUNCTION_ARGS)
 		check_lease(&t, token, "complete");
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
+	record_completed_attempts(SPI_tuptable, (int) SPI_processed);
 	orch_clear_event_context();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("completed"));
@@ -414,20 +475,16 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	SPI_connect();
 	orch_set_event_context_ext(NULL, NULL, true);
 	if (SPI_execute_plan(orch_prepare(&complete_batch_plan,
-									  "WITH t AS (UPDATE orch.tasks t SET state = 'completed', result = r.result,"
+									  "UPDATE orch.tasks t SET state = 'completed', result = r.result,"
 									  "   reason_code = 'completed'"
 									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
 									  "   AS r(id, tok, result)"
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
 									  "   AND t.lease_expires_at > now()"
 									  "   AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))"
-									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)"
-									  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-									  "   lease_token, started_at, outcome)"
-									  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
-									  "   'completed' FROM t RETURNING task_id",
+									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
 									  5, types),
-						 v, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+						 v, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "orchestrator: batch complete failed");
 	completed = (int) SPI_processed;
 	if (completed != n)
@@ -437,7 +494,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		bool		isnull;
 
 		for (int i = 0; i < completed; i++)
-			done[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+			done[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 		for (int i = 0; i < n; i++)
 		{
 			OrchTask	t;
@@ -452,6 +509,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		}
 		elog(ERROR, "orchestrator: batch complete lost track of a task");
 	}
+	record_completed_attempts(SPI_tuptable, completed);
 	orch_clear_event_context();
 	SPI_finish();
 	PG_RETURN_INT32(completed);

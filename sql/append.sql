@@ -1,0 +1,112 @@
+-- append (0.6.0): events and attempts are appended without SQL (heap
+-- multi-insert, the executor's index routine).  The rows are the same as
+-- an INSERT writes; a table the direct write cannot serve exactly as an
+-- INSERT would (here: a trigger of yours on it) gets the SQL INSERT, so
+-- your trigger fires for every row.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+RESET client_min_messages;
+SELECT orch_create_queue('ap_direct') IS NOT NULL AS direct_queue,
+       orch_create_queue('ap_sql') IS NOT NULL AS sql_queue;
+
+-- 1. The direct path: three tasks through enqueue, claim, complete (batch
+--    and single), one retried failure.
+SELECT count(*) AS enqueued FROM orch_enqueue_batch('ap_direct', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
+SELECT orch_enqueue('ap_direct', '{"n": 4}', correlation_id => 'ap-4') > 0 AS enqueued_one;
+CREATE TEMP TABLE ap_claims AS SELECT * FROM orch_dequeue('ap_direct', 'ap-worker', 4);
+SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
+  FROM (SELECT * FROM ap_claims ORDER BY task_id LIMIT 2) c;
+SELECT orch_complete(c.task_id, c.lease_token, '{"ok": true}')
+  FROM (SELECT * FROM ap_claims ORDER BY task_id OFFSET 2 LIMIT 1) c;
+SELECT f.state, f.reason_code FROM (SELECT * FROM ap_claims ORDER BY task_id OFFSET 3) c,
+       LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'down') f;
+
+-- 2. The same through SQL: a trigger of yours on orch.events and on
+--    orch.attempts (it mirrors what it sees).
+CREATE TABLE ap_mirror (tbl text, task_id bigint, what text);
+CREATE FUNCTION ap_mirror_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- (fired inside the extension's functions: their search_path, so qualified)
+    INSERT INTO public.ap_mirror VALUES (TG_TABLE_NAME, NEW.task_id,
+        coalesce(to_jsonb(NEW) ->> 'to_state', to_jsonb(NEW) ->> 'outcome'));
+    RETURN NEW;
+END $$;
+CREATE TRIGGER ap_mirror AFTER INSERT ON orch.events FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
+CREATE TRIGGER ap_mirror AFTER INSERT ON orch.attempts FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
+SELECT count(*) AS enqueued FROM orch_enqueue_batch('ap_sql', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
+SELECT orch_enqueue('ap_sql', '{"n": 4}', correlation_id => 'ap-4') > 0 AS enqueued_one;
+CREATE TEMP TABLE ap_claims_sql AS SELECT * FROM orch_dequeue('ap_sql', 'ap-worker', 4);
+SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
+  FROM (SELECT * FROM ap_claims_sql ORDER BY task_id LIMIT 2) c;
+SELECT orch_complete(c.task_id, c.lease_token, '{"ok": true}')
+  FROM (SELECT * FROM ap_claims_sql ORDER BY task_id OFFSET 2 LIMIT 1) c;
+SELECT f.state, f.reason_code FROM (SELECT * FROM ap_claims_sql ORDER BY task_id OFFSET 3) c,
+       LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'down') f;
+-- the trigger saw every event and every attempt row of the queue
+SELECT tbl, what, count(*) FROM ap_mirror m JOIN orch.tasks t ON t.id = m.task_id
+ WHERE t.queue = 'ap_sql' GROUP BY 1, 2 ORDER BY 1, 2;
+DROP TRIGGER ap_mirror ON orch.events;
+DROP TRIGGER ap_mirror ON orch.attempts;
+
+-- 3. Both paths wrote the same rows (ids, times and tokens aside): the
+--    n-th task of one queue has the events and attempts of the other's.
+CREATE TEMP VIEW ap_rows AS
+SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, x.kind, x.row
+  FROM orch.tasks t,
+       LATERAL (SELECT 'event' AS kind,
+                       jsonb_build_object('tenant', e.tenant_id, 'entity', e.entity, 'from', e.from_state,
+                                          'to', e.to_state, 'reason', e.reason_code, 'actor', e.actor,
+                                          'attempt', e.attempt, 'token', e.lease_token IS NOT NULL,
+                                          'note', e.note, 'label', e.label, 'waited', e.waited IS NOT NULL,
+                                          'xact', e.xact IS NOT NULL, 'at', e.at IS NOT NULL,
+                                          'run', e.run_id) AS row
+                  FROM orch.events e WHERE e.task_id = t.id
+                UNION ALL
+                SELECT 'attempt',
+                       jsonb_build_object('tenant', a.tenant_id, 'attempt', a.attempt, 'worker', a.worker,
+                                          'token', a.lease_token IS NOT NULL,
+                                          'started', a.started_at IS NOT NULL, 'finished', a.finished_at IS NOT NULL,
+                                          'outcome', a.outcome, 'class', a.error_class, 'error', a.error,
+                                          'retry_at', a.retry_at IS NOT NULL, 'xact', a.xact IS NOT NULL)
+                  FROM orch.attempts a WHERE a.task_id = t.id) x
+ WHERE t.queue IN ('ap_direct', 'ap_sql');
+SELECT kind, count(*) FILTER (WHERE queue = 'ap_direct') AS direct,
+       count(*) FILTER (WHERE queue = 'ap_sql') AS via_sql
+  FROM ap_rows GROUP BY kind ORDER BY kind;
+SELECT count(*) AS rows_that_differ
+  FROM ((SELECT n, kind, row FROM ap_rows WHERE queue = 'ap_direct'
+         EXCEPT ALL SELECT n, kind, row FROM ap_rows WHERE queue = 'ap_sql')
+        UNION ALL
+        (SELECT n, kind, row FROM ap_rows WHERE queue = 'ap_sql'
+         EXCEPT ALL SELECT n, kind, row FROM ap_rows WHERE queue = 'ap_direct')) d;
+-- one event row as written by the direct path
+SELECT entity, from_state, to_state, reason_code, attempt, label, waited IS NOT NULL AS waited
+  FROM orch.events WHERE task_id = (SELECT min(task_id) FROM ap_claims) ORDER BY id;
+-- event ids follow the order of the transitions
+SELECT bool_and(ok) AS ids_in_order FROM (
+    SELECT id > lag(id) OVER (PARTITION BY task_id ORDER BY at, id) OR lag(id) OVER (PARTITION BY task_id ORDER BY at, id) IS NULL AS ok
+      FROM orch.events WHERE task_id IN (SELECT task_id FROM ap_claims)) s;
+-- history reads both the same way
+SELECT kind, to_state, outcome FROM orch_history((SELECT min(task_id) FROM ap_claims)) ORDER BY at, kind;
+
+-- 4. A failed call leaves nothing: completing with a stale token appends no
+--    attempt and no event.
+SELECT orch_enqueue('ap_direct', '{"n": 5}') > 0 AS enqueued_fifth;
+CREATE TEMP TABLE ap_fifth AS SELECT * FROM orch_dequeue('ap_direct', 'ap-worker');
+SELECT count(*) AS events_before FROM orch.events WHERE task_id = (SELECT task_id FROM ap_fifth);
+DO $$
+BEGIN
+    PERFORM orch_complete_batch(ARRAY[(SELECT task_id FROM ap_fifth)], ARRAY[gen_random_uuid()]);
+EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'orch_complete_batch refused: %', SQLSTATE;
+END $$;
+DO $$
+BEGIN
+    PERFORM orch_complete((SELECT task_id FROM ap_fifth), gen_random_uuid());
+EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'orch_complete refused: %', SQLSTATE;
+END $$;
+SELECT count(*) AS events_after FROM orch.events WHERE task_id = (SELECT task_id FROM ap_fifth);
+SELECT count(*) AS attempts_after FROM orch.attempts WHERE task_id = (SELECT task_id FROM ap_fifth);
+
+DROP TABLE ap_mirror;
+DROP FUNCTION ap_mirror_event();

@@ -1,0 +1,287 @@
+/*
+ * append.c
+ *	  Appends rows to the extension's insert-only tables (orch.events,
+ *	  orch.attempts) without going through SQL: the rows are built here,
+ *	  written with the table access method's multi-insert (one WAL record per
+ *	  heap page instead of one per row), and their index entries added by the
+ *	  executor's own routine, as COPY FROM does.
+ *
+ *	  Columns are matched by name, so any schema version works: columns the
+ *	  caller does not fill (id, xact, finished_at, and those added later) take
+ *	  their defaults, evaluated as an INSERT would; columns the caller names
+ *	  that the table lacks (an older schema) are left out.  When the table is
+ *	  not a plain heap table that a direct write can serve (a trigger, a rule,
+ *	  forced row security, another table access method, Citus loaded), the
+ *	  caller falls back to its SQL INSERT.
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "commands/extension.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "rewrite/rewriteHandler.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/uuid.h"
+
+#include "orchestrator.h"
+
+/* rows per multi-insert call; the slots are reused from chunk to chunk */
+#define STORE_CHUNK 128
+
+/* Can a direct write serve this relation exactly as an INSERT would? */
+static bool
+direct_write_possible(Relation rel)
+{
+	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->trigdesc != NULL ||
+		rel->rd_rel->relhasrules ||
+		rel->rd_rel->relforcerowsecurity ||
+		rel->rd_rel->relispartition)
+		return false;
+	/* a distributed table is a shell on the coordinator: leave it to SQL */
+	if (OidIsValid(get_extension_oid("citus", true)))
+		return false;
+	return true;
+}
+
+static Oid
+orch_relid(const char *name)
+{
+	Oid			nsp = get_namespace_oid("orch", true);
+
+	return OidIsValid(nsp) ? get_relname_relid(name, nsp) : InvalidOid;
+}
+
+/*
+ * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
+ * per row, for the columns named in cols.  Returns false, having written
+ * nothing, when the table needs the SQL path.  Rows appear in the order
+ * given (ids from the column's sequence, in that order).
+ */
+bool
+orch_table_append(const char *relname, int ncols, const char *const *cols,
+				  int nrows, const Datum *values, const bool *nulls)
+{
+	Oid			relid;
+	Relation	rel;
+	TupleDesc	desc;
+	AttrNumber *attno;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	ExprState **defaults;
+	TupleTableSlot **slots;
+	CommandId	cid;
+	MemoryContext work,
+				old;
+	int			nslots = Min(nrows, STORE_CHUNK);
+
+	if (nrows <= 0)
+		return true;
+	relid = orch_relid(relname);
+	if (!OidIsValid(relid))
+		return false;
+	rel = table_open(relid, RowExclusiveLock);
+	if (!direct_write_possible(rel))
+	{
+		table_close(rel, RowExclusiveLock);
+		return false;
+	}
+	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
+								 ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(work);
+
+	desc = RelationGetDescr(rel);
+	attno = palloc(sizeof(AttrNumber) * ncols);
+	for (int c = 0; c < ncols; c++)
+	{
+		attno[c] = InvalidAttrNumber;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), cols[c]) == 0)
+			{
+				attno[c] = att->attnum;
+				break;
+			}
+		}
+	}
+
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+
+	/* the defaults of the columns not filled here (id, xact, ...) */
+	defaults = palloc0(sizeof(ExprState *) * desc->natts);
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		bool		filled = false;
+		Node	   *def;
+
+		if (att->attisdropped)
+			continue;
+		for (int c = 0; c < ncols && !filled; c++)
+			filled = attno[c] == att->attnum;
+		if (filled)
+			continue;
+		def = build_column_default(rel, att->attnum);
+		if (def)
+			defaults[a] = ExecPrepareExpr((Expr *) def, estate);
+	}
+
+	cid = GetCurrentCommandId(true);
+	slots = palloc(sizeof(TupleTableSlot *) * nslots);
+	for (int i = 0; i < nslots; i++)
+		slots[i] = table_slot_create(rel, NULL);
+
+	for (int done = 0; done < nrows;)
+	{
+		int			m = Min(nrows - done, STORE_CHUNK);
+		ExprContext *econtext = GetPerTupleExprContext(estate);
+
+		for (int i = 0; i < m; i++)
+		{
+			const Datum *rv = values + (size_t) (done + i) * ncols;
+			const bool *rn = nulls + (size_t) (done + i) * ncols;
+			TupleTableSlot *slot = slots[i];
+
+			ExecClearTuple(slot);
+			for (int a = 0; a < desc->natts; a++)
+			{
+				slot->tts_isnull[a] = true;
+				slot->tts_values[a] = (Datum) 0;
+				if (defaults[a])
+					slot->tts_values[a] = ExecEvalExpr(defaults[a], econtext, &slot->tts_isnull[a]);
+			}
+			for (int c = 0; c < ncols; c++)
+				if (attno[c] != InvalidAttrNumber)
+				{
+					slot->tts_values[attno[c] - 1] = rv[c];
+					slot->tts_isnull[attno[c] - 1] = rn[c];
+				}
+			ExecStoreVirtualTuple(slot);
+			if (rel->rd_att->constr)
+				ExecConstraints(rri, slot, estate);
+		}
+		table_multi_insert(rel, slots, m, cid, 0, NULL);
+		for (int i = 0; i < m; i++)
+		{
+			List	   *recheck;
+
+			econtext->ecxt_scantuple = slots[i];
+			recheck = ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL);
+			list_free(recheck);
+		}
+		ResetPerTupleExprContext(estate);
+		done += m;
+	}
+
+	for (int i = 0; i < nslots; i++)
+		ExecDropSingleTupleTableSlot(slots[i]);
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(work);
+	table_close(rel, NoLock);
+	return true;
+}
+
+/* ----------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------- */
+enum
+{
+	SC_TENANT, SC_TASK, SC_RUN, SC_ENTITY, SC_FROM, SC_TO, SC_REASON, SC_ACTOR,
+	SC_ATTEMPT, SC_TOKEN, SC_NOTE, SC_AT, SC_LABEL, SC_WAITED, SC_COUNT
+};
+
+static const char *const event_columns[SC_COUNT] = {
+	"tenant_id", "task_id", "run_id", "entity", "from_state", "to_state",
+	"reason_code", "actor", "attempt", "lease_token", "note", "at", "label",
+	"waited"
+};
+
+/*
+ * Write n events.  Returns false, having written nothing, when orch.events
+ * needs the SQL path.
+ */
+bool
+orch_events_store(OrchEvent *const *events, int n)
+{
+	Datum	   *v;
+	bool	   *nl;
+	bool		has_label;
+	Oid			relid;
+	bool		ok;
+
+	if (n <= 0)
+		return true;
+	relid = orch_relid("events");
+	if (!OidIsValid(relid))
+		return false;
+	/* before the label column (0.4.0) the label went in place of the actor */
+	has_label = get_attnum(relid, "label") != InvalidAttrNumber;
+	v = palloc(sizeof(Datum) * SC_COUNT * n);
+	nl = palloc(sizeof(bool) * SC_COUNT * n);
+	for (int i = 0; i < n; i++)
+	{
+		const OrchEvent *e = events[i];
+		Datum	   *rv = v + (size_t) i * SC_COUNT;
+		bool	   *rn = nl + (size_t) i * SC_COUNT;
+		const char *actor = (!has_label && e->label) ? e->label : e->actor;
+
+#define PUT(c, d) do { rv[c] = (d); rn[c] = false; } while (0)
+#define PUT_TEXT(c, s) do { if (s) PUT(c, CStringGetTextDatum(s)); else { rv[c] = (Datum) 0; rn[c] = true; } } while (0)
+#define PUT_NULL(c) do { rv[c] = (Datum) 0; rn[c] = true; } while (0)
+		PUT_TEXT(SC_TENANT, e->tenant ? e->tenant : ORCH_DEFAULT_TENANT);
+		if (e->has_task)
+			PUT(SC_TASK, Int64GetDatum(e->task_id));
+		else
+			PUT_NULL(SC_TASK);
+		if (e->has_run)
+			PUT(SC_RUN, Int64GetDatum(e->run_id));
+		else
+			PUT_NULL(SC_RUN);
+		PUT_TEXT(SC_ENTITY, e->entity ? e->entity : "task");
+		PUT_TEXT(SC_FROM, e->from_state);
+		PUT_TEXT(SC_TO, e->to_state);
+		PUT_TEXT(SC_REASON, e->reason_code);
+		PUT_TEXT(SC_ACTOR, actor);
+		if (e->attempt > 0)
+			PUT(SC_ATTEMPT, Int32GetDatum(e->attempt));
+		else
+			PUT_NULL(SC_ATTEMPT);
+		if (e->has_token)
+			PUT(SC_TOKEN, UUIDPGetDatum(&e->token));
+		else
+			PUT_NULL(SC_TOKEN);
+		PUT_TEXT(SC_NOTE, e->note);
+		PUT(SC_AT, TimestampTzGetDatum(e->at));
+		PUT_TEXT(SC_LABEL, e->label);
+		if (e->waited_us >= 0)
+			PUT(SC_WAITED, IntervalPGetDatum(orch_usecs_interval(e->waited_us)));
+		else
+			PUT_NULL(SC_WAITED);
+#undef PUT_NULL
+#undef PUT_TEXT
+#undef PUT
+	}
+	ok = orch_table_append("events", SC_COUNT, event_columns, n, v, nl);
+	pfree(v);
+	pfree(nl);
+	return ok;
+}
