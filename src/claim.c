@@ -76,7 +76,10 @@ static SPIPlanPtr probe_plan = NULL;
  * due, a deferred key decision to settle?  One statement looks for all
  * three (each is usually absent); only what it finds is then worked on,
  * with the statements of orch_recover_expired, orch_wake_delayed and
- * orch_gate_repair.  Caller is connected to SPI.
+ * orch_gate_repair.  The task looks are ordered scalar sub-queries, not
+ * EXISTS: EXISTS drops the ORDER BY, and a plan that expects to find a row
+ * soon may then read the whole table to find none.  Caller is connected to
+ * SPI.
  */
 static void
 probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs)
@@ -92,8 +95,10 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 	if (tenants == (Datum) 0)
 		n[2] = 'n';
 	if (SPI_execute_plan(orch_prepare(&probe_plan,
-									  "SELECT EXISTS (SELECT 1 FROM orch.tasks" ORCH_EXPIRED_WHERE "),"
-									  "       EXISTS (SELECT 1 FROM orch.tasks" ORCH_DELAYED_WHERE "),"
+									  "SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
+									  "        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL,"
+									  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
+									  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
 									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2)",
 									  3, types),
 						 v, n, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
