@@ -10,17 +10,31 @@ RESET client_min_messages;
 SELECT orch_create_queue('ap_direct') IS NOT NULL AS direct_queue,
        orch_create_queue('ap_sql') IS NOT NULL AS sql_queue;
 
--- 1. The direct path: three tasks through enqueue, claim, complete (batch
---    and single), one retried failure.
-SELECT count(*) AS enqueued FROM orch_enqueue_batch('ap_direct', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
-SELECT orch_enqueue('ap_direct', '{"n": 4}', correlation_id => 'ap-4') > 0 AS enqueued_one;
-CREATE TEMP TABLE ap_claims AS SELECT * FROM orch_dequeue('ap_direct', 'ap-worker', 4);
-SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
-  FROM (SELECT * FROM ap_claims ORDER BY task_id LIMIT 2) c;
-SELECT orch_complete(c.task_id, c.lease_token, '{"ok": true}')
-  FROM (SELECT * FROM ap_claims ORDER BY task_id OFFSET 2 LIMIT 1) c;
-SELECT f.state, f.reason_code FROM (SELECT * FROM ap_claims ORDER BY task_id OFFSET 3) c,
-       LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'down') f;
+-- ap_run(queue): four tasks through enqueue (batch and single), claim,
+-- complete (batch and single) and a retried failure; the claims are kept
+-- in ap_claims.
+CREATE TEMP TABLE ap_claims (queue text, task_id bigint, lease_token uuid);
+CREATE FUNCTION pg_temp.ap_run(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    done int;
+    single text;
+    failed text;
+BEGIN
+    PERFORM orch_enqueue_batch(q, ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
+    PERFORM orch_enqueue(q, '{"n": 4}', correlation_id => 'ap-4');
+    INSERT INTO ap_claims SELECT q, d.task_id, d.lease_token FROM orch_dequeue(q, 'ap-worker', 4) d;
+    SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
+      INTO done FROM (SELECT * FROM ap_claims WHERE queue = q ORDER BY task_id LIMIT 2) c;
+    SELECT orch_complete(c.task_id, c.lease_token, '{"ok": true}') INTO single
+      FROM (SELECT * FROM ap_claims WHERE queue = q ORDER BY task_id OFFSET 2 LIMIT 1) c;
+    SELECT f.state || '/' || f.reason_code INTO failed
+      FROM (SELECT * FROM ap_claims WHERE queue = q ORDER BY task_id OFFSET 3) c,
+           LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'down') f;
+    RETURN format('%s completed in a batch, one %s, one failed: %s', done, single, failed);
+END $$;
+
+-- 1. The direct path.
+SELECT pg_temp.ap_run('ap_direct');
 
 -- 2. The same through SQL: a trigger of yours on orch.events and on
 --    orch.attempts (it mirrors what it sees).
@@ -34,15 +48,7 @@ BEGIN
 END $$;
 CREATE TRIGGER ap_mirror AFTER INSERT ON orch.events FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
 CREATE TRIGGER ap_mirror AFTER INSERT ON orch.attempts FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
-SELECT count(*) AS enqueued FROM orch_enqueue_batch('ap_sql', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
-SELECT orch_enqueue('ap_sql', '{"n": 4}', correlation_id => 'ap-4') > 0 AS enqueued_one;
-CREATE TEMP TABLE ap_claims_sql AS SELECT * FROM orch_dequeue('ap_sql', 'ap-worker', 4);
-SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
-  FROM (SELECT * FROM ap_claims_sql ORDER BY task_id LIMIT 2) c;
-SELECT orch_complete(c.task_id, c.lease_token, '{"ok": true}')
-  FROM (SELECT * FROM ap_claims_sql ORDER BY task_id OFFSET 2 LIMIT 1) c;
-SELECT f.state, f.reason_code FROM (SELECT * FROM ap_claims_sql ORDER BY task_id OFFSET 3) c,
-       LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'down') f;
+SELECT pg_temp.ap_run('ap_sql');
 -- the trigger saw every event and every attempt row of the queue
 SELECT tbl, what, count(*) FROM ap_mirror m JOIN orch.tasks t ON t.id = m.task_id
  WHERE t.queue = 'ap_sql' GROUP BY 1, 2 ORDER BY 1, 2;
@@ -82,13 +88,13 @@ SELECT count(*) AS rows_that_differ
          EXCEPT ALL SELECT n, kind, row FROM ap_rows WHERE queue = 'ap_direct')) d;
 -- one event row as written by the direct path
 SELECT entity, from_state, to_state, reason_code, attempt, label, waited IS NOT NULL AS waited
-  FROM orch.events WHERE task_id = (SELECT min(task_id) FROM ap_claims) ORDER BY id;
+  FROM orch.events WHERE task_id = (SELECT min(task_id) FROM ap_claims WHERE queue = 'ap_direct') ORDER BY id;
 -- event ids follow the order of the transitions
 SELECT bool_and(ok) AS ids_in_order FROM (
     SELECT id > lag(id) OVER (PARTITION BY task_id ORDER BY at, id) OR lag(id) OVER (PARTITION BY task_id ORDER BY at, id) IS NULL AS ok
       FROM orch.events WHERE task_id IN (SELECT task_id FROM ap_claims)) s;
 -- history reads both the same way
-SELECT kind, to_state, outcome FROM orch_history((SELECT min(task_id) FROM ap_claims)) ORDER BY at, kind;
+SELECT kind, to_state, outcome FROM orch_history((SELECT min(task_id) FROM ap_claims WHERE queue = 'ap_direct')) ORDER BY at, kind;
 
 -- 4. A failed call leaves nothing: completing with a stale token appends no
 --    attempt and no event.
