@@ -71,7 +71,7 @@ else
     DECAY_CHUNK=1000000
     DECAY_ROUNDS=10
 fi
-DECAY_RETENTION=60      # seconds: orchestrator.retention during the no-decay run
+DECAY_RETENTION=5       # seconds: orchestrator.retention during the no-decay run (short: purging runs in every round, the first too)
 DECAY_WORKERS=4
 KEYS=1000               # distinct concurrency keys (limit 1 each)
 BLOCKED_SMALL=10
