@@ -437,7 +437,7 @@ run_latency() {
 # Backlog of work that is not due (issue 10): claim latency with LAT_SMALL
 # ready jobs alone, and with DELAYED more that are not due — orchestrator:
 # half future-dated (run_at tomorrow), half waiting to retry (claimed and
-# failed with retry_after 1 day); baseline: all future-dated (run_at
+# failed as RATE_LIMITED with retry_after 1 day); baseline: all future-dated (run_at
 # tomorrow; it has no retry state).  The delayed jobs are loaded first, so
 # in creation order they stand before the ready ones.  Same 1-client mix as
 # the latency runs (claim+complete, and a one-job enqueue).
@@ -451,7 +451,7 @@ preload_delayed() { # SIDE N
             sql "SELECT count(*) FROM orch_enqueue_batch('lat',
                    ARRAY(SELECT jsonb_build_object('kind', 'retry', 'n', g) FROM generate_series(1, $k) g))" >/dev/null
             sql "SELECT count(f.state) FROM orch_dequeue('lat', 'loader', $k) d,
-                   LATERAL orch_fail(d.task_id, d.lease_token, 'TRANSIENT', 'down', interval '1 day') f" >/dev/null
+                   LATERAL orch_fail(d.task_id, d.lease_token, 'RATE_LIMITED', 'throttled', interval '1 day') f" >/dev/null
             done=$(( done + k ))
         done
         done=0
@@ -462,6 +462,10 @@ preload_delayed() { # SIDE N
                    run_at => now() + interval '1 day')" >/dev/null
             done=$(( done + k ))
         done
+        # not due means not due during the run: no retry_at or run_at within the hour
+        [ "$(sql "SELECT count(*) FROM orch.tasks WHERE queue = 'lat' AND ready_at IS NULL
+                    AND coalesce(retry_at, run_at) < now() + interval '1 hour'")" = 0 ] \
+            || die "backlog: some delayed tasks come due within the hour"
         log "  delayed (orchestrator): $(sql "SELECT string_agg(state || CASE WHEN retry_at IS NOT NULL THEN '/retry' ELSE '/future' END || '=' || n, ' ')
                                             FROM (SELECT state, retry_at IS NOT NULL AS r, min(retry_at) AS retry_at, count(*) AS n
                                                     FROM orch.tasks WHERE queue = 'lat' GROUP BY 1, 2) s")"
@@ -508,7 +512,7 @@ run_backlog() {
 # would in production).  Per round: enqueue and processing jobs/s, and the
 # size of the tables with their indexes.
 # ---------------------------------------------------------------------------
-declare -a DECAY_ROWS    # "round enq/s proc/s tasks_MB events_MB attempts_MB rows"
+DECAY_ROWS=()            # "round enq/s proc/s tasks_MB events_MB attempts_MB rows"
 MAINT_PID=
 decay_sizes() {
     sql "SELECT round(pg_total_relation_size('orch.tasks') / 1048576.0) || ' ' ||
