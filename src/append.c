@@ -28,6 +28,7 @@
 #include "nodes/makefuncs.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -38,6 +39,21 @@
 
 /* rows per multi-insert call; the slots are reused from chunk to chunk */
 #define STORE_CHUNK 128
+
+/* Is Citus installed in this database?  Looked up once per transaction. */
+static bool
+citus_installed(void)
+{
+	static LocalTransactionId known_lxid = InvalidLocalTransactionId;
+	static bool installed = false;
+
+	if (known_lxid != MyProc->lxid)
+	{
+		installed = OidIsValid(get_extension_oid("citus", true));
+		known_lxid = MyProc->lxid;
+	}
+	return installed;
+}
 
 /* Can a direct write serve this relation exactly as an INSERT would? */
 static bool
@@ -51,9 +67,7 @@ direct_write_possible(Relation rel)
 		rel->rd_rel->relispartition)
 		return false;
 	/* a distributed table is a shell on the coordinator: leave it to SQL */
-	if (OidIsValid(get_extension_oid("citus", true)))
-		return false;
-	return true;
+	return !citus_installed();
 }
 
 static Oid
