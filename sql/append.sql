@@ -116,3 +116,12 @@ SELECT count(*) AS attempts_after FROM orch.attempts WHERE task_id = (SELECT tas
 
 DROP TABLE ap_mirror;
 DROP FUNCTION ap_mirror_event();
+
+-- 5. A stored generated column added to orch.events: the direct write steps
+--    aside (the SQL INSERT computes it).
+ALTER TABLE orch.events ADD COLUMN ap_shout text GENERATED ALWAYS AS (upper(to_state)) STORED;
+SELECT orch_enqueue('ap_direct', '{"n": 6}') > 0 AS enqueued_sixth;
+SELECT ap_shout FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
+ALTER TABLE orch.events DROP COLUMN ap_shout;
+SELECT orch_enqueue('ap_direct', '{"n": 7}') > 0 AS enqueued_seventh;
+SELECT to_state FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);

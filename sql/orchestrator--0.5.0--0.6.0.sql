@@ -225,9 +225,10 @@ $$;
 -- ---------------------------------------------------------------------------
 -- The lifecycle trigger fires once per task row written.  Its SET
 -- search_path cost a GUC save and restore per row (about 7% of a batch
--- enqueue); on the task table it runs no SQL, and on a user table the C
--- code now pins search_path itself around the SQL it runs.  It stays
--- SECURITY DEFINER (events of user tables are written as the owner).
+-- enqueue); the C code now pins search_path itself around every path that
+-- runs SQL (user tables, keyed tasks' gate, the event insert of old
+-- schemas); a plain task row runs none.  It stays SECURITY DEFINER (events
+-- of user tables are written as the owner).
 -- ---------------------------------------------------------------------------
 ALTER FUNCTION orch_state_machine_trigger() RESET search_path;
 
@@ -248,3 +249,6 @@ REVOKE ALL ON FUNCTION orch_queues_changed() FROM PUBLIC;
 CREATE TRIGGER queues_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON orch.queues
     FOR EACH STATEMENT EXECUTE FUNCTION orch_queues_changed();
+-- also for writes applied by logical replication or with
+-- session_replication_role = replica
+ALTER TABLE orch.queues ENABLE ALWAYS TRIGGER queues_changed;

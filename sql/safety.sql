@@ -278,3 +278,21 @@ SELECT orch_create_queue('sf_tkeys', '{"concurrency_key_limit": 1}') IS NOT NULL
 SELECT orch_enqueue('sf_tkeys', '{"t": "b"}', concurrency_key => 'k', tenant => 'sfb') > 0 AS b_first;
 SELECT orch_enqueue('sf_tkeys', '{"t": "a"}', concurrency_key => 'k', tenant => 'sfa', priority => -1000) > 0 AS a_better;
 SELECT tenant_id, gated, ready_at IS NOT NULL AS claimable FROM orch.tasks WHERE queue = 'sf_tkeys' ORDER BY tenant_id;
+
+-- 0.6.0: the lifecycle row trigger has no function-level SET search_path;
+-- it pins search_path itself where it runs SQL.  A keyed task written
+-- directly (as a role with INSERT on orch.tasks would) under a search_path
+-- that puts a planted "=" for text before pg_catalog: the gate's SQL does
+-- not reach the plant.
+CREATE SCHEMA sf_evil;
+CREATE FUNCTION sf_evil.texteq_hijack(text, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'hijacked'; END $$;
+CREATE OPERATOR sf_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = sf_evil.texteq_hijack);
+SELECT orch_create_queue('sf_keyed') IS NOT NULL AS created;
+SET search_path = sf_evil, pg_catalog, public;
+INSERT INTO orch.tasks (queue, state, payload, concurrency_key, reason_code)
+VALUES ('sf_keyed', 'queued', '{}', 'k1', 'enqueued'), ('sf_keyed', 'queued', '{}', 'k1', 'enqueued');
+RESET search_path;
+SELECT count(*) FILTER (WHERE ready_at IS NOT NULL) AS claimable, count(*) FILTER (WHERE gated) AS gated
+  FROM orch.tasks WHERE queue = 'sf_keyed';
+DROP SCHEMA sf_evil CASCADE;

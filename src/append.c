@@ -11,8 +11,9 @@
  *	  their defaults, evaluated as an INSERT would; columns the caller names
  *	  that the table lacks (an older schema) are left out.  When the table is
  *	  not a plain heap table that a direct write can serve (a trigger, a rule,
- *	  forced row security, another table access method, Citus loaded), the
- *	  caller falls back to its SQL INSERT.
+ *	  forced row security, a stored generated column, another table access
+ *	  method, a partition, Citus installed), the caller falls back to its SQL
+ *	  INSERT.
  */
 #include "postgres.h"
 
@@ -59,6 +60,8 @@ citus_installed(void)
 static bool
 direct_write_possible(Relation rel)
 {
+	if (rel->rd_att->constr && rel->rd_att->constr->has_generated_stored)
+		return false;			/* stored generated columns: the SQL INSERT computes them */
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
 		rel->trigdesc != NULL ||
@@ -146,7 +149,7 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 		bool		filled = false;
 		Node	   *def;
 
-		if (att->attisdropped)
+		if (att->attisdropped || att->attgenerated)
 			continue;
 		for (int c = 0; c < ncols && !filled; c++)
 			filled = attno[c] == att->attnum;
@@ -179,7 +182,8 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 				slot->tts_isnull[a] = true;
 				slot->tts_values[a] = (Datum) 0;
 				if (defaults[a])
-					slot->tts_values[a] = ExecEvalExpr(defaults[a], econtext, &slot->tts_isnull[a]);
+					slot->tts_values[a] = ExecEvalExprSwitchContext(defaults[a], econtext,
+																	 &slot->tts_isnull[a]);
 			}
 			for (int c = 0; c < ncols; c++)
 				if (attno[c] != InvalidAttrNumber)
@@ -196,7 +200,6 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 		{
 			List	   *recheck;
 
-			econtext->ecxt_scantuple = slots[i];
 			recheck = ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL);
 			list_free(recheck);
 		}

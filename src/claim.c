@@ -101,7 +101,7 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 									  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
 									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2)",
 									  3, types),
-						 v, n, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+						 v, n, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "orchestrator: claim probe failed");
 	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));

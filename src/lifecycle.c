@@ -981,7 +981,21 @@ task_trigger(TriggerData *trigdata)
 	}
 
 	if (task_cols.gated > 0)
-		newtup = task_gate(newtup, oldtup, td, from, to, task_id);
+	{
+		bool		keyless;
+
+		heap_getattr(newtup, task_cols.concurrency_key, td, &keyless);
+		if (keyless)
+			newtup = task_gate(newtup, oldtup, td, from, to, task_id);
+		else
+		{
+			/* a keyed task: the gate runs SQL (the function pins no search_path) */
+			int			nest = orch_pin_search_path();
+
+			newtup = task_gate(newtup, oldtup, td, from, to, task_id);
+			AtEOXact_GUC(true, nest);
+		}
+	}
 
 	/* A self-transition writes no event */
 	if (!is_insert && from == to)
@@ -1236,9 +1250,11 @@ orch_state_machine_trigger(PG_FUNCTION_ARGS)
 		/*
 		 * A user table: its writer's search_path is not ours, and the
 		 * machine lookups and the event insert run SQL as the extension's
-		 * owner.  The function itself pins no search_path (0.6.0: the task
-		 * table's path runs no SQL and is fired once per row, where a
-		 * function-level SET costs a GUC save and restore per row).
+		 * owner.  The function itself pins no search_path (0.6.0: it is
+		 * fired once per row, where a function-level SET costs a GUC save
+		 * and restore per row); every path that runs SQL pins it here: user
+		 * tables, keyed tasks (the gate), and the event insert of schemas
+		 * without the flush trigger.
 		 */
 		int			nest = orch_pin_search_path();
 		HeapTuple	result = generic_trigger(trigdata, trigger->tgargs[0], trigger->tgargs[1]);

@@ -16,6 +16,7 @@
 #include "postgres.h"
 
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "commands/trigger.h"
 #include "storage/lmgr.h"
@@ -132,14 +133,21 @@ orch_queue_cache_put(const char *queue, const QueueSettings *qs, bool paused)
 	bool		found;
 	Oid			relid;
 
-	if (strlen(queue) > QUEUE_NAME_MAX || miss_generation != inval_generation)
+	/*
+	 * Under REPEATABLE READ or SERIALIZABLE the row was read with the
+	 * transaction's snapshot, which may predate a change whose invalidation
+	 * this backend has already processed: not kept.
+	 */
+	if (strlen(queue) > QUEUE_NAME_MAX || miss_generation != inval_generation ||
+		IsolationUsesXactSnapshot())
 		return;
 	if (queue_cache == NULL)
 	{
 		HASHCTL		ctl;
 
 		relid = invalidating_relid();
-		if (!OidIsValid(relid))
+		/* opening the table may have processed invalidations */
+		if (!OidIsValid(relid) || miss_generation != inval_generation)
 			return;
 		queue_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "orchestrator queue settings",
 												ALLOCSET_SMALL_SIZES);
