@@ -87,11 +87,10 @@ orch_relid(const char *name)
  * nothing, when the table needs the SQL path.  Rows appear in the order
  * given (ids from the column's sequence, in that order).
  */
-bool
-orch_table_append(const char *relname, int ncols, const char *const *cols,
-				  int nrows, const Datum *values, const bool *nulls)
+static bool
+append_rows(Oid relid, int ncols, const char *const *cols,
+			int nrows, const Datum *values, const bool *nulls)
 {
-	Oid			relid;
 	Relation	rel;
 	TupleDesc	desc;
 	AttrNumber *attno;
@@ -106,9 +105,6 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 
 	if (nrows <= 0)
 		return true;
-	relid = orch_relid(relname);
-	if (!OidIsValid(relid))
-		return false;
 	rel = table_open(relid, RowExclusiveLock);
 	if (!direct_write_possible(rel))
 	{
@@ -217,6 +213,15 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 	return true;
 }
 
+bool
+orch_table_append(const char *relname, int ncols, const char *const *cols,
+				  int nrows, const Datum *values, const bool *nulls)
+{
+	Oid			relid = orch_relid(relname);
+
+	return OidIsValid(relid) && append_rows(relid, ncols, cols, nrows, values, nulls);
+}
+
 /* ----------------------------------------------------------------------
  * Events
  * ---------------------------------------------------------------------- */
@@ -297,7 +302,7 @@ orch_events_store(OrchEvent *const *events, int n)
 #undef PUT_TEXT
 #undef PUT
 	}
-	ok = orch_table_append("events", SC_COUNT, event_columns, n, v, nl);
+	ok = append_rows(relid, SC_COUNT, event_columns, n, v, nl);
 	pfree(v);
 	pfree(nl);
 	return ok;

@@ -424,10 +424,8 @@ events_flush(void)
 	{
 		OrchEvent **arr = palloc(sizeof(OrchEvent *) * n);
 
-		i = 0;
 		foreach(lc, work)
-			arr[i++] = (OrchEvent *) lfirst(lc);
-		i = 0;
+			arr[foreach_current_index(lc)] = (OrchEvent *) lfirst(lc);
 		if (orch_events_store(arr, n))
 		{
 			pfree(arr);
