@@ -759,7 +759,8 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 									   "UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
 									   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE
 									   "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
-									   "       FOR UPDATE SKIP LOCKED))",
+									   "       FOR UPDATE SKIP LOCKED))"
+									   "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))",
 									   3, types),
 						  v, n, false, 0);
 	if (rc != SPI_OK_UPDATE)

@@ -41,21 +41,6 @@
 /* rows per multi-insert call; the slots are reused from chunk to chunk */
 #define STORE_CHUNK 128
 
-/* Is Citus installed in this database?  Looked up once per transaction. */
-static bool
-citus_installed(void)
-{
-	static LocalTransactionId known_lxid = InvalidLocalTransactionId;
-	static bool installed = false;
-
-	if (known_lxid != MyProc->lxid)
-	{
-		installed = OidIsValid(get_extension_oid("citus", true));
-		known_lxid = MyProc->lxid;
-	}
-	return installed;
-}
-
 /* Can a direct write serve this relation exactly as an INSERT would? */
 static bool
 direct_write_possible(Relation rel)
@@ -70,7 +55,7 @@ direct_write_possible(Relation rel)
 		rel->rd_rel->relispartition)
 		return false;
 	/* a distributed table is a shell on the coordinator: leave it to SQL */
-	return !citus_installed();
+	return !orch_citus();
 }
 
 static Oid

@@ -26,11 +26,23 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
  * What a claim does to a task ($3 worker, $4 lease; the task's timeout caps
  * the lease) and what it hands back (emit_claimed reads these columns).
  */
-#define CLAIM_SET \
+#define CLAIM_SET_WITH(TOKEN, EXPIRES) \
 	"state = 'executing', attempts = t.attempts + 1," \
-	" lease_token = gen_random_uuid(), lease_owner = $3," \
-	" lease_expires_at = LEAST(now() + $4, now() + t.timeout), claimed_at = now()," \
+	" lease_token = " TOKEN ", lease_owner = $3," \
+	" lease_expires_at = " EXPIRES ", claimed_at = now()," \
 	" retry_at = NULL, reason_code = 'claimed'"
+#define CLAIM_SET CLAIM_SET_WITH("gen_random_uuid()", "LEAST(now() + $4, now() + t.timeout)")
+
+/*
+ * On Citus an UPDATE of a distributed table may call no volatile function
+ * and no stable one on a column: the token is md5 of the task id and a
+ * random 128-bit nonce of this claim ($6, never stored: a token tells
+ * nothing of another), and the timeout cap is computed in UTC ($7: now as
+ * a UTC timestamp; a day of timeout is 24 hours).
+ */
+#define CLAIM_SET_CITUS \
+	CLAIM_SET_WITH("md5(t.id::text || $6)::uuid", \
+				   "LEAST(now() + $4, timezone('UTC', $7 + t.timeout))")
 #define CLAIM_RETURNING \
 	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
@@ -51,14 +63,23 @@ static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
 	"             OR c.step_key LIKE '%:compensate')))"
 
+/* The run filter of a single-tenant claim on Citus: every table by $5 */
+#define RUN_FILTER_CITUS \
+	" AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
+	"      WHERE r.id = c.run_id AND r.tenant_id = $5 AND r.state = 'running'" \
+	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
+	"             OR c.step_key LIKE '%:compensate')))"
+
 /*
  * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
  * generic plan stays an index scan (a join against a LIMIT $n sub-query
  * would be planned for 10% of the table).
  */
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
+	CLAIM_SQL_SET(CLAIM_SET, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF)
+#define CLAIM_SQL_SET(SET, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
 	"WITH u AS (" \
-	"  UPDATE orch.tasks t SET " CLAIM_SET \
+	"  UPDATE orch.tasks t SET " SET \
 	"  WHERE t.id = ANY (ARRAY(SELECT c.id FROM orch.tasks c" \
 	"     WHERE c.queue = $1 AND c.ready_at <= now()" TENANT_FILTER RUNF \
 	"     ORDER BY priority, created_at, id" \
@@ -418,6 +439,13 @@ orch_dequeue(PG_FUNCTION_ARGS)
 					 errmsg("lease must be a positive interval")));
 	}
 	tenant = orch_text_arg(fcinfo, 4);
+	if (orch_citus())
+	{
+		/* one tenant, so that every statement below is single-shard */
+		if (tenant == NULL)
+			tenant = orch_caller_only_tenant();
+		orch_require_one_tenant(tenant, "orch_dequeue");
+	}
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -441,6 +469,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		orch_require_tenant(tenant);
 		tenants = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
 		all_tenants = false;
+		if (orch_citus())
+			orch_scope_tenant(tenant);
 	}
 	else
 		tenants = orch_caller_tenants_datum(&all_tenants);
@@ -481,6 +511,38 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
 	v[4] = tenant ? orch_text_datum(tenant) : tenants;
 	orch_set_event_context(worker, NULL);
+	if ((qs.owner_limit > 0 || qs.queue_limit > 0) && orch_citus())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
+				 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
+				 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
+	if (orch_citus())
+	{
+		Oid			ctypes[7] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPOID};
+		Datum		cv[7];
+		pg_uuid_t  *nonce = orch_new_uuid();
+
+		memcpy(cv, v, sizeof(Datum) * 5);
+		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
+		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
+		/* a timestamptz's value is UTC: as a timestamp, it is UTC wall time */
+		cv[6] = TimestampGetDatum(GetCurrentTransactionStartTimestamp());
+		if (SPI_execute_plan(runs
+							 ? orch_prepare(&claim_tenant_plan[1],
+											CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 7, ctypes)
+							 : orch_prepare(&claim_tenant_plan[0],
+											CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+														  " AND t.tenant_id = $5", ""), 7, ctypes),
+							 cv, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: claim failed");
+		orch_clear_event_context();
+		orch_scope_clear();
+		emit_claimed(rsinfo, outer);
+		SPI_finish();
+		return (Datum) 0;
+	}
 	if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
 		claim_limited(queue, worker, batch, lease, tenants, all_tenants, &qs, rsinfo, outer);

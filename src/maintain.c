@@ -67,12 +67,19 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 							  v, nl, false, 0);
 	}
 	else
+	{
+		v[1] = tenants;
+		if (tenants == (Datum) 0)
+			nl[1] = 'n';
+		types[1] = TEXTARRAYOID;
 		rc = SPI_execute_plan(orch_prepare(&expired_all_plan,
 										   "SELECT id FROM orch.tasks"
 										   " WHERE state = 'executing' AND lease_expires_at <= now()"
+										   "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
 										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										   1, types),
-							  v, NULL, false, 0);
+										   2, types),
+							  v, nl, false, 0);
+	}
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: lease scan failed");
 	n = (int) SPI_processed;
@@ -102,19 +109,25 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 
 /* ---------------------------------------------------------------------- */
 
+/* $4 (text[]): the tenants a statement acts on, NULL for all */
+#define TENANT_IN(col) "($4::text[] IS NULL OR " col " = ANY ($4))"
+
 /* Purging the finished tasks p: their attempts, events and keys with them */
 #define PURGE_TAIL \
-	" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id)," \
-	" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id)," \
+	" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id" \
+	"   AND a.tenant_id = p.tenant_id AND " TENANT_IN("a.tenant_id") ")," \
+	" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id" \
+	"   AND e.tenant_id = p.tenant_id AND " TENANT_IN("e.tenant_id") ")," \
 	" k AS (DELETE FROM orch.idempotency_keys k USING p" \
-	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id)" \
-	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id"
+	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id AND " TENANT_IN("k.tenant_id") ")" \
+	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id" \
+	"   AND " TENANT_IN("t.tenant_id")
 
 static int64
-count_query(const char *sql, int nargs, Oid *types, Datum *v)
+count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 {
 	bool		isnull;
-	int			rc = SPI_execute_with_args(sql, nargs, types, v, NULL, false, 0);
+	int			rc = SPI_execute_with_args(sql, nargs, types, v, nulls, false, 0);
 
 	if (rc < 0)
 		elog(ERROR, "orchestrator: maintenance statement failed: %s", SPI_result_code_string(rc));
@@ -152,7 +165,7 @@ fold_metrics(void)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		n = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL);
+		n = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -202,98 +215,86 @@ log_pass(TimestampTz started, Action *acts, int nacts)
 	v[1] = orch_text_datum(orch_current_actor());
 	v[2] = orch_text_datum(buf.data);
 	count_query("INSERT INTO orch.maintenance_log (started_at, finished_at, actor, actions)"
-				" VALUES ($1, clock_timestamp(), $2, $3::jsonb)", 3, types, v);
+				" VALUES ($1, clock_timestamp(), $2, $3::jsonb)", 3, types, v, NULL);
 	count_query("DELETE FROM orch.maintenance_log WHERE started_at < now() - interval '7 days'",
-				0, NULL, NULL);
+				0, NULL, NULL, NULL);
 }
 
 /*
- * orch_maintain(batch int DEFAULT 1000) -> TABLE(action text, count bigint)
+ * The work of one pass over the tasks of tenants (a text[]; (Datum) 0: of
+ * every tenant).  Fills acts (always the same actions in the same order)
+ * and returns how many.  Every statement filters on tenant_id and joins
+ * on it, so that on Citus, run tenant by tenant, each is a single-shard
+ * query.  Caller is connected to SPI.
  */
-Datum
-orch_maintain(PG_FUNCTION_ARGS)
+static int
+maintain_tenants(int32 batch, Datum tenants, Action *acts)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
-	Action		acts[24];
 	int			nacts = 0;
-	Oid			types[3] = {INT4OID, INTERVALOID, INTERVALOID};
-	Datum		v[3];
-	int64		purged_tasks;
-	bool		metrics;
-	TimestampTz started = GetCurrentTimestamp();
+	Oid			types[4] = {INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
 
-	if (batch < 1 || batch > 1000000)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be between 1 and 1000000")));
-	orch_require_unrestricted("orch_maintain");
-	InitMaterializedSRF(fcinfo, 0);
-
-	SPI_connect();
 	v[0] = Int32GetDatum(batch);
 	v[1] = IntervalPGetDatum(orch_usecs_interval((int64) orch_stuck_after * USECS_PER_SEC));
 	v[2] = IntervalPGetDatum(orch_usecs_interval((int64) orch_retention * USECS_PER_SEC));
-
-	/* 0. metrics: fold what committed since the last pass (before any purge) */
-	metrics = orch_has_metrics();
-	if (metrics)
-	{
-		acts[nacts].name = "metrics_folded";
-		acts[nacts++].count = fold_metrics();
-	}
+	v[3] = tenants;
+	if (tenants == (Datum) 0)
+		n[3] = 'n';
 
 	/* 1. expired leases and timeouts */
 	acts[nacts].name = "leases_recovered";
-	acts[nacts++].count = orch_recover_expired(NULL, batch, (Datum) 0);
+	acts[nacts++].count = orch_recover_expired(NULL, batch, tenants);
 
 	/* 2. stuck work: waiting (not retrying, not released) past the bound */
 	acts[nacts].name = "stuck_tasks";
 	acts[nacts++].count =
 		count_query("SELECT count(*) FROM (SELECT 1 FROM orch.tasks"
 					" WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')"
-					"   AND ready_at IS NULL AND retry_at IS NULL AND updated_at < now() - $2 LIMIT $1) s",
-					2, types, v);
+					"   AND ready_at IS NULL AND retry_at IS NULL AND updated_at < now() - $2"
+					"   AND " TENANT_IN("tenant_id") " LIMIT $1) s",
+					4, types, v, n);
 
 	/* 3. counters against rows, for tasks finished recently */
 	acts[nacts].name = "counter_mismatches";
 	acts[nacts++].count =
 		count_query("SELECT count(*) FROM orch.tasks t"
-					" WHERE t.id IN (SELECT e.task_id FROM orch.events e"
-					"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events) - $1 * 4"
-					"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL)"
-					" AND t.state IN ('completed', 'failed', 'cancelled')"
-					" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a WHERE a.task_id = t.id)"
-					"   OR t.failures <> (SELECT count(*) FROM orch.attempts a WHERE a.task_id = t.id"
+					" WHERE (t.id, t.tenant_id) IN (SELECT e.task_id, e.tenant_id FROM orch.events e"
+					"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events"
+					"                 WHERE " TENANT_IN("tenant_id") ") - $1 * 4"
+					"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL"
+					"     AND " TENANT_IN("e.tenant_id") ")"
+					" AND t.state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("t.tenant_id")
+					" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a"
+					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " TENANT_IN("a.tenant_id") ")"
+					"   OR t.failures <> (SELECT count(*) FROM orch.attempts a"
+					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " TENANT_IN("a.tenant_id")
 					"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))",
-					1, types, v);
+					4, types, v, n);
 	if (acts[nacts - 1].count > 0)
 		ereport(WARNING,
 				(errmsg("orchestrator: " INT64_FORMAT " recently finished tasks have attempt or failure counters that disagree with orch.attempts",
 						acts[nacts - 1].count)));
 
 	/* 4. retention: finished tasks with their attempts and events */
-	purged_tasks = 0;
 	acts[nacts].name = "tasks_purged";
-	if (orch_retention > 0)
-		purged_tasks =
-			count_query(orch_has_runs()
-						? "WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
-						"   WHERE finished_at < now() - $3"
-						"     AND state IN ('completed', 'failed', 'cancelled')"
-						/* a run still open needs its steps' tasks (map results, counts) */
-						"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
-						"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id"
-						"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
-						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-						PURGE_TAIL
-						: "WITH p AS (SELECT id, tenant_id FROM orch.tasks"
-						"   WHERE finished_at < now() - $3"
-						"     AND state IN ('completed', 'failed', 'cancelled')"
-						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-						PURGE_TAIL,
-						3, types, v);
-	acts[nacts++].count = purged_tasks;
+	acts[nacts++].count = orch_retention <= 0 ? 0 :
+		count_query(orch_has_runs()
+					? "WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
+					"   WHERE finished_at < now() - $3"
+					"     AND state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("t.tenant_id")
+					/* a run still open needs its steps' tasks (map results, counts) */
+					"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
+					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " TENANT_IN("r.tenant_id")
+					"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
+					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+					PURGE_TAIL
+					: "WITH p AS (SELECT id, tenant_id FROM orch.tasks"
+					"   WHERE finished_at < now() - $3"
+					"     AND state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("tenant_id")
+					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+					PURGE_TAIL,
+					4, types, v, n);
 
 	/*
 	 * Finished workflow runs past the retention, with their steps and the
@@ -306,27 +307,32 @@ orch_maintain(PG_FUNCTION_ARGS)
 		acts[nacts++].count = orch_retention <= 0 ? 0 :
 			count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
 						"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
+						"     AND " TENANT_IN("tenant_id")
 						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 						" s AS (DELETE FROM orch.run_steps s USING p"
-						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id),"
+						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " TENANT_IN("s.tenant_id") "),"
 						" e AS (DELETE FROM orch.events e USING p"
-						"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL)"
-						" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id",
-						3, types, v);
+						"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
+						"     AND " TENANT_IN("e.tenant_id") ")"
+						" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
+						"   AND " TENANT_IN("r.tenant_id"),
+						4, types, v, n);
 	}
 
 	/* events of the user tables' state machines past the retention */
 	acts[nacts].name = "events_purged";
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
 		count_query("DELETE FROM orch.events e USING"
-					" (SELECT id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
-					"    AND at < now() - $3 ORDER BY at LIMIT $1) o WHERE e.id = o.id", 3, types, v);
+					" (SELECT id, tenant_id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
+					"    AND at < now() - $3 AND " TENANT_IN("tenant_id") " ORDER BY at LIMIT $1) o"
+					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " TENANT_IN("e.tenant_id"),
+					4, types, v, n);
 
 	/* 0.3.0 objects: slots and rate windows */
 	if (orch_has_gate())
 	{
 		acts[nacts].name = "delayed_woken";
-		acts[nacts++].count = orch_wake_delayed(NULL, batch, (Datum) 0);
+		acts[nacts++].count = orch_wake_delayed(NULL, batch, tenants);
 		acts[nacts].name = "runs_progressed";
 		acts[nacts++].count = orch_runs_maintain(batch);
 		acts[nacts].name = "key_decisions_settled";
@@ -337,15 +343,101 @@ orch_maintain(PG_FUNCTION_ARGS)
 		acts[nacts++].count =
 			count_query("DELETE FROM orch.rate_window w USING"
 						" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
-						"  LIMIT $1) o WHERE w.ctid = o.ctid", 1, types, v);
+						"  AND " TENANT_IN("tenant_id") " LIMIT $1) o"
+						" WHERE w.ctid = o.ctid AND " TENANT_IN("w.tenant_id"),
+						4, types, v, n);
 	}
 
 	acts[nacts].name = "idempotency_keys_purged";
 	acts[nacts++].count =
 		count_query("DELETE FROM orch.idempotency_keys k USING"
 					" (SELECT tenant_id, key FROM orch.idempotency_keys WHERE expires_at <= now()"
+					"  AND " TENANT_IN("tenant_id")
 					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
-					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key", 1, types, v);
+					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " TENANT_IN("k.tenant_id"),
+					4, types, v, n);
+	return nacts;
+}
+
+/*
+ * orch_maintain(batch int DEFAULT 1000) -> TABLE(action text, count bigint)
+ *	  On Citus the pass runs tenant by tenant (each statement then goes to
+ *	  the tenant's shard), batch applying to each tenant.
+ */
+Datum
+orch_maintain(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
+	Action		acts[24];
+	int			nacts = 0;
+	bool		metrics;
+	TimestampTz started = GetCurrentTimestamp();
+
+	if (batch < 1 || batch > 1000000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and 1000000")));
+	orch_require_unrestricted("orch_maintain");
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+
+	/* 0. metrics: fold what committed since the last pass (before any purge) */
+	metrics = orch_has_metrics();
+	if (metrics)
+	{
+		acts[nacts].name = "metrics_folded";
+		/* the fold reads every tenant's events at once: not on Citus (yet) */
+		acts[nacts++].count = orch_citus() ? 0 : fold_metrics();
+	}
+
+	if (!orch_citus())
+		nacts += maintain_tenants(batch, (Datum) 0, acts + nacts);
+	else
+	{
+		int			ntenants;
+		char	  **tenant_names;
+		Action		part[24];
+		int			first = nacts;
+
+		if (SPI_execute("SELECT tenant_id FROM orch.tasks GROUP BY 1"
+						" UNION SELECT tenant_id FROM orch.idempotency_keys GROUP BY 1"
+						" ORDER BY 1", true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: tenant scan failed");
+		ntenants = (int) SPI_processed;
+		tenant_names = palloc(sizeof(char *) * (ntenants + 1));
+		for (int i = 0; i < ntenants; i++)
+			tenant_names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		/* with no tenant at all, the actions are still reported (zero) */
+		if (ntenants == 0)
+		{
+			int			k = maintain_tenants(batch, PointerGetDatum(construct_empty_array(TEXTOID)),
+											 acts + nacts);
+
+			nacts += k;
+		}
+		for (int i = 0; i < ntenants; i++)
+		{
+			Datum		one = orch_text_datum(tenant_names[i]);
+			int			k;
+
+			orch_scope_tenant(tenant_names[i]);
+			k = maintain_tenants(batch, PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false,
+																		TYPALIGN_INT)),
+								 part);
+			orch_scope_clear();
+			for (int j = 0; j < k; j++)
+			{
+				if (i == 0)
+					acts[first + j] = part[j];
+				else
+					acts[first + j].count += part[j].count;
+			}
+			if (i == 0)
+				nacts += k;
+		}
+	}
 
 	/* the pass's record (0.5.0): pg_cron's history then says what it did */
 	if (metrics)

@@ -72,6 +72,7 @@ _PG_init(void)
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
+	orch_distributed_init();
 }
 
 /*
@@ -84,6 +85,20 @@ _PG_init(void)
 SPIPlanPtr
 orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
+	/*
+	 * On Citus a statement is planned with its values: Citus routes a
+	 * statement to one shard by its tenant value, and refuses most generic
+	 * plans of distributed statements.  Such a plan lives until SPI_finish.
+	 */
+	if (orch_citus())
+	{
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_CUSTOM_PLAN);
+
+		if (plan == NULL)
+			elog(ERROR, "orchestrator: SPI_prepare failed: %s",
+				 SPI_result_code_string(SPI_result));
+		return plan;
+	}
 	if (*cache == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,

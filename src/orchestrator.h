@@ -237,6 +237,7 @@ extern bool orch_tenant_allowed(const char *tenant);
 extern Datum orch_caller_tenants_datum(bool *isnull);
 extern void orch_spi_caller_tenants(Datum *values, char *nulls, int i);
 extern char *orch_resolve_tenant(const char *requested);
+extern char *orch_caller_only_tenant(void);
 extern void orch_require_tenant(const char *tenant);
 extern void orch_require_unrestricted(const char *what);
 extern bool orch_caller_is_admin_role(void);
@@ -298,6 +299,16 @@ extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, boo
 extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
 							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
+
+/* distributed.c: Citus (SPEC section 11) */
+extern bool orch_citus(void);
+extern void orch_distributed_init(void);
+extern const char *orch_scoped_tenant(void);
+extern void orch_scope_tenant(const char *tenant);
+extern void orch_scope_clear(void);
+extern void orch_scope_task(int64 id);
+extern void orch_scope_tasks(Datum ids);
+extern void orch_require_one_tenant(const char *tenant, const char *what);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)

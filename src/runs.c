@@ -362,6 +362,15 @@ run_plan(const char *sql, int nargs, Oid *types)
 	bool		found;
 	RunPlan    *e;
 
+	if (orch_citus())
+	{
+		/* planned with its values each time: see orch_prepare */
+		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
+
+		if (p == NULL)
+			elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		return p;
+	}
 	if (run_plans == NULL)
 	{
 		HASHCTL		ctl;
@@ -504,31 +513,37 @@ int
 run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
 				 const char *reason)
 {
-	Oid		   *t = palloc(sizeof(Oid) * (nargs + 1));
-	Datum	   *v = palloc(sizeof(Datum) * (nargs + 1));
-	char	   *n = palloc(nargs + 2);
+	Oid		   *t = palloc(sizeof(Oid) * (nargs + 2));
+	Datum	   *v = palloc(sizeof(Datum) * (nargs + 2));
+	char	   *n = palloc(nargs + 3);
 	int			r = nargs + 1;
 	OrchEventContext saved;
 
 	memcpy(t, types, sizeof(Oid) * nargs);
 	memcpy(v, values, sizeof(Datum) * nargs);
-	memset(n, ' ', nargs + 1);
-	n[nargs + 1] = '\0';
+	memset(n, ' ', nargs + 2);
+	n[nargs + 2] = '\0';
 	if (nulls)
 		memcpy(n, nulls, nargs);
 	t[nargs] = TEXTOID;
 	v[nargs] = orch_text_datum(reason);
+	/* the tenants (all; on Citus the one the call is scoped to) */
+	t[nargs + 1] = TEXTARRAYOID;
+	orch_spi_caller_tenants(v, n, nargs + 1);
 	saved = orch_save_event_context();
 	orch_set_event_context(NULL, reason);
 	run_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
-					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))),"
+					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
+					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))),"
 					 " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token,"
 					 "   started_at, outcome, error)"
 					 "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'cancelled', $%d"
 					 "   FROM c WHERE state = 'executing')"
 					 " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
-					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id", ids_sql, r, r),
-			nargs + 1, t, v, n, SPI_OK_UPDATE);
+					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
+					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))",
+					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1),
+			nargs + 2, t, v, n, SPI_OK_UPDATE);
 	orch_restore_event_context(saved);	/* the caller's label and note go on */
 	return (int) SPI_processed;
 }
@@ -601,8 +616,9 @@ orch_runs_flush(void)
 int
 orch_runs_maintain(int limit)
 {
-	Oid			types[1] = {INT4OID};
-	Datum		v[1];
+	Oid			types[2] = {INT4OID, TEXTARRAYOID};
+	Datum		v[2];
+	char		vn[2] = {' ', ' '};
 	int			n;
 	int64	   *ids;
 	char	  **tenants;
@@ -612,14 +628,18 @@ orch_runs_maintain(int limit)
 	if (!orch_has_runs())
 		return 0;
 	v[0] = Int32GetDatum(limit);
+	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
+	orch_spi_caller_tenants(v, vn, 1);
 	run_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
+			"   AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))"
 			"   AND ((r.deadline_at <= now() AND r.phase = 'forward')"
 			"     OR EXISTS (SELECT 1 FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id"
+			"        AND ($2::text[] IS NULL OR s.tenant_id = ANY ($2))"
 			"        AND ((s.state = 'waiting' AND s.wake_at <= clock_timestamp())"
 			"          OR (s.state IN ('running', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
 			" ORDER BY r.id LIMIT $1",
-			1, types, v, NULL, SPI_OK_SELECT);
+			2, types, v, vn, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
 	tenants = palloc(sizeof(char *) * (n + 1));
@@ -660,8 +680,9 @@ orch_runs_maintain(int limit)
 						 "   WHERE t2.run_id IS NOT NULL AND t2.state NOT IN ('completed', 'failed', 'cancelled')"
 						 "     AND (r.state IN ('succeeded', 'failed', 'canceled')"
 						 "       OR (r.phase = 'compensating' AND t2.step_key NOT LIKE '%:compensate'))"
+						 "     AND ($2::text[] IS NULL OR (t2.tenant_id = ANY ($2) AND r.tenant_id = ANY ($2)))"
 						 "   ORDER BY t2.id LIMIT $1 FOR UPDATE OF t2 SKIP LOCKED",
-						 1, types, v, NULL, "run_finished");
+						 2, types, v, vn, "run_finished");
 }
 
 /* ----------------------------------------------------------------------

@@ -39,6 +39,8 @@ orch_lock_task(int64 id, OrchTask *t)
 	Datum		d;
 
 	v[0] = Int64GetDatum(id);
+	/* on Citus: the statements of this call go to the task's shard */
+	orch_scope_task(id);
 	/* another tenant's row is neither locked nor seen (no timing oracle) */
 	orch_spi_caller_tenants(v, n, 1);
 	if (SPI_execute_plan(orch_prepare(&lock_plan,
@@ -250,10 +252,10 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 	QueueSettings qs;
 	RetryDecision d;
 	TimestampTz at = 0;
-	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID,
-	TEXTOID, TIMESTAMPTZOID};
-	Datum		v[8];
-	char		n[8];
+	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID,
+	TEXTOID, TIMESTAMPTZOID, JSONBOID};
+	Datum		v[9];
+	char		n[9];
 	const char *reason;
 	bool		recovery = strcmp(outcome, "lease_expired") == 0 ||
 		strcmp(outcome, "timed_out") == 0;
@@ -285,13 +287,25 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 	v[7] = TimestampTzGetDatum(at);
 	if (!d.retry)
 		n[7] = 'n';
+	/* an escalation records why, for whoever confirms (else no wait data) */
+	n[8] = 'n';
+	if (d.next_state == TS_AWAITING_CONFIRMATION)
+	{
+		Oid			jt[2] = {TEXTOID, TEXTOID};
+		bool		isnull;
+
+		if (SPI_execute_with_args("SELECT jsonb_build_object('escalated', $1, 'error', $2)",
+								  2, jt, v + 4, n + 4, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "orchestrator: wait data failed");
+		v[8] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		n[8] = ' ';
+	}
 	if (SPI_execute_plan(orch_prepare(&fail_plan,
 									  "UPDATE orch.tasks SET state = $3, failures = $4, reason_code = $5,"
 									  " last_error = $6, last_error_class = $7, retry_at = $8, ready_at = $8,"
-									  " wait_data = CASE WHEN $3 = 'awaiting_user_confirmation'"
-									  "   THEN jsonb_build_object('escalated', $5, 'error', $6) END"
+									  " wait_data = $9"
 									  " WHERE id = $1 AND tenant_id = $2",
-									  8, types),
+									  9, types),
 						 v, n, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
 		elog(ERROR, "orchestrator: task update failed");
 	if (retry_at)
@@ -361,9 +375,10 @@ orch_complete(PG_FUNCTION_ARGS)
 		n[2] = 'n';
 	/* a parameter, not a literal: keeps the generic plan on the primary key */
 	v[3] = orch_text_datum("executing");
-	orch_spi_caller_tenants(v, n, 4);
 
 	SPI_connect();
+	orch_scope_task(id);
+	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	/* Fast path: one statement fences and completes; then the attempt row */
 	if (SPI_execute_plan(orch_prepare(&complete_plan,
@@ -387,6 +402,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	}
 	record_completed_attempts(SPI_tuptable, (int) SPI_processed);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("completed"));
 }
@@ -470,9 +486,10 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	v[0] = PointerGetDatum(ids_a);
 	v[1] = PointerGetDatum(toks_a);
 	v[3] = orch_text_datum("executing");
-	orch_spi_caller_tenants(v, nulls, 4);
 
 	SPI_connect();
+	orch_scope_tasks(v[0]);
+	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	if (SPI_execute_plan(orch_prepare(&complete_batch_plan,
 									  "UPDATE orch.tasks t SET state = 'completed', result = r.result,"
@@ -511,6 +528,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	}
 	record_completed_attempts(SPI_tuptable, completed);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_INT32(completed);
 }
@@ -559,6 +577,7 @@ orch_fail(PG_FUNCTION_ARGS)
 	orch_set_event_context(t.lease_owner, error);
 	d = orch_fail_locked(&t, ec, error, has_retry_after, retry_after, "failed", &retry_at);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 
 	values[0] = orch_text_datum(orch_state_names[d.next_state]);
@@ -596,6 +615,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	if (t.state == TS_CANCELLED && t.has_token &&
 		memcmp(t.token.data, token->data, UUID_LEN) == 0)
 	{
+		orch_scope_clear();
 		SPI_finish();
 		PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 	}
@@ -610,8 +630,15 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
 	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
-	exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
-				" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
+	if (orch_citus())
+		/* no stable function on a column in a distributed UPDATE: UTC arithmetic */
+		exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3,"
+					" timezone('UTC', timezone('UTC', claimed_at) + timeout))"
+					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
+	else
+		exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
+					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("executing"));
 }
@@ -639,6 +666,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 	exec_update(&update_plans[1], "UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
 				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }
@@ -673,6 +701,7 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 				" retry_at = NULL, wait_data = $4, resume_data = NULL"
 				" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 }
 
@@ -785,6 +814,7 @@ orch_resume(PG_FUNCTION_ARGS)
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text("awaiting_tool"));
 }
@@ -836,6 +866,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 		result = "failed";
 	}
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }

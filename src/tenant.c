@@ -226,8 +226,17 @@ Datum
 orch_caller_tenants_datum(bool *isnull)
 {
 	Datum	   *elems;
+	const char *scoped = orch_scoped_tenant();
 
 	load_caller_tenants();
+	/* on Citus, a call scoped to one tenant filters on it (distributed.c) */
+	if (scoped != NULL)
+	{
+		Datum		one = orch_text_datum(scoped);
+
+		*isnull = false;
+		return PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+	}
 	*isnull = !cache_restricted;
 	if (!cache_restricted)
 		return (Datum) 0;
@@ -236,6 +245,16 @@ orch_caller_tenants_datum(bool *isnull)
 		elems[i] = orch_text_datum(cache_tenants[i]);
 	return PointerGetDatum(construct_array(elems, cache_ntenants, TEXTOID, -1, false,
 										   TYPALIGN_INT));
+}
+
+/* The caller's tenant when it is bound to exactly one, else NULL. */
+char *
+orch_caller_only_tenant(void)
+{
+	load_caller_tenants();
+	if (cache_restricted && cache_ntenants == 1)
+		return pstrdup(cache_tenants[0]);
+	return NULL;
 }
 
 /* Set SPI argument i to the caller's tenants (SQL NULL when unrestricted). */

@@ -1,0 +1,376 @@
+/*
+ * distributed.c
+ *	  Running on Citus (SPEC section 11): detecting it, the tenant a call is
+ *	  scoped to (so that every statement it runs is a single-shard query),
+ *	  and orch_distribute(), which distributes the extension's tables by
+ *	  tenant_id and makes their ids unique across the nodes.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_distribute);
+
+/* Is Citus installed in this database?  Looked up once per transaction. */
+bool
+orch_citus(void)
+{
+	static LocalTransactionId known_lxid = InvalidLocalTransactionId;
+	static bool installed = false;
+
+	if (known_lxid != MyProc->lxid || known_lxid == InvalidLocalTransactionId)
+	{
+		installed = OidIsValid(get_extension_oid("citus", true));
+		known_lxid = MyProc->lxid;
+	}
+	return installed;
+}
+
+/*
+ * The tenant the current call acts in, on Citus only.  A call that acts on
+ * one task (or maintenance, tenant by tenant) sets it; the statements it
+ * runs then filter on that tenant (orch_spi_caller_tenants), which makes
+ * each a single-shard router query: Citus refuses FOR UPDATE across shards.
+ * Cleared when the call ends and by any (sub)transaction abort, so an error
+ * in one call never scopes the next.
+ */
+static char *scope_tenant = NULL;
+
+const char *
+orch_scoped_tenant(void)
+{
+	return scope_tenant;
+}
+
+void
+orch_scope_tenant(const char *tenant)
+{
+	if (scope_tenant != NULL)
+		pfree(scope_tenant);
+	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
+}
+
+void
+orch_scope_clear(void)
+{
+	orch_scope_tenant(NULL);
+}
+
+static void
+scope_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		orch_scope_clear();
+}
+
+static void
+scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		orch_scope_clear();
+}
+
+void
+orch_distributed_init(void)
+{
+	RegisterXactCallback(scope_xact_callback, NULL);
+	RegisterSubXactCallback(scope_subxact_callback, NULL);
+}
+
+static SPIPlanPtr task_tenant_plan = NULL;
+
+/*
+ * On Citus, scope the call to the tenant of the tasks ids (a bigint[]): one
+ * lookup across the shards, without a lock, filtered by the caller's own
+ * tenants.  Tasks of several tenants are refused (0A000): a call that
+ * fences and finishes them must lock them on one shard.  Tasks not found
+ * leave the call unscoped; its own lookup then reports them missing.  Does
+ * nothing off Citus.  Caller is connected to SPI.
+ */
+void
+orch_scope_tasks(Datum ids)
+{
+	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Datum		v[2];
+	char		n[2] = {' ', ' '};
+	bool		isnull;
+	Datum		d;
+
+	if (!orch_citus())
+		return;
+	orch_scope_clear();
+	v[0] = ids;
+	orch_spi_caller_tenants(v, n, 1);
+	if (SPI_execute_plan(orch_prepare(&task_tenant_plan,
+									  "SELECT DISTINCT tenant_id FROM orch.tasks WHERE id = ANY ($1)"
+									  " AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) LIMIT 2",
+									  2, types),
+						 v, n, true, 2) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: task tenant lookup failed");
+	if (SPI_processed == 0)
+		return;
+	if (SPI_processed > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the tasks belong to more than one tenant"),
+				 errdetail("With the tables distributed by Citus, one call acts on one tenant's tasks."),
+				 errhint("Complete each tenant's tasks in a call of their own (a claim hands out one tenant's tasks).")));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	orch_scope_tenant(TextDatumGetCString(d));
+}
+
+/* orch_scope_tasks for one task */
+void
+orch_scope_task(int64 id)
+{
+	Datum		one = Int64GetDatum(id);
+
+	if (!orch_citus())
+		return;
+	orch_scope_tasks(PointerGetDatum(construct_array(&one, 1, INT8OID, 8, FLOAT8PASSBYVAL,
+													 TYPALIGN_DOUBLE)));
+}
+
+/*
+ * On Citus, the one tenant a cross-tenant call (a claim, a listing) must
+ * name; 0A000 when it names none.  what: the call, for the message.
+ */
+void
+orch_require_one_tenant(const char *tenant, const char *what)
+{
+	if (tenant == NULL && orch_citus())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s must name one tenant when the tables are distributed with Citus", what),
+				 errdetail("Citus runs FOR UPDATE only on one shard, and a tenant's rows are on one shard."),
+				 errhint("Pass tenant => '...', or bind the calling role to one tenant with orch_bind_tenant.")));
+}
+
+/* ----------------------------------------------------------------------
+ * orch_distribute(shard_count integer DEFAULT NULL) -> TABLE(object, action)
+ * ---------------------------------------------------------------------- */
+
+/* Tables distributed by tenant_id, co-located with orch.tasks (first). */
+static const char *const distributed_tables[] = {
+	"tasks", "attempts", "events", "idempotency_keys", "commands",
+	"rate_window", "gate_repairs", "runs", "run_steps", "approvals",
+	"metric_totals", "metric_minutes"
+};
+
+/* Small tables every node reads: Citus reference tables. */
+static const char *const reference_tables[] = {
+	"queues", "state_machines", "state_transitions", "concurrency_limits",
+	"tenant_bindings", "definitions", "metric_state", "maintenance_log"
+};
+
+/* Sequences whose values become ids: a disjoint range per node. */
+static const char *const id_sequences[] = {
+	"tasks_id_seq", "attempts_id_seq", "events_id_seq", "commands_id_seq",
+	"runs_id_seq", "run_steps_done_seq", "maintenance_log_id_seq"
+};
+
+static void
+emit(ReturnSetInfo *rsinfo, const char *object, const char *action)
+{
+	Datum		out[2];
+	bool		nulls[2] = {false, false};
+
+	out[0] = CStringGetTextDatum(object);
+	out[1] = CStringGetTextDatum(action);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+}
+
+static void
+run(const char *sql)
+{
+	if (SPI_execute(sql, false, 0) < 0)
+		elog(ERROR, "orchestrator: statement failed: %s", sql);
+}
+
+/* Run cmd on every worker (run_command_on_workers); any failure is an error. */
+static void
+run_on_workers(const char *cmd)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		v[1];
+
+	v[0] = CStringGetTextDatum(cmd);
+	if (SPI_execute_with_args("SELECT nodename || ':' || nodeport, result"
+							  " FROM run_command_on_workers($1) WHERE NOT success",
+							  1, types, v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: run_command_on_workers failed");
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("a command failed on worker %s: %s",
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
+				 errdetail("Command: %s", cmd)));
+}
+
+/* The Citus partition method of orch.<name>: 'h', 'n', or '\0' when local. */
+static char
+citus_method(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		v[1];
+	char		buf[NAMEDATALEN * 2];
+	bool		isnull;
+
+	snprintf(buf, sizeof(buf), "orch.%s", name);
+	v[0] = CStringGetTextDatum(buf);
+	if (SPI_execute_with_args("SELECT partmethod::text FROM pg_dist_partition"
+							  " WHERE logicalrelid = $1::regclass",
+							  1, types, v, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: pg_dist_partition lookup failed");
+	if (SPI_processed == 0)
+		return '\0';
+	return TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull))[0];
+}
+
+static bool
+orch_table_exists(const char *name)
+{
+	Oid			nsp = get_namespace_oid("orch", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid(name, nsp));
+}
+
+Datum
+orch_distribute(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			shard_count = PG_ARGISNULL(0) ? 0 : PG_GETARG_INT32(0);
+	StringInfoData sql;
+
+	if (!PG_ARGISNULL(0) && (shard_count < 1 || shard_count > 64000))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shard_count must be between 1 and 64000")));
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only a superuser may distribute the orchestrator's tables")));
+	if (!orch_citus())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("Citus is not installed in this database"),
+				 errhint("Load citus (shared_preload_libraries) on every node, run CREATE EXTENSION citus on the coordinator and add the workers, then call orch_distribute() there.")));
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+
+	if (SPI_execute("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: pg_dist_local_group lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("orch_distribute must run on the Citus coordinator")));
+
+	initStringInfo(&sql);
+
+	/*
+	 * The state-machine tables reference each other: Citus converts a table
+	 * with a foreign key to a reference table through a path that collides
+	 * with the extension's copy on the workers.  The key only guards
+	 * orch_create_state_machine's own inserts (it writes the machine first),
+	 * so it goes, here and on the workers.
+	 */
+	if (citus_method("state_transitions") == '\0')
+	{
+		run("ALTER TABLE orch.state_transitions DROP CONSTRAINT IF EXISTS state_transitions_machine_fkey");
+		run_on_workers("ALTER TABLE orch.state_transitions"
+					   " DROP CONSTRAINT IF EXISTS state_transitions_machine_fkey");
+		emit(rsinfo, "orch.state_transitions", "foreign key to orch.state_machines dropped");
+	}
+
+	for (int i = 0; i < lengthof(reference_tables); i++)
+	{
+		const char *t = reference_tables[i];
+
+		if (!orch_table_exists(t))
+			continue;
+		if (citus_method(t) != '\0')
+		{
+			emit(rsinfo, psprintf("orch.%s", t), "already a Citus table");
+			continue;
+		}
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT create_reference_table('orch.%s')", t);
+		run(sql.data);
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT truncate_local_data_after_distributing_table('orch.%s')", t);
+		run(sql.data);
+		emit(rsinfo, psprintf("orch.%s", t), "reference table");
+	}
+
+	for (int i = 0; i < lengthof(distributed_tables); i++)
+	{
+		const char *t = distributed_tables[i];
+
+		if (!orch_table_exists(t))
+			continue;
+		if (citus_method(t) != '\0')
+		{
+			emit(rsinfo, psprintf("orch.%s", t), "already a Citus table");
+			continue;
+		}
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT create_distributed_table('orch.%s', 'tenant_id'", t);
+		if (i > 0)
+			appendStringInfoString(&sql, ", colocate_with => 'orch.tasks'");
+		else if (shard_count > 0)
+			appendStringInfo(&sql, ", shard_count => %d", shard_count);
+		appendStringInfoChar(&sql, ')');
+		run(sql.data);
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT truncate_local_data_after_distributing_table('orch.%s')", t);
+		run(sql.data);
+		emit(rsinfo, psprintf("orch.%s", t), "distributed by tenant_id");
+	}
+
+	/*
+	 * Ids unique across nodes: the extension's sequences exist on every
+	 * node (CREATE EXTENSION ran there) and Citus leaves an extension's
+	 * sequences alone, so each worker would count from 1.  Each node other
+	 * than the coordinator counts in its own range: group id << 48, as
+	 * Citus does for the sequences of the tables it creates.
+	 */
+	resetStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "DO $do$ DECLARE g bigint; s text; BEGIN"
+						   " SELECT groupid INTO g FROM pg_dist_local_group;"
+						   " FOREACH s IN ARRAY ARRAY[");
+	for (int i = 0, k = 0; i < lengthof(id_sequences); i++)
+	{
+		if (!orch_table_exists(id_sequences[i]))
+			continue;
+		appendStringInfo(&sql, "%s'orch.%s'", k++ > 0 ? ", " : "", id_sequences[i]);
+	}
+	appendStringInfoString(&sql,
+						   "]::text[] LOOP"
+						   " IF pg_catalog.pg_sequence_last_value(s::regclass) >= (g << 48) THEN CONTINUE; END IF;"
+						   " EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s RESTART %s', s,"
+						   "   (g << 48) + 1, ((g + 1) << 48) - 1, (g << 48) + 1, (g << 48) + 1);"
+						   " END LOOP; END $do$");
+	run_on_workers(sql.data);
+	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
+
+	SPI_finish();
+	return (Datum) 0;
+}
