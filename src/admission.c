@@ -317,9 +317,9 @@ orch_gate_set_try_only(bool on)
 int
 orch_gate_repair(const char *queue, int limit)
 {
-	Oid			types[2] = {TEXTOID, INT4OID};
-	Datum		v[2];
-	char		n[2] = {' ', ' '};
+	Oid			types[3] = {TEXTOID, INT4OID, TEXTARRAYOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
 	int			nkeys;
 	char	  **queues;
 	char	  **keys;
@@ -330,11 +330,13 @@ orch_gate_repair(const char *queue, int limit)
 		return 0;
 	orch_spi_text(v, n, 0, queue);
 	v[1] = Int32GetDatum(limit);
+	/* all tenants; on Citus the one the call is scoped to */
+	orch_spi_scope_tenants(v, n, 2);
 	/* a read-only probe first: the table is almost always empty */
 	if (SPI_execute_plan(orch_prepare(&repair_probe_plan,
 									  "SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
-									  " LIMIT $2",
-									  2, types),
+									  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) LIMIT $2",
+									  3, types),
 						 v, n, false, 1) != SPI_OK_SELECT)	/* sees notes of this statement */
 		elog(ERROR, "orchestrator: gate repair probe failed");
 	if (SPI_processed == 0)
@@ -342,8 +344,9 @@ orch_gate_repair(const char *queue, int limit)
 	if (SPI_execute_plan(orch_prepare(&repair_pick_plan,
 									  "SELECT queue, key, tenant_id FROM orch.gate_repairs"
 									  " WHERE ($1::text IS NULL OR queue = $1)"
+									  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
 									  " ORDER BY queue, key, tenant_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-									  2, types),
+									  3, types),
 						 v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: gate repair scan failed");
 	nkeys = (int) SPI_processed;
@@ -663,9 +666,9 @@ gate_enforce(const char *queue, const char *key, const char *tenant)
 int
 orch_gate_reconcile(const char *queue, int max_keys)
 {
-	Oid			types[2] = {TEXTOID, INT4OID};
-	Datum		v[2];
-	char		n[2] = {' ', ' '};
+	Oid			types[3] = {TEXTOID, INT4OID, TEXTARRAYOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
 	int			nkeys;
 	char	  **queues;
 	char	  **keys;
@@ -674,11 +677,13 @@ orch_gate_reconcile(const char *queue, int max_keys)
 
 	orch_spi_text(v, n, 0, queue);
 	v[1] = Int32GetDatum(max_keys);
+	orch_spi_scope_tenants(v, n, 2);
 	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
 							  " WHERE concurrency_key IS NOT NULL"
 							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
-							  "   AND ($1::text IS NULL OR queue = $1) LIMIT $2",
-							  2, types, v, n, false, 0) != SPI_OK_SELECT)
+							  "   AND ($1::text IS NULL OR queue = $1)"
+							  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) LIMIT $2",
+							  3, types, v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: gated scan failed");
 	nkeys = (int) SPI_processed;
 	read_keys(nkeys, &queues, &keys, &tenants);

@@ -62,6 +62,24 @@ orch_scope_tenant(const char *tenant)
 	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
 }
 
+/* Set SPI argument i (text[]) to the scoped tenant, SQL NULL when unscoped. */
+void
+orch_spi_scope_tenants(Datum *values, char *nulls, int i)
+{
+	if (scope_tenant == NULL)
+	{
+		values[i] = (Datum) 0;
+		nulls[i] = 'n';
+	}
+	else
+	{
+		Datum		one = CStringGetTextDatum(scope_tenant);
+
+		values[i] = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+		nulls[i] = ' ';
+	}
+}
+
 void
 orch_scope_clear(void)
 {

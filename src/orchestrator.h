@@ -306,6 +306,7 @@ extern void orch_distributed_init(void);
 extern const char *orch_scoped_tenant(void);
 extern void orch_scope_tenant(const char *tenant);
 extern void orch_scope_clear(void);
+extern void orch_spi_scope_tenants(Datum *values, char *nulls, int i);
 extern void orch_scope_task(int64 id);
 extern void orch_scope_tasks(Datum ids);
 extern void orch_require_one_tenant(const char *tenant, const char *what);

@@ -527,9 +527,9 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 		memcpy(n, nulls, nargs);
 	t[nargs] = TEXTOID;
 	v[nargs] = orch_text_datum(reason);
-	/* the tenants (all; on Citus the one the call is scoped to) */
+	/* all tenants; on Citus the one the call is scoped to */
 	t[nargs + 1] = TEXTARRAYOID;
-	orch_spi_caller_tenants(v, n, nargs + 1);
+	orch_spi_scope_tenants(v, n, nargs + 1);
 	saved = orch_save_event_context();
 	orch_set_event_context(NULL, reason);
 	run_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
@@ -629,7 +629,7 @@ orch_runs_maintain(int limit)
 		return 0;
 	v[0] = Int32GetDatum(limit);
 	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
-	orch_spi_caller_tenants(v, vn, 1);
+	orch_spi_scope_tenants(v, vn, 1);
 	run_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
 			"   AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))"

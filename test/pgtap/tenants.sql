@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5254);
+SELECT plan(5294);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -576,7 +576,10 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_events_flush', 'any', NULL, 'call the event flush trigger function directly',
      'SELECT orch_events_flush()', NULL, '{"*": "39P01"}'),
     ('orch_queues_changed', 'any', NULL, 'call the queue cache trigger function directly',
-     'SELECT orch_queues_changed()', NULL, '{"*": "39P01"}');
+     'SELECT orch_queues_changed()', NULL, '{"*": "39P01"}'),
+    -- superuser only (no role is granted it): distributing is a cluster change
+    ('orch_distribute', 'global', NULL, 'distribute the tables with Citus',
+     'SELECT count(*) FROM orch_distribute()', NULL, '{"*": "42501"}');
 
 -- Workflow cases: runs, their step tasks and approvals are the tenant's;
 -- definitions are shared, authored by unbound roles only.
