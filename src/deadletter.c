@@ -32,8 +32,9 @@ static SPIPlanPtr copy_corr_plan = NULL;
 static int64
 redrive(int64 id, bool skip_redriven)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		v[1];
+	Oid			types[2] = {INT8OID, TEXTARRAYOID};
+	Datum		v[2];
+	char		vn[2] = {' ', ' '};
 	bool		isnull;
 	HeapTuple	tup;
 	TupleDesc	td;
@@ -43,6 +44,9 @@ redrive(int64 id, bool skip_redriven)
 	char	   *note;
 
 	v[0] = Int64GetDatum(id);
+	/* on Citus: the statements below go to the task's shard */
+	orch_scope_task(id);
+	orch_spi_caller_tenants(v, vn, 1);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
 	{
 		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
@@ -62,11 +66,13 @@ redrive(int64 id, bool skip_redriven)
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
 	if (SPI_execute_plan(orch_prepare(&check_plan,
 									  "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
-									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id),"
+									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
+									  "    AND n.tenant_id = t.tenant_id AND ($2::text[] IS NULL OR n.tenant_id = ANY ($2))),"
 									  " t.tenant_id, t.reason_code"
-									  " FROM orch.tasks t WHERE t.id = $1",
-									  1, types),
-						 v, NULL, false, 1) != SPI_OK_SELECT)
+									  " FROM orch.tasks t WHERE t.id = $1"
+									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))",
+									  2, types),
+						 v, vn, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: task lookup failed");
 	/* another tenant's task does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
@@ -101,11 +107,11 @@ redrive(int64 id, bool skip_redriven)
 	" SELECT tenant_id, queue, 'queued', priority, payload, now(), now()," \
 	" max_attempts, max_failures, retry_policy, timeout, owner," \
 	" concurrency_key, run_id, step_key, id, 'redriven'" CORR \
-	" FROM orch.tasks WHERE id = $1 RETURNING id"
+	" FROM orch.tasks WHERE id = $1 AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) RETURNING id"
 	if (SPI_execute_plan(orch_has_metrics()
-						 ? orch_prepare(&copy_corr_plan, REDRIVE_SQL(", correlation_id"), 1, types)
-						 : orch_prepare(&copy_plan, REDRIVE_SQL(""), 1, types),
-						 v, NULL, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+						 ? orch_prepare(&copy_corr_plan, REDRIVE_SQL(", correlation_id"), 2, types)
+						 : orch_prepare(&copy_plan, REDRIVE_SQL(""), 2, types),
+						 v, vn, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "orchestrator: re-drive insert failed");
 	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	note = psprintf("re-driven as task " INT64_FORMAT, new_id);
@@ -124,6 +130,7 @@ orch_retry(PG_FUNCTION_ARGS)
 	orch_set_event_context(NULL, NULL);
 	new_id = redrive(PG_GETARG_INT64(0), false);
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_INT64(new_id);
 }
@@ -170,14 +177,22 @@ orch_reprocess(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT t.id FROM orch.tasks t"
-							  " WHERE t.state = 'failed' AND t.reason_code IN " DEAD_LETTER_REASONS
-							  " AND ($1::text IS NULL OR t.queue = $1)"
-							  " AND ($2::text IS NULL OR t.reason_code = $2)"
-							  " AND ($3::timestamptz IS NULL OR t.finished_at >= $3)"
-							  " AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))"
-							  " AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id)"
-							  " ORDER BY t.finished_at, t.id LIMIT $4 FOR UPDATE SKIP LOCKED",
+#define REPROCESS_SCAN \
+	"SELECT t.id FROM orch.tasks t" \
+	" WHERE t.state = 'failed' AND t.reason_code IN " DEAD_LETTER_REASONS \
+	" AND ($1::text IS NULL OR t.queue = $1)" \
+	" AND ($2::text IS NULL OR t.reason_code = $2)" \
+	" AND ($3::timestamptz IS NULL OR t.finished_at >= $3)" \
+	" AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))" \
+	" AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id" \
+	"   AND r.tenant_id = t.tenant_id)" \
+	" ORDER BY t.finished_at, t.id LIMIT $4"
+	/*
+	 * Citus locks rows of one shard only: there the scan does not lock, and
+	 * each re-drive locks and checks its dead letter (a concurrent re-drive
+	 * of it is then skipped).
+	 */
+	if (SPI_execute_with_args(orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED",
 							  5, types, v, n, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: dead letter scan failed");
 	count = (int) SPI_processed;
@@ -199,6 +214,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
 	orch_clear_event_context();
+	orch_scope_clear();
 	SPI_finish();
 	return (Datum) 0;
 }
