@@ -232,20 +232,28 @@ orch_publish(PG_FUNCTION_ARGS)
 				 errhint("Define a new version with orch_define and publish that.")));
 	if (strcmp(status, "draft") == 0)
 	{
-		Datum		vals[3];
+		Datum		vals[4];
+		Datum		spec = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 
 		/* validated again: a draft may predate a stricter validator */
-		orch_definition_validate(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0],
-															  SPI_tuptable->tupdesc, 2, &isnull)));
+		orch_definition_validate(DatumGetJsonbP(spec));
+		/*
+		 * The hash of the locked spec, computed first: Citus refuses a stable
+		 * function of a column (convert_to) in an UPDATE of a reference table.
+		 */
+		if (SPI_execute_with_args("SELECT " DEF_HASH("$1"), 1, (Oid[]) {JSONBOID}, &spec, NULL,
+								  true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "orchestrator: content hash failed");
+		vals[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		vals[0] = orch_text_datum(DEF_TENANT);
 		vals[1] = orch_text_datum(name);
 		vals[2] = Int32GetDatum(version);
 		if (SPI_execute_plan(orch_prepare(&publish_plan,
 										  "UPDATE orch.definitions SET status = 'published',"
-										  " published_at = pg_catalog.now(), content_hash = " DEF_HASH("spec")
+										  " published_at = pg_catalog.now(), content_hash = $4"
 										  " WHERE tenant_id = $1 AND name = $2 AND version = $3"
 										  " RETURNING content_hash",
-										  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}),
+										  4, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TEXTOID}),
 							 vals, NULL, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
 			elog(ERROR, "orchestrator: publish failed");
 		hash = MemoryContextStrdup(outer, SPI_getvalue(SPI_tuptable->vals[0],

@@ -293,6 +293,14 @@ orch_distribute(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 
+	/*
+	 * orch.tasks and orch.runs carry row triggers (the lifecycle), which
+	 * Citus copies to the shards only with this setting.  Ours are safe in
+	 * its sense: the rows they write (events) are the same tenant's, on a
+	 * co-located shard.  For this transaction only.
+	 */
+	run("SET LOCAL citus.enable_unsafe_triggers = on");
+
 	if (SPI_execute("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: pg_dist_local_group lookup failed");
 	if (SPI_processed == 0)
