@@ -105,9 +105,9 @@ static SPIPlanPtr probe_plan = NULL;
 static void
 probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs)
 {
-	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
-	Datum		v[3];
-	char		n[3] = {'n', ' ', ' '};
+	Oid			types[4] = {INT4OID, TEXTOID, TEXTARRAYOID, TEXTARRAYOID};
+	Datum		v[4];
+	char		n[4] = {'n', ' ', ' ', ' '};
 	bool		isnull;
 
 	v[0] = (Datum) 0;			/* $1 unused: the texts share their numbering */
@@ -115,13 +115,16 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 	v[2] = tenants;
 	if (tenants == (Datum) 0)
 		n[2] = 'n';
+	/* key decisions: of every tenant (on Citus, of the claim's) */
+	orch_spi_scope_tenants(v, n, 3);
 	if (SPI_execute_plan(orch_prepare(&probe_plan,
 									  "SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
 									  "        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL,"
 									  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
 									  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
-									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2)",
-									  3, types),
+									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
+									  "               AND ($4::text[] IS NULL OR tenant_id = ANY ($4)))",
+									  4, types),
 						 v, n, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "orchestrator: claim probe failed");
 	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

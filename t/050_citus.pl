@@ -1,0 +1,286 @@
+# t/050_citus.pl: scale-out on Citus (SPEC section 11, issue 11).
+#
+# Skipped, with the reason, unless Citus is installed for this server
+# (pg_available_extensions; Debian does not package it: docs/citus-build.md
+# builds it from its source release).
+#
+# A coordinator and two workers (Citus 13, MX: metadata on every node).
+# CREATE EXTENSION orchestrator on the coordinator (Citus creates it on the
+# workers too); orch_distribute(8) distributes the tables by tenant_id,
+# co-located with orch.tasks, makes the small ones reference tables, and
+# gives each worker its own id range; called again it changes nothing.
+# No Citus setting is needed beyond shared_preload_libraries.
+#
+# Two tenants whose shards are on different workers each get ten tasks
+# (singles, a batch, an idempotent replay, a conflicting key -> OR004), and
+# run the whole task lifecycle from the coordinator: claim (a claim must
+# name its tenant -> else 0A000), complete (singly and in a batch), fail
+# TRANSIENT (retry-wait, then claimed again), fail NON_RETRYABLE (a dead
+# letter, re-driven with orch_retry), a lease left to expire (recovered by
+# orch_maintain, which works tenant by tenant), heartbeat, cancel, and the
+# retention purge.  Checked per tenant: states, attempts rows against the
+# attempt counters, every event under its task's tenant, the rows stored on
+# the worker that holds the tenant's shard.
+#
+# Routing, measured with citus.multi_task_query_log_level: a tenant-scoped
+# claim (probe, recovery, wake-up, claim) runs only single-shard statements
+# (the setting at 'error' raises on any other); orch_complete and orch_fail
+# run one multi-shard statement each (the lookup of the task's tenant), and
+# the rest single-shard.
+#
+# Ids: a task enqueued through a worker takes that worker's id range
+# (group id << 48), and no two tasks or events share an id.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $coord = PostgreSQL::Test::Cluster->new('coordinator');
+$coord->init;
+$coord->start;
+my $available = $coord->safe_psql('postgres',
+	"SELECT count(*) FROM pg_available_extensions WHERE name = 'citus'");
+if ($available ne '1')
+{
+	$coord->stop;
+	plan skip_all =>
+	  'Citus is not installed for this server (Debian does not package it; see docs/citus-build.md)';
+}
+$coord->stop;
+
+my @workers = map { PostgreSQL::Test::Cluster->new("worker$_") } (1, 2);
+$_->init for @workers;
+for my $node ($coord, @workers)
+{
+	$node->append_conf('postgresql.conf', <<EOC);
+shared_preload_libraries = 'citus'
+max_connections = 60
+log_statement = none
+EOC
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
+}
+$coord->safe_psql('postgres', sprintf(
+	"SELECT citus_set_coordinator_host('%s', %d)", $coord->host, $coord->port));
+$coord->safe_psql('postgres', sprintf(
+	"SELECT citus_add_node('%s', %d)", $_->host, $_->port)) for @workers;
+
+sub q1 { return $coord->safe_psql('postgres', $_[0]); }
+
+# psql on the coordinator: (exit code, stdout, stderr)
+sub try_sql
+{
+	my ($sql, $node) = @_;
+	$node //= $coord;
+	my ($out, $err) = ('', '');
+	my $rc = $node->psql('postgres', $sql, stdout => \$out, stderr => \$err,
+		on_error_stop => 1);
+	return ($rc, $out, $err);
+}
+
+sub sqlstate_of
+{
+	my ($sql) = @_;
+	my ($rc, $out, $err) = try_sql("\\set VERBOSITY sqlstate\n$sql");
+	return $rc == 0 ? '00000' : ($err =~ /ERROR:\s+([0-9A-Z]{5})/ ? $1 : "?: $err");
+}
+
+# ---------------------------------------------------------------------------
+# Install and distribute
+# ---------------------------------------------------------------------------
+q1('CREATE EXTENSION orchestrator');
+for my $w (@workers)
+{
+	is($w->safe_psql('postgres',
+			"SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'"),
+		q1("SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'"),
+		'CREATE EXTENSION on the coordinator created the extension on ' . $w->name);
+}
+like(q1(q{SELECT string_agg(object || ': ' || action, E'\n') FROM orch_distribute(8)}),
+	qr/orch\.tasks: distributed by tenant_id/, 'orch_distribute distributes orch.tasks');
+is(q1(q{SELECT string_agg(logicalrelid::text || '=' || partmethod::text, ',' ORDER BY logicalrelid::text)
+          FROM pg_dist_partition WHERE logicalrelid::text IN
+          ('orch.tasks', 'orch.events', 'orch.attempts', 'orch.idempotency_keys', 'orch.runs',
+           'orch.queues', 'orch.state_machines', 'orch.concurrency_limits')}),
+	'orch.attempts=h,orch.concurrency_limits=n,orch.events=h,orch.idempotency_keys=h,'
+	  . 'orch.queues=n,orch.runs=h,orch.state_machines=n,orch.tasks=h',
+	'task tables are hash-distributed, the small ones reference tables');
+is(q1(q{SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+         WHERE partmethod = 'h' AND logicalrelid::text LIKE 'orch.%'}),
+	'1', 'every distributed table is co-located with orch.tasks');
+is(q1(q{SELECT count(*) FROM orch_distribute() WHERE action = 'already a Citus table'}),
+	q1(q{SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'orch.%'}),
+	'orch_distribute called again leaves every table as it is');
+is(q1('SHOW citus.enable_unsafe_triggers'), 'off',
+	'no Citus setting was needed (orch_distribute sets what it needs for itself)');
+
+# Two tenants on different workers
+my $placement = q{SELECT p.groupid FROM pg_dist_placement p
+  WHERE p.shardid = get_shard_id_for_distribution_column('orch.tasks', '%s')};
+my @candidates = qw(acme globex initech umbrella hooli stark wayne wonka);
+my $ta = $candidates[0];
+my $ga = q1(sprintf($placement, $ta));
+my ($tb) = grep { q1(sprintf($placement, $_)) ne $ga } @candidates[1 .. $#candidates];
+ok(defined $tb, "tenants $ta and " . ($tb // '?') . ' are on different workers');
+my %node_of = ($ta => $ga, $tb => q1(sprintf($placement, $tb)));
+
+# ---------------------------------------------------------------------------
+# Enqueue: ten tasks per tenant
+# ---------------------------------------------------------------------------
+q1(q{SELECT orch_create_queue('jobs', '{"max_attempts": 3, "initial_delay": "1 s", "max_delay": "1 s"}')});
+for my $t ($ta, $tb)
+{
+	q1("SELECT orch_enqueue('jobs', jsonb_build_object('n', g, 't', '$t'), tenant => '$t')"
+		  . ' FROM generate_series(1, 5) g');
+	is(q1("SELECT count(*) FROM orch_enqueue_batch('jobs',"
+			  . " ARRAY(SELECT jsonb_build_object('n', g, 't', '$t') FROM generate_series(6, 9) g),"
+			  . " tenant => '$t')"), '4', "$t: a batch of 4 enqueued");
+	my $k1 = q1("SELECT orch_enqueue('jobs', '{\"n\": 10}', idempotency_key => 'k10', tenant => '$t')");
+	is(q1("SELECT orch_enqueue('jobs', '{\"n\": 10}', idempotency_key => 'k10', tenant => '$t')"),
+		$k1, "$t: an idempotent replay returns the same task");
+	is(sqlstate_of("SELECT orch_enqueue('jobs', '{\"n\": 11}', idempotency_key => 'k10', tenant => '$t')"),
+		'OR004', "$t: the same key with another payload -> OR004");
+	is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id = '$t' AND state = 'queued'"), '10',
+		"$t: ten tasks queued");
+}
+is(sqlstate_of("SELECT * FROM orch_dequeue('jobs', 'w')"), '0A000',
+	'a claim that names no tenant -> 0A000 on Citus');
+
+# ---------------------------------------------------------------------------
+# Claim: only single-shard statements
+# ---------------------------------------------------------------------------
+my %claimed;
+for my $t ($ta, $tb)
+{
+	my ($rc, $out, $err) = try_sql(
+		"SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w-$t', 9, tenant => '$t');");
+	is($rc, 0, "$t: a tenant-scoped claim runs no multi-shard statement") or diag($err);
+	$claimed{$t} = [ map { [ split /:/ ] } split /\n/, $out ];
+	is(scalar @{ $claimed{$t} }, 9, "$t: nine tasks claimed");
+	my ($rc2, $out2, $err2) = try_sql(
+		"SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w-$t', 1, '1 second', tenant => '$t');");
+	is($rc2, 0, "$t: a claim with a short lease") or diag($err2);
+	push @{ $claimed{$t} }, [ split /:/, $out2 ];
+}
+
+# ---------------------------------------------------------------------------
+# Finish: complete, complete_batch, fail (retry / dead letter), heartbeat
+# ---------------------------------------------------------------------------
+for my $t ($ta, $tb)
+{
+	my @c = @{ $claimed{$t} };
+	# 0-2: orch_complete; 3-5: one batch; 6, 7: TRANSIENT; 8: NON_RETRYABLE; 9: left to expire
+	for my $i (0 .. 2)
+	{
+		my ($rc, $out, $err) = try_sql(
+			"SET citus.multi_task_query_log_level = 'notice';\n"
+			  . "SELECT orch_complete($c[$i][0], '$c[$i][1]', '{\"ok\": true}');");
+		is($out, 'completed', "$t: orch_complete of task $c[$i][0]") or diag($err);
+		my $multi = () = $err =~ /NOTICE:\s+multi-task query about to be executed/g;
+		is($multi, 1, "$t: orch_complete runs one multi-shard statement (the tenant lookup)")
+		  if $i == 0;
+	}
+	is(q1(sprintf("SELECT orch_complete_batch(ARRAY[%s]::bigint[], ARRAY['%s']::uuid[])",
+				join(',', map { $c[$_][0] } 3 .. 5), join("','", map { $c[$_][1] } 3 .. 5))),
+		'3', "$t: orch_complete_batch of three");
+	is(q1("SELECT orch_heartbeat($c[6][0], '$c[6][1]')"), 'executing', "$t: heartbeat");
+	for my $i (6, 7)
+	{
+		is(q1("SELECT state || '/' || reason_code FROM orch_fail($c[$i][0], '$c[$i][1]', 'TRANSIENT', 'flaky')"),
+			'awaiting_tool/retry_scheduled', "$t: TRANSIENT failure of task $c[$i][0] -> retry");
+	}
+	my ($rc, $out, $err) = try_sql(
+		"SET citus.multi_task_query_log_level = 'notice';\n"
+		  . "SELECT state || '/' || reason_code FROM orch_fail($c[8][0], '$c[8][1]', 'NON_RETRYABLE', 'bad input');");
+	is($out, 'failed/non_retryable', "$t: NON_RETRYABLE -> failed (a dead letter)") or diag($err);
+	my $multi = () = $err =~ /NOTICE:\s+multi-task query about to be executed/g;
+	is($multi, 1, "$t: orch_fail runs one multi-shard statement (the tenant lookup)");
+	is(sqlstate_of("SELECT orch_complete($c[8][0], '$c[8][1]')"), 'OR002',
+		"$t: completing a failed task -> OR002");
+	is(sqlstate_of("SELECT orch_complete($c[0][0], gen_random_uuid())"), 'OR002',
+		"$t: a completed task is terminal -> OR002");
+}
+is(sqlstate_of(sprintf("SELECT orch_complete_batch(ARRAY[%d, %d]::bigint[], ARRAY['%s', '%s']::uuid[])",
+			$claimed{$ta}[9][0], $claimed{$tb}[9][0], $claimed{$ta}[9][1], $claimed{$tb}[9][1])),
+	'0A000', 'a batch across two tenants -> 0A000, nothing completed');
+
+# ---------------------------------------------------------------------------
+# Maintenance tenant by tenant: the short leases expire and are recovered
+# ---------------------------------------------------------------------------
+sleep 1.3;
+is(q1(q{SELECT count FROM orch_maintain() WHERE action = 'leases_recovered'}), '2',
+	'orch_maintain recovers the expired lease of each tenant');
+for my $t ($ta, $tb)
+{
+	my $id = $claimed{$t}[9][0];
+	is(q1("SELECT state || '/' || reason_code FROM orch.tasks WHERE id = $id AND tenant_id = '$t'"),
+		'awaiting_tool/lease_expired', "$t: the abandoned task waits for its retry");
+	is(q1("SELECT outcome FROM orch.attempts WHERE task_id = $id AND tenant_id = '$t'"),
+		'lease_expired', "$t: its attempt is recorded as lease_expired");
+}
+
+# the retries come due after 1 s: claimed again and completed
+sleep 1.2;
+for my $t ($ta, $tb)
+{
+	my @again = map { [ split /:/ ] } split /\n/, q1(
+		"SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w2-$t', 10, tenant => '$t')");
+	is(scalar @again, 3, "$t: the two retried and the recovered task are claimed again");
+	q1("SELECT orch_complete($_->[0], '$_->[1]')") for @again;
+	my $dead = $claimed{$t}[8][0];
+	my $copy = q1("SELECT orch_retry($dead)");
+	is(q1("SELECT tenant_id || '/' || state || '/' || retry_of FROM orch.tasks WHERE id = $copy"),
+		"$t/queued/$dead", "$t: orch_retry re-drives the dead letter in its tenant");
+	is(q1("SELECT orch_cancel($copy, 'not needed')"), 'cancelled', "$t: cancel");
+
+	is(q1("SELECT string_agg(state || '=' || n, ',' ORDER BY state) FROM"
+			  . " (SELECT state, count(*) n FROM orch.tasks WHERE tenant_id = '$t' GROUP BY state) s"),
+		'cancelled=1,completed=9,failed=1', "$t: 9 completed, 1 failed, 1 cancelled");
+	is(q1("SELECT (SELECT sum(attempts) FROM orch.tasks WHERE tenant_id = '$t')"
+			  . " - (SELECT count(*) FROM orch.attempts WHERE tenant_id = '$t')"), '0',
+		"$t: one attempt row per attempt");
+	is(q1("SELECT count(*) FROM orch.events e WHERE e.tenant_id = '$t' AND e.task_id IS NOT NULL"
+			  . " AND NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = e.task_id AND t.tenant_id = e.tenant_id)"),
+		'0', "$t: every event is under its task's tenant");
+	is(q1("SELECT count(*) FROM orch.events WHERE tenant_id = '$t' AND to_state = 'completed'"), '9',
+		"$t: one completion event per completed task");
+
+	# the rows are where the tenant's shard is
+	my $shard = q1("SELECT get_shard_id_for_distribution_column('orch.tasks', '$t')");
+	my ($holder) = grep {
+		$_->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') eq $node_of{$t}
+	} @workers;
+	is($holder->safe_psql('postgres', "SELECT count(*) FROM orch.tasks_$shard WHERE tenant_id = '$t'"),
+		'11', "$t: its 11 tasks are stored on " . $holder->name);
+}
+
+# ---------------------------------------------------------------------------
+# Ids across nodes
+# ---------------------------------------------------------------------------
+my $wid = $workers[0]->safe_psql('postgres', "SELECT orch_enqueue('jobs', '{\"via\": \"worker\"}', tenant => '$ta')");
+my $wgroup = $workers[0]->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group');
+ok($wid >= ($wgroup << 48) && $wid < (($wgroup + 1) << 48),
+	"a task enqueued through a worker takes that worker's id range ($wid)");
+is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.tasks'), '0', 'no two tasks share an id');
+is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.events'), '0', 'no two events share an id');
+ok(q1("SELECT count(*) FROM orch.events WHERE id >= (1::bigint << 48)") > 0,
+	'events written by triggers on the workers use the workers\' ranges');
+
+# ---------------------------------------------------------------------------
+# Retention purge, tenant by tenant
+# ---------------------------------------------------------------------------
+sleep 1.1;
+is(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHERE action = 'tasks_purged'"),
+	'22', 'orch_maintain purges both tenants\' finished tasks past the retention');
+is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id IN ('$ta', '$tb')"), '1',
+	'only the unfinished task is left');
+is(q1("SELECT count(*) FROM orch.attempts WHERE tenant_id IN ('$ta', '$tb')"), '0',
+	'the attempts went with their tasks');
+
+$_->stop for reverse(@workers), $coord;
+done_testing();
