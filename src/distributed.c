@@ -23,19 +23,53 @@
 
 PG_FUNCTION_INFO_V1(orch_distribute);
 
-/* Is Citus installed in this database?  Looked up once per transaction. */
+/*
+ * Are the orchestrator's tables distributed with Citus (orch.tasks is a
+ * Citus table)?  Looked up once per transaction; orch_distribute forgets
+ * the answer of its own transaction.  With Citus installed but the tables
+ * left local, everything runs as on a single node.
+ */
+static LocalTransactionId citus_lxid = InvalidLocalTransactionId;
+static bool citus_distributed = false;
+
 bool
 orch_citus(void)
 {
-	static LocalTransactionId known_lxid = InvalidLocalTransactionId;
-	static bool installed = false;
-
-	if (known_lxid != MyProc->lxid || known_lxid == InvalidLocalTransactionId)
+	if (citus_lxid != MyProc->lxid || citus_lxid == InvalidLocalTransactionId)
 	{
-		installed = OidIsValid(get_extension_oid("citus", true));
-		known_lxid = MyProc->lxid;
+		Oid			nsp;
+		Oid			tasks;
+
+		citus_distributed = false;
+		citus_lxid = MyProc->lxid;
+		if (!OidIsValid(get_extension_oid("citus", true)))
+			return false;
+		nsp = get_namespace_oid("orch", true);
+		tasks = OidIsValid(nsp) ? get_relname_relid("tasks", nsp) : InvalidOid;
+		if (!OidIsValid(tasks))
+			return false;
+		{
+			Oid			types[1] = {OIDOID};
+			Datum		v[1];
+
+			v[0] = ObjectIdGetDatum(tasks);
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "orchestrator: SPI_connect failed");
+			if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
+									  1, types, v, NULL, true, 1) != SPI_OK_SELECT)
+				elog(ERROR, "orchestrator: pg_dist_partition lookup failed");
+			citus_distributed = SPI_processed > 0;
+			SPI_finish();
+		}
 	}
-	return installed;
+	return citus_distributed;
+}
+
+/* Forget this transaction's answer (the tables were just distributed). */
+static void
+citus_forget(void)
+{
+	citus_lxid = InvalidLocalTransactionId;
 }
 
 /*
@@ -285,7 +319,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("only a superuser may distribute the orchestrator's tables")));
-	if (!orch_citus())
+	if (!OidIsValid(get_extension_oid("citus", true)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("Citus is not installed in this database"),
@@ -398,5 +432,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
 
 	SPI_finish();
+	/* the rest of this transaction works on distributed tables */
+	citus_forget();
 	return (Datum) 0;
 }

@@ -260,6 +260,14 @@ for my $t ($ta, $tb)
 }
 
 # ---------------------------------------------------------------------------
+# Workflows: definitions work; runs are refused (not supported on Citus yet)
+# ---------------------------------------------------------------------------
+q1(q{SELECT orch_define('wf', '{"steps": [{"step_id": "a", "queue": "wq", "handler": "a"}]}')});
+like(q1(q{SELECT orch_publish('wf', 1)}), qr/^[0-9a-f]{64}$/, 'orch_publish on Citus returns the content hash');
+is(sqlstate_of("SELECT orch_start('wf', '{}', tenant => '$ta')"), '0A000',
+	'orch_start on Citus -> 0A000 (workflow runs are not supported on Citus yet)');
+
+# ---------------------------------------------------------------------------
 # Ids across nodes
 # ---------------------------------------------------------------------------
 my $wid = $workers[0]->safe_psql('postgres', "SELECT orch_enqueue('jobs', '{\"via\": \"worker\"}', tenant => '$ta')");
@@ -281,6 +289,20 @@ is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id IN ('$ta', '$tb')"), '1',
 	'only the unfinished task is left');
 is(q1("SELECT count(*) FROM orch.attempts WHERE tenant_id IN ('$ta', '$tb')"), '0',
 	'the attempts went with their tasks');
+
+# ---------------------------------------------------------------------------
+# Citus installed, tables not distributed: everything as on a single node
+# ---------------------------------------------------------------------------
+$coord->safe_psql('postgres', 'CREATE DATABASE plain');
+$coord->safe_psql('plain', 'CREATE EXTENSION citus; CREATE EXTENSION orchestrator');
+is($coord->safe_psql('plain', q{
+	SELECT orch_define('wf', '{"steps": [{"step_id": "a", "queue": "wq", "handler": "a"}]}');
+	SELECT orch_publish('wf', 1);
+	SELECT orch_start('wf', '{}') > 0;
+	SELECT count(orch_complete(d.task_id, d.lease_token)) FROM orch_dequeue('wq', 'w') d;
+	SELECT state FROM orch_runs;}),
+	"1\n" . $coord->safe_psql('plain', q{SELECT content_hash FROM orch.definitions}) . "\nt\n1\nsucceeded",
+	'with Citus installed but the tables local, a workflow runs and a claim needs no tenant');
 
 $_->stop for reverse(@workers), $coord;
 done_testing();
