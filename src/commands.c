@@ -200,9 +200,9 @@ orch_command_result(PG_FUNCTION_ARGS)
 	int64		id;
 	bool		ok;
 	Jsonb	   *result = NULL;
-	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
+	Oid			types[4] = {INT8OID, TEXTOID, JSONBOID, TEXTOID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
 	HeapTuple	tup;
 	TupleDesc	td;
 	char	   *status;
@@ -223,6 +223,8 @@ orch_command_result(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	v[0] = Int64GetDatum(id);
+	/* on Citus: the statements below go to the command's shard */
+	orch_scope_command(id);
 	{
 		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
 		Datum		lv[2];
@@ -259,6 +261,7 @@ orch_command_result(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_ORCH_TERMINAL_STATE),
 					 errmsg("command " INT64_FORMAT " already recorded as \"%s\"", id, status),
 					 errdetail("A command's outcome is recorded once.")));
+		orch_scope_clear();
 		SPI_finish();
 		PG_RETURN_TEXT_P(cstring_to_text(want));
 	}
@@ -266,9 +269,11 @@ orch_command_result(PG_FUNCTION_ARGS)
 	v[2] = JsonbPGetDatum(result);
 	if (!result)
 		n[2] = 'n';
+	v[3] = orch_text_datum(SPI_getvalue(tup, td, 3));
 	if (SPI_execute_with_args("UPDATE orch.commands SET status = $2, result = $3, completed_at = now()"
-							  " WHERE id = $1", 3, types, v, n, false, 0) != SPI_OK_UPDATE)
+							  " WHERE id = $1 AND tenant_id = $4", 4, types, v, n, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: command update failed");
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(want));
 }

@@ -144,18 +144,16 @@ orch_distributed_init(void)
 	RegisterSubXactCallback(scope_subxact_callback, NULL);
 }
 
-static SPIPlanPtr task_tenant_plan = NULL;
-
 /*
- * On Citus, scope the call to the tenant of the tasks ids (a bigint[]): one
- * lookup across the shards, without a lock, filtered by the caller's own
- * tenants.  Tasks of several tenants are refused (0A000): a call that
- * fences and finishes them must lock them on one shard.  Tasks not found
- * leave the call unscoped; its own lookup then reports them missing.  Does
- * nothing off Citus.  Caller is connected to SPI.
+ * On Citus, scope the call to the tenant of the rows ids (a bigint[]) of
+ * table (orch.tasks or orch.commands): one lookup across the shards,
+ * without a lock, filtered by the caller's own tenants.  Rows of several
+ * tenants are refused (0A000): a call that fences and finishes them must
+ * lock them on one shard.  Rows not found leave the call unscoped; its own
+ * lookup then reports them missing.  Caller is connected to SPI.
  */
-void
-orch_scope_tasks(Datum ids)
+static void
+scope_by_ids(const char *table, Datum ids)
 {
 	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
 	Datum		v[2];
@@ -163,17 +161,14 @@ orch_scope_tasks(Datum ids)
 	bool		isnull;
 	Datum		d;
 
-	if (!orch_citus())
-		return;
 	orch_scope_clear();
 	v[0] = ids;
 	orch_spi_caller_tenants(v, n, 1);
-	if (SPI_execute_plan(orch_prepare(&task_tenant_plan,
-									  "SELECT DISTINCT tenant_id FROM orch.tasks WHERE id = ANY ($1)"
-									  " AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) LIMIT 2",
-									  2, types),
-						 v, n, true, 2) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: task tenant lookup failed");
+	if (SPI_execute_with_args(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
+									   " AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) LIMIT 2",
+									   table),
+							  2, types, v, n, true, 2) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: tenant lookup failed");
 	if (SPI_processed == 0)
 		return;
 	if (SPI_processed > 1)
@@ -186,16 +181,36 @@ orch_scope_tasks(Datum ids)
 	orch_scope_tenant(TextDatumGetCString(d));
 }
 
-/* orch_scope_tasks for one task */
-void
-orch_scope_task(int64 id)
+static Datum
+one_id(int64 id)
 {
 	Datum		one = Int64GetDatum(id);
 
-	if (!orch_citus())
-		return;
-	orch_scope_tasks(PointerGetDatum(construct_array(&one, 1, INT8OID, 8, FLOAT8PASSBYVAL,
-													 TYPALIGN_DOUBLE)));
+	return PointerGetDatum(construct_array(&one, 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* On Citus: scope to the tenant of the tasks ids (bigint[]).  Off Citus: nothing. */
+void
+orch_scope_tasks(Datum ids)
+{
+	if (orch_citus())
+		scope_by_ids("orch.tasks", ids);
+}
+
+/* On Citus: scope to the tenant of command id.  Off Citus: nothing. */
+void
+orch_scope_command(int64 id)
+{
+	if (orch_citus())
+		scope_by_ids("orch.commands", one_id(id));
+}
+
+/* On Citus: scope to the tenant of task id.  Off Citus: nothing. */
+void
+orch_scope_task(int64 id)
+{
+	if (orch_citus())
+		scope_by_ids("orch.tasks", one_id(id));
 }
 
 /*

@@ -736,20 +736,51 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 				 errhint("Let them finish, or call orch_drop_queue(name, force => true) to cancel them.")));
 	if (live > 0)
 	{
+		Oid			ctypes[2] = {TEXTOID, TEXTARRAYOID};
+		Datum		cv[2];
+		char		cn[2] = {' ', 'n'};
+		int			ntenants = 1;
+		char	  **tenants = NULL;
+
+		/* on Citus tenant by tenant: each statement then locks on one shard */
+		if (orch_citus())
+		{
+			if (SPI_execute_with_args("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
+									  " AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1",
+									  1, types, vals, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "orchestrator: tenant scan failed");
+			ntenants = (int) SPI_processed;
+			tenants = palloc(sizeof(char *) * (ntenants + 1));
+			for (int i = 0; i < ntenants; i++)
+				tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		}
 		orch_set_event_context(NULL, "queue dropped");
-		/* running attempts end as cancelled, as with orch_cancel */
-		if (SPI_execute_with_args("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
-								  "   lease_token, claimed_at FROM orch.tasks"
-								  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
-								  "   FOR UPDATE),"
-								  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-								  "   lease_token, started_at, outcome, error)"
-								  "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
-								  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
-								  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
-								  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id",
-								  1, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "orchestrator: cancel failed");
+		cv[0] = vals[0];
+		for (int i = 0; i < ntenants; i++)
+		{
+			if (tenants)
+			{
+				Datum		one = orch_text_datum(tenants[i]);
+
+				cv[1] = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+				cn[1] = ' ';
+			}
+			/* running attempts end as cancelled, as with orch_cancel */
+			if (SPI_execute_with_args("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
+									  "   lease_token, claimed_at FROM orch.tasks"
+									  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
+									  "     AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
+									  "   FOR UPDATE),"
+									  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+									  "   lease_token, started_at, outcome, error)"
+									  "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
+									  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
+									  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
+									  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
+									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))",
+									  2, ctypes, cv, cn, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "orchestrator: cancel failed");
+		}
 		orch_clear_event_context();
 	}
 	if (SPI_execute_with_args("DELETE FROM orch.queues WHERE name = $1",

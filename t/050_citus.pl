@@ -28,6 +28,14 @@
 # run one multi-shard statement each (the lookup of the task's tenant), and
 # the rest single-shard.
 #
+# The rest of the task API on Citus: a rate limit (OR006 past it, a window
+# per tenant), await_tool / resume, await_confirmation / confirm, commands
+# (replay by key, result recorded in the command's tenant), and
+# orch_drop_queue(force) cancelling the open tasks of both tenants.
+# Workflow definitions publish; orch_start is refused (0A000: runs are not
+# supported on Citus yet).  In a database with Citus installed but the
+# tables left local, a workflow runs and a claim needs no tenant.
+#
 # Ids: a task enqueued through a worker takes that worker's id range
 # (group id << 48), and no two tasks or events share an id.
 use strict;
@@ -260,6 +268,41 @@ for my $t ($ta, $tb)
 }
 
 # ---------------------------------------------------------------------------
+# The rest of the task API on Citus: rate limits, tool and confirmation
+# waits, commands, dropping a queue with work in two tenants
+# ---------------------------------------------------------------------------
+q1(q{SELECT orch_create_queue('limited', '{"rate_limit": {"count": 1, "per": "1 hour", "on_exceed": "error"}}')});
+q1("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$ta')");
+is(sqlstate_of("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$ta')"), 'OR006',
+	'a rate-limited enqueue past the limit -> OR006');
+is(q1("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$tb') > 0"), 't',
+	'the same owner in another tenant has its own window');
+{
+	my ($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('limited', 'w', tenant => '$ta')");
+	is(q1("SELECT orch_await_tool($id, '$tok', '{\"tool\": \"x\"}')"), 'awaiting_tool', 'await_tool');
+	is(q1("SELECT orch_resume($id, '{\"r\": 1}')"), 'awaiting_tool', 'resume: claimable again');
+	($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('limited', 'w', tenant => '$ta')");
+	is(q1("SELECT orch_await_confirmation($id, '$tok', '{\"q\": \"ok?\"}')"), 'awaiting_user_confirmation',
+		'await_confirmation');
+	q1("SELECT orch_confirm($id, true, 'alice')");
+	($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('limited', 'w', tenant => '$ta')");
+	is(q1("SELECT orch_complete($id, '$tok')"), 'completed', 'claimed again after the confirmation, completed');
+	my $cmd = q1("SELECT command_id FROM orch_command('email', 'c-1', '{\"to\": \"x\"}', tenant => '$tb')");
+	is(q1("SELECT replayed FROM orch_command('email', 'c-1', '{\"to\": \"x\"}', tenant => '$tb')"), 't',
+		'a command replayed by its key');
+	is(q1("SELECT orch_command_result($cmd, true, '{\"sent\": 1}')"), 'succeeded', 'command result recorded');
+	is(q1("SELECT status || '/' || tenant_id FROM orch.commands WHERE id = $cmd"), "succeeded/$tb",
+		'the command is in its tenant');
+	q1("SELECT orch_enqueue('limited', '{}', tenant => '$ta')");
+	q1("SELECT orch_drop_queue('limited', true)");
+	is(q1("SELECT count(*) FROM orch.tasks WHERE queue = 'limited' AND state <> 'completed'"
+			. " AND reason_code IS DISTINCT FROM 'queue_dropped'"), '0',
+		'orch_drop_queue(force) cancels the open tasks of both tenants');
+	my $ctask = q1("SELECT task_id FROM orch_tasks WHERE queue = 'commands' AND tenant_id = '$tb'");
+	is(q1("SELECT orch_cancel($ctask, 'handled elsewhere')"), 'cancelled', 'the command\'s task cancelled');
+}
+
+# ---------------------------------------------------------------------------
 # Workflows: definitions work; runs are refused (not supported on Citus yet)
 # ---------------------------------------------------------------------------
 q1(q{SELECT orch_define('wf', '{"steps": [{"step_id": "a", "queue": "wq", "handler": "a"}]}')});
@@ -284,7 +327,7 @@ ok(q1("SELECT count(*) FROM orch.events WHERE id >= (1::bigint << 48)") > 0,
 # ---------------------------------------------------------------------------
 sleep 1.1;
 is(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHERE action = 'tasks_purged'"),
-	'22', 'orch_maintain purges both tenants\' finished tasks past the retention');
+	'26', 'orch_maintain purges both tenants\' finished tasks past the retention (22 + 4 of the API checks)');
 is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id IN ('$ta', '$tb')"), '1',
 	'only the unfinished task is left');
 is(q1("SELECT count(*) FROM orch.attempts WHERE tenant_id IN ('$ta', '$tb')"), '0',
