@@ -546,8 +546,8 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
-	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TEXTOID};
-	Datum		v[4];
+	Oid			types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID};
+	Datum		v[5];
 	int			promoted;
 
 	orch_require_read_committed();
@@ -563,6 +563,8 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 	v[1] = orch_text_datum(key);
 	v[2] = Int32GetDatum((int32) (limit - used));
 	v[3] = orch_text_datum(tenant);
+	/* now(), as a value: Citus refuses a stable function in a CASE of an UPDATE */
+	v[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	orch_gate_promoting = true;
@@ -570,13 +572,14 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 	{
 		if (SPI_execute_plan(orch_prepare(&promote_plan,
 										  "UPDATE orch.tasks t SET gated = false,"
-										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, now())"
-										  "                 ELSE now() END"
+										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, $5)"
+										  "                 ELSE $5 END"
 										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4 AND gated"
 										  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
-										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))",
-										  4, types),
+										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))"
+										  "   AND t.tenant_id = $4",
+										  5, types),
 							 v, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "orchestrator: promotion failed");
 	}
@@ -632,7 +635,8 @@ gate_enforce(const char *queue, const char *key, const char *tenant)
 										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4"
 										  "         AND state <> 'executing' AND ready_at IS NOT NULL"
-										  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))",
+										  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))"
+										  "   AND t.tenant_id = $4",
 										  4, types),
 							 v, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "orchestrator: demotion failed");
@@ -648,7 +652,8 @@ gate_enforce(const char *queue, const char *key, const char *tenant)
 									  "                 AND g.gated"
 									  "                 AND g.state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
 									  "                 AND (g.priority, g.created_at, g.id) < (m.priority, m.created_at, m.id))"
-									  "       FOR UPDATE SKIP LOCKED))",
+									  "       FOR UPDATE SKIP LOCKED))"
+									  "   AND t.tenant_id = $4",
 									  4, types),
 						 v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "orchestrator: reordering failed");

@@ -184,5 +184,17 @@ orch_queues_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("orch_queues_changed: not called by trigger manager")));
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	/*
+	 * On Citus the trigger fires on the shard of the reference table
+	 * (orch.queues_102008 on every node), while the caches follow
+	 * orch.queues itself: that relation is invalidated too.
+	 */
+	{
+		Oid			nsp = get_namespace_oid("orch", true);
+		Oid			queues = OidIsValid(nsp) ? get_relname_relid("queues", nsp) : InvalidOid;
+
+		if (OidIsValid(queues) && queues != RelationGetRelid(trigdata->tg_relation))
+			CacheInvalidateRelcacheByRelid(queues);
+	}
 	return PointerGetDatum(NULL);
 }

@@ -303,6 +303,49 @@ is(q1("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$tb') > 0")
 }
 
 # ---------------------------------------------------------------------------
+# Concurrency keys: a finished keyed task hands its slot over (the promotion
+# runs in the shard's trigger, on the worker)
+# ---------------------------------------------------------------------------
+q1(q{SELECT orch_create_queue('keyed')});
+q1("SELECT orch_enqueue('keyed', jsonb_build_object('n', g), concurrency_key => 'k', tenant => '$ta')"
+	  . ' FROM generate_series(1, 2) g');
+for my $round (1, 2)
+{
+	my @got = map { [ split /:/ ] } split /\n/, q1(
+		"SELECT task_id || ':' || lease_token FROM orch_dequeue('keyed', 'w', 5, tenant => '$ta')");
+	is(scalar @got, 1, "keys, round $round: one task of the key claimed (limit 1)");
+	is(q1("SELECT orch_complete($got[0][0], '$got[0][1]')"), 'completed', "keys, round $round: completed");
+}
+is(q1("SELECT count(*) FROM orch.tasks WHERE queue = 'keyed' AND state = 'completed'"), '2',
+	'keys: the second task got the slot when the first finished');
+
+# ---------------------------------------------------------------------------
+# Queue settings cached per backend are dropped on every node when a queue
+# changes (the trigger fires on the reference table's shard on each node)
+# ---------------------------------------------------------------------------
+q1(q{SELECT orch_create_queue('cached')});
+my %sess = (coordinator => $coord->background_psql('postgres'),
+	worker => $workers[0]->background_psql('postgres'));
+for my $where (sort keys %sess)
+{
+	$sess{$where}->query_safe("SELECT orch_enqueue('cached', '{}', tenant => '$ta')");
+	is($sess{$where}->query_safe("SELECT count(*) FROM orch_dequeue('cached', 'w', tenant => '$ta')"), '1',
+		"a session on the $where claims (its queue settings now cached)");
+}
+q1(q{SELECT orch_pause_queue('cached')});
+for my $where (sort keys %sess)
+{
+	$sess{$where}->query_safe("SELECT orch_enqueue('cached', '{}', tenant => '$ta')");
+	is($sess{$where}->query_safe("SELECT count(*) FROM orch_dequeue('cached', 'w', tenant => '$ta')"), '0',
+		"the session on the $where sees the pause made from another session");
+}
+q1(q{SELECT orch_resume_queue('cached')});
+is($sess{worker}->query_safe("SELECT count(*) FROM orch_dequeue('cached', 'w', 5, tenant => '$ta')"), '2',
+	'and the resume');
+$sess{$_}->quit for keys %sess;
+q1("SELECT orch_drop_queue('cached', true)");
+
+# ---------------------------------------------------------------------------
 # Workflows: definitions work; runs are refused (not supported on Citus yet)
 # ---------------------------------------------------------------------------
 q1(q{SELECT orch_define('wf', '{"steps": [{"step_id": "a", "queue": "wq", "handler": "a"}]}')});
@@ -326,10 +369,12 @@ ok(q1("SELECT count(*) FROM orch.events WHERE id >= (1::bigint << 48)") > 0,
 # Retention purge, tenant by tenant
 # ---------------------------------------------------------------------------
 sleep 1.1;
+my $finished = q1("SELECT count(*) FROM orch.tasks WHERE state IN ('completed', 'failed', 'cancelled')");
+my $open = q1("SELECT count(*) FROM orch.tasks WHERE state NOT IN ('completed', 'failed', 'cancelled')");
+ok($finished >= 26, "finished tasks to purge: $finished");
 is(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHERE action = 'tasks_purged'"),
-	'26', 'orch_maintain purges both tenants\' finished tasks past the retention (22 + 4 of the API checks)');
-is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id IN ('$ta', '$tb')"), '1',
-	'only the unfinished task is left');
+	$finished, 'orch_maintain purges every finished task of both tenants past the retention');
+is(q1("SELECT count(*) FROM orch.tasks"), $open, 'only the unfinished tasks are left');
 is(q1("SELECT count(*) FROM orch.attempts WHERE tenant_id IN ('$ta', '$tb')"), '0',
 	'the attempts went with their tasks');
 
