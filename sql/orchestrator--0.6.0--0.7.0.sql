@@ -3,16 +3,6 @@
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.7.0'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
--- The lifecycle trigger names the task table in a third argument: Citus
--- copies triggers to the shards (orch.tasks_102008, ...), where the table's
--- name no longer tells the trigger it guards the task table.
--- ---------------------------------------------------------------------------
-DROP TRIGGER tasks_lifecycle ON orch.tasks;
-CREATE TRIGGER tasks_lifecycle
-    BEFORE INSERT OR UPDATE ON orch.tasks
-    FOR EACH ROW EXECUTE FUNCTION orch_state_machine_trigger('state', 'task', 'orch.tasks');
-
--- ---------------------------------------------------------------------------
 -- orch_distribute: the tables distributed by tenant_id (co-located with
 -- orch.tasks), the small ones reference tables, a disjoint id range per node.
 -- ---------------------------------------------------------------------------

@@ -704,25 +704,17 @@ load_task_cols(Relation rel)
 }
 
 /*
- * Is this the extension's task table?  Since 0.7.0 its trigger says so in a
- * third argument ('orch.tasks'), which Citus copies to the shards
- * (orch.tasks_102008, ...) where the name no longer tells; the relation
- * must also live in schema orch, where only the extension's owner creates
- * tables.  Before 0.7.0 (two arguments) the name is the test.
+ * Is this the extension's task table?  Its trigger ('state', 'task') on a
+ * table of schema orch, where only the extension's owner creates tables:
+ * orch.tasks, or on Citus one of its shards (orch.tasks_102008, ...), to
+ * which Citus copies the trigger and whose names differ.  A user table
+ * with the same machine lives in another schema.
  */
 static bool
-is_task_table(Relation rel, Trigger *trigger)
+is_task_table(Relation rel)
 {
-	char	   *nsp;
+	char	   *nsp = get_namespace_name(RelationGetNamespace(rel));
 
-	if (trigger->tgnargs == 3)
-	{
-		if (strcmp(trigger->tgargs[2], "orch.tasks") != 0)
-			return false;
-	}
-	else if (strcmp(RelationGetRelationName(rel), "tasks") != 0)
-		return false;
-	nsp = get_namespace_name(RelationGetNamespace(rel));
 	return nsp != NULL && strcmp(nsp, "orch") == 0;
 }
 
@@ -1244,14 +1236,14 @@ orch_state_machine_trigger(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("orch_state_machine_trigger must be a BEFORE INSERT OR UPDATE row trigger")));
 	trigger = trigdata->tg_trigger;
-	if (trigger->tgnargs != 2 && trigger->tgnargs != 3)
+	if (trigger->tgnargs != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("orch_state_machine_trigger takes two arguments: column, machine")));
 
 	if (strcmp(trigger->tgargs[1], "task") == 0 &&
 		strcmp(trigger->tgargs[0], "state") == 0 &&
-		is_task_table(trigdata->tg_relation, trigger))
+		is_task_table(trigdata->tg_relation))
 		return PointerGetDatum(task_trigger(trigdata));
 	else
 	{

@@ -401,22 +401,21 @@ orch_maintain(PG_FUNCTION_ARGS)
 		Action		part[24];
 		int			first = nacts;
 
+		/*
+		 * The tenants with rows to maintain (a scan of each table's shards;
+		 * 'default' always: user tables' events are there).
+		 */
 		if (SPI_execute("SELECT tenant_id FROM orch.tasks GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.idempotency_keys GROUP BY 1"
+						" UNION SELECT tenant_id FROM orch.rate_window GROUP BY 1"
+						" UNION SELECT tenant_id FROM orch.gate_repairs GROUP BY 1"
+						" UNION SELECT 'default'"
 						" ORDER BY 1", true, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: tenant scan failed");
 		ntenants = (int) SPI_processed;
 		tenant_names = palloc(sizeof(char *) * (ntenants + 1));
 		for (int i = 0; i < ntenants; i++)
 			tenant_names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		/* with no tenant at all, the actions are still reported (zero) */
-		if (ntenants == 0)
-		{
-			int			k = maintain_tenants(batch, PointerGetDatum(construct_empty_array(TEXTOID)),
-											 acts + nacts);
-
-			nacts += k;
-		}
 		for (int i = 0; i < ntenants; i++)
 		{
 			Datum		one = orch_text_datum(tenant_names[i]);

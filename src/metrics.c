@@ -167,6 +167,12 @@ orch_metrics_refresh(PG_FUNCTION_ARGS)
 
 	orch_require_unrestricted("orch_metrics_refresh");
 	SPI_connect();
+	if (orch_citus())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("metrics are not folded on Citus yet"),
+				 errdetail("The fold reads every tenant's events at once, which Citus cannot run as one query on distributed tables."),
+				 errhint("orch_maintain skips the fold on Citus; the task tables and orch_queue_stats's state counts are exact.")));
 	if (SPI_execute("SELECT orch.metrics_fold()", false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "orchestrator: metrics fold failed");
 	n = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -758,7 +758,7 @@ orch_start(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("workflow runs are not supported on Citus yet"),
 				 errdetail("The orchestrator's tables are distributed with Citus; run progression still joins rows that Citus cannot route to one shard."),
-				 errhint("Run workflows on an orchestrator whose tables are not distributed; tasks are fully supported on Citus.")));
+				 errhint("Run workflows on an orchestrator whose tables are not distributed; tasks run on Citus (README, Scale-out).")));
 	name = orch_text_arg(fcinfo, 0);
 	input = PG_GETARG_JSONB_P(1);
 	orch_check_payload_size(input, "input");

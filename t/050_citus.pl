@@ -353,6 +353,9 @@ like(q1(q{SELECT orch_publish('wf', 1)}), qr/^[0-9a-f]{64}$/, 'orch_publish on C
 is(sqlstate_of("SELECT orch_start('wf', '{}', tenant => '$ta')"), '0A000',
 	'orch_start on Citus -> 0A000 (workflow runs are not supported on Citus yet)');
 
+is(sqlstate_of('SELECT orch_metrics_refresh()'), '0A000',
+	'orch_metrics_refresh on Citus -> 0A000 (metrics are not folded on Citus yet)');
+
 # ---------------------------------------------------------------------------
 # Ids across nodes
 # ---------------------------------------------------------------------------
