@@ -39,8 +39,13 @@ orch_lock_task(int64 id, OrchTask *t)
 	Datum		d;
 
 	v[0] = Int64GetDatum(id);
-	/* on Citus: the statements of this call go to the task's shard */
-	orch_scope_task(id);
+	/*
+	 * On Citus: the statements of this call go to the task's shard.  A call
+	 * already scoped to a tenant (a claim recovering its tenant's leases,
+	 * maintenance) looks only there.
+	 */
+	if (orch_scoped_tenant() == NULL)
+		orch_scope_task(id);
 	/* another tenant's row is neither locked nor seen (no timing oracle) */
 	orch_spi_caller_tenants(v, n, 1);
 	if (SPI_execute_plan(orch_prepare(&lock_plan,

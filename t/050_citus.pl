@@ -232,12 +232,16 @@ for my $t ($ta, $tb)
 		'lease_expired', "$t: its attempt is recorded as lease_expired");
 }
 
-# the retries come due after 1 s: claimed again and completed
+# the retries come due after 1 s: claimed again (the claim wakes them:
+# still single-shard) and completed
 sleep 1.2;
 for my $t ($ta, $tb)
 {
-	my @again = map { [ split /:/ ] } split /\n/, q1(
-		"SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w2-$t', 10, tenant => '$t')");
+	my ($rc, $out, $err) = try_sql(
+		"SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w2-$t', 10, tenant => '$t');");
+	is($rc, 0, "$t: a claim that wakes due retries runs no multi-shard statement") or diag($err);
+	my @again = map { [ split /:/ ] } split /\n/, $out;
 	is(scalar @again, 3, "$t: the two retried and the recovered task are claimed again");
 	q1("SELECT orch_complete($_->[0], '$_->[1]')") for @again;
 	my $dead = $claimed{$t}[8][0];
@@ -300,6 +304,25 @@ is(q1("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$tb') > 0")
 		'orch_drop_queue(force) cancels the open tasks of both tenants');
 	my $ctask = q1("SELECT task_id FROM orch_tasks WHERE queue = 'commands' AND tenant_id = '$tb'");
 	is(q1("SELECT orch_cancel($ctask, 'handled elsewhere')"), 'cancelled', 'the command\'s task cancelled');
+}
+
+# ---------------------------------------------------------------------------
+# A claim that recovers an expired lease first: still single-shard
+# ---------------------------------------------------------------------------
+q1(q{SELECT orch_create_queue('short', '{"initial_delay": "1 s", "max_delay": "1 s"}')});
+q1("SELECT orch_enqueue('short', '{}', tenant => '$ta')");
+q1("SELECT count(*) FROM orch_dequeue('short', 'w', 1, '1 second', tenant => '$ta')");
+sleep 1.2;
+{
+	my ($rc, $out, $err) = try_sql(
+		"SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT count(*) FROM orch_dequeue('short', 'w', 1, tenant => '$ta');");
+	is($rc, 0, 'a claim that recovers an expired lease runs no multi-shard statement') or diag($err);
+	is(q1("SELECT reason_code FROM orch.tasks WHERE queue = 'short'"), 'lease_expired',
+		'the claim recovered the expired lease (retry after 1 s)');
+	sleep 1.1;
+	my ($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('short', 'w', 1, tenant => '$ta')");
+	is(q1("SELECT orch_complete($id, '$tok')"), 'completed', 'and the task completes on its second attempt');
 }
 
 # ---------------------------------------------------------------------------
