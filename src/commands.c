@@ -224,7 +224,10 @@ orch_command_result(PG_FUNCTION_ARGS)
 	SPI_connect();
 	v[0] = Int64GetDatum(id);
 	/* on Citus: the statements below go to the command's shard */
-	orch_scope_command(id);
+	if (!orch_scope_command(id))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("command " INT64_FORMAT " does not exist", id)));
 	{
 		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
 		Datum		lv[2];

@@ -45,7 +45,10 @@ redrive(int64 id, bool skip_redriven)
 
 	v[0] = Int64GetDatum(id);
 	/* on Citus: the statements below go to the task's shard */
-	orch_scope_task(id);
+	if (!orch_scope_task(id))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("task " INT64_FORMAT " does not exist", id)));
 	orch_spi_caller_tenants(v, vn, 1);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
 	{

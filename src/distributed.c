@@ -40,14 +40,11 @@ orch_citus(void)
 		Oid			nsp;
 		Oid			tasks;
 
-		citus_distributed = false;
-		citus_lxid = MyProc->lxid;
-		if (!OidIsValid(get_extension_oid("citus", true)))
-			return false;
+		bool		distributed = false;
+
 		nsp = get_namespace_oid("orch", true);
 		tasks = OidIsValid(nsp) ? get_relname_relid("tasks", nsp) : InvalidOid;
-		if (!OidIsValid(tasks))
-			return false;
+		if (OidIsValid(tasks) && OidIsValid(get_extension_oid("citus", true)))
 		{
 			Oid			types[1] = {OIDOID};
 			Datum		v[1];
@@ -58,9 +55,12 @@ orch_citus(void)
 			if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
 									  1, types, v, NULL, true, 1) != SPI_OK_SELECT)
 				elog(ERROR, "orchestrator: pg_dist_partition lookup failed");
-			citus_distributed = SPI_processed > 0;
+			distributed = SPI_processed > 0;
 			SPI_finish();
 		}
+		/* remembered only once known (an error above caches nothing) */
+		citus_distributed = distributed;
+		citus_lxid = MyProc->lxid;
 	}
 	return citus_distributed;
 }
@@ -81,6 +81,7 @@ citus_forget(void)
  * in one call never scopes the next.
  */
 static char *scope_tenant = NULL;
+static SubTransactionId scope_subid = InvalidSubTransactionId;	/* where it was set */
 
 const char *
 orch_scoped_tenant(void)
@@ -94,6 +95,7 @@ orch_scope_tenant(const char *tenant)
 	if (scope_tenant != NULL)
 		pfree(scope_tenant);
 	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
+	scope_subid = tenant ? GetCurrentSubTransactionId() : InvalidSubTransactionId;
 }
 
 /* Set SPI argument i (text[]) to the scoped tenant, SQL NULL when unscoped. */
@@ -133,7 +135,8 @@ static void
 scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					   SubTransactionId parentSubid, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB)
+	/* only a scope set inside the aborted subtransaction goes with it */
+	if (event == SUBXACT_EVENT_ABORT_SUB && scope_tenant != NULL && scope_subid >= mySubid)
 		orch_scope_clear();
 }
 
@@ -152,7 +155,7 @@ orch_distributed_init(void)
  * lock them on one shard.  Rows not found leave the call unscoped; its own
  * lookup then reports them missing.  Caller is connected to SPI.
  */
-static void
+static bool
 scope_by_ids(const char *table, Datum ids)
 {
 	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
@@ -170,7 +173,7 @@ scope_by_ids(const char *table, Datum ids)
 							  2, types, v, n, true, 2) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: tenant lookup failed");
 	if (SPI_processed == 0)
-		return;
+		return false;
 	if (SPI_processed > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -179,6 +182,7 @@ scope_by_ids(const char *table, Datum ids)
 				 errhint("Complete each tenant's tasks in a call of their own (a claim hands out one tenant's tasks).")));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	orch_scope_tenant(TextDatumGetCString(d));
+	return true;
 }
 
 static Datum
@@ -189,28 +193,29 @@ one_id(int64 id)
 	return PointerGetDatum(construct_array(&one, 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-/* On Citus: scope to the tenant of the tasks ids (bigint[]).  Off Citus: nothing. */
-void
+/*
+ * On Citus: scope to the tenant of the tasks ids (bigint[]) and return
+ * whether any was found (false: the caller reports them missing, without
+ * running its statements across the shards).  Off Citus: nothing, true.
+ */
+bool
 orch_scope_tasks(Datum ids)
 {
-	if (orch_citus())
-		scope_by_ids("orch.tasks", ids);
+	return !orch_citus() || scope_by_ids("orch.tasks", ids);
 }
 
-/* On Citus: scope to the tenant of command id.  Off Citus: nothing. */
-void
-orch_scope_command(int64 id)
-{
-	if (orch_citus())
-		scope_by_ids("orch.commands", one_id(id));
-}
-
-/* On Citus: scope to the tenant of task id.  Off Citus: nothing. */
-void
+/* orch_scope_tasks for one task */
+bool
 orch_scope_task(int64 id)
 {
-	if (orch_citus())
-		scope_by_ids("orch.tasks", one_id(id));
+	return !orch_citus() || scope_by_ids("orch.tasks", one_id(id));
+}
+
+/* orch_scope_tasks for one command */
+bool
+orch_scope_command(int64 id)
+{
+	return !orch_citus() || scope_by_ids("orch.commands", one_id(id));
 }
 
 /*
@@ -444,7 +449,24 @@ orch_distribute(PG_FUNCTION_ARGS)
 						   "   (g << 48) + 1, ((g + 1) << 48) - 1, (g << 48) + 1, (g << 48) + 1);"
 						   " END LOOP; END $do$");
 	run_on_workers(sql.data);
+	/* the coordinator (group 0) counts below the first worker's range */
+	for (int i = 0; i < lengthof(id_sequences); i++)
+	{
+		if (!orch_table_exists(id_sequences[i]))
+			continue;
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "ALTER SEQUENCE orch.%s MAXVALUE %lld", id_sequences[i],
+						 (long long) ((INT64CONST(1) << 48) - 1));
+		run(sql.data);
+	}
 	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
+
+	/*
+	 * Not delegated with create_distributed_function: Citus 13.2.2 crashes
+	 * the backend (TryToDelegateFunctionCall -> FindShardInterval ->
+	 * hashtext on a NULL) when a delegated function's distribution argument
+	 * is NULL, as tenant is when a call leaves it out.
+	 */
 
 	SPI_finish();
 	/* the rest of this transaction works on distributed tables */

@@ -307,9 +307,9 @@ extern const char *orch_scoped_tenant(void);
 extern void orch_scope_tenant(const char *tenant);
 extern void orch_scope_clear(void);
 extern void orch_spi_scope_tenants(Datum *values, char *nulls, int i);
-extern void orch_scope_task(int64 id);
-extern void orch_scope_tasks(Datum ids);
-extern void orch_scope_command(int64 id);
+extern bool orch_scope_task(int64 id);
+extern bool orch_scope_tasks(Datum ids);
+extern bool orch_scope_command(int64 id);
 extern void orch_require_one_tenant(const char *tenant, const char *what);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */

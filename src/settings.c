@@ -756,6 +756,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		}
 		orch_set_event_context(NULL, "queue dropped");
 		cv[0] = vals[0];
+		cv[1] = (Datum) 0;
 		for (int i = 0; i < ntenants; i++)
 		{
 			if (tenants)

@@ -44,20 +44,25 @@ orch_lock_task(int64 id, OrchTask *t)
 	 * already scoped to a tenant (a claim recovering its tenant's leases,
 	 * maintenance) looks only there.
 	 */
-	if (orch_scoped_tenant() == NULL)
-		orch_scope_task(id);
+	if (orch_scoped_tenant() == NULL && !orch_scope_task(id))
+		return false;			/* no such task (on Citus) */
 	/* another tenant's row is neither locked nor seen (no timing oracle) */
 	orch_spi_caller_tenants(v, n, 1);
-	if (SPI_execute_plan(orch_prepare(&lock_plan,
-									  "SELECT id, tenant_id, queue, state, attempts, failures,"
-									  " max_attempts, max_failures, retry_policy, lease_token, lease_owner,"
-									  " claimed_at, coalesce(lease_expires_at <= now(), true),"
-									  " state = 'awaiting_tool' AND retry_at IS NOT NULL,"
-									  " ready_at IS NOT NULL,"
-									  " coalesce(claimed_at + timeout <= now(), false)"
-									  " FROM orch.tasks WHERE id = $1"
-									  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
-									  2, types),
+#define LOCK_TASK_SQL(TIMEOUT_END) \
+	"SELECT id, tenant_id, queue, state, attempts, failures," \
+	" max_attempts, max_failures, retry_policy, lease_token, lease_owner," \
+	" claimed_at, coalesce(lease_expires_at <= now(), true)," \
+	" state = 'awaiting_tool' AND retry_at IS NOT NULL," \
+	" ready_at IS NOT NULL," \
+	" coalesce(" TIMEOUT_END " <= now(), false)" \
+	" FROM orch.tasks WHERE id = $1" \
+	"   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE"
+	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
+	if (SPI_execute_plan(orch_citus()
+						 ? orch_prepare(&lock_plan,
+										LOCK_TASK_SQL("timezone('UTC', timezone('UTC', claimed_at) + timeout)"),
+										2, types)
+						 : orch_prepare(&lock_plan, LOCK_TASK_SQL("claimed_at + timeout"), 2, types),
 						 v, n, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "orchestrator: task lookup failed");
 	if (SPI_processed == 0)
@@ -382,7 +387,10 @@ orch_complete(PG_FUNCTION_ARGS)
 	v[3] = orch_text_datum("executing");
 
 	SPI_connect();
-	orch_scope_task(id);
+	if (!orch_scope_task(id))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("task " INT64_FORMAT " does not exist", id)));
 	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	/* Fast path: one statement fences and completes; then the attempt row */
@@ -493,7 +501,8 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	v[3] = orch_text_datum("executing");
 
 	SPI_connect();
-	orch_scope_tasks(v[0]);
+	/* none found (on Citus): the first id is reported missing below */
+	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	if (SPI_execute_plan(orch_prepare(&complete_batch_plan,

@@ -229,7 +229,15 @@ orch_caller_tenants_datum(bool *isnull)
 	const char *scoped = orch_scoped_tenant();
 
 	load_caller_tenants();
-	/* on Citus, a call scoped to one tenant filters on it (distributed.c) */
+	/*
+	 * On Citus, a call scoped to one tenant filters on it (distributed.c);
+	 * never one the caller may not see (then nothing: an empty array).
+	 */
+	if (scoped != NULL && !orch_tenant_allowed(scoped))
+	{
+		*isnull = false;
+		return PointerGetDatum(construct_empty_array(TEXTOID));
+	}
 	if (scoped != NULL)
 	{
 		Datum		one = orch_text_datum(scoped);

@@ -36,6 +36,8 @@
 # supported on Citus yet).  In a database with Citus installed but the
 # tables left local, a workflow runs and a claim needs no tenant.
 #
+# A worker added later gets its id range from orch_distribute called again.
+#
 # Ids: a task enqueued through a worker takes that worker's id range
 # (group id << 48), and no two tasks or events share an id.
 use strict;
@@ -164,14 +166,14 @@ my %claimed;
 for my $t ($ta, $tb)
 {
 	my ($rc, $out, $err) = try_sql(
-		"SET citus.multi_task_query_log_level = 'error';\n"
-		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w-$t', 9, tenant => '$t');");
+		"BEGIN; SET LOCAL citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w-$t', 9, tenant => '$t'); COMMIT;");
 	is($rc, 0, "$t: a tenant-scoped claim runs no multi-shard statement") or diag($err);
 	$claimed{$t} = [ map { [ split /:/ ] } split /\n/, $out ];
 	is(scalar @{ $claimed{$t} }, 9, "$t: nine tasks claimed");
 	my ($rc2, $out2, $err2) = try_sql(
-		"SET citus.multi_task_query_log_level = 'error';\n"
-		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w-$t', 1, '1 second', tenant => '$t');");
+		"BEGIN; SET LOCAL citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w-$t', 1, '1 second', tenant => '$t'); COMMIT;");
 	is($rc2, 0, "$t: a claim with a short lease") or diag($err2);
 	push @{ $claimed{$t} }, [ split /:/, $out2 ];
 }
@@ -238,8 +240,8 @@ sleep 1.2;
 for my $t ($ta, $tb)
 {
 	my ($rc, $out, $err) = try_sql(
-		"SET citus.multi_task_query_log_level = 'error';\n"
-		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w2-$t', 10, tenant => '$t');");
+		"BEGIN; SET LOCAL citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('jobs', 'w2-$t', 10, tenant => '$t'); COMMIT;");
 	is($rc, 0, "$t: a claim that wakes due retries runs no multi-shard statement") or diag($err);
 	my @again = map { [ split /:/ ] } split /\n/, $out;
 	is(scalar @again, 3, "$t: the two retried and the recovered task are claimed again");
@@ -307,6 +309,21 @@ is(q1("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$tb') > 0")
 }
 
 # ---------------------------------------------------------------------------
+# Unknown ids: OR005, as on one node (no statement across the shards with a
+# lock); and calls that name their tenant are delegated to its worker
+# ---------------------------------------------------------------------------
+is(sqlstate_of('SELECT orch_complete(123456789, gen_random_uuid())'), 'OR005', 'orch_complete of an unknown task -> OR005');
+is(sqlstate_of('SELECT orch_heartbeat(123456789, gen_random_uuid())'), 'OR005', 'orch_heartbeat of an unknown task -> OR005');
+is(sqlstate_of(q{SELECT * FROM orch_fail(123456789, gen_random_uuid(), 'TRANSIENT')}), 'OR005',
+	'orch_fail of an unknown task -> OR005');
+is(sqlstate_of('SELECT orch_complete_batch(ARRAY[123456789]::bigint[], ARRAY[gen_random_uuid()])'), 'OR005',
+	'orch_complete_batch of an unknown task -> OR005');
+is(sqlstate_of('SELECT orch_retry(123456789)'), 'OR005', 'orch_retry of an unknown task -> OR005');
+is(sqlstate_of('SELECT orch_command_result(123456789, true)'), 'OR005', 'orch_command_result of an unknown command -> OR005');
+is(sqlstate_of(q{SELECT * FROM orch_dequeue('jobs', 'w')}), '0A000',
+	'a claim without a tenant, outside a transaction block, is refused (not delegated: Citus 13.2.2 crashes on a NULL distribution argument)');
+
+# ---------------------------------------------------------------------------
 # A claim that recovers an expired lease first: still single-shard
 # ---------------------------------------------------------------------------
 q1(q{SELECT orch_create_queue('short', '{"initial_delay": "1 s", "max_delay": "1 s"}')});
@@ -315,8 +332,8 @@ q1("SELECT count(*) FROM orch_dequeue('short', 'w', 1, '1 second', tenant => '$t
 sleep 1.2;
 {
 	my ($rc, $out, $err) = try_sql(
-		"SET citus.multi_task_query_log_level = 'error';\n"
-		  . "SELECT count(*) FROM orch_dequeue('short', 'w', 1, tenant => '$ta');");
+		"BEGIN; SET LOCAL citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT count(*) FROM orch_dequeue('short', 'w', 1, tenant => '$ta'); COMMIT;");
 	is($rc, 0, 'a claim that recovers an expired lease runs no multi-shard statement') or diag($err);
 	is(q1("SELECT reason_code FROM orch.tasks WHERE queue = 'short'"), 'lease_expired',
 		'the claim recovered the expired lease (retry after 1 s)');
@@ -403,6 +420,26 @@ is(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHER
 is(q1("SELECT count(*) FROM orch.tasks"), $open, 'only the unfinished tasks are left');
 is(q1("SELECT count(*) FROM orch.attempts WHERE tenant_id IN ('$ta', '$tb')"), '0',
 	'the attempts went with their tasks');
+
+# ---------------------------------------------------------------------------
+# A worker added later: orch_distribute again gives it its id range
+# ---------------------------------------------------------------------------
+my $w3 = PostgreSQL::Test::Cluster->new('worker3');
+$w3->init;
+$w3->append_conf('postgresql.conf', "shared_preload_libraries = 'citus'\nmax_connections = 60\n");
+$w3->start;
+$w3->safe_psql('postgres', 'CREATE EXTENSION citus');
+q1(sprintf("SELECT citus_add_node('%s', %d)", $w3->host, $w3->port));
+is($w3->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'"),
+	q1("SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'"),
+	'citus_add_node created the extension on the new worker');
+q1('SELECT count(*) FROM orch_distribute()');
+my $g3 = $w3->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group');
+my $id3 = $w3->safe_psql('postgres', "SELECT orch_enqueue('jobs', '{\"via\": \"worker3\"}', tenant => '$tb')");
+ok($id3 >= ($g3 << 48) && $id3 < (($g3 + 1) << 48),
+	"after orch_distribute again, the new worker takes ids from its own range ($id3)");
+is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.tasks'), '0', 'still no two tasks share an id');
+push @workers, $w3;
 
 # ---------------------------------------------------------------------------
 # Citus installed, tables not distributed: everything as on a single node
