@@ -397,6 +397,25 @@ is(sqlstate_of('SELECT orch_metrics_refresh()'), '0A000',
 	'orch_metrics_refresh on Citus -> 0A000 (metrics are not folded on Citus yet)');
 
 # ---------------------------------------------------------------------------
+# Reading: status, history, the views, the Prometheus text
+# ---------------------------------------------------------------------------
+{
+	my $id = $claimed{$ta}[0][0];
+	is(q1("SELECT state FROM orch_status($id)"), 'completed', 'orch_status of a task');
+	is(q1("SELECT count(*) >= 4 FROM orch_history($id)"), 't', 'orch_history: its events and attempt');
+	for my $view (qw(orch_tasks orch_events orch_attempts orch_queue_stats orch_dead_letters orch_runs
+		orch_run_steps))
+	{
+		my ($rc, $out, $err) = try_sql("SELECT count(*) FROM $view");
+		is($rc, 0, "view $view reads on Citus") or diag($err);
+	}
+	is(q1("SELECT count(*) > 0 FROM orch_tasks WHERE tenant_id = '$ta' AND queue = 'jobs'"), 't',
+		'orch_tasks shows the tenant\'s tasks');
+	is(q1('SELECT count(*) >= 0 FROM orch_duration_stats()'), 't', 'orch_duration_stats reads');
+	like(q1('SELECT orch_metrics_prometheus()'), qr/orch_tasks/, 'orch_metrics_prometheus answers');
+}
+
+# ---------------------------------------------------------------------------
 # Ids across nodes
 # ---------------------------------------------------------------------------
 my $wid = $workers[0]->safe_psql('postgres', "SELECT orch_enqueue('jobs', '{\"via\": \"worker\"}', tenant => '$ta')");
