@@ -324,6 +324,27 @@ orch_table_exists(const char *name)
 	return OidIsValid(nsp) && OidIsValid(get_relname_relid(name, nsp));
 }
 
+/*
+ * Make orch.<t> a Citus table with create_call (a create_*_table call),
+ * then drop the local copy the conversion leaves behind.  A table that is
+ * already a Citus table, or does not exist in this schema version, is
+ * left as it is.
+ */
+static void
+make_citus_table(ReturnSetInfo *rsinfo, const char *t, const char *create_call, const char *done)
+{
+	if (!orch_table_exists(t))
+		return;
+	if (citus_method(t) != '\0')
+	{
+		emit(rsinfo, psprintf("orch.%s", t), "already a Citus table");
+		return;
+	}
+	run(create_call);
+	run(psprintf("SELECT truncate_local_data_after_distributing_table('orch.%s')", t));
+	emit(rsinfo, psprintf("orch.%s", t), done);
+}
+
 Datum
 orch_distribute(PG_FUNCTION_ARGS)
 {
@@ -380,36 +401,13 @@ orch_distribute(PG_FUNCTION_ARGS)
 	}
 
 	for (int i = 0; i < lengthof(reference_tables); i++)
-	{
-		const char *t = reference_tables[i];
-
-		if (!orch_table_exists(t))
-			continue;
-		if (citus_method(t) != '\0')
-		{
-			emit(rsinfo, psprintf("orch.%s", t), "already a Citus table");
-			continue;
-		}
-		resetStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT create_reference_table('orch.%s')", t);
-		run(sql.data);
-		resetStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT truncate_local_data_after_distributing_table('orch.%s')", t);
-		run(sql.data);
-		emit(rsinfo, psprintf("orch.%s", t), "reference table");
-	}
-
+		make_citus_table(rsinfo, reference_tables[i],
+						 psprintf("SELECT create_reference_table('orch.%s')", reference_tables[i]),
+						 "reference table");
 	for (int i = 0; i < lengthof(distributed_tables); i++)
 	{
 		const char *t = distributed_tables[i];
 
-		if (!orch_table_exists(t))
-			continue;
-		if (citus_method(t) != '\0')
-		{
-			emit(rsinfo, psprintf("orch.%s", t), "already a Citus table");
-			continue;
-		}
 		resetStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT create_distributed_table('orch.%s', 'tenant_id'", t);
 		if (i > 0)
@@ -417,11 +415,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 		else if (shard_count > 0)
 			appendStringInfo(&sql, ", shard_count => %d", shard_count);
 		appendStringInfoChar(&sql, ')');
-		run(sql.data);
-		resetStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT truncate_local_data_after_distributing_table('orch.%s')", t);
-		run(sql.data);
-		emit(rsinfo, psprintf("orch.%s", t), "distributed by tenant_id");
+		make_citus_table(rsinfo, t, sql.data, "distributed by tenant_id");
 	}
 
 	/*
