@@ -630,6 +630,7 @@ typedef struct TaskCols
 				lease_token,
 				lease_owner,
 				run_id,
+				step_key,
 				queue,
 				concurrency_key,
 				gated,			/* 0 before 0.3.0 */
@@ -688,6 +689,7 @@ load_task_cols(Relation rel)
 	task_cols.lease_token = must_fnumber(td, "lease_token");
 	task_cols.lease_owner = must_fnumber(td, "lease_owner");
 	task_cols.run_id = must_fnumber(td, "run_id");
+	task_cols.step_key = must_fnumber(td, "step_key");
 	task_cols.queue = must_fnumber(td, "queue");
 	task_cols.concurrency_key = must_fnumber(td, "concurrency_key");
 	task_cols.gated = SPI_fnumber(td, "gated");
@@ -1023,9 +1025,13 @@ task_trigger(TriggerData *trigdata)
 	if (has_run)
 		run_id = DatumGetInt64(d);
 
-	/* a workflow step's task finished: its run progresses at statement end */
+	/*
+	 * A workflow step's task finished: its run progresses at statement end
+	 * (told which task completed, the usual case has a shorter path).
+	 */
 	if (has_run && orch_state_is_terminal(to) && to != from)
-		orch_runs_note(run_id, tenant);
+		orch_runs_note(run_id, tenant, task_id, get_text_col(newtup, td, task_cols.step_key),
+					   to == TS_COMPLETED);
 
 	actor = ctx_actor;
 	if (actor == NULL && ctx_worker_actor)

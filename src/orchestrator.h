@@ -223,7 +223,8 @@ extern bool orch_restoring(void);
 extern bool orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td);
 
 /* runs.c: workflow runs */
-extern void orch_runs_note(int64 run_id, const char *tenant);
+extern void orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
+						   bool completed);
 extern void orch_runs_flush(void);
 extern bool orch_has_runs(void);
 extern bool orch_has_metrics(void);

@@ -63,6 +63,7 @@ extern Jsonb *json_object1(const char *k1, const char *v1, const char *k2, const
 
 /* run_steps.c */
 extern void run_progress(RunRow *r);
+extern void run_progress_completed(RunRow *r, int64 task_id, const char *step);
 extern void run_advance(RunRow *r);
 extern void run_create_steps(RunRow *r);
 extern void run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,

@@ -1289,6 +1289,53 @@ run_progress(RunRow *r)
 }
 
 
+/*
+ * run_progress after one task of the run completed (and nothing else of it
+ * in this statement): when it is the task of a running plain step (not a
+ * map, not a decision), the step succeeds with its result in one statement,
+ * without collecting every running step's tasks; the run then advances.
+ * Anything else takes the general path, which settles the same way.
+ */
+void
+run_progress_completed(RunRow *r, int64 task_id, const char *step)
+{
+	int64		prev;
+	bool		isnull;
+
+	if (run_terminal(r->state) || r->past_deadline || strcmp(r->phase, "forward") != 0)
+	{
+		run_progress(r);
+		return;
+	}
+	run_sql("UPDATE orch.run_steps s SET state = 'succeeded', output = t.result,"
+			" finished_at = clock_timestamp(), wake_at = NULL, cap_at = NULL,"
+			" done_seq = nextval('orch.run_steps_done_seq'),"
+			" comp_state = CASE WHEN s.spec ? 'compensation' THEN 'armed' END"
+			" FROM orch.tasks t"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
+			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
+			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed'"
+			" RETURNING jsonb_typeof(s.spec -> 'on_success') IN ('string', 'array')",
+			4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID},
+			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
+				Int64GetDatum(task_id)}, NULL, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed != 1)
+	{
+		run_progress(r);
+		return;
+	}
+	prev = run_busy_begin(r->id);
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
+	{
+		step_event(r, step, "running", "succeeded", "step_succeeded");
+		take_edges(r, step, "on_success");
+	}
+	else
+		step_event(r, step, "running", "succeeded", "step_succeeded");
+	run_advance(r);
+	run_busy_end(prev);
+}
+
 /* Create the run's steps from its definition. */
 void
 run_create_steps(RunRow *r)

@@ -172,6 +172,9 @@ typedef struct RunNote
 	int			level;
 	int64		run_id;
 	char	   *tenant;
+	/* the one task of the run that completed, when that is all (else 0) */
+	int64		task_id;
+	char	   *step;
 } RunNote;
 
 static List *run_notes = NIL;
@@ -255,8 +258,15 @@ runs_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/*
+ * A task of run_id finished (task_id, its step key, completed or not): the
+ * run progresses at the end of the statement.  A run with exactly one task
+ * completed is told which: its step can be settled without looking at the
+ * others (run_progress_completed).
+ */
 void
-orch_runs_note(int64 run_id, const char *tenant)
+orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
+			   bool completed)
 {
 	MemoryContext old;
 	RunNote    *n;
@@ -270,13 +280,18 @@ orch_runs_note(int64 run_id, const char *tenant)
 		RunNote    *e = (RunNote *) lfirst(lc);
 
 		if (e->run_id == run_id && strcmp(e->tenant, tenant) == 0)
+		{
+			e->task_id = 0;		/* more than one: the general path */
 			return;
+		}
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	n = palloc(sizeof(RunNote));
 	n->level = GetCurrentTransactionNestLevel();
 	n->run_id = run_id;
 	n->tenant = pstrdup(tenant);
+	n->task_id = (completed && step_key != NULL) ? task_id : 0;
+	n->step = (completed && step_key != NULL) ? pstrdup(step_key) : NULL;
 	run_notes = lappend(run_notes, n);
 	MemoryContextSwitchTo(old);
 }
@@ -580,6 +595,8 @@ orch_runs_flush(void)
 			RunNote    *n = (RunNote *) linitial(run_notes);
 			int64		run_id = n->run_id;
 			char	   *tenant = pstrdup(n->tenant);
+			int64		task_id = n->task_id;
+			char	   *step = n->step ? pstrdup(n->step) : NULL;
 			RunRow		r;
 
 			run_notes = list_delete_first(run_notes);
@@ -589,7 +606,10 @@ orch_runs_flush(void)
 			{
 				int64		prev = run_busy_begin(run_id);
 
-				run_progress(&r);
+				if (task_id != 0)
+					run_progress_completed(&r, task_id, step);
+				else
+					run_progress(&r);
 				run_busy_end(prev);
 			}
 			SPI_finish();
