@@ -542,3 +542,25 @@ SET orchestrator.auto_create_queues = off;
 SELECT orch_start('wf_noqueue', '{}') AS nq \gset
 RESET orchestrator.auto_create_queues;
 SELECT pg_temp.st(:nq), (SELECT error FROM orch_run_steps WHERE run_id = :nq) AS error;
+
+-- ---------------------------------------------------------------------------
+-- A completion settles the run's due timers too (0.7.0 settles the usual
+-- completion in one statement, but not while another step's timer is due):
+-- a parallel step whose timeout passed times out in the same pass, the run
+-- fails, and the completed step's successor is never handed out.
+-- ---------------------------------------------------------------------------
+SELECT orch_define('wf_race', '{"steps": [
+    {"step_id": "a", "queue": "wf_r", "handler": "a"},
+    {"step_id": "b", "queue": "wf_r2", "handler": "b", "timeout": "1 second"},
+    {"step_id": "after_a", "queue": "wf_r", "handler": "after_a", "depends_on": ["a"]}]}');
+SELECT orch_publish('wf_race', 1) IS NOT NULL AS published;
+SELECT orch_start('wf_race', '{}') AS rc \gset
+SELECT pg_sleep(1.1);
+SELECT pg_temp.work('wf_r') AS completed;
+SELECT pg_temp.st(:rc);
+SELECT count(*) AS successor_tasks FROM orch_tasks WHERE run_id = :rc AND step_key = 'after_a';
+-- without a due timer, the same completion hands the successor out
+SELECT orch_start('wf_race', '{}') AS rc2 \gset
+SELECT pg_temp.work('wf_r') AS completed;
+SELECT pg_temp.st(:rc2);
+SELECT count(*) AS successor_tasks FROM orch_tasks WHERE run_id = :rc2 AND step_key = 'after_a';

@@ -1292,14 +1292,16 @@ run_progress(RunRow *r)
 /*
  * run_progress after one task of the run completed (and nothing else of it
  * in this statement): when it is the task of a running plain step (not a
- * map, not a decision), the step succeeds with its result in one statement,
- * without collecting every running step's tasks; the run then advances.
- * Anything else takes the general path, which settles the same way.
+ * map, not a decision) and no other step of the run has a timer due or map
+ * items to hand out, the step succeeds with its result in one statement,
+ * without collecting every running step's tasks; the run then advances
+ * (the caller has marked it busy).  Anything else takes the general path,
+ * run_progress, which would do exactly this in that case.
  */
 void
 run_progress_completed(RunRow *r, int64 task_id, const char *step)
 {
-	int64		prev;
+	bool		has_edges;
 	bool		isnull;
 
 	if (run_terminal(r->state) || r->past_deadline || strcmp(r->phase, "forward") != 0)
@@ -1315,6 +1317,11 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed'"
+			/* nothing for the general path's second look (timers, map items) */
+			"   AND NOT EXISTS (SELECT 1 FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2"
+			"     AND ((o.state IN ('running', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())"
+			"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())"
+			"       OR (o.state = 'running' AND o.spec ? 'map' AND jsonb_typeof(o.items) = 'array')))"
 			" RETURNING jsonb_typeof(s.spec -> 'on_success') IN ('string', 'array')",
 			4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID},
 			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
@@ -1324,16 +1331,12 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 		run_progress(r);
 		return;
 	}
-	prev = run_busy_begin(r->id);
-	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
-	{
-		step_event(r, step, "running", "succeeded", "step_succeeded");
+	has_edges = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+		!isnull;
+	step_event(r, step, "running", "succeeded", "step_succeeded");
+	if (has_edges)
 		take_edges(r, step, "on_success");
-	}
-	else
-		step_event(r, step, "running", "succeeded", "step_succeeded");
 	run_advance(r);
-	run_busy_end(prev);
 }
 
 /* Create the run's steps from its definition. */

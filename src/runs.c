@@ -282,6 +282,7 @@ orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step
 		if (e->run_id == run_id && strcmp(e->tenant, tenant) == 0)
 		{
 			e->task_id = 0;		/* more than one: the general path */
+			e->step = NULL;
 			return;
 		}
 	}
@@ -290,8 +291,17 @@ orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step
 	n->level = GetCurrentTransactionNestLevel();
 	n->run_id = run_id;
 	n->tenant = pstrdup(tenant);
-	n->task_id = (completed && step_key != NULL) ? task_id : 0;
-	n->step = (completed && step_key != NULL) ? pstrdup(step_key) : NULL;
+	/* a plain step's task (map items are "step#i", compensations "step:compensate") */
+	if (completed && step_key != NULL && strpbrk(step_key, "#:") == NULL)
+	{
+		n->task_id = task_id;
+		n->step = pstrdup(step_key);
+	}
+	else
+	{
+		n->task_id = 0;
+		n->step = NULL;
+	}
 	run_notes = lappend(run_notes, n);
 	MemoryContextSwitchTo(old);
 }
