@@ -39,7 +39,6 @@ orch_citus(void)
 	{
 		Oid			nsp;
 		Oid			tasks;
-
 		bool		distributed = false;
 
 		nsp = get_namespace_oid("orch", true);
@@ -77,8 +76,8 @@ citus_forget(void)
  * one task (or maintenance, tenant by tenant) sets it; the statements it
  * runs then filter on that tenant (orch_spi_caller_tenants), which makes
  * each a single-shard router query: Citus refuses FOR UPDATE across shards.
- * Cleared when the call ends and by any (sub)transaction abort, so an error
- * in one call never scopes the next.
+ * Cleared when the call ends, at transaction end, and by the abort of the
+ * subtransaction that set it, so an error in one call never scopes the next.
  */
 static char *scope_tenant = NULL;
 static SubTransactionId scope_subid = InvalidSubTransactionId;	/* where it was set */
