@@ -36,13 +36,12 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 /*
  * On Citus an UPDATE of a distributed table may call no volatile function
  * and no stable one on a column: the token is md5 of the task id and a
- * random 128-bit nonce of this claim ($6, never stored: a token tells
- * nothing of another), and the timeout cap is computed in UTC ($7: now as
- * a UTC timestamp; a day of timeout is 24 hours).
+ * random nonce of this claim ($6, never stored: a token tells nothing of
+ * another), and the timeout cap is computed in UTC (ORCH_UTC_ADD).
  */
 #define CLAIM_SET_CITUS \
 	CLAIM_SET_WITH("md5(t.id::text || $6)::uuid", \
-				   "LEAST(now() + $4, timezone('UTC', $7 + t.timeout))")
+				   "LEAST(now() + $4, " ORCH_UTC_ADD("now()", "t.timeout") ")")
 #define CLAIM_RETURNING \
 	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
@@ -57,18 +56,14 @@ static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
  * paused, waiting, finished) and within its deadline; compensation tasks run
  * after the deadline too.  Plain tasks (run_id NULL) pay nothing.
  */
-#define RUN_FILTER \
+#define RUN_FILTER_BY(RUN_TENANT) \
 	" AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
-	"      WHERE r.id = c.run_id AND r.tenant_id = c.tenant_id AND r.state = 'running'" \
+	"      WHERE r.id = c.run_id AND r.tenant_id = " RUN_TENANT " AND r.state = 'running'" \
 	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
 	"             OR c.step_key LIKE '%:compensate')))"
-
-/* The run filter of a single-tenant claim on Citus: every table by $5 */
-#define RUN_FILTER_CITUS \
-	" AND (c.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
-	"      WHERE r.id = c.run_id AND r.tenant_id = $5 AND r.state = 'running'" \
-	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
-	"             OR c.step_key LIKE '%:compensate')))"
+#define RUN_FILTER RUN_FILTER_BY("c.tenant_id")
+/* on Citus, every table of the single-tenant claim filtered by the value $5 */
+#define RUN_FILTER_CITUS RUN_FILTER_BY("$5")
 
 /*
  * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
@@ -467,10 +462,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	 */
 	if (tenant)
 	{
-		Datum		one = orch_text_datum(tenant);
-
 		orch_require_tenant(tenant);
-		tenants = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+		tenants = orch_text_array1(tenant);
 		all_tenants = false;
 		if (orch_citus())
 			orch_scope_tenant(tenant);
@@ -514,30 +507,28 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
 	v[4] = tenant ? orch_text_datum(tenant) : tenants;
 	orch_set_event_context(worker, NULL);
-	if ((qs.owner_limit > 0 || qs.queue_limit > 0) && orch_citus())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
-				 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
-				 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
 	if (orch_citus())
 	{
-		Oid			ctypes[7] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPOID};
-		Datum		cv[7];
+		Oid			ctypes[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID};
+		Datum		cv[6];
 		pg_uuid_t  *nonce = orch_new_uuid();
 
+		if (qs.owner_limit > 0 || qs.queue_limit > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
+					 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
+					 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
 		memcpy(cv, v, sizeof(Datum) * 5);
 		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
 		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-		/* a timestamptz's value is UTC: as a timestamp, it is UTC wall time */
-		cv[6] = TimestampGetDatum(GetCurrentTransactionStartTimestamp());
 		if (SPI_execute_plan(runs
 							 ? orch_prepare(&claim_tenant_plan[1],
 											CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 7, ctypes)
+														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes)
 							 : orch_prepare(&claim_tenant_plan[0],
 											CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-														  " AND t.tenant_id = $5", ""), 7, ctypes),
+														  " AND t.tenant_id = $5", ""), 6, ctypes),
 							 cv, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "orchestrator: claim failed");
 		orch_clear_event_context();

@@ -225,9 +225,7 @@ orch_command_result(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum(id);
 	/* on Citus: the statements below go to the command's shard */
 	if (!orch_scope_command(id))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("command " INT64_FORMAT " does not exist", id)));
+		orch_not_found("command", id);
 	{
 		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
 		Datum		lv[2];
@@ -244,9 +242,7 @@ orch_command_result(PG_FUNCTION_ARGS)
 	/* another tenant's command does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
 		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("command " INT64_FORMAT " does not exist", id)));
+		orch_not_found("command", id);
 	tup = SPI_tuptable->vals[0];
 	td = SPI_tuptable->tupdesc;
 	status = SPI_getvalue(tup, td, 1);

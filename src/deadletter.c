@@ -46,26 +46,16 @@ redrive(int64 id, bool skip_redriven)
 	v[0] = Int64GetDatum(id);
 	/* on Citus: the statements below go to the task's shard */
 	if (!orch_scope_task(id))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("task " INT64_FORMAT " does not exist", id)));
+		orch_not_found("task", id);
+	/* another tenant's row is neither locked nor seen */
 	orch_spi_caller_tenants(v, vn, 1);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
-	{
-		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
-		Datum		lv[2];
-		char		ln[2] = {' ', ' '};
-
-		lv[0] = v[0];
-		orch_spi_caller_tenants(lv, ln, 1);
-		/* (another tenant's row is neither locked nor seen) */
-		if (SPI_execute_plan(orch_prepare(&lock_plan,
-										  "SELECT 1 FROM orch.tasks WHERE id = $1"
-										  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
-										  2, ltypes),
-							 lv, ln, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: task lookup failed");
-	}
+	if (SPI_execute_plan(orch_prepare(&lock_plan,
+									  "SELECT 1 FROM orch.tasks WHERE id = $1"
+									  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
+									  2, types),
+						 v, vn, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "orchestrator: task lookup failed");
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
 	if (SPI_execute_plan(orch_prepare(&check_plan,
 									  "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
@@ -80,9 +70,7 @@ redrive(int64 id, bool skip_redriven)
 	/* another tenant's task does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
 		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4)))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("task " INT64_FORMAT " does not exist", id)));
+		orch_not_found("task", id);
 	tup = SPI_tuptable->vals[0];
 	td = SPI_tuptable->tupdesc;
 	state = SPI_getvalue(tup, td, 1);

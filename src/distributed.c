@@ -108,9 +108,7 @@ orch_spi_scope_tenants(Datum *values, char *nulls, int i)
 	}
 	else
 	{
-		Datum		one = CStringGetTextDatum(scope_tenant);
-
-		values[i] = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+		values[i] = orch_text_array1(scope_tenant);
 		nulls[i] = ' ';
 	}
 }

@@ -418,13 +418,10 @@ orch_maintain(PG_FUNCTION_ARGS)
 			tenant_names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		for (int i = 0; i < ntenants; i++)
 		{
-			Datum		one = orch_text_datum(tenant_names[i]);
 			int			k;
 
 			orch_scope_tenant(tenant_names[i]);
-			k = maintain_tenants(batch, PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false,
-																		TYPALIGN_INT)),
-								 part);
+			k = maintain_tenants(batch, orch_text_array1(tenant_names[i]), part);
 			orch_scope_clear();
 			for (int j = 0; j < k; j++)
 			{

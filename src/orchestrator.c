@@ -9,6 +9,8 @@
 
 #include "common/pg_prng.h"
 #include "miscadmin.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -214,6 +216,24 @@ Datum
 orch_text_datum(const char *s)
 {
 	return PointerGetDatum(cstring_to_text(s));
+}
+
+/* A text[] of one element. */
+Datum
+orch_text_array1(const char *s)
+{
+	Datum		one = orch_text_datum(s);
+
+	return PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* OR005: what ("task", "command") id does not exist (for this caller). */
+void
+orch_not_found(const char *what, int64 id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_ORCH_NOT_FOUND),
+			 errmsg("%s " INT64_FORMAT " does not exist", what, id)));
 }
 
 /* Set SPI argument i to the text s, or to SQL NULL when s is NULL. */

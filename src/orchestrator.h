@@ -261,6 +261,8 @@ extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);
 extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
+extern Datum orch_text_array1(const char *s);
+extern void orch_not_found(const char *what, int64 id) pg_attribute_noreturn();
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
 extern int	orch_pin_search_path(void);	/* AtEOXact_GUC(true, result) undoes it */
 
@@ -300,6 +302,13 @@ extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, boo
 extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
 							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
+
+/*
+ * TS + IV computed in UTC (a day is 24 hours), from immutable functions
+ * only: Citus refuses a stable function of a column (timestamptz +
+ * interval) in an UPDATE of a distributed table.
+ */
+#define ORCH_UTC_ADD(TS, IV) "timezone('UTC', timezone('UTC', " TS ") + " IV ")"
 
 /* distributed.c: Citus (SPEC section 11) */
 extern bool orch_citus(void);

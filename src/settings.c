@@ -761,9 +761,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		{
 			if (tenants)
 			{
-				Datum		one = orch_text_datum(tenants[i]);
-
-				cv[1] = PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+				cv[1] = orch_text_array1(tenants[i]);
 				cn[1] = ' ';
 			}
 			/* running attempts end as cancelled, as with orch_cancel */

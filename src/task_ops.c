@@ -60,7 +60,7 @@ orch_lock_task(int64 id, OrchTask *t)
 	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
 	if (SPI_execute_plan(orch_citus()
 						 ? orch_prepare(&lock_plan,
-										LOCK_TASK_SQL("timezone('UTC', timezone('UTC', claimed_at) + timeout)"),
+										LOCK_TASK_SQL(ORCH_UTC_ADD("claimed_at", "timeout")),
 										2, types)
 						 : orch_prepare(&lock_plan, LOCK_TASK_SQL("claimed_at + timeout"), 2, types),
 						 v, n, false, 1) != SPI_OK_SELECT)
@@ -108,9 +108,7 @@ static void
 lock_or_not_found(int64 id, OrchTask *t)
 {
 	if (!orch_lock_task(id, t))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("task " INT64_FORMAT " does not exist", id)));
+		orch_not_found("task", id);
 }
 
 static void
@@ -388,9 +386,7 @@ orch_complete(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	if (!orch_scope_task(id))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("task " INT64_FORMAT " does not exist", id)));
+		orch_not_found("task", id);
 	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	/* Fast path: one statement fences and completes; then the attempt row */
@@ -647,7 +643,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	if (orch_citus())
 		/* no stable function on a column in a distributed UPDATE: UTC arithmetic */
 		exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3,"
-					" timezone('UTC', timezone('UTC', claimed_at) + timeout))"
+					" " ORCH_UTC_ADD("claimed_at", "timeout") ")"
 					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	else
 		exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"

@@ -240,10 +240,8 @@ orch_caller_tenants_datum(bool *isnull)
 	}
 	if (scoped != NULL)
 	{
-		Datum		one = orch_text_datum(scoped);
-
 		*isnull = false;
-		return PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
+		return orch_text_array1(scoped);
 	}
 	*isnull = !cache_restricted;
 	if (!cache_restricted)

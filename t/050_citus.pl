@@ -343,6 +343,24 @@ sleep 1.2;
 }
 
 # ---------------------------------------------------------------------------
+# A task's timeout caps its lease (claim and heartbeat, in UTC on Citus) and
+# its recovery is recorded as timed_out
+# ---------------------------------------------------------------------------
+q1("SELECT orch_enqueue('short', '{}', tenant => '$tb', timeout => '2 seconds')");
+{
+	my ($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('short', 'w', 1, tenant => '$tb')");
+	is(q1("SELECT lease_expires_at - claimed_at FROM orch.tasks WHERE id = $id"), '00:00:02',
+		'the claim caps the lease at the task timeout');
+	is(q1("SELECT orch_heartbeat($id, '$tok')"), 'executing', 'heartbeat');
+	is(q1("SELECT lease_expires_at - claimed_at FROM orch.tasks WHERE id = $id"), '00:00:02',
+		'a heartbeat does not extend the lease past the timeout');
+	sleep 2.2;
+	is(q1("SELECT count FROM orch_maintain() WHERE action = 'leases_recovered'"), '1', 'the timed-out task is recovered');
+	is(q1("SELECT outcome FROM orch.attempts WHERE task_id = $id AND tenant_id = '$tb'"), 'timed_out',
+		'and its attempt is recorded as timed_out');
+}
+
+# ---------------------------------------------------------------------------
 # Concurrency keys: a finished keyed task hands its slot over (the promotion
 # runs in the shard's trigger, on the worker)
 # ---------------------------------------------------------------------------
@@ -437,7 +455,8 @@ ok($finished >= 26, "finished tasks to purge: $finished");
 is(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHERE action = 'tasks_purged'"),
 	$finished, 'orch_maintain purges every finished task of both tenants past the retention');
 is(q1("SELECT count(*) FROM orch.tasks"), $open, 'only the unfinished tasks are left');
-is(q1("SELECT count(*) FROM orch.attempts WHERE tenant_id IN ('$ta', '$tb')"), '0',
+is(q1("SELECT count(*) FROM orch.attempts a WHERE a.tenant_id IN ('$ta', '$tb')"
+		  . " AND NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = a.task_id AND t.tenant_id = a.tenant_id)"), '0',
 	'the attempts went with their tasks');
 
 # ---------------------------------------------------------------------------
