@@ -93,14 +93,7 @@ orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 	 * plans of distributed statements.  Such a plan lives until SPI_finish.
 	 */
 	if (orch_citus())
-	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_CUSTOM_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "orchestrator: SPI_prepare failed: %s",
-				 SPI_result_code_string(SPI_result));
-		return plan;
-	}
+		return orch_prepare_custom(sql, nargs, argtypes);
 	if (*cache == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
@@ -114,6 +107,21 @@ orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 		*cache = plan;
 	}
 	return *cache;
+}
+
+/*
+ * A statement planned with its values at each execution (on Citus, see
+ * orch_prepare), not kept: it lives until SPI_finish.
+ */
+SPIPlanPtr
+orch_prepare_custom(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_CUSTOM_PLAN);
+
+	if (plan == NULL)
+		elog(ERROR, "orchestrator: SPI_prepare failed: %s",
+			 SPI_result_code_string(SPI_result));
+	return plan;
 }
 
 /* Raise 22004 when a required argument is NULL. */

@@ -253,6 +253,7 @@ extern char *orch_command_queue;
 
 extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 							   Oid *argtypes);
+extern SPIPlanPtr orch_prepare_custom(const char *sql, int nargs, Oid *argtypes);
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);

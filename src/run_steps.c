@@ -175,6 +175,18 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 		!isnull;
 }
 
+/*
+ * What a step's success writes (output: its SQL), and whether it has
+ * on_success edges to take (RETURNING).
+ */
+#define STEP_SUCCEEDED_SET(OUTPUT) \
+	"state = 'succeeded', output = " OUTPUT ", finished_at = clock_timestamp()," \
+	" wake_at = NULL, cap_at = NULL," \
+	" done_seq = nextval('orch.run_steps_done_seq')," \
+	" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
+#define STEP_SUCCEEDED_RETURNING \
+	" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')"
+
 /* A step succeeded with an output: record, take its on_success edges. */
 void
 run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
@@ -193,12 +205,9 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	orch_spi_text(v, n, 4, chosen);
 	v[5] = orch_text_datum(from);
 	/* only from the state it was in: a step closed meanwhile stays closed */
-	run_sql("UPDATE orch.run_steps SET state = 'succeeded', output = $4, finished_at = clock_timestamp(),"
-			" wake_at = NULL, cap_at = NULL,"
-			" done_seq = nextval('orch.run_steps_done_seq'),"
-			" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
+	run_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4")
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
-			" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')",
+			STEP_SUCCEEDED_RETURNING,
 			6, types, v, n, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return;
@@ -1309,10 +1318,7 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 		run_progress(r);
 		return;
 	}
-	run_sql("UPDATE orch.run_steps s SET state = 'succeeded', output = t.result,"
-			" finished_at = clock_timestamp(), wake_at = NULL, cap_at = NULL,"
-			" done_seq = nextval('orch.run_steps_done_seq'),"
-			" comp_state = CASE WHEN s.spec ? 'compensation' THEN 'armed' END"
+	run_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
@@ -1322,7 +1328,7 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 			"     AND ((o.state IN ('running', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())"
 			"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())"
 			"       OR (o.state = 'running' AND o.spec ? 'map' AND jsonb_typeof(o.items) = 'array')))"
-			" RETURNING jsonb_typeof(s.spec -> 'on_success') IN ('string', 'array')",
+			STEP_SUCCEEDED_RETURNING,
 			4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID},
 			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
 				Int64GetDatum(task_id)}, NULL, SPI_OK_UPDATE_RETURNING);

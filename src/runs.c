@@ -388,14 +388,7 @@ run_plan(const char *sql, int nargs, Oid *types)
 	RunPlan    *e;
 
 	if (orch_citus())
-	{
-		/* planned with its values each time: see orch_prepare */
-		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
-
-		if (p == NULL)
-			elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		return p;
-	}
+		return orch_prepare_custom(sql, nargs, types);	/* see orch_prepare */
 	if (run_plans == NULL)
 	{
 		HASHCTL		ctl;
