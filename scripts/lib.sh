@@ -33,12 +33,12 @@ require_root() {
     [ "$(id -u)" = 0 ] || die "run this as root (it installs packages and switches to the postgres user)"
 }
 
-# ensure_packages: install whatever of ORCH_PACKAGES is missing (one
-# `apt-get update` first).  Debian's postgresql package may create and start
-# a cluster on 5432; it is left alone.
-ensure_packages() {
-    local missing=() p status
-    for p in "${ORCH_PACKAGES[@]}"; do
+# apt_install_missing PKG...: install those of PKG... that are not installed
+# (one `apt-get update` first, only when something is missing).  Returns
+# non-zero, with a message, when that fails.
+apt_install_missing() {
+    local missing=() p status what=${APT_WHAT:-packages}
+    for p in "$@"; do
         status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
         case "$status" in
             *"install ok installed"*) ;;
@@ -46,18 +46,25 @@ ensure_packages() {
         esac
     done
     if [ ${#missing[@]} -eq 0 ]; then
-        log "packages: all present"
+        log "$what: all present"
         return 0
     fi
-    require_root
-    log "packages: installing ${missing[*]}"
-    apt-get update -qq || die "apt-get update failed"
+    [ "$(id -u)" = 0 ] || { warn "installing ${missing[*]} needs root: run this as root"; return 1; }
+    log "$what: installing ${missing[*]}"
+    apt-get update -qq || { warn "apt-get update failed"; return 1; }
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        "${missing[@]}" </dev/null || die "apt-get install failed"
+        "${missing[@]}" </dev/null || { warn "apt-get install failed"; return 1; }
     for p in "${missing[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
-            || die "package $p is still not installed"
+            || { warn "package $p is still not installed"; return 1; }
     done
+}
+
+# ensure_packages: install whatever of ORCH_PACKAGES is missing (one
+# `apt-get update` first).  Debian's postgresql package may create and start
+# a cluster on 5432; it is left alone.
+ensure_packages() {
+    apt_install_missing "${ORCH_PACKAGES[@]}" || die "could not install the packages"
     id postgres >/dev/null 2>&1 || die "the postgres OS user does not exist after installing postgresql-15"
 }
 
@@ -73,6 +80,114 @@ build_install() {
         || die "build failed (make)"
     make -C "$ORCH_REPO" -s PG_CONFIG="$PG_CONFIG" "${copt[@]}" install \
         || die "install failed (make install)"
+}
+
+# --------------------------------------------------------------------------
+# Citus, built from the vendored source release (docs/citus-build.md)
+# --------------------------------------------------------------------------
+# Debian does not package Citus; CI has its source release beside the clone
+# ($ORCH_REPO/../shared/vendor/, see its README.md).  A user's machine does
+# not: t/050_citus.pl then skips with its reason.
+ORCH_CITUS_VERSION=13.2.2
+ORCH_CITUS_EXTVERSION=13.2-1
+ORCH_CITUS_SHA256=dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430
+ORCH_CITUS_BUILD_DEPS=(libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev patch)
+ORCH_CITUS_PATCH=$ORCH_REPO/scripts/citus-13.2.2-pg15-have_createdb_privilege.patch
+
+# citus_tarball: the path of the vendored Citus source release (it may not
+# exist): $ORCH_CITUS_TARBALL, else ../shared/vendor/ beside the repository.
+citus_tarball() {
+    printf '%s\n' "${ORCH_CITUS_TARBALL:-$ORCH_REPO/../shared/vendor/citus-$ORCH_CITUS_VERSION.tar.gz}"
+}
+
+# citus_installed: is Citus $ORCH_CITUS_VERSION installed for this server
+# (citus.control with default_version $ORCH_CITUS_EXTVERSION and citus.so,
+# or a citus.so that reports $ORCH_CITUS_VERSION)?
+citus_installed() {
+    local control so
+    control=$("$PG_CONFIG" --sharedir)/extension/citus.control
+    so=$("$PG_CONFIG" --pkglibdir)/citus.so
+    [ -f "$so" ] || return 1
+    if [ -f "$control" ] \
+       && grep -Eq "^[[:space:]]*default_version[[:space:]]*=[[:space:]]*'$ORCH_CITUS_EXTVERSION'" "$control"; then
+        return 0
+    fi
+    grep -aq "Citus $ORCH_CITUS_VERSION" "$so" 2>/dev/null && [ -f "$control" ]
+}
+
+# ensure_citus: make Citus $ORCH_CITUS_VERSION available to this server.
+#   return 0  already installed, or built and installed now
+#   return 1  the build (or its checks) failed: the message and the tail of
+#             the build log are printed
+#   return 2  not installed and no vendored source: Citus is skipped (one
+#             line says why)
+# The build: check the tarball's sha256, install the missing apt build deps,
+# extract to $ORCH_CITUS_BUILD_DIR (default /var/tmp/orch-citus-build, outside
+# the repository), apply scripts/citus-13.2.2-pg15-have_createdb_privilege.patch
+# when the server headers declare have_createdb_privilege() extern, then
+# configure, make -j2 and make install under nice, logged to build.log there.
+ensure_citus() {
+    local tarball builddir src logf sum start rc hdr
+    if citus_installed; then
+        log "citus: $ORCH_CITUS_VERSION ($ORCH_CITUS_EXTVERSION) already installed for this server"
+        return 0
+    fi
+    tarball=$(citus_tarball)
+    if [ ! -f "$tarball" ]; then
+        log "citus: not installed and no vendored source at $tarball: Citus is not built, t/050_citus.pl will be skipped"
+        return 2
+    fi
+    sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+    if [ "$sum" != "$ORCH_CITUS_SHA256" ]; then
+        warn "citus: $tarball has sha256 $sum, expected $ORCH_CITUS_SHA256 (vendor README): not built"
+        return 1
+    fi
+    APT_WHAT="citus build deps" apt_install_missing "${ORCH_CITUS_BUILD_DEPS[@]}" || {
+        warn "citus: could not install the build dependencies ${ORCH_CITUS_BUILD_DEPS[*]}"
+        return 1
+    }
+    builddir=${ORCH_CITUS_BUILD_DIR:-/var/tmp/orch-citus-build}
+    src=$builddir/citus-$ORCH_CITUS_VERSION
+    logf=$builddir/build.log
+    case "$builddir" in
+        "$ORCH_REPO"|"$ORCH_REPO"/*) warn "citus: the build dir $builddir must be outside the repository"; return 1 ;;
+    esac
+    rm -rf "$src"
+    mkdir -p "$builddir" || { warn "citus: cannot create $builddir"; return 1; }
+    : >"$logf"
+    log "citus: building $ORCH_CITUS_VERSION from $tarball in $src (log: $logf; a few minutes)"
+    start=$(date +%s)
+    (
+        set -e
+        tar -xzf "$tarball" -C "$builddir"
+        cd "$src"
+        hdr=$("$PG_CONFIG" --includedir-server)/commands/dbcommands.h
+        if grep -Eq 'extern[[:space:]]+bool[[:space:]]+have_createdb_privilege' "$hdr"; then
+            echo "== $hdr declares have_createdb_privilege(): applying $(basename "$ORCH_CITUS_PATCH")"
+            patch -p1 --forward --batch <"$ORCH_CITUS_PATCH"
+        else
+            echo "== $hdr does not declare have_createdb_privilege(): no patch"
+        fi
+        echo "== configure"
+        nice -n 10 ./configure PG_CONFIG="$PG_CONFIG"
+        echo "== make -j2"
+        nice -n 10 make -j2
+        echo "== make install"
+        nice -n 10 make install
+    ) >>"$logf" 2>&1 </dev/null
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        warn "citus: the build failed (exit $rc) after $(( $(date +%s) - start ))s; the end of $logf:"
+        tail -n 60 "$logf" | sed 's/^/    | /' >&2
+        return 1
+    fi
+    if ! citus_installed; then
+        warn "citus: make install succeeded, but Citus $ORCH_CITUS_VERSION is not found for this server ($PG_CONFIG)"
+        return 1
+    fi
+    log "citus: $ORCH_CITUS_VERSION built and installed in $(( $(date +%s) - start ))s"
+    rm -rf "$src"
+    return 0
 }
 
 # make_var NAME: the value of a variable of the repository's Makefile (after

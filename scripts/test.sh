@@ -11,6 +11,11 @@
 #              orchestrator itself)
 #   tap        Perl TAP t/*.pl (PostgreSQL::Test::Cluster), one file at a
 #              time, as the postgres OS user
+# Before them, Citus 13.2.2 (for t/050_citus.pl) is built from the vendored
+# source ../shared/vendor/citus-13.2.2.tar.gz when it is there and Citus is
+# not installed yet (lib.sh ensure_citus; docs/citus-build.md).  With that
+# source present a failed Citus build and a skipped t/050 are failures;
+# without it t/050 skips with its reason and counts as passed.
 # regress, isolation and pgtap share one throwaway cluster in /tmp (port
 # 55432 or $ORCH_TEST_PORT) with pg_cron preloaded (cron.database_name =
 # orchestrator); it is always stopped at exit.
@@ -67,6 +72,16 @@ if ! (build_install); then
     fail "build (make && make install)"
     finish
 fi
+# Citus for t/050_citus.pl, built from the vendored source when it is there
+# (docs/citus-build.md).  With the source present Citus must be there: a
+# failed build is a failed test, and so is t/050 skipping.
+CITUS_EXPECTED=0
+[ -f "$(citus_tarball)" ] && CITUS_EXPECTED=1
+(ensure_citus)
+case $? in
+    0|2) ;;
+    *) fail "citus build (see above; t/050_citus.pl will skip)" ;;
+esac
 
 # --------------------------------------------------------------------------
 # Throwaway cluster
@@ -281,8 +296,15 @@ if [ ${#tap_files[@]} -gt 0 ]; then
         if [ $rc -eq 0 ] && grep -q '^Result: PASS' "$out"; then
             pass "tap/$name"
         elif [ $rc -eq 0 ] && grep -q '^Result: NOTESTS' "$out" && grep -q 'skipped: ' "$out"; then
-            # skip_all with its reason (t/050_citus.pl without Citus): counted as passed
-            pass "tap/$name (skipped: $(sed -n 's/.*skipped: //p' "$out" | head -1))"
+            # skip_all with its reason (t/050_citus.pl without Citus): counted
+            # as passed, unless the vendored Citus source is there (Citus
+            # should have been built: then a skip is a failure)
+            reason=$(sed -n 's/.*skipped: //p' "$out" | head -1)
+            if [ "$name" = 050_citus ] && [ "$CITUS_EXPECTED" = 1 ]; then
+                fail "tap/$name (skipped although the vendored Citus source is present: $reason)"
+            else
+                pass "tap/$name (skipped: $reason)"
+            fi
         else
             [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
             for l in "$TAPDIR/$name"/tmp_check/log/*; do
