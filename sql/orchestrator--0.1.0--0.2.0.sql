@@ -10,7 +10,7 @@ CREATE INDEX tasks_retry_of_idx ON orch.tasks (retry_of) WHERE retry_of IS NOT N
 -- Retention scans finished work by age; stuck detection scans parked work.
 CREATE INDEX tasks_finished_idx ON orch.tasks (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX tasks_waiting_idx ON orch.tasks (updated_at)
-    WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation') AND ready_at IS NULL;
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['received', 'awaiting_tool', 'awaiting_user_confirmation']) AND ready_at IS NULL;
 CREATE INDEX idempotency_keys_expiry_idx ON orch.idempotency_keys (expires_at);
 
 -- Views gain the link.
@@ -27,10 +27,10 @@ SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finishe
        t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
        t.owner, t.created_at
   FROM orch.tasks t
- WHERE t.state = 'failed'
-   AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
-                         'compensation_required', 'not_safe_to_retry')
-   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id);
+ WHERE t.state OPERATOR(pg_catalog.=) 'failed'
+   AND t.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                         'compensation_required', 'not_safe_to_retry'])
+   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) t.id);
 COMMENT ON VIEW orch_dead_letters IS
   'Tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY and were not re-driven yet.';
 

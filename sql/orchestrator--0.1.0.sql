@@ -80,8 +80,8 @@ CREATE TABLE orch.tasks (
     updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
     finished_at      timestamptz,
     PRIMARY KEY (id, tenant_id),
-    CONSTRAINT tasks_state_check CHECK (state IN ('received', 'queued', 'executing',
-        'awaiting_tool', 'awaiting_user_confirmation', 'completed', 'failed', 'cancelled'))
+    CONSTRAINT tasks_state_check CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['received', 'queued', 'executing',
+        'awaiting_tool', 'awaiting_user_confirmation', 'completed', 'failed', 'cancelled']))
 ) WITH (fillfactor = 80);
 COMMENT ON TABLE orch.tasks IS
   'One row per task. state is guarded by the C lifecycle trigger; ready_at is set only while the task is claimable.';
@@ -93,7 +93,7 @@ CREATE INDEX tasks_claim_idx ON orch.tasks (queue, priority, created_at, id)
     WHERE ready_at IS NOT NULL;
 -- Lease recovery path: only executing rows.
 CREATE INDEX tasks_lease_idx ON orch.tasks (queue, lease_expires_at)
-    WHERE state = 'executing';
+    WHERE state OPERATOR(pg_catalog.=) 'executing';
 CREATE INDEX tasks_run_idx ON orch.tasks (run_id, step_key) WHERE run_id IS NOT NULL;
 
 CREATE SEQUENCE orch.attempts_id_seq;
@@ -437,7 +437,7 @@ SELECT id AS attempt_id, tenant_id, task_id, attempt, worker, lease_token, start
 COMMENT ON VIEW orch_attempts IS 'The append-only history of finished executions.';
 
 CREATE VIEW orch_queues AS
-SELECT q.name AS queue, q.tenant_id, q.paused, orch_queue_settings(q.name) AS settings,
+SELECT q.name AS queue, q.tenant_id, q.paused, @extschema@.orch_queue_settings(q.name) AS settings,
        q.created_at, q.updated_at
   FROM orch.queues q;
 COMMENT ON VIEW orch_queues IS 'Queues with their effective settings.';

@@ -10,14 +10,14 @@ ALTER TABLE orch.tasks ADD COLUMN gated boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN orch.tasks.gated IS
   'Waiting for a free slot of its concurrency key; promoted in priority/FIFO order when one frees.';
 CREATE INDEX tasks_key_slots_idx ON orch.tasks (queue, concurrency_key)
-    WHERE concurrency_key IS NOT NULL AND (state = 'executing' OR ready_at IS NOT NULL);
+    WHERE concurrency_key IS NOT NULL AND (state OPERATOR(pg_catalog.=) 'executing' OR ready_at IS NOT NULL);
 CREATE INDEX tasks_gated_idx ON orch.tasks (queue, concurrency_key, priority, created_at, id)
     WHERE gated;
 -- Keyed tasks enqueued for later wait outside the slot set until due.
 CREATE INDEX tasks_delayed_idx ON orch.tasks (queue, run_at)
-    WHERE state = 'queued' AND ready_at IS NULL AND NOT gated AND concurrency_key IS NOT NULL;
+    WHERE state OPERATOR(pg_catalog.=) 'queued' AND ready_at IS NULL AND NOT gated AND concurrency_key IS NOT NULL;
 CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
-    WHERE state = 'executing' AND owner IS NOT NULL;
+    WHERE state OPERATOR(pg_catalog.=) 'executing' AND owner IS NOT NULL;
 -- Hot-path trim: the lifecycle trigger already refuses unknown states (OR001),
 -- so the CHECK constraint only cost a re-parse per statement; workflow lookups
 -- by (run, step) get their index with workflows.
@@ -30,12 +30,12 @@ CREATE UNIQUE INDEX tasks_retry_of_idx ON orch.tasks (retry_of, tenant_id) WHERE
 
 -- At most one execution per (run, step), whatever the writer.
 CREATE UNIQUE INDEX tasks_run_step_running_idx ON orch.tasks (tenant_id, run_id, step_key)
-    WHERE state = 'executing' AND run_id IS NOT NULL;
+    WHERE state OPERATOR(pg_catalog.=) 'executing' AND run_id IS NOT NULL;
 
 CREATE TABLE orch.concurrency_limits (
     queue        text NOT NULL,
     key          text NOT NULL,
-    max_running  integer NOT NULL CHECK (max_running >= 1),
+    max_running  integer NOT NULL CHECK (max_running OPERATOR(pg_catalog.>=) 1),
     tenant_id    text NOT NULL DEFAULT 'default',
     PRIMARY KEY (queue, key)
 );
@@ -155,7 +155,7 @@ CREATE TABLE orch.commands (
     payload          jsonb NOT NULL,
     origin_task_id   bigint,
     task_id          bigint,
-    status           text NOT NULL CHECK (status IN ('pending', 'succeeded', 'failed')),
+    status           text NOT NULL CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'succeeded', 'failed'])),
     result           jsonb,
     created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
     completed_at     timestamptz,

@@ -104,7 +104,7 @@ SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at
        wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
        step_key, created_at, updated_at, finished_at, retry_of, gated
   FROM orch.tasks
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 
 -- CREATE OR REPLACE (same columns, label appended): views of users that
 -- depend on these keep working, and their grants stay.
@@ -114,7 +114,7 @@ SELECT id AS event_id, tenant_id, task_id, run_id, entity, from_state, to_state,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
        note, at, label
   FROM orch.events
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_events IS
   'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
 
@@ -123,7 +123,7 @@ SELECT id AS attempt_id, tenant_id, task_id, attempt, worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
        started_at, finished_at, outcome, error_class, error, retry_at
   FROM orch.attempts
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_attempts IS
   'The append-only history of finished executions (lease tokens shown to orch_admin only).';
 
@@ -132,17 +132,17 @@ SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finishe
        t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
        t.owner, t.created_at
   FROM orch.tasks t
- WHERE t.state = 'failed'
-   AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
-                         'compensation_required', 'not_safe_to_retry')
-   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
-   AND ((SELECT orch_caller_tenants()) IS NULL OR t.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]));
+ WHERE t.state OPERATOR(pg_catalog.=) 'failed'
+   AND t.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                         'compensation_required', 'not_safe_to_retry'])
+   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) t.id AND r.tenant_id OPERATOR(pg_catalog.=) t.tenant_id)
+   AND ((SELECT @extschema@.orch_caller_tenants()) IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]));
 
 CREATE OR REPLACE VIEW orch_commands WITH (security_barrier) AS
 SELECT id AS command_id, tenant_id, kind, idempotency_key, payload, origin_task_id,
        task_id, status, result, created_at, completed_at
   FROM orch.commands
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE FUNCTION orch_status(task_id bigint)
 RETURNS SETOF orch.task_status
@@ -215,10 +215,10 @@ COMMENT ON FUNCTION orch_history(bigint) IS
 DROP INDEX orch.tasks_delayed_idx;
 CREATE INDEX tasks_due_idx ON orch.tasks (queue, (coalesce(retry_at, run_at)))
     WHERE ready_at IS NULL AND NOT gated
-      AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL));
+      AND (state OPERATOR(pg_catalog.=) 'queued' OR (state OPERATOR(pg_catalog.=) 'awaiting_tool' AND retry_at IS NOT NULL));
 -- Existing future work leaves the claim index (a self-transition: no event).
 UPDATE orch.tasks SET ready_at = NULL
- WHERE ready_at > pg_catalog.now() AND state IN ('queued', 'awaiting_tool');
+ WHERE ready_at OPERATOR(pg_catalog.>) pg_catalog.now() AND state OPERATOR(pg_catalog.=) ANY (ARRAY['queued', 'awaiting_tool']);
 
 -- Key decisions deferred to avoid lock-order deadlocks: a transaction that
 -- holds one concurrency-key lock only tries another; when it is busy, the
@@ -266,18 +266,18 @@ GRANT SELECT ON orch_tenant_bindings TO orch_admin;
 CREATE TABLE orch.definitions (
     tenant_id     text NOT NULL DEFAULT 'default',
     name          text NOT NULL,
-    version       integer NOT NULL CHECK (version >= 1),
+    version       integer NOT NULL CHECK (version OPERATOR(pg_catalog.>=) 1),
     status        text NOT NULL DEFAULT 'draft'
-                  CHECK (status IN ('draft', 'published', 'deprecated')),
+                  CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['draft', 'published', 'deprecated'])),
     spec          jsonb NOT NULL,
-    content_hash  text NOT NULL CHECK (content_hash ~ '^[0-9a-f]{64}$'),
+    content_hash  text NOT NULL CHECK (content_hash OPERATOR(pg_catalog.~) '^[0-9a-f]{64}$'),
     created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     created_by    text NOT NULL DEFAULT CURRENT_USER,
     published_at  timestamptz,
     deprecated_at timestamptz,
     PRIMARY KEY (name, version, tenant_id),
-    CHECK ((status = 'draft') = (published_at IS NULL)),
-    CHECK ((status = 'deprecated') = (deprecated_at IS NOT NULL))
+    CHECK ((status OPERATOR(pg_catalog.=) 'draft') OPERATOR(pg_catalog.=) (published_at IS NULL)),
+    CHECK ((status OPERATOR(pg_catalog.=) 'deprecated') OPERATOR(pg_catalog.=) (deprecated_at IS NOT NULL))
 );
 COMMENT ON TABLE orch.definitions IS
   'Workflow definitions: name + version + content hash (hex sha256 of spec::text). Drafts are mutable; published and deprecated versions are immutable (OR007, trigger definitions_guard).';
@@ -371,7 +371,7 @@ CREATE TABLE orch.runs (
     version         integer NOT NULL,
     content_hash    text NOT NULL,
     state           text NOT NULL,
-    phase           text NOT NULL DEFAULT 'forward' CHECK (phase IN ('forward', 'compensating')),
+    phase           text NOT NULL DEFAULT 'forward' CHECK (phase OPERATOR(pg_catalog.=) ANY (ARRAY['forward', 'compensating'])),
     input           jsonb NOT NULL,
     output          jsonb,
     pins            jsonb NOT NULL,
@@ -390,7 +390,7 @@ CREATE TABLE orch.runs (
 CREATE UNIQUE INDEX runs_idempotency_idx ON orch.runs (tenant_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX runs_open_idx ON orch.runs (deadline_at)
-    WHERE state IN ('running', 'waiting_approval', 'paused');
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'waiting_approval', 'paused']);
 CREATE UNIQUE INDEX runs_retry_of_idx ON orch.runs (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
 COMMENT ON TABLE orch.runs IS
   'Workflow runs: a pinned definition version (name, version, content hash), the input, pins, state (running, waiting_approval, paused, succeeded, failed, canceled; C trigger run_lifecycle) and phase (forward, compensating).';
@@ -408,8 +408,8 @@ CREATE TABLE orch.run_steps (
     edge_taken   boolean NOT NULL DEFAULT false,
     out_edges    text[] NOT NULL DEFAULT '{}',
     state        text NOT NULL DEFAULT 'pending'
-                 CHECK (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting',
-                                  'succeeded', 'failed', 'timed_out', 'skipped', 'canceled')),
+                 CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'awaiting_approval', 'waiting',
+                                  'succeeded', 'failed', 'timed_out', 'skipped', 'canceled'])),
     task_id      bigint,
     items        jsonb,
     output       jsonb,
@@ -419,8 +419,8 @@ CREATE TABLE orch.run_steps (
     started_at   timestamptz,
     finished_at  timestamptz,
     done_seq     bigint,
-    comp_state   text CHECK (comp_state IN ('armed', 'pending', 'awaiting_approval', 'running',
-                                            'done', 'failed', 'canceled')),
+    comp_state   text CHECK (comp_state OPERATOR(pg_catalog.=) ANY (ARRAY['armed', 'pending', 'awaiting_approval', 'running',
+                                            'done', 'failed', 'canceled'])),
     comp_task_id bigint,
     PRIMARY KEY (run_id, step_id, tenant_id)
 ) WITH (fillfactor = 70);
@@ -553,14 +553,14 @@ SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.s
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at
   FROM orch.runs r
- WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
 
 CREATE VIEW orch_run_steps WITH (security_barrier) AS
 SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
        s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
   FROM orch.run_steps s
- WHERE (SELECT orch_caller_tenants()) IS NULL OR s.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR s.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';
 
 REVOKE ALL ON FUNCTION orch_run_lifecycle(), orch_start(text, jsonb, integer, text, text, jsonb),

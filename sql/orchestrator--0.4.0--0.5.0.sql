@@ -40,15 +40,15 @@ CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosumm
 -- user tables' state machines by time, for retention; finished runs by
 -- time, for retention.  Task events are in none of them.
 CREATE INDEX events_run_idx ON orch.events (run_id, tenant_id) WHERE task_id IS NULL;
-CREATE INDEX events_other_idx ON orch.events (at) WHERE entity NOT IN ('task', 'run', 'run_step');
+CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
 CREATE INDEX runs_finished_idx ON orch.runs (finished_at) WHERE finished_at IS NOT NULL;
 
 -- Dead letters and failed runs are listed without scanning finished history.
-CREATE INDEX tasks_dead_idx ON orch.tasks (queue, finished_at) WHERE state = 'failed';
-CREATE INDEX runs_failed_idx ON orch.runs (finished_at) WHERE state = 'failed';
+CREATE INDEX tasks_dead_idx ON orch.tasks (queue, finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+CREATE INDEX runs_failed_idx ON orch.runs (finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
 
 CREATE TABLE orch.metric_state (
-    id             integer PRIMARY KEY DEFAULT 1 CHECK (id = 1),
+    id             integer PRIMARY KEY DEFAULT 1 CHECK (id OPERATOR(pg_catalog.=) 1),
     tenant_id      text NOT NULL DEFAULT 'default',
     snap_xmin      bigint NOT NULL,
     snap_xmax      bigint NOT NULL,
@@ -110,7 +110,7 @@ REVOKE ALL ON SEQUENCE orch.maintenance_log_id_seq FROM PUBLIC;
 -- restore loads the dumped state row without a conflict.
 INSERT INTO orch.metric_totals (tenant_id, queue, metric, l1, value)
 SELECT tenant_id, queue, 'finished', state, pg_catalog.count(*)
-  FROM orch.tasks WHERE state IN ('completed', 'failed', 'cancelled')
+  FROM orch.tasks WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['completed', 'failed', 'cancelled'])
  GROUP BY tenant_id, queue, state;
 INSERT INTO orch.metric_totals (tenant_id, queue, metric, value)
 SELECT tenant_id, queue, 'enqueued', pg_catalog.count(*) FROM orch.tasks GROUP BY tenant_id, queue;
@@ -403,26 +403,26 @@ WITH live AS (SELECT * FROM orch.open_tasks()),
      dead AS (SELECT * FROM orch.dead_letter_counts()),
      tot AS (
         SELECT m.tenant_id, m.queue,
-               sum(m.value) FILTER (WHERE m.metric = 'enqueued') AS enqueued,
-               sum(m.value) FILTER (WHERE m.metric = 'started') AS started,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'completed') AS completed,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'failed') AS failed,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'cancelled') AS cancelled
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'started') AS started,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
           FROM orch.metric_totals m
-         WHERE m.metric IN ('enqueued', 'started', 'finished') AND orch.tenant_visible(m.tenant_id)
+         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND orch.tenant_visible(m.tenant_id)
          GROUP BY m.tenant_id, m.queue),
      win AS (
         SELECT m.tenant_id, m.queue,
-               sum(m.value) FILTER (WHERE m.metric = 'attempt' AND m.l1 = 'lease_expired') AS lease_expiries_1h,
-               sum(m.value) FILTER (WHERE m.metric = 'enqueued' AND m.minute > now() - interval '1 minute') AS enqueued_1m,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'completed' AND m.minute > now() - interval '1 minute') AS completed_1m,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'failed' AND m.minute > now() - interval '1 minute') AS failed_1m,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'completed' AND m.minute > now() - interval '5 minutes') AS completed_5m,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'failed' AND m.minute > now() - interval '5 minutes') AS failed_5m,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'completed') AS completed_1h,
-               sum(m.value) FILTER (WHERE m.metric = 'finished' AND m.l1 = 'failed') AS failed_1h
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'attempt' AND m.l1 OPERATOR(pg_catalog.=) 'lease_expired') AS lease_expiries_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS enqueued_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS completed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS failed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS completed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS failed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
           FROM orch.metric_minutes m
-         WHERE m.minute > now() - interval '1 hour' AND m.metric IN ('attempt', 'enqueued', 'finished')
+         WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
            AND orch.tenant_visible(m.tenant_id)
          GROUP BY m.tenant_id, m.queue),
      k AS (
@@ -436,7 +436,7 @@ SELECT k.tenant_id, k.queue,
        coalesce(l.awaiting_user_confirmation, 0) AS awaiting_user_confirmation,
        coalesce(l.ready, 0) AS ready, coalesce(l.delayed, 0) AS delayed,
        coalesce(l.retry_waiting, 0) AS retry_waiting, coalesce(l.gated, 0) AS gated,
-       now() - l.oldest_ready AS oldest_ready_age,
+       pg_catalog.now() OPERATOR(pg_catalog.-) l.oldest_ready AS oldest_ready_age,
        coalesce(d.dead_letters, 0) AS dead_letters,
        coalesce(t.enqueued, 0)::bigint AS enqueued_total, coalesce(t.started, 0)::bigint AS started_total,
        coalesce(t.completed, 0)::bigint AS completed_total, coalesce(t.failed, 0)::bigint AS failed_total,
@@ -448,27 +448,29 @@ SELECT k.tenant_id, k.queue,
        coalesce(w.completed_1h, 0)::bigint AS completed_1h, coalesce(w.failed_1h, 0)::bigint AS failed_1h,
        (SELECT s.refreshed_at FROM orch.metric_state s) AS metrics_as_of
   FROM k
-  LEFT JOIN live l ON l.tenant_id = k.tenant_id AND l.queue = k.queue
-  LEFT JOIN dead d ON d.tenant_id = k.tenant_id AND d.queue = k.queue
-  LEFT JOIN tot t ON t.tenant_id = k.tenant_id AND t.queue = k.queue
-  LEFT JOIN win w ON w.tenant_id = k.tenant_id AND w.queue = k.queue;
+  LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
 COMMENT ON VIEW orch_queue_stats IS
   'Per queue and tenant: open tasks by state and readiness (live), dead letters (live), totals and recent throughput (rolling counters, as of metrics_as_of).';
 
 CREATE VIEW orch_error_stats WITH (security_barrier) AS
-SELECT m.tenant_id, m.queue, nullif(m.l1, '') AS error_class, nullif(m.l2, '') AS reason_code,
-       coalesce(sum(m.value) FILTER (WHERE m.metric = 'retry'), 0)::bigint AS retries_total,
-       coalesce(sum(m.value) FILTER (WHERE m.metric = 'failed'), 0)::bigint AS failures_total,
-       coalesce((SELECT sum(h.value) FROM orch.metric_minutes h
-                  WHERE h.minute > now() - interval '1 hour' AND h.metric = 'retry'
-                    AND h.tenant_id = m.tenant_id AND h.queue = m.queue
-                    AND h.l1 = m.l1 AND h.l2 = m.l2), 0)::bigint AS retries_1h,
-       coalesce((SELECT sum(h.value) FROM orch.metric_minutes h
-                  WHERE h.minute > now() - interval '1 hour' AND h.metric = 'failed'
-                    AND h.tenant_id = m.tenant_id AND h.queue = m.queue
-                    AND h.l1 = m.l1 AND h.l2 = m.l2), 0)::bigint AS failures_1h
+SELECT m.tenant_id, m.queue,
+       CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
+       CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'retry'), 0)::bigint AS retries_total,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'failed'), 0)::bigint AS failures_total,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'retry'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS retries_1h,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'failed'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
   FROM orch.metric_totals m
- WHERE m.metric IN ('retry', 'failed') AND orch.tenant_visible(m.tenant_id)
+ WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND orch.tenant_visible(m.tenant_id)
  GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
 COMMENT ON VIEW orch_error_stats IS
   'Retries and final failures by queue, error class and reason code: all-time and the last hour (rolling counters).';
@@ -522,7 +524,7 @@ COMMENT ON FUNCTION orch_duration_stats(interval) IS
   'Attempt duration and queue wait (count, mean, p50/p95/p99 in seconds) by queue and step type over the last "since" (at most two days), from the per-minute histograms.';
 
 CREATE VIEW orch_durations AS
-SELECT * FROM orch_duration_stats(interval '1 hour');
+SELECT * FROM @extschema@.orch_duration_stats(interval '1 hour');
 COMMENT ON VIEW orch_durations IS
   'orch_duration_stats over the last hour.';
 
@@ -595,7 +597,7 @@ COMMENT ON VIEW orch_review_queue IS
   'Everything that needs a person: dead letters, failed runs, failed or approval-gated compensation, approvals, confirmations, stuck tasks, leases overdue for recovery; with the call that applies.';
 
 CREATE VIEW orch_maintenance_log AS
-SELECT id, started_at, finished_at, finished_at - started_at AS duration, actor, actions
+SELECT id, started_at, finished_at, finished_at OPERATOR(pg_catalog.-) started_at AS duration, actor, actions
   FROM orch.maintenance_log;
 COMMENT ON VIEW orch_maintenance_log IS 'One row per orch_maintain() pass: when, how long, by whom, and what it did.';
 
@@ -716,7 +718,7 @@ SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at
        wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
        step_key, created_at, updated_at, finished_at, retry_of, gated, correlation_id
   FROM orch.tasks
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE VIEW orch_events WITH (security_barrier) AS
 SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
@@ -724,21 +726,21 @@ SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_stat
        CASE WHEN (SELECT orch.caller_is_admin()) THEN e.lease_token END AS lease_token,
        e.note, e.at, e.label,
        coalesce((SELECT t.correlation_id FROM orch.tasks t
-                  WHERE t.id = e.task_id AND t.tenant_id = e.tenant_id),
+                  WHERE t.id OPERATOR(pg_catalog.=) e.task_id AND t.tenant_id OPERATOR(pg_catalog.=) e.tenant_id),
                 (SELECT r.correlation_id FROM orch.runs r
-                  WHERE r.id = e.run_id AND r.tenant_id = e.tenant_id)) AS correlation_id,
+                  WHERE r.id OPERATOR(pg_catalog.=) e.run_id AND r.tenant_id OPERATOR(pg_catalog.=) e.tenant_id)) AS correlation_id,
        e.waited
   FROM orch.events e
- WHERE (SELECT orch_caller_tenants()) IS NULL OR e.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE VIEW orch_attempts WITH (security_barrier) AS
 SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
        a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at,
        (SELECT t.correlation_id FROM orch.tasks t
-         WHERE t.id = a.task_id AND t.tenant_id = a.tenant_id) AS correlation_id
+         WHERE t.id OPERATOR(pg_catalog.=) a.task_id AND t.tenant_id OPERATOR(pg_catalog.=) a.tenant_id) AS correlation_id
   FROM orch.attempts a
- WHERE (SELECT orch_caller_tenants()) IS NULL OR a.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE VIEW orch_runs WITH (security_barrier) AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
@@ -746,7 +748,7 @@ SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.s
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
        r.correlation_id
   FROM orch.runs r
- WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id = ANY ((SELECT orch_caller_tenants())::text[]);
+ WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
 
 -- ---------------------------------------------------------------------------
 -- Privileges.

@@ -206,16 +206,16 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure
           FROM pg_catalog.pg_proc p
-          JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass
-                                     AND d.objid = p.oid AND d.deptype = 'e'
-          JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'orchestrator'
-         WHERE p.prorettype <> 'pg_catalog.trigger'::regtype
-           AND p.oid NOT IN ('orch.tenant_visible(text)'::regprocedure,
+          JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+                                     AND d.objid OPERATOR(pg_catalog.=) p.oid AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid AND e.extname OPERATOR(pg_catalog.=) 'orchestrator'
+         WHERE p.prorettype OPERATOR(pg_catalog.<>) 'pg_catalog.trigger'::regtype
+           AND p.oid OPERATOR(pg_catalog.<>) ALL (ARRAY['orch.tenant_visible(text)'::regprocedure,
                              'orch.caller_is_admin()'::regprocedure,
                              'orch.histogram_le(double precision)'::regprocedure,
                              'orch.histogram_quantile(double precision, text[], bigint[])'::regprocedure,
-                             'orch.task_step_type(bigint, text, text)'::regprocedure)
-           AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'jit=%')
+                             'orch.task_step_type(bigint, text, text)'::regprocedure])
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(p.proconfig) c WHERE c OPERATOR(pg_catalog.~~) 'jit=%')
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SET jit = off', f);
     END LOOP;
