@@ -46,7 +46,6 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(sleep);
 
 my $coord = PostgreSQL::Test::Cluster->new('coordinator');
 $coord->init;
@@ -89,6 +88,19 @@ sub try_sql
 	my $rc = $node->psql('postgres', $sql, stdout => \$out, stderr => \$err,
 		on_error_stop => 1);
 	return ($rc, $out, $err);
+}
+
+# Paced by state, never by the clock: wait until every row of orch.tasks
+# that matches $where satisfies $cond (compared with now(), as the extension
+# compares its leases and retry times), polling every 0.1 s up to the TAP
+# timeout (PG_TEST_TIMEOUT_DEFAULT, 180 s by default).  No matching row: no
+# wait.
+sub wait_until_tasks
+{
+	my ($what, $where, $cond) = @_;
+	$coord->poll_query_until('postgres',
+		"SELECT coalesce(bool_and($cond), true) FROM orch.tasks WHERE $where")
+	  or die "gave up waiting until $what";
 }
 
 sub sqlstate_of
@@ -222,7 +234,9 @@ is(sqlstate_of(sprintf("SELECT orch_complete_batch(ARRAY[%d, %d]::bigint[], ARRA
 # ---------------------------------------------------------------------------
 # Maintenance tenant by tenant: the short leases expire and are recovered
 # ---------------------------------------------------------------------------
-sleep 1.3;
+wait_until_tasks('the short leases have expired',
+	"id IN ($claimed{$ta}[9][0], $claimed{$tb}[9][0]) AND state = 'executing'",
+	'lease_expires_at <= now()');
 is(q1(q{SELECT count FROM orch_maintain() WHERE action = 'leases_recovered'}), '2',
 	'orch_maintain recovers the expired lease of each tenant');
 for my $t ($ta, $tb)
@@ -236,7 +250,8 @@ for my $t ($ta, $tb)
 
 # the retries come due after 1 s: claimed again (the claim wakes them:
 # still single-shard) and completed
-sleep 1.2;
+wait_until_tasks('the retries are due', "queue = 'jobs' AND state = 'awaiting_tool' AND retry_at IS NOT NULL",
+	'retry_at <= now()');
 for my $t ($ta, $tb)
 {
 	my ($rc, $out, $err) = try_sql(
@@ -329,7 +344,8 @@ is(sqlstate_of(q{SELECT * FROM orch_dequeue('jobs', 'w')}), '0A000',
 q1(q{SELECT orch_create_queue('short', '{"initial_delay": "1 s", "max_delay": "1 s"}')});
 q1("SELECT orch_enqueue('short', '{}', tenant => '$ta')");
 q1("SELECT count(*) FROM orch_dequeue('short', 'w', 1, '1 second', tenant => '$ta')");
-sleep 1.2;
+wait_until_tasks('the lease in queue short has expired', "queue = 'short' AND state = 'executing'",
+	'lease_expires_at <= now()');
 {
 	my ($rc, $out, $err) = try_sql(
 		"BEGIN; SET LOCAL citus.multi_task_query_log_level = 'error';\n"
@@ -337,7 +353,8 @@ sleep 1.2;
 	is($rc, 0, 'a claim that recovers an expired lease runs no multi-shard statement') or diag($err);
 	is(q1("SELECT reason_code FROM orch.tasks WHERE queue = 'short'"), 'lease_expired',
 		'the claim recovered the expired lease (retry after 1 s)');
-	sleep 1.1;
+	wait_until_tasks('the retry in queue short is due',
+		"queue = 'short' AND state = 'awaiting_tool' AND retry_at IS NOT NULL", 'retry_at <= now()');
 	my ($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('short', 'w', 1, tenant => '$ta')");
 	is(q1("SELECT orch_complete($id, '$tok')"), 'completed', 'and the task completes on its second attempt');
 }
@@ -346,15 +363,18 @@ sleep 1.2;
 # A task's timeout caps its lease (claim and heartbeat, in UTC on Citus) and
 # its recovery is recorded as timed_out
 # ---------------------------------------------------------------------------
-q1("SELECT orch_enqueue('short', '{}', tenant => '$tb', timeout => '2 seconds')");
+# (10 s: the claim, its check and the heartbeat must all run before the
+# capped lease expires, also on a busy machine; the wait below is by state)
+q1("SELECT orch_enqueue('short', '{}', tenant => '$tb', timeout => '10 seconds')");
 {
 	my ($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('short', 'w', 1, tenant => '$tb')");
-	is(q1("SELECT lease_expires_at - claimed_at FROM orch.tasks WHERE id = $id"), '00:00:02',
+	is(q1("SELECT lease_expires_at - claimed_at FROM orch.tasks WHERE id = $id"), '00:00:10',
 		'the claim caps the lease at the task timeout');
 	is(q1("SELECT orch_heartbeat($id, '$tok')"), 'executing', 'heartbeat');
-	is(q1("SELECT lease_expires_at - claimed_at FROM orch.tasks WHERE id = $id"), '00:00:02',
+	is(q1("SELECT lease_expires_at - claimed_at FROM orch.tasks WHERE id = $id"), '00:00:10',
 		'a heartbeat does not extend the lease past the timeout');
-	sleep 2.2;
+	wait_until_tasks('the lease capped by the timeout has expired', "id = $id AND state = 'executing'",
+		'lease_expires_at <= now()');
 	is(q1("SELECT count FROM orch_maintain() WHERE action = 'leases_recovered'"), '1', 'the timed-out task is recovered');
 	is(q1("SELECT outcome FROM orch.attempts WHERE task_id = $id AND tenant_id = '$tb'"), 'timed_out',
 		'and its attempt is recorded as timed_out');
@@ -448,7 +468,8 @@ ok(q1("SELECT count(*) FROM orch.events WHERE id >= (1::bigint << 48)") > 0,
 # ---------------------------------------------------------------------------
 # Retention purge, tenant by tenant
 # ---------------------------------------------------------------------------
-sleep 1.1;
+wait_until_tasks('every finished task is past the 1 s retention',
+	"state IN ('completed', 'failed', 'cancelled')", "finished_at < now() - interval '1 second'");
 my $finished = q1("SELECT count(*) FROM orch.tasks WHERE state IN ('completed', 'failed', 'cancelled')");
 my $open = q1("SELECT count(*) FROM orch.tasks WHERE state NOT IN ('completed', 'failed', 'cancelled')");
 ok($finished >= 26, "finished tasks to purge: $finished");
