@@ -4,8 +4,10 @@
 #   bash scripts/test.sh            (as root; CI runs it from .ci/run)
 #
 # Suites, each counted test by test:
-#   regress    pg_regress on the Makefile's REGRESS list (sql/, expected/)
-#   isolation  pg_isolation_regress on the ISOLATION list (specs/, expected/)
+#   regress    pg_regress on the Makefile's REGRESS list (test/sql/,
+#              test/expected/)
+#   isolation  pg_isolation_regress on the ISOLATION list (test/specs/,
+#              test/expected/)
 #   pgtap      pg_prove on test/pgtap/*.sql, one file at a time, each in a
 #              fresh database that has the pgtap extension (a file creates
 #              orchestrator itself)
@@ -138,19 +140,22 @@ run_regress() {
         return
     fi
     # pg_regress stops the whole run at a test without an expected file, so
-    # such a test is failed here and left out; the others still run.
-    local runnable=() t
+    # such a test is failed here and left out; the others still run.  The
+    # expected files are in INPUTDIR/expected/ (--inputdir of the options).
+    local runnable=() t o expdir=expected
+    for o in "${opt_arr[@]}"; do
+        case "$o" in --inputdir=*) expdir=${o#--inputdir=}/expected ;; esac
+    done
     for t in "${test_arr[@]}"; do
-        if [ -f "expected/$t.out" ] || compgen -G "expected/${t}_[0-9].out" >/dev/null; then
+        if [ -f "$expdir/$t.out" ] || compgen -G "$expdir/${t}_[0-9].out" >/dev/null; then
             runnable+=("$t")
         else
-            fail "$kind/$t (no expected/$t.out: not run)"
+            fail "$kind/$t (no $expdir/$t.out: not run)"
         fi
     done
     [ ${#runnable[@]} -gt 0 ] || return
     test_arr=("${runnable[@]}")
     outdir=results-$kind
-    local o
     for o in "${opt_arr[@]}"; do
         case "$o" in --outputdir=*) outdir=${o#--outputdir=} ;; esac
     done
