@@ -3,13 +3,9 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
-CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
 SELECT orch_create_queue('bat', '{"max_attempts": 3}') IS NOT NULL AS created;
 SELECT count(*) AS enqueued FROM orch_enqueue_batch('bat', array_fill('{"n": 1}'::jsonb, ARRAY[6]));
 CREATE TEMP TABLE claimed AS SELECT task_id, lease_token FROM orch_dequeue('bat', 'bw', 5);

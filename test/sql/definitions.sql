@@ -10,40 +10,14 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
 
-DO $$
-DECLARE r text;
-BEGIN
-    FOREACH r IN ARRAY ARRAY['defs_admin', 'defs_reader', 'defs_bound', 'defs_nobody']
-    LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-            EXECUTE format('CREATE ROLE %I', r);
-        END IF;
-    END LOOP;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
+CALL pg_temp.create_roles('defs_admin', 'defs_reader', 'defs_bound', 'defs_nobody');
 SET client_min_messages = warning;  -- roles outlive the database: no "already a member" notices
 GRANT orch_admin TO defs_admin, defs_bound;
 GRANT orch_reader TO defs_reader;
 RESET client_min_messages;
-
--- try(sql): the first column of the statement's first row, or the SQLSTATE it raised.
-CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE r text;
-BEGIN
-    EXECUTE q INTO r;
-    RETURN coalesce(r, '<null>');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
-GRANT EXECUTE ON FUNCTION pg_temp.try(text) TO PUBLIC;
--- run(sql): 'ok', or the SQLSTATE the statement raised (for statements returning no rows).
-CREATE FUNCTION pg_temp.run(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
-GRANT EXECUTE ON FUNCTION pg_temp.run(text) TO PUBLIC;
 
 -- v(spec): 'valid', or the SQLSTATE and the detail orch_validate_definition raised.
 CREATE FUNCTION pg_temp.v(spec jsonb) RETURNS text LANGUAGE plpgsql AS $$
@@ -611,7 +585,7 @@ SELECT pg_temp.try($$SELECT orch_define(NULL, '{}')$$) AS define_null_name,
 -- ---------------------------------------------------------------------------
 SELECT current_setting('is_superuser') AS superuser;
 SELECT content_hash AS linear_hash FROM orch_definitions WHERE name = 'defs_linear' AND version = 1 \gset
-SELECT label, pg_temp.run(q) AS result FROM (VALUES
+SELECT label, pg_temp.sqlstate_of(q) AS result FROM (VALUES
     ('spec',           $$UPDATE orch.definitions SET spec = '{"steps": []}' WHERE name = 'defs_linear'$$),
     ('spec via jsonb', $$UPDATE orch.definitions SET spec = spec || '{"description": "x"}' WHERE name = 'defs_linear'$$),
     ('content_hash',   $$UPDATE orch.definitions SET content_hash = repeat('0', 64) WHERE name = 'defs_linear'$$),
@@ -670,20 +644,20 @@ SELECT pg_temp.try($$SELECT orch_define('defs_priv', '{"steps": [{"step_id": "a"
        pg_temp.try($$SELECT orch_publish('defs_life', 3)$$) AS reader_publish,
        pg_temp.try($$SELECT orch_deprecate('defs_linear', 1)$$) AS reader_deprecate,
        pg_temp.try($$SELECT version::text FROM orch_definition('defs_linear')$$) AS reader_definition,
-       pg_temp.run($$SELECT orch_validate_definition('{"steps": [{"step_id": "a", "queue": "q", "handler": "h"}]}')$$) AS reader_validate,
+       pg_temp.sqlstate_of($$SELECT orch_validate_definition('{"steps": [{"step_id": "a", "queue": "q", "handler": "h"}]}')$$) AS reader_validate,
        pg_temp.try($$SELECT count(*)::text FROM orch_definitions WHERE name = 'defs_linear'$$) AS reader_view,
        pg_temp.try($$SELECT count(*)::text FROM orch.definitions$$) AS reader_table;
 RESET ROLE;
 SET ROLE defs_nobody;
 SELECT pg_temp.try($$SELECT version::text FROM orch_definition('defs_linear')$$) AS public_definition,
-       pg_temp.run($$SELECT orch_validate_definition('{}')$$) AS public_validate,
+       pg_temp.sqlstate_of($$SELECT orch_validate_definition('{}')$$) AS public_validate,
        pg_temp.try($$SELECT count(*)::text FROM orch_definitions$$) AS public_view;
 RESET ROLE;
 SET ROLE defs_admin;
 SELECT orch_define('defs_priv', '{"steps": [{"step_id": "a", "queue": "q", "handler": "h"}]}') AS admin_define;
 SELECT length(orch_publish('defs_priv', 1)) AS admin_publish;
 SELECT orch_deprecate('defs_priv', 1) AS admin_deprecate;
-SELECT pg_temp.run($$UPDATE orch.definitions SET spec = '{}' WHERE name = 'defs_priv'$$) AS admin_raw_update;
+SELECT pg_temp.sqlstate_of($$UPDATE orch.definitions SET spec = '{}' WHERE name = 'defs_priv'$$) AS admin_raw_update;
 RESET ROLE;
 SELECT orch_bind_tenant('defs_bound', 'defs_t') AS bound;
 SET ROLE defs_bound;

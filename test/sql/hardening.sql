@@ -4,13 +4,9 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
-CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
 
 -- integral numbers written as 2.0 are integers, and keep working in slot accounting
 SELECT orch_create_queue('hard_k', '{"concurrency_key_limit": 2.0}') ->> 'concurrency_key_limit' AS key_limit;

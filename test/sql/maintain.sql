@@ -3,13 +3,9 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
-CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
 SELECT orch_create_queue('mnt', '{"max_attempts": 2, "initial_delay": 0, "lease": "0.2 seconds"}') IS NOT NULL AS created;
 
 -- 1. An abandoned claim is recovered by maintenance as a TRANSIENT failure.

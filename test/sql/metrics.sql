@@ -17,16 +17,9 @@ SET client_min_messages = warning;
 CREATE EXTENSION orchestrator;
 RESET client_min_messages;
 
--- try(sql): the first column of the statement's first row, or the SQLSTATE it raised.
-CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE r text;
-BEGIN
-    EXECUTE q INTO r;
-    RETURN coalesce(r, '<null>');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
-GRANT EXECUTE ON FUNCTION pg_temp.try(text) TO PUBLIC;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
 
 -- Every claim is recorded under a tag; lease tokens never reach the output.
 CREATE TEMP TABLE claims (tag text PRIMARY KEY, task_id bigint, tok uuid);
@@ -454,15 +447,7 @@ SELECT * FROM pg_temp.prom('^orch_(attempt_duration|queue_wait)_seconds_count\{t
 --    t1 in queue m_a: e1 completed, e2 failed NON_RETRYABLE (dead letter),
 --    e3 queued.
 -- ---------------------------------------------------------------------------
-DO $$
-DECLARE r text;
-BEGIN
-    FOREACH r IN ARRAY ARRAY['metrics_reader_t1', 'metrics_nobody'] LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-            EXECUTE format('CREATE ROLE %I', r);
-        END IF;
-    END LOOP;
-END $$;
+CALL pg_temp.create_roles('metrics_reader_t1', 'metrics_nobody');
 SET client_min_messages = error;  -- roles outlive the database: no "already/not a member" messages
 GRANT orch_reader TO metrics_reader_t1;
 REVOKE orch_reader, orch_producer, orch_worker, orch_approver, orch_admin FROM metrics_nobody;

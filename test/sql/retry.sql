@@ -6,15 +6,9 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
 
--- try(sql): the first column of the statement's first row, or the SQLSTATE it raised.
-CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE r text;
-BEGIN
-    EXECUTE q INTO r;
-    RETURN coalesce(r, '<null>');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
 
 -- ---------------------------------------------------------------------------
 -- 1. The decision table, row by row (and the order of its checks).

@@ -8,17 +8,11 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
 
-DO $$
-DECLARE r text;
-BEGIN
-    FOREACH r IN ARRAY ARRAY['sf_worker', 'sf_worker2', 'sf_producer', 'sf_reader', 'sf_admin',
-                             'sf_worker_a', 'sf_producer_a', 'sf_approver']
-    LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-            EXECUTE format('CREATE ROLE %I', r);
-        END IF;
-    END LOOP;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
+CALL pg_temp.create_roles('sf_worker', 'sf_worker2', 'sf_producer', 'sf_reader', 'sf_admin',
+                          'sf_worker_a', 'sf_producer_a', 'sf_approver');
 SET client_min_messages = warning;  -- roles outlive the database: no "already a member" notices
 GRANT orch_worker TO sf_worker, sf_worker2, sf_worker_a;
 GRANT orch_producer TO sf_producer, sf_producer_a;
@@ -26,17 +20,6 @@ GRANT orch_reader TO sf_reader;
 GRANT orch_admin TO sf_admin;
 GRANT orch_approver TO sf_approver;
 RESET client_min_messages;
-
--- try(sql): the first column of the first row, or the SQLSTATE raised
-CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE r text;
-BEGIN
-    EXECUTE q INTO r;
-    RETURN coalesce(r, 'null');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
-GRANT EXECUTE ON FUNCTION pg_temp.try(text) TO PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- 2. Lease tokens are secrets: a worker gets its own from the claim; the

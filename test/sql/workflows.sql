@@ -6,15 +6,9 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
 
--- try(sql): the first column of the first row, or the SQLSTATE raised
-CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE r text;
-BEGIN
-    EXECUTE q INTO r;
-    RETURN coalesce(r, 'null');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE;
-END $$;
+-- helpers shared by the tests (try, sqlstate_of, create_roles): test/sql/setup.inc
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
 -- work(queue, result): claim one task of the queue and complete it; its step key
 CREATE FUNCTION pg_temp.work(q text, res jsonb DEFAULT '{}') RETURNS text LANGUAGE plpgsql AS $$
 DECLARE c record;
@@ -225,10 +219,7 @@ SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'build', 'ref-x')$$, :g1)) A
        pg_temp.try(format($$SELECT orch_approve(%s, 'nope', 'ref-x')$$, :g1)) AS unknown_step,
        pg_temp.try($$SELECT orch_approve(-1, 'sign_off', 'ref-x')$$) AS unknown_run,
        pg_temp.try(format($$SELECT orch_approve(%s, 'sign_off', NULL)$$, :g1)) AS null_ref;
-DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wf_approver') THEN CREATE ROLE wf_approver; END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wf_reader') THEN CREATE ROLE wf_reader; END IF;
-END $$;
+CALL pg_temp.create_roles('wf_approver', 'wf_reader');
 SET client_min_messages = warning;
 GRANT orch_approver TO wf_approver;
 GRANT orch_reader TO wf_reader;
