@@ -437,7 +437,7 @@ SELECT id AS attempt_id, tenant_id, task_id, attempt, worker, lease_token, start
 COMMENT ON VIEW orch_attempts IS 'The append-only history of finished executions.';
 
 CREATE VIEW orch_queues AS
-SELECT q.name AS queue, q.tenant_id, q.paused, @extschema@.orch_queue_settings(q.name) AS settings,
+SELECT q.name AS queue, q.tenant_id, q.paused, orch_queue_settings(q.name) AS settings,
        q.created_at, q.updated_at
   FROM orch.queues q;
 COMMENT ON VIEW orch_queues IS 'Queues with their effective settings.';

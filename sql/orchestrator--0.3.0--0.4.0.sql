@@ -104,7 +104,7 @@ SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at
        wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
        step_key, created_at, updated_at, finished_at, retry_of, gated
   FROM orch.tasks
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 
 -- CREATE OR REPLACE (same columns, label appended): views of users that
 -- depend on these keep working, and their grants stay.
@@ -114,7 +114,7 @@ SELECT id AS event_id, tenant_id, task_id, run_id, entity, from_state, to_state,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
        note, at, label
   FROM orch.events
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_events IS
   'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
 
@@ -123,7 +123,7 @@ SELECT id AS attempt_id, tenant_id, task_id, attempt, worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN lease_token END AS lease_token,
        started_at, finished_at, outcome, error_class, error, retry_at
   FROM orch.attempts
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_attempts IS
   'The append-only history of finished executions (lease tokens shown to orch_admin only).';
 
@@ -136,13 +136,13 @@ SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finishe
    AND t.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
                          'compensation_required', 'not_safe_to_retry'])
    AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) t.id AND r.tenant_id OPERATOR(pg_catalog.=) t.tenant_id)
-   AND ((SELECT @extschema@.orch_caller_tenants()) IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]));
+   AND ((SELECT orch_caller_tenants()) IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]));
 
 CREATE OR REPLACE VIEW orch_commands WITH (security_barrier) AS
 SELECT id AS command_id, tenant_id, kind, idempotency_key, payload, origin_task_id,
        task_id, status, result, created_at, completed_at
   FROM orch.commands
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE FUNCTION orch_status(task_id bigint)
 RETURNS SETOF orch.task_status
@@ -553,14 +553,14 @@ SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.s
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at
   FROM orch.runs r
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
 
 CREATE VIEW orch_run_steps WITH (security_barrier) AS
 SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
        s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
   FROM orch.run_steps s
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR s.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR s.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';
 
 REVOKE ALL ON FUNCTION orch_run_lifecycle(), orch_start(text, jsonb, integer, text, text, jsonb),

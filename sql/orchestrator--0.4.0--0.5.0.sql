@@ -524,7 +524,7 @@ COMMENT ON FUNCTION orch_duration_stats(interval) IS
   'Attempt duration and queue wait (count, mean, p50/p95/p99 in seconds) by queue and step type over the last "since" (at most two days), from the per-minute histograms.';
 
 CREATE VIEW orch_durations AS
-SELECT * FROM @extschema@.orch_duration_stats(interval '1 hour');
+SELECT * FROM orch_duration_stats(interval '1 hour');
 COMMENT ON VIEW orch_durations IS
   'orch_duration_stats over the last hour.';
 
@@ -718,7 +718,7 @@ SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at
        wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
        step_key, created_at, updated_at, finished_at, retry_of, gated, correlation_id
   FROM orch.tasks
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE VIEW orch_events WITH (security_barrier) AS
 SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
@@ -731,7 +731,7 @@ SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_stat
                   WHERE r.id OPERATOR(pg_catalog.=) e.run_id AND r.tenant_id OPERATOR(pg_catalog.=) e.tenant_id)) AS correlation_id,
        e.waited
   FROM orch.events e
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE VIEW orch_attempts WITH (security_barrier) AS
 SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
@@ -740,7 +740,7 @@ SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
        (SELECT t.correlation_id FROM orch.tasks t
          WHERE t.id OPERATOR(pg_catalog.=) a.task_id AND t.tenant_id OPERATOR(pg_catalog.=) a.tenant_id) AS correlation_id
   FROM orch.attempts a
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 
 CREATE OR REPLACE VIEW orch_runs WITH (security_barrier) AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
@@ -748,7 +748,7 @@ SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.s
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
        r.correlation_id
   FROM orch.runs r
- WHERE (SELECT @extschema@.orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT @extschema@.orch_caller_tenants())::text[]);
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
 
 -- ---------------------------------------------------------------------------
 -- Privileges.
