@@ -182,9 +182,6 @@ orch_restore_event_context(OrchEventContext c)
 /* ----------------------------------------------------------------------
  * Event writer
  * ---------------------------------------------------------------------- */
-static SPIPlanPtr event_plan = NULL;
-static SPIPlanPtr event_plan_nolabel = NULL;
-static SPIPlanPtr event_plan_waited = NULL;
 
 /*
  * Which columns does orch.events have?  0: before 0.4.0; 1: label (0.4.0);
@@ -227,7 +224,6 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	Datum		values[13];
 	char		nulls[13];
 	SPIPlanPtr	plan;
-	int			rc;
 	int			level;
 	bool		with_label;
 	OrchEvent	ev;
@@ -291,26 +287,21 @@ write_event_full(const char *tenant, int64 task_id, bool has_task,
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (level >= 2)
-		plan = orch_prepare(&event_plan_waited,
-							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, label, waited)"
 							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 							13, types);
 	else if (with_label)
-		plan = orch_prepare(&event_plan,
-							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, label)"
 							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
 							12, types);
 	else
-		plan = orch_prepare(&event_plan_nolabel,
-							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note)"
 							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
 							11, types);
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: event insert failed: %s", SPI_result_code_string(rc));
+	orch_exec(plan, values, nulls, false, 0, SPI_OK_INSERT);
 	SPI_finish();
 }
 
@@ -380,10 +371,7 @@ events_forget(int from_level)
 	}
 }
 
-static SPIPlanPtr flush_plan = NULL;
-static SPIPlanPtr flush_plan_nolabel = NULL;
 
-static SPIPlanPtr flush_plan_waited = NULL;
 
 #define FLUSH_COLS 15
 
@@ -489,8 +477,7 @@ events_flush(void)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (level >= 2)
-		plan = orch_prepare(&flush_plan_waited,
-							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
 							" SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
 							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
@@ -500,8 +487,7 @@ events_flush(void)
 							" ORDER BY e.ord",
 							FLUSH_COLS, arrtypes);
 	else if (with_label)
-		plan = orch_prepare(&flush_plan,
-							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, at, label)"
 							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
 							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label"
@@ -511,8 +497,7 @@ events_flush(void)
 							" ORDER BY e.ord",
 							FLUSH_COLS - 2, arrtypes);
 	else
-		plan = orch_prepare(&flush_plan_nolabel,
-							"INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
 							" to_state, reason_code, actor, attempt, lease_token, note, at)"
 							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
 							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at"
@@ -521,8 +506,7 @@ events_flush(void)
 							"        actor, attempt, lease_token, note, at, ord)"
 							" ORDER BY e.ord",
 							FLUSH_COLS - 3, arrtypes);
-	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: event flush failed");
+	orch_exec(plan, args, NULL, false, 0, SPI_OK_INSERT);
 	SPI_finish();
 	list_free_deep(work);
 }
@@ -1064,7 +1048,6 @@ task_trigger(TriggerData *trigdata)
 /* ----------------------------------------------------------------------
  * User-defined machines on user tables
  * ---------------------------------------------------------------------- */
-static SPIPlanPtr machine_check_plan = NULL;
 
 typedef struct MachineVerdict
 {
@@ -1091,8 +1074,7 @@ machine_check(const char *machine, const char *from, const char *to)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	plan = orch_prepare(&machine_check_plan,
-						"SELECT"
+	plan = orch_plan("SELECT"
 						" EXISTS (SELECT 1 FROM orch.state_machines m WHERE m.name = $1),"
 						" EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
 						"         AND t.from_state = $2 AND t.to_state = $3),"
@@ -1105,7 +1087,7 @@ machine_check(const char *machine, const char *from, const char *to)
 						" OR NOT EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
 						"         AND t.from_state IS NULL)",
 						3, types);
-	if (SPI_execute_plan(plan, values, nulls, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (orch_exec(plan, values, nulls, true, 1, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: state machine lookup failed");
 #define GETB(n) DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, n, &isnull))
 	v.machine_exists = GETB(1);
@@ -1273,15 +1255,6 @@ orch_state_machine_trigger(PG_FUNCTION_ARGS)
 /* ----------------------------------------------------------------------
  * orch_create_state_machine(name text, transitions jsonb, initial text[])
  * ---------------------------------------------------------------------- */
-static void
-exec_params(const char *sql, int nargs, Oid *types, Datum *values, int expect)
-{
-	int			rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
-
-	if (rc != expect)
-		elog(ERROR, "orchestrator: statement failed: %s", SPI_result_code_string(rc));
-}
-
 Datum
 orch_create_state_machine(PG_FUNCTION_ARGS)
 {
@@ -1314,8 +1287,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
-	exec_params("INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING",
-				1, types1, vals, SPI_OK_INSERT);
+	orch_sql_once("INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING", 1, types1, vals, NULL, false, 0, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -1343,9 +1315,8 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 						 errmsg("state names must not be empty")));
 			vals[1] = orch_text_datum(cur_from);
 			vals[2] = vals[1];
-			exec_params("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals,
-						SPI_OK_INSERT);
+			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals, NULL, false, 0, SPI_OK_INSERT);
 			nstates++;
 		}
 		else if (tok == WJB_ELEM || tok == WJB_VALUE)
@@ -1359,14 +1330,12 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 			to = pnstrdup(v.val.string.val, v.val.string.len);
 			vals[1] = orch_text_datum(cur_from);
 			vals[2] = orch_text_datum(to);
-			exec_params("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals,
-						SPI_OK_INSERT);
+			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals, NULL, false, 0, SPI_OK_INSERT);
 			/* every target is a state of its own, with at least its self-transition */
 			vals[1] = vals[2];
-			exec_params("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals,
-						SPI_OK_INSERT);
+			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals, NULL, false, 0, SPI_OK_INSERT);
 		}
 	}
 
@@ -1388,20 +1357,16 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 						 errmsg("initial states must not be null")));
 			s = TextDatumGetCString(elems[i]);
 			vals[1] = elems[i];
-			if (SPI_execute_with_args("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
-									  " AND from_state = $2", 2, types3, vals, NULL, false, 1)
-				!= SPI_OK_SELECT)
-				elog(ERROR, "orchestrator: lookup failed");
+			orch_sql_once("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
+									  " AND from_state = $2", 2, types3, vals, NULL, false, 1, SPI_OK_SELECT);
 			if (SPI_processed == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("initial state \"%s\" is not a state of the machine", s)));
 			vals[1] = (Datum) 0;
 			vals[2] = elems[i];
-			if (SPI_execute_with_args("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-									  " VALUES ($1, NULL, $3) ON CONFLICT DO NOTHING",
-									  3, types3, vals, " n ", false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "orchestrator: insert failed");
+			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+									  " VALUES ($1, NULL, $3) ON CONFLICT DO NOTHING", 3, types3, vals, " n ", false, 0, SPI_OK_INSERT);
 		}
 	}
 	SPI_finish();
@@ -1448,9 +1413,7 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	vals[0] = orch_text_datum(machine);
-	if (SPI_execute_with_args("SELECT 1 FROM orch.state_machines WHERE name = $1",
-							  1, types1, vals, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: lookup failed");
+	orch_sql_once("SELECT 1 FROM orch.state_machines WHERE name = $1", 1, types1, vals, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -1466,8 +1429,7 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 					 quote_qualified_identifier(nspname, relname),
 					 quote_identifier(get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid))),
 					 quote_literal_cstr(column), quote_literal_cstr(machine));
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "orchestrator: CREATE TRIGGER failed");
+	orch_sql_once(sql.data, 0, NULL, NULL, NULL, false, 0, SPI_OK_UTILITY);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

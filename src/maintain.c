@@ -31,8 +31,6 @@ PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
 
 #define MAINTENANCE_JOB "orchestrator-maintenance"
 
-static SPIPlanPtr expired_queue_plan = NULL;
-static SPIPlanPtr expired_all_plan = NULL;
 
 /*
  * Recover up to limit executing tasks whose lease (capped by the task's
@@ -51,7 +49,6 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	int64	   *ids;
 	int			recovered = 0;
 	bool		isnull;
-	int			rc;
 
 	v[0] = Int32GetDatum(limit);
 	if (queue)
@@ -60,11 +57,10 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		v[2] = tenants;
 		if (tenants == (Datum) 0)
 			nl[2] = 'n';
-		rc = SPI_execute_plan(orch_prepare(&expired_queue_plan,
-										   "SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
-										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										   3, types),
-							  v, nl, false, 0);
+		orch_exec(orch_plan("SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
+							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+							3, types),
+				  v, nl, false, 0, SPI_OK_SELECT);
 	}
 	else
 	{
@@ -72,16 +68,13 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		if (tenants == (Datum) 0)
 			nl[1] = 'n';
 		types[1] = TEXTARRAYOID;
-		rc = SPI_execute_plan(orch_prepare(&expired_all_plan,
-										   "SELECT id FROM orch.tasks"
-										   " WHERE state = 'executing' AND lease_expires_at <= now()"
-										   "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
-										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										   2, types),
-							  v, nl, false, 0);
+		orch_exec(orch_plan("SELECT id FROM orch.tasks"
+							" WHERE state = 'executing' AND lease_expires_at <= now()"
+							"   AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
+							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+							2, types),
+				  v, nl, false, 0, SPI_OK_SELECT);
 	}
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: lease scan failed");
 	n = (int) SPI_processed;
 	if (n == 0)
 		return 0;
@@ -127,11 +120,11 @@ static int64
 count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 {
 	bool		isnull;
-	int			rc = SPI_execute_with_args(sql, nargs, types, v, nulls, false, 0);
+	uint64		processed = orch_sql_once(sql, nargs, types, v, nulls, false, 0, ORCH_SPI_ANY);
 
-	if (rc < 0)
-		elog(ERROR, "orchestrator: maintenance statement failed: %s", SPI_result_code_string(rc));
-	if (rc == SPI_OK_SELECT)
+	/* a SELECT returns the count it computed; DML how many rows it changed */
+	if (SPI_tuptable != NULL && SPI_tuptable->tupdesc->natts == 1
+		&& strncmp(sql, "SELECT", 6) == 0)
 	{
 		Datum		d;
 
@@ -140,7 +133,7 @@ count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		return isnull ? 0 : DatumGetInt64(d);
 	}
-	return (int64) SPI_processed;
+	return (int64) processed;
 }
 
 typedef struct Action
@@ -405,13 +398,12 @@ orch_maintain(PG_FUNCTION_ARGS)
 		 * The tenants with rows to maintain (a scan of each table's shards;
 		 * 'default' always: user tables' events are there).
 		 */
-		if (SPI_execute("SELECT tenant_id FROM orch.tasks GROUP BY 1"
+		orch_sql_once("SELECT tenant_id FROM orch.tasks GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.idempotency_keys GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.rate_window GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.gate_repairs GROUP BY 1"
 						" UNION SELECT 'default'"
-						" ORDER BY 1", true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: tenant scan failed");
+						" ORDER BY 1", 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 		ntenants = (int) SPI_processed;
 		tenant_names = palloc(sizeof(char *) * (ntenants + 1));
 		for (int i = 0; i < ntenants; i++)
@@ -497,9 +489,7 @@ require_pg_cron(const char *db, const char *cron_sql)
 {
 	const char *cron_db;
 
-	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", true, 1)
-		!= SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: extension lookup failed");
+	orch_sql_once("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		return;
 
@@ -558,18 +548,14 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 	/* the job of an older version for this database */
 	v[0] = orch_text_datum(MAINTENANCE_JOB);
 	v[1] = orch_text_datum(db);
-	if (SPI_execute_with_args("SELECT cron.unschedule(jobid) FROM cron.job"
-							  " WHERE jobname = $1 AND database = $2",
-							  2, types, v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.unschedule failed");
+	orch_sql_once("SELECT cron.unschedule(jobid) FROM cron.job"
+							  " WHERE jobname = $1 AND database = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 
 	v[0] = orch_text_datum(job);
 	v[1] = orch_text_datum(schedule);
 	v[2] = orch_text_datum(command);
 	v[3] = orch_text_datum(db);
-	if (SPI_execute_with_args("SELECT cron.schedule_in_database($1, $2, $3, $4)",
-							  4, types, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.schedule_in_database failed");
+	orch_sql_once("SELECT cron.schedule_in_database($1, $2, $3, $4)", 4, types, v, NULL, false, 1, SPI_OK_SELECT);
 	jobid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	PG_RETURN_INT64(jobid);
@@ -597,10 +583,8 @@ orch_unschedule_maintenance(PG_FUNCTION_ARGS)
 	v[0] = orch_text_datum(job);
 	v[1] = orch_text_datum(MAINTENANCE_JOB);
 	v[2] = orch_text_datum(db);
-	if (SPI_execute_with_args("SELECT count(cron.unschedule(jobid)) FROM cron.job"
-							  " WHERE jobname = $1 OR (jobname = $2 AND database = $3)",
-							  3, types, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.unschedule failed");
+	orch_sql_once("SELECT count(cron.unschedule(jobid)) FROM cron.job"
+							  " WHERE jobname = $1 OR (jobname = $2 AND database = $3)", 3, types, v, NULL, false, 1, SPI_OK_SELECT);
 	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(removed);

@@ -77,53 +77,6 @@ _PG_init(void)
 	orch_distributed_init();
 }
 
-/*
- * Prepare a statement once per backend and keep it.  Must be called while
- * connected to SPI.  The plan is generic: every statement here is a short
- * index lookup whose shape does not depend on the parameter values, and
- * re-planning per call (the plan cache's custom plans) costs more than the
- * statement itself.
- */
-SPIPlanPtr
-orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
-{
-	/*
-	 * On Citus a statement is planned with its values: Citus routes a
-	 * statement to one shard by its tenant value, and refuses most generic
-	 * plans of distributed statements.  Such a plan lives until SPI_finish.
-	 */
-	if (orch_citus())
-		return orch_prepare_custom(sql, nargs, argtypes);
-	if (*cache == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-											  CURSOR_OPT_GENERIC_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "orchestrator: SPI_prepare failed: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "orchestrator: SPI_keepplan failed");
-		*cache = plan;
-	}
-	return *cache;
-}
-
-/*
- * A statement planned with its values at each execution (on Citus, see
- * orch_prepare), not kept: it lives until SPI_finish.
- */
-SPIPlanPtr
-orch_prepare_custom(const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_CUSTOM_PLAN);
-
-	if (plan == NULL)
-		elog(ERROR, "orchestrator: SPI_prepare failed: %s",
-			 SPI_result_code_string(SPI_result));
-	return plan;
-}
-
 /* Raise 22004 when a required argument is NULL. */
 void
 orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)

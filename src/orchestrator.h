@@ -251,9 +251,6 @@ extern int	orch_retention;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 
-extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
-							   Oid *argtypes);
-extern SPIPlanPtr orch_prepare_custom(const char *sql, int nargs, Oid *argtypes);
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
@@ -268,6 +265,41 @@ extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
 extern int	orch_pin_search_path(void);	/* AtEOXact_GUC(true, result) undoes it */
 
 #define ORCH_DEFAULT_TENANT "default"
+
+/*
+ * spi.c: the one way to run SQL.  orch_plan keeps a statement's generic
+ * plan for the backend's life (one cache, keyed by the statement);
+ * orch_plan_once plans with the values and keeps nothing; orch_exec runs a
+ * plan and checks its SPI_OK_* result (ORCH_SPI_ANY: any success), naming
+ * the statement if it is not the one expected; it returns SPI_processed.
+ */
+#define ORCH_SPI_ANY 0
+extern SPIPlanPtr orch_plan(const char *sql, int nargs, const Oid *types);
+extern SPIPlanPtr orch_plan_once(const char *sql, int nargs, const Oid *types);
+extern uint64 orch_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
+						bool read_only, long count, int expect);
+
+/* A kept statement, executed and checked. */
+static inline uint64
+orch_sql(const char *sql, int nargs, const Oid *types, Datum *values,
+		 const char *nulls, bool read_only, long count, int expect)
+{
+	return orch_exec(orch_plan(sql, nargs, types), values, nulls, read_only, count, expect);
+}
+
+/* A statement planned with its values, executed and checked. */
+static inline uint64
+orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
+			  const char *nulls, bool read_only, long count, int expect)
+{
+	return orch_exec(orch_plan_once(sql, nargs, types), values, nulls, read_only, count, expect);
+}
+
+/*
+ * The tenant filter of every statement: PARAM is a text[] of the tenants
+ * the caller may see, NULL for every tenant (orch_spi_caller_tenants).
+ */
+#define ORCH_TENANT_IN(COL, PARAM) "(" PARAM "::text[] IS NULL OR " COL " = ANY (" PARAM "))"
 
 /*
  * One audit event, as the writers buffer it (lifecycle.c) and the event

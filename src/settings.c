@@ -504,7 +504,6 @@ orch_validate_queue_name(const char *name)
 					 errdetail("Queue names use letters, digits, '_', '-', '.' and ':'.")));
 }
 
-static SPIPlanPtr load_plan = NULL;
 
 /*
  * Load a queue's effective settings; false if it does not exist.  Caller is
@@ -524,10 +523,8 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 	if (orch_queue_cache_get(queue, qs, paused))
 		return true;
 	vals[0] = orch_text_datum(queue);
-	plan = orch_prepare(&load_plan,
-						"SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
-	if (SPI_execute_plan(plan, vals, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: queue lookup failed");
+	plan = orch_plan("SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
+	orch_exec(plan, vals, NULL, false, 1, SPI_OK_SELECT);
 	orch_settings_defaults(qs);
 	if (SPI_processed == 0)
 	{
@@ -545,7 +542,6 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 	return true;
 }
 
-static SPIPlanPtr ensure_plan = NULL;
 
 /* Create a queue with defaults when it is missing (auto_create_queues). */
 void
@@ -562,11 +558,9 @@ orch_ensure_queue(const char *queue)
 				 errmsg("queue \"%s\" does not exist", queue),
 				 errhint("Create it with orch_create_queue, or set orchestrator.auto_create_queues = on.")));
 	vals[0] = orch_text_datum(queue);
-	plan = orch_prepare(&ensure_plan,
-						"INSERT INTO orch.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",
+	plan = orch_plan("INSERT INTO orch.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",
 						1, types);
-	if (SPI_execute_plan(plan, vals, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: queue insert failed");
+	orch_exec(plan, vals, NULL, false, 0, SPI_OK_INSERT);
 }
 
 /* ----------------------------------------------------------------------
@@ -603,10 +597,8 @@ orch_create_queue(PG_FUNCTION_ARGS)
 	vals[0] = orch_text_datum(name);
 	vals[1] = JsonbPGetDatum(settings ? settings :
 							 DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"))));
-	if (SPI_execute_with_args("INSERT INTO orch.queues (name, settings)"
-							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING",
-							  2, types, vals, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: queue insert failed");
+	orch_sql_once("INSERT INTO orch.queues (name, settings)"
+							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING", 2, types, vals, NULL, false, 0, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -639,10 +631,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
 	vals[1] = PG_GETARG_DATUM(1);
-	if (SPI_execute_with_args("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
-							  " WHERE name = $1 FOR UPDATE",
-							  2, types, vals, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: queue lookup failed");
+	orch_sql_once("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
+							  " WHERE name = $1 FOR UPDATE", 2, types, vals, NULL, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -651,9 +641,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	MemoryContextSwitchTo(outer);
 	result = effective(merged);	/* validates before anything is written */
 	vals[1] = JsonbPGetDatum(merged);
-	if (SPI_execute_with_args("UPDATE orch.queues SET settings = $2, updated_at = now()"
-							  " WHERE name = $1", 2, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "orchestrator: queue update failed");
+	orch_sql_once("UPDATE orch.queues SET settings = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
 	/* a changed concurrency_key_limit applies at once (0.3.0 and later) */
 	if (orch_has_gate())
 		orch_gate_reconcile(name, 10000);
@@ -674,9 +663,8 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
 	vals[1] = BoolGetDatum(paused);
-	if (SPI_execute_with_args("UPDATE orch.queues SET paused = $2, updated_at = now()"
-							  " WHERE name = $1", 2, types, vals, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "orchestrator: queue update failed");
+	orch_sql_once("UPDATE orch.queues SET paused = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -717,17 +705,13 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	/* wait for enqueues in flight; later ones wait for this drop */
 	orch_xact_lock("queue-exists", name, NULL);
 	vals[0] = orch_text_datum(name);
-	if (SPI_execute_with_args("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE",
-							  1, types, vals, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: queue lookup failed");
+	orch_sql_once("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE", 1, types, vals, NULL, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
-	if (SPI_execute_with_args("SELECT count(*) FROM orch.tasks WHERE queue = $1"
-							  " AND state NOT IN ('completed', 'failed', 'cancelled')",
-							  1, types, vals, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: task count failed");
+	orch_sql_once("SELECT count(*) FROM orch.tasks WHERE queue = $1"
+							  " AND state NOT IN ('completed', 'failed', 'cancelled')", 1, types, vals, NULL, false, 1, SPI_OK_SELECT);
 	live = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (live > 0 && !force)
 		ereport(ERROR,
@@ -745,10 +729,8 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		/* on Citus tenant by tenant: each statement then locks on one shard */
 		if (orch_citus())
 		{
-			if (SPI_execute_with_args("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
-									  " AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1",
-									  1, types, vals, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "orchestrator: tenant scan failed");
+			orch_sql_once("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
+									  " AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1", 1, types, vals, NULL, false, 0, SPI_OK_SELECT);
 			ntenants = (int) SPI_processed;
 			tenants = palloc(sizeof(char *) * (ntenants + 1));
 			for (int i = 0; i < ntenants; i++)
@@ -765,7 +747,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 				cn[1] = ' ';
 			}
 			/* running attempts end as cancelled, as with orch_cancel */
-			if (SPI_execute_with_args("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
+			orch_sql_once("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
 									  "   lease_token, claimed_at FROM orch.tasks"
 									  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
 									  "     AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
@@ -776,23 +758,18 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 									  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
 									  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
 									  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
-									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))",
-									  2, ctypes, cv, cn, false, 0) != SPI_OK_UPDATE)
-				elog(ERROR, "orchestrator: cancel failed");
+									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))", 2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE);
 		}
 		orch_clear_event_context();
 	}
-	if (SPI_execute_with_args("DELETE FROM orch.queues WHERE name = $1",
-							  1, types, vals, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "orchestrator: queue delete failed");
+	orch_sql_once("DELETE FROM orch.queues WHERE name = $1", 1, types, vals, NULL, false, 0, SPI_OK_DELETE);
 	/* the queue's own limits and rate windows go with it (0.3.0 and later) */
 	if (orch_has_gate())
 	{
-		if (SPI_execute_with_args("DELETE FROM orch.concurrency_limits WHERE queue = $1",
-								  1, types, vals, NULL, false, 0) != SPI_OK_DELETE ||
-			SPI_execute_with_args("DELETE FROM orch.rate_window WHERE queue = $1",
-								  1, types, vals, NULL, false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "orchestrator: queue cleanup failed");
+		orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1",
+					  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+		orch_sql_once("DELETE FROM orch.rate_window WHERE queue = $1",
+					  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
 	}
 	SPI_finish();
 	PG_RETURN_VOID();
