@@ -328,13 +328,13 @@ orch_gate_repair(const char *queue, int limit)
 	/* a read-only probe first: the table is almost always empty */
 	/* not read-only: it must see the notes of this statement */
 	if (orch_exec(orch_plan("SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
-							"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) LIMIT $2",
+							"   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2",
 							3, types),
 				  v, n, false, 1, SPI_OK_SELECT) == 0)
 		return 0;
 	orch_exec(orch_plan("SELECT queue, key, tenant_id FROM orch.gate_repairs"
 									  " WHERE ($1::text IS NULL OR queue = $1)"
-									  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$3")
 									  " ORDER BY queue, key, tenant_id LIMIT $2 FOR UPDATE SKIP LOCKED",
 									  3, types), v, n, false, 0, SPI_OK_SELECT);
 	nkeys = (int) SPI_processed;
@@ -648,7 +648,7 @@ orch_gate_reconcile(const char *queue, int max_keys)
 							  " WHERE concurrency_key IS NOT NULL"
 							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
 							  "   AND ($1::text IS NULL OR queue = $1)"
-							  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) LIMIT $2", 3, types, v, n, false, 0, SPI_OK_SELECT);
+							  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2", 3, types, v, n, false, 0, SPI_OK_SELECT);
 	nkeys = (int) SPI_processed;
 	read_keys(nkeys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
@@ -719,7 +719,7 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 									 " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE
 									 "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
 									 "       FOR UPDATE SKIP LOCKED))"
-									 "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))",
+									 "   AND " ORCH_TENANT_IN("t.tenant_id", "$3"),
 									 3, types),
 						   v, n, false, 0, SPI_OK_UPDATE);
 }

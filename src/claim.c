@@ -113,7 +113,7 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 									  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
 									  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
 									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
-									  "               AND ($4::text[] IS NULL OR tenant_id = ANY ($4)))",
+									  "               AND " ORCH_TENANT_IN("tenant_id", "$4") ")",
 									  4, types), v, n, false, 1, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: claim probe failed");
 	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -232,7 +232,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		/* keyset pagination: each window starts after the last one */
 		orch_exec(orch_plan("SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
 										  " WHERE t.queue = $1 AND t.ready_at <= now()"
-										  "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))"
+										  "   AND " ORCH_TENANT_IN("t.tenant_id", "$3")
 										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
 										  "   AND (t.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r"
 										  "        WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND r.state = 'running'"

@@ -116,7 +116,7 @@ orch_command(PG_FUNCTION_ARGS)
 				ov[0] = v[4];
 				orch_spi_caller_tenants(ov, on, 1);
 				orch_sql_once("SELECT 1 FROM orch.tasks WHERE id = $1"
-										  " AND ($2::text[] IS NULL OR tenant_id = ANY ($2))", 2, otypes, ov, on, false, 1, SPI_OK_SELECT);
+										  " AND " ORCH_TENANT_IN("tenant_id", "$2"), 2, otypes, ov, on, false, 1, SPI_OK_SELECT);
 				if (SPI_processed == 0)
 					ereport(ERROR,
 							(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -222,7 +222,7 @@ orch_command_result(PG_FUNCTION_ARGS)
 		orch_spi_caller_tenants(lv, ln, 1);
 		/* another tenant's row is neither locked nor seen */
 		orch_sql_once("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
-								  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE", 2, ltypes, lv, ln, false, 1, SPI_OK_SELECT);
+								  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", 2, ltypes, lv, ln, false, 1, SPI_OK_SELECT);
 	}
 	/* another tenant's command does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||

@@ -47,15 +47,15 @@ redrive(int64 id, bool skip_redriven)
 	orch_spi_caller_tenants(v, vn, 1);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
 	orch_exec(orch_plan("SELECT 1 FROM orch.tasks WHERE id = $1"
-									  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE",
 									  2, types), v, vn, false, 1, SPI_OK_SELECT);
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
 	orch_exec(orch_plan("SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
-									  "    AND n.tenant_id = t.tenant_id AND ($2::text[] IS NULL OR n.tenant_id = ANY ($2))),"
+									  "    AND n.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("n.tenant_id", "$2") "),"
 									  " t.tenant_id, t.reason_code"
 									  " FROM orch.tasks t WHERE t.id = $1"
-									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))",
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"),
 									  2, types), v, vn, false, 1, SPI_OK_SELECT);
 	/* another tenant's task does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
@@ -88,7 +88,7 @@ redrive(int64 id, bool skip_redriven)
 	" SELECT tenant_id, queue, 'queued', priority, payload, now(), now()," \
 	" max_attempts, max_failures, retry_policy, timeout, owner," \
 	" concurrency_key, run_id, step_key, id, 'redriven'" CORR \
-	" FROM orch.tasks WHERE id = $1 AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) RETURNING id"
+	" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id"
 	if (orch_exec(orch_has_metrics()
 						 ? orch_plan(REDRIVE_SQL(", correlation_id"), 2, types)
 						 : orch_plan(REDRIVE_SQL(""), 2, types), v, vn, false, 0, SPI_OK_INSERT_RETURNING) != 1)
@@ -163,7 +163,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	" AND ($1::text IS NULL OR t.queue = $1)" \
 	" AND ($2::text IS NULL OR t.reason_code = $2)" \
 	" AND ($3::timestamptz IS NULL OR t.finished_at >= $3)" \
-	" AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))" \
+	" AND " ORCH_TENANT_IN("t.tenant_id", "$5") \
 	" AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id" \
 	"   AND r.tenant_id = t.tenant_id)" \
 	" ORDER BY t.finished_at, t.id LIMIT $4"

@@ -163,7 +163,7 @@ scope_by_ids(const char *table, Datum ids)
 	v[0] = ids;
 	orch_spi_caller_tenants(v, n, 1);
 	orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
-									   " AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) LIMIT 2",
+									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
 									   table), 2, types, v, n, true, 2, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;

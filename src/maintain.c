@@ -70,7 +70,7 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		types[1] = TEXTARRAYOID;
 		orch_exec(orch_plan("SELECT id FROM orch.tasks"
 							" WHERE state = 'executing' AND lease_expires_at <= now()"
-							"   AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
+							"   AND " ORCH_TENANT_IN("tenant_id", "$2")
 							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 							2, types),
 				  v, nl, false, 0, SPI_OK_SELECT);
@@ -103,18 +103,17 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 /* ---------------------------------------------------------------------- */
 
 /* $4 (text[]): the tenants a statement acts on, NULL for all */
-#define TENANT_IN(col) "($4::text[] IS NULL OR " col " = ANY ($4))"
 
 /* Purging the finished tasks p: their attempts, events and keys with them */
 #define PURGE_TAIL \
 	" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id" \
-	"   AND a.tenant_id = p.tenant_id AND " TENANT_IN("a.tenant_id") ")," \
+	"   AND a.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")," \
 	" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id" \
-	"   AND e.tenant_id = p.tenant_id AND " TENANT_IN("e.tenant_id") ")," \
+	"   AND e.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")," \
 	" k AS (DELETE FROM orch.idempotency_keys k USING p" \
-	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id AND " TENANT_IN("k.tenant_id") ")" \
+	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("k.tenant_id", "$4") ")" \
 	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id" \
-	"   AND " TENANT_IN("t.tenant_id")
+	"   AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 
 static int64
 count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
@@ -245,7 +244,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query("SELECT count(*) FROM (SELECT 1 FROM orch.tasks"
 					" WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')"
 					"   AND ready_at IS NULL AND retry_at IS NULL AND updated_at < now() - $2"
-					"   AND " TENANT_IN("tenant_id") " LIMIT $1) s",
+					"   AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) s",
 					4, types, v, n);
 
 	/* 3. counters against rows, for tasks finished recently */
@@ -254,14 +253,14 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query("SELECT count(*) FROM orch.tasks t"
 					" WHERE (t.id, t.tenant_id) IN (SELECT e.task_id, e.tenant_id FROM orch.events e"
 					"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events"
-					"                 WHERE " TENANT_IN("tenant_id") ") - $1 * 4"
+					"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4"
 					"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL"
-					"     AND " TENANT_IN("e.tenant_id") ")"
-					" AND t.state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("t.tenant_id")
+					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
+					" AND t.state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 					" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a"
-					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " TENANT_IN("a.tenant_id") ")"
+					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
 					"   OR t.failures <> (SELECT count(*) FROM orch.attempts a"
-					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " TENANT_IN("a.tenant_id")
+					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4")
 					"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))",
 					4, types, v, n);
 	if (acts[nacts - 1].count > 0)
@@ -275,16 +274,16 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query(orch_has_runs()
 					? "WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
 					"   WHERE finished_at < now() - $3"
-					"     AND state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("t.tenant_id")
+					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 					/* a run still open needs its steps' tasks (map results, counts) */
 					"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
-					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " TENANT_IN("r.tenant_id")
+					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4")
 					"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
 					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 					PURGE_TAIL
 					: "WITH p AS (SELECT id, tenant_id FROM orch.tasks"
 					"   WHERE finished_at < now() - $3"
-					"     AND state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("tenant_id")
+					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("tenant_id", "$4")
 					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 					PURGE_TAIL,
 					4, types, v, n);
@@ -300,15 +299,15 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		acts[nacts++].count = orch_retention <= 0 ? 0 :
 			count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
 						"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
-						"     AND " TENANT_IN("tenant_id")
+						"     AND " ORCH_TENANT_IN("tenant_id", "$4")
 						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 						" s AS (DELETE FROM orch.run_steps s USING p"
-						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " TENANT_IN("s.tenant_id") "),"
+						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
 						" e AS (DELETE FROM orch.events e USING p"
 						"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
-						"     AND " TENANT_IN("e.tenant_id") ")"
+						"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
 						" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
-						"   AND " TENANT_IN("r.tenant_id"),
+						"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
 						4, types, v, n);
 	}
 
@@ -317,8 +316,8 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
 		count_query("DELETE FROM orch.events e USING"
 					" (SELECT id, tenant_id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
-					"    AND at < now() - $3 AND " TENANT_IN("tenant_id") " ORDER BY at LIMIT $1) o"
-					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " TENANT_IN("e.tenant_id"),
+					"    AND at < now() - $3 AND " ORCH_TENANT_IN("tenant_id", "$4") " ORDER BY at LIMIT $1) o"
+					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4"),
 					4, types, v, n);
 
 	/* 0.3.0 objects: slots and rate windows */
@@ -336,8 +335,8 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		acts[nacts++].count =
 			count_query("DELETE FROM orch.rate_window w USING"
 						" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
-						"  AND " TENANT_IN("tenant_id") " LIMIT $1) o"
-						" WHERE w.ctid = o.ctid AND " TENANT_IN("w.tenant_id"),
+						"  AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) o"
+						" WHERE w.ctid = o.ctid AND " ORCH_TENANT_IN("w.tenant_id", "$4"),
 						4, types, v, n);
 	}
 
@@ -345,9 +344,9 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	acts[nacts++].count =
 		count_query("DELETE FROM orch.idempotency_keys k USING"
 					" (SELECT tenant_id, key FROM orch.idempotency_keys WHERE expires_at <= now()"
-					"  AND " TENANT_IN("tenant_id")
+					"  AND " ORCH_TENANT_IN("tenant_id", "$4")
 					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
-					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " TENANT_IN("k.tenant_id"),
+					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " ORCH_TENANT_IN("k.tenant_id", "$4"),
 					4, types, v, n);
 	return nacts;
 }

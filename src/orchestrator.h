@@ -162,12 +162,12 @@ extern bool orch_has_gate_repairs(void);
  */
 #define ORCH_EXPIRED_WHERE \
 	" WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()" \
-	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 #define ORCH_DELAYED_WHERE \
 	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \
 	"   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))" \
 	"   AND coalesce(retry_at, run_at) <= now()" \
-	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
 
 /* enqueue.c */
@@ -243,7 +243,7 @@ extern void orch_require_tenant(const char *tenant);
 extern void orch_require_unrestricted(const char *what);
 extern bool orch_caller_is_admin_role(void);
 
-/* orchestrator.c: GUCs and helpers */
+/* orchestrator.c: the GUCs */
 extern bool orch_auto_create_queues;
 extern int	orch_max_payload_size;
 extern bool orch_notify;
@@ -251,6 +251,7 @@ extern int	orch_retention;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 
+/* args.c: argument checks and value conversions */
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
@@ -261,6 +262,8 @@ extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
 extern Datum orch_text_array1(const char *s);
 extern void orch_not_found(const char *what, int64 id) pg_attribute_noreturn();
+
+/* spi.c: SPI parameters and search_path (with orch_plan/orch_exec below) */
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
 extern int	orch_pin_search_path(void);	/* AtEOXact_GUC(true, result) undoes it */
 
@@ -303,7 +306,7 @@ orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
 
 /*
  * One audit event, as the writers buffer it (lifecycle.c) and the event
- * store appends it (event_store.c).
+ * store appends it (append.c).
  */
 typedef struct OrchEvent
 {

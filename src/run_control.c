@@ -255,7 +255,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum(run_id);
 	v[1] = (Datum) 0;
 	orch_spi_caller_tenants(v, n, 2);
-	orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+	orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
 			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE", 3, types, v, n, false, 0, SPI_OK_SELECT);
 	lock_run_or_not_found(run_id, &r);
 	if (r.state == RS_CANCELED)

@@ -337,7 +337,7 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	orch_exec(orch_plan("SELECT id, tenant_id, state, phase, reason_code,"
 								  " coalesce(deadline_at <= now(), false)"
 								  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
-								  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) FOR UPDATE",
+								  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE",
 								  3, types), v, n, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
@@ -561,10 +561,10 @@ orch_runs_maintain(int limit)
 	orch_spi_scope_tenants(v, vn, 1);
 	orch_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
-			"   AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))"
+			"   AND " ORCH_TENANT_IN("r.tenant_id", "$2")
 			"   AND ((r.deadline_at <= now() AND r.phase = 'forward')"
 			"     OR EXISTS (SELECT 1 FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id"
-			"        AND ($2::text[] IS NULL OR s.tenant_id = ANY ($2))"
+			"        AND " ORCH_TENANT_IN("s.tenant_id", "$2")
 			"        AND ((s.state = 'waiting' AND s.wake_at <= clock_timestamp())"
 			"          OR (s.state IN ('running', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
 			" ORDER BY r.id LIMIT $1", 2, types, v, vn, false, 0, SPI_OK_SELECT);
@@ -831,7 +831,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 			"             SELECT x.* FROM orch.tasks t JOIN orch.events x ON x.task_id = t.id"
 			"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
 			"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))"
-			" FROM orch.runs r WHERE r.id = $1 AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))", 2, types, v, n, false, 0, SPI_OK_SELECT);
+			" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2"), 2, types, v, n, false, 0, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),

@@ -750,7 +750,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 			orch_sql_once("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
 									  "   lease_token, claimed_at FROM orch.tasks"
 									  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
-									  "     AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
+									  "     AND " ORCH_TENANT_IN("tenant_id", "$2")
 									  "   FOR UPDATE),"
 									  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
 									  "   lease_token, started_at, outcome, error)"
@@ -758,7 +758,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 									  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
 									  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
 									  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
-									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))", 2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE);
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), 2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE);
 		}
 		orch_clear_event_context();
 	}

@@ -8,6 +8,7 @@
 
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
@@ -152,4 +153,29 @@ orch_exec(SPIPlanPtr plan, Datum *values, const char *nulls, bool read_only,
 						expect == ORCH_SPI_ANY ? "success" : SPI_result_code_string(expect)),
 				 errcontext("orchestrator statement: %s", plan_text(plan))));
 	return SPI_processed;
+}
+
+/* Set SPI argument i to the text s, or to SQL NULL when s is NULL. */
+void
+orch_spi_text(Datum *values, char *nulls, int i, const char *s)
+{
+	values[i] = s ? orch_text_datum(s) : (Datum) 0;
+	nulls[i] = s ? ' ' : 'n';
+}
+
+/*
+ * Pin search_path to the extension's (as SET on a function would) for code
+ * that runs SQL in a function that has no SET of its own.  Returns the GUC
+ * nesting level to pass to AtEOXact_GUC(true, level); an error unwinds it
+ * with the (sub)transaction.
+ */
+int
+orch_pin_search_path(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, orch, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	return level;
 }

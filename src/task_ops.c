@@ -55,7 +55,7 @@ orch_lock_task(int64 id, OrchTask *t)
 	" ready_at IS NOT NULL," \
 	" coalesce(" TIMEOUT_END " <= now(), false)" \
 	" FROM orch.tasks WHERE id = $1" \
-	"   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE"
+	"   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE"
 	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
 	orch_exec(orch_citus()
 						 ? orch_plan(LOCK_TASK_SQL(ORCH_UTC_ADD("claimed_at", "timeout")),
@@ -373,7 +373,7 @@ orch_complete(PG_FUNCTION_ARGS)
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > now()"
-									  "   AND ($5::text[] IS NULL OR tenant_id = ANY ($5))"
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
 									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
 									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
@@ -482,7 +482,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 									  "   AS r(id, tok, result)"
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
 									  "   AND t.lease_expires_at > now()"
-									  "   AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))"
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
 									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
 									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
 	completed = (int) SPI_processed;
