@@ -24,7 +24,6 @@
 
 #include "orchestrator.h"
 
-PG_FUNCTION_INFO_V1(orch_gate_trigger);
 PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
 
 /* advisory lock class of the orchestrator: 'or' */
@@ -737,13 +736,13 @@ pending_cmp(const ListCell *a, const ListCell *b)
 }
 
 /* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
-Datum
-orch_gate_trigger(PG_FUNCTION_ARGS)
+/*
+ * Admission's part of a statement's end (statement_end.c): promote waiting
+ * tasks into the slots that tasks leaving executing freed in the statement.
+ */
+void
+orch_gate_statement_end(void)
 {
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("orch_gate_trigger: not called by trigger manager")));
 	while (pending != NIL)
 	{
 		List	   *work = pending;
@@ -759,9 +758,6 @@ orch_gate_trigger(PG_FUNCTION_ARGS)
 			orch_gate_promote(r->queue, r->key, r->tenant);
 		}
 	}
-	/* workflow steps whose tasks finished in this statement */
-	orch_runs_flush();
-	return PointerGetDatum(NULL);
 }
 
 /*

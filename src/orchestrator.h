@@ -10,6 +10,8 @@
 
 #include "access/htup.h"
 #include "access/tupdesc.h"
+#include "commands/trigger.h"
+#include "utils/rel.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
@@ -154,6 +156,7 @@ extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b
 extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
 extern bool orch_has_gate(void);
 extern bool orch_has_gate_repairs(void);
+extern void orch_gate_statement_end(void);
 
 /*
  * What a claim's housekeeping looks for ($2 queue, $3 tenants or NULL):
@@ -191,7 +194,27 @@ extern RetryDecision orch_decide(const RetryPolicy *p, ErrorClass ec,
 								 bool has_retry_after, int64 retry_after,
 								 int64 task_id);
 
-/* lifecycle.c */
+/* lifecycle.c: the task matrix and its trigger */
+extern void orch_raise_invalid_transition(const char *what, const char *from, const char *to) pg_attribute_noreturn();
+extern void orch_raise_terminal(const char *what, const char *from, const char *to) pg_attribute_noreturn();
+
+/* state_machines.c: the same trigger on a user table (search_path pinned) */
+extern HeapTuple orch_user_table_trigger(TriggerData *trigdata, const char *column,
+										 const char *machine);
+
+/* events.c: the audit writer */
+extern void orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
+								  int64 run_id, bool has_run, const char *entity,
+								  const char *from_state, const char *to_state,
+								  const char *reason_code, const char *label, int32 attempt,
+								  pg_uuid_t *lease_token, const char *note, int64 waited_us);
+extern void orch_buffer_event(const char *entity, const char *tenant, bool has_task, int64 task_id,
+							  bool has_run, int64 run_id,
+							  const char *from_state, const char *to_state, const char *reason_code,
+							  const char *label, int32 attempt, pg_uuid_t *token, const char *note,
+							  int64 waited_us);
+extern bool orch_has_flush_trigger(Relation rel);
+extern void orch_events_statement_end(void);
 extern void orch_write_event(const char *tenant, int64 task_id, bool has_task,
 							 const char *entity, const char *from_state,
 							 const char *to_state, const char *reason_code,
@@ -211,6 +234,7 @@ typedef struct OrchEventContext
 } OrchEventContext;
 
 extern OrchEventContext orch_save_event_context(void);
+extern const OrchEventContext *orch_event_context(void);
 extern void orch_restore_event_context(OrchEventContext c);
 extern int	orch_events_level(void);
 extern bool orch_events_defer(void);
