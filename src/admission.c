@@ -24,10 +24,6 @@
 
 #include "orchestrator.h"
 
-PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
-
-/* advisory lock class of the orchestrator: 'or' */
-#define ORCH_LOCK_CLASS 0x6f72
 
 bool		orch_gate_promoting = false;
 bool		orch_gate_handover = false;	/* a member is handing its slot over */
@@ -139,64 +135,6 @@ ensure_gate_callbacks(void)
 	}
 }
 
-/*
- * The advisory lock key of a name: a 64-bit hash of (kind, a, b), used as
- * both int4 halves of the two-key form, so that a producer choosing names
- * cannot make two keys collide by searching a 32-bit space.
- */
-static void
-lock_key(const char *kind, const char *a, const char *b, int32 *k1, int32 *k2)
-{
-	StringInfoData s;
-	uint64		h;
-
-	initStringInfo(&s);
-	appendStringInfoString(&s, kind);
-	appendStringInfoChar(&s, '\x1f');
-	appendStringInfoString(&s, a);
-	appendStringInfoChar(&s, '\x1f');
-	if (b)
-		appendStringInfoString(&s, b);
-	h = hash_bytes_extended((const unsigned char *) s.data, s.len, ORCH_LOCK_CLASS);
-	pfree(s.data);
-	*k1 = (int32) (uint32) (h >> 32);
-	*k2 = (int32) (uint32) h;
-}
-
-/* Shared transaction-scoped advisory lock: held by enqueues against a drop. */
-void
-orch_xact_lock_shared(const char *kind, const char *a, const char *b)
-{
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(k1), Int32GetDatum(k2));
-}
-
-/* Try the exclusive lock; false when another transaction holds it. */
-bool
-orch_xact_try_lock(const char *kind, const char *a, const char *b)
-{
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-											Int32GetDatum(k1), Int32GetDatum(k2)));
-}
-
-/* Transaction-scoped advisory lock on a name (never a session lock). */
-void
-orch_xact_lock(const char *kind, const char *a, const char *b)
-{
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(k1), Int32GetDatum(k2));
-}
-
 static bool
 repairs_table_exists(void)
 {
@@ -274,7 +212,6 @@ note_repair(const char *queue, const char *key, const char *tenant)
 	SPI_finish();
 }
 
-static int	gate_enforce(const char *queue, const char *key, const char *tenant);
 
 /* (queue, key, tenant) rows of the last SPI result, as three arrays */
 static void
@@ -345,7 +282,7 @@ orch_gate_repair(const char *queue, int limit)
 
 		if (!key_lock(queues[i], keys[i], tenants[i]))
 			continue;			/* still busy: the next claim settles it */
-		gate_enforce(queues[i], keys[i], tenants[i]);
+		orch_gate_enforce(queues[i], keys[i], tenants[i]);
 		orch_gate_promote(queues[i], keys[i], tenants[i]);
 		dv[0] = orch_text_datum(queues[i]);
 		dv[1] = orch_text_datum(keys[i]);
@@ -572,8 +509,8 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
  * later rolled back held it) goes back to waiting too, so that the
  * promotion that follows serves the key in priority/FIFO order.
  */
-static int
-gate_enforce(const char *queue, const char *key, const char *tenant)
+int
+orch_gate_enforce(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
@@ -652,7 +589,7 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	read_keys(nkeys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
 	{
-		gate_enforce(queues[i], keys[i], tenants[i]);
+		orch_gate_enforce(queues[i], keys[i], tenants[i]);
 		promoted += orch_gate_promote(queues[i], keys[i], tenants[i]);
 	}
 	return promoted;
@@ -758,66 +695,4 @@ orch_gate_statement_end(void)
 			orch_gate_promote(r->queue, r->key, r->tenant);
 		}
 	}
-}
-
-/*
- * orch_set_concurrency_limit(queue text, key text, max_running int) -> void
- *	  Overrides the queue's concurrency_key_limit for one key (NULL: back to
- *	  the queue's); a raised limit promotes waiting tasks at once.
- */
-Datum
-orch_set_concurrency_limit(PG_FUNCTION_ARGS)
-{
-	char	   *queue;
-	char	   *key;
-	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
-	Datum		v[3];
-	QueueSettings qs;
-
-	orch_require_unrestricted("orch_set_concurrency_limit");
-	orch_require_arg(fcinfo, 0, "queue");
-	orch_require_arg(fcinfo, 1, "key");
-	queue = orch_text_arg(fcinfo, 0);
-	key = orch_text_arg(fcinfo, 1);
-	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_running must be at least 1")));
-	SPI_connect();
-	if (!orch_load_queue(queue, &qs, NULL))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("queue \"%s\" does not exist", queue)));
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	if (PG_ARGISNULL(2))
-	{
-		orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1 AND key = $2", 2, types, v, NULL, false, 0, SPI_OK_DELETE);
-	}
-	else
-	{
-		v[2] = PG_GETARG_DATUM(2);
-		orch_sql_once("INSERT INTO orch.concurrency_limits (queue, key, max_running)"
-								  " VALUES ($1, $2, $3) ON CONFLICT (queue, key)"
-								  " DO UPDATE SET max_running = excluded.max_running", 3, types, v, NULL, false, 0, SPI_OK_INSERT);
-	}
-	/* the override holds for the key in every tenant: bring each in line */
-	orch_sql_once("SELECT DISTINCT tenant_id FROM orch.tasks"
-							  " WHERE queue = $1 AND concurrency_key = $2"
-							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
-							  " ORDER BY 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	{
-		int			nt = (int) SPI_processed;
-		char	  **ts = palloc(sizeof(char *) * (nt + 1));
-
-		for (int i = 0; i < nt; i++)
-			ts[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		for (int i = 0; i < nt; i++)
-		{
-			gate_enforce(queue, key, ts[i]);
-			orch_gate_promote(queue, key, ts[i]);
-		}
-	}
-	SPI_finish();
-	PG_RETURN_VOID();
 }

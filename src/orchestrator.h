@@ -139,6 +139,11 @@ extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *er
 									  bool has_retry_after, int64 retry_after,
 									  const char *outcome, TimestampTz *retry_at);
 
+/* locks.c: transaction-scoped advisory locks on names */
+extern void orch_xact_lock(const char *kind, const char *a, const char *b);
+extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
+extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
+
 /* admission.c */
 extern bool orch_gate_promoting;
 extern bool orch_gate_handover;
@@ -149,11 +154,9 @@ extern void orch_gate_set_try_only(bool on);
 extern void orch_require_read_committed(void);
 extern void orch_gate_note_release(const char *queue, const char *key, const char *tenant);
 extern int	orch_gate_promote(const char *queue, const char *key, const char *tenant);
+extern int	orch_gate_enforce(const char *queue, const char *key, const char *tenant);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
 extern int	orch_gate_repair(const char *queue, int limit);
-extern void orch_xact_lock(const char *kind, const char *a, const char *b);
-extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
-extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
 extern bool orch_has_gate(void);
 extern bool orch_has_gate_repairs(void);
 extern void orch_gate_statement_end(void);
@@ -180,7 +183,7 @@ extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,
 /* maintain.c */
 extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
 
-/* settings.c */
+/* settings.c: parsing and defaults; queues.c: the queue row and its API */
 extern void orch_settings_defaults(QueueSettings *qs);
 extern void orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only);
 extern Jsonb *orch_settings_to_jsonb(const QueueSettings *qs);

@@ -1,5 +1,5 @@
 /*
- * claim.c
+ * dequeue.c
  *	  Handing out work: orch_dequeue claims eligible tasks in priority/FIFO
  *	  order with FOR UPDATE SKIP LOCKED and a fresh fencing token per claim,
  *	  after lazily recovering expired leases of the same queue (maintain.c).
