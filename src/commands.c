@@ -1,6 +1,6 @@
 /*
  * commands.c
- *	  The idempotent command boundary (SPEC section 5): a side-effect request
+ *	  The idempotent command boundary: a side-effect request
  *	  (deployment create/stop, order place/cancel, any kind) is recorded before
  *	  an adapter performs it, as a task in the command queue; a replay returns
  *	  the recorded command and result, another kind or payload raises OR004.

@@ -1,6 +1,6 @@
 /*
  * definitions.c
- *	  Workflow definitions (SPEC section 7, issue 8): the SQL-callable
+ *	  Workflow definitions: the SQL-callable
  *	  functions (orch_define, orch_publish, orch_deprecate, orch_definition,
  *	  orch_validate_definition), their storage in orch.definitions (versioned
  *	  drafts, publication with the content hash, deprecation, one event per

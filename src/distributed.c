@@ -1,6 +1,6 @@
 /*
  * distributed.c
- *	  Running on Citus (SPEC section 11): detecting it, the tenant a call is
+ *	  Running on Citus: detecting it, the tenant a call is
  *	  scoped to (so that every statement it runs is a single-shard query),
  *	  and orch_distribute(), which distributes the extension's tables by
  *	  tenant_id and makes their ids unique across the nodes.

@@ -1,6 +1,6 @@
 /*
  * lifecycle.c
- *	  The task lifecycle: the matrix of SPEC states and the C row trigger that
+ *	  The task lifecycle: the matrix of task states and the C row trigger that
  *	  enforces it on orch.tasks for every writer (also the entry point of the
  *	  same trigger on user tables, handed to state_machines.c).
  */
@@ -36,7 +36,7 @@ const char *const orch_state_names[TS_COUNT] = {
 	"awaiting_user_confirmation", "completed", "failed", "cancelled"
 };
 
-/* SPEC section 2, row = from, column = to (self-transitions included) */
+/* row = from, column = to (self-transitions included) */
 static const bool task_matrix[TS_COUNT][TS_COUNT] = {
 	/* rec    que    exe    tool   conf   comp   fail   canc */
 	{true, true, false, false, false, false, true, true},	/* received */

@@ -18,7 +18,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-/* SQLSTATEs of SPEC section 12 */
+/* SQLSTATEs of the extension (OR001 ...) */
 #define ERRCODE_ORCH_INVALID_TRANSITION		MAKE_SQLSTATE('O','R','0','0','1')
 #define ERRCODE_ORCH_TERMINAL_STATE			MAKE_SQLSTATE('O','R','0','0','2')
 #define ERRCODE_ORCH_STALE_LEASE			MAKE_SQLSTATE('O','R','0','0','3')
@@ -26,7 +26,7 @@
 #define ERRCODE_ORCH_NOT_FOUND				MAKE_SQLSTATE('O','R','0','0','5')
 #define ERRCODE_ORCH_ADMISSION_REJECTED		MAKE_SQLSTATE('O','R','0','0','6')
 
-/* Task states (SPEC section 2) */
+/* Task states */
 typedef enum TaskState
 {
 	TS_RECEIVED = 0,
@@ -46,7 +46,7 @@ extern TaskState orch_state_from_name(const char *name);
 extern bool orch_state_is_terminal(TaskState s);
 extern bool orch_task_transition_allowed(TaskState from, TaskState to);
 
-/* Error classes (SPEC section 4) */
+/* Error classes */
 typedef enum ErrorClass
 {
 	EC_TRANSIENT = 0,
@@ -373,7 +373,7 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
  */
 #define ORCH_UTC_ADD(TS, IV) "timezone('UTC', timezone('UTC', " TS ") + " IV ")"
 
-/* distributed.c: Citus (SPEC section 11) */
+/* distributed.c: Citus */
 extern bool orch_citus(void);
 extern void orch_distributed_init(void);
 extern const char *orch_scoped_tenant(void);
@@ -388,7 +388,7 @@ extern void orch_require_one_tenant(const char *tenant, const char *what);
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)
 
-/* definitions.c, definition_validate.c: workflow definitions (issue 8) */
+/* definitions.c, definition_validate.c: workflow definitions */
 #define ERRCODE_ORCH_DEFINITION_IMMUTABLE	MAKE_SQLSTATE('O','R','0','0','7')
 #define ERRCODE_ORCH_INVALID_DEFINITION		MAKE_SQLSTATE('O','R','0','0','8')
 

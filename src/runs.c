@@ -1,6 +1,6 @@
 /*
  * runs.c
- *	  Workflow runs (SPEC section 7): the run lifecycle trigger, orch_start
+ *	  Workflow runs: the run lifecycle trigger, orch_start
  *	  (pins a published definition version), the notes by which a step task
  *	  that finishes gets its run advanced at the end of the statement (under
  *	  the run's row lock), orch_maintain's part (deadlines, timers, expiries),
@@ -34,7 +34,7 @@ PG_FUNCTION_INFO_V1(orch_start);
 PG_FUNCTION_INFO_V1(orch_run_status);
 
 /* ----------------------------------------------------------------------
- * The run lifecycle (seed 001 section 3.1), enforced by a C trigger for
+ * The run lifecycle, enforced by a C trigger for
  * every writer, one event per accepted transition.
  * ---------------------------------------------------------------------- */
 const char *const run_state_names[RS_COUNT] = {

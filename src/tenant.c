@@ -1,6 +1,6 @@
 /*
  * tenant.c
- *	  Tenant isolation (SPEC section 10): which tenants the calling role may
+ *	  Tenant isolation: which tenants the calling role may
  *	  see and act on, from the bindings in orch.tenant_bindings
  *	  (orch_bind_tenant / orch_unbind_tenant), and the effective actor that
  *	  events record.  A role bound to no tenant (directly or through a role it
