@@ -24,11 +24,6 @@
 
 #include "orchestrator.h"
 
-PG_FUNCTION_INFO_V1(orch_gate_trigger);
-PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
-
-/* advisory lock class of the orchestrator: 'or' */
-#define ORCH_LOCK_CLASS 0x6f72
 
 bool		orch_gate_promoting = false;
 bool		orch_gate_handover = false;	/* a member is handing its slot over */
@@ -140,64 +135,6 @@ ensure_gate_callbacks(void)
 	}
 }
 
-/*
- * The advisory lock key of a name: a 64-bit hash of (kind, a, b), used as
- * both int4 halves of the two-key form, so that a producer choosing names
- * cannot make two keys collide by searching a 32-bit space.
- */
-static void
-lock_key(const char *kind, const char *a, const char *b, int32 *k1, int32 *k2)
-{
-	StringInfoData s;
-	uint64		h;
-
-	initStringInfo(&s);
-	appendStringInfoString(&s, kind);
-	appendStringInfoChar(&s, '\x1f');
-	appendStringInfoString(&s, a);
-	appendStringInfoChar(&s, '\x1f');
-	if (b)
-		appendStringInfoString(&s, b);
-	h = hash_bytes_extended((const unsigned char *) s.data, s.len, ORCH_LOCK_CLASS);
-	pfree(s.data);
-	*k1 = (int32) (uint32) (h >> 32);
-	*k2 = (int32) (uint32) h;
-}
-
-/* Shared transaction-scoped advisory lock: held by enqueues against a drop. */
-void
-orch_xact_lock_shared(const char *kind, const char *a, const char *b)
-{
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(k1), Int32GetDatum(k2));
-}
-
-/* Try the exclusive lock; false when another transaction holds it. */
-bool
-orch_xact_try_lock(const char *kind, const char *a, const char *b)
-{
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-											Int32GetDatum(k1), Int32GetDatum(k2)));
-}
-
-/* Transaction-scoped advisory lock on a name (never a session lock). */
-void
-orch_xact_lock(const char *kind, const char *a, const char *b)
-{
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(k1), Int32GetDatum(k2));
-}
-
 static bool
 repairs_table_exists(void)
 {
@@ -256,7 +193,6 @@ key_lock(const char *queue, const char *key, const char *tenant)
 	return true;
 }
 
-static SPIPlanPtr repair_note_plan = NULL;
 
 /* A decision on the key was deferred: settle it after this transaction. */
 static void
@@ -270,16 +206,12 @@ note_repair(const char *queue, const char *key, const char *tenant)
 	v[2] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (SPI_execute_plan(orch_prepare(&repair_note_plan,
-									  "INSERT INTO orch.gate_repairs (queue, key, tenant_id) VALUES ($1, $2, $3)"
+	orch_exec(orch_plan("INSERT INTO orch.gate_repairs (queue, key, tenant_id) VALUES ($1, $2, $3)"
 									  " ON CONFLICT (queue, key, tenant_id) DO UPDATE SET noted_at = excluded.noted_at",
-									  3, types),
-						 v, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: gate repair note failed");
+									  3, types), v, NULL, false, 0, SPI_OK_INSERT);
 	SPI_finish();
 }
 
-static int	gate_enforce(const char *queue, const char *key, const char *tenant);
 
 /* (queue, key, tenant) rows of the last SPI result, as three arrays */
 static void
@@ -296,9 +228,6 @@ read_keys(int nkeys, char ***queues, char ***keys, char ***tenants)
 	}
 }
 
-static SPIPlanPtr repair_probe_plan = NULL;
-static SPIPlanPtr repair_pick_plan = NULL;
-static SPIPlanPtr repair_done_plan = NULL;
 
 /* While on, key locks are only tried (a claim letting work in never waits). */
 void
@@ -333,22 +262,17 @@ orch_gate_repair(const char *queue, int limit)
 	/* all tenants; on Citus the one the call is scoped to */
 	orch_spi_scope_tenants(v, n, 2);
 	/* a read-only probe first: the table is almost always empty */
-	if (SPI_execute_plan(orch_prepare(&repair_probe_plan,
-									  "SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
-									  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) LIMIT $2",
-									  3, types),
-						 v, n, false, 1) != SPI_OK_SELECT)	/* sees notes of this statement */
-		elog(ERROR, "orchestrator: gate repair probe failed");
-	if (SPI_processed == 0)
+	/* not read-only: it must see the notes of this statement */
+	if (orch_exec(orch_plan("SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
+							"   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2",
+							3, types),
+				  v, n, false, 1, SPI_OK_SELECT) == 0)
 		return 0;
-	if (SPI_execute_plan(orch_prepare(&repair_pick_plan,
-									  "SELECT queue, key, tenant_id FROM orch.gate_repairs"
+	orch_exec(orch_plan("SELECT queue, key, tenant_id FROM orch.gate_repairs"
 									  " WHERE ($1::text IS NULL OR queue = $1)"
-									  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$3")
 									  " ORDER BY queue, key, tenant_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-									  3, types),
-						 v, n, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: gate repair scan failed");
+									  3, types), v, n, false, 0, SPI_OK_SELECT);
 	nkeys = (int) SPI_processed;
 	read_keys(nkeys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
@@ -358,17 +282,14 @@ orch_gate_repair(const char *queue, int limit)
 
 		if (!key_lock(queues[i], keys[i], tenants[i]))
 			continue;			/* still busy: the next claim settles it */
-		gate_enforce(queues[i], keys[i], tenants[i]);
+		orch_gate_enforce(queues[i], keys[i], tenants[i]);
 		orch_gate_promote(queues[i], keys[i], tenants[i]);
 		dv[0] = orch_text_datum(queues[i]);
 		dv[1] = orch_text_datum(keys[i]);
 		dv[2] = orch_text_datum(tenants[i]);
-		if (SPI_execute_plan(orch_prepare(&repair_done_plan,
-										  "DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2"
+		orch_exec(orch_plan("DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2"
 										  " AND tenant_id = $3",
-										  3, dtypes),
-							 dv, NULL, false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "orchestrator: gate repair delete failed");
+										  3, dtypes), dv, NULL, false, 0, SPI_OK_DELETE);
 		settled++;
 	}
 	return settled;
@@ -385,7 +306,6 @@ orch_require_read_committed(void)
 				 errhint("Run orchestrator calls in READ COMMITTED transactions.")));
 }
 
-static SPIPlanPtr slots_plan = NULL;
 
 /*
  * The key's limit and the size of its slot set, not counting task self_id.
@@ -405,24 +325,19 @@ key_slots(const char *queue, const char *key, const char *tenant, int64 self_id,
 	v[3] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (SPI_execute_plan(orch_prepare(&slots_plan,
-									  "SELECT coalesce((SELECT l.max_running FROM orch.concurrency_limits l"
+	orch_exec(orch_plan("SELECT coalesce((SELECT l.max_running FROM orch.concurrency_limits l"
 									  "                 WHERE l.queue = $1 AND l.key = $2),"
 									  "                (SELECT (q.settings ->> 'concurrency_key_limit')::numeric::int"
 									  "                 FROM orch.queues q WHERE q.name = $1), 1),"
 									  " (SELECT count(*) FROM orch.tasks t WHERE t.queue = $1"
 									  "  AND t.concurrency_key = $2 AND t.tenant_id = $4 AND t.id <> $3"
 									  "  AND (t.state = 'executing' OR t.ready_at IS NOT NULL))",
-									  4, types),
-						 v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: slot count failed");
+									  4, types), v, NULL, false, 1, SPI_OK_SELECT);
 	*limit = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	SPI_finish();
 }
 
-static SPIPlanPtr worst_plan = NULL;
-static SPIPlanPtr bump_plan = NULL;
 
 /*
  * May task self_id (priority, created_at) enter its key's slot set?  Called
@@ -474,16 +389,13 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 	v[5] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (SPI_execute_plan(orch_prepare(&worst_plan,
-									  "SELECT id, tenant_id FROM orch.tasks"
+	orch_exec(orch_plan("SELECT id, tenant_id FROM orch.tasks"
 									  " WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $6 AND id <> $3"
 									  "   AND state <> 'executing' AND ready_at IS NOT NULL"
 									  "   AND (priority, created_at, id) > ($4, $5, $3)"
 									  " ORDER BY priority DESC, created_at DESC, id DESC"
 									  " LIMIT 1 FOR UPDATE SKIP LOCKED",
-									  6, types),
-						 v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: slot member scan failed");
+									  6, types), v, NULL, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
@@ -495,12 +407,9 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 	orch_gate_handover = true;
 	PG_TRY();
 	{
-		if (SPI_execute_plan(orch_prepare(&bump_plan,
-										  "UPDATE orch.tasks SET gated = true, ready_at = NULL"
+		orch_exec(orch_plan("UPDATE orch.tasks SET gated = true, ready_at = NULL"
 										  " WHERE id = $1 AND tenant_id = $2",
-										  2, btypes),
-							 bv, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "orchestrator: slot hand-over failed");
+										  2, btypes), bv, NULL, false, 0, SPI_OK_UPDATE);
 	}
 	PG_FINALLY();
 	{
@@ -538,7 +447,6 @@ orch_gate_note_release(const char *queue, const char *key, const char *tenant)
 	MemoryContextSwitchTo(old);
 }
 
-static SPIPlanPtr promote_plan = NULL;
 
 /* Fill the key's free slots with its gated tasks, best first. */
 int
@@ -570,8 +478,7 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 	orch_gate_promoting = true;
 	PG_TRY();
 	{
-		if (SPI_execute_plan(orch_prepare(&promote_plan,
-										  "UPDATE orch.tasks t SET gated = false,"
+		orch_exec(orch_plan("UPDATE orch.tasks t SET gated = false,"
 										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, $5)"
 										  "                 ELSE $5 END"
 										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
@@ -579,9 +486,7 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 										  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
 										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))"
 										  "   AND t.tenant_id = $4",
-										  5, types),
-							 v, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "orchestrator: promotion failed");
+										  5, types), v, NULL, false, 0, SPI_OK_UPDATE);
 	}
 	PG_FINALLY();
 	{
@@ -593,9 +498,7 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 	return promoted;
 }
 
-static SPIPlanPtr demote_plan = NULL;
 
-static SPIPlanPtr invert_plan = NULL;
 
 /*
  * Put a key's slot set back in order.  A lowered limit: claimable members
@@ -606,8 +509,8 @@ static SPIPlanPtr invert_plan = NULL;
  * later rolled back held it) goes back to waiting too, so that the
  * promotion that follows serves the key in priority/FIFO order.
  */
-static int
-gate_enforce(const char *queue, const char *key, const char *tenant)
+int
+orch_gate_enforce(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
@@ -630,20 +533,16 @@ gate_enforce(const char *queue, const char *key, const char *tenant)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (used > limit)
 	{
-		if (SPI_execute_plan(orch_prepare(&demote_plan,
-										  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
+		orch_exec(orch_plan("UPDATE orch.tasks t SET gated = true, ready_at = NULL"
 										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
 										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4"
 										  "         AND state <> 'executing' AND ready_at IS NOT NULL"
 										  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))"
 										  "   AND t.tenant_id = $4",
-										  4, types),
-							 v, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "orchestrator: demotion failed");
+										  4, types), v, NULL, false, 0, SPI_OK_UPDATE);
 		demoted += (int) SPI_processed;
 	}
-	if (SPI_execute_plan(orch_prepare(&invert_plan,
-									  "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
+	orch_exec(orch_plan("UPDATE orch.tasks t SET gated = true, ready_at = NULL"
 									  " WHERE t.id = ANY (ARRAY(SELECT m.id FROM orch.tasks m"
 									  "       WHERE m.queue = $1 AND m.concurrency_key = $2 AND m.tenant_id = $4"
 									  "         AND m.state <> 'executing' AND m.ready_at IS NOT NULL"
@@ -654,9 +553,7 @@ gate_enforce(const char *queue, const char *key, const char *tenant)
 									  "                 AND (g.priority, g.created_at, g.id) < (m.priority, m.created_at, m.id))"
 									  "       FOR UPDATE SKIP LOCKED))"
 									  "   AND t.tenant_id = $4",
-									  4, types),
-						 v, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "orchestrator: reordering failed");
+									  4, types), v, NULL, false, 0, SPI_OK_UPDATE);
 	demoted += (int) SPI_processed;
 	SPI_finish();
 	return demoted;
@@ -683,26 +580,21 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	orch_spi_text(v, n, 0, queue);
 	v[1] = Int32GetDatum(max_keys);
 	orch_spi_scope_tenants(v, n, 2);
-	if (SPI_execute_with_args("SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
+	orch_sql_once("SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
 							  " WHERE concurrency_key IS NOT NULL"
 							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
 							  "   AND ($1::text IS NULL OR queue = $1)"
-							  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) LIMIT $2",
-							  3, types, v, n, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: gated scan failed");
+							  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2", 3, types, v, n, false, 0, SPI_OK_SELECT);
 	nkeys = (int) SPI_processed;
 	read_keys(nkeys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
 	{
-		gate_enforce(queues[i], keys[i], tenants[i]);
+		orch_gate_enforce(queues[i], keys[i], tenants[i]);
 		promoted += orch_gate_promote(queues[i], keys[i], tenants[i]);
 	}
 	return promoted;
 }
 
-static SPIPlanPtr wake_probe_plan = NULL;
-static SPIPlanPtr wake_queue_plan = NULL;
-static SPIPlanPtr queues_plan = NULL;
 
 /* Does the installed schema have concurrency keys (0.3.0 and later)? */
 bool
@@ -731,7 +623,6 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
 	Datum		v[3];
 	char		n[3] = {' ', ' ', ' '};
-	int			rc;
 
 	if (queue == NULL)
 	{
@@ -739,10 +630,8 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 		char	  **names;
 		int			woken = 0;
 
-		if (SPI_execute_plan(orch_prepare(&queues_plan, "SELECT name FROM orch.queues ORDER BY name",
-										  0, NULL),
-							 NULL, NULL, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: queue scan failed");
+		orch_exec(orch_plan("SELECT name FROM orch.queues ORDER BY name",
+										  0, NULL), NULL, NULL, true, 0, SPI_OK_SELECT);
 		nq = (int) SPI_processed;
 		names = palloc(sizeof(char *) * (nq + 1));
 		for (int i = 0; i < nq; i++)
@@ -758,24 +647,17 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 	if (tenants == (Datum) 0)
 		n[2] = 'n';
 	/* a read-only probe first: the UPDATE's set-up costs more than the look */
-	if (SPI_execute_plan(orch_prepare(&wake_probe_plan,
-									  "SELECT 1 FROM orch.tasks" DELAYED_WHERE " LIMIT $1",
-									  3, types),
-						 v, n, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: delayed task probe failed");
+	orch_exec(orch_plan("SELECT 1 FROM orch.tasks" DELAYED_WHERE " LIMIT $1",
+									  3, types), v, n, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return 0;
-	rc = SPI_execute_plan(orch_prepare(&wake_queue_plan,
-									   "UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
-									   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE
-									   "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
-									   "       FOR UPDATE SKIP LOCKED))"
-									   "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))",
-									   3, types),
-						  v, n, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "orchestrator: waking delayed tasks failed");
-	return (int) SPI_processed;
+	return (int) orch_exec(orch_plan("UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
+									 " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE
+									 "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
+									 "       FOR UPDATE SKIP LOCKED))"
+									 "   AND " ORCH_TENANT_IN("t.tenant_id", "$3"),
+									 3, types),
+						   v, n, false, 0, SPI_OK_UPDATE);
 }
 
 static int
@@ -791,13 +673,13 @@ pending_cmp(const ListCell *a, const ListCell *b)
 }
 
 /* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
-Datum
-orch_gate_trigger(PG_FUNCTION_ARGS)
+/*
+ * Admission's part of a statement's end (statement_end.c): promote waiting
+ * tasks into the slots that tasks leaving executing freed in the statement.
+ */
+void
+orch_gate_statement_end(void)
 {
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("orch_gate_trigger: not called by trigger manager")));
 	while (pending != NIL)
 	{
 		List	   *work = pending;
@@ -813,75 +695,4 @@ orch_gate_trigger(PG_FUNCTION_ARGS)
 			orch_gate_promote(r->queue, r->key, r->tenant);
 		}
 	}
-	/* workflow steps whose tasks finished in this statement */
-	orch_runs_flush();
-	return PointerGetDatum(NULL);
-}
-
-/*
- * orch_set_concurrency_limit(queue text, key text, max_running int) -> void
- *	  Overrides the queue's concurrency_key_limit for one key (NULL: back to
- *	  the queue's); a raised limit promotes waiting tasks at once.
- */
-Datum
-orch_set_concurrency_limit(PG_FUNCTION_ARGS)
-{
-	char	   *queue;
-	char	   *key;
-	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
-	Datum		v[3];
-	QueueSettings qs;
-
-	orch_require_unrestricted("orch_set_concurrency_limit");
-	orch_require_arg(fcinfo, 0, "queue");
-	orch_require_arg(fcinfo, 1, "key");
-	queue = orch_text_arg(fcinfo, 0);
-	key = orch_text_arg(fcinfo, 1);
-	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_running must be at least 1")));
-	SPI_connect();
-	if (!orch_load_queue(queue, &qs, NULL))
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("queue \"%s\" does not exist", queue)));
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	if (PG_ARGISNULL(2))
-	{
-		if (SPI_execute_with_args("DELETE FROM orch.concurrency_limits WHERE queue = $1 AND key = $2",
-								  2, types, v, NULL, false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "orchestrator: limit delete failed");
-	}
-	else
-	{
-		v[2] = PG_GETARG_DATUM(2);
-		if (SPI_execute_with_args("INSERT INTO orch.concurrency_limits (queue, key, max_running)"
-								  " VALUES ($1, $2, $3) ON CONFLICT (queue, key)"
-								  " DO UPDATE SET max_running = excluded.max_running",
-								  3, types, v, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "orchestrator: limit upsert failed");
-	}
-	/* the override holds for the key in every tenant: bring each in line */
-	if (SPI_execute_with_args("SELECT DISTINCT tenant_id FROM orch.tasks"
-							  " WHERE queue = $1 AND concurrency_key = $2"
-							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
-							  " ORDER BY 1",
-							  2, types, v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: key tenant scan failed");
-	{
-		int			nt = (int) SPI_processed;
-		char	  **ts = palloc(sizeof(char *) * (nt + 1));
-
-		for (int i = 0; i < nt; i++)
-			ts[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		for (int i = 0; i < nt; i++)
-		{
-			gate_enforce(queue, key, ts[i]);
-			orch_gate_promote(queue, key, ts[i]);
-		}
-	}
-	SPI_finish();
-	PG_RETURN_VOID();
 }

@@ -1,6 +1,6 @@
 /*
  * commands.c
- *	  The idempotent command boundary (SPEC section 5): a side-effect request
+ *	  The idempotent command boundary: a side-effect request
  *	  (deployment create/stop, order place/cancel, any kind) is recorded before
  *	  an adapter performs it, as a task in the command queue; a replay returns
  *	  the recorded command and result, another kind or payload raises OR004.
@@ -17,9 +17,6 @@
 PG_FUNCTION_INFO_V1(orch_command);
 PG_FUNCTION_INFO_V1(orch_command_result);
 
-static SPIPlanPtr cmd_insert_plan = NULL;
-static SPIPlanPtr cmd_lookup_plan = NULL;
-static SPIPlanPtr cmd_link_plan = NULL;
 
 /* One (command_id, task_id, replayed, status, result) row into the result. */
 static void
@@ -93,14 +90,11 @@ orch_command(PG_FUNCTION_ARGS)
 		TupleDesc	td;
 
 		/* ON CONFLICT waits for a concurrent holder of the key: one command */
-		if (SPI_execute_plan(orch_prepare(&cmd_insert_plan,
-										  "INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
+		orch_exec(orch_plan("INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
 										  " origin_task_id, status) VALUES ($1, $2, $3, $4, $5, 'pending')"
 										  " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
 										  " RETURNING id, task_id, status, result",
-										  5, types),
-							 v, n, false, 0) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "orchestrator: command insert failed");
+										  5, types), v, n, false, 0, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
 		{
 			int64		command_id;
@@ -121,10 +115,8 @@ orch_command(PG_FUNCTION_ARGS)
 				/* and be visible to the caller (another tenant's does not exist for it) */
 				ov[0] = v[4];
 				orch_spi_caller_tenants(ov, on, 1);
-				if (SPI_execute_with_args("SELECT 1 FROM orch.tasks WHERE id = $1"
-										  " AND ($2::text[] IS NULL OR tenant_id = ANY ($2))",
-										  2, otypes, ov, on, false, 1) != SPI_OK_SELECT)
-					elog(ERROR, "orchestrator: task lookup failed");
+				orch_sql_once("SELECT 1 FROM orch.tasks WHERE id = $1"
+										  " AND " ORCH_TENANT_IN("tenant_id", "$2"), 2, otypes, ov, on, false, 1, SPI_OK_SELECT);
 				if (SPI_processed == 0)
 					ereport(ERROR,
 							(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -146,12 +138,10 @@ orch_command(PG_FUNCTION_ARGS)
 			lv[0] = Int64GetDatum(command_id);
 			lv[1] = orch_text_datum(tenant);
 			lv[2] = Int64GetDatum(task_id);
-			if (SPI_execute_plan(orch_prepare(&cmd_link_plan,
-											  "UPDATE orch.commands SET task_id = $3"
+			if (orch_exec(orch_plan("UPDATE orch.commands SET task_id = $3"
 											  " WHERE id = $1 AND tenant_id = $2"
 											  " RETURNING id, task_id, status, result",
-											  3, ltypes),
-								 lv, NULL, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+											  3, ltypes), lv, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 				elog(ERROR, "orchestrator: command link failed");
 			put_command_row(rsinfo, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, false);
 			SPI_finish();
@@ -159,13 +149,10 @@ orch_command(PG_FUNCTION_ARGS)
 		}
 
 		/* The key exists: a replay of the same request, or a conflict */
-		if (SPI_execute_plan(orch_prepare(&cmd_lookup_plan,
-										  "SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
+		orch_exec(orch_plan("SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
 										  " kind FROM orch.commands"
 										  " WHERE tenant_id = $1 AND idempotency_key = $3",
-										  5, types),
-							 v, n, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: command lookup failed");
+										  5, types), v, n, false, 1, SPI_OK_SELECT);
 		if (SPI_processed == 0)
 			continue;
 		tup = SPI_tuptable->vals[0];
@@ -234,10 +221,8 @@ orch_command_result(PG_FUNCTION_ARGS)
 		lv[0] = v[0];
 		orch_spi_caller_tenants(lv, ln, 1);
 		/* another tenant's row is neither locked nor seen */
-		if (SPI_execute_with_args("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
-								  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
-								  2, ltypes, lv, ln, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: command lookup failed");
+		orch_sql_once("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
+								  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", 2, ltypes, lv, ln, false, 1, SPI_OK_SELECT);
 	}
 	/* another tenant's command does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
@@ -269,9 +254,8 @@ orch_command_result(PG_FUNCTION_ARGS)
 	if (!result)
 		n[2] = 'n';
 	v[3] = orch_text_datum(SPI_getvalue(tup, td, 3));
-	if (SPI_execute_with_args("UPDATE orch.commands SET status = $2, result = $3, completed_at = now()"
-							  " WHERE id = $1 AND tenant_id = $4", 4, types, v, n, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "orchestrator: command update failed");
+	orch_sql_once("UPDATE orch.commands SET status = $2, result = $3, completed_at = now()"
+							  " WHERE id = $1 AND tenant_id = $4", 4, types, v, n, false, 0, SPI_OK_UPDATE);
 	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(want));

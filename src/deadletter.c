@@ -20,10 +20,6 @@ PG_FUNCTION_INFO_V1(orch_reprocess);
 	"('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable'," \
 	" 'compensation_required', 'not_safe_to_retry')"
 
-static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr check_plan = NULL;
-static SPIPlanPtr copy_plan = NULL;
-static SPIPlanPtr copy_corr_plan = NULL;
 
 /*
  * Re-drive one task, which the caller has locked.  Returns the new task id.
@@ -50,23 +46,17 @@ redrive(int64 id, bool skip_redriven)
 	/* another tenant's row is neither locked nor seen */
 	orch_spi_caller_tenants(v, vn, 1);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
-	if (SPI_execute_plan(orch_prepare(&lock_plan,
-									  "SELECT 1 FROM orch.tasks WHERE id = $1"
-									  "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE",
-									  2, types),
-						 v, vn, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: task lookup failed");
+	orch_exec(orch_plan("SELECT 1 FROM orch.tasks WHERE id = $1"
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE",
+									  2, types), v, vn, false, 1, SPI_OK_SELECT);
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
-	if (SPI_execute_plan(orch_prepare(&check_plan,
-									  "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
+	orch_exec(orch_plan("SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
-									  "    AND n.tenant_id = t.tenant_id AND ($2::text[] IS NULL OR n.tenant_id = ANY ($2))),"
+									  "    AND n.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("n.tenant_id", "$2") "),"
 									  " t.tenant_id, t.reason_code"
 									  " FROM orch.tasks t WHERE t.id = $1"
-									  "   AND ($2::text[] IS NULL OR t.tenant_id = ANY ($2))",
-									  2, types),
-						 v, vn, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: task lookup failed");
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"),
+									  2, types), v, vn, false, 1, SPI_OK_SELECT);
 	/* another tenant's task does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
 		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4)))
@@ -98,11 +88,10 @@ redrive(int64 id, bool skip_redriven)
 	" SELECT tenant_id, queue, 'queued', priority, payload, now(), now()," \
 	" max_attempts, max_failures, retry_policy, timeout, owner," \
 	" concurrency_key, run_id, step_key, id, 'redriven'" CORR \
-	" FROM orch.tasks WHERE id = $1 AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) RETURNING id"
-	if (SPI_execute_plan(orch_has_metrics()
-						 ? orch_prepare(&copy_corr_plan, REDRIVE_SQL(", correlation_id"), 2, types)
-						 : orch_prepare(&copy_plan, REDRIVE_SQL(""), 2, types),
-						 v, vn, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+	" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id"
+	if (orch_exec(orch_has_metrics()
+						 ? orch_plan(REDRIVE_SQL(", correlation_id"), 2, types)
+						 : orch_plan(REDRIVE_SQL(""), 2, types), v, vn, false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: re-drive insert failed");
 	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	note = psprintf("re-driven as task " INT64_FORMAT, new_id);
@@ -174,7 +163,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	" AND ($1::text IS NULL OR t.queue = $1)" \
 	" AND ($2::text IS NULL OR t.reason_code = $2)" \
 	" AND ($3::timestamptz IS NULL OR t.finished_at >= $3)" \
-	" AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))" \
+	" AND " ORCH_TENANT_IN("t.tenant_id", "$5") \
 	" AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id" \
 	"   AND r.tenant_id = t.tenant_id)" \
 	" ORDER BY t.finished_at, t.id LIMIT $4"
@@ -183,9 +172,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	 * each re-drive locks and checks its dead letter (a concurrent re-drive
 	 * of it is then skipped).
 	 */
-	if (SPI_execute_with_args(orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED",
-							  5, types, v, n, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: dead letter scan failed");
+	orch_sql_once(orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED", 5, types, v, n, false, 0, SPI_OK_SELECT);
 	count = (int) SPI_processed;
 	ids = palloc(sizeof(int64) * (count + 1));
 	for (int i = 0; i < count; i++)

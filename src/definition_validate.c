@@ -1,6 +1,6 @@
 /*
  * definition_validate.c
- *	  The validator of workflow definition specs (SPEC section 7, issue 8):
+ *	  The validator of workflow definition specs:
  *	  orch_definition_validate checks a spec completely and deterministically
  *	  and raises OR008 for the first problem, naming its JSON path in the
  *	  detail ("At $.steps[2].depends_on[0]: unknown step \"fetch\"."), in the

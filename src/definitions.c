@@ -1,6 +1,6 @@
 /*
  * definitions.c
- *	  Workflow definitions (SPEC section 7, issue 8): the SQL-callable
+ *	  Workflow definitions: the SQL-callable
  *	  functions (orch_define, orch_publish, orch_deprecate, orch_definition,
  *	  orch_validate_definition), their storage in orch.definitions (versioned
  *	  drafts, publication with the content hash, deprecation, one event per
@@ -59,13 +59,6 @@ check_definition_name(const char *name)
 					 errdetail("Definition names use letters, digits, '_', '.', ':' and '-'.")));
 }
 
-static SPIPlanPtr latest_plan = NULL;
-static SPIPlanPtr insert_plan = NULL;
-static SPIPlanPtr replace_plan = NULL;
-static SPIPlanPtr lookup_plan = NULL;
-static SPIPlanPtr publish_plan = NULL;
-static SPIPlanPtr deprecate_plan = NULL;
-static SPIPlanPtr show_plan = NULL;
 
 #define DEF_HASH(p) "pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(" p "::text, 'UTF8')), 'hex')"
 
@@ -106,13 +99,10 @@ orch_define(PG_FUNCTION_ARGS)
 	vals[1] = orch_text_datum(name);
 	vals[3] = JsonbPGetDatum(spec);
 	vals[4] = orch_text_datum(orch_current_actor());
-	if (SPI_execute_plan(orch_prepare(&latest_plan,
-									  "SELECT version, status = 'draft', spec = $3 FROM orch.definitions"
+	orch_exec(orch_plan("SELECT version, status = 'draft', spec = $3 FROM orch.definitions"
 									  " WHERE tenant_id = $1 AND name = $2"
 									  " ORDER BY version DESC LIMIT 1 FOR UPDATE",
-									  3, (Oid[]) {TEXTOID, TEXTOID, JSONBOID}),
-						 (Datum[]) {vals[0], vals[1], vals[3]}, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: definition lookup failed");
+									  3, (Oid[]) {TEXTOID, TEXTOID, JSONBOID}), (Datum[]) {vals[0], vals[1], vals[3]}, NULL, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
 	{
@@ -124,12 +114,10 @@ orch_define(PG_FUNCTION_ARGS)
 		if (!same)
 		{
 			vals[2] = Int32GetDatum(version);
-			if (SPI_execute_plan(orch_prepare(&replace_plan,
-											  "UPDATE orch.definitions SET spec = $4,"
+			if (orch_exec(orch_plan("UPDATE orch.definitions SET spec = $4,"
 											  " content_hash = " DEF_HASH("$4")
 											  " WHERE tenant_id = $1 AND name = $2 AND version = $3",
-											  4, types),
-								 vals, NULL, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
+											  4, types), vals, NULL, false, 0, SPI_OK_UPDATE) != 1)
 				elog(ERROR, "orchestrator: draft update failed");
 			orch_write_event(DEF_TENANT, 0, false, "definition", "draft", "draft", "defined",
 							 0, NULL, def_note(name, version));
@@ -147,14 +135,11 @@ orch_define(PG_FUNCTION_ARGS)
 					 errmsg("workflow definition \"%s\" has no version number left", name)));
 		version = latest + 1;
 		vals[2] = Int32GetDatum(version);
-		if (SPI_execute_plan(orch_prepare(&insert_plan,
-										  "INSERT INTO orch.definitions (tenant_id, name, version, status,"
+		orch_exec(orch_plan("INSERT INTO orch.definitions (tenant_id, name, version, status,"
 										  " spec, content_hash, created_by)"
 										  " VALUES ($1, $2, $3, 'draft', $4, " DEF_HASH("$4") ", $5)"
 										  " ON CONFLICT DO NOTHING",
-										  5, types),
-							 vals, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "orchestrator: definition insert failed");
+										  5, types), vals, NULL, false, 0, SPI_OK_INSERT);
 		if (SPI_processed != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -181,12 +166,9 @@ lock_version(const char *name, int32 version)
 	vals[0] = orch_text_datum(DEF_TENANT);
 	vals[1] = orch_text_datum(name);
 	vals[2] = Int32GetDatum(version);
-	if (SPI_execute_plan(orch_prepare(&lookup_plan,
-									  "SELECT status, spec, content_hash FROM orch.definitions"
+	orch_exec(orch_plan("SELECT status, spec, content_hash FROM orch.definitions"
 									  " WHERE tenant_id = $1 AND name = $2 AND version = $3 FOR UPDATE",
-									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}),
-						 vals, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: definition lookup failed");
+									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, NULL, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -241,20 +223,17 @@ orch_publish(PG_FUNCTION_ARGS)
 		 * The hash of the locked spec, computed first: Citus refuses a stable
 		 * function of a column (convert_to) in an UPDATE of a reference table.
 		 */
-		if (SPI_execute_with_args("SELECT " DEF_HASH("$1"), 1, (Oid[]) {JSONBOID}, &spec, NULL,
-								  true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		if (orch_sql_once("SELECT " DEF_HASH("$1"), 1, (Oid[]) {JSONBOID}, &spec, NULL, true, 1, SPI_OK_SELECT) != 1)
 			elog(ERROR, "orchestrator: content hash failed");
 		vals[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		vals[0] = orch_text_datum(DEF_TENANT);
 		vals[1] = orch_text_datum(name);
 		vals[2] = Int32GetDatum(version);
-		if (SPI_execute_plan(orch_prepare(&publish_plan,
-										  "UPDATE orch.definitions SET status = 'published',"
+		if (orch_exec(orch_plan("UPDATE orch.definitions SET status = 'published',"
 										  " published_at = pg_catalog.now(), content_hash = $4"
 										  " WHERE tenant_id = $1 AND name = $2 AND version = $3"
 										  " RETURNING content_hash",
-										  4, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TEXTOID}),
-							 vals, NULL, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+										  4, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TEXTOID}), vals, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 			elog(ERROR, "orchestrator: publish failed");
 		hash = MemoryContextStrdup(outer, SPI_getvalue(SPI_tuptable->vals[0],
 													   SPI_tuptable->tupdesc, 1));
@@ -297,12 +276,10 @@ orch_deprecate(PG_FUNCTION_ARGS)
 		vals[0] = orch_text_datum(DEF_TENANT);
 		vals[1] = orch_text_datum(name);
 		vals[2] = Int32GetDatum(version);
-		if (SPI_execute_plan(orch_prepare(&deprecate_plan,
-										  "UPDATE orch.definitions SET status = 'deprecated',"
+		if (orch_exec(orch_plan("UPDATE orch.definitions SET status = 'deprecated',"
 										  " deprecated_at = pg_catalog.now()"
 										  " WHERE tenant_id = $1 AND name = $2 AND version = $3",
-										  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}),
-							 vals, NULL, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
+										  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, NULL, false, 0, SPI_OK_UPDATE) != 1)
 			elog(ERROR, "orchestrator: deprecate failed");
 		orch_write_event(DEF_TENANT, 0, false, "definition", "published", "deprecated",
 						 "deprecated", 0, NULL, def_note(name, version));
@@ -341,16 +318,13 @@ orch_definition(PG_FUNCTION_ARGS)
 	vals[2] = latest ? (Datum) 0 : PG_GETARG_DATUM(1);
 	if (latest)
 		nulls[2] = 'n';
-	if (SPI_execute_plan(orch_prepare(&show_plan,
-									  "SELECT name, version, status, spec, content_hash, created_at,"
+	orch_exec(orch_plan("SELECT name, version, status, spec, content_hash, created_at,"
 									  " published_at, deprecated_at FROM orch.definitions"
 									  " WHERE tenant_id = $1 AND name = $2"
 									  " AND CASE WHEN $3 IS NULL THEN status = 'published'"
 									  " ELSE version = $3 END"
 									  " ORDER BY version DESC LIMIT 1",
-									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}),
-						 vals, nulls, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: definition lookup failed");
+									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, nulls, true, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
 		if (latest)
@@ -407,8 +381,7 @@ guard_truncate(Relation rel)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (SPI_execute(sql, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: definition check failed");
+	orch_sql_once(sql, 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_DEFINITION_IMMUTABLE),

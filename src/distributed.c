@@ -1,6 +1,6 @@
 /*
  * distributed.c
- *	  Running on Citus (SPEC section 11): detecting it, the tenant a call is
+ *	  Running on Citus: detecting it, the tenant a call is
  *	  scoped to (so that every statement it runs is a single-shard query),
  *	  and orch_distribute(), which distributes the extension's tables by
  *	  tenant_id and makes their ids unique across the nodes.
@@ -51,9 +51,7 @@ orch_citus(void)
 			v[0] = ObjectIdGetDatum(tasks);
 			if (SPI_connect() != SPI_OK_CONNECT)
 				elog(ERROR, "orchestrator: SPI_connect failed");
-			if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
-									  1, types, v, NULL, true, 1) != SPI_OK_SELECT)
-				elog(ERROR, "orchestrator: pg_dist_partition lookup failed");
+			orch_sql_once("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1", 1, types, v, NULL, true, 1, SPI_OK_SELECT);
 			distributed = SPI_processed > 0;
 			SPI_finish();
 		}
@@ -164,11 +162,9 @@ scope_by_ids(const char *table, Datum ids)
 	orch_scope_clear();
 	v[0] = ids;
 	orch_spi_caller_tenants(v, n, 1);
-	if (SPI_execute_with_args(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
-									   " AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) LIMIT 2",
-									   table),
-							  2, types, v, n, true, 2) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: tenant lookup failed");
+	orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
+									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
+									   table), 2, types, v, n, true, 2, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
 	if (SPI_processed > 1)
@@ -267,8 +263,7 @@ emit(ReturnSetInfo *rsinfo, const char *object, const char *action)
 static void
 run(const char *sql)
 {
-	if (SPI_execute(sql, false, 0) < 0)
-		elog(ERROR, "orchestrator: statement failed: %s", sql);
+	orch_sql_once(sql, 0, NULL, NULL, NULL, false, 0, ORCH_SPI_ANY);
 }
 
 /* Run cmd on every worker (run_command_on_workers); any failure is an error. */
@@ -279,10 +274,8 @@ run_on_workers(const char *cmd)
 	Datum		v[1];
 
 	v[0] = CStringGetTextDatum(cmd);
-	if (SPI_execute_with_args("SELECT nodename || ':' || nodeport, result"
-							  " FROM run_command_on_workers($1) WHERE NOT success",
-							  1, types, v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: run_command_on_workers failed");
+	orch_sql_once("SELECT nodename || ':' || nodeport, result"
+							  " FROM run_command_on_workers($1) WHERE NOT success", 1, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -303,10 +296,8 @@ citus_method(const char *name)
 
 	snprintf(buf, sizeof(buf), "orch.%s", name);
 	v[0] = CStringGetTextDatum(buf);
-	if (SPI_execute_with_args("SELECT partmethod::text FROM pg_dist_partition"
-							  " WHERE logicalrelid = $1::regclass",
-							  1, types, v, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: pg_dist_partition lookup failed");
+	orch_sql_once("SELECT partmethod::text FROM pg_dist_partition"
+							  " WHERE logicalrelid = $1::regclass", 1, types, v, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return '\0';
 	return TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
@@ -373,8 +364,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 */
 	run("SET LOCAL citus.enable_unsafe_triggers = on");
 
-	if (SPI_execute("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: pg_dist_local_group lookup failed");
+	orch_sql_once("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

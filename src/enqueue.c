@@ -137,8 +137,6 @@ prepare_queue(EnqueueOpts *o)
 		o->priority = o->qs.priority;
 }
 
-static SPIPlanPtr rate_count_plan = NULL;
-static SPIPlanPtr rate_mark_plan = NULL;
 
 /*
  * Sliding-window rate limit per (queue, owner): at most rate_count admitted
@@ -169,13 +167,10 @@ rate_admit(EnqueueOpts *o)
 	v[1] = orch_text_datum(owner);
 	v[2] = IntervalPGetDatum(orch_usecs_interval(o->qs.rate_per));
 	v[3] = orch_text_datum(o->tenant);
-	if (SPI_execute_plan(orch_prepare(&rate_count_plan,
-									  "SELECT count(*) FROM orch.rate_window"
+	orch_exec(orch_plan("SELECT count(*) FROM orch.rate_window"
 									  " WHERE queue = $1 AND owner = $2 AND tenant_id = $4"
 									  "   AND at > clock_timestamp() - $3",
-									  4, types),
-						 v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: rate window count failed");
+									  4, types), v, NULL, false, 1, SPI_OK_SELECT);
 	used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (used >= o->qs.rate_count)
 	{
@@ -190,17 +185,12 @@ rate_admit(EnqueueOpts *o)
 					 errhint("Retry later; nothing was recorded.")));
 		return false;
 	}
-	if (SPI_execute_plan(orch_prepare(&rate_mark_plan,
-									  "INSERT INTO orch.rate_window (queue, owner, at, expires_at, tenant_id)"
+	orch_exec(orch_plan("INSERT INTO orch.rate_window (queue, owner, at, expires_at, tenant_id)"
 									  " VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3, $4)",
-									  4, types),
-						 v, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: rate window insert failed");
+									  4, types), v, NULL, false, 0, SPI_OK_INSERT);
 	return true;
 }
 
-static SPIPlanPtr insert_plan = NULL;
-static SPIPlanPtr insert_corr_plan = NULL;
 
 static int64
 insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 id)
@@ -254,19 +244,15 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 	if (o->correlation_id)
 	{
 		v[14] = orch_text_datum(o->correlation_id);
-		plan = orch_prepare(&insert_corr_plan, TASK_INSERT_SQL(", correlation_id", ", $15"), 15, types);
+		plan = orch_plan(TASK_INSERT_SQL(", correlation_id", ", $15"), 15, types);
 	}
 	else
-		plan = orch_prepare(&insert_plan, TASK_INSERT_SQL("", ""), 14, types);
-	if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		plan = orch_plan(TASK_INSERT_SQL("", ""), 14, types);
+	if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: task insert failed");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-static SPIPlanPtr key_insert_plan = NULL;
-static SPIPlanPtr key_lookup_plan = NULL;
-static SPIPlanPtr key_delete_plan = NULL;
-static SPIPlanPtr nextval_plan = NULL;
 
 /*
  * Enqueue under an idempotency key.  INSERT ... ON CONFLICT DO NOTHING waits
@@ -293,30 +279,22 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		char	   *queue;
 		Jsonb	   *existing;
 
-		if (SPI_execute_plan(orch_prepare(&nextval_plan, "SELECT nextval('orch.tasks_id_seq')", 0, NULL),
-							 NULL, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: nextval failed");
+		orch_exec(orch_plan("SELECT nextval('orch.tasks_id_seq')", 0, NULL), NULL, NULL, false, 1, SPI_OK_SELECT);
 		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		kv[2] = Int64GetDatum(id);
-		if (SPI_execute_plan(orch_prepare(&key_insert_plan,
-										  "INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
+		orch_exec(orch_plan("INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
 										  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
-										  4, ktypes),
-							 kv, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "orchestrator: idempotency key insert failed");
+										  4, ktypes), kv, NULL, false, 0, SPI_OK_INSERT);
 		if (SPI_processed == 1)
 			return insert_task(o, payload, key, true, id);
 
 		/* The key exists: same request, conflict, or expired */
-		if (SPI_execute_plan(orch_prepare(&key_lookup_plan,
-										  "SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
+		orch_exec(orch_plan("SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
 										  " t.queue, t.payload"
 										  " FROM orch.idempotency_keys k"
 										  " LEFT JOIN orch.tasks t ON t.id = k.task_id AND t.tenant_id = k.tenant_id"
 										  " WHERE k.tenant_id = $1 AND k.key = $2 FOR UPDATE OF k",
-										  2, ktypes),
-							 kv, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: idempotency key lookup failed");
+										  2, ktypes), kv, NULL, false, 1, SPI_OK_SELECT);
 		if (SPI_processed == 0)
 			continue;			/* deleted meanwhile: try again */
 		tup = SPI_tuptable->vals[0];
@@ -325,11 +303,8 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		expired = DatumGetBool(SPI_getbinval(tup, td, 2, &isnull));
 		if (expired)
 		{
-			if (SPI_execute_plan(orch_prepare(&key_delete_plan,
-											  "DELETE FROM orch.idempotency_keys WHERE tenant_id = $1 AND key = $2",
-											  2, ktypes),
-								 kv, NULL, false, 0) != SPI_OK_DELETE)
-				elog(ERROR, "orchestrator: idempotency key delete failed");
+			orch_exec(orch_plan("DELETE FROM orch.idempotency_keys WHERE tenant_id = $1 AND key = $2",
+											  2, ktypes), kv, NULL, false, 0, SPI_OK_DELETE);
 			continue;
 		}
 		queue = SPI_getvalue(tup, td, 3);
@@ -421,8 +396,6 @@ orch_enqueue(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(id);
 }
 
-static SPIPlanPtr batch_plan = NULL;
-static SPIPlanPtr batch_corr_plan = NULL;
 
 Datum
 orch_enqueue_batch(PG_FUNCTION_ARGS)
@@ -522,11 +495,10 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 	" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)" \
 	" ORDER BY p.ord RETURNING id"
 		if (o.correlation_id)
-			plan = orch_prepare(&batch_corr_plan, BATCH_INSERT_SQL(", correlation_id", ", $12"), 12, types);
+			plan = orch_plan(BATCH_INSERT_SQL(", correlation_id", ", $12"), 12, types);
 		else
-			plan = orch_prepare(&batch_plan, BATCH_INSERT_SQL("", ""), 11, types);
-		if (SPI_execute_plan(plan, v, n, false, 0) != SPI_OK_INSERT_RETURNING ||
-			SPI_processed != (uint64) np)
+			plan = orch_plan(BATCH_INSERT_SQL("", ""), 11, types);
+		if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != (uint64) np)
 			elog(ERROR, "orchestrator: batch insert failed");
 		for (int i = 0; i < np; i++)
 			ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));

@@ -31,8 +31,6 @@ PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
 
 #define MAINTENANCE_JOB "orchestrator-maintenance"
 
-static SPIPlanPtr expired_queue_plan = NULL;
-static SPIPlanPtr expired_all_plan = NULL;
 
 /*
  * Recover up to limit executing tasks whose lease (capped by the task's
@@ -51,7 +49,6 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	int64	   *ids;
 	int			recovered = 0;
 	bool		isnull;
-	int			rc;
 
 	v[0] = Int32GetDatum(limit);
 	if (queue)
@@ -60,11 +57,10 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		v[2] = tenants;
 		if (tenants == (Datum) 0)
 			nl[2] = 'n';
-		rc = SPI_execute_plan(orch_prepare(&expired_queue_plan,
-										   "SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
-										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										   3, types),
-							  v, nl, false, 0);
+		orch_exec(orch_plan("SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
+							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+							3, types),
+				  v, nl, false, 0, SPI_OK_SELECT);
 	}
 	else
 	{
@@ -72,16 +68,13 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		if (tenants == (Datum) 0)
 			nl[1] = 'n';
 		types[1] = TEXTARRAYOID;
-		rc = SPI_execute_plan(orch_prepare(&expired_all_plan,
-										   "SELECT id FROM orch.tasks"
-										   " WHERE state = 'executing' AND lease_expires_at <= now()"
-										   "   AND ($2::text[] IS NULL OR tenant_id = ANY ($2))"
-										   " ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-										   2, types),
-							  v, nl, false, 0);
+		orch_exec(orch_plan("SELECT id FROM orch.tasks"
+							" WHERE state = 'executing' AND lease_expires_at <= now()"
+							"   AND " ORCH_TENANT_IN("tenant_id", "$2")
+							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+							2, types),
+				  v, nl, false, 0, SPI_OK_SELECT);
 	}
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: lease scan failed");
 	n = (int) SPI_processed;
 	if (n == 0)
 		return 0;
@@ -110,28 +103,27 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 /* ---------------------------------------------------------------------- */
 
 /* $4 (text[]): the tenants a statement acts on, NULL for all */
-#define TENANT_IN(col) "($4::text[] IS NULL OR " col " = ANY ($4))"
 
 /* Purging the finished tasks p: their attempts, events and keys with them */
 #define PURGE_TAIL \
 	" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id" \
-	"   AND a.tenant_id = p.tenant_id AND " TENANT_IN("a.tenant_id") ")," \
+	"   AND a.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")," \
 	" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id" \
-	"   AND e.tenant_id = p.tenant_id AND " TENANT_IN("e.tenant_id") ")," \
+	"   AND e.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")," \
 	" k AS (DELETE FROM orch.idempotency_keys k USING p" \
-	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id AND " TENANT_IN("k.tenant_id") ")" \
+	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("k.tenant_id", "$4") ")" \
 	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id" \
-	"   AND " TENANT_IN("t.tenant_id")
+	"   AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 
 static int64
 count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 {
 	bool		isnull;
-	int			rc = SPI_execute_with_args(sql, nargs, types, v, nulls, false, 0);
+	uint64		processed = orch_sql_once(sql, nargs, types, v, nulls, false, 0, ORCH_SPI_ANY);
 
-	if (rc < 0)
-		elog(ERROR, "orchestrator: maintenance statement failed: %s", SPI_result_code_string(rc));
-	if (rc == SPI_OK_SELECT)
+	/* a SELECT returns the count it computed; DML how many rows it changed */
+	if (SPI_tuptable != NULL && SPI_tuptable->tupdesc->natts == 1
+		&& strncmp(sql, "SELECT", 6) == 0)
 	{
 		Datum		d;
 
@@ -140,7 +132,7 @@ count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		return isnull ? 0 : DatumGetInt64(d);
 	}
-	return (int64) SPI_processed;
+	return (int64) processed;
 }
 
 typedef struct Action
@@ -252,7 +244,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query("SELECT count(*) FROM (SELECT 1 FROM orch.tasks"
 					" WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')"
 					"   AND ready_at IS NULL AND retry_at IS NULL AND updated_at < now() - $2"
-					"   AND " TENANT_IN("tenant_id") " LIMIT $1) s",
+					"   AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) s",
 					4, types, v, n);
 
 	/* 3. counters against rows, for tasks finished recently */
@@ -261,14 +253,14 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query("SELECT count(*) FROM orch.tasks t"
 					" WHERE (t.id, t.tenant_id) IN (SELECT e.task_id, e.tenant_id FROM orch.events e"
 					"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events"
-					"                 WHERE " TENANT_IN("tenant_id") ") - $1 * 4"
+					"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4"
 					"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL"
-					"     AND " TENANT_IN("e.tenant_id") ")"
-					" AND t.state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("t.tenant_id")
+					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
+					" AND t.state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 					" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a"
-					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " TENANT_IN("a.tenant_id") ")"
+					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
 					"   OR t.failures <> (SELECT count(*) FROM orch.attempts a"
-					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " TENANT_IN("a.tenant_id")
+					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4")
 					"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))",
 					4, types, v, n);
 	if (acts[nacts - 1].count > 0)
@@ -282,16 +274,16 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query(orch_has_runs()
 					? "WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
 					"   WHERE finished_at < now() - $3"
-					"     AND state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("t.tenant_id")
+					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 					/* a run still open needs its steps' tasks (map results, counts) */
 					"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
-					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " TENANT_IN("r.tenant_id")
+					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4")
 					"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
 					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 					PURGE_TAIL
 					: "WITH p AS (SELECT id, tenant_id FROM orch.tasks"
 					"   WHERE finished_at < now() - $3"
-					"     AND state IN ('completed', 'failed', 'cancelled') AND " TENANT_IN("tenant_id")
+					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("tenant_id", "$4")
 					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 					PURGE_TAIL,
 					4, types, v, n);
@@ -307,15 +299,15 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		acts[nacts++].count = orch_retention <= 0 ? 0 :
 			count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
 						"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
-						"     AND " TENANT_IN("tenant_id")
+						"     AND " ORCH_TENANT_IN("tenant_id", "$4")
 						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 						" s AS (DELETE FROM orch.run_steps s USING p"
-						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " TENANT_IN("s.tenant_id") "),"
+						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
 						" e AS (DELETE FROM orch.events e USING p"
 						"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
-						"     AND " TENANT_IN("e.tenant_id") ")"
+						"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
 						" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
-						"   AND " TENANT_IN("r.tenant_id"),
+						"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
 						4, types, v, n);
 	}
 
@@ -324,8 +316,8 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
 		count_query("DELETE FROM orch.events e USING"
 					" (SELECT id, tenant_id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
-					"    AND at < now() - $3 AND " TENANT_IN("tenant_id") " ORDER BY at LIMIT $1) o"
-					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " TENANT_IN("e.tenant_id"),
+					"    AND at < now() - $3 AND " ORCH_TENANT_IN("tenant_id", "$4") " ORDER BY at LIMIT $1) o"
+					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4"),
 					4, types, v, n);
 
 	/* 0.3.0 objects: slots and rate windows */
@@ -343,8 +335,8 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		acts[nacts++].count =
 			count_query("DELETE FROM orch.rate_window w USING"
 						" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
-						"  AND " TENANT_IN("tenant_id") " LIMIT $1) o"
-						" WHERE w.ctid = o.ctid AND " TENANT_IN("w.tenant_id"),
+						"  AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) o"
+						" WHERE w.ctid = o.ctid AND " ORCH_TENANT_IN("w.tenant_id", "$4"),
 						4, types, v, n);
 	}
 
@@ -352,9 +344,9 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	acts[nacts++].count =
 		count_query("DELETE FROM orch.idempotency_keys k USING"
 					" (SELECT tenant_id, key FROM orch.idempotency_keys WHERE expires_at <= now()"
-					"  AND " TENANT_IN("tenant_id")
+					"  AND " ORCH_TENANT_IN("tenant_id", "$4")
 					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
-					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " TENANT_IN("k.tenant_id"),
+					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " ORCH_TENANT_IN("k.tenant_id", "$4"),
 					4, types, v, n);
 	return nacts;
 }
@@ -405,13 +397,12 @@ orch_maintain(PG_FUNCTION_ARGS)
 		 * The tenants with rows to maintain (a scan of each table's shards;
 		 * 'default' always: user tables' events are there).
 		 */
-		if (SPI_execute("SELECT tenant_id FROM orch.tasks GROUP BY 1"
+		orch_sql_once("SELECT tenant_id FROM orch.tasks GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.idempotency_keys GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.rate_window GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.gate_repairs GROUP BY 1"
 						" UNION SELECT 'default'"
-						" ORDER BY 1", true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: tenant scan failed");
+						" ORDER BY 1", 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 		ntenants = (int) SPI_processed;
 		tenant_names = palloc(sizeof(char *) * (ntenants + 1));
 		for (int i = 0; i < ntenants; i++)
@@ -497,9 +488,7 @@ require_pg_cron(const char *db, const char *cron_sql)
 {
 	const char *cron_db;
 
-	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", true, 1)
-		!= SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: extension lookup failed");
+	orch_sql_once("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		return;
 
@@ -558,18 +547,14 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 	/* the job of an older version for this database */
 	v[0] = orch_text_datum(MAINTENANCE_JOB);
 	v[1] = orch_text_datum(db);
-	if (SPI_execute_with_args("SELECT cron.unschedule(jobid) FROM cron.job"
-							  " WHERE jobname = $1 AND database = $2",
-							  2, types, v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.unschedule failed");
+	orch_sql_once("SELECT cron.unschedule(jobid) FROM cron.job"
+							  " WHERE jobname = $1 AND database = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 
 	v[0] = orch_text_datum(job);
 	v[1] = orch_text_datum(schedule);
 	v[2] = orch_text_datum(command);
 	v[3] = orch_text_datum(db);
-	if (SPI_execute_with_args("SELECT cron.schedule_in_database($1, $2, $3, $4)",
-							  4, types, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.schedule_in_database failed");
+	orch_sql_once("SELECT cron.schedule_in_database($1, $2, $3, $4)", 4, types, v, NULL, false, 1, SPI_OK_SELECT);
 	jobid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	PG_RETURN_INT64(jobid);
@@ -597,10 +582,8 @@ orch_unschedule_maintenance(PG_FUNCTION_ARGS)
 	v[0] = orch_text_datum(job);
 	v[1] = orch_text_datum(MAINTENANCE_JOB);
 	v[2] = orch_text_datum(db);
-	if (SPI_execute_with_args("SELECT count(cron.unschedule(jobid)) FROM cron.job"
-							  " WHERE jobname = $1 OR (jobname = $2 AND database = $3)",
-							  3, types, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: cron.unschedule failed");
+	orch_sql_once("SELECT count(cron.unschedule(jobid)) FROM cron.job"
+							  " WHERE jobname = $1 OR (jobname = $2 AND database = $3)", 3, types, v, NULL, false, 1, SPI_OK_SELECT);
 	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(removed);

@@ -173,7 +173,7 @@ orch_metrics_refresh(PG_FUNCTION_ARGS)
 				 errmsg("metrics are not folded on Citus yet"),
 				 errdetail("The fold reads every tenant's events at once, which Citus cannot run as one query on distributed tables."),
 				 errhint("orch_maintain skips the fold on Citus; the task tables and orch_queue_stats's state counts are exact.")));
-	if (SPI_execute("SELECT orch.metrics_fold()", false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (orch_sql_once("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: metrics fold failed");
 	n = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	SPI_finish();
@@ -246,8 +246,7 @@ family(StringInfo buf, const char *name, const char *type, const char *help,
 	   int nlabels, const char *const *labels, const char *sql)
 {
 	append_header(buf, name, type, help);
-	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: metrics query failed: %s", sql);
+	orch_sql_once(sql, 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[r];
@@ -285,8 +284,7 @@ histogram(StringInfo buf, const char *name, const char *help, const char *metric
 				   " WHERE m.metric IN (%s, %s) AND orch.tenant_visible(m.tenant_id)"
 				   " ORDER BY m.tenant_id, m.queue, m.l1, m.metric",
 				   quote_literal_cstr(metric), quote_literal_cstr(psprintf("%s_sum", metric)));
-	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: metrics query failed: %s", sql);
+	orch_sql_once(sql, 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 	n = SPI_processed;
 	tt = SPI_tuptable;
 	for (uint64 r = 0; r < n;)
@@ -418,11 +416,10 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 	SPI_connect();
 
 	/* live gauges: open work, from the partial indexes (one pass) */
-	if (SPI_execute("SELECT tenant_id, queue, received, queued, executing, awaiting_tool,"
+	orch_sql_once("SELECT tenant_id, queue, received, queued, executing, awaiting_tool,"
 					" awaiting_user_confirmation, ready, delayed, retry_waiting,"
 					" coalesce(extract(epoch FROM now() - oldest_ready), 0)::float8"
-					" FROM orch.open_tasks() ORDER BY 1, 2", true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: open task counts failed");
+					" FROM orch.open_tasks() ORDER BY 1, 2", 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 	open_gauges(&buf, SPI_tuptable, SPI_processed);
 	family(&buf, "orch_dead_letters", "gauge", "Dead letters awaiting review.", 2, tq,
 		   "SELECT tenant_id, queue, dead_letters FROM orch.dead_letter_counts() ORDER BY 1, 2");

@@ -1,17 +1,10 @@
 /*
  * orchestrator.c
- *	  Module entry point: GUCs (orchestrator.*) and the small helpers every
- *	  other file shares (argument checks, SPI plan cache, intervals, uuids).
+ *	  Module entry point: _PG_init and the GUCs (orchestrator.*).
  */
 #include "postgres.h"
 
-#include "mb/pg_wchar.h"
-
-#include "common/pg_prng.h"
 #include "miscadmin.h"
-#include "catalog/pg_type.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -46,7 +39,7 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 	DefineCustomBoolVariable("orchestrator.notify",
-							 "Send NOTIFY orch_<queue> when work is enqueued (a wake-up hint).",
+							 "Send NOTIFY orch_enqueue, with the queue name as payload, when work is enqueued (a wake-up hint).",
 							 "Off by default: NOTIFY serialises committing transactions cluster-wide.",
 							 &orch_notify,
 							 false,
@@ -75,196 +68,4 @@ _PG_init(void)
 							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
 	orch_distributed_init();
-}
-
-/*
- * Prepare a statement once per backend and keep it.  Must be called while
- * connected to SPI.  The plan is generic: every statement here is a short
- * index lookup whose shape does not depend on the parameter values, and
- * re-planning per call (the plan cache's custom plans) costs more than the
- * statement itself.
- */
-SPIPlanPtr
-orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
-{
-	/*
-	 * On Citus a statement is planned with its values: Citus routes a
-	 * statement to one shard by its tenant value, and refuses most generic
-	 * plans of distributed statements.  Such a plan lives until SPI_finish.
-	 */
-	if (orch_citus())
-		return orch_prepare_custom(sql, nargs, argtypes);
-	if (*cache == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-											  CURSOR_OPT_GENERIC_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "orchestrator: SPI_prepare failed: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "orchestrator: SPI_keepplan failed");
-		*cache = plan;
-	}
-	return *cache;
-}
-
-/*
- * A statement planned with its values at each execution (on Citus, see
- * orch_prepare), not kept: it lives until SPI_finish.
- */
-SPIPlanPtr
-orch_prepare_custom(const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_CUSTOM_PLAN);
-
-	if (plan == NULL)
-		elog(ERROR, "orchestrator: SPI_prepare failed: %s",
-			 SPI_result_code_string(SPI_result));
-	return plan;
-}
-
-/* Raise 22004 when a required argument is NULL. */
-void
-orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
-}
-
-/* A text argument as a C string, or NULL when the argument is NULL. */
-char *
-orch_text_arg(FunctionCallInfo fcinfo, int argno)
-{
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		return NULL;
-	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
-}
-
-/*
- * A correlation id argument: NULL when absent; otherwise 1 to 200
- * characters with no control characters, else 22023.
- */
-char *
-orch_correlation_arg(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *c = orch_text_arg(fcinfo, argno);
-
-	if (c == NULL)
-		return NULL;
-	if (c[0] == '\0' || pg_mbstrlen(c) > 200)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("correlation_id must be 1 to 200 characters")));
-	for (const char *p = c; *p; p++)
-		if ((unsigned char) *p < 0x20 || *p == 0x7f)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("correlation_id must not contain control characters")));
-	return c;
-}
-
-/*
- * Interval to microseconds.  Months count as 30 days, days as 24 hours, as
- * interval comparison does.
- */
-int64
-orch_interval_usecs(Interval *iv)
-{
-	int128		us = (int128) iv->time
-		+ (int128) iv->day * USECS_PER_DAY
-		+ (int128) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
-
-	if (us > PG_INT64_MAX || us < PG_INT64_MIN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("interval out of range")));
-	return (int64) us;
-}
-
-Interval *
-orch_usecs_interval(int64 usecs)
-{
-	Interval   *iv = (Interval *) palloc0(sizeof(Interval));
-
-	iv->time = usecs;
-	return iv;
-}
-
-void
-orch_check_payload_size(Jsonb *j, const char *what)
-{
-	if (VARSIZE(j) > (Size) orch_max_payload_size)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too large", what),
-				 errdetail("It takes %zu bytes; orchestrator.max_payload_size is %d.",
-						   (size_t) VARSIZE(j), orch_max_payload_size),
-				 errhint("Store large data elsewhere and pass a reference.")));
-}
-
-/* A random (version 4) UUID, as gen_random_uuid() makes. */
-pg_uuid_t *
-orch_new_uuid(void)
-{
-	pg_uuid_t  *u = (pg_uuid_t *) palloc(sizeof(pg_uuid_t));
-
-	if (!pg_strong_random(u->data, UUID_LEN))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate random values")));
-	u->data[6] = (u->data[6] & 0x0f) | 0x40;
-	u->data[8] = (u->data[8] & 0x3f) | 0x80;
-	return u;
-}
-
-Datum
-orch_text_datum(const char *s)
-{
-	return PointerGetDatum(cstring_to_text(s));
-}
-
-/* A text[] of one element. */
-Datum
-orch_text_array1(const char *s)
-{
-	Datum		one = orch_text_datum(s);
-
-	return PointerGetDatum(construct_array(&one, 1, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-/* OR005: what ("task", "command") id does not exist (for this caller). */
-void
-orch_not_found(const char *what, int64 id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_ORCH_NOT_FOUND),
-			 errmsg("%s " INT64_FORMAT " does not exist", what, id)));
-}
-
-/* Set SPI argument i to the text s, or to SQL NULL when s is NULL. */
-void
-orch_spi_text(Datum *values, char *nulls, int i, const char *s)
-{
-	values[i] = s ? orch_text_datum(s) : (Datum) 0;
-	nulls[i] = s ? ' ' : 'n';
-}
-
-/*
- * Pin search_path to the extension's (as SET on a function would) for code
- * that runs SQL in a function that has no SET of its own.  Returns the GUC
- * nesting level to pass to AtEOXact_GUC(true, level); an error unwinds it
- * with the (sub)transaction.
- */
-int
-orch_pin_search_path(void)
-{
-	int			level = NewGUCNestLevel();
-
-	(void) set_config_option("search_path", "pg_catalog, orch, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
-	return level;
 }

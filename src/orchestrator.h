@@ -10,13 +10,15 @@
 
 #include "access/htup.h"
 #include "access/tupdesc.h"
+#include "commands/trigger.h"
+#include "utils/rel.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-/* SQLSTATEs of SPEC section 12 */
+/* SQLSTATEs of the extension (OR001 ...) */
 #define ERRCODE_ORCH_INVALID_TRANSITION		MAKE_SQLSTATE('O','R','0','0','1')
 #define ERRCODE_ORCH_TERMINAL_STATE			MAKE_SQLSTATE('O','R','0','0','2')
 #define ERRCODE_ORCH_STALE_LEASE			MAKE_SQLSTATE('O','R','0','0','3')
@@ -24,7 +26,7 @@
 #define ERRCODE_ORCH_NOT_FOUND				MAKE_SQLSTATE('O','R','0','0','5')
 #define ERRCODE_ORCH_ADMISSION_REJECTED		MAKE_SQLSTATE('O','R','0','0','6')
 
-/* Task states (SPEC section 2) */
+/* Task states */
 typedef enum TaskState
 {
 	TS_RECEIVED = 0,
@@ -44,7 +46,7 @@ extern TaskState orch_state_from_name(const char *name);
 extern bool orch_state_is_terminal(TaskState s);
 extern bool orch_task_transition_allowed(TaskState from, TaskState to);
 
-/* Error classes (SPEC section 4) */
+/* Error classes */
 typedef enum ErrorClass
 {
 	EC_TRANSIENT = 0,
@@ -137,6 +139,11 @@ extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *er
 									  bool has_retry_after, int64 retry_after,
 									  const char *outcome, TimestampTz *retry_at);
 
+/* locks.c: transaction-scoped advisory locks on names */
+extern void orch_xact_lock(const char *kind, const char *a, const char *b);
+extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
+extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
+
 /* admission.c */
 extern bool orch_gate_promoting;
 extern bool orch_gate_handover;
@@ -147,13 +154,12 @@ extern void orch_gate_set_try_only(bool on);
 extern void orch_require_read_committed(void);
 extern void orch_gate_note_release(const char *queue, const char *key, const char *tenant);
 extern int	orch_gate_promote(const char *queue, const char *key, const char *tenant);
+extern int	orch_gate_enforce(const char *queue, const char *key, const char *tenant);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
 extern int	orch_gate_repair(const char *queue, int limit);
-extern void orch_xact_lock(const char *kind, const char *a, const char *b);
-extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
-extern bool orch_xact_try_lock(const char *kind, const char *a, const char *b);
 extern bool orch_has_gate(void);
 extern bool orch_has_gate_repairs(void);
+extern void orch_gate_statement_end(void);
 
 /*
  * What a claim's housekeeping looks for ($2 queue, $3 tenants or NULL):
@@ -162,12 +168,12 @@ extern bool orch_has_gate_repairs(void);
  */
 #define ORCH_EXPIRED_WHERE \
 	" WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()" \
-	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 #define ORCH_DELAYED_WHERE \
 	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \
 	"   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))" \
 	"   AND coalesce(retry_at, run_at) <= now()" \
-	"   AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
+	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
 
 /* enqueue.c */
@@ -177,7 +183,7 @@ extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,
 /* maintain.c */
 extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
 
-/* settings.c */
+/* settings.c: parsing and defaults; queues.c: the queue row and its API */
 extern void orch_settings_defaults(QueueSettings *qs);
 extern void orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only);
 extern Jsonb *orch_settings_to_jsonb(const QueueSettings *qs);
@@ -191,7 +197,27 @@ extern RetryDecision orch_decide(const RetryPolicy *p, ErrorClass ec,
 								 bool has_retry_after, int64 retry_after,
 								 int64 task_id);
 
-/* lifecycle.c */
+/* lifecycle.c: the task matrix and its trigger */
+extern void orch_raise_invalid_transition(const char *what, const char *from, const char *to) pg_attribute_noreturn();
+extern void orch_raise_terminal(const char *what, const char *from, const char *to) pg_attribute_noreturn();
+
+/* state_machines.c: the same trigger on a user table (search_path pinned) */
+extern HeapTuple orch_user_table_trigger(TriggerData *trigdata, const char *column,
+										 const char *machine);
+
+/* events.c: the audit writer */
+extern void orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
+								  int64 run_id, bool has_run, const char *entity,
+								  const char *from_state, const char *to_state,
+								  const char *reason_code, const char *label, int32 attempt,
+								  pg_uuid_t *lease_token, const char *note, int64 waited_us);
+extern void orch_buffer_event(const char *entity, const char *tenant, bool has_task, int64 task_id,
+							  bool has_run, int64 run_id,
+							  const char *from_state, const char *to_state, const char *reason_code,
+							  const char *label, int32 attempt, pg_uuid_t *token, const char *note,
+							  int64 waited_us);
+extern bool orch_has_flush_trigger(Relation rel);
+extern void orch_events_statement_end(void);
 extern void orch_write_event(const char *tenant, int64 task_id, bool has_task,
 							 const char *entity, const char *from_state,
 							 const char *to_state, const char *reason_code,
@@ -211,6 +237,7 @@ typedef struct OrchEventContext
 } OrchEventContext;
 
 extern OrchEventContext orch_save_event_context(void);
+extern const OrchEventContext *orch_event_context(void);
 extern void orch_restore_event_context(OrchEventContext c);
 extern int	orch_events_level(void);
 extern bool orch_events_defer(void);
@@ -243,7 +270,7 @@ extern void orch_require_tenant(const char *tenant);
 extern void orch_require_unrestricted(const char *what);
 extern bool orch_caller_is_admin_role(void);
 
-/* orchestrator.c: GUCs and helpers */
+/* orchestrator.c: the GUCs */
 extern bool orch_auto_create_queues;
 extern int	orch_max_payload_size;
 extern bool orch_notify;
@@ -251,9 +278,7 @@ extern int	orch_retention;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 
-extern SPIPlanPtr orch_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
-							   Oid *argtypes);
-extern SPIPlanPtr orch_prepare_custom(const char *sql, int nargs, Oid *argtypes);
+/* args.c: argument checks and value conversions */
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
@@ -264,14 +289,51 @@ extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
 extern Datum orch_text_array1(const char *s);
 extern void orch_not_found(const char *what, int64 id) pg_attribute_noreturn();
+
+/* spi.c: SPI parameters and search_path (with orch_plan/orch_exec below) */
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
 extern int	orch_pin_search_path(void);	/* AtEOXact_GUC(true, result) undoes it */
 
 #define ORCH_DEFAULT_TENANT "default"
 
 /*
+ * spi.c: the one way to run SQL.  orch_plan keeps a statement's generic
+ * plan for the backend's life (one cache, keyed by the statement);
+ * orch_plan_once plans with the values and keeps nothing; orch_exec runs a
+ * plan and checks its SPI_OK_* result (ORCH_SPI_ANY: any success), naming
+ * the statement if it is not the one expected; it returns SPI_processed.
+ */
+#define ORCH_SPI_ANY 0
+extern SPIPlanPtr orch_plan(const char *sql, int nargs, const Oid *types);
+extern SPIPlanPtr orch_plan_once(const char *sql, int nargs, const Oid *types);
+extern uint64 orch_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
+						bool read_only, long count, int expect);
+
+/* A kept statement, executed and checked. */
+static inline uint64
+orch_sql(const char *sql, int nargs, const Oid *types, Datum *values,
+		 const char *nulls, bool read_only, long count, int expect)
+{
+	return orch_exec(orch_plan(sql, nargs, types), values, nulls, read_only, count, expect);
+}
+
+/* A statement planned with its values, executed and checked. */
+static inline uint64
+orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
+			  const char *nulls, bool read_only, long count, int expect)
+{
+	return orch_exec(orch_plan_once(sql, nargs, types), values, nulls, read_only, count, expect);
+}
+
+/*
+ * The tenant filter of every statement: PARAM is a text[] of the tenants
+ * the caller may see, NULL for every tenant (orch_spi_caller_tenants).
+ */
+#define ORCH_TENANT_IN(COL, PARAM) "(" PARAM "::text[] IS NULL OR " COL " = ANY (" PARAM "))"
+
+/*
  * One audit event, as the writers buffer it (lifecycle.c) and the event
- * store appends it (event_store.c).
+ * store appends it (append.c).
  */
 typedef struct OrchEvent
 {
@@ -311,7 +373,7 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
  */
 #define ORCH_UTC_ADD(TS, IV) "timezone('UTC', timezone('UTC', " TS ") + " IV ")"
 
-/* distributed.c: Citus (SPEC section 11) */
+/* distributed.c: Citus */
 extern bool orch_citus(void);
 extern void orch_distributed_init(void);
 extern const char *orch_scoped_tenant(void);
@@ -326,7 +388,7 @@ extern void orch_require_one_tenant(const char *tenant, const char *what);
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)
 
-/* definitions.c, definition_validate.c: workflow definitions (issue 8) */
+/* definitions.c, definition_validate.c: workflow definitions */
 #define ERRCODE_ORCH_DEFINITION_IMMUTABLE	MAKE_SQLSTATE('O','R','0','0','7')
 #define ERRCODE_ORCH_INVALID_DEFINITION		MAKE_SQLSTATE('O','R','0','0','8')
 

@@ -1,6 +1,6 @@
 /*
  * retry.c
- *	  The deterministic retry decision of SPEC section 4 and its backoff
+ *	  The deterministic retry decision and its backoff
  *	  arithmetic, shared by orch_fail, lease recovery and the pure SQL function
  *	  orch_retry_decision.
  */
@@ -94,7 +94,7 @@ orch_decide(const RetryPolicy *p, ErrorClass ec, int attempts, int failures,
 		d.retry = true;
 		d.next_state = TS_AWAITING_TOOL;
 		d.reason_code = "retry_scheduled";
-		/* SPEC section 4: only RATE_LIMITED honours the caller's retry_after */
+		/* only RATE_LIMITED honours the caller's retry_after */
 		if (has_retry_after && ec == EC_RATE_LIMITED)
 			d.delay = retry_after;
 		else

@@ -75,9 +75,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	orch_spi_text(v, n, 7, note);
 
 	/* a reference is used once, for one run and step and one decision */
-	run_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
-			" WHERE approval_ref = $4 AND tenant_id = $2",
-			8, types, v, n, SPI_OK_SELECT);
+	orch_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
+			" WHERE approval_ref = $4 AND tenant_id = $2", 8, types, v, n, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 	{
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
@@ -96,14 +95,12 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
 						run_state_names[r.state])));
 	/* an approval whose time is up expires now, before anyone decides it */
-	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
-			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()",
-			3, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		run_progress(&r);
-	run_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-			3, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
@@ -116,9 +113,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("step \"%s\" of run " INT64_FORMAT " is not awaiting approval (it is \"%s\")",
 						step, run_id, state)));
 	/* a concurrent use of the reference for another run wins or loses here */
-	run_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
-			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-			8, types, v, n, SPI_OK_INSERT);
+	orch_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
+			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8) ON CONFLICT DO NOTHING", 8, types, v, n, false, 0, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
@@ -129,8 +125,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	{
 		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
 		if (!approve)
-			run_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-					3, types, v, NULL, SPI_OK_UPDATE);
+			orch_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 		step_event(&r, step, "succeeded", "succeeded",
 				   approve ? "compensation_approved" : "compensation_rejected");
 		if (r.state == RS_WAITING_APPROVAL && approve)
@@ -220,11 +215,10 @@ orch_resume_run(PG_FUNCTION_ARGS)
 
 		RUN_ARGS(v, r.id, r.tenant);
 		v[2] = JsonbPGetDatum(pins);
-		run_sql("SELECT string_agg(format('%s: the run has %s, the caller %s', p.key,"
+		orch_sql("SELECT string_agg(format('%s: the run has %s, the caller %s', p.key,"
 				"   coalesce(r.pins -> p.key, 'null'), p.value), '; ' ORDER BY p.key)"
 				" FROM orch.runs r, jsonb_each($3) p"
-				" WHERE r.id = $1 AND r.tenant_id = $2 AND r.pins -> p.key IS DISTINCT FROM p.value",
-				3, types, v, NULL, SPI_OK_SELECT);
+				" WHERE r.id = $1 AND r.tenant_id = $2 AND r.pins -> p.key IS DISTINCT FROM p.value", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_ORCH_DRIFT_DETECTED),
@@ -261,9 +255,8 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum(run_id);
 	v[1] = (Datum) 0;
 	orch_spi_caller_tenants(v, n, 2);
-	run_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND ($3::text[] IS NULL OR tenant_id = ANY ($3))"
-			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
-			3, types, v, n, SPI_OK_SELECT);
+	orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
+			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE", 3, types, v, n, false, 0, SPI_OK_SELECT);
 	lock_run_or_not_found(run_id, &r);
 	if (r.state == RS_CANCELED)
 	{
@@ -305,15 +298,14 @@ orch_retry_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " is \"%s\": only a failed run can be retried", r.id,
 						run_state_names[r.state])));
-	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('done', 'failed', 'running')",
-			2, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('done', 'failed', 'running')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was compensated and cannot be retried", r.id),
 				 errhint("Start a new run.")));
-	run_sql("SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", 2, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -326,9 +318,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	"   now() + (deadline_at - created_at), 'retried', id" CORR \
 	" FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id"
 	/* the new run keeps the correlation id (0.5.0 schema) */
-	run_sql(orch_has_metrics() ? RETRY_RUN_SQL(", correlation_id") : RETRY_RUN_SQL(""),
-			3, (Oid[]) {INT8OID, TEXTOID, TEXTOID},
-			(Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, SPI_OK_INSERT_RETURNING);
+	orch_sql(orch_has_metrics() ? RETRY_RUN_SQL(", correlation_id") : RETRY_RUN_SQL(""), 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, (Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, false, 0, SPI_OK_INSERT_RETURNING);
 	nr.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	nr.tenant = r.tenant;
 	nr.state = RS_RUNNING;
@@ -337,7 +327,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	nr.past_deadline = false;
 	v[2] = Int64GetDatum(nr.id);
 	/* completed steps keep their outputs; everything else runs again */
-	run_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+	orch_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
 			"   needs_edge, edge_taken, out_edges, state, output, items, done_seq, comp_state, started_at, finished_at)"
 			" SELECT $3, tenant_id, step_id, ord, type, spec, deps, join_policy, needs_edge,"
 			/* an edge holds again only when a kept success took it */
@@ -350,8 +340,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 			"   CASE WHEN state = 'succeeded' THEN done_seq END,"
 			"   CASE WHEN state = 'succeeded' THEN comp_state END,"
 			"   CASE WHEN state = 'succeeded' THEN started_at END, CASE WHEN state = 'succeeded' THEN finished_at END"
-			" FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2",
-			3, types, v, NULL, SPI_OK_INSERT);
+			" FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2", 3, types, v, NULL, false, 0, SPI_OK_INSERT);
 	orch_write_run_event(r.tenant, r.id, "run", "failed", "failed", "retried",
 						 psprintf("retried as run " INT64_FORMAT, nr.id));
 	orch_write_run_event(nr.tenant, nr.id, "run", "running", "running", "retry_of",

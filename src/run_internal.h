@@ -46,9 +46,6 @@ typedef struct RunRow
 extern Oid	rt_types[6];
 
 /* runs.c */
-extern SPIPlanPtr run_plan(const char *sql, int nargs, Oid *types);
-extern int	run_sql(const char *sql, int nargs, Oid *types, Datum *values,
-					const char *nulls, int expect);
 extern bool lock_run(int64 run_id, const char *tenant, RunRow *r);
 extern void lock_run_or_not_found(int64 run_id, RunRow *r);
 extern void set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);

@@ -104,7 +104,7 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 	{
 		if (compensation || pass == 1)
 		{
-			run_sql(compensation
+			orch_sql(compensation
 					? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
 					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
 					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
@@ -112,8 +112,7 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 					: "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
 					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
 					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3",
-					3, types, v, NULL, SPI_OK_SELECT);
+					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 			queue = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
 			if (queue == NULL)
 				elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
@@ -124,11 +123,10 @@ enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec
 				orch_ensure_queue(queue);
 			}
 		}
-		run_sql(compensation
+		orch_sql(compensation
 				? (corr ? COMP_TASK_INSERT(", correlation_id", ", r.correlation_id")
 				   : COMP_TASK_INSERT("", ""))
-				: (corr ? STEP_TASK_INSERT_CORR " RETURNING id" : STEP_TASK_INSERT " RETURNING id"),
-				5, types, v, NULL, SPI_OK_INSERT_RETURNING);
+				: (corr ? STEP_TASK_INSERT_CORR " RETURNING id" : STEP_TASK_INSERT " RETURNING id"), 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
 			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -147,15 +145,14 @@ take_edges(RunRow *r, const char *step, const char *outcome)
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
 	/* outcome is one of on_success / on_failure / on_timeout (a literal) */
-	run_sql(psprintf("UPDATE orch.run_steps t SET edge_taken = true"
+	orch_sql(psprintf("UPDATE orch.run_steps t SET edge_taken = true"
 					 " FROM orch.run_steps s"
 					 " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
 					 "   AND t.run_id = $1 AND t.tenant_id = $2"
 					 "   AND t.step_id IN (SELECT jsonb_array_elements_text(CASE jsonb_typeof(s.spec -> '%s')"
 					 "        WHEN 'array' THEN s.spec -> '%s' WHEN 'string' THEN jsonb_build_array(s.spec -> '%s')"
 					 "        ELSE '[]' END))",
-					 outcome, outcome, outcome),
-			3, rt_types, v, NULL, SPI_OK_UPDATE);
+					 outcome, outcome, outcome), 3, rt_types, v, NULL, false, 0, SPI_OK_UPDATE);
 }
 
 /* Does the step have an edge for this outcome? */
@@ -167,9 +164,8 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
-	run_sql(psprintf("SELECT jsonb_typeof(spec -> '%s') IN ('string', 'array') FROM orch.run_steps"
-					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome),
-			3, rt_types, v, NULL, SPI_OK_SELECT);
+	orch_sql(psprintf("SELECT jsonb_typeof(spec -> '%s') IN ('string', 'array') FROM orch.run_steps"
+					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome), 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 	return SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 		!isnull;
@@ -205,10 +201,9 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	orch_spi_text(v, n, 4, chosen);
 	v[5] = orch_text_datum(from);
 	/* only from the state it was in: a step closed meanwhile stays closed */
-	run_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4")
+	orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4")
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
-			STEP_SUCCEEDED_RETURNING,
-			6, types, v, n, SPI_OK_UPDATE_RETURNING);
+			STEP_SUCCEEDED_RETURNING, 6, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return;
 	has_success_edges = SPI_processed == 1 &&
@@ -217,9 +212,8 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	if (chosen)
 	{
 		/* a decision activates exactly the target it chose */
-		run_sql("UPDATE orch.run_steps SET edge_taken = true"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5",
-				6, types, v, n, SPI_OK_UPDATE);
+		orch_sql("UPDATE orch.run_steps SET edge_taken = true"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5", 6, types, v, n, false, 0, SPI_OK_UPDATE);
 	}
 	else if (has_success_edges)
 		take_edges(r, step, "on_success");
@@ -250,10 +244,9 @@ path_keys(RunRow *r, const char *path)
 
 		RUN_ARGS(v, r->id, r->tenant);
 		v[2] = orch_text_datum(rest + 6);
-		run_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+		orch_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 				" AND ($3 = step_id || '.output' OR left($3, length(step_id) + 8) = step_id || '.output.')"
-				" ORDER BY length(step_id) DESC LIMIT 1",
-				3, rt_types, v, NULL, SPI_OK_SELECT);
+				" ORDER BY length(step_id) DESC LIMIT 1", 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 0)
 			return (Datum) 0;	/* names nothing */
 		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -295,8 +288,7 @@ run_context(RunRow *r, Jsonb *result)
 	v[2] = result ? JsonbPGetDatum(result) : (Datum) 0;
 	if (!result)
 		n[2] = 'n';
-	run_sql("SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END",
-			3, types, v, n, SPI_OK_SELECT);
+	orch_sql("SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END", 3, types, v, n, false, 0, SPI_OK_SELECT);
 	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -313,7 +305,7 @@ context_value(RunRow *r, Jsonb *ctx, const char *path)
 	v[1] = path_keys(r, path);
 	if (v[1] == (Datum) 0)
 		return NULL;
-	run_sql("SELECT $1 #> $2", 2, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT $1 #> $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
 }
@@ -336,10 +328,9 @@ decide(RunRow *r, const char *step, Jsonb *result)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
-	run_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
+	orch_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
 			" LEFT JOIN LATERAL jsonb_array_elements(coalesce(s.spec -> 'rules', '[]')) WITH ORDINALITY AS x(rule, n) ON true"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n",
-			3, rt_types, v, NULL, SPI_OK_SELECT);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n", 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 	nrules = (int) SPI_processed;
 	rules = palloc(sizeof(Jsonb *) * (nrules + 1));
 	deflt = nrules > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
@@ -361,13 +352,13 @@ decide(RunRow *r, const char *step, Jsonb *result)
 		if (rules[i] == NULL)
 			continue;
 		cv[0] = JsonbPGetDatum(rules[i]);
-		run_sql("SELECT $1 -> 'when' ->> 'path'", 1, types, cv, NULL, SPI_OK_SELECT);
+		orch_sql("SELECT $1 -> 'when' ->> 'path'", 1, types, cv, NULL, false, 0, SPI_OK_SELECT);
 		path = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		val = path ? context_value(r, ctx, path) : NULL;
 		cv[1] = val ? JsonbPGetDatum(val) : (Datum) 0;
 		if (!val)
 			cn[1] = 'n';
-		run_sql("SELECT CASE $1 -> 'when' ->> 'op'"
+		orch_sql("SELECT CASE $1 -> 'when' ->> 'op'"
 				"  WHEN 'exists' THEN $2 IS NOT NULL"
 				"  WHEN 'eq' THEN coalesce($2 = $1 -> 'when' -> 'value', false)"
 				"  WHEN 'ne' THEN $2 IS NOT NULL AND $2 <> $1 -> 'when' -> 'value'"
@@ -376,8 +367,7 @@ decide(RunRow *r, const char *step, Jsonb *result)
 				"  WHEN 'lt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 < $1 -> 'when' -> 'value', false)"
 				"  WHEN 'le' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 <= $1 -> 'when' -> 'value', false)"
 				"  WHEN 'in' THEN coalesce($1 -> 'when' -> 'value' @> jsonb_build_array($2), false)"
-				"  ELSE false END, $1 ->> 'then'",
-				2, types, cv, cn, SPI_OK_SELECT);
+				"  ELSE false END, $1 ->> 'then'", 2, types, cv, cn, false, 0, SPI_OK_SELECT);
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
 			return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	}
@@ -443,15 +433,14 @@ map_fill(RunRow *r, const char *step)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
-	run_sql("SELECT jsonb_array_length(s.items),"
+	orch_sql("SELECT jsonb_array_length(s.items),"
 			" (SELECT count(*) FROM orch.tasks t WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'),"
 			" (SELECT count(*) FROM orch.tasks t WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'"
 			"   AND t.state NOT IN ('completed', 'failed', 'cancelled')),"
 			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647)"
-			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3",
-			3, rt_types, v, NULL, SPI_OK_SELECT);
+			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	created = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	open = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
@@ -481,10 +470,9 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	v[2] = orch_text_datum(step);
 	if (strcmp(type, "human_approval") == 0)
 	{
-		run_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
+		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
 				" cap_at = " CAP_SQL
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_UPDATE);
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 		step_event(r, step, "ready", "awaiting_approval", "approval_requested");
 		return false;
 	}
@@ -493,8 +481,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		char	   *until;
 		Jsonb	   *at = NULL;
 
-		run_sql("SELECT spec ->> 'until_path' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_SELECT);
+		orch_sql("SELECT spec ->> 'until_path' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		if (until)
 			at = context_value(r, run_context(r, NULL), until);
@@ -510,15 +497,12 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 				wake_ok = at != NULL && parse_timestamp_safely(at, &wake);
 			v[4] = TimestampTzGetDatum(wake);
 			n[4] = (until && wake_ok) ? ' ' : 'n';
-			run_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+			orch_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
 					" wake_at = CASE WHEN spec ? 'duration' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'duration')"
 					"       WHEN 'number' THEN make_interval(secs => (spec ->> 'duration')::float8)"
 					"       ELSE (spec ->> 'duration')::interval END)"
 					"   ELSE $5 END"
-					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL",
-					5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID},
-					(Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]},
-					(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE);
+					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL", 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE);
 			step_event(r, step, "ready", "waiting", "wait_started");
 			if (until && !wake_ok)
 			{
@@ -535,9 +519,8 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		{
 			char	   *chosen = decide(r, step, NULL);
 
-			run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()"
-					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-					3, types, v, NULL, SPI_OK_UPDATE);
+			orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()"
+					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 			if (chosen == NULL)
 				run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
 			else
@@ -553,20 +536,17 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		char	   *over;
 		Jsonb	   *items;
 
-		run_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_SELECT);
+		orch_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		items = context_value(r, run_context(r, NULL), over);
 
 		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
 		if (!items)
 			n[4] = 'n';
-		run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
 				" items = $5 WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
-				" RETURNING jsonb_typeof(items), jsonb_array_length(CASE jsonb_typeof(items) WHEN 'array' THEN items ELSE '[]' END)",
-				5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]},
-				(char[]) {' ', ' ', ' ', 'n', n[4]}, SPI_OK_UPDATE_RETURNING);
+				" RETURNING jsonb_typeof(items), jsonb_array_length(CASE jsonb_typeof(items) WHEN 'array' THEN items ELSE '[]' END)", 5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE_RETURNING);
 		{
 			char	   *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 			int			count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
@@ -595,8 +575,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	" UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()," \
 	"   task_id = (SELECT id FROM t), cap_at = " CAP_SQL \
 	" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)"
-	run_sql(orch_has_metrics() ? START_STEP_SQL(STEP_TASK_INSERT_CORR) : START_STEP_SQL(STEP_TASK_INSERT),
-			5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID}, v, NULL, SPI_OK_UPDATE);
+	orch_sql(orch_has_metrics() ? START_STEP_SQL(STEP_TASK_INSERT_CORR) : START_STEP_SQL(STEP_TASK_INSERT), 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID}, v, NULL, false, 0, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 	{
 		/* its queue does not exist yet: created on the way */
@@ -608,10 +587,9 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 			return true;
 		}
 		v[3] = Int64GetDatum(id);
-		run_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
+		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
 				" cap_at = " CAP_SQL
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				4, types, v, NULL, SPI_OK_UPDATE);
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
 	}
 	step_event(r, step, "ready", "running", "step_started");
 	return false;
@@ -655,7 +633,7 @@ run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = BoolGetDatum(cancel_compensations);
-	run_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+	orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			"   AND (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
 			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE)"
 			" UPDATE orch.run_steps s SET"
@@ -668,8 +646,7 @@ run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 			"   comp_state = CASE WHEN $3 AND s.comp_state IN ('running', 'awaiting_approval', 'pending')"
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
-			" RETURNING s.step_id, o.state, s.state, s.ord",
-			3, types, v, NULL, SPI_OK_UPDATE_RETURNING);
+			" RETURNING s.step_id, o.state, s.state, s.ord", 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	n = (int) SPI_processed;
 	steps = run_column(1);
 	from = run_column(2);
@@ -709,25 +686,22 @@ fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 	orch_spi_text(v, n, 3, step);
 	orch_spi_text(v, n, 4, error);
 	run_close_open_steps(r, reason, false);
-	run_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
-			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'",
-			2, types, v, n, SPI_OK_UPDATE);
+	orch_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
+			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'", 2, types, v, n, false, 0, SPI_OK_UPDATE);
 	if (SPI_processed > 0)
 	{
 		/* running (from waiting or paused) while compensations run */
 		if (r->state != RS_RUNNING)
 			set_run_state(r, RS_RUNNING, reason, NULL);
-		run_sql("UPDATE orch.runs SET phase = 'compensating', reason_code = $3,"
-				" failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2",
-				5, types, v, n, SPI_OK_UPDATE);
+		orch_sql("UPDATE orch.runs SET phase = 'compensating', reason_code = $3,"
+				" failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
 		r->phase = "compensating";
 		r->reason = pstrdup(reason);
 		orch_write_run_event(r->tenant, r->id, "run", "running", "running", "compensation_started", reason);
 		run_advance_compensation(r);
 		return;
 	}
-	run_sql("UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2",
-			5, types, v, n, SPI_OK_UPDATE);
+	orch_sql("UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
 	end_failed(r, reason);
 }
 
@@ -747,23 +721,20 @@ run_advance_compensation(RunRow *r)
 	if (r->state == RS_PAUSED)
 		return;
 	RUN_ARGS(v, r->id, r->tenant);
-	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('running', 'awaiting_approval')",
-			2, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('running', 'awaiting_approval')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		return;
-	run_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'",
-			2, types, v, NULL, SPI_OK_SELECT);
+	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 	{
 		/* a compensation failed for good: manual review */
 		end_failed(r, "compensation_failed");
 		return;
 	}
-	run_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
+	orch_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
 			" WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'pending'"
-			" ORDER BY done_seq DESC LIMIT 1",
-			2, types, v, NULL, SPI_OK_SELECT);
+			" ORDER BY done_seq DESC LIMIT 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
 		end_failed(r, r->reason);
@@ -774,9 +745,8 @@ run_advance_compensation(RunRow *r)
 	v[2] = orch_text_datum(step);
 	if (strcmp(mode, "approval") == 0)
 	{
-		run_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval'"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_UPDATE);
+		orch_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 		step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
 		set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
 		return;
@@ -797,16 +767,14 @@ run_start_compensation(RunRow *r, const char *step)
 	v[3] = Int64GetDatum(id);
 	if (id < 0)
 	{
-		run_sql("UPDATE orch.run_steps SET comp_state = 'failed'"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				3, types, v, NULL, SPI_OK_UPDATE);
+		orch_sql("UPDATE orch.run_steps SET comp_state = 'failed'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 		step_event(r, step, "succeeded", "succeeded", "compensation_failed");
 		run_advance_compensation(r);
 		return;
 	}
-	run_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-			4, types, v, NULL, SPI_OK_UPDATE);
+	orch_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
 	step_event(r, step, "succeeded", "succeeded", "compensation_started");
 }
 
@@ -829,12 +797,11 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 	v[2] = orch_text_datum(step);
 	v[3] = orch_text_datum(state);
 	orch_spi_text(v, n, 4, error);
-	run_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+	orch_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
 			"   FOR UPDATE)"
 			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp(),"
 			"   wake_at = NULL, cap_at = NULL FROM o"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state",
-			5, types, v, n, SPI_OK_UPDATE_RETURNING);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", 5, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
 	step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
 			   state, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
 	if (compensation_required)
@@ -854,9 +821,8 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 	}
 	else
 	{
-		run_sql("SELECT EXISTS (SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-				" AND $3 = ANY (deps) AND join_policy IN ('all_finished', 'any'))",
-				3, types, v, NULL, SPI_OK_SELECT);
+		orch_sql("SELECT EXISTS (SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				" AND $3 = ANY (deps) AND join_policy IN ('all_finished', 'any'))", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		handled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	if (!handled)
@@ -904,7 +870,7 @@ run_maybe_finish(RunRow *r)
 	if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 		return;
 	RUN_ARGS(v, r->id, r->tenant);
-	run_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
+	orch_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
 			" count(*) FILTER (WHERE state = 'awaiting_approval'),"
 			" coalesce(jsonb_object_agg(step_id, output) FILTER (WHERE state = 'succeeded'), '{}'),"
 			" count(*) FILTER (WHERE state IN ('running', 'ready', 'waiting')),"
@@ -915,8 +881,7 @@ run_maybe_finish(RunRow *r)
 			"       AND (f.spec -> 'on_failure' ? h.step_id"
 			"         OR (f.state = 'timed_out' AND f.spec -> 'on_timeout' ? h.step_id)"
 			"         OR (f.step_id = ANY (h.deps) AND h.join_policy IN ('all_finished', 'any')))))"
-			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2",
-			2, rt_types, v, NULL, SPI_OK_SELECT);
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2", 2, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) == 0)
 	{
 		char	   *unhandled = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
@@ -964,7 +929,7 @@ collect_outcomes(RunRow *r)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	/* running task steps: all tasks completed, or one failed / cancelled */
-	run_sql("SELECT s.step_id, CASE"
+	orch_sql("SELECT s.step_id, CASE"
 			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
 			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
 			"         WHERE a.task_id = t.id AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
@@ -980,8 +945,7 @@ collect_outcomes(RunRow *r)
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
-			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord",
-			2, rt_types, v, NULL, SPI_OK_SELECT);
+			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord", 2, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
 	steps = palloc(sizeof(char *) * (nrows + 1));
 	states = palloc(sizeof(char *) * (nrows + 1));
@@ -1045,10 +1009,9 @@ collect_outcomes(RunRow *r)
 				cv[4] = outputs[i] ? JsonbPGetDatum(outputs[i]) : (Datum) 0;
 				if (!outputs[i])
 					cn[4] = 'n';
-				run_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				orch_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 						" AND step_id = $3 AND jsonb_typeof($5 -> 'next') = 'string'"
-						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')",
-						5, ctypes, cv, cn, SPI_OK_SELECT);
+						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT);
 				if (SPI_processed == 0)
 				{
 					run_step_failed(r, steps[i], "failed",
@@ -1077,15 +1040,14 @@ collect_outcomes(RunRow *r)
 	 * Map steps that can hand out more items, soft caps passed (a step's
 	 * timeout), due timers: one look for all three.
 	 */
-	run_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
+	orch_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
 			"     AND state IN ('running', 'waiting', 'awaiting_approval') THEN 'cap'"
 			"   WHEN state = 'waiting' AND wake_at <= clock_timestamp() THEN 'waiting'"
 			"   ELSE 'map' END"
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
-			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord",
-			2, rt_types, v, NULL, SPI_OK_SELECT);
+			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord", 2, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
 	steps = run_column(1);
 	states = run_column(2);
@@ -1113,12 +1075,11 @@ collect_outcomes(RunRow *r)
 	/* compensation tasks */
 	if (strcmp(r->phase, "compensating") == 0 && !run_terminal(r->state))
 	{
-		run_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
+		orch_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
 				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
 				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
-				" RETURNING s.step_id, s.comp_state",
-				2, rt_types, v, NULL, SPI_OK_UPDATE_RETURNING);
+				" RETURNING s.step_id, s.comp_state", 2, rt_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 		nrows = (int) SPI_processed;
 		steps = run_column(1);
 		states = run_column(2);
@@ -1185,20 +1146,19 @@ advance_steps(RunRow *r)
 		{
 			bool		must_skip = false;
 
-			run_sql("SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
+			orch_sql("SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
 					"   (" CANNOT_RUN ") FROM orch.run_steps s"
 					"  WHERE " PENDING_CANDIDATE " AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
 					" UNION ALL"
 					" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord, false FROM orch.run_steps"
 					"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
-					" ORDER BY ord",
-					2, (Oid[]) {INT8OID, TEXTOID}, v, NULL, SPI_OK_SELECT);
+					" ORDER BY ord", 2, (Oid[]) {INT8OID, TEXTOID}, v, NULL, false, 0, SPI_OK_SELECT);
 			for (uint64 k = 0; k < SPI_processed && !must_skip; k++)
 				must_skip = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
 			if (!must_skip)
 				goto listed;
 		}
-		run_sql("WITH u AS (UPDATE orch.run_steps s SET"
+		orch_sql("WITH u AS (UPDATE orch.run_steps s SET"
 				"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
 				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
 				"  WHERE " PENDING_CANDIDATE
@@ -1213,10 +1173,7 @@ advance_steps(RunRow *r)
 				" UNION ALL"
 				" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord FROM orch.run_steps"
 				"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
-				" ORDER BY ord",
-				3, (Oid[]) {INT8OID, TEXTOID, BOOLOID},
-				(Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED)}, NULL,
-				SPI_OK_SELECT);
+				" ORDER BY ord", 3, (Oid[]) {INT8OID, TEXTOID, BOOLOID}, (Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED)}, NULL, false, 0, SPI_OK_SELECT);
 listed:
 		/* a skipped step may let its dependants be settled in another round */
 		skipped = 0;
@@ -1318,7 +1275,7 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 		run_progress(r);
 		return;
 	}
-	run_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
+	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
@@ -1328,10 +1285,8 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 			"     AND ((o.state IN ('running', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())"
 			"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())"
 			"       OR (o.state = 'running' AND o.spec ? 'map' AND jsonb_typeof(o.items) = 'array')))"
-			STEP_SUCCEEDED_RETURNING,
-			4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID},
-			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
-				Int64GetDatum(task_id)}, NULL, SPI_OK_UPDATE_RETURNING);
+			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID}, (Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
+				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed != 1)
 	{
 		run_progress(r);
@@ -1356,7 +1311,7 @@ run_create_steps(RunRow *r)
 	 * Plain statements with small row estimates: one cross product of the
 	 * steps' JSON here would be costed high enough to be JIT-compiled.
 	 */
-	run_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+	orch_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
 			"   out_edges)"
 			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), x.step,"
 			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
@@ -1368,10 +1323,8 @@ run_create_steps(RunRow *r)
 			" FROM orch.runs r JOIN orch.definitions d"
 			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
 			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
-			" WHERE r.id = $1 AND r.tenant_id = $2",
-			2, rt_types, v, NULL, SPI_OK_INSERT);
-	run_sql("UPDATE orch.run_steps s SET needs_edge = true"
+			" WHERE r.id = $1 AND r.tenant_id = $2", 2, rt_types, v, NULL, false, 0, SPI_OK_INSERT);
+	orch_sql("UPDATE orch.run_steps s SET needs_edge = true"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
-			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))",
-			2, rt_types, v, NULL, SPI_OK_UPDATE);
+			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", 2, rt_types, v, NULL, false, 0, SPI_OK_UPDATE);
 }

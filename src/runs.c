@@ -1,6 +1,6 @@
 /*
  * runs.c
- *	  Workflow runs (SPEC section 7): the run lifecycle trigger, orch_start
+ *	  Workflow runs: the run lifecycle trigger, orch_start
  *	  (pins a published definition version), the notes by which a step task
  *	  that finishes gets its run advanced at the end of the statement (under
  *	  the run's row lock), orch_maintain's part (deadlines, timers, expiries),
@@ -34,7 +34,7 @@ PG_FUNCTION_INFO_V1(orch_start);
 PG_FUNCTION_INFO_V1(orch_run_status);
 
 /* ----------------------------------------------------------------------
- * The run lifecycle (seed 001 section 3.1), enforced by a C trigger for
+ * The run lifecycle, enforced by a C trigger for
  * every writer, one event per accepted transition.
  * ---------------------------------------------------------------------- */
 const char *const run_state_names[RS_COUNT] = {
@@ -318,16 +318,6 @@ orch_has_runs(void)
 /* ----------------------------------------------------------------------
  * SQL helpers (caller connected to SPI)
  * ---------------------------------------------------------------------- */
-int
-run_sql(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
-{
-	int			rc = SPI_execute_plan(run_plan(sql, nargs, types), values, nulls, false, 0);
-
-	if (rc != expect)
-		elog(ERROR, "orchestrator: run statement failed (%s): %s", SPI_result_code_string(rc), sql);
-	return (int) SPI_processed;
-}
-
 Oid			rt_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
 
 /* Lock the run's row; false when it does not exist (or is another tenant's). */
@@ -344,13 +334,11 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	v[0] = Int64GetDatum(run_id);
 	orch_spi_text(v, n, 1, tenant);
 	orch_spi_caller_tenants(v, n, 2);
-	if (SPI_execute_plan(run_plan("SELECT id, tenant_id, state, phase, reason_code,"
+	orch_exec(orch_plan("SELECT id, tenant_id, state, phase, reason_code,"
 								  " coalesce(deadline_at <= now(), false)"
 								  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
-								  "   AND ($3::text[] IS NULL OR tenant_id = ANY ($3)) FOR UPDATE",
-								  3, types),
-						 v, n, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: run lookup failed");
+								  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE",
+								  3, types), v, n, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
@@ -362,87 +350,6 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	r->reason = SPI_getvalue(tup, td, 5);
 	r->past_deadline = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
 	return true;
-}
-
-/*
- * Prepared plans of the run statements, kept for the backend's life and
- * found by the statement's text (every statement here is a constant, or
- * built from a handful of constants), so that progression does not plan its
- * statements again for every step.
- */
-typedef struct RunPlan
-{
-	uint64		hash;			/* hash key */
-	char	   *sql;
-	int			nargs;
-	SPIPlanPtr	plan;
-} RunPlan;
-
-static HTAB *run_plans = NULL;
-
-SPIPlanPtr
-run_plan(const char *sql, int nargs, Oid *types)
-{
-	uint64		h = hash_bytes_extended((const unsigned char *) sql, strlen(sql), 0x72756e);
-	bool		found;
-	RunPlan    *e;
-
-	if (orch_citus())
-		return orch_prepare_custom(sql, nargs, types);	/* see orch_prepare */
-	if (run_plans == NULL)
-	{
-		HASHCTL		ctl;
-
-		memset(&ctl, 0, sizeof(ctl));
-		ctl.keysize = sizeof(uint64);
-		ctl.entrysize = sizeof(RunPlan);
-		ctl.hcxt = TopMemoryContext;
-		run_plans = hash_create("orchestrator run plans", 128, &ctl,
-								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	e = hash_search(run_plans, &h, HASH_ENTER, &found);
-	if (found && e->plan != NULL && e->nargs == nargs && strcmp(e->sql, sql) == 0)
-		return e->plan;
-	if (found && e->plan != NULL && strcmp(e->sql, sql) != 0)
-	{
-		/* a hash collision: plan this one every time */
-		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-
-		if (p == NULL)
-			elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		return p;
-	}
-	if (!found)
-	{
-		e->plan = NULL;
-		e->sql = NULL;
-	}
-	/* same text with another argument list, or an earlier failed prepare */
-	if (e->plan != NULL)
-		SPI_freeplan(e->plan);
-	e->plan = NULL;
-	if (e->sql == NULL || strcmp(e->sql, sql) != 0)
-	{
-		if (e->sql != NULL)
-			pfree(e->sql);
-		e->sql = MemoryContextStrdup(TopMemoryContext, sql);
-	}
-	e->nargs = nargs;
-	/*
-	 * A generic plan, made once: these statements look rows up by run id
-	 * and step, where a custom plan is no better, and planning them (their
-	 * join conditions are sub-queries) costs more than running them.
-	 */
-	e->plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-	if (e->plan == NULL || SPI_keepplan(e->plan) != 0)
-	{
-		SPIPlanPtr	bad = e->plan;
-
-		e->plan = NULL;
-		(void) bad;
-		elog(ERROR, "orchestrator: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	}
-	return e->plan;
 }
 
 /*
@@ -476,9 +383,9 @@ set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 	v[4] = output ? JsonbPGetDatum(output) : (Datum) 0;
 	if (!output)
 		n[4] = 'n';
-	run_sql("UPDATE orch.runs SET state = $3, reason_code = coalesce($4, reason_code),"
+	orch_sql("UPDATE orch.runs SET state = $3, reason_code = coalesce($4, reason_code),"
 			" output = coalesce($5, output)"
-			" WHERE id = $1 AND tenant_id = $2", 5, types, v, n, SPI_OK_UPDATE);
+			" WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
 	r->state = to;
 	if (reason)
 		r->reason = pstrdup(reason);
@@ -550,7 +457,7 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 	orch_spi_scope_tenants(v, n, nargs + 1);
 	saved = orch_save_event_context();
 	orch_set_event_context(NULL, reason);
-	run_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
+	orch_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
 					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
 					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))),"
 					 " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token,"
@@ -560,8 +467,7 @@ run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, cons
 					 " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
 					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
 					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))",
-					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1),
-			nargs + 2, t, v, n, SPI_OK_UPDATE);
+					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE);
 	orch_restore_event_context(saved);	/* the caller's label and note go on */
 	return (int) SPI_processed;
 }
@@ -653,16 +559,15 @@ orch_runs_maintain(int limit)
 	v[0] = Int32GetDatum(limit);
 	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
 	orch_spi_scope_tenants(v, vn, 1);
-	run_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
+	orch_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
-			"   AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))"
+			"   AND " ORCH_TENANT_IN("r.tenant_id", "$2")
 			"   AND ((r.deadline_at <= now() AND r.phase = 'forward')"
 			"     OR EXISTS (SELECT 1 FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id"
-			"        AND ($2::text[] IS NULL OR s.tenant_id = ANY ($2))"
+			"        AND " ORCH_TENANT_IN("s.tenant_id", "$2")
 			"        AND ((s.state = 'waiting' AND s.wake_at <= clock_timestamp())"
 			"          OR (s.state IN ('running', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
-			" ORDER BY r.id LIMIT $1",
-			2, types, v, vn, SPI_OK_SELECT);
+			" ORDER BY r.id LIMIT $1", 2, types, v, vn, false, 0, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
 	tenants = palloc(sizeof(char *) * (n + 1));
@@ -678,12 +583,10 @@ orch_runs_maintain(int limit)
 
 		/* the run's open tasks first, then the run (the lock order) */
 		RUN_ARGS(lv, ids[i], tenants[i]);
-		run_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-				2, rt_types, lv, NULL, SPI_OK_SELECT);
+		orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED", 2, rt_types, lv, NULL, false, 0, SPI_OK_SELECT);
 		/* a run a worker is progressing is left to it (and the next pass) */
-		run_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED",
-				2, rt_types, lv, NULL, SPI_OK_SELECT);
+		orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", 2, rt_types, lv, NULL, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 0 || !lock_run(ids[i], tenants[i], &r))
 			continue;
 		orch_set_event_context("orchestrator", NULL);
@@ -720,7 +623,7 @@ check_input(Jsonb *schema_holder_unused, Datum spec, Datum input)
 	(void) schema_holder_unused;
 	v[0] = spec;
 	v[1] = input;
-	run_sql("SELECT CASE"
+	orch_sql("SELECT CASE"
 			"  WHEN NOT ($1 ? 'input_schema') THEN NULL"
 			"  WHEN jsonb_typeof($2) <> 'object' THEN '$.input must be a JSON object'"
 			"  ELSE coalesce("
@@ -734,8 +637,7 @@ check_input(Jsonb *schema_holder_unused, Datum spec, Datum input)
 			"       WHEN 'integer' THEN jsonb_typeof($2 -> p.key) = 'number'"
 			"            AND ($2 ->> p.key)::numeric = trunc(($2 ->> p.key)::numeric)"
 			"       ELSE jsonb_typeof($2 -> p.key) = p.value ->> 'type' END"
-			"     ORDER BY p.key LIMIT 1)) END",
-			2, types, v, NULL, SPI_OK_SELECT);
+			"     ORDER BY p.key LIMIT 1)) END", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed == 1)
 	{
 		char	   *problem = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -749,7 +651,6 @@ check_input(Jsonb *schema_holder_unused, Datum spec, Datum input)
 }
 
 
-static SPIPlanPtr start_find_plan = NULL;
 
 Datum
 orch_start(PG_FUNCTION_ARGS)
@@ -800,14 +701,11 @@ orch_start(PG_FUNCTION_ARGS)
 	fv[1] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	if (PG_ARGISNULL(2))
 		fn[1] = 'n';
-	if (SPI_execute_plan(orch_prepare(&start_find_plan,
-									  "SELECT version, spec, content_hash FROM orch.definitions"
+	orch_exec(orch_plan("SELECT version, spec, content_hash FROM orch.definitions"
 									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
 									  "   AND ($2::int IS NULL OR version = $2)"
 									  " ORDER BY version DESC LIMIT 1",
-									  2, ftypes),
-						 fv, fn, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: definition lookup failed");
+									  2, ftypes), fv, fn, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -851,18 +749,17 @@ orch_start(PG_FUNCTION_ARGS)
 	" RETURNING id"
 	/* with a correlation id (0.5.0 schema); without, the plain insert serves every schema */
 	if (corr)
-		run_sql(RUN_INSERT_SQL(", correlation_id", ", $10"), 10, types, v, n, SPI_OK_INSERT_RETURNING);
+		orch_sql(RUN_INSERT_SQL(", correlation_id", ", $10"), 10, types, v, n, false, 0, SPI_OK_INSERT_RETURNING);
 	else
-		run_sql(RUN_INSERT_SQL("", ""), 9, types, v, n, SPI_OK_INSERT_RETURNING);
+		orch_sql(RUN_INSERT_SQL("", ""), 9, types, v, n, false, 0, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed == 0)
 	{
 		/* the key names an existing run: the same request returns it */
 		int64		existing;
 
-		run_sql("SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
+		orch_sql("SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
 				" AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
-				" FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7",
-				9, types, v, n, SPI_OK_SELECT);
+				" FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7", 9, types, v, n, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 0)
 			elog(ERROR, "orchestrator: run with idempotency key \"%s\" vanished", key);
 		existing = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -907,7 +804,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 	v[0] = PG_GETARG_DATUM(0);
 	orch_spi_caller_tenants(v, n, 1);
 	SPI_connect();
-	run_sql("SELECT jsonb_build_object("
+	orch_sql("SELECT jsonb_build_object("
 			"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id),"
 			"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type,"
 			"       'state', s.state, 'output', s.output, 'error', s.error, 'started_at', s.started_at,"
@@ -934,8 +831,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 			"             SELECT x.* FROM orch.tasks t JOIN orch.events x ON x.task_id = t.id"
 			"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
 			"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))"
-			" FROM orch.runs r WHERE r.id = $1 AND ($2::text[] IS NULL OR r.tenant_id = ANY ($2))",
-			2, types, v, n, SPI_OK_SELECT);
+			" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2"), 2, types, v, n, false, 0, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),

@@ -24,7 +24,6 @@ PG_FUNCTION_INFO_V1(orch_resume);
 PG_FUNCTION_INFO_V1(orch_await_confirmation);
 PG_FUNCTION_INFO_V1(orch_confirm);
 
-static SPIPlanPtr lock_plan = NULL;
 
 /* Lock a task FOR UPDATE and read what the calls below need. */
 bool
@@ -56,15 +55,12 @@ orch_lock_task(int64 id, OrchTask *t)
 	" ready_at IS NOT NULL," \
 	" coalesce(" TIMEOUT_END " <= now(), false)" \
 	" FROM orch.tasks WHERE id = $1" \
-	"   AND ($2::text[] IS NULL OR tenant_id = ANY ($2)) FOR UPDATE"
+	"   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE"
 	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
-	if (SPI_execute_plan(orch_citus()
-						 ? orch_prepare(&lock_plan,
-										LOCK_TASK_SQL(ORCH_UTC_ADD("claimed_at", "timeout")),
+	orch_exec(orch_citus()
+						 ? orch_plan(LOCK_TASK_SQL(ORCH_UTC_ADD("claimed_at", "timeout")),
 										2, types)
-						 : orch_prepare(&lock_plan, LOCK_TASK_SQL("claimed_at + timeout"), 2, types),
-						 v, n, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: task lookup failed");
+						 : orch_plan(LOCK_TASK_SQL("claimed_at + timeout"), 2, types), v, n, false, 1, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
@@ -143,7 +139,6 @@ check_lease(OrchTask *t, pg_uuid_t *token, const char *action)
 				 errhint("Heartbeat more often than the lease, or claim with a longer lease.")));
 }
 
-static SPIPlanPtr attempt_plan = NULL;
 
 /* Append the finished execution to orch.attempts. */
 static void
@@ -172,13 +167,10 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 	v[9] = TimestampTzGetDatum(retry_at);
 	if (!has_retry_at)
 		n[9] = 'n';
-	if (SPI_execute_plan(orch_prepare(&attempt_plan,
-									  "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+	orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
 									  " lease_token, started_at, outcome, error_class, error, retry_at)"
 									  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-									  10, types),
-						 v, n, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: attempt insert failed");
+									  10, types), v, n, false, 0, SPI_OK_INSERT);
 }
 
 /*
@@ -186,7 +178,6 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
  * are (tenant_id, id, attempts, lease_owner, lease_token, claimed_at).
  * Appended directly (append.c); through SQL when orch.attempts needs it.
  */
-static SPIPlanPtr completed_attempts_plan = NULL;
 
 static void
 record_completed_attempts(SPITupleTable *tt, int n)
@@ -230,21 +221,17 @@ record_completed_attempts(SPITupleTable *tt, int n)
 			args[c] = PointerGetDatum(construct_md_array(cv, cn, 1, dims, lbs, elem[c],
 														 typlen, typbyval, typalign));
 		}
-		if (SPI_execute_plan(orch_prepare(&completed_attempts_plan,
-										  "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+		orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
 										  "   lease_token, started_at, outcome)"
 										  " SELECT u.t, u.i, u.a, u.w, u.l, u.s, 'completed'"
 										  "   FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY AS u(t, i, a, w, l, s, o)"
 										  "  ORDER BY u.o",
-										  6, arr),
-							 args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "orchestrator: attempt insert failed");
+										  6, arr), args, NULL, false, 0, SPI_OK_INSERT);
 	}
 	pfree(v);
 	pfree(nl);
 }
 
-static SPIPlanPtr fail_plan = NULL;
 
 /*
  * A failed execution of a locked, executing task: decide by the task's
@@ -302,19 +289,15 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 		Oid			jt[2] = {TEXTOID, TEXTOID};
 		bool		isnull;
 
-		if (SPI_execute_with_args("SELECT jsonb_build_object('escalated', $1, 'error', $2)",
-								  2, jt, v + 4, n + 4, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: wait data failed");
+		orch_sql_once("SELECT jsonb_build_object('escalated', $1, 'error', $2)", 2, jt, v + 4, n + 4, true, 1, SPI_OK_SELECT);
 		v[8] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		n[8] = ' ';
 	}
-	if (SPI_execute_plan(orch_prepare(&fail_plan,
-									  "UPDATE orch.tasks SET state = $3, failures = $4, reason_code = $5,"
+	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = $3, failures = $4, reason_code = $5,"
 									  " last_error = $6, last_error_class = $7, retry_at = $8, ready_at = $8,"
 									  " wait_data = $9"
 									  " WHERE id = $1 AND tenant_id = $2",
-									  9, types),
-						 v, n, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
+									  9, types), v, n, false, 0, SPI_OK_UPDATE) != 1)
 		elog(ERROR, "orchestrator: task update failed");
 	if (retry_at)
 		*retry_at = at;
@@ -350,21 +333,17 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 	return j;
 }
 
-/* One task update through the call site's cached plan (*cache). */
-static SPIPlanPtr update_plans[6];
-
+/* One task update (of exactly one row). */
 static void
-exec_update(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types, Datum *v, const char *n)
+exec_update(const char *sql, int nargs, Oid *types, Datum *v, const char *n)
 {
-	if (SPI_execute_plan(orch_prepare(cache, sql, nargs, types), v, n, false, 0) != SPI_OK_UPDATE ||
-		SPI_processed != 1)
+	if (orch_exec(orch_plan(sql, nargs, types), v, n, false, 0, SPI_OK_UPDATE) != 1)
 		elog(ERROR, "orchestrator: task update failed");
 }
 
 /* ----------------------------------------------------------------------
  * orch_complete(task_id, lease_token, result) -> 'completed'
  * ---------------------------------------------------------------------- */
-static SPIPlanPtr complete_plan = NULL;
 
 Datum
 orch_complete(PG_FUNCTION_ARGS)
@@ -390,16 +369,13 @@ orch_complete(PG_FUNCTION_ARGS)
 	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	/* Fast path: one statement fences and completes; then the attempt row */
-	if (SPI_execute_plan(orch_prepare(&complete_plan,
-									  "UPDATE orch.tasks SET state = 'completed', result = $3,"
+	orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > now()"
-									  "   AND ($5::text[] IS NULL OR tenant_id = ANY ($5))"
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
 									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
-									  5, types),
-						 v, n, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "orchestrator: complete failed");
+									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 	{
 		OrchTask	t;
@@ -423,7 +399,6 @@ orch_complete(PG_FUNCTION_ARGS)
  *	  (task, token) pair does not hold, the error of orch_complete for that
  *	  task is raised and nothing changes.
  * ---------------------------------------------------------------------- */
-static SPIPlanPtr complete_batch_plan = NULL;
 
 Datum
 orch_complete_batch(PG_FUNCTION_ARGS)
@@ -501,18 +476,15 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
-	if (SPI_execute_plan(orch_prepare(&complete_batch_plan,
-									  "UPDATE orch.tasks t SET state = 'completed', result = r.result,"
+	orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
 									  "   reason_code = 'completed'"
 									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
 									  "   AS r(id, tok, result)"
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
 									  "   AND t.lease_expires_at > now()"
-									  "   AND ($5::text[] IS NULL OR t.tenant_id = ANY ($5))"
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
 									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
-									  5, types),
-						 v, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "orchestrator: batch complete failed");
+									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
 	completed = (int) SPI_processed;
 	if (completed != n)
 	{
@@ -642,11 +614,11 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
 	if (orch_citus())
 		/* no stable function on a column in a distributed UPDATE: UTC arithmetic */
-		exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3,"
+		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3,"
 					" " ORCH_UTC_ADD("claimed_at", "timeout") ")"
 					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	else
-		exec_update(&update_plans[0], "UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
+		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
 					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	orch_scope_clear();
 	SPI_finish();
@@ -673,7 +645,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 		record_attempt(&t, "cancelled", NULL, reason, false, 0);
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
-	exec_update(&update_plans[1], "UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
+	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
 				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
 	orch_clear_event_context();
 	orch_scope_clear();
@@ -707,7 +679,7 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 	v[3] = JsonbPGetDatum(wait_data);
 	if (!wait_data)
 		n[3] = 'n';
-	exec_update(&update_plans[2], "UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
+	exec_update("UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
 				" retry_at = NULL, wait_data = $4, resume_data = NULL"
 				" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
 	orch_clear_event_context();
@@ -785,9 +757,7 @@ require_waiting(OrchTask *t, TaskState waiting, const char *action)
 		bool		isnull;
 
 		v[0] = Int64GetDatum(t->id);
-		if (SPI_execute_with_args("SELECT gated FROM orch.tasks WHERE id = $1",
-								  1, types, v, NULL, false, 1) != SPI_OK_SELECT ||
-			SPI_processed != 1)
+		if (orch_sql_once("SELECT gated FROM orch.tasks WHERE id = $1", 1, types, v, NULL, false, 1, SPI_OK_SELECT) != 1)
 			elog(ERROR, "orchestrator: task lookup failed");
 		t->ready = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -819,7 +789,7 @@ orch_resume(PG_FUNCTION_ARGS)
 	if (!result)
 		n[2] = 'n';
 	orch_set_event_context(NULL, NULL);
-	exec_update(&update_plans[3], "UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
+	exec_update("UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
 				" WHERE id = $1 AND tenant_id = $2", 3, types, v, n);
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
@@ -858,7 +828,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	orch_spi_text(v, n, 4, actor);
 	if (approve)
 	{
-		exec_update(&update_plans[4], "UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
+		exec_update("UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
 					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', true, 'actor', $3,"
 					"   'label', $5, 'note', $4))"
 					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
@@ -869,7 +839,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		exec_update(&update_plans[5], "UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
+		exec_update("UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
 					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', false, 'actor', $3,"
 					"   'label', $5, 'note', $4))"
 					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);

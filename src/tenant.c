@@ -1,6 +1,6 @@
 /*
  * tenant.c
- *	  Tenant isolation (SPEC section 10): which tenants the calling role may
+ *	  Tenant isolation: which tenants the calling role may
  *	  see and act on, from the bindings in orch.tenant_bindings
  *	  (orch_bind_tenant / orch_unbind_tenant), and the effective actor that
  *	  events record.  A role bound to no tenant (directly or through a role it
@@ -79,7 +79,6 @@ bindings_table_exists(void)
 	return OidIsValid(nsp) && OidIsValid(get_relname_relid("tenant_bindings", nsp));
 }
 
-static SPIPlanPtr bindings_plan = NULL;
 
 /*
  * The tenants one role is bound to (its own bindings and those of every role
@@ -96,14 +95,11 @@ role_tenants(Oid role, char ***out)
 	if (superuser_arg(role))
 		return -1;
 	v[0] = ObjectIdGetDatum(role);
-	if (SPI_execute_plan(orch_prepare(&bindings_plan,
-									  "SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+	orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
 									  " JOIN pg_catalog.pg_roles r ON r.oid = b.role"
 									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
 									  " ORDER BY 1",
-									  1, types),
-						 v, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: tenant binding lookup failed");
+									  1, types), v, NULL, true, 0, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	if (n == 0)
 		return -1;
@@ -411,9 +407,8 @@ orch_bind_tenant(PG_FUNCTION_ARGS)
 	v[0] = ObjectIdGetDatum(get_role_oid(role, false));
 	v[1] = orch_text_datum(tenant);
 	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO orch.tenant_bindings (role, tenant_id) VALUES ($1::oid::regrole, $2)"
-							  " ON CONFLICT DO NOTHING", 2, types, v, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "orchestrator: binding insert failed");
+	orch_sql_once("INSERT INTO orch.tenant_bindings (role, tenant_id) VALUES ($1::oid::regrole, $2)"
+							  " ON CONFLICT DO NOTHING", 2, types, v, NULL, false, 0, SPI_OK_INSERT);
 	added = SPI_processed == 1;
 	if (added)
 		orch_write_event(tenant, 0, false, "tenant_binding", NULL, role, "tenant_bound", 0, NULL, NULL);
@@ -436,9 +431,7 @@ orch_unbind_tenant(PG_FUNCTION_ARGS)
 	v[0] = ObjectIdGetDatum(get_role_oid(role, false));
 	v[1] = orch_text_datum(tenant);
 	SPI_connect();
-	if (SPI_execute_with_args("DELETE FROM orch.tenant_bindings WHERE role = $1::oid::regrole AND tenant_id = $2",
-							  2, types, v, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "orchestrator: binding delete failed");
+	orch_sql_once("DELETE FROM orch.tenant_bindings WHERE role = $1::oid::regrole AND tenant_id = $2", 2, types, v, NULL, false, 0, SPI_OK_DELETE);
 	removed = SPI_processed == 1;
 	if (removed)
 		orch_write_event(tenant, 0, false, "tenant_binding", role, NULL, "tenant_unbound", 0, NULL, NULL);

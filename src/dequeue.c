@@ -1,5 +1,5 @@
 /*
- * claim.c
+ * dequeue.c
  *	  Handing out work: orch_dequeue claims eligible tasks in priority/FIFO
  *	  order with FOR UPDATE SKIP LOCKED and a fresh fencing token per claim,
  *	  after lazily recovering expired leases of the same queue (maintain.c).
@@ -47,9 +47,6 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
 
 /* [1]: with the run filter (0.4.0 schema and later) */
-static SPIPlanPtr claim_plan[2] = {NULL, NULL};
-static SPIPlanPtr claim_tenant_plan[2] = {NULL, NULL};
-static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 
 /*
  * A workflow step's task is handed out only while its run is running (not
@@ -85,7 +82,6 @@ static SPIPlanPtr claim_tenants_plan[2] = {NULL, NULL};
 
 static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
-static SPIPlanPtr probe_plan = NULL;
 
 /*
  * Before a claim: is there an expired lease to recover, a delayed task now
@@ -112,15 +108,13 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 		n[2] = 'n';
 	/* key decisions: of every tenant (on Citus, of the claim's) */
 	orch_spi_scope_tenants(v, n, 3);
-	if (SPI_execute_plan(orch_prepare(&probe_plan,
-									  "SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
+	if (orch_exec(orch_plan("SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
 									  "        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL,"
 									  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
 									  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
 									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
-									  "               AND ($4::text[] IS NULL OR tenant_id = ANY ($4)))",
-									  4, types),
-						 v, n, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+									  "               AND " ORCH_TENANT_IN("tenant_id", "$4") ")",
+									  4, types), v, n, false, 1, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: claim probe failed");
 	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
@@ -132,10 +126,6 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 	" WHERE t.id = ANY ($1) AND t.ready_at <= now()" \
 	" RETURNING " CLAIM_RETURNING
 
-static SPIPlanPtr limited_cand_plan = NULL;
-static SPIPlanPtr claim_ids_plan = NULL;
-static SPIPlanPtr running_owner_plan = NULL;
-static SPIPlanPtr running_queue_plan = NULL;
 
 /* Candidates looked at per window, and in all, by one limited claim */
 #define LIMITED_WINDOW_MIN	16
@@ -147,8 +137,7 @@ count1(SPIPlanPtr plan, Datum *v)
 {
 	bool		isnull;
 
-	if (SPI_execute_plan(plan, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: count failed");
+	orch_exec(plan, v, NULL, false, 1, SPI_OK_SELECT);
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -200,8 +189,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 
 		orch_xact_lock("queue", queue, NULL);
 		ov[0] = orch_text_datum(queue);
-		running = count1(orch_prepare(&running_queue_plan,
-									  "SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
+		running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
 									  1, otypes), ov);
 		if (running >= qs->queue_limit)
 			return;
@@ -242,10 +230,9 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			cv[5] = Int64GetDatum(0);
 		}
 		/* keyset pagination: each window starts after the last one */
-		if (SPI_execute_plan(orch_prepare(&limited_cand_plan,
-										  "SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
+		orch_exec(orch_plan("SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
 										  " WHERE t.queue = $1 AND t.ready_at <= now()"
-										  "   AND ($3::text[] IS NULL OR t.tenant_id = ANY ($3))"
+										  "   AND " ORCH_TENANT_IN("t.tenant_id", "$3")
 										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
 										  "   AND (t.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r"
 										  "        WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND r.state = 'running'"
@@ -253,9 +240,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 										  "               OR t.step_key LIKE '%:compensate')))"
 										  " ORDER BY t.priority, t.created_at, t.id"
 										  " LIMIT $2 FOR UPDATE SKIP LOCKED",
-										  7, ctypes),
-							 cv, cn, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: candidate scan failed");
+										  7, ctypes), cv, cn, false, 0, SPI_OK_SELECT);
 		got = SPI_processed;
 		if (got == 0)
 			break;
@@ -296,8 +281,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 							ov[0] = orch_text_datum(queue);
 							ov[1] = orch_text_datum(owner);
 							ov[2] = orch_text_datum(ten);
-							o->running = count1(orch_prepare(&running_owner_plan,
-															 "SELECT count(*) FROM orch.tasks WHERE queue = $1"
+							o->running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1"
 															 " AND owner = $2 AND tenant_id = $3"
 															 " AND state = 'executing'",
 															 3, otypes), ov);
@@ -323,14 +307,11 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	uv[1] = Int32GetDatum(nchosen);
 	uv[2] = orch_text_datum(worker);
 	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
-	if (SPI_execute_plan(orch_prepare(&claim_ids_plan,
-									  "WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
+	orch_exec(orch_plan("WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
 									  " SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
 									  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
 									  " WHERE $2 > 0 ORDER BY priority, created_at, id",
-									  4, utypes),
-						 uv, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: claim failed");
+									  4, utypes), uv, NULL, false, 0, SPI_OK_SELECT);
 	emit_claimed(rsinfo, outer);
 }
 
@@ -522,15 +503,11 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		memcpy(cv, v, sizeof(Datum) * 5);
 		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
 		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-		if (SPI_execute_plan(runs
-							 ? orch_prepare(&claim_tenant_plan[1],
-											CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+		orch_exec(runs
+							 ? orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
 														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes)
-							 : orch_prepare(&claim_tenant_plan[0],
-											CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-														  " AND t.tenant_id = $5", ""), 6, ctypes),
-							 cv, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: claim failed");
+							 : orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+														  " AND t.tenant_id = $5", ""), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
 		orch_clear_event_context();
 		orch_scope_clear();
 		emit_claimed(rsinfo, outer);
@@ -546,31 +523,24 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	}
 	if (tenant)
 	{
-		if (SPI_execute_plan(runs
-							 ? orch_prepare(&claim_tenant_plan[1], CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types)
-							 : orch_prepare(&claim_tenant_plan[0], CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ""), 5, types),
-							 v, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: claim failed");
+		orch_exec(runs
+							 ? orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types)
+							 : orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ""), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
 	}
 	else if (!all_tenants)
 	{
 		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
 
-		if (SPI_execute_plan(runs
-							 ? orch_prepare(&claim_tenants_plan[1],
-											CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", RUN_FILTER),
+		orch_exec(runs
+							 ? orch_plan(CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", RUN_FILTER),
 											5, atypes)
-							 : orch_prepare(&claim_tenants_plan[0],
-											CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", ""),
-											5, atypes),
-							 v, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "orchestrator: claim failed");
+							 : orch_plan(CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", ""),
+											5, atypes), v, NULL, false, 0, SPI_OK_SELECT);
 	}
-	else if (SPI_execute_plan(runs
-							  ? orch_prepare(&claim_plan[1], CLAIM_SQL("", "", RUN_FILTER), 4, types)
-							  : orch_prepare(&claim_plan[0], CLAIM_SQL("", "", ""), 4, types),
-							  v, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "orchestrator: claim failed");
+	else
+		orch_exec(runs
+							  ? orch_plan(CLAIM_SQL("", "", RUN_FILTER), 4, types)
+							  : orch_plan(CLAIM_SQL("", "", ""), 4, types), v, NULL, false, 0, SPI_OK_SELECT);
 	orch_clear_event_context();
 
 	emit_claimed(rsinfo, outer);

@@ -1,0 +1,556 @@
+/*
+ * events.c
+ *	  The audit writer: who acts (the event context of an API call), one
+ *	  event per transition buffered per statement and written at its end
+ *	  with one insert (or appended without SQL, append.c).
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/sysattr.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/array.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/inval.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/rls.h"
+#include "nodes/bitmapset.h"
+#include "catalog/namespace.h"
+
+#include "orchestrator.h"
+
+
+/* ----------------------------------------------------------------------
+ * Event context: who acts and why, set by an API call for the duration of
+ * its writes; a raw UPDATE has none and is recorded as the session user's
+ * direct_update.
+ * ---------------------------------------------------------------------- */
+static OrchEventContext ctx;	/* worker_actor: actor = the task's lease owner */
+static bool ctx_callbacks_registered = false;
+static List *event_buffer = NIL;	/* BufferedEvent, in TopTransactionContext */
+static int	events_deferred = 0;	/* > 0: statement ends do not flush (see orch_events_defer) */
+
+static void
+ctx_reset(void)
+{
+	if (ctx.actor)
+		pfree(ctx.actor);
+	if (ctx.note)
+		pfree(ctx.note);
+	ctx.actor = ctx.note = NULL;
+	ctx.active = ctx.worker_actor = false;
+}
+
+static void
+ctx_xact_callback(XactEvent event, void *arg)
+{
+	ctx_reset();
+	event_buffer = NIL;			/* its memory goes with the transaction */
+	events_deferred = 0;
+}
+
+static void events_forget(int from_level);
+
+static void
+ctx_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		ctx_reset();
+		events_forget(GetCurrentTransactionNestLevel());
+	}
+}
+
+static void
+ensure_callbacks(void)
+{
+	if (!ctx_callbacks_registered)
+	{
+		RegisterXactCallback(ctx_xact_callback, NULL);
+		RegisterSubXactCallback(ctx_subxact_callback, NULL);
+		ctx_callbacks_registered = true;
+	}
+}
+
+void
+orch_set_event_context(const char *actor, const char *note)
+{
+	orch_set_event_context_ext(actor, note, false);
+}
+
+/* worker_actor: record the task's lease owner as the actor (worker calls) */
+void
+orch_set_event_context_ext(const char *actor, const char *note, bool worker_actor)
+{
+	ensure_callbacks();
+	ctx_reset();
+	ctx.active = true;
+	ctx.worker_actor = worker_actor;
+	if (actor)
+		ctx.actor = MemoryContextStrdup(TopMemoryContext, actor);
+	if (note)
+		ctx.note = MemoryContextStrdup(TopMemoryContext, note);
+}
+
+void
+orch_clear_event_context(void)
+{
+	ctx_reset();
+}
+
+/* The current event context, to be put back with orch_restore_event_context. */
+OrchEventContext
+orch_save_event_context(void)
+{
+	OrchEventContext c;
+
+	c.active = ctx.active;
+	c.worker_actor = ctx.worker_actor;
+	c.actor = ctx.actor ? pstrdup(ctx.actor) : NULL;
+	c.note = ctx.note ? pstrdup(ctx.note) : NULL;
+	return c;
+}
+
+void
+orch_restore_event_context(OrchEventContext c)
+{
+	if (!c.active)
+	{
+		ctx_reset();
+		return;
+	}
+	orch_set_event_context_ext(c.actor, c.note, c.worker_actor);
+}
+
+/* ----------------------------------------------------------------------
+ * Event writer
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Which columns does orch.events have?  0: before 0.4.0; 1: label (0.4.0);
+ * 2: label and waited (0.5.0).  Looked up per transaction: the library may
+ * run against an older schema until ALTER EXTENSION UPDATE.
+ */
+static LocalTransactionId level_lxid = InvalidLocalTransactionId;
+static int	level_known = 0;
+
+int
+orch_events_level(void)
+{
+	if (level_lxid != MyProc->lxid || level_lxid == InvalidLocalTransactionId)
+	{
+		Oid			nsp = get_namespace_oid("orch", true);
+		Oid			rel = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
+
+		level_known = 0;
+		if (OidIsValid(rel) && get_attnum(rel, "label") != InvalidAttrNumber)
+			level_known = get_attnum(rel, "waited") != InvalidAttrNumber ? 2 : 1;
+		level_lxid = MyProc->lxid;
+	}
+	return level_known;
+}
+
+/*
+ * Insert one event.  actor is always the role the call acts for
+ * (orch_current_actor); label is the name the caller supplied (worker,
+ * approver), recorded beside it and never in its place.
+ */
+void
+orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
+				 int64 run_id, bool has_run, const char *entity,
+				 const char *from_state, const char *to_state,
+				 const char *reason_code, const char *label, int32 attempt,
+				 pg_uuid_t *lease_token, const char *note, int64 waited_us)
+{
+	Oid			types[13] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
+		TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID, TEXTOID, INTERVALOID};
+	Datum		values[13];
+	char		nulls[13];
+	SPIPlanPtr	plan;
+	int			level;
+	bool		with_label;
+	OrchEvent	ev;
+	OrchEvent  *evp = &ev;
+
+	ev.level = 0;
+	ev.tenant = (char *) (tenant ? tenant : ORCH_DEFAULT_TENANT);
+	ev.entity = entity;
+	ev.has_task = has_task;
+	ev.task_id = task_id;
+	ev.has_run = has_run;
+	ev.run_id = run_id;
+	ev.from_state = (char *) from_state;
+	ev.to_state = (char *) to_state;
+	ev.reason_code = (char *) reason_code;
+	ev.actor = (char *) orch_current_actor();
+	ev.label = (char *) label;
+	ev.attempt = attempt;
+	ev.has_token = lease_token != NULL;
+	if (lease_token)
+		memcpy(&ev.token, lease_token, sizeof(pg_uuid_t));
+	ev.note = (char *) note;
+	ev.at = GetCurrentTimestamp();
+	ev.waited_us = waited_us;
+	if (orch_events_store(&evp, 1))
+		return;
+
+	level = orch_events_level();
+	with_label = level >= 1;
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = orch_text_datum(tenant ? tenant : ORCH_DEFAULT_TENANT);
+	values[1] = Int64GetDatum(task_id);
+	if (!has_task)
+		nulls[1] = 'n';
+	values[2] = Int64GetDatum(run_id);
+	if (!has_run)
+		nulls[2] = 'n';
+	values[3] = orch_text_datum(entity);
+#define OPT_TEXT(i, s) do { if (s) values[i] = orch_text_datum(s); else nulls[i] = 'n'; } while (0)
+	OPT_TEXT(4, from_state);
+	OPT_TEXT(5, to_state);
+	OPT_TEXT(6, reason_code);
+	if (with_label)
+		values[7] = orch_text_datum(orch_current_actor());
+	else
+		values[7] = orch_text_datum(label ? label : orch_current_actor());
+	values[8] = Int32GetDatum(attempt);
+	if (attempt <= 0)
+		nulls[8] = 'n';
+	values[9] = UUIDPGetDatum(lease_token);
+	if (lease_token == NULL)
+		nulls[9] = 'n';
+	OPT_TEXT(10, note);
+	OPT_TEXT(11, label);
+#undef OPT_TEXT
+	if (waited_us >= 0)
+		values[12] = IntervalPGetDatum(orch_usecs_interval(waited_us));
+	else
+		nulls[12] = 'n';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (level >= 2)
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, label, waited)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+							13, types);
+	else if (with_label)
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, label)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+							12, types);
+	else
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+							11, types);
+	orch_exec(plan, values, nulls, false, 0, SPI_OK_INSERT);
+	SPI_finish();
+}
+
+/* ----------------------------------------------------------------------
+ * Per-statement event buffer.  When orch.tasks has the statement trigger
+ * tasks_events (0.3.0 and later), the row trigger buffers its events and
+ * orch_events_flush writes them with one INSERT at the end of the statement:
+ * a batch claim or enqueue of N tasks then costs one insert, not N.
+ * ---------------------------------------------------------------------- */
+typedef OrchEvent BufferedEvent;
+
+
+static char *
+tx_strdup(const char *s)
+{
+	return s ? MemoryContextStrdup(TopTransactionContext, s) : NULL;
+}
+
+void
+orch_buffer_event(const char *entity, const char *tenant, bool has_task, int64 task_id,
+			 bool has_run, int64 run_id,
+			 const char *from_state, const char *to_state, const char *reason_code,
+			 const char *label, int32 attempt, pg_uuid_t *token, const char *note,
+			 int64 waited_us)
+{
+	MemoryContext old;
+	BufferedEvent *e;
+
+	ensure_callbacks();
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	e = palloc0(sizeof(BufferedEvent));
+
+	e->level = GetCurrentTransactionNestLevel();
+	e->tenant = tx_strdup(tenant ? tenant : ORCH_DEFAULT_TENANT);
+	e->entity = entity;
+	e->has_task = has_task;
+	e->task_id = task_id;
+	e->has_run = has_run;
+	e->run_id = run_id;
+	e->from_state = tx_strdup(from_state);
+	e->to_state = tx_strdup(to_state);
+	e->reason_code = tx_strdup(reason_code);
+	e->actor = tx_strdup(orch_current_actor());
+	e->label = tx_strdup(label);
+	e->attempt = attempt;
+	e->has_token = token != NULL;
+	if (token)
+		memcpy(&e->token, token, sizeof(pg_uuid_t));
+	e->note = tx_strdup(note);
+	e->at = GetCurrentTimestamp();
+	e->waited_us = waited_us;
+	event_buffer = lappend(event_buffer, e);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+events_forget(int from_level)
+{
+	ListCell   *lc;
+
+	foreach(lc, event_buffer)
+	{
+		BufferedEvent *e = (BufferedEvent *) lfirst(lc);
+
+		if (e->level >= from_level)
+			event_buffer = foreach_delete_current(event_buffer, lc);
+	}
+}
+
+
+
+#define FLUSH_COLS 15
+
+/* Write every buffered event with one INSERT ... SELECT FROM unnest(...). */
+static void
+events_flush(void)
+{
+	List	   *work = event_buffer;
+	int			n = list_length(work);
+	Datum	   *cols[FLUSH_COLS];
+	bool	   *nulls[FLUSH_COLS];
+	Oid			elemtypes[FLUSH_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
+		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
+	Oid			arrtypes[FLUSH_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
+	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID};
+	Datum		args[FLUSH_COLS];
+	int			i = 0;
+	ListCell   *lc;
+	int			level;
+	bool		with_label;
+	SPIPlanPtr	plan;
+
+	if (n == 0)
+		return;
+	event_buffer = NIL;
+	if (n == 1)
+	{
+		/* one row: the plain VALUES insert is cheaper to start than unnest */
+		BufferedEvent *e = (BufferedEvent *) linitial(work);
+
+		orch_write_event_full(e->tenant, e->task_id, e->has_task, e->run_id, e->has_run, e->entity,
+						 e->from_state, e->to_state, e->reason_code, e->label,
+						 e->attempt, e->has_token ? &e->token : NULL, e->note, e->waited_us);
+		list_free_deep(work);
+		return;
+	}
+	{
+		OrchEvent **arr = palloc(sizeof(OrchEvent *) * n);
+
+		foreach(lc, work)
+			arr[foreach_current_index(lc)] = (OrchEvent *) lfirst(lc);
+		if (orch_events_store(arr, n))
+		{
+			pfree(arr);
+			list_free_deep(work);
+			return;
+		}
+		pfree(arr);
+	}
+	level = orch_events_level();
+	with_label = level >= 1;
+	for (int c = 0; c < FLUSH_COLS; c++)
+	{
+		cols[c] = palloc0(sizeof(Datum) * n);
+		nulls[c] = palloc0(sizeof(bool) * n);
+	}
+	foreach(lc, work)
+	{
+		BufferedEvent *e = (BufferedEvent *) lfirst(lc);
+
+#define SETTXT(c, s) do { if (s) cols[c][i] = orch_text_datum(s); else nulls[c][i] = true; } while (0)
+		SETTXT(0, e->tenant);
+		cols[1][i] = Int64GetDatum(e->task_id);
+		nulls[1][i] = !e->has_task;
+		cols[2][i] = Int64GetDatum(e->run_id);
+		nulls[2][i] = !e->has_run;
+		SETTXT(3, e->from_state);
+		SETTXT(4, e->to_state);
+		SETTXT(5, e->reason_code);
+		if (with_label || e->label == NULL)
+			SETTXT(6, e->actor);
+		else
+			SETTXT(6, e->label);
+		cols[7][i] = Int32GetDatum(e->attempt);
+		nulls[7][i] = e->attempt <= 0;
+		cols[8][i] = UUIDPGetDatum(&e->token);
+		nulls[8][i] = !e->has_token;
+		SETTXT(9, e->note);
+		cols[10][i] = TimestampTzGetDatum(e->at);
+		cols[11][i] = Int32GetDatum(i);
+		SETTXT(12, e->label);
+#undef SETTXT
+		if (e->waited_us >= 0)
+			cols[13][i] = IntervalPGetDatum(orch_usecs_interval(e->waited_us));
+		else
+			nulls[13][i] = true;
+		cols[14][i] = orch_text_datum(e->entity ? e->entity : "task");
+		i++;
+	}
+	for (int c = 0; c < FLUSH_COLS; c++)
+	{
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+		int			dims[1] = {n};
+		int			lbs[1] = {1};
+
+		get_typlenbyvalalign(elemtypes[c], &typlen, &typbyval, &typalign);
+		args[c] = PointerGetDatum(construct_md_array(cols[c], nulls[c], 1, dims, lbs,
+													 elemtypes[c], typlen, typbyval, typalign));
+	}
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (level >= 2)
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord, label, waited, entity)"
+							" ORDER BY e.ord",
+							FLUSH_COLS, arrtypes);
+	else if (with_label)
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at, label)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord, label)"
+							" ORDER BY e.ord",
+							FLUSH_COLS - 2, arrtypes);
+	else
+		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord)"
+							" ORDER BY e.ord",
+							FLUSH_COLS - 3, arrtypes);
+	orch_exec(plan, args, NULL, false, 0, SPI_OK_INSERT);
+	SPI_finish();
+	list_free_deep(work);
+}
+
+/*
+ * The audit writer's part of a statement's end (statement_end.c): write the
+ * events the statement buffered, unless a run's progression defers them.
+ */
+void
+orch_events_statement_end(void)
+{
+	if (events_deferred == 0)
+		events_flush();
+}
+
+/* Does this relation flush buffered events at statement end? */
+bool
+orch_has_flush_trigger(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+
+	if (td == NULL || !td->trig_update_after_statement || !td->trig_insert_after_statement)
+		return false;
+	for (int i = 0; i < td->numtriggers; i++)
+		if (strcmp(td->triggers[i].tgname, "tasks_events") == 0 && td->triggers[i].tgenabled != TRIGGER_DISABLED)
+			return true;
+	return false;
+}
+
+/*
+ * Record a manual action or transition that the trigger does not see (for
+ * example a resume, which keeps the task's state).  Uses the event context's
+ * actor and note when the caller passes none.
+ */
+void
+orch_write_event(const char *tenant, int64 task_id, bool has_task,
+				 const char *entity, const char *from_state,
+				 const char *to_state, const char *reason_code,
+				 int32 attempt, pg_uuid_t *lease_token, const char *note)
+{
+	orch_write_event_full(tenant, task_id, has_task, 0, false, entity, from_state,
+					 to_state, reason_code, ctx.actor, attempt, lease_token,
+					 note ? note : ctx.note, -1);
+}
+
+/* An event of a workflow run or of one of its steps (entity 'run', 'run_step'). */
+void
+orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
+					 const char *from_state, const char *to_state,
+					 const char *reason_code, const char *note)
+{
+	if (events_deferred > 0)
+		orch_buffer_event(strcmp(entity, "run") == 0 ? "run" : "run_step", tenant, false, 0,
+					 true, run_id, from_state, to_state, reason_code, ctx.actor, 0, NULL,
+					 note ? note : ctx.note, -1);
+	else
+		orch_write_event_full(tenant, 0, false, run_id, true, entity, from_state, to_state,
+						 reason_code, ctx.actor, 0, NULL, note ? note : ctx.note, -1);
+}
+
+/*
+ * While a run progresses at the end of a statement (orch_runs_flush), the
+ * events of its steps, of the step tasks it enqueues and of the run are
+ * buffered and written with one INSERT when it is done (orch_events_undefer)
+ * instead of one per event.  Only with the 0.5.0 schema (the flush writes
+ * the entity of each row); returns whether deferral began.
+ */
+bool
+orch_events_defer(void)
+{
+	if (orch_events_level() < 2)
+		return false;
+	ensure_callbacks();
+	events_deferred++;
+	return true;
+}
+
+/* End a deferral; the outermost one writes what was buffered. */
+void
+orch_events_undefer(bool flush)
+{
+	if (events_deferred > 0)
+		events_deferred--;
+	if (events_deferred == 0 && flush)
+		events_flush();
+}
+
+/* The event context of the API call in progress (active false: none). */
+const OrchEventContext *
+orch_event_context(void)
+{
+	return &ctx;
+}

@@ -1,0 +1,398 @@
+/*
+ * queues.c
+ *	  Queue administration: names, the queue row and its cached settings,
+ *	  orch_create_queue / configure / pause / resume / drop, the effective
+ *	  settings, and per-key concurrency limits.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include <math.h>
+
+#include "utils/builtins.h"
+#include "miscadmin.h"
+#include "utils/datetime.h"
+#include "utils/json.h"
+#include "utils/numeric.h"
+
+#include "orchestrator.h"
+
+PG_FUNCTION_INFO_V1(orch_create_queue);
+PG_FUNCTION_INFO_V1(orch_configure_queue);
+PG_FUNCTION_INFO_V1(orch_pause_queue);
+PG_FUNCTION_INFO_V1(orch_resume_queue);
+PG_FUNCTION_INFO_V1(orch_drop_queue);
+PG_FUNCTION_INFO_V1(orch_queue_settings);
+PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
+
+void
+orch_validate_queue_name(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0 || len > 128)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue name must have 1 to 128 characters")));
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+			  (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.' || *c == ':'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid queue name \"%s\"", name),
+					 errdetail("Queue names use letters, digits, '_', '-', '.' and ':'.")));
+}
+
+
+/*
+ * Load a queue's effective settings; false if it does not exist.  Caller is
+ * connected to SPI; results are allocated in the caller's context.
+ */
+bool
+orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		vals[1];
+	SPIPlanPtr	plan;
+	bool		isnull;
+	Jsonb	   *settings;
+	bool		is_paused;
+	MemoryContext spicxt = CurrentMemoryContext;
+
+	if (orch_queue_cache_get(queue, qs, paused))
+		return true;
+	vals[0] = orch_text_datum(queue);
+	plan = orch_plan("SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
+	orch_exec(plan, vals, NULL, false, 1, SPI_OK_SELECT);
+	orch_settings_defaults(qs);
+	if (SPI_processed == 0)
+	{
+		if (paused)
+			*paused = false;
+		return false;
+	}
+	settings = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	is_paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (paused)
+		*paused = is_paused;
+	MemoryContextSwitchTo(spicxt);
+	orch_settings_apply(qs, settings, false);
+	orch_queue_cache_put(queue, qs, is_paused);
+	return true;
+}
+
+
+/* Create a queue with defaults when it is missing (auto_create_queues). */
+void
+orch_ensure_queue(const char *queue)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		vals[1];
+	SPIPlanPtr	plan;
+
+	orch_validate_queue_name(queue);
+	if (!orch_auto_create_queues)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", queue),
+				 errhint("Create it with orch_create_queue, or set orchestrator.auto_create_queues = on.")));
+	vals[0] = orch_text_datum(queue);
+	plan = orch_plan("INSERT INTO orch.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",
+						1, types);
+	orch_exec(plan, vals, NULL, false, 0, SPI_OK_INSERT);
+}
+
+/* ----------------------------------------------------------------------
+ * SQL-callable queue administration
+ * ---------------------------------------------------------------------- */
+
+static Jsonb *
+effective(Jsonb *settings)
+{
+	QueueSettings qs;
+
+	orch_settings_defaults(&qs);
+	orch_settings_apply(&qs, settings, false);
+	return orch_settings_to_jsonb(&qs);
+}
+
+Datum
+orch_create_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Jsonb	   *settings;
+	Jsonb	   *result;
+	Oid			types[2] = {TEXTOID, JSONBOID};
+	Datum		vals[2];
+
+	orch_require_unrestricted("queue administration");
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	orch_validate_queue_name(name);
+	settings = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	result = effective(settings);
+
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	vals[1] = JsonbPGetDatum(settings ? settings :
+							 DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"))));
+	orch_sql_once("INSERT INTO orch.queues (name, settings)"
+							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING", 2, types, vals, NULL, false, 0, SPI_OK_INSERT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("queue \"%s\" already exists", name),
+				 errhint("Change its settings with orch_configure_queue.")));
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+Datum
+orch_configure_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Jsonb	   *merged;
+	Jsonb	   *result;
+	Oid			types[2] = {TEXTOID, JSONBOID};
+	Datum		vals[2];
+	bool		isnull;
+	MemoryContext outer = CurrentMemoryContext;
+
+	orch_require_unrestricted("queue administration");
+	orch_require_arg(fcinfo, 0, "name");
+	orch_require_arg(fcinfo, 1, "settings");
+	name = orch_text_arg(fcinfo, 0);
+	if (!JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(1)) || JB_ROOT_IS_SCALAR(PG_GETARG_JSONB_P(1)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("settings must be a JSON object")));
+
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	vals[1] = PG_GETARG_DATUM(1);
+	orch_sql_once("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
+							  " WHERE name = $1 FOR UPDATE", 2, types, vals, NULL, false, 1, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	merged = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	MemoryContextSwitchTo(outer);
+	result = effective(merged);	/* validates before anything is written */
+	vals[1] = JsonbPGetDatum(merged);
+	orch_sql_once("UPDATE orch.queues SET settings = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
+	/* a changed concurrency_key_limit applies at once (0.3.0 and later) */
+	if (orch_has_gate())
+		orch_gate_reconcile(name, 10000);
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+static void
+set_paused(FunctionCallInfo fcinfo, bool paused)
+{
+	char	   *name;
+	Oid			types[2] = {TEXTOID, BOOLOID};
+	Datum		vals[2];
+
+	orch_require_unrestricted("queue administration");
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	SPI_connect();
+	vals[0] = orch_text_datum(name);
+	vals[1] = BoolGetDatum(paused);
+	orch_sql_once("UPDATE orch.queues SET paused = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	SPI_finish();
+}
+
+Datum
+orch_pause_queue(PG_FUNCTION_ARGS)
+{
+	set_paused(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+Datum
+orch_resume_queue(PG_FUNCTION_ARGS)
+{
+	set_paused(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+Datum
+orch_drop_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	bool		force;
+	Oid			types[1] = {TEXTOID};
+	Datum		vals[1];
+	int64		live;
+	bool		isnull;
+
+	orch_require_unrestricted("queue administration");
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+
+	SPI_connect();
+	/* wait for enqueues in flight; later ones wait for this drop */
+	orch_xact_lock("queue-exists", name, NULL);
+	vals[0] = orch_text_datum(name);
+	orch_sql_once("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE", 1, types, vals, NULL, false, 1, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	orch_sql_once("SELECT count(*) FROM orch.tasks WHERE queue = $1"
+							  " AND state NOT IN ('completed', 'failed', 'cancelled')", 1, types, vals, NULL, false, 1, SPI_OK_SELECT);
+	live = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (live > 0 && !force)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("queue \"%s\" holds " INT64_FORMAT " unfinished tasks", name, live),
+				 errhint("Let them finish, or call orch_drop_queue(name, force => true) to cancel them.")));
+	if (live > 0)
+	{
+		Oid			ctypes[2] = {TEXTOID, TEXTARRAYOID};
+		Datum		cv[2];
+		char		cn[2] = {' ', 'n'};
+		int			ntenants = 1;
+		char	  **tenants = NULL;
+
+		/* on Citus tenant by tenant: each statement then locks on one shard */
+		if (orch_citus())
+		{
+			orch_sql_once("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
+									  " AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1", 1, types, vals, NULL, false, 0, SPI_OK_SELECT);
+			ntenants = (int) SPI_processed;
+			tenants = palloc(sizeof(char *) * (ntenants + 1));
+			for (int i = 0; i < ntenants; i++)
+				tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		}
+		orch_set_event_context(NULL, "queue dropped");
+		cv[0] = vals[0];
+		cv[1] = (Datum) 0;
+		for (int i = 0; i < ntenants; i++)
+		{
+			if (tenants)
+			{
+				cv[1] = orch_text_array1(tenants[i]);
+				cn[1] = ' ';
+			}
+			/* running attempts end as cancelled, as with orch_cancel */
+			orch_sql_once("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
+									  "   lease_token, claimed_at FROM orch.tasks"
+									  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
+									  "     AND " ORCH_TENANT_IN("tenant_id", "$2")
+									  "   FOR UPDATE),"
+									  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+									  "   lease_token, started_at, outcome, error)"
+									  "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
+									  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
+									  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
+									  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), 2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE);
+		}
+		orch_clear_event_context();
+	}
+	orch_sql_once("DELETE FROM orch.queues WHERE name = $1", 1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+	/* the queue's own limits and rate windows go with it (0.3.0 and later) */
+	if (orch_has_gate())
+	{
+		orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1",
+					  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+		orch_sql_once("DELETE FROM orch.rate_window WHERE queue = $1",
+					  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+Datum
+orch_queue_settings(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	QueueSettings qs;
+	Jsonb	   *result;
+	MemoryContext outer = CurrentMemoryContext;
+
+	orch_require_arg(fcinfo, 0, "name");
+	name = orch_text_arg(fcinfo, 0);
+	SPI_connect();
+	if (!orch_load_queue(name, &qs, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", name)));
+	MemoryContextSwitchTo(outer);
+	result = orch_settings_to_jsonb(&qs);
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+/*
+ * orch_set_concurrency_limit(queue text, key text, max_running int) -> void
+ *	  Overrides the queue's concurrency_key_limit for one key (NULL: back to
+ *	  the queue's); a raised limit promotes waiting tasks at once.
+ */
+Datum
+orch_set_concurrency_limit(PG_FUNCTION_ARGS)
+{
+	char	   *queue;
+	char	   *key;
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		v[3];
+	QueueSettings qs;
+
+	orch_require_unrestricted("orch_set_concurrency_limit");
+	orch_require_arg(fcinfo, 0, "queue");
+	orch_require_arg(fcinfo, 1, "key");
+	queue = orch_text_arg(fcinfo, 0);
+	key = orch_text_arg(fcinfo, 1);
+	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_running must be at least 1")));
+	SPI_connect();
+	if (!orch_load_queue(queue, &qs, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", queue)));
+	v[0] = orch_text_datum(queue);
+	v[1] = orch_text_datum(key);
+	if (PG_ARGISNULL(2))
+	{
+		orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1 AND key = $2", 2, types, v, NULL, false, 0, SPI_OK_DELETE);
+	}
+	else
+	{
+		v[2] = PG_GETARG_DATUM(2);
+		orch_sql_once("INSERT INTO orch.concurrency_limits (queue, key, max_running)"
+								  " VALUES ($1, $2, $3) ON CONFLICT (queue, key)"
+								  " DO UPDATE SET max_running = excluded.max_running", 3, types, v, NULL, false, 0, SPI_OK_INSERT);
+	}
+	/* the override holds for the key in every tenant: bring each in line */
+	orch_sql_once("SELECT DISTINCT tenant_id FROM orch.tasks"
+							  " WHERE queue = $1 AND concurrency_key = $2"
+							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
+							  " ORDER BY 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	{
+		int			nt = (int) SPI_processed;
+		char	  **ts = palloc(sizeof(char *) * (nt + 1));
+
+		for (int i = 0; i < nt; i++)
+			ts[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		for (int i = 0; i < nt; i++)
+		{
+			orch_gate_enforce(queue, key, ts[i]);
+			orch_gate_promote(queue, key, ts[i]);
+		}
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
