@@ -29,7 +29,7 @@ PG_FUNCTION_INFO_V1(orch_retry_run);
 static Datum
 run_call_result(const char *state)
 {
-	run_busy_end(0);
+	orch_run_busy_end(0);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
@@ -65,7 +65,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("approval_ref must have 1 to 256 characters")));
 
 	SPI_connect();
-	lock_run_or_not_found(run_id, &r);
+	orch_lock_run_or_not_found(run_id, &r);
 	RUN_ARGS(v, r.id, r.tenant);
 	v[2] = orch_text_datum(step);
 	v[3] = orch_text_datum(ref);
@@ -82,23 +82,23 @@ decide(FunctionCallInfo fcinfo, bool approve)
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		{
 			/* the same decision again: nothing changes */
-			return run_call_result(run_state_names[r.state]);
+			return run_call_result(orch_run_state_names[r.state]);
 		}
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("approval reference \"%s\" was already used", ref),
 				 errdetail("An approval reference is single-use and bound to one run and step.")));
 	}
-	if (run_terminal(r.state))
+	if (orch_run_terminal(r.state))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
-						run_state_names[r.state])));
+						orch_run_state_names[r.state])));
 	/* an approval whose time is up expires now, before anyone decides it */
 	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
 			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
-		run_progress(&r);
+		orch_run_progress(&r);
 	orch_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed == 0)
@@ -126,30 +126,30 @@ decide(FunctionCallInfo fcinfo, bool approve)
 		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
 		if (!approve)
 			orch_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
-		step_event(&r, step, "succeeded", "succeeded",
+		orch_step_event(&r, step, "succeeded", "succeeded",
 				   approve ? "compensation_approved" : "compensation_rejected");
 		if (r.state == RS_WAITING_APPROVAL && approve)
-			set_run_state(&r, RS_RUNNING, NULL, NULL);
+			orch_set_run_state(&r, RS_RUNNING, NULL, NULL);
 		if (approve)
 		{
-			run_start_compensation(&r, step);
+			orch_run_start_compensation(&r, step);
 		}
 		else
-			run_advance_compensation(&r);
+			orch_run_advance_compensation(&r);
 	}
 	else if (approve)
 	{
-		run_step_succeeded(&r, step, "awaiting_approval",
-					   json_object1("approval_ref", ref, "approved", "true"), NULL);
-		run_progress(&r);
+		orch_run_step_succeeded(&r, step, "awaiting_approval",
+					   orch_json_object1("approval_ref", ref, "approved", "true"), NULL);
+		orch_run_progress(&r);
 	}
 	else
 	{
-		run_step_failed(&r, step, "failed", note ? note : "rejected", false);
-		run_progress(&r);
+		orch_run_step_failed(&r, step, "failed", note ? note : "rejected", false);
+		orch_run_progress(&r);
 	}
 	orch_clear_event_context();
-	return run_call_result(run_state_names[r.state]);
+	return run_call_result(orch_run_state_names[r.state]);
 }
 
 Datum
@@ -171,8 +171,8 @@ static void
 raise_run_state(RunRow *r, const char *action)
 {
 	ereport(ERROR,
-			(errcode(run_terminal(r->state) ? ERRCODE_ORCH_TERMINAL_STATE : ERRCODE_ORCH_INVALID_TRANSITION),
-			 errmsg("run " INT64_FORMAT " is \"%s\"; cannot %s it", r->id, run_state_names[r->state], action)));
+			(errcode(orch_run_terminal(r->state) ? ERRCODE_ORCH_TERMINAL_STATE : ERRCODE_ORCH_INVALID_TRANSITION),
+			 errmsg("run " INT64_FORMAT " is \"%s\"; cannot %s it", r->id, orch_run_state_names[r->state], action)));
 }
 
 Datum
@@ -182,17 +182,17 @@ orch_pause_run(PG_FUNCTION_ARGS)
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	SPI_connect();
-	lock_run_or_not_found(PG_GETARG_INT64(0), &r);
+	orch_lock_run_or_not_found(PG_GETARG_INT64(0), &r);
 	if (r.state != RS_PAUSED)
 	{
 		if (r.state != RS_RUNNING)
 			raise_run_state(&r, "pause");
 		orch_set_event_context(NULL, NULL);
 		/* a compensating run keeps the reason it fails for */
-		set_run_state(&r, RS_PAUSED, strcmp(r.phase, "compensating") == 0 ? NULL : "paused", NULL);
+		orch_set_run_state(&r, RS_PAUSED, strcmp(r.phase, "compensating") == 0 ? NULL : "paused", NULL);
 		orch_clear_event_context();
 	}
-	return run_call_result(run_state_names[r.state]);
+	return run_call_result(orch_run_state_names[r.state]);
 }
 
 Datum
@@ -207,7 +207,7 @@ orch_resume_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pins must be a JSON object")));
 	SPI_connect();
-	lock_run_or_not_found(PG_GETARG_INT64(0), &r);
+	orch_lock_run_or_not_found(PG_GETARG_INT64(0), &r);
 	if (pins != NULL)
 	{
 		Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
@@ -229,13 +229,13 @@ orch_resume_run(PG_FUNCTION_ARGS)
 	if (r.state == RS_PAUSED)
 	{
 		orch_set_event_context(NULL, NULL);
-		set_run_state(&r, RS_RUNNING, strcmp(r.phase, "compensating") == 0 ? NULL : "resumed", NULL);
-		run_progress(&r);
+		orch_set_run_state(&r, RS_RUNNING, strcmp(r.phase, "compensating") == 0 ? NULL : "resumed", NULL);
+		orch_run_progress(&r);
 		orch_clear_event_context();
 	}
-	else if (run_terminal(r.state))
+	else if (orch_run_terminal(r.state))
 		raise_run_state(&r, "resume");
-	return run_call_result(run_state_names[r.state]);
+	return run_call_result(orch_run_state_names[r.state]);
 }
 
 Datum
@@ -257,21 +257,21 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	orch_spi_caller_tenants(v, n, 2);
 	orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
 			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE", 3, types, v, n, false, 0, SPI_OK_SELECT);
-	lock_run_or_not_found(run_id, &r);
+	orch_lock_run_or_not_found(run_id, &r);
 	if (r.state == RS_CANCELED)
 	{
 		return run_call_result("canceled");
 	}
-	if (run_terminal(r.state))
+	if (orch_run_terminal(r.state))
 		raise_run_state(&r, "cancel");
 	RUN_ARGS(v, r.id, r.tenant);
 	/* the tasks are locked already (above): none is skipped */
-	run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-					 2, rt_types, v, NULL, "run_canceled");
+					 2, orch_run_types, v, NULL, "run_canceled");
 	orch_set_event_context(NULL, reason);
-	run_close_open_steps(&r, "run_canceled", true);
-	set_run_state(&r, RS_CANCELED, "canceled", NULL);
+	orch_run_close_open_steps(&r, "run_canceled", true);
+	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);
 	orch_clear_event_context();
 	return run_call_result("canceled");
 }
@@ -291,13 +291,13 @@ orch_retry_run(PG_FUNCTION_ARGS)
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	SPI_connect();
-	lock_run_or_not_found(PG_GETARG_INT64(0), &r);
+	orch_lock_run_or_not_found(PG_GETARG_INT64(0), &r);
 	RUN_ARGS(v, r.id, r.tenant);
 	if (r.state != RS_FAILED)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " is \"%s\": only a failed run can be retried", r.id,
-						run_state_names[r.state])));
+						orch_run_state_names[r.state])));
 	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND comp_state IN ('done', 'failed', 'running')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (SPI_processed > 0)
@@ -346,9 +346,9 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	orch_write_run_event(nr.tenant, nr.id, "run", "running", "running", "retry_of",
 						 psprintf("retry of run " INT64_FORMAT, r.id));
 	/* the edges taken by steps that succeeded hold again; the rest is re-decided */
-	run_advance(&nr);
+	orch_run_advance(&nr);
 	orch_clear_event_context();
-	run_busy_end(0);
+	orch_run_busy_end(0);
 	SPI_finish();
 	PG_RETURN_INT64(nr.id);
 }

@@ -1,8 +1,11 @@
 /*
  * run_internal.h
- *	  What the workflow-run files share (runs.c: the run lifecycle, notes,
- *	  start, status, maintenance; run_steps.c: step progression;
- *	  run_control.c: approvals, pause/resume, cancel, retry).
+ *	  What the workflow-run files share.  By layer, from the top: the SQL API
+ *	  (runs.c: orch_start, orch_run_status; run_control.c: approvals,
+ *	  pause/resume, cancel, retry); step progression (run_steps.c), with
+ *	  decisions (run_decisions.c) and compensation (run_compensation.c)
+ *	  beside it; the run row at the bottom (runs.c: its lifecycle trigger,
+ *	  lock, state changes, step events, the notes of finished step tasks).
  */
 #ifndef RUN_INTERNAL_H
 #define RUN_INTERNAL_H
@@ -24,9 +27,9 @@ typedef enum RunState
 	RS_INVALID = -1
 } RunState;
 
-extern const char *const run_state_names[RS_COUNT];
-extern RunState run_state_from_name(const char *s);
-extern bool run_terminal(RunState s);
+extern const char *const orch_run_state_names[RS_COUNT];
+extern RunState orch_run_state_from_name(const char *s);
+extern bool orch_run_terminal(RunState s);
 
 /* A run locked FOR UPDATE */
 typedef struct RunRow
@@ -43,32 +46,42 @@ typedef struct RunRow
 #define RUN_ARGS(v, run_id, tenant) \
 	do { (v)[0] = Int64GetDatum(run_id); (v)[1] = orch_text_datum(tenant); } while (0)
 
-extern Oid	rt_types[6];
+extern Oid	orch_run_types[6];
 
 /* runs.c */
-extern bool lock_run(int64 run_id, const char *tenant, RunRow *r);
-extern void lock_run_or_not_found(int64 run_id, RunRow *r);
-extern void set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
-extern void step_event(RunRow *r, const char *step, const char *from, const char *to,
+extern bool orch_lock_run(int64 run_id, const char *tenant, RunRow *r);
+extern void orch_lock_run_or_not_found(int64 run_id, RunRow *r);
+extern void orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
+extern void orch_step_event(RunRow *r, const char *step, const char *from, const char *to,
 					   const char *reason);
-extern char **run_column(int col);
-extern int	run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
+extern char **orch_run_column(int col);
+extern int	orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, const char *reason);
-extern int64 run_busy_begin(int64 run_id);
-extern void run_busy_end(int64 prev);
-extern Jsonb *json_object1(const char *k1, const char *v1, const char *k2, const char *raw2);
+extern int64 orch_run_busy_begin(int64 run_id);
+extern void orch_run_busy_end(int64 prev);
+extern Jsonb *orch_json_object1(const char *k1, const char *v1, const char *k2, const char *raw2);
+
+/* run_decisions.c: beside progression */
+extern Datum orch_run_path_keys(RunRow *r, const char *path);
+extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);
+extern Jsonb *orch_run_context_value(RunRow *r, Jsonb *ctx, const char *path);
+extern char *orch_run_decide(RunRow *r, const char *step, Jsonb *result);
+extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 
 /* run_steps.c */
-extern void run_progress(RunRow *r);
-extern void run_progress_completed(RunRow *r, int64 task_id, const char *step);
-extern void run_advance(RunRow *r);
-extern void run_create_steps(RunRow *r);
-extern void run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
+extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key,
+										Jsonb *spec_unused, int item, bool compensation);
+extern void orch_run_end_failed(RunRow *r, const char *reason);
+extern void orch_run_progress(RunRow *r);
+extern void orch_run_progress_completed(RunRow *r, int64 task_id, const char *step);
+extern void orch_run_advance(RunRow *r);
+extern void orch_run_create_steps(RunRow *r);
+extern void orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 							   const char *chosen);
-extern void run_step_failed(RunRow *r, const char *step, const char *state, const char *error,
+extern void orch_run_step_failed(RunRow *r, const char *step, const char *state, const char *error,
 							bool compensation_required);
-extern void run_advance_compensation(RunRow *r);
-extern void run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations);
-extern void run_start_compensation(RunRow *r, const char *step);
+extern void orch_run_advance_compensation(RunRow *r);
+extern void orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations);
+extern void orch_run_start_compensation(RunRow *r, const char *step);
 
 #endif							/* RUN_INTERNAL_H */

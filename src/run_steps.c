@@ -26,12 +26,6 @@
  * Starting steps
  * ---------------------------------------------------------------------- */
 
-/* The context paths and rules read: {"input": ..., "steps": {id: {"output": ...}}} */
-#define RUN_CONTEXT_SQL \
-	"jsonb_build_object('input', (SELECT r.input FROM orch.runs r WHERE r.id = $1 AND r.tenant_id = $2)," \
-	" 'steps', coalesce((SELECT jsonb_object_agg(s.step_id, jsonb_build_object('output', s.output))" \
-	"   FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'succeeded'), '{}'))"
-
 /*
  * The task of a step (or of one item of a map step: $5 >= 0); $1 run,
  * $2 tenant, $3 step, $4 step key.  Its queue must exist (else no row).
@@ -79,8 +73,8 @@
 	" RETURNING id"
 
 /* Enqueue one task of a step (item >= 0: one item of a map step). */
-static int64
-enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec_unused,
+int64
+orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec_unused,
 				  int item, bool compensation)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
@@ -152,7 +146,7 @@ take_edges(RunRow *r, const char *step, const char *outcome)
 					 "   AND t.step_id IN (SELECT jsonb_array_elements_text(CASE jsonb_typeof(s.spec -> '%s')"
 					 "        WHEN 'array' THEN s.spec -> '%s' WHEN 'string' THEN jsonb_build_array(s.spec -> '%s')"
 					 "        ELSE '[]' END))",
-					 outcome, outcome, outcome), 3, rt_types, v, NULL, false, 0, SPI_OK_UPDATE);
+					 outcome, outcome, outcome), 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
 }
 
 /* Does the step have an edge for this outcome? */
@@ -165,7 +159,7 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
 	orch_sql(psprintf("SELECT jsonb_typeof(spec -> '%s') IN ('string', 'array') FROM orch.run_steps"
-					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome), 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
+					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome), 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	return SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 		!isnull;
@@ -185,7 +179,7 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 
 /* A step succeeded with an output: record, take its on_success edges. */
 void
-run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
+orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
 {
 	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID};
 	Datum		v[6];
@@ -208,7 +202,7 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
-	step_event(r, step, from, "succeeded", "step_succeeded");
+	orch_step_event(r, step, from, "succeeded", "step_succeeded");
 	if (chosen)
 	{
 		/* a decision activates exactly the target it chose */
@@ -217,201 +211,6 @@ run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 	}
 	else if (has_success_edges)
 		take_edges(r, step, "on_success");
-}
-
-/*
- * A context path ("$.input.a.b", "$.steps.<step_id>.output.k", "$.result.x")
- * as the key array of the #> operator.  A step id may contain dots: the
- * longest step id of the run that the path names is the one meant (as the
- * validator resolves it).
- */
-static Datum
-path_keys(RunRow *r, const char *path)
-{
-	List	   *keys = NIL;
-	const char *rest;
-	Datum	   *elems;
-	int			n;
-	ListCell   *lc;
-
-	if (strncmp(path, "$.", 2) != 0)
-		elog(ERROR, "orchestrator: path \"%s\" does not start with \"$.\"", path);
-	rest = path + 2;
-	if (strncmp(rest, "steps.", 6) == 0)
-	{
-		Datum		v[3];
-		char	   *step;
-
-		RUN_ARGS(v, r->id, r->tenant);
-		v[2] = orch_text_datum(rest + 6);
-		orch_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-				" AND ($3 = step_id || '.output' OR left($3, length(step_id) + 8) = step_id || '.output.')"
-				" ORDER BY length(step_id) DESC LIMIT 1", 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
-		if (SPI_processed == 0)
-			return (Datum) 0;	/* names nothing */
-		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		keys = lappend(keys, "steps");
-		keys = lappend(keys, step);
-		keys = lappend(keys, "output");
-		rest = rest + 6 + strlen(step) + strlen(".output");
-		if (*rest == '.')
-			rest++;
-	}
-	while (*rest)
-	{
-		const char *dot = strchr(rest, '.');
-		int			len = dot ? (int) (dot - rest) : (int) strlen(rest);
-
-		keys = lappend(keys, pnstrdup(rest, len));
-		rest += len;
-		if (*rest == '.')
-			rest++;
-	}
-	n = list_length(keys);
-	elems = palloc(sizeof(Datum) * Max(n, 1));
-	n = 0;
-	foreach(lc, keys)
-		elems[n++] = orch_text_datum((char *) lfirst(lc));
-	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-/* The run's context: {"input", "steps": {id: {"output"}}} plus a decision's "result". */
-static Jsonb *
-run_context(RunRow *r, Jsonb *result)
-{
-	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
-	bool		isnull;
-
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = result ? JsonbPGetDatum(result) : (Datum) 0;
-	if (!result)
-		n[2] = 'n';
-	orch_sql("SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END", 3, types, v, n, false, 0, SPI_OK_SELECT);
-	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/* The value a path names in a context, or NULL. */
-static Jsonb *
-context_value(RunRow *r, Jsonb *ctx, const char *path)
-{
-	Oid			types[2] = {JSONBOID, TEXTARRAYOID};
-	Datum		v[2];
-	bool		isnull;
-	Datum		d;
-
-	v[0] = JsonbPGetDatum(ctx);
-	v[1] = path_keys(r, path);
-	if (v[1] == (Datum) 0)
-		return NULL;
-	orch_sql("SELECT $1 #> $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? NULL : DatumGetJsonbPCopy(d);
-}
-
-/*
- * A decision's target: the first rule whose "when" holds on the context
- * (the run's, with the handler's result as $.result), else its default;
- * NULL when neither.  Without rules and default, a handler's result names
- * the target itself as {"next": ...} (checked by the caller).
- */
-static char *
-decide(RunRow *r, const char *step, Jsonb *result)
-{
-	Datum		v[3];
-	int			nrules;
-	Jsonb	  **rules;
-	char	   *deflt;
-	Jsonb	   *ctx;
-	bool		isnull;
-
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	orch_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
-			" LEFT JOIN LATERAL jsonb_array_elements(coalesce(s.spec -> 'rules', '[]')) WITH ORDINALITY AS x(rule, n) ON true"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n", 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
-	nrules = (int) SPI_processed;
-	rules = palloc(sizeof(Jsonb *) * (nrules + 1));
-	deflt = nrules > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
-	for (int i = 0; i < nrules; i++)
-	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
-
-		rules[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
-	}
-	ctx = run_context(r, result);
-	for (int i = 0; i < nrules; i++)
-	{
-		Oid			types[2] = {JSONBOID, JSONBOID};
-		Datum		cv[2];
-		char		cn[2] = {' ', ' '};
-		char	   *path;
-		Jsonb	   *val;
-
-		if (rules[i] == NULL)
-			continue;
-		cv[0] = JsonbPGetDatum(rules[i]);
-		orch_sql("SELECT $1 -> 'when' ->> 'path'", 1, types, cv, NULL, false, 0, SPI_OK_SELECT);
-		path = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		val = path ? context_value(r, ctx, path) : NULL;
-		cv[1] = val ? JsonbPGetDatum(val) : (Datum) 0;
-		if (!val)
-			cn[1] = 'n';
-		orch_sql("SELECT CASE $1 -> 'when' ->> 'op'"
-				"  WHEN 'exists' THEN $2 IS NOT NULL"
-				"  WHEN 'eq' THEN coalesce($2 = $1 -> 'when' -> 'value', false)"
-				"  WHEN 'ne' THEN $2 IS NOT NULL AND $2 <> $1 -> 'when' -> 'value'"
-				"  WHEN 'gt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 > $1 -> 'when' -> 'value', false)"
-				"  WHEN 'ge' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 >= $1 -> 'when' -> 'value', false)"
-				"  WHEN 'lt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 < $1 -> 'when' -> 'value', false)"
-				"  WHEN 'le' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 <= $1 -> 'when' -> 'value', false)"
-				"  WHEN 'in' THEN coalesce($1 -> 'when' -> 'value' @> jsonb_build_array($2), false)"
-				"  ELSE false END, $1 ->> 'then'", 2, types, cv, cn, false, 0, SPI_OK_SELECT);
-		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
-			return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	}
-	return deflt;
-}
-
-/*
- * A JSON string as a finite timestamp, or false: a bad value in a run's
- * input fails the step, never the worker's call that made it due.
- */
-static bool
-parse_timestamp_safely(Jsonb *j, TimestampTz *out)
-{
-	JsonbValue	jv;
-	char	   *str;
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		ok = false;
-
-	if (!JsonbExtractScalar(&j->root, &jv) || jv.type != jbvString)
-		return false;
-	str = pnstrdup(jv.val.string.val, jv.val.string.len);
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
-	{
-		*out = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(str),
-													   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
-		ok = !TIMESTAMP_NOT_FINITE(*out);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcxt);
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
 }
 
 /* The step's soft cap (its timeout) from now, or NULL */
@@ -440,15 +239,15 @@ map_fill(RunRow *r, const char *step)
 			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'"
 			"   AND t.state NOT IN ('completed', 'failed', 'cancelled')),"
 			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647)"
-			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	created = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	open = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 	for (int i = created; i < total && open < maxp; i++, open++)
-		if (enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false) < 0)
+		if (orch_run_enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false) < 0)
 		{
-			run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
+			orch_run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
 			return;
 		}
 }
@@ -473,7 +272,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
 				" cap_at = " CAP_SQL
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
-		step_event(r, step, "ready", "awaiting_approval", "approval_requested");
+		orch_step_event(r, step, "ready", "awaiting_approval", "approval_requested");
 		return false;
 	}
 	if (strcmp(type, "wait") == 0)
@@ -484,7 +283,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		orch_sql("SELECT spec ->> 'until_path' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		if (until)
-			at = context_value(r, run_context(r, NULL), until);
+			at = orch_run_context_value(r, orch_run_context(r, NULL), until);
 		v[4] = at ? JsonbPGetDatum(at) : (Datum) 0;
 		if (!at)
 			n[4] = 'n';
@@ -494,7 +293,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 
 			/* the input names the time: a finite timestamp, or the step fails */
 			if (until)
-				wake_ok = at != NULL && parse_timestamp_safely(at, &wake);
+				wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
 			v[4] = TimestampTzGetDatum(wake);
 			n[4] = (until && wake_ok) ? ' ' : 'n';
 			orch_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
@@ -503,10 +302,10 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 					"       ELSE (spec ->> 'duration')::interval END)"
 					"   ELSE $5 END"
 					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL", 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE);
-			step_event(r, step, "ready", "waiting", "wait_started");
+			orch_step_event(r, step, "ready", "waiting", "wait_started");
 			if (until && !wake_ok)
 			{
-				run_step_failed(r, step, "failed",
+				orch_run_step_failed(r, step, "failed",
 								psprintf("%s does not name a timestamp in the input", until), false);
 				return true;
 			}
@@ -517,14 +316,14 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	{
 		if (!has_handler)
 		{
-			char	   *chosen = decide(r, step, NULL);
+			char	   *chosen = orch_run_decide(r, step, NULL);
 
 			orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()"
 					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 			if (chosen == NULL)
-				run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
+				orch_run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
 			else
-				run_step_succeeded(r, step, "running", json_object1("next", chosen, NULL, NULL), chosen);
+				orch_run_step_succeeded(r, step, "running", orch_json_object1("next", chosen, NULL, NULL), chosen);
 			return true;
 		}
 		/* a decision with a handler: a worker runs it, then the rules decide */
@@ -539,7 +338,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		orch_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		items = context_value(r, run_context(r, NULL), over);
+		items = orch_run_context_value(r, orch_run_context(r, NULL), over);
 
 		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
 		if (!items)
@@ -551,15 +350,15 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 			char	   *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 			int			count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 
-			step_event(r, step, "ready", "running", "step_started");
+			orch_step_event(r, step, "ready", "running", "step_started");
 			if (kind == NULL || strcmp(kind, "array") != 0)
 			{
-				run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
+				orch_run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
 				return true;
 			}
 			if (count == 0)
 			{
-				run_step_succeeded(r, step, "running",
+				orch_run_step_succeeded(r, step, "running",
 								   DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"))), NULL);
 				return true;
 			}
@@ -579,11 +378,11 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	if (SPI_processed == 0)
 	{
 		/* its queue does not exist yet: created on the way */
-		int64		id = enqueue_step_task(r, step, step, NULL, -1, false);
+		int64		id = orch_run_enqueue_step_task(r, step, step, NULL, -1, false);
 
 		if (id < 0)
 		{
-			run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
+			orch_run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
 			return true;
 		}
 		v[3] = Int64GetDatum(id);
@@ -591,7 +390,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 				" cap_at = " CAP_SQL
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
 	}
-	step_event(r, step, "ready", "running", "step_started");
+	orch_step_event(r, step, "ready", "running", "step_started");
 	return false;
 }
 
@@ -608,10 +407,10 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	(void) types;
-	run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') AND step_key NOT LIKE '%:compensate'"
 					 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-					 2, rt_types, v, NULL, reason);
+					 2, orch_run_types, v, NULL, reason);
 }
 
 
@@ -622,7 +421,7 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
  * step event.
  */
 void
-run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
+orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 {
 	Oid			types[3] = {INT8OID, TEXTOID, BOOLOID};
 	Datum		v[3];
@@ -648,21 +447,21 @@ run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
 			" RETURNING s.step_id, o.state, s.state, s.ord", 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	n = (int) SPI_processed;
-	steps = run_column(1);
-	from = run_column(2);
-	to = run_column(3);
+	steps = orch_run_column(1);
+	from = orch_run_column(2);
+	to = orch_run_column(3);
 	for (int i = 0; i < n; i++)
 		if (strcmp(from[i], to[i]) != 0)
-			step_event(r, steps[i], from[i], to[i], reason);
+			orch_step_event(r, steps[i], from[i], to[i], reason);
 }
 
 /* The run ends failed, through running when it waits or is paused. */
-static void
-end_failed(RunRow *r, const char *reason)
+void
+orch_run_end_failed(RunRow *r, const char *reason)
 {
 	if (r->state == RS_WAITING_APPROVAL || r->state == RS_PAUSED)
-		set_run_state(r, RS_RUNNING, reason, NULL);
-	set_run_state(r, RS_FAILED, reason, NULL);
+		orch_set_run_state(r, RS_RUNNING, reason, NULL);
+	orch_set_run_state(r, RS_FAILED, reason, NULL);
 }
 
 /*
@@ -678,105 +477,33 @@ fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
 
-	if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
+	if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 		return;
 	cancel_open_step_tasks(r, reason);
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(reason);
 	orch_spi_text(v, n, 3, step);
 	orch_spi_text(v, n, 4, error);
-	run_close_open_steps(r, reason, false);
+	orch_run_close_open_steps(r, reason, false);
 	orch_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
 			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'", 2, types, v, n, false, 0, SPI_OK_UPDATE);
 	if (SPI_processed > 0)
 	{
 		/* running (from waiting or paused) while compensations run */
 		if (r->state != RS_RUNNING)
-			set_run_state(r, RS_RUNNING, reason, NULL);
+			orch_set_run_state(r, RS_RUNNING, reason, NULL);
 		orch_sql("UPDATE orch.runs SET phase = 'compensating', reason_code = $3,"
 				" failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
 		r->phase = "compensating";
 		r->reason = pstrdup(reason);
 		orch_write_run_event(r->tenant, r->id, "run", "running", "running", "compensation_started", reason);
-		run_advance_compensation(r);
+		orch_run_advance_compensation(r);
 		return;
 	}
 	orch_sql("UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
-	end_failed(r, reason);
+	orch_run_end_failed(r, reason);
 }
 
-
-/*
- * One compensation at a time, latest completed step first.  A paused run
- * compensates on when it is resumed.
- */
-void
-run_advance_compensation(RunRow *r)
-{
-	Datum		v[4];
-	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
-	char	   *step;
-	char	   *mode;
-
-	if (r->state == RS_PAUSED)
-		return;
-	RUN_ARGS(v, r->id, r->tenant);
-	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('running', 'awaiting_approval')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
-		return;
-	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
-	{
-		/* a compensation failed for good: manual review */
-		end_failed(r, "compensation_failed");
-		return;
-	}
-	orch_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
-			" WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'pending'"
-			" ORDER BY done_seq DESC LIMIT 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed == 0)
-	{
-		end_failed(r, r->reason);
-		return;
-	}
-	step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	v[2] = orch_text_datum(step);
-	if (strcmp(mode, "approval") == 0)
-	{
-		orch_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval'"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
-		step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
-		set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
-		return;
-	}
-	run_start_compensation(r, step);
-}
-
-/* A step's compensation task; when it cannot be queued, the compensation fails. */
-void
-run_start_compensation(RunRow *r, const char *step)
-{
-	Datum		v[4];
-	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
-	int64		id = enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true);
-
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = Int64GetDatum(id);
-	if (id < 0)
-	{
-		orch_sql("UPDATE orch.run_steps SET comp_state = 'failed'"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
-		step_event(r, step, "succeeded", "succeeded", "compensation_failed");
-		run_advance_compensation(r);
-		return;
-	}
-	orch_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
-	step_event(r, step, "succeeded", "succeeded", "compensation_started");
-}
 
 /*
  * A step failed (or timed out) for good.  COMPENSATION_REQUIRED fails the
@@ -784,7 +511,7 @@ run_start_compensation(RunRow *r, const char *step)
  * joining with all_finished / any, handles it; else the run fails.
  */
 void
-run_step_failed(RunRow *r, const char *step, const char *state, const char *error,
+orch_run_step_failed(RunRow *r, const char *step, const char *state, const char *error,
 					bool compensation_required)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
@@ -802,7 +529,7 @@ run_step_failed(RunRow *r, const char *step, const char *state, const char *erro
 			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp(),"
 			"   wake_at = NULL, cap_at = NULL FROM o"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", 5, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
-	step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
+	orch_step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
 			   state, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
 	if (compensation_required)
 	{
@@ -867,7 +594,7 @@ run_maybe_finish(RunRow *r)
 	bool		isnull;
 	Jsonb	   *out;
 
-	if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
+	if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 		return;
 	RUN_ARGS(v, r->id, r->tenant);
 	orch_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
@@ -881,7 +608,7 @@ run_maybe_finish(RunRow *r)
 			"       AND (f.spec -> 'on_failure' ? h.step_id"
 			"         OR (f.state = 'timed_out' AND f.spec -> 'on_timeout' ? h.step_id)"
 			"         OR (f.step_id = ANY (h.deps) AND h.join_policy IN ('all_finished', 'any')))))"
-			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2", 2, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) == 0)
 	{
 		char	   *unhandled = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
@@ -893,8 +620,8 @@ run_maybe_finish(RunRow *r)
 		}
 		out = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 		if (r->state != RS_RUNNING)
-			set_run_state(r, RS_RUNNING, NULL, NULL);
-		set_run_state(r, RS_SUCCEEDED, "completed", out);
+			orch_set_run_state(r, RS_RUNNING, NULL, NULL);
+		orch_set_run_state(r, RS_SUCCEEDED, "completed", out);
 		return;
 	}
 	/*
@@ -906,10 +633,10 @@ run_maybe_finish(RunRow *r)
 		DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)) == 0)
 	{
 		if (r->state == RS_RUNNING)
-			set_run_state(r, RS_WAITING_APPROVAL, "approval_requested", NULL);
+			orch_set_run_state(r, RS_WAITING_APPROVAL, "approval_requested", NULL);
 	}
 	else if (r->state == RS_WAITING_APPROVAL)
-		set_run_state(r, RS_RUNNING, "approval_decided", NULL);
+		orch_set_run_state(r, RS_RUNNING, "approval_decided", NULL);
 }
 
 /* Settle steps whose tasks, timers or approvals have finished. */
@@ -945,7 +672,7 @@ collect_outcomes(RunRow *r)
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
-			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord", 2, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
 	steps = palloc(sizeof(char *) * (nrows + 1));
 	states = palloc(sizeof(char *) * (nrows + 1));
@@ -973,7 +700,7 @@ collect_outcomes(RunRow *r)
 	{
 		if (states[i] == NULL)
 			continue;			/* still running */
-		if (run_terminal(r->state))
+		if (orch_run_terminal(r->state))
 			break;
 		if (strcmp(states[i], "succeeded") == 0)
 		{
@@ -987,10 +714,10 @@ collect_outcomes(RunRow *r)
 			v[2] = orch_text_datum(steps[i]);
 			if (is_decision[i] && by_rules[i])
 			{
-				chosen = decide(r, steps[i], outputs[i]);
+				chosen = orch_run_decide(r, steps[i], outputs[i]);
 				if (chosen == NULL)
 				{
-					run_step_failed(r, steps[i], "failed",
+					orch_run_step_failed(r, steps[i], "failed",
 									"no rule matched and the decision has no default", false);
 					continue;
 				}
@@ -1014,24 +741,24 @@ collect_outcomes(RunRow *r)
 						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT);
 				if (SPI_processed == 0)
 				{
-					run_step_failed(r, steps[i], "failed",
+					orch_run_step_failed(r, steps[i], "failed",
 										"the decision's result does not name one of its declared targets (\"next\")",
 										false);
 					continue;
 				}
 				chosen = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 			}
-			run_step_succeeded(r, steps[i], "running", outputs[i], chosen);
+			orch_run_step_succeeded(r, steps[i], "running", outputs[i], chosen);
 		}
 		else
 		{
 			/* one item failed: the others of a map step stop */
 			v[2] = orch_text_datum(psprintf("%s#", steps[i]));
-			run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 							 "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
 							 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-							 3, rt_types, v, NULL, "map_item_failed");
-			run_step_failed(r, steps[i], states[i], errors[i],
+							 3, orch_run_types, v, NULL, "map_item_failed");
+			orch_run_step_failed(r, steps[i], states[i], errors[i],
 								classes[i] != NULL && strstr(classes[i], "COMPENSATION_REQUIRED") != NULL);
 		}
 	}
@@ -1047,46 +774,46 @@ collect_outcomes(RunRow *r)
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
-			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord", 2, rt_types, v, NULL, false, 0, SPI_OK_SELECT);
+			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
-	steps = run_column(1);
-	states = run_column(2);
-	for (int i = 0; i < nrows && !run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
+	steps = orch_run_column(1);
+	states = orch_run_column(2);
+	for (int i = 0; i < nrows && !orch_run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
 		if (strcmp(states[i], "map") == 0)
 			map_fill(r, steps[i]);
-	for (int i = 0; i < nrows && !run_terminal(r->state); i++)
+	for (int i = 0; i < nrows && !orch_run_terminal(r->state); i++)
 	{
 		if (strcmp(states[i], "map") == 0)
 			continue;
 		if (strcmp(states[i], "waiting") == 0)
-			run_step_succeeded(r, steps[i], "waiting", NULL, NULL);
+			orch_run_step_succeeded(r, steps[i], "waiting", NULL, NULL);
 		else
 		{
 			/* the step's timeout passed: its open tasks stop, it follows on_timeout */
 			v[2] = orch_text_datum(steps[i]);
-			run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 							 "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
 							 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-							 3, rt_types, v, NULL, "step_timed_out");
-			run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
+							 3, orch_run_types, v, NULL, "step_timed_out");
+			orch_run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
 		}
 	}
 
 	/* compensation tasks */
-	if (strcmp(r->phase, "compensating") == 0 && !run_terminal(r->state))
+	if (strcmp(r->phase, "compensating") == 0 && !orch_run_terminal(r->state))
 	{
 		orch_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
 				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
 				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
-				" RETURNING s.step_id, s.comp_state", 2, rt_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+				" RETURNING s.step_id, s.comp_state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 		nrows = (int) SPI_processed;
-		steps = run_column(1);
-		states = run_column(2);
+		steps = orch_run_column(1);
+		states = orch_run_column(2);
 		for (int i = 0; i < nrows; i++)
-			step_event(r, steps[i], "succeeded", "succeeded",
+			orch_step_event(r, steps[i], "succeeded", "succeeded",
 					   strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");
-		run_advance_compensation(r);
+		orch_run_advance_compensation(r);
 	}
 }
 
@@ -1094,12 +821,12 @@ collect_outcomes(RunRow *r)
 static void advance_steps(RunRow *r);
 
 void
-run_advance(RunRow *r)
+orch_run_advance(RunRow *r)
 {
-	int64		prev = run_busy_begin(r->id);
+	int64		prev = orch_run_busy_begin(r->id);
 
 	advance_steps(r);
-	run_busy_end(prev);
+	orch_run_busy_end(prev);
 }
 
 static void
@@ -1121,7 +848,7 @@ advance_steps(RunRow *r)
 		bool	   *has_handler;
 		bool		isnull;
 
-		if (run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
+		if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
 		/*
 		 * One statement: pending steps that never will run become skipped;
@@ -1210,7 +937,7 @@ listed:
 		 * a step skipped, or one that finished as soon as it started.
 		 */
 		changed = skipped;
-		for (int i = 0; i < nready && !run_terminal(r->state) &&
+		for (int i = 0; i < nready && !orch_run_terminal(r->state) &&
 			 strcmp(r->phase, "compensating") != 0; i++)
 		{
 			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i]))
@@ -1236,43 +963,43 @@ listed:
 
 /* Everything a run needs after one of its tasks, timers or approvals moved. */
 void
-run_progress(RunRow *r)
+orch_run_progress(RunRow *r)
 {
 	int64		prev;
 
-	if (run_terminal(r->state))
+	if (orch_run_terminal(r->state))
 		return;
 	/* the tasks it changes itself need no second pass */
-	prev = run_busy_begin(r->id);
+	prev = orch_run_busy_begin(r->id);
 	if (r->past_deadline && strcmp(r->phase, "compensating") != 0)
 		fail_run(r, "deadline_exceeded", NULL, "the run's deadline passed");
 	else
 	{
 		collect_outcomes(r);
-		run_advance(r);
+		orch_run_advance(r);
 	}
-	run_busy_end(prev);
+	orch_run_busy_end(prev);
 }
 
 
 /*
- * run_progress after one task of the run completed (and nothing else of it
+ * orch_run_progress after one task of the run completed (and nothing else of it
  * in this statement): when it is the task of a running plain step (not a
  * map, not a decision) and no other step of the run has a timer due or map
  * items to hand out, the step succeeds with its result in one statement,
  * without collecting every running step's tasks; the run then advances
  * (the caller has marked it busy).  Anything else takes the general path,
- * run_progress, which would do exactly this in that case.
+ * orch_run_progress, which would do exactly this in that case.
  */
 void
-run_progress_completed(RunRow *r, int64 task_id, const char *step)
+orch_run_progress_completed(RunRow *r, int64 task_id, const char *step)
 {
 	bool		has_edges;
 	bool		isnull;
 
-	if (run_terminal(r->state) || r->past_deadline || strcmp(r->phase, "forward") != 0)
+	if (orch_run_terminal(r->state) || r->past_deadline || strcmp(r->phase, "forward") != 0)
 	{
-		run_progress(r);
+		orch_run_progress(r);
 		return;
 	}
 	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
@@ -1289,20 +1016,20 @@ run_progress_completed(RunRow *r, int64 task_id, const char *step)
 				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed != 1)
 	{
-		run_progress(r);
+		orch_run_progress(r);
 		return;
 	}
 	has_edges = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 		!isnull;
-	step_event(r, step, "running", "succeeded", "step_succeeded");
+	orch_step_event(r, step, "running", "succeeded", "step_succeeded");
 	if (has_edges)
 		take_edges(r, step, "on_success");
-	run_advance(r);
+	orch_run_advance(r);
 }
 
 /* Create the run's steps from its definition. */
 void
-run_create_steps(RunRow *r)
+orch_run_create_steps(RunRow *r)
 {
 	Datum		v[2];
 
@@ -1323,8 +1050,8 @@ run_create_steps(RunRow *r)
 			" FROM orch.runs r JOIN orch.definitions d"
 			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
 			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
-			" WHERE r.id = $1 AND r.tenant_id = $2", 2, rt_types, v, NULL, false, 0, SPI_OK_INSERT);
+			" WHERE r.id = $1 AND r.tenant_id = $2", 2, orch_run_types, v, NULL, false, 0, SPI_OK_INSERT);
 	orch_sql("UPDATE orch.run_steps s SET needs_edge = true"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
-			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", 2, rt_types, v, NULL, false, 0, SPI_OK_UPDATE);
+			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
 }

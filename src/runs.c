@@ -37,7 +37,7 @@ PG_FUNCTION_INFO_V1(orch_run_status);
  * The run lifecycle, enforced by a C trigger for
  * every writer, one event per accepted transition.
  * ---------------------------------------------------------------------- */
-const char *const run_state_names[RS_COUNT] = {
+const char *const orch_run_state_names[RS_COUNT] = {
 	"running", "waiting_approval", "paused", "succeeded", "failed", "canceled"
 };
 
@@ -52,18 +52,18 @@ static const bool run_matrix[RS_COUNT][RS_COUNT] = {
 };
 
 RunState
-run_state_from_name(const char *s)
+orch_run_state_from_name(const char *s)
 {
 	if (s == NULL)
 		return RS_INVALID;
 	for (int i = 0; i < RS_COUNT; i++)
-		if (strcmp(s, run_state_names[i]) == 0)
+		if (strcmp(s, orch_run_state_names[i]) == 0)
 			return (RunState) i;
 	return RS_INVALID;
 }
 
 bool
-run_terminal(RunState s)
+orch_run_terminal(RunState s)
 {
 	return s == RS_SUCCEEDED || s == RS_FAILED || s == RS_CANCELED;
 }
@@ -117,7 +117,7 @@ orch_run_lifecycle(PG_FUNCTION_ARGS)
 	run_id = DatumGetInt64(heap_getattr(newtup, SPI_fnumber(desc, "id"), desc, &isnull));
 	tenant = tuple_text(newtup, desc, "tenant_id");
 	to_name = tuple_text(newtup, desc, "state");
-	to = run_state_from_name(to_name);
+	to = orch_run_state_from_name(to_name);
 	if (is_insert)
 	{
 		if (to != RS_RUNNING)
@@ -129,11 +129,11 @@ orch_run_lifecycle(PG_FUNCTION_ARGS)
 	else
 	{
 		from_name = tuple_text(oldtup, desc, "state");
-		from = run_state_from_name(from_name);
+		from = orch_run_state_from_name(from_name);
 		if (from == RS_INVALID)
 			elog(ERROR, "orchestrator: run " INT64_FORMAT " has unknown state \"%s\"",
 				 run_id, from_name);
-		if (run_terminal(from) && !(to == from && orch_tuples_identical(oldtup, newtup, desc)))
+		if (orch_run_terminal(from) && !(to == from && orch_tuples_identical(oldtup, newtup, desc)))
 			ereport(ERROR,
 					(errcode(ERRCODE_ORCH_TERMINAL_STATE),
 					 errmsg("run " INT64_FORMAT " is in terminal state \"%s\" and cannot change (to \"%s\")",
@@ -144,11 +144,11 @@ orch_run_lifecycle(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
 					 errmsg("invalid transition of run " INT64_FORMAT " from \"%s\" to \"%s\"",
 							run_id, from_name, to_name ? to_name : "NULL")));
-		if (to == from && run_terminal(to))
+		if (to == from && orch_run_terminal(to))
 			return PointerGetDatum(newtup);
 		cols[ncols] = SPI_fnumber(desc, "updated_at");
 		vals[ncols++] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-		if (run_terminal(to) && to != from)
+		if (orch_run_terminal(to) && to != from)
 		{
 			cols[ncols] = SPI_fnumber(desc, "finished_at");
 			vals[ncols++] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
@@ -211,7 +211,7 @@ ensure_runs_callbacks(void)
 
 /* Begin / end acting on a run (nested calls keep the outer one). */
 int64
-run_busy_begin(int64 run_id)
+orch_run_busy_begin(int64 run_id)
 {
 	int64		prev = busy_run;
 
@@ -222,7 +222,7 @@ run_busy_begin(int64 run_id)
 }
 
 void
-run_busy_end(int64 prev)
+orch_run_busy_end(int64 prev)
 {
 	busy_run = prev;
 }
@@ -262,7 +262,7 @@ runs_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * A task of run_id finished (task_id, its step key, completed or not): the
  * run progresses at the end of the statement.  A run with exactly one task
  * completed is told which: its step can be settled without looking at the
- * others (run_progress_completed).
+ * others (orch_run_progress_completed).
  */
 void
 orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
@@ -318,11 +318,11 @@ orch_has_runs(void)
 /* ----------------------------------------------------------------------
  * SQL helpers (caller connected to SPI)
  * ---------------------------------------------------------------------- */
-Oid			rt_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+Oid			orch_run_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
 
 /* Lock the run's row; false when it does not exist (or is another tenant's). */
 bool
-lock_run(int64 run_id, const char *tenant, RunRow *r)
+orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
 {
 	Oid			types[3] = {INT8OID, TEXTOID, TEXTARRAYOID};
 	Datum		v[3];
@@ -345,7 +345,7 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 	td = SPI_tuptable->tupdesc;
 	r->id = run_id;
 	r->tenant = SPI_getvalue(tup, td, 2);
-	r->state = run_state_from_name(SPI_getvalue(tup, td, 3));
+	r->state = orch_run_state_from_name(SPI_getvalue(tup, td, 3));
 	r->phase = SPI_getvalue(tup, td, 4);
 	r->reason = SPI_getvalue(tup, td, 5);
 	r->past_deadline = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
@@ -354,14 +354,14 @@ lock_run(int64 run_id, const char *tenant, RunRow *r)
 
 /*
  * For the calls that act on one run (run_control.c): lock it, and mark it
- * busy until the call ends (run_busy_end) so that the tasks it changes
+ * busy until the call ends (orch_run_busy_end) so that the tasks it changes
  * itself do not progress it a second time.
  */
 void
-lock_run_or_not_found(int64 run_id, RunRow *r)
+orch_lock_run_or_not_found(int64 run_id, RunRow *r)
 {
-	run_busy_begin(run_id);
-	if (!lock_run(run_id, NULL, r))
+	orch_run_busy_begin(run_id);
+	if (!orch_lock_run(run_id, NULL, r))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
@@ -369,7 +369,7 @@ lock_run_or_not_found(int64 run_id, RunRow *r)
 
 /* Move the run to a state (through the trigger), with a reason. */
 void
-set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
+orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
 	Datum		v[5];
@@ -378,7 +378,7 @@ set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 	if (r->state == to)
 		return;
 	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(run_state_names[to]);
+	v[2] = orch_text_datum(orch_run_state_names[to]);
 	orch_spi_text(v, n, 3, reason);
 	v[4] = output ? JsonbPGetDatum(output) : (Datum) 0;
 	if (!output)
@@ -392,14 +392,14 @@ set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 }
 
 void
-step_event(RunRow *r, const char *step, const char *from, const char *to, const char *reason)
+orch_step_event(RunRow *r, const char *step, const char *from, const char *to, const char *reason)
 {
 	orch_write_run_event(r->tenant, r->id, "run_step", from, to, reason, step);
 }
 
 /* {"k1": "v1"} or {"k1": "v1", "k2": <raw JSON v2>} */
 Jsonb *
-json_object1(const char *k1, const char *v1, const char *k2, const char *raw2)
+orch_json_object1(const char *k1, const char *v1, const char *k2, const char *raw2)
 {
 	StringInfoData b;
 
@@ -420,7 +420,7 @@ json_object1(const char *k1, const char *v1, const char *k2, const char *raw2)
 
 /* One text column of the last SPI result, as a fresh array of SPI_processed values. */
 char **
-run_column(int col)
+orch_run_column(int col)
 {
 	char	  **out = palloc(sizeof(char *) * (SPI_processed + 1));
 
@@ -435,7 +435,7 @@ run_column(int col)
  * it.  ids_sql's parameters are $1..$nargs; the reason is $nargs+1.
  */
 int
-run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
+orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
 				 const char *reason)
 {
 	Oid		   *t = palloc(sizeof(Oid) * (nargs + 2));
@@ -511,15 +511,15 @@ orch_runs_flush(void)
 			run_notes = list_delete_first(run_notes);
 			if (SPI_connect() != SPI_OK_CONNECT)
 				elog(ERROR, "orchestrator: SPI_connect failed");
-			if (lock_run(run_id, tenant, &r))
+			if (orch_lock_run(run_id, tenant, &r))
 			{
-				int64		prev = run_busy_begin(run_id);
+				int64		prev = orch_run_busy_begin(run_id);
 
 				if (task_id != 0)
-					run_progress_completed(&r, task_id, step);
+					orch_run_progress_completed(&r, task_id, step);
 				else
-					run_progress(&r);
-				run_busy_end(prev);
+					orch_run_progress(&r);
+				orch_run_busy_end(prev);
 			}
 			SPI_finish();
 		}
@@ -584,24 +584,24 @@ orch_runs_maintain(int limit)
 		/* the run's open tasks first, then the run (the lock order) */
 		RUN_ARGS(lv, ids[i], tenants[i]);
 		orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED", 2, rt_types, lv, NULL, false, 0, SPI_OK_SELECT);
+				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
 		/* a run a worker is progressing is left to it (and the next pass) */
-		orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", 2, rt_types, lv, NULL, false, 0, SPI_OK_SELECT);
-		if (SPI_processed == 0 || !lock_run(ids[i], tenants[i], &r))
+		orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
+		if (SPI_processed == 0 || !orch_lock_run(ids[i], tenants[i], &r))
 			continue;
 		orch_set_event_context("orchestrator", NULL);
 		{
-			int64		prev = run_busy_begin(r.id);
+			int64		prev = orch_run_busy_begin(r.id);
 
-			run_progress(&r);
-			run_busy_end(prev);
+			orch_run_progress(&r);
+			orch_run_busy_end(prev);
 		}
 		orch_clear_event_context();
 		moved++;
 	}
 	/* step tasks still open in finished runs (a claim raced the run's end) */
 	return moved +
-		run_cancel_tasks("SELECT t2.id FROM orch.tasks t2 JOIN orch.runs r"
+		orch_run_cancel_tasks("SELECT t2.id FROM orch.tasks t2 JOIN orch.runs r"
 						 "     ON r.id = t2.run_id AND r.tenant_id = t2.tenant_id"
 						 "   WHERE t2.run_id IS NOT NULL AND t2.state NOT IN ('completed', 'failed', 'cancelled')"
 						 "     AND (r.state IN ('succeeded', 'failed', 'canceled')"
@@ -779,8 +779,8 @@ orch_start(PG_FUNCTION_ARGS)
 	r.phase = "forward";
 	r.reason = NULL;
 	r.past_deadline = false;
-	run_create_steps(&r);
-	run_advance(&r);
+	orch_run_create_steps(&r);
+	orch_run_advance(&r);
 	orch_clear_event_context();
 	SPI_finish();
 	MemoryContextSwitchTo(outer);

@@ -1,0 +1,92 @@
+/*
+ * run_compensation.c
+ *	  Beside step progression: compensation.  When a run fails after steps
+ *	  with a compensation succeeded, their compensation tasks run in reverse
+ *	  completion order (one at a time), each started like a step's task.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "run_internal.h"
+
+/*
+ * One compensation at a time, latest completed step first.  A paused run
+ * compensates on when it is resumed.
+ */
+void
+orch_run_advance_compensation(RunRow *r)
+{
+	Datum		v[4];
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+	char	   *step;
+	char	   *mode;
+
+	if (r->state == RS_PAUSED)
+		return;
+	RUN_ARGS(v, r->id, r->tenant);
+	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('running', 'awaiting_approval')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		return;
+	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+	{
+		/* a compensation failed for good: manual review */
+		orch_run_end_failed(r, "compensation_failed");
+		return;
+	}
+	orch_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
+			" WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'pending'"
+			" ORDER BY done_seq DESC LIMIT 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		orch_run_end_failed(r, r->reason);
+		return;
+	}
+	step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	v[2] = orch_text_datum(step);
+	if (strcmp(mode, "approval") == 0)
+	{
+		orch_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
+		orch_set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
+		return;
+	}
+	orch_run_start_compensation(r, step);
+}
+
+/* A step's compensation task; when it cannot be queued, the compensation fails. */
+void
+orch_run_start_compensation(RunRow *r, const char *step)
+{
+	Datum		v[4];
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+	int64		id = orch_run_enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true);
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = Int64GetDatum(id);
+	if (id < 0)
+	{
+		orch_sql("UPDATE orch.run_steps SET comp_state = 'failed'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_step_event(r, step, "succeeded", "succeeded", "compensation_failed");
+		orch_run_advance_compensation(r);
+		return;
+	}
+	orch_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
+	orch_step_event(r, step, "succeeded", "succeeded", "compensation_started");
+}

@@ -1,0 +1,222 @@
+/*
+ * run_decisions.c
+ *	  Beside step progression: what a run's decisions read and choose.  The
+ *	  context of a run (its input and its steps' outputs), paths into it, a
+ *	  decision step's rules evaluated to the chosen target, and the
+ *	  timestamps a wait-until step reads from the context.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "run_internal.h"
+
+/* The context paths and rules read: {"input": ..., "steps": {id: {"output": ...}}} */
+#define RUN_CONTEXT_SQL \
+	"jsonb_build_object('input', (SELECT r.input FROM orch.runs r WHERE r.id = $1 AND r.tenant_id = $2)," \
+	" 'steps', coalesce((SELECT jsonb_object_agg(s.step_id, jsonb_build_object('output', s.output))" \
+	"   FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'succeeded'), '{}'))"
+
+/*
+ * A context path ("$.input.a.b", "$.steps.<step_id>.output.k", "$.result.x")
+ * as the key array of the #> operator.  A step id may contain dots: the
+ * longest step id of the run that the path names is the one meant (as the
+ * validator resolves it).
+ */
+Datum
+orch_run_path_keys(RunRow *r, const char *path)
+{
+	List	   *keys = NIL;
+	const char *rest;
+	Datum	   *elems;
+	int			n;
+	ListCell   *lc;
+
+	if (strncmp(path, "$.", 2) != 0)
+		elog(ERROR, "orchestrator: path \"%s\" does not start with \"$.\"", path);
+	rest = path + 2;
+	if (strncmp(rest, "steps.", 6) == 0)
+	{
+		Datum		v[3];
+		char	   *step;
+
+		RUN_ARGS(v, r->id, r->tenant);
+		v[2] = orch_text_datum(rest + 6);
+		orch_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				" AND ($3 = step_id || '.output' OR left($3, length(step_id) + 8) = step_id || '.output.')"
+				" ORDER BY length(step_id) DESC LIMIT 1", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			return (Datum) 0;	/* names nothing */
+		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		keys = lappend(keys, "steps");
+		keys = lappend(keys, step);
+		keys = lappend(keys, "output");
+		rest = rest + 6 + strlen(step) + strlen(".output");
+		if (*rest == '.')
+			rest++;
+	}
+	while (*rest)
+	{
+		const char *dot = strchr(rest, '.');
+		int			len = dot ? (int) (dot - rest) : (int) strlen(rest);
+
+		keys = lappend(keys, pnstrdup(rest, len));
+		rest += len;
+		if (*rest == '.')
+			rest++;
+	}
+	n = list_length(keys);
+	elems = palloc(sizeof(Datum) * Max(n, 1));
+	n = 0;
+	foreach(lc, keys)
+		elems[n++] = orch_text_datum((char *) lfirst(lc));
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* The run's context: {"input", "steps": {id: {"output"}}} plus a decision's "result". */
+Jsonb *
+orch_run_context(RunRow *r, Jsonb *result)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
+	Datum		v[3];
+	char		n[3] = {' ', ' ', ' '};
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = result ? JsonbPGetDatum(result) : (Datum) 0;
+	if (!result)
+		n[2] = 'n';
+	orch_sql("SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END", 3, types, v, n, false, 0, SPI_OK_SELECT);
+	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* The value a path names in a context, or NULL. */
+Jsonb *
+orch_run_context_value(RunRow *r, Jsonb *ctx, const char *path)
+{
+	Oid			types[2] = {JSONBOID, TEXTARRAYOID};
+	Datum		v[2];
+	bool		isnull;
+	Datum		d;
+
+	v[0] = JsonbPGetDatum(ctx);
+	v[1] = orch_run_path_keys(r, path);
+	if (v[1] == (Datum) 0)
+		return NULL;
+	orch_sql("SELECT $1 #> $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? NULL : DatumGetJsonbPCopy(d);
+}
+
+/*
+ * A decision's target: the first rule whose "when" holds on the context
+ * (the run's, with the handler's result as $.result), else its default;
+ * NULL when neither.  Without rules and default, a handler's result names
+ * the target itself as {"next": ...} (checked by the caller).
+ */
+char *
+orch_run_decide(RunRow *r, const char *step, Jsonb *result)
+{
+	Datum		v[3];
+	int			nrules;
+	Jsonb	  **rules;
+	char	   *deflt;
+	Jsonb	   *ctx;
+	bool		isnull;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	orch_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
+			" LEFT JOIN LATERAL jsonb_array_elements(coalesce(s.spec -> 'rules', '[]')) WITH ORDINALITY AS x(rule, n) ON true"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+	nrules = (int) SPI_processed;
+	rules = palloc(sizeof(Jsonb *) * (nrules + 1));
+	deflt = nrules > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
+	for (int i = 0; i < nrules; i++)
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		rules[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+	}
+	ctx = orch_run_context(r, result);
+	for (int i = 0; i < nrules; i++)
+	{
+		Oid			types[2] = {JSONBOID, JSONBOID};
+		Datum		cv[2];
+		char		cn[2] = {' ', ' '};
+		char	   *path;
+		Jsonb	   *val;
+
+		if (rules[i] == NULL)
+			continue;
+		cv[0] = JsonbPGetDatum(rules[i]);
+		orch_sql("SELECT $1 -> 'when' ->> 'path'", 1, types, cv, NULL, false, 0, SPI_OK_SELECT);
+		path = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		val = path ? orch_run_context_value(r, ctx, path) : NULL;
+		cv[1] = val ? JsonbPGetDatum(val) : (Datum) 0;
+		if (!val)
+			cn[1] = 'n';
+		orch_sql("SELECT CASE $1 -> 'when' ->> 'op'"
+				"  WHEN 'exists' THEN $2 IS NOT NULL"
+				"  WHEN 'eq' THEN coalesce($2 = $1 -> 'when' -> 'value', false)"
+				"  WHEN 'ne' THEN $2 IS NOT NULL AND $2 <> $1 -> 'when' -> 'value'"
+				"  WHEN 'gt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 > $1 -> 'when' -> 'value', false)"
+				"  WHEN 'ge' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 >= $1 -> 'when' -> 'value', false)"
+				"  WHEN 'lt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 < $1 -> 'when' -> 'value', false)"
+				"  WHEN 'le' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 <= $1 -> 'when' -> 'value', false)"
+				"  WHEN 'in' THEN coalesce($1 -> 'when' -> 'value' @> jsonb_build_array($2), false)"
+				"  ELSE false END, $1 ->> 'then'", 2, types, cv, cn, false, 0, SPI_OK_SELECT);
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
+			return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	}
+	return deflt;
+}
+
+/*
+ * A JSON string as a finite timestamp, or false: a bad value in a run's
+ * input fails the step, never the worker's call that made it due.
+ */
+bool
+orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out)
+{
+	JsonbValue	jv;
+	char	   *str;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		ok = false;
+
+	if (!JsonbExtractScalar(&j->root, &jv) || jv.type != jbvString)
+		return false;
+	str = pnstrdup(jv.val.string.val, jv.val.string.len);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		*out = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(str),
+													   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+		ok = !TIMESTAMP_NOT_FINITE(*out);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
