@@ -25,11 +25,11 @@
 #include "utils/numeric.h"
 
 #include "orchestrator.h"
+#include "definition_internal.h"
 
 #define DEF_MAX_STEPS		1000	/* steps in one definition */
 #define DEF_MAX_ID_LEN		64		/* bytes of a step_id */
 #define DEF_MAX_HANDLER_LEN 256		/* bytes of a handler reference */
-#define DEF_SHOW_LEN		64		/* bytes of a user string quoted in a message */
 #define DEF_SHOW_CYCLE		20		/* steps of a cycle spelled out */
 
 typedef enum StepType
@@ -70,9 +70,6 @@ static const char *const when_keys[] = {"path", "op", "value", NULL};
 static const char *const map_keys[] = {"over", "max_parallel", NULL};
 
 static const char *const join_names[] = {"all_succeeded", "all_finished", "any", NULL};
-static const char *const safety_names[] = {
-	"SAFE_TO_RETRY", "NOT_SAFE_TO_RETRY", "SAFE_TO_RETRY_WITH_GUARD", NULL
-};
 static const char *const mode_names[] = {"auto", "approval", NULL};
 static const char *const op_names[] = {
 	"eq", "ne", "gt", "ge", "lt", "le", "exists", "in", NULL
@@ -110,482 +107,6 @@ typedef struct DefCheck
 } DefCheck;
 
 /* ----------------------------------------------------------------------
- * Reporting
- * ---------------------------------------------------------------------- */
-
-static void def_fail(const char *path, const char *hint, const char *fmt,...)
-			pg_attribute_printf(3, 4) pg_attribute_noreturn();
-
-/* OR008 with the JSON path of the problem in the detail */
-static void
-def_fail(const char *path, const char *hint, const char *fmt,...)
-{
-	StringInfoData msg;
-
-	initStringInfo(&msg);
-	for (;;)
-	{
-		va_list		args;
-		int			needed;
-
-		va_start(args, fmt);
-		needed = appendStringInfoVA(&msg, fmt, args);
-		va_end(args);
-		if (needed == 0)
-			break;
-		enlargeStringInfo(&msg, needed);
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_ORCH_INVALID_DEFINITION),
-			 errmsg("invalid workflow definition"),
-			 errdetail("At %s: %s.", path, msg.data),
-			 hint ? errhint("%s", hint) : 0));
-	pg_unreachable();
-}
-
-/* OR008 for a bad value another module's check reported as a data exception */
-static void
-def_fail_from(const char *path, ErrorData *ed) pg_attribute_noreturn();
-
-static void
-def_fail_from(const char *path, ErrorData *ed)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_ORCH_INVALID_DEFINITION),
-			 errmsg("invalid workflow definition"),
-			 errdetail("At %s: %s.%s%s", path, ed->message,
-					   ed->detail ? " " : "", ed->detail ? ed->detail : ""),
-			 ed->hint ? errhint("%s", ed->hint) : 0));
-	pg_unreachable();
-}
-
-typedef void (*DefProbe) (void *arg);
-
-/*
- * Run a check of another module (queue names, retry policies, intervals)
- * that reports a bad value by raising a data exception (SQLSTATE class 22),
- * and return that error, or NULL when the value passed.  Only pure
- * computations (no locks, buffers or catalog writes) are run this way, so no
- * subtransaction is needed; any other error (cancel, out of memory)
- * propagates unchanged.
- */
-static ErrorData *
-def_try(DefProbe probe, void *arg)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ErrorData  *volatile caught = NULL;
-
-	PG_TRY();
-	{
-		probe(arg);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *ed;
-
-		MemoryContextSwitchTo(cxt);
-		ed = CopyErrorData();
-		if (ERRCODE_TO_CATEGORY(ed->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
-			PG_RE_THROW();
-		FlushErrorState();
-		caught = ed;
-	}
-	PG_END_TRY();
-	return caught;
-}
-
-/* A user string quoted for a message, cut at DEF_SHOW_LEN bytes */
-static char *
-def_show(const char *s, int len)
-{
-	StringInfoData b;
-	char	   *t;
-
-	if (len > DEF_SHOW_LEN)
-		t = psprintf("%s...", pnstrdup(s, pg_mbcliplen(s, len, DEF_SHOW_LEN)));
-	else
-		t = pnstrdup(s, len);
-	initStringInfo(&b);
-	escape_json(&b, t);
-	return b.data;
-}
-
-static char *
-show_value(JsonbValue *v)
-{
-	return def_show(v->val.string.val, v->val.string.len);
-}
-
-/* "a string", "an object", ... for "must be X, not Y" */
-static const char *
-def_kind(JsonbValue *v)
-{
-	switch (v->type)
-	{
-		case jbvNull:
-			return "null";
-		case jbvString:
-			return "a string";
-		case jbvNumeric:
-			return "a number";
-		case jbvBool:
-			return "a boolean";
-		case jbvBinary:
-			return JsonContainerIsArray(v->val.binary.data) ? "an array" : "an object";
-		default:
-			return "a JSON value";
-	}
-}
-
-/* "a, b or c" (conj "or"), "a, b and c" (conj "and") */
-static char *
-def_list(const char *const *items, const char *conj)
-{
-	StringInfoData b;
-
-	initStringInfo(&b);
-	for (int i = 0; items[i]; i++)
-	{
-		if (i > 0 && items[i + 1])
-			appendStringInfoString(&b, ", ");
-		else if (i > 0)
-			appendStringInfo(&b, " %s ", conj);
-		appendStringInfoString(&b, items[i]);
-	}
-	return b.data;
-}
-
-static char *
-def_choices(const char *const *choices)
-{
-	return def_list(choices, "or");
-}
-
-/* ----------------------------------------------------------------------
- * Paths: $.steps[2].depends_on[0], $.input_schema.properties["a b"]
- * ---------------------------------------------------------------------- */
-
-static char *
-path_key_len(const char *parent, const char *key, int len)
-{
-	bool		plain = len > 0 && !(key[0] >= '0' && key[0] <= '9');
-	StringInfoData b;
-
-	for (int i = 0; i < len && plain; i++)
-		plain = (key[i] >= 'a' && key[i] <= 'z') || (key[i] >= 'A' && key[i] <= 'Z') ||
-			(key[i] >= '0' && key[i] <= '9') || key[i] == '_';
-	if (plain)
-		return psprintf("%s.%.*s", parent, len, key);
-	initStringInfo(&b);
-	appendStringInfo(&b, "%s[", parent);
-	escape_json(&b, pnstrdup(key, len));
-	appendStringInfoChar(&b, ']');
-	return b.data;
-}
-
-static char *
-path_key(const char *parent, const char *key)
-{
-	return path_key_len(parent, key, strlen(key));
-}
-
-static char *
-path_idx(const char *parent, int i)
-{
-	return psprintf("%s[%d]", parent, i);
-}
-
-/* ----------------------------------------------------------------------
- * Values
- * ---------------------------------------------------------------------- */
-
-static JsonbValue *
-def_get(JsonbContainer *obj, const char *key)
-{
-	return getKeyJsonValueFromContainer(obj, key, strlen(key), NULL);
-}
-
-static bool
-is_object(JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data);
-}
-
-static bool
-is_array(JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data);
-}
-
-static bool
-str_is(JsonbValue *v, const char *s)
-{
-	return v->type == jbvString && v->val.string.len == (int) strlen(s) &&
-		memcmp(v->val.string.val, s, v->val.string.len) == 0;
-}
-
-/* Report the first key of obj (in jsonb's key order) that is not allowed */
-static void
-check_keys(JsonbContainer *obj, const char *path, const char *const *allowed,
-		   const char *what)
-{
-	JsonbIterator *it = JsonbIteratorInit(obj);
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		bool		known = false;
-
-		if (tok != WJB_KEY)
-			continue;
-		for (const char *const *a = allowed; *a && !known; a++)
-			known = str_is(&v, *a);
-		if (!known)
-			def_fail(path, psprintf("%s accepts the keys %s.", what, def_list(allowed, "and")),
-					 "unknown key %s", show_value(&v));
-	}
-}
-
-/* A string that must be one of choices; returns its index */
-static int
-check_choice(JsonbValue *v, const char *path, const char *key,
-			 const char *const *choices)
-{
-	if (v->type != jbvString)
-		def_fail(path, NULL, "%s must be %s, not %s", key, def_choices(choices), def_kind(v));
-	for (int i = 0; choices[i]; i++)
-		if (str_is(v, choices[i]))
-			return i;
-	def_fail(path, NULL, "%s must be %s, not %s", key, def_choices(choices), show_value(v));
-}
-
-static void
-check_text(JsonbValue *v, const char *path, const char *key)
-{
-	if (v->type != jbvString)
-		def_fail(path, NULL, "%s must be a string, not %s", key, def_kind(v));
-}
-
-/* A non-empty string of at most maxlen bytes */
-static char *
-check_name(JsonbValue *v, const char *path, const char *key, int maxlen)
-{
-	check_text(v, path, key);
-	if (v->val.string.len == 0)
-		def_fail(path, NULL, "%s must not be empty", key);
-	if (v->val.string.len > maxlen)
-		def_fail(path, NULL, "%s must have at most %d bytes", key, maxlen);
-	return pnstrdup(v->val.string.val, v->val.string.len);
-}
-
-static int
-numeric_cmp_int(Numeric n, int64 i)
-{
-	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(n),
-											 NumericGetDatum(int64_to_numeric(i))));
-}
-
-/* An integer from min to 2147483647 */
-static int32
-check_int(JsonbValue *v, const char *path, const char *key, int32 min)
-{
-	Numeric		n,
-				f;
-
-	if (v->type != jbvNumeric)
-		def_fail(path, NULL, "%s must be an integer, not %s", key, def_kind(v));
-	n = v->val.numeric;
-	if (numeric_is_nan(n) || numeric_is_inf(n))
-		def_fail(path, NULL, "%s must be an integer", key);
-	f = DatumGetNumeric(DirectFunctionCall1(numeric_floor, NumericGetDatum(n)));
-	if (!DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(n), NumericGetDatum(f))))
-		def_fail(path, NULL, "%s must be an integer", key);
-	if (numeric_cmp_int(n, min) < 0 || numeric_cmp_int(n, PG_INT32_MAX) > 0)
-		def_fail(path, NULL, "%s must be an integer from %d to %d", key, min, PG_INT32_MAX);
-	return DatumGetInt32(DirectFunctionCall1(numeric_int4, NumericGetDatum(n)));
-}
-
-typedef struct IntervalProbe
-{
-	const char *text;
-	int64		usecs;
-} IntervalProbe;
-
-static void
-probe_interval(void *arg)
-{
-	IntervalProbe *p = (IntervalProbe *) arg;
-	Interval   *iv;
-
-	iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(p->text),
-											   ObjectIdGetDatum(InvalidOid),
-											   Int32GetDatum(-1)));
-	p->usecs = orch_interval_usecs(iv);	/* 22023 when out of range */
-}
-
-/*
- * An interval: a string PostgreSQL reads as an interval ('90 seconds',
- * '1 day 02:00', 'PT5M') or a number of seconds; positive and at most 100
- * years (a month counts as 30 days).
- */
-static int64
-check_interval(JsonbValue *v, const char *path, const char *key)
-{
-	int64		us;
-
-	if (v->type == jbvNumeric)
-	{
-		Numeric		n = v->val.numeric;
-
-		if (numeric_is_nan(n) || numeric_is_inf(n))
-			def_fail(path, NULL, "%s must be a positive number of seconds", key);
-		if (numeric_cmp_int(n, 0) <= 0)
-			def_fail(path, NULL, "%s must be positive", key);
-		if (numeric_cmp_int(n, ORCH_MAX_INTERVAL / USECS_PER_SEC) > 0)
-			def_fail(path, NULL, "%s must be at most 100 years (36500 days)", key);
-		us = (int64) (DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(n)))
-					  * USECS_PER_SEC);
-	}
-	else if (v->type == jbvString)
-	{
-		IntervalProbe p;
-		ErrorData  *ed;
-
-		p.text = pnstrdup(v->val.string.val, v->val.string.len);
-		p.usecs = 0;
-		if ((ed = def_try(probe_interval, &p)) != NULL)
-			def_fail_from(path, ed);
-		us = p.usecs;
-		if (us > ORCH_MAX_INTERVAL)
-			def_fail(path, NULL, "%s must be at most 100 years (36500 days)", key);
-	}
-	else
-		def_fail(path, NULL, "%s must be an interval (a string such as \"30 seconds\") or a number of seconds, not %s",
-				 key, def_kind(v));
-	if (us <= 0)
-		def_fail(path, NULL, "%s must be positive", key);
-	return us;
-}
-
-static void
-probe_queue(void *arg)
-{
-	orch_validate_queue_name((const char *) arg);
-}
-
-/* A queue name as orch_validate_queue_name accepts it */
-static void
-check_queue(JsonbValue *v, const char *path, const char *key)
-{
-	char	   *q;
-	ErrorData  *ed;
-
-	if (v->type != jbvString)
-		def_fail(path, NULL, "%s must be a queue name (a string), not %s", key, def_kind(v));
-	q = pnstrdup(v->val.string.val, v->val.string.len);
-	if ((ed = def_try(probe_queue, q)) != NULL)
-		def_fail_from(path, ed);
-}
-
-static void
-probe_retry_policy(void *arg)
-{
-	QueueSettings qs;
-
-	orch_settings_defaults(&qs);
-	orch_settings_apply(&qs, (Jsonb *) arg, true);
-}
-
-/*
- * A retry policy: the retry keys of the queue settings, validated by the
- * same code as a task's retry_policy.  Returns its retry_safety, if any.
- */
-static JsonbValue *
-check_retry_policy(JsonbValue *v, const char *path)
-{
-	ErrorData  *ed;
-	JsonbValue *safety;
-
-	if (!is_object(v))
-		def_fail(path, NULL, "retry_policy must be an object, not %s", def_kind(v));
-	if ((ed = def_try(probe_retry_policy, JsonbValueToJsonb(v))) != NULL)
-		def_fail_from(path, ed);
-	safety = def_get(v->val.binary.data, "retry_safety");
-	if (safety != NULL && safety->type != jbvString)
-		return NULL;			/* null: the default */
-	return safety;
-}
-
-/* retry_safety beside a retry_policy: the two must agree */
-static void
-check_safety(JsonbValue *v, const char *path, JsonbValue *policy_safety)
-{
-	check_choice(v, path, "retry_safety", safety_names);
-	if (policy_safety != NULL &&
-		(policy_safety->val.string.len != v->val.string.len ||
-		 memcmp(policy_safety->val.string.val, v->val.string.val, v->val.string.len) != 0))
-		def_fail(path, NULL, "retry_safety %s conflicts with retry_policy.retry_safety %s",
-				 show_value(v), show_value(policy_safety));
-}
-
-/*
- * For each of n strings, the index of the first string equal to it (itself
- * when it is the first); -1 where strs[i] is NULL.  O(n log n), so that a
- * long array cannot make the check quadratic.
- */
-typedef struct StrPos
-{
-	const char *s;
-	int			len;
-	int			index;
-} StrPos;
-
-static int
-strpos_cmp(const void *a, const void *b)
-{
-	const StrPos *x = (const StrPos *) a;
-	const StrPos *y = (const StrPos *) b;
-	int			r = memcmp(x->s, y->s, Min(x->len, y->len));
-
-	if (r != 0)
-		return r;
-	if (x->len != y->len)
-		return x->len < y->len ? -1 : 1;
-	return x->index < y->index ? -1 : (x->index > y->index ? 1 : 0);
-}
-
-static int *
-first_occurrences(const char **strs, const int *lens, int n)
-{
-	StrPos	   *sorted = palloc(sizeof(StrPos) * Max(n, 1));
-	int		   *first = palloc(sizeof(int) * Max(n, 1));
-	int			m = 0;
-
-	for (int i = 0; i < n; i++)
-	{
-		first[i] = -1;
-		if (strs[i] != NULL)
-		{
-			sorted[m].s = strs[i];
-			sorted[m].len = lens[i];
-			sorted[m].index = i;
-			m++;
-		}
-	}
-	qsort(sorted, m, sizeof(StrPos), strpos_cmp);
-	for (int k = 0; k < m; k++)
-	{
-		if (k > 0 && sorted[k].len == sorted[k - 1].len &&
-			memcmp(sorted[k].s, sorted[k - 1].s, sorted[k].len) == 0)
-			first[sorted[k].index] = first[sorted[k - 1].index];
-		else
-			first[sorted[k].index] = sorted[k].index;
-	}
-	return first;
-}
-
-/* ----------------------------------------------------------------------
  * Step references
  * ---------------------------------------------------------------------- */
 
@@ -621,10 +142,10 @@ check_ref(DefCheck *c, JsonbValue *v, const char *path)
 	int			idx;
 
 	if (v->type != jbvString)
-		def_fail(path, NULL, "a step reference must be a step_id (a string), not %s", def_kind(v));
+		orch_def_fail(path, NULL, "a step reference must be a step_id (a string), not %s", orch_def_kind(v));
 	idx = find_step(c, v->val.string.val, v->val.string.len);
 	if (idx < 0)
-		def_fail(path, NULL, "unknown step %s", show_value(v));
+		orch_def_fail(path, NULL, "unknown step %s", orch_def_show_value(v));
 	return idx;
 }
 
@@ -645,22 +166,22 @@ check_refs(DefCheck *c, JsonbValue *v, const char *path, const char *key,
 		return NIL;
 	if (scalar_ok && v->type == jbvString)
 		return list_make1_int(check_ref(c, v, path));
-	if (!is_array(v))
-		def_fail(path, NULL, scalar_ok ? "%s must be a step_id, an array of step ids or null, not %s"
-				 : "%s must be an array of step ids, not %s", key, def_kind(v));
+	if (!orch_def_is_array(v))
+		orch_def_fail(path, NULL, scalar_ok ? "%s must be a step_id, an array of step ids or null, not %s"
+				 : "%s must be an array of step ids, not %s", key, orch_def_kind(v));
 	arr = v->val.binary.data;
 	n = JsonContainerSize(arr);
 	seen = palloc0(sizeof(bool) * c->nsteps);
 	for (int j = 0; j < n; j++)
 	{
 		JsonbValue *e = getIthJsonbValueFromContainer(arr, j);
-		char	   *epath = path_idx(path, j);
+		char	   *epath = orch_def_path_idx(path, j);
 		int			idx = check_ref(c, e, epath);
 
 		if (not_self && idx == self)
-			def_fail(epath, NULL, "a step cannot depend on itself");
+			orch_def_fail(epath, NULL, "a step cannot depend on itself");
 		if (seen[idx])
-			def_fail(epath, NULL, "duplicate step %s", show_value(e));
+			orch_def_fail(epath, NULL, "duplicate step %s", orch_def_show_value(e));
 		seen[idx] = true;
 		out = lappend_int(out, idx);
 	}
@@ -714,14 +235,14 @@ check_context_path(DefCheck *c, JsonbValue *v, const char *path, bool has_handle
 	int			len;
 
 	if (v->type != jbvString)
-		def_fail(path, hint, "path must be a string, not %s", def_kind(v));
+		orch_def_fail(path, hint, "path must be a string, not %s", orch_def_kind(v));
 	s = v->val.string.val;
 	len = v->val.string.len;
 	if (len < 3 || s[0] != '$' || s[1] != '.')
-		def_fail(path, hint, "path %s must start with \"$.\"", show_value(v));
+		orch_def_fail(path, hint, "path %s must start with \"$.\"", orch_def_show_value(v));
 	for (int k = 1; k < len; k++)
 		if (s[k] == '.' && (k + 1 == len || s[k + 1] == '.'))
-			def_fail(path, hint, "path %s has an empty segment", show_value(v));
+			orch_def_fail(path, hint, "path %s has an empty segment", orch_def_show_value(v));
 	s += 2;
 	len -= 2;
 #define SEG_IS(word) (len >= (int) strlen(word) && memcmp(s, word, strlen(word)) == 0 && \
@@ -731,8 +252,8 @@ check_context_path(DefCheck *c, JsonbValue *v, const char *path, bool has_handle
 	if (SEG_IS("result"))
 	{
 		if (!has_handler)
-			def_fail(path, hint, "path %s uses $.result, which only a decision step with a handler has",
-					 show_value(v));
+			orch_def_fail(path, hint, "path %s uses $.result, which only a decision step with a handler has",
+					 orch_def_show_value(v));
 		return;
 	}
 	if (SEG_IS("steps"))
@@ -743,8 +264,8 @@ check_context_path(DefCheck *c, JsonbValue *v, const char *path, bool has_handle
 		int			rlen = len - 6;
 
 		if (rlen <= 0)
-			def_fail(path, hint, "path %s must name a step: $.steps.<step_id>.output[.key...]",
-					 show_value(v));
+			orch_def_fail(path, hint, "path %s must name a step: $.steps.<step_id>.output[.key...]",
+					 orch_def_show_value(v));
 
 		/*
 		 * The longest step_id the path names (ids may contain '.'): try each
@@ -766,12 +287,12 @@ check_context_path(DefCheck *c, JsonbValue *v, const char *path, bool has_handle
 		if (best >= 0)
 			return;
 		if (named)
-			def_fail(path, hint, "path %s must continue with \".output\" after the step_id",
-					 show_value(v));
-		def_fail(path, hint, "unknown step in path %s", show_value(v));
+			orch_def_fail(path, hint, "path %s must continue with \".output\" after the step_id",
+					 orch_def_show_value(v));
+		orch_def_fail(path, hint, "unknown step in path %s", orch_def_show_value(v));
 	}
 #undef SEG_IS
-	def_fail(path, hint, "path %s must start with $.input, $.steps or $.result", show_value(v));
+	orch_def_fail(path, hint, "path %s must start with $.input, $.steps or $.result", orch_def_show_value(v));
 }
 
 /*
@@ -786,7 +307,7 @@ check_map_over(DefCheck *c, int self, JsonbValue *v, const char *path)
 	int			len;
 
 	if (v->type != jbvString)
-		def_fail(path, hint, "over must be a string, not %s", def_kind(v));
+		orch_def_fail(path, hint, "over must be a string, not %s", orch_def_kind(v));
 	s = v->val.string.val;
 	len = v->val.string.len;
 	if (len > 8 && memcmp(s, "$.input.", 8) == 0 && memchr(s + 8, '.', len - 8) == NULL)
@@ -806,15 +327,15 @@ check_map_over(DefCheck *c, int self, JsonbValue *v, const char *path)
 		{
 			idx = find_step(c, s + 8, idlen);
 			if (idx < 0)
-				def_fail(path, NULL, "unknown step %s", def_show(s + 8, idlen));
+				orch_def_fail(path, NULL, "unknown step %s", orch_def_show(s + 8, idlen));
 			if (!is_dep_ancestor(c, self, idx))
-				def_fail(path, NULL, "step %s is not an ancestor of this step through depends_on",
-						 def_show(s + 8, idlen));
+				orch_def_fail(path, NULL, "step %s is not an ancestor of this step through depends_on",
+						 orch_def_show(s + 8, idlen));
 			return;
 		}
 	}
-	def_fail(path, hint, "over must be \"$.input.<key>\" or \"$.steps.<step_id>.output.<key>\", not %s",
-			 show_value(v));
+	orch_def_fail(path, hint, "over must be \"$.input.<key>\" or \"$.steps.<step_id>.output.<key>\", not %s",
+			 orch_def_show_value(v));
 }
 
 /* wait.until_path: $.input.<key>[.<key>...] */
@@ -825,15 +346,15 @@ check_input_path(JsonbValue *v, const char *path)
 	int			len;
 
 	if (v->type != jbvString)
-		def_fail(path, NULL, "until_path must be a string, not %s", def_kind(v));
+		orch_def_fail(path, NULL, "until_path must be a string, not %s", orch_def_kind(v));
 	s = v->val.string.val;
 	len = v->val.string.len;
 	if (len <= 8 || memcmp(s, "$.input.", 8) != 0)
-		def_fail(path, NULL, "until_path %s must be a path into the input, \"$.input.<key>[.<key>...]\"",
-				 show_value(v));
+		orch_def_fail(path, NULL, "until_path %s must be a path into the input, \"$.input.<key>[.<key>...]\"",
+				 orch_def_show_value(v));
 	for (int k = 7; k < len; k++)
 		if (s[k] == '.' && (k + 1 == len || s[k + 1] == '.'))
-			def_fail(path, NULL, "until_path %s has an empty segment", show_value(v));
+			orch_def_fail(path, NULL, "until_path %s has an empty segment", orch_def_show_value(v));
 }
 
 /* ----------------------------------------------------------------------
@@ -847,21 +368,21 @@ check_policies(DefCheck *c, JsonbValue *v, const char *path)
 	JsonbValue *e;
 	JsonbValue *policy_safety = NULL;
 
-	if (!is_object(v))
-		def_fail(path, NULL, "policies must be an object, not %s", def_kind(v));
+	if (!orch_def_is_object(v))
+		orch_def_fail(path, NULL, "policies must be an object, not %s", orch_def_kind(v));
 	o = v->val.binary.data;
-	check_keys(o, path, policy_keys, "policies");
-	if ((e = def_get(o, "deadline")) != NULL)
-		check_interval(e, path_key(path, "deadline"), "deadline");
-	if ((e = def_get(o, "retry_policy")) != NULL)
-		policy_safety = check_retry_policy(e, path_key(path, "retry_policy"));
-	if ((e = def_get(o, "queue")) != NULL)
+	orch_def_check_keys(o, path, policy_keys, "policies");
+	if ((e = orch_def_get(o, "deadline")) != NULL)
+		orch_def_check_interval(e, orch_def_path_key(path, "deadline"), "deadline");
+	if ((e = orch_def_get(o, "retry_policy")) != NULL)
+		policy_safety = orch_def_check_retry_policy(e, orch_def_path_key(path, "retry_policy"));
+	if ((e = orch_def_get(o, "queue")) != NULL)
 	{
-		check_queue(e, path_key(path, "queue"), "queue");
+		orch_def_check_queue(e, orch_def_path_key(path, "queue"), "queue");
 		c->default_queue = true;
 	}
-	if ((e = def_get(o, "retry_safety")) != NULL)
-		check_safety(e, path_key(path, "retry_safety"), policy_safety);
+	if ((e = orch_def_get(o, "retry_safety")) != NULL)
+		orch_def_check_safety(e, orch_def_path_key(path, "retry_safety"), policy_safety);
 }
 
 static void
@@ -870,21 +391,21 @@ check_input_schema(JsonbValue *v, const char *path)
 	JsonbContainer *o;
 	JsonbValue *e;
 
-	if (!is_object(v))
-		def_fail(path, NULL, "input_schema must be an object, not %s", def_kind(v));
+	if (!orch_def_is_object(v))
+		orch_def_fail(path, NULL, "input_schema must be an object, not %s", orch_def_kind(v));
 	o = v->val.binary.data;
-	check_keys(o, path, schema_keys, "input_schema");
-	if ((e = def_get(o, "required")) != NULL)
+	orch_def_check_keys(o, path, schema_keys, "input_schema");
+	if ((e = orch_def_get(o, "required")) != NULL)
 	{
-		char	   *rpath = path_key(path, "required");
+		char	   *rpath = orch_def_path_key(path, "required");
 		JsonbContainer *arr;
 		int			n;
 		const char **strs;
 		int		   *lens;
 		int		   *first;
 
-		if (!is_array(e))
-			def_fail(rpath, NULL, "required must be an array of key names, not %s", def_kind(e));
+		if (!orch_def_is_array(e))
+			orch_def_fail(rpath, NULL, "required must be an array of key names, not %s", orch_def_kind(e));
 		arr = e->val.binary.data;
 		n = JsonContainerSize(arr);
 		strs = palloc0(sizeof(char *) * Max(n, 1));
@@ -899,30 +420,30 @@ check_input_schema(JsonbValue *v, const char *path)
 				lens[j] = k->val.string.len;
 			}
 		}
-		first = first_occurrences(strs, lens, n);
+		first = orch_def_first_occurrences(strs, lens, n);
 		for (int j = 0; j < n; j++)
 		{
-			char	   *kpath = path_idx(rpath, j);
+			char	   *kpath = orch_def_path_idx(rpath, j);
 
 			if (strs[j] == NULL)
-				def_fail(kpath, NULL, "a required key must be a string, not %s",
-						 def_kind(getIthJsonbValueFromContainer(arr, j)));
+				orch_def_fail(kpath, NULL, "a required key must be a string, not %s",
+						 orch_def_kind(getIthJsonbValueFromContainer(arr, j)));
 			if (lens[j] == 0)
-				def_fail(kpath, NULL, "a required key must not be empty");
+				orch_def_fail(kpath, NULL, "a required key must not be empty");
 			if (first[j] != j)
-				def_fail(kpath, NULL, "duplicate required key %s", def_show(strs[j], lens[j]));
+				orch_def_fail(kpath, NULL, "duplicate required key %s", orch_def_show(strs[j], lens[j]));
 		}
 	}
-	if ((e = def_get(o, "properties")) != NULL)
+	if ((e = orch_def_get(o, "properties")) != NULL)
 	{
-		char	   *ppath = path_key(path, "properties");
+		char	   *ppath = orch_def_path_key(path, "properties");
 		JsonbIterator *it;
 		JsonbValue	k,
 					pv;
 		JsonbIteratorToken tok;
 
-		if (!is_object(e))
-			def_fail(ppath, NULL, "properties must be an object, not %s", def_kind(e));
+		if (!orch_def_is_object(e))
+			orch_def_fail(ppath, NULL, "properties must be an object, not %s", orch_def_kind(e));
 		it = JsonbIteratorInit(e->val.binary.data);
 		while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
 		{
@@ -931,16 +452,16 @@ check_input_schema(JsonbValue *v, const char *path)
 
 			if (tok != WJB_KEY)
 				continue;
-			kpath = path_key_len(ppath, k.val.string.val, k.val.string.len);
+			kpath = orch_def_path_key_len(ppath, k.val.string.val, k.val.string.len);
 			tok = JsonbIteratorNext(&it, &pv, true);
 			Assert(tok == WJB_VALUE);
-			if (!is_object(&pv))
-				def_fail(kpath, NULL, "a property must be an object such as {\"type\": \"string\"}, not %s",
-						 def_kind(&pv));
-			check_keys(pv.val.binary.data, kpath, property_keys, "A property");
-			if ((t = def_get(pv.val.binary.data, "type")) == NULL)
-				def_fail(kpath, NULL, "type is required");
-			check_choice(t, path_key(kpath, "type"), "type", json_types);
+			if (!orch_def_is_object(&pv))
+				orch_def_fail(kpath, NULL, "a property must be an object such as {\"type\": \"string\"}, not %s",
+						 orch_def_kind(&pv));
+			orch_def_check_keys(pv.val.binary.data, kpath, property_keys, "A property");
+			if ((t = orch_def_get(pv.val.binary.data, "type")) == NULL)
+				orch_def_fail(kpath, NULL, "type is required");
+			orch_def_check_choice(t, orch_def_path_key(kpath, "type"), "type", json_types);
 		}
 	}
 }
@@ -951,14 +472,14 @@ check_rules(DefCheck *c, JsonbValue *v, const char *path, List *targets, bool ha
 	JsonbContainer *arr;
 	int			n;
 
-	if (!is_array(v))
-		def_fail(path, NULL, "rules must be an array of rules, not %s", def_kind(v));
+	if (!orch_def_is_array(v))
+		orch_def_fail(path, NULL, "rules must be an array of rules, not %s", orch_def_kind(v));
 	arr = v->val.binary.data;
 	n = JsonContainerSize(arr);
 	for (int j = 0; j < n; j++)
 	{
 		JsonbValue *r = getIthJsonbValueFromContainer(arr, j);
-		char	   *rpath = path_idx(path, j);
+		char	   *rpath = orch_def_path_idx(path, j);
 		char	   *wpath;
 		JsonbContainer *w;
 		JsonbValue *e;
@@ -967,43 +488,43 @@ check_rules(DefCheck *c, JsonbValue *v, const char *path, List *targets, bool ha
 		int			then;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!is_object(r))
-			def_fail(rpath, NULL, "a rule must be an object {\"when\": ..., \"then\": ...}, not %s",
-					 def_kind(r));
-		check_keys(r->val.binary.data, rpath, rule_keys, "A rule");
-		if ((e = def_get(r->val.binary.data, "when")) == NULL)
-			def_fail(rpath, NULL, "when is required");
-		wpath = path_key(rpath, "when");
-		if (!is_object(e))
-			def_fail(wpath, NULL, "when must be an object {\"path\": ..., \"op\": ..., \"value\": ...}, not %s",
-					 def_kind(e));
+		if (!orch_def_is_object(r))
+			orch_def_fail(rpath, NULL, "a rule must be an object {\"when\": ..., \"then\": ...}, not %s",
+					 orch_def_kind(r));
+		orch_def_check_keys(r->val.binary.data, rpath, rule_keys, "A rule");
+		if ((e = orch_def_get(r->val.binary.data, "when")) == NULL)
+			orch_def_fail(rpath, NULL, "when is required");
+		wpath = orch_def_path_key(rpath, "when");
+		if (!orch_def_is_object(e))
+			orch_def_fail(wpath, NULL, "when must be an object {\"path\": ..., \"op\": ..., \"value\": ...}, not %s",
+					 orch_def_kind(e));
 		w = e->val.binary.data;
-		check_keys(w, wpath, when_keys, "A condition");
-		if ((e = def_get(w, "path")) == NULL)
-			def_fail(wpath, NULL, "path is required");
-		check_context_path(c, e, path_key(wpath, "path"), has_handler);
-		if ((e = def_get(w, "op")) == NULL)
-			def_fail(wpath, NULL, "op is required");
-		op = check_choice(e, path_key(wpath, "op"), "op", op_names);
-		val = def_get(w, "value");
+		orch_def_check_keys(w, wpath, when_keys, "A condition");
+		if ((e = orch_def_get(w, "path")) == NULL)
+			orch_def_fail(wpath, NULL, "path is required");
+		check_context_path(c, e, orch_def_path_key(wpath, "path"), has_handler);
+		if ((e = orch_def_get(w, "op")) == NULL)
+			orch_def_fail(wpath, NULL, "op is required");
+		op = orch_def_check_choice(e, orch_def_path_key(wpath, "op"), "op", op_names);
+		val = orch_def_get(w, "value");
 		if (strcmp(op_names[op], "exists") == 0)
 		{
 			if (val != NULL)
-				def_fail(path_key(wpath, "value"), NULL, "value is not allowed with op exists");
+				orch_def_fail(orch_def_path_key(wpath, "value"), NULL, "value is not allowed with op exists");
 		}
 		else if (val == NULL)
-			def_fail(wpath, NULL, "value is required with op %s", op_names[op]);
-		else if (strcmp(op_names[op], "in") == 0 && !is_array(val))
-			def_fail(path_key(wpath, "value"), NULL, "value must be an array with op in, not %s",
-					 def_kind(val));
+			orch_def_fail(wpath, NULL, "value is required with op %s", op_names[op]);
+		else if (strcmp(op_names[op], "in") == 0 && !orch_def_is_array(val))
+			orch_def_fail(orch_def_path_key(wpath, "value"), NULL, "value must be an array with op in, not %s",
+					 orch_def_kind(val));
 		else if (op >= 2 && op <= 5 && val->type != jbvNumeric && val->type != jbvString)
-			def_fail(path_key(wpath, "value"), NULL, "value must be a number or a string with op %s, not %s",
-					 op_names[op], def_kind(val));
-		if ((e = def_get(r->val.binary.data, "then")) == NULL)
-			def_fail(rpath, NULL, "then is required");
-		then = check_ref(c, e, path_key(rpath, "then"));
+			orch_def_fail(orch_def_path_key(wpath, "value"), NULL, "value must be a number or a string with op %s, not %s",
+					 op_names[op], orch_def_kind(val));
+		if ((e = orch_def_get(r->val.binary.data, "then")) == NULL)
+			orch_def_fail(rpath, NULL, "then is required");
+		then = check_ref(c, e, orch_def_path_key(rpath, "then"));
 		if (!list_member_int(targets, then))
-			def_fail(path_key(rpath, "then"), NULL, "then %s is not one of the targets", show_value(e));
+			orch_def_fail(orch_def_path_key(rpath, "then"), NULL, "then %s is not one of the targets", orch_def_show_value(e));
 	}
 }
 
@@ -1013,17 +534,17 @@ check_compensation(JsonbValue *v, const char *path)
 	JsonbContainer *o;
 	JsonbValue *e;
 
-	if (!is_object(v))
-		def_fail(path, NULL, "compensation must be an object {\"handler\": ...}, not %s", def_kind(v));
+	if (!orch_def_is_object(v))
+		orch_def_fail(path, NULL, "compensation must be an object {\"handler\": ...}, not %s", orch_def_kind(v));
 	o = v->val.binary.data;
-	check_keys(o, path, compensation_keys, "compensation");
-	if ((e = def_get(o, "handler")) == NULL)
-		def_fail(path, NULL, "handler is required");
-	check_name(e, path_key(path, "handler"), "handler", DEF_MAX_HANDLER_LEN);
-	if ((e = def_get(o, "queue")) != NULL)
-		check_queue(e, path_key(path, "queue"), "queue");
-	if ((e = def_get(o, "mode")) != NULL)
-		check_choice(e, path_key(path, "mode"), "mode", mode_names);
+	orch_def_check_keys(o, path, compensation_keys, "compensation");
+	if ((e = orch_def_get(o, "handler")) == NULL)
+		orch_def_fail(path, NULL, "handler is required");
+	orch_def_check_name(e, orch_def_path_key(path, "handler"), "handler", DEF_MAX_HANDLER_LEN);
+	if ((e = orch_def_get(o, "queue")) != NULL)
+		orch_def_check_queue(e, orch_def_path_key(path, "queue"), "queue");
+	if ((e = orch_def_get(o, "mode")) != NULL)
+		orch_def_check_choice(e, orch_def_path_key(path, "mode"), "mode", mode_names);
 }
 
 static bool
@@ -1043,7 +564,7 @@ static void
 check_step(DefCheck *c, int i)
 {
 	DefStep    *s = &c->steps[i];
-	char	   *spath = path_idx("$.steps", i);
+	char	   *spath = orch_def_path_idx("$.steps", i);
 	JsonbContainer *o;
 	JsonbValue *e;
 	JsonbValue *handler;
@@ -1055,107 +576,107 @@ check_step(DefCheck *c, int i)
 
 	Assert(s->obj != NULL);		/* the caller reports a step that is not an object */
 	o = s->obj;
-	check_keys(o, spath, step_keys, "A step");
+	orch_def_check_keys(o, spath, step_keys, "A step");
 
 	/* step_id */
-	if ((e = def_get(o, "step_id")) == NULL)
-		def_fail(spath, NULL, "step_id is required");
+	if ((e = orch_def_get(o, "step_id")) == NULL)
+		orch_def_fail(spath, NULL, "step_id is required");
 	if (e->type != jbvString)
-		def_fail(path_key(spath, "step_id"), NULL, "step_id must be a string, not %s", def_kind(e));
+		orch_def_fail(orch_def_path_key(spath, "step_id"), NULL, "step_id must be a string, not %s", orch_def_kind(e));
 	if (!valid_step_id(e->val.string.val, e->val.string.len))
-		def_fail(path_key(spath, "step_id"),
+		orch_def_fail(orch_def_path_key(spath, "step_id"),
 				 "A step_id has 1 to 64 characters: letters, digits, '_', '.' and '-'.",
-				 "invalid step_id %s", show_value(e));
+				 "invalid step_id %s", orch_def_show_value(e));
 	first = find_step(c, e->val.string.val, e->val.string.len);
 	if (first != i)
-		def_fail(path_key(spath, "step_id"), NULL, "duplicate step_id %s (also at $.steps[%d])",
-				 show_value(e), first);
+		orch_def_fail(orch_def_path_key(spath, "step_id"), NULL, "duplicate step_id %s (also at $.steps[%d])",
+				 orch_def_show_value(e), first);
 
 	/* type */
 	s->type = ST_TASK;
-	if ((e = def_get(o, "type")) != NULL)
-		s->type = (StepType) check_choice(e, path_key(spath, "type"), "type", step_types);
+	if ((e = orch_def_get(o, "type")) != NULL)
+		s->type = (StepType) orch_def_check_choice(e, orch_def_path_key(spath, "type"), "type", step_types);
 	tname = step_types[s->type];
 	worker_type = s->type == ST_TASK || s->type == ST_EXTERNAL_CALL || s->type == ST_NOTIFY;
 	no_handler = s->type == ST_WAIT || s->type == ST_HUMAN_APPROVAL;
 
 	/* description */
-	if ((e = def_get(o, "description")) != NULL)
-		check_text(e, path_key(spath, "description"), "description");
+	if ((e = orch_def_get(o, "description")) != NULL)
+		orch_def_check_text(e, orch_def_path_key(spath, "description"), "description");
 
 	/* queue and handler */
-	handler = def_get(o, "handler");
-	if ((e = def_get(o, "queue")) != NULL)
+	handler = orch_def_get(o, "handler");
+	if ((e = orch_def_get(o, "queue")) != NULL)
 	{
 		if (no_handler)
-			def_fail(path_key(spath, "queue"), NULL, "queue is not allowed on %s steps", tname);
+			orch_def_fail(orch_def_path_key(spath, "queue"), NULL, "queue is not allowed on %s steps", tname);
 		if (s->type == ST_DECISION && handler == NULL)
-			def_fail(path_key(spath, "queue"), NULL,
+			orch_def_fail(orch_def_path_key(spath, "queue"), NULL,
 					 "queue is only allowed on a decision step that has a handler");
-		check_queue(e, path_key(spath, "queue"), "queue");
+		orch_def_check_queue(e, orch_def_path_key(spath, "queue"), "queue");
 	}
 	else if ((worker_type || (s->type == ST_DECISION && handler != NULL)) && !c->default_queue)
-		def_fail(spath, "Name a queue on the step, or a default queue in policies.queue.",
+		orch_def_fail(spath, "Name a queue on the step, or a default queue in policies.queue.",
 				 "queue is required for %s steps%s", tname,
 				 s->type == ST_DECISION ? " with a handler" : "");
 	if (handler != NULL)
 	{
 		if (no_handler)
-			def_fail(path_key(spath, "handler"), NULL, "handler is not allowed on %s steps", tname);
-		check_name(handler, path_key(spath, "handler"), "handler", DEF_MAX_HANDLER_LEN);
+			orch_def_fail(orch_def_path_key(spath, "handler"), NULL, "handler is not allowed on %s steps", tname);
+		orch_def_check_name(handler, orch_def_path_key(spath, "handler"), "handler", DEF_MAX_HANDLER_LEN);
 	}
 	else if (worker_type)
-		def_fail(spath, NULL, "handler is required for %s steps", tname);
+		orch_def_fail(spath, NULL, "handler is required for %s steps", tname);
 
 	/* depends_on and join */
-	if ((e = def_get(o, "depends_on")) != NULL)
-		s->deps = check_refs(c, e, path_key(spath, "depends_on"), "depends_on", false, i, true);
-	if ((e = def_get(o, "join")) != NULL)
-		check_choice(e, path_key(spath, "join"), "join", join_names);
+	if ((e = orch_def_get(o, "depends_on")) != NULL)
+		s->deps = check_refs(c, e, orch_def_path_key(spath, "depends_on"), "depends_on", false, i, true);
+	if ((e = orch_def_get(o, "join")) != NULL)
+		orch_def_check_choice(e, orch_def_path_key(spath, "join"), "join", join_names);
 
 	/* on_success, on_failure, on_timeout */
-	if ((e = def_get(o, "on_success")) != NULL)
+	if ((e = orch_def_get(o, "on_success")) != NULL)
 	{
 		if (s->type == ST_DECISION)
-			def_fail(path_key(spath, "on_success"), NULL,
+			orch_def_fail(orch_def_path_key(spath, "on_success"), NULL,
 					 "on_success is not allowed on decision steps: a decision's successors are its targets");
-		s->outs = list_concat(s->outs, check_refs(c, e, path_key(spath, "on_success"),
+		s->outs = list_concat(s->outs, check_refs(c, e, orch_def_path_key(spath, "on_success"),
 												  "on_success", true, i, false));
 	}
-	if ((e = def_get(o, "on_failure")) != NULL)
-		s->outs = list_concat(s->outs, check_refs(c, e, path_key(spath, "on_failure"),
+	if ((e = orch_def_get(o, "on_failure")) != NULL)
+		s->outs = list_concat(s->outs, check_refs(c, e, orch_def_path_key(spath, "on_failure"),
 												  "on_failure", true, i, false));
-	if ((e = def_get(o, "on_timeout")) != NULL)
-		s->outs = list_concat(s->outs, check_refs(c, e, path_key(spath, "on_timeout"),
+	if ((e = orch_def_get(o, "on_timeout")) != NULL)
+		s->outs = list_concat(s->outs, check_refs(c, e, orch_def_path_key(spath, "on_timeout"),
 												  "on_timeout", true, i, false));
 
 	/* retry_policy and retry_safety: only where a handler runs */
-	if ((e = def_get(o, "retry_policy")) != NULL)
+	if ((e = orch_def_get(o, "retry_policy")) != NULL)
 	{
 		if (handler == NULL)
-			def_fail(path_key(spath, "retry_policy"), NULL,
+			orch_def_fail(orch_def_path_key(spath, "retry_policy"), NULL,
 					 "retry_policy is only allowed on steps that run a handler");
-		policy_safety = check_retry_policy(e, path_key(spath, "retry_policy"));
+		policy_safety = orch_def_check_retry_policy(e, orch_def_path_key(spath, "retry_policy"));
 	}
-	if ((e = def_get(o, "retry_safety")) != NULL)
+	if ((e = orch_def_get(o, "retry_safety")) != NULL)
 	{
 		if (handler == NULL)
-			def_fail(path_key(spath, "retry_safety"), NULL,
+			orch_def_fail(orch_def_path_key(spath, "retry_safety"), NULL,
 					 "retry_safety is only allowed on steps that run a handler");
-		check_safety(e, path_key(spath, "retry_safety"), policy_safety);
+		orch_def_check_safety(e, orch_def_path_key(spath, "retry_safety"), policy_safety);
 	}
 
 	/* timeout */
-	if ((e = def_get(o, "timeout")) != NULL)
-		check_interval(e, path_key(spath, "timeout"), "timeout");
+	if ((e = orch_def_get(o, "timeout")) != NULL)
+		orch_def_check_interval(e, orch_def_path_key(spath, "timeout"), "timeout");
 
 	/* compensation */
-	if ((e = def_get(o, "compensation")) != NULL)
+	if ((e = orch_def_get(o, "compensation")) != NULL)
 	{
 		if (!worker_type)
-			def_fail(path_key(spath, "compensation"), NULL,
+			orch_def_fail(orch_def_path_key(spath, "compensation"), NULL,
 					 "compensation is only allowed on task, external_call and notify steps");
-		check_compensation(e, path_key(spath, "compensation"));
+		check_compensation(e, orch_def_path_key(spath, "compensation"));
 	}
 
 	/* decision: targets, rules, default */
@@ -1164,8 +685,8 @@ check_step(DefCheck *c, int i)
 		static const char *const keys[] = {"targets", "rules", "default", NULL};
 
 		for (const char *const *k = keys; *k; k++)
-			if (def_get(o, *k) != NULL)
-				def_fail(path_key(spath, *k), NULL, "%s is only allowed on decision steps", *k);
+			if (orch_def_get(o, *k) != NULL)
+				orch_def_fail(orch_def_path_key(spath, *k), NULL, "%s is only allowed on decision steps", *k);
 	}
 	else
 	{
@@ -1173,24 +694,24 @@ check_step(DefCheck *c, int i)
 		JsonbValue *rules;
 		JsonbValue *dflt;
 
-		if ((e = def_get(o, "targets")) == NULL)
-			def_fail(spath, NULL, "targets is required for decision steps");
-		targets = check_refs(c, e, path_key(spath, "targets"), "targets", false, i, false);
+		if ((e = orch_def_get(o, "targets")) == NULL)
+			orch_def_fail(spath, NULL, "targets is required for decision steps");
+		targets = check_refs(c, e, orch_def_path_key(spath, "targets"), "targets", false, i, false);
 		if (targets == NIL)
-			def_fail(path_key(spath, "targets"), NULL, "targets must not be empty");
-		if ((rules = def_get(o, "rules")) != NULL)
-			check_rules(c, rules, path_key(spath, "rules"), targets, handler != NULL);
-		if ((dflt = def_get(o, "default")) != NULL)
+			orch_def_fail(orch_def_path_key(spath, "targets"), NULL, "targets must not be empty");
+		if ((rules = orch_def_get(o, "rules")) != NULL)
+			check_rules(c, rules, orch_def_path_key(spath, "rules"), targets, handler != NULL);
+		if ((dflt = orch_def_get(o, "default")) != NULL)
 		{
-			int			d = check_ref(c, dflt, path_key(spath, "default"));
+			int			d = check_ref(c, dflt, orch_def_path_key(spath, "default"));
 
 			if (!list_member_int(targets, d))
-				def_fail(path_key(spath, "default"), NULL, "default %s is not one of the targets",
-						 show_value(dflt));
+				orch_def_fail(orch_def_path_key(spath, "default"), NULL, "default %s is not one of the targets",
+						 orch_def_show_value(dflt));
 		}
 		if (handler == NULL && dflt == NULL &&
 			(rules == NULL || JsonContainerSize(rules->val.binary.data) == 0))
-			def_fail(spath, NULL, "a decision step needs a handler, rules or a default to choose its target");
+			orch_def_fail(spath, NULL, "a decision step needs a handler, rules or a default to choose its target");
 		s->outs = list_concat(s->outs, targets);
 	}
 
@@ -1200,40 +721,40 @@ check_step(DefCheck *c, int i)
 		static const char *const keys[] = {"duration", "until_path", NULL};
 
 		for (const char *const *k = keys; *k; k++)
-			if (def_get(o, *k) != NULL)
-				def_fail(path_key(spath, *k), NULL, "%s is only allowed on wait steps", *k);
+			if (orch_def_get(o, *k) != NULL)
+				orch_def_fail(orch_def_path_key(spath, *k), NULL, "%s is only allowed on wait steps", *k);
 	}
 	else
 	{
-		JsonbValue *duration = def_get(o, "duration");
-		JsonbValue *until = def_get(o, "until_path");
+		JsonbValue *duration = orch_def_get(o, "duration");
+		JsonbValue *until = orch_def_get(o, "until_path");
 
 		if (duration != NULL && until != NULL)
-			def_fail(spath, NULL, "a wait step takes duration or until_path, not both");
+			orch_def_fail(spath, NULL, "a wait step takes duration or until_path, not both");
 		if (duration == NULL && until == NULL)
-			def_fail(spath, NULL, "a wait step needs duration or until_path");
+			orch_def_fail(spath, NULL, "a wait step needs duration or until_path");
 		if (duration != NULL)
-			check_interval(duration, path_key(spath, "duration"), "duration");
+			orch_def_check_interval(duration, orch_def_path_key(spath, "duration"), "duration");
 		else
-			check_input_path(until, path_key(spath, "until_path"));
+			check_input_path(until, orch_def_path_key(spath, "until_path"));
 	}
 
 	/* map */
-	if ((e = def_get(o, "map")) != NULL)
+	if ((e = orch_def_get(o, "map")) != NULL)
 	{
-		char	   *mpath = path_key(spath, "map");
+		char	   *mpath = orch_def_path_key(spath, "map");
 		JsonbValue *m;
 
 		if (s->type != ST_TASK)
-			def_fail(mpath, NULL, "map is only allowed on task steps");
-		if (!is_object(e))
-			def_fail(mpath, NULL, "map must be an object {\"over\": ...}, not %s", def_kind(e));
-		check_keys(e->val.binary.data, mpath, map_keys, "map");
-		if ((m = def_get(e->val.binary.data, "over")) == NULL)
-			def_fail(mpath, NULL, "over is required");
-		check_map_over(c, i, m, path_key(mpath, "over"));
-		if ((m = def_get(e->val.binary.data, "max_parallel")) != NULL)
-			check_int(m, path_key(mpath, "max_parallel"), "max_parallel", 1);
+			orch_def_fail(mpath, NULL, "map is only allowed on task steps");
+		if (!orch_def_is_object(e))
+			orch_def_fail(mpath, NULL, "map must be an object {\"over\": ...}, not %s", orch_def_kind(e));
+		orch_def_check_keys(e->val.binary.data, mpath, map_keys, "map");
+		if ((m = orch_def_get(e->val.binary.data, "over")) == NULL)
+			orch_def_fail(mpath, NULL, "over is required");
+		check_map_over(c, i, m, orch_def_path_key(mpath, "over"));
+		if ((m = orch_def_get(e->val.binary.data, "max_parallel")) != NULL)
+			orch_def_check_int(m, orch_def_path_key(mpath, "max_parallel"), "max_parallel", 1);
 	}
 }
 
@@ -1253,7 +774,7 @@ report_cycle(DefCheck *c, int *nodes, int k)
 	if (k > DEF_SHOW_CYCLE)
 		appendStringInfo(&b, "... (%d steps) -> ", k);
 	appendStringInfoString(&b, c->steps[nodes[m]].id);
-	def_fail(path_idx("$.steps", nodes[m]), NULL, "cycle %s", b.data);
+	orch_def_fail(orch_def_path_idx("$.steps", nodes[m]), NULL, "cycle %s", b.data);
 }
 
 /*
@@ -1297,7 +818,7 @@ check_graph(DefCheck *c)
 			todo[ntodo++] = i;
 		}
 	if (ntodo == 0)
-		def_fail("$.steps", NULL,
+		orch_def_fail("$.steps", NULL,
 				 "no entry step: every step depends on another step or is the target of an edge, so the steps form a cycle");
 	for (int h = 0; h < ntodo; h++)
 	{
@@ -1311,8 +832,8 @@ check_graph(DefCheck *c)
 	}
 	for (int i = 0; i < n; i++)
 		if (!reached[i])
-			def_fail(path_idx("$.steps", i), NULL, "unreachable step %s: no entry step leads to it",
-					 def_show(c->steps[i].id, strlen(c->steps[i].id)));
+			orch_def_fail(orch_def_path_idx("$.steps", i), NULL, "unreachable step %s: no entry step leads to it",
+					 orch_def_show(c->steps[i].id, strlen(c->steps[i].id)));
 
 	/* depth-first, iteratively; todo is the stack */
 	for (int root = 0; root < n; root++)
@@ -1375,25 +896,25 @@ check_definition(Jsonb *spec)
 
 	memset(&c, 0, sizeof(c));
 	if (!JB_ROOT_IS_OBJECT(spec) || JB_ROOT_IS_SCALAR(spec))
-		def_fail("$", NULL, "a workflow definition must be a JSON object");
-	check_keys(root, "$", top_keys, "A workflow definition");
+		orch_def_fail("$", NULL, "a workflow definition must be a JSON object");
+	orch_def_check_keys(root, "$", top_keys, "A workflow definition");
 
-	if ((e = def_get(root, "steps")) == NULL)
-		def_fail("$", NULL, "steps is required");
-	if (!is_array(e))
-		def_fail("$.steps", NULL, "steps must be an array, not %s", def_kind(e));
+	if ((e = orch_def_get(root, "steps")) == NULL)
+		orch_def_fail("$", NULL, "steps is required");
+	if (!orch_def_is_array(e))
+		orch_def_fail("$.steps", NULL, "steps must be an array, not %s", orch_def_kind(e));
 	steps = e->val.binary.data;
 	c.nsteps = JsonContainerSize(steps);
 	if (c.nsteps == 0)
-		def_fail("$.steps", NULL, "steps must not be empty");
+		orch_def_fail("$.steps", NULL, "steps must not be empty");
 	if (c.nsteps > DEF_MAX_STEPS)
-		def_fail("$.steps", NULL, "a workflow has at most %d steps, not %d", DEF_MAX_STEPS, c.nsteps);
+		orch_def_fail("$.steps", NULL, "a workflow has at most %d steps, not %d", DEF_MAX_STEPS, c.nsteps);
 
-	if ((e = def_get(root, "description")) != NULL)
-		check_text(e, "$.description", "description");
-	if ((e = def_get(root, "policies")) != NULL)
+	if ((e = orch_def_get(root, "description")) != NULL)
+		orch_def_check_text(e, "$.description", "description");
+	if ((e = orch_def_get(root, "policies")) != NULL)
 		check_policies(&c, e, "$.policies");
-	if ((e = def_get(root, "input_schema")) != NULL)
+	if ((e = orch_def_get(root, "input_schema")) != NULL)
 		check_input_schema(e, "$.input_schema");
 
 	/* first pass: the step ids, then the depends_on entries naming a step */
@@ -1403,10 +924,10 @@ check_definition(Jsonb *spec)
 	{
 		JsonbValue *st = getIthJsonbValueFromContainer(steps, i);
 
-		if (!is_object(st))
+		if (!orch_def_is_object(st))
 			continue;
 		c.steps[i].obj = st->val.binary.data;
-		e = def_get(c.steps[i].obj, "step_id");
+		e = orch_def_get(c.steps[i].obj, "step_id");
 		if (e != NULL && e->type == jbvString)
 		{
 			c.steps[i].id = pnstrdup(e->val.string.val, e->val.string.len);
@@ -1422,7 +943,7 @@ check_definition(Jsonb *spec)
 		JsonbContainer *deps;
 
 		if (c.steps[i].obj == NULL ||
-			(e = def_get(c.steps[i].obj, "depends_on")) == NULL || !is_array(e))
+			(e = orch_def_get(c.steps[i].obj, "depends_on")) == NULL || !orch_def_is_array(e))
 			continue;
 		deps = e->val.binary.data;
 		for (int j = 0; j < (int) JsonContainerSize(deps); j++)
@@ -1441,8 +962,8 @@ check_definition(Jsonb *spec)
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (c.steps[i].obj == NULL)
-			def_fail(path_idx("$.steps", i), NULL, "a step must be an object, not %s",
-					 def_kind(getIthJsonbValueFromContainer(steps, i)));
+			orch_def_fail(orch_def_path_idx("$.steps", i), NULL, "a step must be an object, not %s",
+					 orch_def_kind(getIthJsonbValueFromContainer(steps, i)));
 		check_step(&c, i);
 	}
 	check_graph(&c);
