@@ -103,6 +103,39 @@ like($out, qr/^# 13 finding\(s\) in 1 script\(s\)$/m,
 	'checker self-test: nothing else (qualified calls, pinned bodies, named args pass)')
   or diag($out);
 
+# Harder cases (a review's list): one finding or more on each of the first
+# twelve lines, none on the last two (END CASE, type modifiers).
+my $bad2 = "${PostgreSQL::Test::Utils::tmp_check}/bad--2.0.sql";
+open($fh, '>', $bad2) or die "cannot write $bad2: $!";
+print $fh <<'SQL';
+CREATE VIEW w1 AS SELECT "unnest"(ARRAY['a']);
+CREATE VIEW w2 AS SELECT public.lower('A');
+CREATE VIEW w3 AS SELECT 1 WHERE 1 OPERATOR(public.=) 1;
+CREATE VIEW w4 AS SELECT 1 FROM pg_catalog.pg_class a JOIN pg_catalog.pg_class b ON texteq(a.relname::text, b.relname::text);
+DO $$ DECLARE i int; BEGIN FOR i IN 1..array_length(ARRAY[1], 1) LOOP RAISE NOTICE '%', i; END LOOP; END $$;
+CREATE VIEW w6 AS SELECT (ARRAY[1])[1] - 1;
+CREATE VIEW w7 AS SELECT timestamptz('2020-01-01'::date);
+CREATE FUNCTION h(a int) RETURNS int LANGUAGE sql SET search_path = pg_catalog RETURN abs(a);
+CREATE FUNCTION k() RETURNS int LANGUAGE sql SET search_path FROM CURRENT AS $$ SELECT abs(-1) $$;
+DO 'BEGIN PERFORM upper(''a''); END';
+DO $$ BEGIN EXECUTE pg_catalog.format('CREATE VIEW %I AS SELECT lower(%L)', 'v', 'A'); END $$;
+CREATE AGGREGATE agg(int) (sfunc = int4pl, stype = int);
+DO $$ BEGIN CASE WHEN true THEN NULL; END CASE; END $$;
+CREATE TABLE t2 (a numeric(10, 2), b timestamptz(3));
+SQL
+close $fh;
+$out = '';
+IPC::Run::run([ 'python3', $checker, $bad2 ], '>', \$out, '2>', \$err);
+my %lines;
+$lines{$1}++ while $out =~ /bad--2\.0\.sql:(\d+):/g;
+for my $l (1 .. 12)
+{
+	ok($lines{$l}, "checker self-test: finds line $l of the harder cases")
+	  or diag($out);
+}
+ok(!$lines{13} && !$lines{14}, 'checker self-test: END CASE and type modifiers pass')
+  or diag($out);
+
 # ---------------------------------------------------------------------------
 # 2. Dynamic: the trap
 # ---------------------------------------------------------------------------

@@ -40,8 +40,7 @@ substring position trim overlay over filter within check key unique include
 where and or not as using on select returning table by set with when then
 else if elsif while return perform execute from join lateral grouping
 variadic distinct is case query foreach loop into default references
-primary foreign partition numeric decimal varchar char character varying
-timestamp timestamptz time interval bit varbit float null raise exception
+primary foreign partition null raise exception
 notice info warning strict case elsif union intersect except limit offset
 order group having window range rows groups preceding following exclude
 conflict do nothing update delete insert create alter drop grant revoke to
@@ -62,10 +61,22 @@ set limit offset is in like ilike between any all some case
 # words after which an identifier followed by "(" is a name being defined or
 # a relation / column list, not a call
 DEFINES = set("""
-table view index on references into function procedure aggregate type
+table view index references into function procedure aggregate type
 trigger sequence exists as constraint domain operator key unique
 materialized returns only
 """.split())
+
+# type names that take a modifier: numeric(10, 2) is a type, timestamptz(x)
+# in an expression is a function call resolved through search_path
+TYPMOD_TYPES = set("""
+numeric decimal varchar char character varying timestamp timestamptz time
+interval bit varbit float
+""".split())
+
+# the schemas a qualified name may name: the catalog, and the extension's
+# own schema that no other role can create in (the extension's target
+# schema, @extschema@ or public, may belong to anyone)
+SAFE_SCHEMAS = ("pg_catalog", "orch")
 
 
 def tokenize(s):
@@ -204,8 +215,9 @@ def low(t):
 
 
 class Checker:
-    def __init__(self, path, text, own=frozenset()):
+    def __init__(self, path, text, own=frozenset(), c_funcs=frozenset()):
         self.own = own
+        self.c_funcs = c_funcs
         self.path, self.text, self.found, self.fixes = path, text, [], []
         self.calls, self.ops = set(), set()
 
@@ -250,10 +262,20 @@ class Checker:
                 depth -= 1
                 continue
             if t[0] == "ident" and nxt[1] == "(" and prev[1] == "." and prev2[0] == "ident" \
-                    and low(prev2) in ("pg_catalog", "@extschema@", "orch"):
+                    and low(prev2) in SAFE_SCHEMAS:
                 self.calls.add(w)
-            if t[0] == "op" and prev[1] == "." and low(prev2) == "pg_catalog":
-                self.ops.add(t[1])
+            if t[0] in ("ident", "qident") and nxt[1] == "(" and prev[1] == "." and \
+                    not (prev2[0] == "ident" and low(prev2) in SAFE_SCHEMAS) and \
+                    not (k > 3 and low(toks[k - 3]) in DEFINES):
+                self.flag(base, t, "%s() qualified with a schema other than pg_catalog or orch" % t[1])
+            if t[0] == "op" and prev[1] == "." and k > 3 and low(toks[k - 4]) == "operator":
+                if low(prev2) == "pg_catalog":
+                    self.ops.add(t[1])
+                else:
+                    self.flag(base, t, "OPERATOR(%s.%s): only pg_catalog operators are safe" % (prev2[1], t[1]))
+            if t[0] == "qident" and nxt[1] == "(" and prev[1] != "." and low(prev) not in DEFINES \
+                    and prev[1] != ")":
+                self.flag(base, t, "quoted function name %s()" % t[1])
             if t[0] == "ident":
                 if w == "set" and low(prev) not in ("on", "alter"):
                     set_depths.add(depth)
@@ -262,15 +284,17 @@ class Checker:
                 if nxt[1] == "(" and prev[1] != "." and not w.startswith("$"):
                     if w == "nullif":
                         self.flag(base, t, "NULLIF resolves = through search_path")
-                    elif w == "using":
+                    elif w == "using" and not (len(toks) > 1 and low(toks[1]) == "policy"):
                         self.flag(base, t, "JOIN ... USING (...) resolves = through search_path")
                     elif low(prev) == "using" and w in ("btree", "gin", "gist", "hash", "brin", "spgist"):
                         pass      # an index access method
+                    elif w in TYPMOD_TYPES and k + 2 < n and toks[k + 2][0] == "num":
+                        pass      # a type with a modifier
                     elif w in NOT_CALLS:
                         pass
                     elif low(prev) in DEFINES or prev[1] == ")" or \
-                            (prev[0] == "ident" and low(prev) not in NOT_CALLS):
-                        pass   # a name being defined, an alias with columns
+                            (prev[0] == "ident" and k > 1 and low(prev2) in ("table", "type")):
+                        pass   # a name being defined, an alias with columns, a column's type
                     elif w == "operator":
                         pass
                     elif w in self.own:
@@ -285,7 +309,7 @@ class Checker:
                                       or low(prev) in ("for",)):
                     if not plpgsql or nxt[1] == "(":
                         self.flag(base, t, "IN (...) resolves = through search_path")
-                if w == "case" and low(nxt) != "when":
+                if w == "case" and low(nxt) != "when" and low(prev) != "end":
                     self.flag(base, t, "simple CASE x WHEN resolves = through search_path")
                 continue
             if t[0] == "op":
@@ -297,7 +321,7 @@ class Checker:
                     continue          # named argument
                 if op == "*" and (prev[1] in ("(", ".", ",") or low(prev) == "select"):
                     continue
-                if op == "-" and nxt[0] == "num" and (prev[0] in ("op", "punct") and prev[1] != ")"
+                if op == "-" and nxt[0] == "num" and (prev[0] in ("op", "punct") and prev[1] not in (")", "]")
                                                      or low(prev) in ("select", "then", "else", "return", "default")):
                     continue          # a negative constant
                 if op == "=" and depth in set_depths and prev[0] in ("ident", "qident") and \
@@ -318,6 +342,41 @@ class Checker:
         tag = re.match(r"\$[A-Za-z0-9_]*\$", t[1]).group(0)
         return t[1][len(tag):-len(tag)], t[2] + len(tag)
 
+    def literal_inner(self, t):
+        """The text of a dollar-quoted or quoted literal, and its offset."""
+        if t[0] == "dollar":
+            return self.dollar_inner(t)
+        body = t[1][2:-1] if t[1][:1] in "eE" else t[1][1:-1]
+        return body.replace("''", "'"), t[2] + 1
+
+    def plpgsql(self, toks, base):
+        """A PL/pgSQL body: its statements, and the SQL its EXECUTEs build
+        from literals (format() placeholders read as a name)."""
+        self.expr(toks, base, plpgsql=True)
+        in_execute = False
+        for k, t in enumerate(toks):
+            if t[0] == "ident" and low(t) == "execute":
+                in_execute = True
+            elif t[1] == ";":
+                in_execute = False
+            elif in_execute and t[0] in ("str", "dollar"):
+                inner, off = self.literal_inner(t)
+                inner = re.sub(r"%[IsL%]", "x", inner)
+                self.expr(list(tokenize(inner)), base + off)
+
+    @staticmethod
+    def pins(st):
+        """SET search_path = pg_catalog, ... (or TO pg_catalog): the value
+        starts with pg_catalog.  FROM CURRENT, DEFAULT, RESET do not pin."""
+        for k in range(len(st) - 2):
+            if low(st[k]) == "set" and low(st[k + 1]) == "search_path":
+                return st[k + 2][1] in ("=",) and low(st[k + 3]) == "pg_catalog" if k + 3 < len(st) \
+                    else False
+        for k in range(len(st) - 3):
+            if low(st[k]) == "set" and low(st[k + 1]) == "search_path" and low(st[k + 2]) == "to":
+                return low(st[k + 3]) == "pg_catalog"
+        return False
+
     def run(self):
         for st in statements(tokenize(self.text)):
             words = [low(t) for t in st[:4]]
@@ -325,12 +384,18 @@ class Checker:
                 self.function(st)
             elif words[:1] == ["do"]:
                 for t in st:
-                    if t[0] == "dollar":
-                        inner, off = self.dollar_inner(t)
-                        self.expr(list(tokenize(inner)), off, plpgsql=True)
+                    if t[0] in ("dollar", "str"):
+                        inner, off = self.literal_inner(t)
+                        self.plpgsql(list(tokenize(inner)), off)
             elif words[:2] in (["create", "aggregate"], ["create", "operator"], ["create", "cast"]):
-                continue
-            elif words[:1] in (["comment"], ["grant"], ["revoke"], ["drop"]) or words[:2] == ["alter", "function"] \
+                self.flag(0, st[0], "CREATE %s is not checked here: review its support functions by hand"
+                          % words[1].upper())
+            elif words[:2] in (["alter", "function"], ["alter", "procedure"]):
+                # a C function binds nothing by name: its search_path is the C code's business
+                if not self.pins(st) and any(low(t) == "search_path" for t in st) \
+                        and low(st[2]) not in self.c_funcs:
+                    self.flag(0, st[0], "ALTER FUNCTION changes search_path to something other than pg_catalog first")
+            elif words[:1] in (["comment"], ["grant"], ["revoke"], ["drop"]) \
                     or words[:2] == ["alter", "extension"]:
                 continue          # object references by exact signature, no expressions
             else:
@@ -340,8 +405,7 @@ class Checker:
         b = self.body_of(st)
         names = [low(t) for t in st]
         lang = names[names.index("language") + 1] if "language" in names else ""
-        pinned = any(low(st[k]) == "set" and k + 1 < len(st) and low(st[k + 1]) == "search_path"
-                     for k in range(len(st)))
+        pinned = self.pins(st)
         # argument defaults
         k = 0
         while k < len(st) and st[k][1] != "(":
@@ -365,7 +429,16 @@ class Checker:
                 cur.append(t)
             elif depth == 1 and (low(t) == "default" or t[1] == "="):
                 collecting = True
-        if b is None or lang in ("c", "internal") or pinned:
+        if lang in ("c", "internal"):
+            return
+        if b is None:
+            # an SQL-standard body is bound when the function is created
+            if "atomic" in names:
+                self.flag(0, st[0], "BEGIN ATOMIC body is not checked here: write AS $$...$$ with SET search_path")
+            elif "return" in names:
+                self.expr(st[names.index("return") + 1:], 0)
+            return
+        if pinned:
             return
         t = st[b]
         if t[0] == "dollar":
@@ -374,7 +447,23 @@ class Checker:
             inner, off = t[1][1:-1].replace("''", "'"), t[2] + 1
         self.found.append("%s:%d: %s function without SET search_path: its body is checked"
                           % (self.path, self.line(t[2]), lang))
-        self.expr(list(tokenize(inner)), off, plpgsql=(lang == "plpgsql"))
+        if lang == "plpgsql":
+            self.plpgsql(list(tokenize(inner)), off)
+        else:
+            self.expr(list(tokenize(inner)), off)
+
+
+def c_functions(texts):
+    """The names of the functions the scripts create in LANGUAGE C."""
+    out = set()
+    for text in texts:
+        for st in statements(tokenize(text)):
+            w = [low(t) for t in st]
+            if w[:1] == ["create"] and "function" in w[:4] and "language" in w \
+                    and w[w.index("language") + 1] == "c":
+                k = w.index("function")
+                out.add(low(st[k + 1]))
+    return frozenset(out)
 
 
 def own_functions(texts):
@@ -408,8 +497,9 @@ def main(paths):
         with open(p) as f:
             texts[p] = f.read()
     own = own_functions(texts.values())
+    cfuncs = c_functions(texts.values())
     for p in paths:
-        c = Checker(p, texts[p], own)
+        c = Checker(p, texts[p], own, cfuncs)
         c.run()
         calls |= c.calls
         ops |= c.ops
