@@ -261,8 +261,10 @@ orch_gate_repair(const char *queue, int limit)
 	v[1] = Int32GetDatum(limit);
 	/* all tenants; on Citus the one the call is scoped to */
 	orch_spi_scope_tenants(v, n, 2);
-	/* a read-only probe first: the table is almost always empty */
-	/* not read-only: it must see the notes of this statement */
+	/*
+	 * A probe first: the table is almost always empty.  It runs with
+	 * read_only false so that it sees the notes of this statement.
+	 */
 	if (orch_exec(orch_plan("SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
 							"   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2",
 							3, types),
@@ -672,7 +674,6 @@ pending_cmp(const ListCell *a, const ListCell *b)
 	return c != 0 ? c : strcmp(x->tenant, y->tenant);
 }
 
-/* AFTER UPDATE FOR EACH STATEMENT on orch.tasks: promote for releases. */
 /*
  * Admission's part of a statement's end (statement_end.c): promote waiting
  * tasks into the slots that tasks leaving executing freed in the statement.

@@ -121,9 +121,12 @@ count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 	bool		isnull;
 	uint64		processed = orch_sql_once(sql, nargs, types, v, nulls, false, 0, ORCH_SPI_ANY);
 
-	/* a SELECT returns the count it computed; DML how many rows it changed */
-	if (SPI_tuptable != NULL && SPI_tuptable->tupdesc->natts == 1
-		&& strncmp(sql, "SELECT", 6) == 0)
+	/*
+	 * A statement that returns rows (a SELECT of a count) returns the count
+	 * in its first column; one that changes rows (none has RETURNING) how
+	 * many it changed.
+	 */
+	if (SPI_tuptable != NULL)
 	{
 		Datum		d;
 

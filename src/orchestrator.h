@@ -309,21 +309,11 @@ extern SPIPlanPtr orch_plan_once(const char *sql, int nargs, const Oid *types);
 extern uint64 orch_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
 						bool read_only, long count, int expect);
 
-/* A kept statement, executed and checked. */
-static inline uint64
-orch_sql(const char *sql, int nargs, const Oid *types, Datum *values,
-		 const char *nulls, bool read_only, long count, int expect)
-{
-	return orch_exec(orch_plan(sql, nargs, types), values, nulls, read_only, count, expect);
-}
-
-/* A statement planned with its values, executed and checked. */
-static inline uint64
-orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
-			  const char *nulls, bool read_only, long count, int expect)
-{
-	return orch_exec(orch_plan_once(sql, nargs, types), values, nulls, read_only, count, expect);
-}
+/* A statement from the plan cache / planned with its values, executed and checked */
+extern uint64 orch_sql(const char *sql, int nargs, const Oid *types, Datum *values,
+					   const char *nulls, bool read_only, long count, int expect);
+extern uint64 orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
+							const char *nulls, bool read_only, long count, int expect);
 
 /*
  * The tenant filter of every statement: PARAM is a text[] of the tenants

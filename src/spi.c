@@ -63,19 +63,19 @@ orch_plan_once(const char *sql, int nargs, const Oid *types)
 }
 
 /*
- * The plan of a statement, prepared once per backend and kept.  The plan is
- * generic: the statements on the hot paths are short index lookups whose
- * shape does not depend on the values, and re-planning per call costs more
- * than the statement itself.  Must be called while connected to SPI.
+ * The plan of a statement from the one cache (*kept true), or, on Citus and
+ * for a text whose hash another text took, one planned with its values and
+ * not kept (*kept false: the caller frees it after its one execution).
  */
-SPIPlanPtr
-orch_plan(const char *sql, int nargs, const Oid *types)
+static SPIPlanPtr
+plan_lookup(const char *sql, int nargs, const Oid *types, bool *kept)
 {
 	OrchPlanKey key;
 	OrchPlanEntry *e;
 	bool		found;
 	SPIPlanPtr	plan;
 
+	*kept = false;
 	if (orch_citus())
 		return orch_plan_once(sql, nargs, types);
 	if (nargs > ORCH_PLAN_MAX_ARGS)
@@ -99,26 +99,48 @@ orch_plan(const char *sql, int nargs, const Oid *types)
 		memcpy(key.types, types, nargs * sizeof(Oid));
 
 	e = hash_search(orch_plans, &key, HASH_ENTER, &found);
-	if (found && e->plan != NULL)
-	{
-		if (strcmp(e->sql, sql) == 0)
-			return e->plan;
-		/* another text with the same hash: plan this one every time */
-		return prepare(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-	}
 	if (!found)
 	{
 		e->sql = NULL;
 		e->plan = NULL;
 	}
-	/* a new entry, or one whose earlier prepare failed */
+	if (e->plan != NULL)
+	{
+		if (strcmp(e->sql, sql) == 0)
+		{
+			*kept = true;
+			return e->plan;
+		}
+		/* another text with the same hash: plan this one every time */
+		return orch_plan_once(sql, nargs, types);
+	}
+	/* a new entry, or one whose earlier prepare failed: text and plan together */
 	plan = prepare(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-	if (e->sql == NULL)
-		e->sql = MemoryContextStrdup(TopMemoryContext, sql);
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "orchestrator: SPI_keepplan failed");
+	if (e->sql != NULL)
+		pfree(e->sql);
+	e->sql = MemoryContextStrdup(TopMemoryContext, sql);
 	e->plan = plan;
+	*kept = true;
 	return plan;
+}
+
+/*
+ * The plan of a statement, prepared once per backend and kept.  The plan is
+ * generic: the statements on the hot paths are short index lookups whose
+ * shape does not depend on the values, and re-planning per call costs more
+ * than the statement itself.  On Citus (see orch_plan_once) the plan is not
+ * kept and lives until SPI_finish: a caller that runs a statement once
+ * should use orch_sql, which frees it.  Must be called while connected to
+ * SPI.
+ */
+SPIPlanPtr
+orch_plan(const char *sql, int nargs, const Oid *types)
+{
+	bool		kept;
+
+	return plan_lookup(sql, nargs, types, &kept);
 }
 
 /* The text of a plan's (first) statement, for error messages. */
@@ -130,6 +152,19 @@ plan_text(SPIPlanPtr plan)
 	if (sources == NIL)
 		return "?";
 	return ((CachedPlanSource *) linitial(sources))->query_string;
+}
+
+/* The one check of a result code (see orch_exec). */
+static void
+check_rc(int rc, int expect, const char *sql)
+{
+	if (expect == ORCH_SPI_ANY ? rc < 0 : rc != expect)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("orchestrator: statement returned %s, expected %s",
+						SPI_result_code_string(rc),
+						expect == ORCH_SPI_ANY ? "success" : SPI_result_code_string(expect)),
+				 errcontext("orchestrator statement: %s", sql)));
 }
 
 /*
@@ -146,12 +181,37 @@ orch_exec(SPIPlanPtr plan, Datum *values, const char *nulls, bool read_only,
 	int			rc = SPI_execute_plan(plan, values, nulls, read_only, count);
 
 	if (expect == ORCH_SPI_ANY ? rc < 0 : rc != expect)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("orchestrator: statement returned %s, expected %s",
-						SPI_result_code_string(rc),
-						expect == ORCH_SPI_ANY ? "success" : SPI_result_code_string(expect)),
-				 errcontext("orchestrator statement: %s", plan_text(plan))));
+		check_rc(rc, expect, plan_text(plan));
+	return SPI_processed;
+}
+
+/* A statement from the plan cache, executed and checked. */
+uint64
+orch_sql(const char *sql, int nargs, const Oid *types, Datum *values,
+		 const char *nulls, bool read_only, long count, int expect)
+{
+	bool		kept;
+	SPIPlanPtr	plan = plan_lookup(sql, nargs, types, &kept);
+	uint64		processed = orch_exec(plan, values, nulls, read_only, count, expect);
+
+	if (!kept)
+		SPI_freeplan(plan);		/* SPI_tuptable is not the plan's */
+	return processed;
+}
+
+/*
+ * A statement planned with its values, executed and checked: a one-shot plan
+ * (SPI_execute_with_args), so that nothing of it outlives the call, however
+ * many a caller runs before SPI_finish.
+ */
+uint64
+orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
+			  const char *nulls, bool read_only, long count, int expect)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls,
+										   read_only, count);
+
+	check_rc(rc, expect, sql);
 	return SPI_processed;
 }
 

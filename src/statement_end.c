@@ -16,7 +16,7 @@ PG_FUNCTION_INFO_V1(orch_events_flush);
 PG_FUNCTION_INFO_V1(orch_gate_trigger);
 
 static void
-check_called_as_statement_trigger(FunctionCallInfo fcinfo, const char *name)
+check_called_as_trigger(FunctionCallInfo fcinfo, const char *name)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -47,7 +47,7 @@ statement_end(bool audit, bool admission_and_workflows)
 Datum
 orch_events_flush(PG_FUNCTION_ARGS)
 {
-	check_called_as_statement_trigger(fcinfo, "orch_events_flush");
+	check_called_as_trigger(fcinfo, "orch_events_flush");
 	statement_end(true, false);
 	return PointerGetDatum(NULL);
 }
@@ -56,7 +56,7 @@ orch_events_flush(PG_FUNCTION_ARGS)
 Datum
 orch_gate_trigger(PG_FUNCTION_ARGS)
 {
-	check_called_as_statement_trigger(fcinfo, "orch_gate_trigger");
+	check_called_as_trigger(fcinfo, "orch_gate_trigger");
 	statement_end(false, true);
 	return PointerGetDatum(NULL);
 }
