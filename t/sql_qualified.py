@@ -109,24 +109,13 @@ def tokenize(s):
                     j += 1
             i = j
             continue
-        if c in "eE" and i + 1 < n and s[i + 1] == "'":
-            j = i + 2
+        escaped = c in "eE" and i + 1 < n and s[i + 1] == "'"     # E'..\'..'
+        if escaped or c == "'":
+            j = i + (2 if escaped else 1)
             while j < n:
-                if s[j] == "\\":
+                if escaped and s[j] == "\\":
                     j += 2
                     continue
-                if s[j] == "'":
-                    if j + 1 < n and s[j + 1] == "'":
-                        j += 2
-                        continue
-                    break
-                j += 1
-            yield ("str", s[i:j + 1], i)
-            i = j + 1
-            continue
-        if c == "'":
-            j = i + 1
-            while j < n:
                 if s[j] == "'":
                     if j + 1 < n and s[j + 1] == "'":
                         j += 2
