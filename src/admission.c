@@ -135,21 +135,6 @@ ensure_gate_callbacks(void)
 	}
 }
 
-static bool
-repairs_table_exists(void)
-{
-	Oid			nsp = get_namespace_oid("orch", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("gate_repairs", nsp));
-}
-
-/* Does the installed schema note deferred key decisions (0.4.0 and later)? */
-bool
-orch_has_gate_repairs(void)
-{
-	return repairs_table_exists();
-}
-
 /* The advisory lock name of a tenant's key. */
 static char *
 key_lock_name(const char *key, const char *tenant)
@@ -178,7 +163,7 @@ key_lock(const char *queue, const char *key, const char *tenant)
 			strcmp(e->tenant, tenant) == 0)
 			return true;
 	}
-	if ((held_keys == NIL && !gate_try_only) || !repairs_table_exists())
+	if (held_keys == NIL && !gate_try_only)
 		orch_xact_lock("key", queue, key_lock_name(key, tenant));
 	else if (!orch_xact_try_lock("key", queue, key_lock_name(key, tenant)))
 		return false;
@@ -255,8 +240,6 @@ orch_gate_repair(const char *queue, int limit)
 	char	  **tenants;
 	int			settled = 0;
 
-	if (!repairs_table_exists())
-		return 0;
 	orch_spi_text(v, n, 0, queue);
 	v[1] = Int32GetDatum(limit);
 	/* all tenants; on Citus the one the call is scoped to */
@@ -597,16 +580,6 @@ orch_gate_reconcile(const char *queue, int max_keys)
 	return promoted;
 }
 
-
-/* Does the installed schema have concurrency keys (0.3.0 and later)? */
-bool
-orch_has_gate(void)
-{
-	Oid			nsp = get_namespace_oid("orch", true);
-	Oid			rel = OidIsValid(nsp) ? get_relname_relid("tasks", nsp) : InvalidOid;
-
-	return OidIsValid(rel) && get_attnum(rel, "gated") != InvalidAttrNumber;
-}
 
 #define DELAYED_WHERE ORCH_DELAYED_WHERE
 

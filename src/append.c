@@ -58,13 +58,6 @@ direct_write_possible(Relation rel)
 	return !orch_citus();
 }
 
-static Oid
-orch_relid(const char *name)
-{
-	Oid			nsp = get_namespace_oid("orch", true);
-
-	return OidIsValid(nsp) ? get_relname_relid(name, nsp) : InvalidOid;
-}
 
 /*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
@@ -231,7 +224,6 @@ orch_events_store(OrchEvent *const *events, int n)
 {
 	Datum	   *v;
 	bool	   *nl;
-	bool		has_label;
 	Oid			relid;
 	bool		ok;
 
@@ -240,8 +232,6 @@ orch_events_store(OrchEvent *const *events, int n)
 	relid = orch_relid("events");
 	if (!OidIsValid(relid))
 		return false;
-	/* before the label column (0.4.0) the label went in place of the actor */
-	has_label = get_attnum(relid, "label") != InvalidAttrNumber;
 	v = palloc(sizeof(Datum) * SC_COUNT * n);
 	nl = palloc(sizeof(bool) * SC_COUNT * n);
 	for (int i = 0; i < n; i++)
@@ -249,7 +239,7 @@ orch_events_store(OrchEvent *const *events, int n)
 		const OrchEvent *e = events[i];
 		Datum	   *rv = v + (size_t) i * SC_COUNT;
 		bool	   *rn = nl + (size_t) i * SC_COUNT;
-		const char *actor = (!has_label && e->label) ? e->label : e->actor;
+		const char *actor = e->actor;
 
 #define PUT(c, d) do { rv[c] = (d); rn[c] = false; } while (0)
 #define PUT_TEXT(c, s) do { if (s) PUT(c, CStringGetTextDatum(s)); else { rv[c] = (Datum) 0; rn[c] = true; } } while (0)

@@ -80,18 +80,16 @@ redrive(int64 id, bool skip_redriven)
 				 errmsg("task " INT64_FORMAT " was already re-driven as task %s", id,
 						SPI_getvalue(tup, td, 3))));
 
-	/* the copy keeps the correlation id (0.5.0 schema) */
-#define REDRIVE_SQL(CORR) \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload," \
-	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
-	" owner, concurrency_key, run_id, step_key, retry_of, reason_code" CORR ")" \
-	" SELECT tenant_id, queue, 'queued', priority, payload, now(), now()," \
-	" max_attempts, max_failures, retry_policy, timeout, owner," \
-	" concurrency_key, run_id, step_key, id, 'redriven'" CORR \
-	" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id"
-	if (orch_exec(orch_has_metrics()
-						 ? orch_plan(REDRIVE_SQL(", correlation_id"), 2, types)
-						 : orch_plan(REDRIVE_SQL(""), 2, types), v, vn, false, 0, SPI_OK_INSERT_RETURNING) != 1)
+	/* the copy keeps the correlation id */
+	if (orch_exec(orch_plan("INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
+							" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+							" owner, concurrency_key, run_id, step_key, retry_of, reason_code, correlation_id)"
+							" SELECT tenant_id, queue, 'queued', priority, payload, now(), now(),"
+							" max_attempts, max_failures, retry_policy, timeout, owner,"
+							" concurrency_key, run_id, step_key, id, 'redriven', correlation_id"
+							" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id",
+							2, types),
+				  v, vn, false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: re-drive insert failed");
 	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	note = psprintf("re-driven as task " INT64_FORMAT, new_id);

@@ -46,8 +46,6 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
 
-/* [1]: with the run filter (0.4.0 schema and later) */
-
 /*
  * A workflow step's task is handed out only while its run is running (not
  * paused, waiting, finished) and within its deadline; compensation tasks run
@@ -387,7 +385,6 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	MemoryContext outer = CurrentMemoryContext;
 	Datum		tenants;
 	bool		all_tenants;
-	bool		runs = orch_has_runs();
 	bool		expired = true,
 				due = true,
 				repairs = true;
@@ -452,13 +449,12 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	else
 		tenants = orch_caller_tenants_datum(&all_tenants);
 
-	if (orch_has_gate_repairs())
-		probe_housekeeping(queue, all_tenants ? (Datum) 0 : tenants, &expired, &due, &repairs);
+	probe_housekeeping(queue, all_tenants ? (Datum) 0 : tenants, &expired, &due, &repairs);
 	/* a recovered task may be due again at once, and may have freed a key */
 	if (expired &&
 		orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants) > 0)
 		due = repairs = true;
-	if ((due || repairs) && orch_has_gate())
+	if (due || repairs)
 	{
 		/*
 		 * Letting due work in and settling deferred key decisions only tries
@@ -503,11 +499,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		memcpy(cv, v, sizeof(Datum) * 5);
 		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
 		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-		orch_exec(runs
-							 ? orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes)
-							 : orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-														  " AND t.tenant_id = $5", ""), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+		orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
 		orch_clear_event_context();
 		orch_scope_clear();
 		emit_claimed(rsinfo, outer);
@@ -523,24 +516,17 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	}
 	if (tenant)
 	{
-		orch_exec(runs
-							 ? orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types)
-							 : orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ""), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
+		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
 	}
 	else if (!all_tenants)
 	{
 		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
 
-		orch_exec(runs
-							 ? orch_plan(CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", RUN_FILTER),
-											5, atypes)
-							 : orch_plan(CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", ""),
+		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", RUN_FILTER),
 											5, atypes), v, NULL, false, 0, SPI_OK_SELECT);
 	}
 	else
-		orch_exec(runs
-							  ? orch_plan(CLAIM_SQL("", "", RUN_FILTER), 4, types)
-							  : orch_plan(CLAIM_SQL("", "", ""), 4, types), v, NULL, false, 0, SPI_OK_SELECT);
+		orch_exec(orch_plan(CLAIM_SQL("", "", RUN_FILTER), 4, types), v, NULL, false, 0, SPI_OK_SELECT);
 	orch_clear_event_context();
 
 	emit_claimed(rsinfo, outer);

@@ -37,12 +37,10 @@ orch_citus(void)
 {
 	if (citus_lxid != MyProc->lxid || citus_lxid == InvalidLocalTransactionId)
 	{
-		Oid			nsp;
 		Oid			tasks;
 		bool		distributed = false;
 
-		nsp = get_namespace_oid("orch", true);
-		tasks = OidIsValid(nsp) ? get_relname_relid("tasks", nsp) : InvalidOid;
+		tasks = orch_relid("tasks");
 		if (OidIsValid(tasks) && OidIsValid(get_extension_oid("citus", true)))
 		{
 			Oid			types[1] = {OIDOID};
@@ -304,14 +302,6 @@ citus_method(const char *name)
 											 SPI_tuptable->tupdesc, 1, &isnull))[0];
 }
 
-static bool
-orch_table_exists(const char *name)
-{
-	Oid			nsp = get_namespace_oid("orch", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid(name, nsp));
-}
-
 /*
  * Make orch.<t> a Citus table with create_call (a create_*_table call),
  * then drop the local copy the conversion leaves behind.  A table that is
@@ -321,7 +311,7 @@ orch_table_exists(const char *name)
 static void
 make_citus_table(ReturnSetInfo *rsinfo, const char *t, const char *create_call, const char *done)
 {
-	if (!orch_table_exists(t))
+	if (!OidIsValid(orch_relid(t)))
 		return;
 	if (citus_method(t) != '\0')
 	{
@@ -419,7 +409,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 						   " FOREACH s IN ARRAY ARRAY[");
 	for (int i = 0, k = 0; i < lengthof(id_sequences); i++)
 	{
-		if (!orch_table_exists(id_sequences[i]))
+		if (!OidIsValid(orch_relid(id_sequences[i])))
 			continue;
 		appendStringInfo(&sql, "%s'orch.%s'", k++ > 0 ? ", " : "", id_sequences[i]);
 	}
@@ -433,7 +423,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	/* the coordinator (group 0) counts below the first worker's range */
 	for (int i = 0; i < lengthof(id_sequences); i++)
 	{
-		if (!orch_table_exists(id_sequences[i]))
+		if (!OidIsValid(orch_relid(id_sequences[i])))
 			continue;
 		resetStringInfo(&sql);
 		appendStringInfo(&sql, "ALTER SEQUENCE orch.%s MAXVALUE %lld", id_sequences[i],

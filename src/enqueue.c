@@ -232,22 +232,18 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 #undef OPT_TEXT
 	v[13] = BoolGetDatum(rate_admit(o));
 
-	/* with a correlation id (0.5.0 schema); without, the plain insert serves every schema */
-#define TASK_INSERT_SQL(CORR_COL, CORR_VAL) \
-	"INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload," \
-	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
-	" idempotency_key, owner, concurrency_key, reason_code" CORR_COL ")" \
-	" VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3," \
-	" CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5," \
-	" COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13," \
-	" CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END" CORR_VAL ") RETURNING id"
 	if (o->correlation_id)
-	{
 		v[14] = orch_text_datum(o->correlation_id);
-		plan = orch_plan(TASK_INSERT_SQL(", correlation_id", ", $15"), 15, types);
-	}
 	else
-		plan = orch_plan(TASK_INSERT_SQL("", ""), 14, types);
+		n[14] = 'n';
+	plan = orch_plan("INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
+					 " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
+					 " idempotency_key, owner, concurrency_key, reason_code, correlation_id)"
+					 " VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3,"
+					 " CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5,"
+					 " COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
+					 " CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END, $15) RETURNING id",
+					 15, types);
 	if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: task insert failed");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

@@ -137,32 +137,108 @@ orch_restore_event_context(OrchEventContext c)
  * Event writer
  * ---------------------------------------------------------------------- */
 
+#define EVENT_COLS 15
+
 /*
- * Which columns does orch.events have?  0: before 0.4.0; 1: label (0.4.0);
- * 2: label and waited (0.5.0).  Looked up per transaction: the library may
- * run against an older schema until ALTER EXTENSION UPDATE.
+ * Write n events: appended without SQL when append.c can (a plain table,
+ * no RLS to apply), else with one INSERT (VALUES for one event, cheaper to
+ * start; SELECT FROM unnest(...) for several).
  */
-static LocalTransactionId level_lxid = InvalidLocalTransactionId;
-static int	level_known = 0;
-
-int
-orch_events_level(void)
+static void
+events_write(OrchEvent *const *events, int n)
 {
-	if (level_lxid != MyProc->lxid || level_lxid == InvalidLocalTransactionId)
-	{
-		Oid			nsp = get_namespace_oid("orch", true);
-		Oid			rel = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
+	static const Oid elemtypes[EVENT_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
+		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
+	static const Oid arrtypes[EVENT_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
+	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID};
+	Datum	   *cols[EVENT_COLS];
+	bool	   *nulls[EVENT_COLS];
+	Datum		args[EVENT_COLS];
+	char		argnulls[EVENT_COLS];
 
-		level_known = 0;
-		if (OidIsValid(rel) && get_attnum(rel, "label") != InvalidAttrNumber)
-			level_known = get_attnum(rel, "waited") != InvalidAttrNumber ? 2 : 1;
-		level_lxid = MyProc->lxid;
+	if (n <= 0 || orch_events_store(events, n))
+		return;
+	for (int c = 0; c < EVENT_COLS; c++)
+	{
+		cols[c] = palloc0(sizeof(Datum) * n);
+		nulls[c] = palloc0(sizeof(bool) * n);
 	}
-	return level_known;
+	for (int i = 0; i < n; i++)
+	{
+		const OrchEvent *e = events[i];
+
+#define SETTXT(c, s) do { if (s) cols[c][i] = orch_text_datum(s); else nulls[c][i] = true; } while (0)
+		SETTXT(0, e->tenant);
+		cols[1][i] = Int64GetDatum(e->task_id);
+		nulls[1][i] = !e->has_task;
+		cols[2][i] = Int64GetDatum(e->run_id);
+		nulls[2][i] = !e->has_run;
+		SETTXT(3, e->from_state);
+		SETTXT(4, e->to_state);
+		SETTXT(5, e->reason_code);
+		SETTXT(6, e->actor);
+		cols[7][i] = Int32GetDatum(e->attempt);
+		nulls[7][i] = e->attempt <= 0;
+		cols[8][i] = UUIDPGetDatum(&e->token);
+		nulls[8][i] = !e->has_token;
+		SETTXT(9, e->note);
+		cols[10][i] = TimestampTzGetDatum(e->at);
+		cols[11][i] = Int32GetDatum(i);
+		SETTXT(12, e->label);
+#undef SETTXT
+		if (e->waited_us >= 0)
+			cols[13][i] = IntervalPGetDatum(orch_usecs_interval(e->waited_us));
+		else
+			nulls[13][i] = true;
+		cols[14][i] = orch_text_datum(e->entity ? e->entity : "task");
+	}
+	for (int c = 0; c < EVENT_COLS; c++)
+	{
+		if (n == 1)
+		{
+			args[c] = cols[c][0];
+			argnulls[c] = nulls[c][0] ? 'n' : ' ';
+		}
+		else
+		{
+			int16		typlen;
+			bool		typbyval;
+			char		typalign;
+			int			dims[1] = {n};
+			int			lbs[1] = {1};
+
+			get_typlenbyvalalign(elemtypes[c], &typlen, &typbyval, &typalign);
+			args[c] = PointerGetDatum(construct_md_array(cols[c], nulls[c], 1, dims, lbs,
+														 elemtypes[c], typlen, typbyval, typalign));
+			argnulls[c] = ' ';
+		}
+	}
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	if (n == 1)
+		orch_exec(orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, from_state, to_state,"
+							" reason_code, actor, attempt, lease_token, note, at, label, waited, entity)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15)"
+							" /* $12: the order of several */",
+							EVENT_COLS, elemtypes),
+				  args, argnulls, false, 0, SPI_OK_INSERT);
+	else
+		orch_exec(orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
+							" SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
+							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
+							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+							"        actor, attempt, lease_token, note, at, ord, label, waited, entity)"
+							" ORDER BY e.ord",
+							EVENT_COLS, arrtypes),
+				  args, argnulls, false, 0, SPI_OK_INSERT);
+	SPI_finish();
 }
 
 /*
- * Insert one event.  actor is always the role the call acts for
+ * Insert one event now.  actor is always the role the call acts for
  * (orch_current_actor); label is the name the caller supplied (worker,
  * approver), recorded beside it and never in its place.
  */
@@ -173,13 +249,6 @@ orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
 				 const char *reason_code, const char *label, int32 attempt,
 				 pg_uuid_t *lease_token, const char *note, int64 waited_us)
 {
-	Oid			types[13] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID,
-		TEXTOID, TEXTOID, TEXTOID, INT4OID, UUIDOID, TEXTOID, TEXTOID, INTERVALOID};
-	Datum		values[13];
-	char		nulls[13];
-	SPIPlanPtr	plan;
-	int			level;
-	bool		with_label;
 	OrchEvent	ev;
 	OrchEvent  *evp = &ev;
 
@@ -202,68 +271,13 @@ orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
 	ev.note = (char *) note;
 	ev.at = GetCurrentTimestamp();
 	ev.waited_us = waited_us;
-	if (orch_events_store(&evp, 1))
-		return;
-
-	level = orch_events_level();
-	with_label = level >= 1;
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = orch_text_datum(tenant ? tenant : ORCH_DEFAULT_TENANT);
-	values[1] = Int64GetDatum(task_id);
-	if (!has_task)
-		nulls[1] = 'n';
-	values[2] = Int64GetDatum(run_id);
-	if (!has_run)
-		nulls[2] = 'n';
-	values[3] = orch_text_datum(entity);
-#define OPT_TEXT(i, s) do { if (s) values[i] = orch_text_datum(s); else nulls[i] = 'n'; } while (0)
-	OPT_TEXT(4, from_state);
-	OPT_TEXT(5, to_state);
-	OPT_TEXT(6, reason_code);
-	if (with_label)
-		values[7] = orch_text_datum(orch_current_actor());
-	else
-		values[7] = orch_text_datum(label ? label : orch_current_actor());
-	values[8] = Int32GetDatum(attempt);
-	if (attempt <= 0)
-		nulls[8] = 'n';
-	values[9] = UUIDPGetDatum(lease_token);
-	if (lease_token == NULL)
-		nulls[9] = 'n';
-	OPT_TEXT(10, note);
-	OPT_TEXT(11, label);
-#undef OPT_TEXT
-	if (waited_us >= 0)
-		values[12] = IntervalPGetDatum(orch_usecs_interval(waited_us));
-	else
-		nulls[12] = 'n';
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (level >= 2)
-		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note, label, waited)"
-							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-							13, types);
-	else if (with_label)
-		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note, label)"
-							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-							12, types);
-	else
-		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note)"
-							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-							11, types);
-	orch_exec(plan, values, nulls, false, 0, SPI_OK_INSERT);
-	SPI_finish();
+	events_write(&evp, 1);
 }
 
 /* ----------------------------------------------------------------------
- * Per-statement event buffer.  When orch.tasks has the statement trigger
- * tasks_events (0.3.0 and later), the row trigger buffers its events and
- * orch_events_flush writes them with one INSERT at the end of the statement:
- * a batch claim or enqueue of N tasks then costs one insert, not N.
+ * Per-statement event buffer.  The row trigger on orch.tasks buffers its
+ * events and the statement-end trigger writes them with one INSERT: a batch
+ * claim or enqueue of N tasks then costs one insert, not N.
  * ---------------------------------------------------------------------- */
 typedef OrchEvent BufferedEvent;
 
@@ -327,141 +341,23 @@ events_forget(int from_level)
 
 
 
-#define FLUSH_COLS 15
-
-/* Write every buffered event with one INSERT ... SELECT FROM unnest(...). */
+/* Write every buffered event (one INSERT; see events_write). */
 static void
 events_flush(void)
 {
 	List	   *work = event_buffer;
 	int			n = list_length(work);
-	Datum	   *cols[FLUSH_COLS];
-	bool	   *nulls[FLUSH_COLS];
-	Oid			elemtypes[FLUSH_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
-		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
-	Oid			arrtypes[FLUSH_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
-		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
-	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID};
-	Datum		args[FLUSH_COLS];
-	int			i = 0;
+	OrchEvent **arr;
 	ListCell   *lc;
-	int			level;
-	bool		with_label;
-	SPIPlanPtr	plan;
 
 	if (n == 0)
 		return;
 	event_buffer = NIL;
-	if (n == 1)
-	{
-		/* one row: the plain VALUES insert is cheaper to start than unnest */
-		BufferedEvent *e = (BufferedEvent *) linitial(work);
-
-		orch_write_event_full(e->tenant, e->task_id, e->has_task, e->run_id, e->has_run, e->entity,
-						 e->from_state, e->to_state, e->reason_code, e->label,
-						 e->attempt, e->has_token ? &e->token : NULL, e->note, e->waited_us);
-		list_free_deep(work);
-		return;
-	}
-	{
-		OrchEvent **arr = palloc(sizeof(OrchEvent *) * n);
-
-		foreach(lc, work)
-			arr[foreach_current_index(lc)] = (OrchEvent *) lfirst(lc);
-		if (orch_events_store(arr, n))
-		{
-			pfree(arr);
-			list_free_deep(work);
-			return;
-		}
-		pfree(arr);
-	}
-	level = orch_events_level();
-	with_label = level >= 1;
-	for (int c = 0; c < FLUSH_COLS; c++)
-	{
-		cols[c] = palloc0(sizeof(Datum) * n);
-		nulls[c] = palloc0(sizeof(bool) * n);
-	}
+	arr = palloc(sizeof(OrchEvent *) * n);
 	foreach(lc, work)
-	{
-		BufferedEvent *e = (BufferedEvent *) lfirst(lc);
-
-#define SETTXT(c, s) do { if (s) cols[c][i] = orch_text_datum(s); else nulls[c][i] = true; } while (0)
-		SETTXT(0, e->tenant);
-		cols[1][i] = Int64GetDatum(e->task_id);
-		nulls[1][i] = !e->has_task;
-		cols[2][i] = Int64GetDatum(e->run_id);
-		nulls[2][i] = !e->has_run;
-		SETTXT(3, e->from_state);
-		SETTXT(4, e->to_state);
-		SETTXT(5, e->reason_code);
-		if (with_label || e->label == NULL)
-			SETTXT(6, e->actor);
-		else
-			SETTXT(6, e->label);
-		cols[7][i] = Int32GetDatum(e->attempt);
-		nulls[7][i] = e->attempt <= 0;
-		cols[8][i] = UUIDPGetDatum(&e->token);
-		nulls[8][i] = !e->has_token;
-		SETTXT(9, e->note);
-		cols[10][i] = TimestampTzGetDatum(e->at);
-		cols[11][i] = Int32GetDatum(i);
-		SETTXT(12, e->label);
-#undef SETTXT
-		if (e->waited_us >= 0)
-			cols[13][i] = IntervalPGetDatum(orch_usecs_interval(e->waited_us));
-		else
-			nulls[13][i] = true;
-		cols[14][i] = orch_text_datum(e->entity ? e->entity : "task");
-		i++;
-	}
-	for (int c = 0; c < FLUSH_COLS; c++)
-	{
-		int16		typlen;
-		bool		typbyval;
-		char		typalign;
-		int			dims[1] = {n};
-		int			lbs[1] = {1};
-
-		get_typlenbyvalalign(elemtypes[c], &typlen, &typbyval, &typalign);
-		args[c] = PointerGetDatum(construct_md_array(cols[c], nulls[c], 1, dims, lbs,
-													 elemtypes[c], typlen, typbyval, typalign));
-	}
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (level >= 2)
-		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
-							" SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
-							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
-							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
-							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
-							"        actor, attempt, lease_token, note, at, ord, label, waited, entity)"
-							" ORDER BY e.ord",
-							FLUSH_COLS, arrtypes);
-	else if (with_label)
-		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note, at, label)"
-							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
-							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label"
-							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
-							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
-							"        actor, attempt, lease_token, note, at, ord, label)"
-							" ORDER BY e.ord",
-							FLUSH_COLS - 2, arrtypes);
-	else
-		plan = orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note, at)"
-							" SELECT e.tenant_id, e.task_id, e.run_id, 'task', e.from_state, e.to_state,"
-							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at"
-							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
-							"        actor, attempt, lease_token, note, at, ord)"
-							" ORDER BY e.ord",
-							FLUSH_COLS - 3, arrtypes);
-	orch_exec(plan, args, NULL, false, 0, SPI_OK_INSERT);
-	SPI_finish();
+		arr[foreach_current_index(lc)] = (OrchEvent *) lfirst(lc);
+	events_write(arr, n);
+	pfree(arr);
 	list_free_deep(work);
 }
 
@@ -485,7 +381,9 @@ orch_has_flush_trigger(Relation rel)
 	if (td == NULL || !td->trig_update_after_statement || !td->trig_insert_after_statement)
 		return false;
 	for (int i = 0; i < td->numtriggers; i++)
-		if (strcmp(td->triggers[i].tgname, "tasks_events") == 0 && td->triggers[i].tgenabled != TRIGGER_DISABLED)
+		if ((strcmp(td->triggers[i].tgname, "tasks_statement_end") == 0 ||
+			 strcmp(td->triggers[i].tgname, "tasks_events") == 0) &&
+			td->triggers[i].tgenabled != TRIGGER_DISABLED)
 			return true;
 	return false;
 }
@@ -525,17 +423,13 @@ orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
  * While a run progresses at the end of a statement (orch_runs_flush), the
  * events of its steps, of the step tasks it enqueues and of the run are
  * buffered and written with one INSERT when it is done (orch_events_undefer)
- * instead of one per event.  Only with the 0.5.0 schema (the flush writes
- * the entity of each row); returns whether deferral began.
+ * instead of one per event.
  */
-bool
+void
 orch_events_defer(void)
 {
-	if (orch_events_level() < 2)
-		return false;
 	ensure_callbacks();
 	events_deferred++;
-	return true;
 }
 
 /* End a deferral; the outermost one writes what was buffered. */

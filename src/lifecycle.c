@@ -91,7 +91,7 @@ typedef struct TaskCols
 				step_key,
 				queue,
 				concurrency_key,
-				gated,			/* 0 before 0.3.0 */
+				gated,
 				updated_at,
 				finished_at,
 				priority,
@@ -150,9 +150,7 @@ load_task_cols(Relation rel)
 	task_cols.step_key = must_fnumber(td, "step_key");
 	task_cols.queue = must_fnumber(td, "queue");
 	task_cols.concurrency_key = must_fnumber(td, "concurrency_key");
-	task_cols.gated = SPI_fnumber(td, "gated");
-	if (task_cols.gated < 0)
-		task_cols.gated = 0;
+	task_cols.gated = must_fnumber(td, "gated");
 	task_cols.updated_at = must_fnumber(td, "updated_at");
 	task_cols.finished_at = must_fnumber(td, "finished_at");
 	task_cols.priority = must_fnumber(td, "priority");
@@ -440,7 +438,7 @@ task_trigger(TriggerData *trigdata)
 		}
 	}
 
-	if (task_cols.gated > 0)
+	/* the admission gate */
 	{
 		bool		keyless;
 
@@ -541,6 +539,7 @@ orch_state_machine_trigger(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("orch_state_machine_trigger takes two arguments: column, machine")));
+	orch_schema_version();
 
 	if (strcmp(trigger->tgargs[1], "task") == 0 &&
 		strcmp(trigger->tgargs[0], "state") == 0 &&

@@ -274,19 +274,13 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	/* 4. retention: finished tasks with their attempts and events */
 	acts[nacts].name = "tasks_purged";
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
-		count_query(orch_has_runs()
-					? "WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
+		count_query("WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
 					"   WHERE finished_at < now() - $3"
 					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 					/* a run still open needs its steps' tasks (map results, counts) */
 					"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
 					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4")
 					"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
-					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-					PURGE_TAIL
-					: "WITH p AS (SELECT id, tenant_id FROM orch.tasks"
-					"   WHERE finished_at < now() - $3"
-					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("tenant_id", "$4")
 					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 					PURGE_TAIL,
 					4, types, v, n);
@@ -296,23 +290,20 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	 * run's own events (their tasks went with the tasks above).  Approvals
 	 * stay: an approval reference is single-use for ever.
 	 */
-	if (orch_has_runs())
-	{
-		acts[nacts].name = "runs_purged";
-		acts[nacts++].count = orch_retention <= 0 ? 0 :
-			count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
-						"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
-						"     AND " ORCH_TENANT_IN("tenant_id", "$4")
-						"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-						" s AS (DELETE FROM orch.run_steps s USING p"
-						"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
-						" e AS (DELETE FROM orch.events e USING p"
-						"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
-						"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
-						" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
-						"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
-						4, types, v, n);
-	}
+	acts[nacts].name = "runs_purged";
+	acts[nacts++].count = orch_retention <= 0 ? 0 :
+		count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
+					"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
+					"     AND " ORCH_TENANT_IN("tenant_id", "$4")
+					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
+					" s AS (DELETE FROM orch.run_steps s USING p"
+					"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
+					" e AS (DELETE FROM orch.events e USING p"
+					"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
+					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
+					" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
+					"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
+					4, types, v, n);
 
 	/* events of the user tables' state machines past the retention */
 	acts[nacts].name = "events_purged";
@@ -323,25 +314,22 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4"),
 					4, types, v, n);
 
-	/* 0.3.0 objects: slots and rate windows */
-	if (orch_has_gate())
-	{
-		acts[nacts].name = "delayed_woken";
-		acts[nacts++].count = orch_wake_delayed(NULL, batch, tenants);
-		acts[nacts].name = "runs_progressed";
-		acts[nacts++].count = orch_runs_maintain(batch);
-		acts[nacts].name = "key_decisions_settled";
-		acts[nacts++].count = orch_gate_repair(NULL, batch);
-		acts[nacts].name = "slots_reconciled";
-		acts[nacts++].count = orch_gate_reconcile(NULL, batch);
-		acts[nacts].name = "rate_window_purged";
-		acts[nacts++].count =
-			count_query("DELETE FROM orch.rate_window w USING"
-						" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
-						"  AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) o"
-						" WHERE w.ctid = o.ctid AND " ORCH_TENANT_IN("w.tenant_id", "$4"),
-						4, types, v, n);
-	}
+	/* slots and rate windows */
+	acts[nacts].name = "delayed_woken";
+	acts[nacts++].count = orch_wake_delayed(NULL, batch, tenants);
+	acts[nacts].name = "runs_progressed";
+	acts[nacts++].count = orch_runs_maintain(batch);
+	acts[nacts].name = "key_decisions_settled";
+	acts[nacts++].count = orch_gate_repair(NULL, batch);
+	acts[nacts].name = "slots_reconciled";
+	acts[nacts++].count = orch_gate_reconcile(NULL, batch);
+	acts[nacts].name = "rate_window_purged";
+	acts[nacts++].count =
+		count_query("DELETE FROM orch.rate_window w USING"
+					" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
+					"  AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) o"
+					" WHERE w.ctid = o.ctid AND " ORCH_TENANT_IN("w.tenant_id", "$4"),
+					4, types, v, n);
 
 	acts[nacts].name = "idempotency_keys_purged";
 	acts[nacts++].count =
@@ -366,7 +354,6 @@ orch_maintain(PG_FUNCTION_ARGS)
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
 	Action		acts[24];
 	int			nacts = 0;
-	bool		metrics;
 	TimestampTz started = GetCurrentTimestamp();
 
 	if (batch < 1 || batch > 1000000)
@@ -379,13 +366,9 @@ orch_maintain(PG_FUNCTION_ARGS)
 	SPI_connect();
 
 	/* 0. metrics: fold what committed since the last pass (before any purge) */
-	metrics = orch_has_metrics();
-	if (metrics)
-	{
-		acts[nacts].name = "metrics_folded";
-		/* the fold reads every tenant's events at once: not on Citus (yet) */
-		acts[nacts++].count = orch_citus() ? 0 : fold_metrics();
-	}
+	acts[nacts].name = "metrics_folded";
+	/* the fold reads every tenant's events at once: not on Citus (yet) */
+	acts[nacts++].count = orch_citus() ? 0 : fold_metrics();
 
 	if (!orch_citus())
 		nacts += maintain_tenants(batch, (Datum) 0, acts + nacts);
@@ -429,9 +412,8 @@ orch_maintain(PG_FUNCTION_ARGS)
 		}
 	}
 
-	/* the pass's record (0.5.0): pg_cron's history then says what it did */
-	if (metrics)
-		log_pass(started, acts, nacts);
+	/* the pass's record: pg_cron's history then says what it did */
+	log_pass(started, acts, nacts);
 	SPI_finish();
 
 	for (int i = 0; i < nacts; i++)

@@ -37,16 +37,6 @@ static const char *const bucket_names[] = {
 #define NBOUNDS lengthof(bucket_bounds)
 
 /*
- * Is the installed schema 0.5.0 or later (metrics tables, correlation ids)?
- * The events' columns tell (looked up once per transaction).
- */
-bool
-orch_has_metrics(void)
-{
-	return orch_events_level() >= 2;
-}
-
-/*
  * orch.histogram_le(seconds float8) -> text
  *	  The first bucket whose bound is >= seconds (Prometheus "le"), "+Inf"
  *	  past the last bound; NaN goes to +Inf, negatives to the first bucket.
@@ -407,11 +397,6 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 	StringInfoData buf;
 	text	   *result;
 
-	if (!orch_has_metrics())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the installed orchestrator schema has no metrics"),
-				 errhint("Run ALTER EXTENSION orchestrator UPDATE.")));
 	initStringInfo(&buf);
 	SPI_connect();
 

@@ -157,8 +157,6 @@ extern int	orch_gate_promote(const char *queue, const char *key, const char *ten
 extern int	orch_gate_enforce(const char *queue, const char *key, const char *tenant);
 extern int	orch_gate_reconcile(const char *queue, int max_keys);
 extern int	orch_gate_repair(const char *queue, int limit);
-extern bool orch_has_gate(void);
-extern bool orch_has_gate_repairs(void);
 extern void orch_gate_statement_end(void);
 
 /*
@@ -239,8 +237,7 @@ typedef struct OrchEventContext
 extern OrchEventContext orch_save_event_context(void);
 extern const OrchEventContext *orch_event_context(void);
 extern void orch_restore_event_context(OrchEventContext c);
-extern int	orch_events_level(void);
-extern bool orch_events_defer(void);
+extern void orch_events_defer(void);
 extern void orch_events_undefer(bool flush);
 extern void orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 								 const char *from_state, const char *to_state,
@@ -253,8 +250,6 @@ extern bool orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td);
 extern void orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
 						   bool completed);
 extern void orch_runs_flush(void);
-extern bool orch_has_runs(void);
-extern bool orch_has_metrics(void);
 extern int	orch_runs_maintain(int limit);
 
 /* tenant.c: tenant bindings and the caller */
@@ -289,6 +284,10 @@ extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
 extern Datum orch_text_array1(const char *s);
 extern void orch_not_found(const char *what, int64 id) pg_attribute_noreturn();
+
+/* schema.c: the installed schema version (55000 when not served), orch.<name> */
+extern int	orch_schema_version(void);
+extern Oid	orch_relid(const char *name);
 
 /* spi.c: SPI parameters and search_path (with orch_plan/orch_exec below) */
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);

@@ -105,12 +105,14 @@ orch_queue_cache_get(const char *queue, QueueSettings *qs, bool *paused)
 	return true;
 }
 
-/* Does orch.queues carry the invalidating trigger (schema 0.6.0 or later)? */
+/*
+ * orch.queues, when its invalidating trigger is there and enabled (else no
+ * caching: a cached queue would not see a change).
+ */
 static Oid
 invalidating_relid(void)
 {
-	Oid			nsp = get_namespace_oid("orch", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid("queues", nsp) : InvalidOid;
+	Oid			relid = orch_relid("queues");
 	Relation	rel;
 	bool		found = false;
 
@@ -190,8 +192,7 @@ orch_queues_changed(PG_FUNCTION_ARGS)
 	 * orch.queues itself: that relation is invalidated too.
 	 */
 	{
-		Oid			nsp = get_namespace_oid("orch", true);
-		Oid			queues = OidIsValid(nsp) ? get_relname_relid("queues", nsp) : InvalidOid;
+		Oid			queues = orch_relid("queues");
 
 		if (OidIsValid(queues) && queues != RelationGetRelid(trigdata->tg_relation))
 			CacheInvalidateRelcacheByRelid(queues);

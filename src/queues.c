@@ -182,9 +182,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	vals[1] = JsonbPGetDatum(merged);
 	orch_sql_once("UPDATE orch.queues SET settings = $2, updated_at = now()"
 							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
-	/* a changed concurrency_key_limit applies at once (0.3.0 and later) */
-	if (orch_has_gate())
-		orch_gate_reconcile(name, 10000);
+	/* a changed concurrency_key_limit applies at once */
+	orch_gate_reconcile(name, 10000);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }
@@ -302,14 +301,11 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		orch_clear_event_context();
 	}
 	orch_sql_once("DELETE FROM orch.queues WHERE name = $1", 1, types, vals, NULL, false, 0, SPI_OK_DELETE);
-	/* the queue's own limits and rate windows go with it (0.3.0 and later) */
-	if (orch_has_gate())
-	{
-		orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1",
-					  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
-		orch_sql_once("DELETE FROM orch.rate_window WHERE queue = $1",
-					  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
-	}
+	/* the queue's own limits and rate windows go with it */
+	orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1",
+				  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+	orch_sql_once("DELETE FROM orch.rate_window WHERE queue = $1",
+				  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

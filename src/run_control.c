@@ -311,14 +311,12 @@ orch_retry_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was already retried", r.id)));
 	orch_set_event_context(NULL, NULL);
-#define RETRY_RUN_SQL(CORR) \
-	"INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins," \
-	"   created_by, deadline_at, reason_code, retry_of" CORR ")" \
-	" SELECT tenant_id, definition, version, content_hash, 'running', input, pins, $3::text," \
-	"   now() + (deadline_at - created_at), 'retried', id" CORR \
-	" FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id"
-	/* the new run keeps the correlation id (0.5.0 schema) */
-	orch_sql(orch_has_metrics() ? RETRY_RUN_SQL(", correlation_id") : RETRY_RUN_SQL(""), 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, (Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, false, 0, SPI_OK_INSERT_RETURNING);
+	/* the new run keeps the correlation id */
+	orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+			 "   created_by, deadline_at, reason_code, retry_of, correlation_id)"
+			 " SELECT tenant_id, definition, version, content_hash, 'running', input, pins, $3::text,"
+			 "   now() + (deadline_at - created_at), 'retried', id, correlation_id"
+			 " FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id", 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, (Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, false, 0, SPI_OK_INSERT_RETURNING);
 	nr.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	nr.tenant = r.tenant;
 	nr.state = RS_RUNNING;

@@ -30,9 +30,9 @@
  * The task of a step (or of one item of a map step: $5 >= 0); $1 run,
  * $2 tenant, $3 step, $4 step key.  Its queue must exist (else no row).
  */
-#define STEP_TASK_INSERT_SQL(CORR_COL, CORR_VAL) \
+#define STEP_TASK_INSERT \
 	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code, priority" CORR_COL ")" \
+	"  timeout, run_id, step_key, reason_code, priority, correlation_id)" \
 	" SELECT $2, q.name, 'queued'," \
 	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
 	"    'input', r.input," \
@@ -45,26 +45,22 @@
 	"   || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
 	"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))," \
 	"  NULL::interval," \
-	"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0)" CORR_VAL \
+	"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0), r.correlation_id" \
 	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
 	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
 	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
 	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q" \
 	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
 
-/* Step tasks carry the run's correlation id (0.5.0 schema) */
-#define STEP_TASK_INSERT STEP_TASK_INSERT_SQL("", "")
-#define STEP_TASK_INSERT_CORR STEP_TASK_INSERT_SQL(", correlation_id", ", r.correlation_id")
-
 /* The compensation task of a step */
-#define COMP_TASK_INSERT(CORR_COL, CORR_VAL) \
+#define COMP_TASK_INSERT \
 	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code" CORR_COL ")" \
+	"  timeout, run_id, step_key, reason_code, correlation_id)" \
 	" SELECT $2, q.name, 'queued'," \
 	"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler'," \
 	"    'input', r.input, 'output', s.output)," \
 	"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))," \
-	"  NULL, $1, $4, 'compensation_ready'" CORR_VAL \
+	"  NULL, $1, $4, 'compensation_ready', r.correlation_id" \
 	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
 	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
 	"  CROSS JOIN LATERAL (SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue'," \
@@ -82,7 +78,6 @@ orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Js
 	bool		isnull;
 	char	   *queue;
 	QueueSettings qs;
-	bool		corr = orch_has_metrics();
 
 	(void) spec_unused;
 	RUN_ARGS(v, r->id, r->tenant);
@@ -118,9 +113,7 @@ orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Js
 			}
 		}
 		orch_sql(compensation
-				? (corr ? COMP_TASK_INSERT(", correlation_id", ", r.correlation_id")
-				   : COMP_TASK_INSERT("", ""))
-				: (corr ? STEP_TASK_INSERT_CORR " RETURNING id" : STEP_TASK_INSERT " RETURNING id"), 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING);
+				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
 			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -374,7 +367,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	" UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()," \
 	"   task_id = (SELECT id FROM t), cap_at = " CAP_SQL \
 	" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)"
-	orch_sql(orch_has_metrics() ? START_STEP_SQL(STEP_TASK_INSERT_CORR) : START_STEP_SQL(STEP_TASK_INSERT), 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID}, v, NULL, false, 0, SPI_OK_UPDATE);
+	orch_sql(START_STEP_SQL(STEP_TASK_INSERT), 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID}, v, NULL, false, 0, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 	{
 		/* its queue does not exist yet: created on the way */

@@ -306,15 +306,6 @@ orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step
 	MemoryContextSwitchTo(old);
 }
 
-/* Does the installed schema have workflow runs (0.4.0 and later)? */
-bool
-orch_has_runs(void)
-{
-	Oid			nsp = get_namespace_oid("orch", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("runs", nsp));
-}
-
 /* ----------------------------------------------------------------------
  * SQL helpers (caller connected to SPI)
  * ---------------------------------------------------------------------- */
@@ -484,7 +475,7 @@ run_note_cmp(const ListCell *a, const ListCell *b)
 	return x->run_id < y->run_id ? -1 : (x->run_id > y->run_id ? 1 : 0);
 }
 
-/* At statement end (orch_gate_trigger): progress the noted runs. */
+/* At statement end (statement_end.c): progress the noted runs. */
 void
 orch_runs_flush(void)
 {
@@ -494,7 +485,8 @@ orch_runs_flush(void)
 		return;
 	runs_flushing = true;
 	/* the events of the progression go in with one INSERT at its end */
-	deferred = orch_events_defer();
+	orch_events_defer();
+	deferred = true;
 	PG_TRY();
 	{
 		/* runs locked in one order by every session: no lock-order deadlock */
@@ -554,8 +546,6 @@ orch_runs_maintain(int limit)
 	int			moved = 0;
 	bool		isnull;
 
-	if (!orch_has_runs())
-		return 0;
 	v[0] = Int32GetDatum(limit);
 	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
 	orch_spi_scope_tenants(v, vn, 1);
@@ -734,24 +724,18 @@ orch_start(PG_FUNCTION_ARGS)
 	orch_spi_text(v, n, 9, corr);
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
-#define RUN_INSERT_SQL(CORR_COL, CORR_VAL) \
-	"INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins," \
-	"   idempotency_key, created_by, deadline_at, reason_code" CORR_COL ")" \
-	" SELECT $1, $2, $3, $4, 'running', $5," \
-	"   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}')," \
-	"   $7, $8," \
-	"   now() + CASE jsonb_typeof(d.spec -> 'policies' -> 'deadline')" \
-	"     WHEN 'number' THEN make_interval(secs => (d.spec -> 'policies' ->> 'deadline')::float8)" \
-	"     WHEN 'string' THEN (d.spec -> 'policies' ->> 'deadline')::interval END," \
-	"   'started'" CORR_VAL \
-	" FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'" \
-	" ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING" \
-	" RETURNING id"
-	/* with a correlation id (0.5.0 schema); without, the plain insert serves every schema */
-	if (corr)
-		orch_sql(RUN_INSERT_SQL(", correlation_id", ", $10"), 10, types, v, n, false, 0, SPI_OK_INSERT_RETURNING);
-	else
-		orch_sql(RUN_INSERT_SQL("", ""), 9, types, v, n, false, 0, SPI_OK_INSERT_RETURNING);
+	orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id)"
+			 " SELECT $1, $2, $3, $4, 'running', $5,"
+			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
+			 "   $7, $8,"
+			 "   now() + CASE jsonb_typeof(d.spec -> 'policies' -> 'deadline')"
+			 "     WHEN 'number' THEN make_interval(secs => (d.spec -> 'policies' ->> 'deadline')::float8)"
+			 "     WHEN 'string' THEN (d.spec -> 'policies' ->> 'deadline')::interval END,"
+			 "   'started', $10"
+			 " FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'"
+			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+			 " RETURNING id", 10, types, v, n, false, 0, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed == 0)
 	{
 		/* the key names an existing run: the same request returns it */

@@ -59,6 +59,7 @@ prepare(const char *sql, int nargs, const Oid *types, int cursor_options)
 SPIPlanPtr
 orch_plan_once(const char *sql, int nargs, const Oid *types)
 {
+	orch_schema_version();
 	return prepare(sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
 }
 
@@ -74,6 +75,8 @@ plan_lookup(const char *sql, int nargs, const Oid *types, bool *kept)
 	OrchPlanEntry *e;
 	bool		found;
 	SPIPlanPtr	plan;
+
+	orch_schema_version();	/* every statement runs against a served schema */
 
 	*kept = false;
 	if (orch_citus())
@@ -208,9 +211,10 @@ uint64
 orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
 			  const char *nulls, bool read_only, long count, int expect)
 {
-	int			rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls,
-										   read_only, count);
+	int			rc;
 
+	orch_schema_version();
+	rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls, read_only, count);
 	check_rc(rc, expect, sql);
 	return SPI_processed;
 }

@@ -12,6 +12,7 @@
 
 #include "orchestrator.h"
 
+PG_FUNCTION_INFO_V1(orch_tasks_statement_end);
 PG_FUNCTION_INFO_V1(orch_events_flush);
 PG_FUNCTION_INFO_V1(orch_gate_trigger);
 
@@ -25,15 +26,13 @@ check_called_as_trigger(FunctionCallInfo fcinfo, const char *name)
 }
 
 /*
- * The schema has two AFTER ... FOR EACH STATEMENT triggers on orch.tasks,
- * fired in name order: tasks_events (INSERT and UPDATE) and tasks_gate
- * (UPDATE).  Each calls the dispatcher for its part, so that after an
- * UPDATE the three run in the order above and after an INSERT (which frees
- * no slot and finishes no step) only the audit writer runs.
+ * After an UPDATE the three run in the order above; after an INSERT (which
+ * frees no slot and finishes no step) only the audit writer runs.
  */
 static void
 statement_end(bool audit, bool admission_and_workflows)
 {
+	orch_schema_version();
 	if (audit)
 		orch_events_statement_end();
 	if (admission_and_workflows)
@@ -42,6 +41,24 @@ statement_end(bool audit, bool admission_and_workflows)
 		orch_runs_flush();
 	}
 }
+
+/* tasks_statement_end: AFTER INSERT OR UPDATE FOR EACH STATEMENT */
+Datum
+orch_tasks_statement_end(PG_FUNCTION_ARGS)
+{
+	bool		update;
+
+	check_called_as_trigger(fcinfo, "orch_tasks_statement_end");
+	update = TRIGGER_FIRED_BY_UPDATE(((TriggerData *) fcinfo->context)->tg_event);
+	statement_end(true, update);
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * A 0.7.0 schema has two triggers instead, fired in name order:
+ * tasks_events (INSERT and UPDATE) and tasks_gate (UPDATE), each calling
+ * the dispatcher for its part.
+ */
 
 /* tasks_events: AFTER INSERT OR UPDATE FOR EACH STATEMENT */
 Datum

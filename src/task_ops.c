@@ -749,7 +749,7 @@ require_waiting(OrchTask *t, TaskState waiting, const char *action)
 						t->id, orch_state_names[t->state],
 						t->retry_wait ? " (waiting to retry)" : "",
 						waiting == TS_AWAITING_TOOL ? "a tool" : "confirmation")));
-	if (!t->ready && orch_has_gate())
+	if (!t->ready)
 	{
 		/* resumed or approved, but waiting for a slot of its concurrency key */
 		Oid			types[1] = {INT8OID};

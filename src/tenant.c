@@ -70,14 +70,6 @@ orch_current_actor(void)
 	return pstrdup(name);
 }
 
-static bool
-bindings_table_exists(void)
-{
-	/* before 0.4.0 there are no bindings: nobody is restricted */
-	Oid			nsp = get_namespace_oid("orch", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("tenant_bindings", nsp));
-}
 
 
 /*
@@ -141,7 +133,7 @@ load_caller_tenants(void)
 	cache_ntenants = 0;
 	cache_restricted = false;
 
-	if (!superuser_arg(role) && bindings_table_exists())
+	if (!superuser_arg(role))
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "orchestrator: SPI_connect failed");

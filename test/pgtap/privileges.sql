@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 57::bigint,
-          'the extension has the 57 orch_ functions of 0.7.0 (with the internal orch_events_flush, orch_gate_trigger, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 56::bigint,
+          'the extension has the 56 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -113,7 +113,7 @@ SELECT is(pg_temp.executable('tap_admin'),
           'orch_retry_run', 'orch_run_status', 'orch_schedule_maintenance',
           'orch_set_concurrency_limit', 'orch_start', 'orch_state_machine_trigger', 'orch_status',
           'orch_unbind_tenant', 'orch_unschedule_maintenance', 'orch_validate_definition'],
-    'orch_admin executes every API function (the internal trigger functions orch_events_flush, orch_gate_trigger, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
+    'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
 SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
 
 -- ---------------------------------------------------------------------------

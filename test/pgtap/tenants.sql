@@ -571,10 +571,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      '{"*": "00000:%|1"}'),
     ('orch_state_machine_trigger', 'any', NULL, 'call the lifecycle trigger function directly',
      'SELECT orch_state_machine_trigger()', NULL, '{"*": "39P01"}'),
-    ('orch_gate_trigger', 'any', NULL, 'call the gate trigger function directly',
-     'SELECT orch_gate_trigger()', NULL, '{"*": "39P01"}'),
-    ('orch_events_flush', 'any', NULL, 'call the event flush trigger function directly',
-     'SELECT orch_events_flush()', NULL, '{"*": "39P01"}'),
+    ('orch_tasks_statement_end', 'any', NULL, 'call the statement-end trigger function directly',
+     'SELECT orch_tasks_statement_end()', NULL, '{"*": "39P01"}'),
     ('orch_queues_changed', 'any', NULL, 'call the queue cache trigger function directly',
      'SELECT orch_queues_changed()', NULL, '{"*": "39P01"}'),
     -- superuser only (no role is granted it): distributing is a cluster change
