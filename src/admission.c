@@ -42,13 +42,16 @@ static bool callbacks_registered = false;
  * orch.gate_repairs, which the next claim of the queue, or orch_maintain,
  * settles under the lock once this transaction has committed.
  */
-typedef struct HeldKey
+/* A key of a queue and tenant, noted at a (sub)transaction nesting level. */
+typedef struct GateKey
 {
 	int			level;
 	char	   *queue;
 	char	   *key;
 	char	   *tenant;
-} HeldKey;
+} GateKey;
+
+typedef GateKey HeldKey;
 
 /* Set while a claim lets work in: key locks are then only tried, never waited for. */
 static bool gate_try_only = false;
@@ -66,13 +69,7 @@ gate_xact_callback(XactEvent event, void *arg)
 }
 
 /* A pending release: the (sub)transaction level that noted it, queue, key. */
-typedef struct PendingRelease
-{
-	int			level;
-	char	   *queue;
-	char	   *key;
-	char	   *tenant;
-} PendingRelease;
+typedef GateKey PendingRelease;
 
 /* An aborted subtransaction takes back only the releases it noted. */
 static void
@@ -147,34 +144,50 @@ key_lock_name(const char *key, const char *tenant)
  * transaction holds no other key lock, else only trying (see HeldKey).
  * False when the lock is held elsewhere and was not taken.
  */
+/* Is the key in the list? */
 static bool
-key_lock(const char *queue, const char *key, const char *tenant)
+has_key(List *keys, const char *queue, const char *key, const char *tenant)
 {
 	ListCell   *lc;
-	MemoryContext old;
-	HeldKey    *h;
 
-	ensure_gate_callbacks();
-	foreach(lc, held_keys)
+	foreach(lc, keys)
 	{
-		HeldKey    *e = (HeldKey *) lfirst(lc);
+		GateKey    *e = (GateKey *) lfirst(lc);
 
 		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0 &&
 			strcmp(e->tenant, tenant) == 0)
 			return true;
 	}
+	return false;
+}
+
+/* The list with the key added, in TopTransactionContext. */
+static List *
+add_key(List *keys, const char *queue, const char *key, const char *tenant)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	GateKey    *k = palloc(sizeof(GateKey));
+
+	k->level = GetCurrentTransactionNestLevel();
+	k->queue = pstrdup(queue);
+	k->key = pstrdup(key);
+	k->tenant = pstrdup(tenant);
+	keys = lappend(keys, k);
+	MemoryContextSwitchTo(old);
+	return keys;
+}
+
+static bool
+key_lock(const char *queue, const char *key, const char *tenant)
+{
+	ensure_gate_callbacks();
+	if (has_key(held_keys, queue, key, tenant))
+		return true;
 	if (held_keys == NIL && !gate_try_only)
 		orch_xact_lock("key", queue, key_lock_name(key, tenant));
 	else if (!orch_xact_try_lock("key", queue, key_lock_name(key, tenant)))
 		return false;
-	old = MemoryContextSwitchTo(TopTransactionContext);
-	h = palloc(sizeof(HeldKey));
-	h->level = GetCurrentTransactionNestLevel();
-	h->queue = pstrdup(queue);
-	h->key = pstrdup(key);
-	h->tenant = pstrdup(tenant);
-	held_keys = lappend(held_keys, h);
-	MemoryContextSwitchTo(old);
+	held_keys = add_key(held_keys, queue, key, tenant);
 	return true;
 }
 
@@ -199,18 +212,32 @@ note_repair(const char *queue, const char *key, const char *tenant)
 
 
 /* (queue, key, tenant) rows of the last SPI result, as three arrays */
-static void
-read_keys(int nkeys, char ***queues, char ***keys, char ***tenants)
+/*
+ * The keys a statement selects as (queue, key, tenant) rows; its parameters
+ * are $1 the queue (NULL: all), $2 a limit and $3 the tenants (all; on
+ * Citus the one the call is scoped to).  A probe, when given, runs first:
+ * no row from it, no keys.  once: plan sql with the values (a rare scan).
+ */
+static int
+select_keys(const char *probe, const char *sql, bool once, const char *queue, int limit,
+			char ***queues, char ***keys, char ***tenants)
 {
-	*queues = palloc(sizeof(char *) * (nkeys + 1));
-	*keys = palloc(sizeof(char *) * (nkeys + 1));
-	*tenants = palloc(sizeof(char *) * (nkeys + 1));
-	for (int i = 0; i < nkeys; i++)
-	{
-		(*queues)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		(*keys)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		(*tenants)[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
-	}
+	OrchArgs	a = {0};
+
+	orch_arg_text(&a, queue);
+	orch_arg_int4(&a, limit);
+	orch_arg_scope_tenants(&a);
+	/* read_only false: the probe sees the notes of this statement */
+	if (probe && orch_args_sql(&a, probe, false, 1, SPI_OK_SELECT) == 0)
+		return 0;
+	if (once)
+		orch_args_sql_once(&a, sql, false, 0, SPI_OK_SELECT);
+	else
+		orch_args_sql(&a, sql, false, 0, SPI_OK_SELECT);
+	*queues = orch_spi_column(1);
+	*keys = orch_spi_column(2);
+	*tenants = orch_spi_column(3);
+	return (int) SPI_processed;
 }
 
 
@@ -231,50 +258,33 @@ orch_gate_set_try_only(bool on)
 int
 orch_gate_repair(const char *queue, int limit)
 {
-	Oid			types[3] = {TEXTOID, INT4OID, TEXTARRAYOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
-	int			nkeys;
 	char	  **queues;
 	char	  **keys;
 	char	  **tenants;
 	int			settled = 0;
+	int			nkeys;
 
-	orch_spi_text(v, n, 0, queue);
-	v[1] = Int32GetDatum(limit);
-	/* all tenants; on Citus the one the call is scoped to */
-	orch_spi_scope_tenants(v, n, 2);
-	/*
-	 * A probe first: the table is almost always empty.  It runs with
-	 * read_only false so that it sees the notes of this statement.
-	 */
-	if (orch_exec(orch_plan("SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
-							"   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2",
-							3, types),
-				  v, n, false, 1, SPI_OK_SELECT) == 0)
-		return 0;
-	orch_exec(orch_plan("SELECT queue, key, tenant_id FROM orch.gate_repairs"
-									  " WHERE ($1::text IS NULL OR queue = $1)"
-									  "   AND " ORCH_TENANT_IN("tenant_id", "$3")
-									  " ORDER BY queue, key, tenant_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-									  3, types), v, n, false, 0, SPI_OK_SELECT);
-	nkeys = (int) SPI_processed;
-	read_keys(nkeys, &queues, &keys, &tenants);
+	/* a probe first: the table is almost always empty */
+	nkeys = select_keys("SELECT 1 FROM orch.gate_repairs WHERE ($1::text IS NULL OR queue = $1)"
+						"   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2",
+						"SELECT queue, key, tenant_id FROM orch.gate_repairs"
+						" WHERE ($1::text IS NULL OR queue = $1)"
+						"   AND " ORCH_TENANT_IN("tenant_id", "$3")
+						" ORDER BY queue, key, tenant_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+						false, queue, limit, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
 	{
-		Oid			dtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-		Datum		dv[3];
+		OrchArgs	a = {0};
 
 		if (!key_lock(queues[i], keys[i], tenants[i]))
 			continue;			/* still busy: the next claim settles it */
 		orch_gate_enforce(queues[i], keys[i], tenants[i]);
 		orch_gate_promote(queues[i], keys[i], tenants[i]);
-		dv[0] = orch_text_datum(queues[i]);
-		dv[1] = orch_text_datum(keys[i]);
-		dv[2] = orch_text_datum(tenants[i]);
-		orch_exec(orch_plan("DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2"
-										  " AND tenant_id = $3",
-										  3, dtypes), dv, NULL, false, 0, SPI_OK_DELETE);
+		orch_arg_text(&a, queues[i]);
+		orch_arg_text(&a, keys[i]);
+		orch_arg_text(&a, tenants[i]);
+		orch_args_sql(&a, "DELETE FROM orch.gate_repairs WHERE queue = $1 AND key = $2 AND tenant_id = $3",
+					  false, 0, SPI_OK_DELETE);
 		settled++;
 	}
 	return settled;
@@ -409,27 +419,9 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 void
 orch_gate_note_release(const char *queue, const char *key, const char *tenant)
 {
-	MemoryContext old;
-	ListCell   *lc;
-	PendingRelease *r;
-
 	ensure_gate_callbacks();
-	foreach(lc, pending)
-	{
-		PendingRelease *e = (PendingRelease *) lfirst(lc);
-
-		if (strcmp(e->queue, queue) == 0 && strcmp(e->key, key) == 0 &&
-			strcmp(e->tenant, tenant) == 0)
-			return;
-	}
-	old = MemoryContextSwitchTo(TopTransactionContext);
-	r = palloc(sizeof(PendingRelease));
-	r->level = GetCurrentTransactionNestLevel();
-	r->queue = pstrdup(queue);
-	r->key = pstrdup(key);
-	r->tenant = pstrdup(tenant);
-	pending = lappend(pending, r);
-	MemoryContextSwitchTo(old);
+	if (!has_key(pending, queue, key, tenant))
+		pending = add_key(pending, queue, key, tenant);
 }
 
 
@@ -553,25 +545,19 @@ orch_gate_enforce(const char *queue, const char *key, const char *tenant)
 int
 orch_gate_reconcile(const char *queue, int max_keys)
 {
-	Oid			types[3] = {TEXTOID, INT4OID, TEXTARRAYOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
-	int			nkeys;
 	char	  **queues;
 	char	  **keys;
 	char	  **tenants;
 	int			promoted = 0;
+	int			nkeys;
 
-	orch_spi_text(v, n, 0, queue);
-	v[1] = Int32GetDatum(max_keys);
-	orch_spi_scope_tenants(v, n, 2);
-	orch_sql_once("SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
-							  " WHERE concurrency_key IS NOT NULL"
-							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
-							  "   AND ($1::text IS NULL OR queue = $1)"
-							  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2", 3, types, v, n, false, 0, SPI_OK_SELECT);
-	nkeys = (int) SPI_processed;
-	read_keys(nkeys, &queues, &keys, &tenants);
+	nkeys = select_keys(NULL,
+						"SELECT DISTINCT queue, concurrency_key, tenant_id FROM orch.tasks"
+						" WHERE concurrency_key IS NOT NULL"
+						"   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
+						"   AND ($1::text IS NULL OR queue = $1)"
+						"   AND " ORCH_TENANT_IN("tenant_id", "$3") " LIMIT $2",
+						true, queue, max_keys, &queues, &keys, &tenants);
 	for (int i = 0; i < nkeys; i++)
 	{
 		orch_gate_enforce(queues[i], keys[i], tenants[i]);
@@ -605,12 +591,9 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 		char	  **names;
 		int			woken = 0;
 
-		orch_exec(orch_plan("SELECT name FROM orch.queues ORDER BY name",
-										  0, NULL), NULL, NULL, true, 0, SPI_OK_SELECT);
-		nq = (int) SPI_processed;
-		names = palloc(sizeof(char *) * (nq + 1));
-		for (int i = 0; i < nq; i++)
-			names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		nq = (int) orch_sql("SELECT name FROM orch.queues ORDER BY name", 0, NULL, NULL, NULL,
+							true, 0, SPI_OK_SELECT);
+		names = orch_spi_column(1);
 		for (int i = 0; i < nq && woken < limit; i++)
 			woken += orch_wake_delayed(names[i], limit - woken, tenants);
 		return woken;

@@ -378,6 +378,54 @@ open_gauges(StringInfo buf, SPITupleTable *tt, uint64 n)
 	" WHERE " metric_cond " AND orch.tenant_visible(m.tenant_id)" \
 	" GROUP BY " label_cols " ORDER BY " label_cols
 
+/* One metric family: its labels are the first columns of its query. */
+typedef struct Family
+{
+	const char *name;
+	const char *type;
+	const char *help;
+	const char *labels[4];		/* NULL-terminated */
+	const char *sql;
+} Family;
+
+static const Family families[] = {
+	/* live gauges beside the open-work ones */
+	{"orch_dead_letters", "gauge", "Dead letters awaiting review.", {"tenant", "queue"},
+	"SELECT tenant_id, queue, dead_letters FROM orch.dead_letter_counts() ORDER BY 1, 2"},
+	{"orch_runs", "gauge", "Open workflow runs by state.", {"tenant", "definition", "state"},
+		"SELECT r.tenant_id, r.definition, r.state, count(*) FROM orch.runs r"
+		" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
+	"   AND orch.tenant_visible(r.tenant_id) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"},
+	{"orch_review_items", "gauge", "Items in the manual review queue by kind.", {"tenant", "kind"},
+	"SELECT tenant_id, kind, count(*) FROM orch.review_items() GROUP BY 1, 2 ORDER BY 1, 2"},
+	{"orch_approvals_waiting", "gauge", "Workflow steps waiting for an approval.", {"tenant"},
+		"SELECT tenant_id, count(*) FROM orch.review_items() WHERE kind = 'approval_waiting'"
+	" GROUP BY 1 ORDER BY 1"},
+	{"orch_metrics_refreshed_timestamp_seconds", "gauge",
+		"When the counters were last brought up to date (orch_maintain, orch_metrics_refresh).", {NULL},
+	"SELECT extract(epoch FROM refreshed_at)::float8 FROM orch.metric_state"},
+	/* counters: the folded totals */
+	{"orch_tasks_enqueued_total", "counter", "Tasks enqueued.", {"tenant", "queue"},
+	TOTALS("m.metric = 'enqueued'", "m.tenant_id, m.queue")},
+	{"orch_executions_started_total", "counter", "Attempts started (claims).", {"tenant", "queue"},
+	TOTALS("m.metric = 'started'", "m.tenant_id, m.queue")},
+	{"orch_executions_finished_total", "counter", "Attempts finished, by outcome.", {"tenant", "queue", "outcome"},
+	TOTALS("m.metric = 'attempt'", "m.tenant_id, m.queue, m.l1")},
+	{"orch_tasks_finished_total", "counter", "Tasks that reached a terminal state.", {"tenant", "queue", "state"},
+	TOTALS("m.metric = 'finished'", "m.tenant_id, m.queue, m.l1")},
+	{"orch_retries_total", "counter", "Retries scheduled, by error class.", {"tenant", "queue", "error_class"},
+	TOTALS("m.metric = 'retry'", "m.tenant_id, m.queue, m.l1")},
+	{"orch_failures_total", "counter", "Tasks failed for good, by error class and reason code.",
+		{"tenant", "queue", "error_class", "reason_code"},
+	TOTALS("m.metric = 'failed'", "m.tenant_id, m.queue, m.l1, m.l2")},
+	{"orch_lease_expiries_total", "counter", "Attempts whose lease expired.", {"tenant", "queue"},
+	TOTALS("m.metric = 'attempt' AND m.l1 = 'lease_expired'", "m.tenant_id, m.queue")},
+	{"orch_runs_finished_total", "counter", "Workflow runs finished, by state.", {"tenant", "definition", "state"},
+	TOTALS("m.metric = 'run_finished'", "m.tenant_id, m.queue, m.l1")},
+	{"orch_maintenance_runs_total", "counter", "orch_maintain passes (folded from orch.maintenance_log).", {NULL},
+	"SELECT coalesce(sum(value), 0) FROM orch.metric_totals WHERE metric = 'maintenance_runs'"},
+};
+
 /*
  * orch_metrics_prometheus() -> text
  *	  Every metric in the text exposition format.  A bound role sees its
@@ -386,14 +434,6 @@ open_gauges(StringInfo buf, SPITupleTable *tt, uint64 n)
 Datum
 orch_metrics_prometheus(PG_FUNCTION_ARGS)
 {
-	static const char *const tq[] = {"tenant", "queue"};
-	static const char *const tqs[] = {"tenant", "queue", "state"};
-	static const char *const tqo[] = {"tenant", "queue", "outcome"};
-	static const char *const tqe[] = {"tenant", "queue", "error_class"};
-	static const char *const tqer[] = {"tenant", "queue", "error_class", "reason_code"};
-	static const char *const tds[] = {"tenant", "definition", "state"};
-	static const char *const t[] = {"tenant"};
-	static const char *const tk[] = {"tenant", "kind"};
 	StringInfoData buf;
 	text	   *result;
 
@@ -406,40 +446,15 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 					" coalesce(extract(epoch FROM now() - oldest_ready), 0)::float8"
 					" FROM orch.open_tasks() ORDER BY 1, 2", 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 	open_gauges(&buf, SPI_tuptable, SPI_processed);
-	family(&buf, "orch_dead_letters", "gauge", "Dead letters awaiting review.", 2, tq,
-		   "SELECT tenant_id, queue, dead_letters FROM orch.dead_letter_counts() ORDER BY 1, 2");
-	family(&buf, "orch_runs", "gauge", "Open workflow runs by state.", 3, tds,
-		   "SELECT r.tenant_id, r.definition, r.state, count(*) FROM orch.runs r"
-		   " WHERE r.state IN ('running', 'waiting_approval', 'paused')"
-		   "   AND orch.tenant_visible(r.tenant_id) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
-	family(&buf, "orch_review_items", "gauge", "Items in the manual review queue by kind.", 2, tk,
-		   "SELECT tenant_id, kind, count(*) FROM orch.review_items() GROUP BY 1, 2 ORDER BY 1, 2");
-	family(&buf, "orch_approvals_waiting", "gauge", "Workflow steps waiting for an approval.", 1, t,
-		   "SELECT tenant_id, count(*) FROM orch.review_items() WHERE kind = 'approval_waiting'"
-		   " GROUP BY 1 ORDER BY 1");
-	family(&buf, "orch_metrics_refreshed_timestamp_seconds", "gauge",
-		   "When the counters were last brought up to date (orch_maintain, orch_metrics_refresh).", 0, NULL,
-		   "SELECT extract(epoch FROM refreshed_at)::float8 FROM orch.metric_state");
+	for (int i = 0; i < lengthof(families); i++)
+	{
+		const Family *f = &families[i];
+		int			nlabels = 0;
 
-	/* counters: the folded totals */
-	family(&buf, "orch_tasks_enqueued_total", "counter", "Tasks enqueued.", 2, tq,
-		   TOTALS("m.metric = 'enqueued'", "m.tenant_id, m.queue"));
-	family(&buf, "orch_executions_started_total", "counter", "Attempts started (claims).", 2, tq,
-		   TOTALS("m.metric = 'started'", "m.tenant_id, m.queue"));
-	family(&buf, "orch_executions_finished_total", "counter", "Attempts finished, by outcome.", 3, tqo,
-		   TOTALS("m.metric = 'attempt'", "m.tenant_id, m.queue, m.l1"));
-	family(&buf, "orch_tasks_finished_total", "counter", "Tasks that reached a terminal state.", 3, tqs,
-		   TOTALS("m.metric = 'finished'", "m.tenant_id, m.queue, m.l1"));
-	family(&buf, "orch_retries_total", "counter", "Retries scheduled, by error class.", 3, tqe,
-		   TOTALS("m.metric = 'retry'", "m.tenant_id, m.queue, m.l1"));
-	family(&buf, "orch_failures_total", "counter", "Tasks failed for good, by error class and reason code.", 4, tqer,
-		   TOTALS("m.metric = 'failed'", "m.tenant_id, m.queue, m.l1, m.l2"));
-	family(&buf, "orch_lease_expiries_total", "counter", "Attempts whose lease expired.", 2, tq,
-		   TOTALS("m.metric = 'attempt' AND m.l1 = 'lease_expired'", "m.tenant_id, m.queue"));
-	family(&buf, "orch_runs_finished_total", "counter", "Workflow runs finished, by state.", 3, tds,
-		   TOTALS("m.metric = 'run_finished'", "m.tenant_id, m.queue, m.l1"));
-	family(&buf, "orch_maintenance_runs_total", "counter", "orch_maintain passes (folded from orch.maintenance_log).", 0, NULL,
-		   "SELECT coalesce(sum(value), 0) FROM orch.metric_totals WHERE metric = 'maintenance_runs'");
+		while (nlabels < lengthof(f->labels) && f->labels[nlabels])
+			nlabels++;
+		family(&buf, f->name, f->type, f->help, nlabels, f->labels, f->sql);
+	}
 	histogram(&buf, "orch_attempt_duration_seconds", "Attempt duration (claim to finish).", "attempt_seconds");
 	histogram(&buf, "orch_queue_wait_seconds", "Time from claimable to claimed.", "wait_seconds");
 

@@ -315,6 +315,31 @@ extern uint64 orch_sql_once(const char *sql, int nargs, const Oid *types, Datum 
 							const char *nulls, bool read_only, long count, int expect);
 
 /*
+ * A statement's parameters, added in order ($1, $2, ...): a NULL string is
+ * SQL NULL.  OrchArgs a = {0}; orch_arg_int8(&a, id); orch_arg_text(&a, s);
+ * orch_args_sql(&a, "... $1 ... $2", ...).
+ */
+#define ORCH_MAX_ARGS 16
+typedef struct OrchArgs
+{
+	int			n;
+	Oid			types[ORCH_MAX_ARGS];
+	Datum		values[ORCH_MAX_ARGS];
+	char		nulls[ORCH_MAX_ARGS];
+} OrchArgs;
+
+extern void orch_arg(OrchArgs *a, Oid type, Datum value, bool isnull);
+extern void orch_arg_text(OrchArgs *a, const char *s);
+extern void orch_arg_int8(OrchArgs *a, int64 v);
+extern void orch_arg_int4(OrchArgs *a, int32 v);
+extern void orch_arg_caller_tenants(OrchArgs *a);	/* text[], NULL: every tenant */
+extern void orch_arg_scope_tenants(OrchArgs *a);	/* text[]: see orch_spi_scope_tenants */
+/* orch_sql / orch_sql_once with the parameters of a */
+extern char **orch_spi_column(int col);	/* a text column of the last result */
+extern uint64 orch_args_sql(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
+extern uint64 orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
+
+/*
  * The tenant filter of every statement: PARAM is a text[] of the tenants
  * the caller may see, NULL for every tenant (orch_spi_caller_tenants).
  */

@@ -54,7 +54,6 @@ extern void orch_lock_run_or_not_found(int64 run_id, RunRow *r);
 extern void orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
 extern void orch_step_event(RunRow *r, const char *step, const char *from, const char *to,
 					   const char *reason);
-extern char **orch_run_column(int col);
 extern int	orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, const char *reason);
 extern int64 orch_run_busy_begin(int64 run_id);

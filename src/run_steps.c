@@ -440,9 +440,9 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
 			" RETURNING s.step_id, o.state, s.state, s.ord", 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	n = (int) SPI_processed;
-	steps = orch_run_column(1);
-	from = orch_run_column(2);
-	to = orch_run_column(3);
+	steps = orch_spi_column(1);
+	from = orch_spi_column(2);
+	to = orch_spi_column(3);
 	for (int i = 0; i < n; i++)
 		if (strcmp(from[i], to[i]) != 0)
 			orch_step_event(r, steps[i], from[i], to[i], reason);
@@ -769,8 +769,8 @@ collect_outcomes(RunRow *r)
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
 			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	nrows = (int) SPI_processed;
-	steps = orch_run_column(1);
-	states = orch_run_column(2);
+	steps = orch_spi_column(1);
+	states = orch_spi_column(2);
 	for (int i = 0; i < nrows && !orch_run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
 		if (strcmp(states[i], "map") == 0)
 			map_fill(r, steps[i]);
@@ -801,8 +801,8 @@ collect_outcomes(RunRow *r)
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
 				" RETURNING s.step_id, s.comp_state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 		nrows = (int) SPI_processed;
-		steps = orch_run_column(1);
-		states = orch_run_column(2);
+		steps = orch_spi_column(1);
+		states = orch_spi_column(2);
 		for (int i = 0; i < nrows; i++)
 			orch_step_event(r, steps[i], "succeeded", "succeeded",
 					   strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");

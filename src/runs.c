@@ -315,22 +315,19 @@ Oid			orch_run_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID
 bool
 orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTARRAYOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
+	OrchArgs	a = {0};
 	HeapTuple	tup;
 	TupleDesc	td;
 	bool		isnull;
 
-	v[0] = Int64GetDatum(run_id);
-	orch_spi_text(v, n, 1, tenant);
-	orch_spi_caller_tenants(v, n, 2);
-	orch_exec(orch_plan("SELECT id, tenant_id, state, phase, reason_code,"
-								  " coalesce(deadline_at <= now(), false)"
-								  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
-								  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE",
-								  3, types), v, n, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	orch_arg_int8(&a, run_id);
+	orch_arg_text(&a, tenant);
+	orch_arg_caller_tenants(&a);
+	if (orch_args_sql(&a, "SELECT id, tenant_id, state, phase, reason_code,"
+					  " coalesce(deadline_at <= now(), false)"
+					  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+					  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE",
+					  false, 1, SPI_OK_SELECT) == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
 	td = SPI_tuptable->tupdesc;
@@ -407,17 +404,6 @@ orch_json_object1(const char *k1, const char *v1, const char *k2, const char *ra
 	}
 	appendStringInfoChar(&b, '}');
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(b.data)));
-}
-
-/* One text column of the last SPI result, as a fresh array of SPI_processed values. */
-char **
-orch_run_column(int col)
-{
-	char	  **out = palloc(sizeof(char *) * (SPI_processed + 1));
-
-	for (uint64 i = 0; i < SPI_processed; i++)
-		out[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, col);
-	return out;
 }
 
 /*

@@ -6,6 +6,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "utils/guc.h"
@@ -242,4 +243,73 @@ orch_pin_search_path(void)
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
 	return level;
+}
+
+/* One text column of the last SPI result, as a fresh array of SPI_processed values. */
+char **
+orch_spi_column(int col)
+{
+	char	  **out = palloc(sizeof(char *) * (SPI_processed + 1));
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+		out[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, col);
+	return out;
+}
+
+/* ----------------------------------------------------------------------
+ * Parameters built in order (OrchArgs)
+ * ---------------------------------------------------------------------- */
+void
+orch_arg(OrchArgs *a, Oid type, Datum value, bool isnull)
+{
+	if (a->n >= ORCH_MAX_ARGS)
+		elog(ERROR, "orchestrator: more than %d statement parameters", ORCH_MAX_ARGS);
+	a->types[a->n] = type;
+	a->values[a->n] = isnull ? (Datum) 0 : value;
+	a->nulls[a->n] = isnull ? 'n' : ' ';
+	a->n++;
+}
+
+void
+orch_arg_text(OrchArgs *a, const char *s)
+{
+	orch_arg(a, TEXTOID, s ? orch_text_datum(s) : (Datum) 0, s == NULL);
+}
+
+void
+orch_arg_int8(OrchArgs *a, int64 v)
+{
+	orch_arg(a, INT8OID, Int64GetDatum(v), false);
+}
+
+void
+orch_arg_int4(OrchArgs *a, int32 v)
+{
+	orch_arg(a, INT4OID, Int32GetDatum(v), false);
+}
+
+void
+orch_arg_caller_tenants(OrchArgs *a)
+{
+	orch_arg(a, TEXTARRAYOID, (Datum) 0, true);
+	orch_spi_caller_tenants(a->values, a->nulls, a->n - 1);
+}
+
+void
+orch_arg_scope_tenants(OrchArgs *a)
+{
+	orch_arg(a, TEXTARRAYOID, (Datum) 0, true);
+	orch_spi_scope_tenants(a->values, a->nulls, a->n - 1);
+}
+
+uint64
+orch_args_sql(OrchArgs *a, const char *sql, bool read_only, long count, int expect)
+{
+	return orch_sql(sql, a->n, a->types, a->values, a->nulls, read_only, count, expect);
+}
+
+uint64
+orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect)
+{
+	return orch_sql_once(sql, a->n, a->types, a->values, a->nulls, read_only, count, expect);
 }

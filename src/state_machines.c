@@ -49,20 +49,16 @@ typedef struct MachineVerdict
 static MachineVerdict
 machine_check(const char *machine, const char *from, const char *to)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	OrchArgs	a = {0};
 	MachineVerdict v;
-	SPIPlanPtr	plan;
 	bool		isnull;
 
-	values[0] = orch_text_datum(machine);
-	orch_spi_text(values, nulls, 1, from);
-	orch_spi_text(values, nulls, 2, to);
-
+	orch_arg_text(&a, machine);
+	orch_arg_text(&a, from);
+	orch_arg_text(&a, to);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	plan = orch_plan("SELECT"
+	if (orch_args_sql(&a, "SELECT"
 						" EXISTS (SELECT 1 FROM orch.state_machines m WHERE m.name = $1),"
 						" EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
 						"         AND t.from_state = $2 AND t.to_state = $3),"
@@ -74,8 +70,7 @@ machine_check(const char *machine, const char *from, const char *to)
 						"         AND t.from_state IS NULL AND t.to_state = $3)"
 						" OR NOT EXISTS (SELECT 1 FROM orch.state_transitions t WHERE t.machine = $1"
 						"         AND t.from_state IS NULL)",
-						3, types);
-	if (orch_exec(plan, values, nulls, true, 1, SPI_OK_SELECT) != 1)
+					  true, 1, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: state machine lookup failed");
 #define GETB(n) DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, n, &isnull))
 	v.machine_exists = GETB(1);
