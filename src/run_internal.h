@@ -68,6 +68,14 @@ extern char *orch_run_decide(RunRow *r, const char *step, Jsonb *result);
 extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 
 /* run_steps.c */
+/* The step's soft cap (its timeout) from now, or NULL (an expression on orch.run_steps) */
+#define RUN_STEP_CAP_SQL \
+	"CASE WHEN spec ? 'timeout' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'timeout')" \
+	"  WHEN 'number' THEN make_interval(secs => (spec ->> 'timeout')::float8)" \
+	"  ELSE (spec ->> 'timeout')::interval END) END"
+
+/* run_step_tasks.c: the tasks of steps */
+extern bool orch_run_start_step_task(RunRow *r, const char *step);
 extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key,
 										Jsonb *spec_unused, int item, bool compensation);
 extern void orch_run_end_failed(RunRow *r, const char *reason);

@@ -26,103 +26,6 @@
  * Starting steps
  * ---------------------------------------------------------------------- */
 
-/*
- * The task of a step (or of one item of a map step: $5 >= 0); $1 run,
- * $2 tenant, $3 step, $4 step key.  Its queue must exist (else no row).
- */
-#define STEP_TASK_INSERT \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code, priority, correlation_id)" \
-	" SELECT $2, q.name, 'queued'," \
-	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
-	"    'input', r.input," \
-	"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
-	"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))," \
-	"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END," \
-	"    'index', CASE WHEN $5 >= 0 THEN $5 END))," \
-	"  now(), now()," \
-	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))" \
-	"   || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
-	"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))," \
-	"  NULL::interval," \
-	"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0), r.correlation_id" \
-	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
-	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
-	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
-	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q" \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-
-/* The compensation task of a step */
-#define COMP_TASK_INSERT \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code, correlation_id)" \
-	" SELECT $2, q.name, 'queued'," \
-	"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler'," \
-	"    'input', r.input, 'output', s.output)," \
-	"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))," \
-	"  NULL, $1, $4, 'compensation_ready', r.correlation_id" \
-	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
-	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
-	"  CROSS JOIN LATERAL (SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue'," \
-	"       d.spec -> 'policies' ->> 'queue') AS name) q" \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1" \
-	" RETURNING id"
-
-/* Enqueue one task of a step (item >= 0: one item of a map step). */
-int64
-orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec_unused,
-				  int item, bool compensation)
-{
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
-	Datum		v[5];
-	bool		isnull;
-	char	   *queue;
-	QueueSettings qs;
-
-	(void) spec_unused;
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = orch_text_datum(step_key);
-	v[4] = Int32GetDatum(item);
-	/*
-	 * The queue: the step's (or its compensation's), else the run policy's.
-	 * A task step's insert finds the queue itself and inserts nothing when it
-	 * does not exist yet: only then is it looked up and created.
-	 */
-	for (int pass = 0; pass < 2; pass++)
-	{
-		if (compensation || pass == 1)
-		{
-			orch_sql(compensation
-					? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-					: "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
-			queue = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
-			if (queue == NULL)
-				elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
-			if (!orch_load_queue(queue, &qs, NULL))
-			{
-				if (!orch_auto_create_queues)
-					return -1;	/* the caller fails the step */
-				orch_ensure_queue(queue);
-			}
-		}
-		orch_sql(compensation
-				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING);
-		if (SPI_processed == 1)
-			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	elog(ERROR, "orchestrator: step task insert failed");
-	return 0;					/* keep compiler quiet */
-}
-
-
-
 /* Mark the targets of a finished step's edge for the given outcome. */
 static void
 take_edges(RunRow *r, const char *step, const char *outcome)
@@ -206,12 +109,6 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 		take_edges(r, step, "on_success");
 }
 
-/* The step's soft cap (its timeout) from now, or NULL */
-#define CAP_SQL \
-	"CASE WHEN spec ? 'timeout' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'timeout')" \
-	"  WHEN 'number' THEN make_interval(secs => (spec ->> 'timeout')::float8)" \
-	"  ELSE (spec ->> 'timeout')::interval END) END"
-
 /* Enqueue the next items of a map step, at most max_parallel open at once. */
 static void
 map_fill(RunRow *r, const char *step)
@@ -263,7 +160,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	if (strcmp(type, "human_approval") == 0)
 	{
 		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
-				" cap_at = " CAP_SQL
+				" cap_at = " RUN_STEP_CAP_SQL
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "ready", "awaiting_approval", "approval_requested");
 		return false;
@@ -289,7 +186,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 				wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
 			v[4] = TimestampTzGetDatum(wake);
 			n[4] = (until && wake_ok) ? ' ' : 'n';
-			orch_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+			orch_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " RUN_STEP_CAP_SQL ","
 					" wake_at = CASE WHEN spec ? 'duration' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'duration')"
 					"       WHEN 'number' THEN make_interval(secs => (spec ->> 'duration')::float8)"
 					"       ELSE (spec ->> 'duration')::interval END)"
@@ -336,7 +233,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
 		if (!items)
 			n[4] = 'n';
-		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " CAP_SQL ","
+		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " RUN_STEP_CAP_SQL ","
 				" items = $5 WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
 				" RETURNING jsonb_typeof(items), jsonb_array_length(CASE jsonb_typeof(items) WHEN 'array' THEN items ELSE '[]' END)", 5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE_RETURNING);
 		{
@@ -359,30 +256,8 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		map_fill(r, step);
 		return false;
 	}
-	/* one statement: the step's task, and the step running with it */
-	v[3] = orch_text_datum(step);
-	v[4] = Int32GetDatum(-1);
-#define START_STEP_SQL(INSERT) \
-	"WITH t AS (" INSERT " RETURNING id)" \
-	" UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()," \
-	"   task_id = (SELECT id FROM t), cap_at = " CAP_SQL \
-	" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)"
-	orch_sql(START_STEP_SQL(STEP_TASK_INSERT), 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID}, v, NULL, false, 0, SPI_OK_UPDATE);
-	if (SPI_processed == 0)
-	{
-		/* its queue does not exist yet: created on the way */
-		int64		id = orch_run_enqueue_step_task(r, step, step, NULL, -1, false);
-
-		if (id < 0)
-		{
-			orch_run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
-			return true;
-		}
-		v[3] = Int64GetDatum(id);
-		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
-				" cap_at = " CAP_SQL
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
-	}
+	if (orch_run_start_step_task(r, step))
+		return true;
 	orch_step_event(r, step, "ready", "running", "step_started");
 	return false;
 }
