@@ -1,11 +1,13 @@
 /*
  * run_internal.h
  *	  What the workflow-run files share.  By layer, from the top: the SQL API
- *	  (runs.c: orch_start, orch_run_status; run_control.c: approvals,
- *	  pause/resume, cancel, retry); step progression (run_steps.c), with
- *	  decisions (run_decisions.c) and compensation (run_compensation.c)
- *	  beside it; the run row at the bottom (runs.c: its lifecycle trigger,
- *	  lock, state changes, step events, the notes of finished step tasks).
+ *	  and the entries (runs.c: orch_start, orch_run_status, the notes of
+ *	  finished step tasks and their flush at statement end, orch_maintain's
+ *	  part; run_control.c: approvals, pause/resume, cancel, retry); step
+ *	  progression (run_steps.c) and the tasks of steps (run_step_tasks.c),
+ *	  with decisions (run_decisions.c) and compensation (run_compensation.c)
+ *	  beside it; the run's state at the bottom (run_state.c: its lifecycle
+ *	  trigger, lock, state changes, step events, cancelling its tasks).
  */
 #ifndef RUN_INTERNAL_H
 #define RUN_INTERNAL_H

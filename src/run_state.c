@@ -1,0 +1,297 @@
+/*
+ * run_state.c
+ *	  The bottom layer of workflows: the run's state (the lifecycle matrix,
+ *	  enforced by a C trigger on orch.runs for every writer, one event per
+ *	  accepted transition), locking a run's row, changing its state, a step's
+ *	  events, and cancelling a run's tasks.  Step progression (run_steps.c),
+ *	  decisions and compensation sit above it; the SQL API (runs.c,
+ *	  run_control.c) on top.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "run_internal.h"
+
+PG_FUNCTION_INFO_V1(orch_run_lifecycle);
+
+/* ----------------------------------------------------------------------
+ * The run lifecycle, enforced by a C trigger for
+ * every writer, one event per accepted transition.
+ * ---------------------------------------------------------------------- */
+const char *const orch_run_state_names[RS_COUNT] = {
+	"running", "waiting_approval", "paused", "succeeded", "failed", "canceled"
+};
+
+static const bool run_matrix[RS_COUNT][RS_COUNT] = {
+	/* run    wait   pause  succ   fail   canc */
+	{true, true, true, true, true, true},	/* running */
+	{true, true, false, false, false, true},	/* waiting_approval */
+	{true, false, true, false, false, true},	/* paused */
+	{false, false, false, true, false, false},	/* succeeded */
+	{false, false, false, false, true, false},	/* failed */
+	{false, false, false, false, false, true},	/* canceled */
+};
+
+RunState
+orch_run_state_from_name(const char *s)
+{
+	if (s == NULL)
+		return RS_INVALID;
+	for (int i = 0; i < RS_COUNT; i++)
+		if (strcmp(s, orch_run_state_names[i]) == 0)
+			return (RunState) i;
+	return RS_INVALID;
+}
+
+bool
+orch_run_terminal(RunState s)
+{
+	return s == RS_SUCCEEDED || s == RS_FAILED || s == RS_CANCELED;
+}
+
+static char *
+tuple_text(HeapTuple tup, TupleDesc td, const char *col)
+{
+	int			n = SPI_fnumber(td, col);
+
+	if (n <= 0)
+		elog(ERROR, "orchestrator: column \"%s\" missing from orch.runs", col);
+	return SPI_getvalue(tup, td, n);
+}
+
+/* BEFORE INSERT OR UPDATE FOR EACH ROW on orch.runs */
+Datum
+orch_run_lifecycle(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	bool		is_insert;
+	HeapTuple	oldtup,
+				newtup;
+	char	   *from_name = NULL;
+	char	   *to_name;
+	RunState	from = RS_INVALID,
+				to;
+	bool		isnull;
+	int64		run_id;
+	char	   *tenant;
+	char	   *reason;
+	int			cols[2];
+	Datum		vals[2];
+	bool		nulls[2] = {false, false};
+	int			ncols = 0;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(td->tg_event) || TRIGGER_FIRED_BY_DELETE(td->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch_run_lifecycle must be a BEFORE INSERT OR UPDATE row trigger")));
+	desc = RelationGetDescr(td->tg_relation);
+	is_insert = TRIGGER_FIRED_BY_INSERT(td->tg_event);
+	oldtup = is_insert ? NULL : td->tg_trigtuple;
+	newtup = is_insert ? td->tg_trigtuple : td->tg_newtuple;
+
+	/* a restore reloads rows as they were (see the task trigger) */
+	if (is_insert && orch_restoring())
+		return PointerGetDatum(newtup);
+
+	run_id = DatumGetInt64(heap_getattr(newtup, SPI_fnumber(desc, "id"), desc, &isnull));
+	tenant = tuple_text(newtup, desc, "tenant_id");
+	to_name = tuple_text(newtup, desc, "state");
+	to = orch_run_state_from_name(to_name);
+	if (is_insert)
+	{
+		if (to != RS_RUNNING)
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
+					 errmsg("invalid transition of run " INT64_FORMAT " from \"(new)\" to \"%s\"",
+							run_id, to_name ? to_name : "NULL")));
+	}
+	else
+	{
+		from_name = tuple_text(oldtup, desc, "state");
+		from = orch_run_state_from_name(from_name);
+		if (from == RS_INVALID)
+			elog(ERROR, "orchestrator: run " INT64_FORMAT " has unknown state \"%s\"",
+				 run_id, from_name);
+		if (orch_run_terminal(from) && !(to == from && orch_tuples_identical(oldtup, newtup, desc)))
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_TERMINAL_STATE),
+					 errmsg("run " INT64_FORMAT " is in terminal state \"%s\" and cannot change (to \"%s\")",
+							run_id, from_name, to_name ? to_name : "NULL"),
+					 errdetail("Terminal states are immutable.")));
+		if (to == RS_INVALID || !run_matrix[from][to])
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_INVALID_TRANSITION),
+					 errmsg("invalid transition of run " INT64_FORMAT " from \"%s\" to \"%s\"",
+							run_id, from_name, to_name ? to_name : "NULL")));
+		if (to == from && orch_run_terminal(to))
+			return PointerGetDatum(newtup);
+		cols[ncols] = SPI_fnumber(desc, "updated_at");
+		vals[ncols++] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		if (orch_run_terminal(to) && to != from)
+		{
+			cols[ncols] = SPI_fnumber(desc, "finished_at");
+			vals[ncols++] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		}
+		newtup = heap_modify_tuple_by_cols(newtup, desc, ncols, cols, vals, nulls);
+		if (to == from)
+			return PointerGetDatum(newtup);
+	}
+	reason = tuple_text(newtup, desc, "reason_code");
+	orch_write_run_event(tenant, run_id, "run", is_insert ? NULL : from_name, to_name,
+						 reason ? reason : (is_insert ? "started" : "updated"), NULL);
+	return PointerGetDatum(newtup);
+}
+
+/* ----------------------------------------------------------------------
+ * SQL helpers (caller connected to SPI)
+ * ---------------------------------------------------------------------- */
+Oid			orch_run_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+
+/* Lock the run's row; false when it does not exist (or is another tenant's). */
+bool
+orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
+{
+	OrchArgs	a = {0};
+	HeapTuple	tup;
+	TupleDesc	td;
+	bool		isnull;
+
+	orch_arg_int8(&a, run_id);
+	orch_arg_text(&a, tenant);
+	orch_arg_caller_tenants(&a);
+	if (orch_args_sql(&a, "SELECT id, tenant_id, state, phase, reason_code,"
+					  " coalesce(deadline_at <= now(), false)"
+					  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+					  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE",
+					  false, 1, SPI_OK_SELECT) == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	r->id = run_id;
+	r->tenant = SPI_getvalue(tup, td, 2);
+	r->state = orch_run_state_from_name(SPI_getvalue(tup, td, 3));
+	r->phase = SPI_getvalue(tup, td, 4);
+	r->reason = SPI_getvalue(tup, td, 5);
+	r->past_deadline = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
+	return true;
+}
+
+/*
+ * For the calls that act on one run (run_control.c): lock it, and mark it
+ * busy until the call ends (orch_run_busy_end) so that the tasks it changes
+ * itself do not progress it a second time.
+ */
+void
+orch_lock_run_or_not_found(int64 run_id, RunRow *r)
+{
+	orch_run_busy_begin(run_id);
+	if (!orch_lock_run(run_id, NULL, r))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
+}
+
+/* Move the run to a state (through the trigger), with a reason. */
+void
+orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+
+	if (r->state == to)
+		return;
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(orch_run_state_names[to]);
+	orch_spi_text(v, n, 3, reason);
+	v[4] = output ? JsonbPGetDatum(output) : (Datum) 0;
+	if (!output)
+		n[4] = 'n';
+	orch_sql("UPDATE orch.runs SET state = $3, reason_code = coalesce($4, reason_code),"
+			" output = coalesce($5, output)"
+			" WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
+	r->state = to;
+	if (reason)
+		r->reason = pstrdup(reason);
+}
+
+void
+orch_step_event(RunRow *r, const char *step, const char *from, const char *to, const char *reason)
+{
+	orch_write_run_event(r->tenant, r->id, "run_step", from, to, reason, step);
+}
+
+/* {"k1": "v1"} or {"k1": "v1", "k2": <raw JSON v2>} */
+Jsonb *
+orch_json_object1(const char *k1, const char *v1, const char *k2, const char *raw2)
+{
+	StringInfoData b;
+
+	initStringInfo(&b);
+	appendStringInfoChar(&b, '{');
+	escape_json(&b, k1);
+	appendStringInfoString(&b, ": ");
+	escape_json(&b, v1);
+	if (k2)
+	{
+		appendStringInfoString(&b, ", ");
+		escape_json(&b, k2);
+		appendStringInfo(&b, ": %s", raw2);
+	}
+	appendStringInfoChar(&b, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(b.data)));
+}
+
+/*
+ * Cancel the tasks whose ids ids_sql selects (and locks) with the reason;
+ * an executing one ends its attempt as "cancelled", as orch_cancel records
+ * it.  ids_sql's parameters are $1..$nargs; the reason is $nargs+1.
+ */
+int
+orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
+				 const char *reason)
+{
+	Oid		   *t = palloc(sizeof(Oid) * (nargs + 2));
+	Datum	   *v = palloc(sizeof(Datum) * (nargs + 2));
+	char	   *n = palloc(nargs + 3);
+	int			r = nargs + 1;
+	OrchEventContext saved;
+
+	memcpy(t, types, sizeof(Oid) * nargs);
+	memcpy(v, values, sizeof(Datum) * nargs);
+	memset(n, ' ', nargs + 2);
+	n[nargs + 2] = '\0';
+	if (nulls)
+		memcpy(n, nulls, nargs);
+	t[nargs] = TEXTOID;
+	v[nargs] = orch_text_datum(reason);
+	/* all tenants; on Citus the one the call is scoped to */
+	t[nargs + 1] = TEXTARRAYOID;
+	orch_spi_scope_tenants(v, n, nargs + 1);
+	saved = orch_save_event_context();
+	orch_set_event_context(NULL, reason);
+	orch_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
+					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
+					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))),"
+					 " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token,"
+					 "   started_at, outcome, error)"
+					 "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'cancelled', $%d"
+					 "   FROM c WHERE state = 'executing')"
+					 " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
+					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
+					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))",
+					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE);
+	orch_restore_event_context(saved);	/* the caller's label and note go on */
+	return (int) SPI_processed;
+}
