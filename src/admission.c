@@ -71,65 +71,21 @@ gate_xact_callback(XactEvent event, void *arg)
 /* A pending release: the (sub)transaction level that noted it, queue, key. */
 typedef GateKey PendingRelease;
 
-/* An aborted subtransaction takes back only the releases it noted. */
+/* An aborted subtransaction takes back what it noted (its key locks go with it). */
 static void
 gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					  SubTransactionId parentSubid, void *arg)
 {
+	pending = orch_leveled_subxact(pending, event);
+	held_keys = orch_leveled_subxact(held_keys, event);
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		int			level = GetCurrentTransactionNestLevel();
-		ListCell   *lc;
-
-		foreach(lc, pending)
-		{
-			PendingRelease *r = (PendingRelease *) lfirst(lc);
-
-			if (r->level >= level)
-				pending = foreach_delete_current(pending, lc);
-		}
-		/* the aborted subtransaction's locks are released with it */
-		foreach(lc, held_keys)
-		{
-			HeldKey    *h = (HeldKey *) lfirst(lc);
-
-			if (h->level >= level)
-				held_keys = foreach_delete_current(held_keys, lc);
-		}
 		orch_gate_promoting = false;
-	}
-	else if (event == SUBXACT_EVENT_COMMIT_SUB)
-	{
-		int			level = GetCurrentTransactionNestLevel();
-		ListCell   *lc;
-
-		/* what a committed subtransaction noted now belongs to its parent */
-		foreach(lc, pending)
-		{
-			PendingRelease *r = (PendingRelease *) lfirst(lc);
-
-			if (r->level >= level)
-				r->level = level - 1;
-		}
-		foreach(lc, held_keys)
-		{
-			HeldKey    *h = (HeldKey *) lfirst(lc);
-
-			if (h->level >= level)
-				h->level = level - 1;
-		}
-	}
 }
 
 static void
 ensure_gate_callbacks(void)
 {
-	if (!callbacks_registered)
-	{
-		RegisterXactCallback(gate_xact_callback, NULL);
-		RegisterSubXactCallback(gate_subxact_callback, NULL);
-		callbacks_registered = true;
-	}
+	orch_register_xact_callbacks(&callbacks_registered, gate_xact_callback, gate_subxact_callback);
 }
 
 /* The advisory lock name of a tenant's key. */

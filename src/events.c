@@ -59,28 +59,19 @@ ctx_xact_callback(XactEvent event, void *arg)
 	events_deferred = 0;
 }
 
-static void events_forget(int from_level);
-
 static void
 ctx_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg)
 {
+	event_buffer = orch_leveled_subxact(event_buffer, event);
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
 		ctx_reset();
-		events_forget(GetCurrentTransactionNestLevel());
-	}
 }
 
 static void
 ensure_callbacks(void)
 {
-	if (!ctx_callbacks_registered)
-	{
-		RegisterXactCallback(ctx_xact_callback, NULL);
-		RegisterSubXactCallback(ctx_subxact_callback, NULL);
-		ctx_callbacks_registered = true;
-	}
+	orch_register_xact_callbacks(&ctx_callbacks_registered, ctx_xact_callback, ctx_subxact_callback);
 }
 
 void
@@ -324,22 +315,6 @@ orch_buffer_event(const char *entity, const char *tenant, bool has_task, int64 t
 	event_buffer = lappend(event_buffer, e);
 	MemoryContextSwitchTo(old);
 }
-
-static void
-events_forget(int from_level)
-{
-	ListCell   *lc;
-
-	foreach(lc, event_buffer)
-	{
-		BufferedEvent *e = (BufferedEvent *) lfirst(lc);
-
-		if (e->level >= from_level)
-			event_buffer = foreach_delete_current(event_buffer, lc);
-	}
-}
-
-
 
 /* Write every buffered event (one INSERT; see events_write). */
 static void

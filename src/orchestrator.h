@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "access/htup.h"
+#include "access/xact.h"
 #include "access/tupdesc.h"
 #include "commands/trigger.h"
 #include "utils/rel.h"
@@ -284,6 +285,15 @@ extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
 extern Datum orch_text_array1(const char *s);
 extern void orch_not_found(const char *what, int64 id) pg_attribute_noreturn();
+
+/* xact_lists.c: per-transaction lists, items noted per subtransaction level */
+typedef struct OrchLeveled
+{
+	int			level;			/* the first member of every item */
+} OrchLeveled;
+extern void orch_register_xact_callbacks(bool *registered, XactCallback xact,
+										 SubXactCallback subxact);
+extern List *orch_leveled_subxact(List *items, SubXactEvent event);
 
 /* schema.c: the installed schema version (55000 when not served), orch.<name> */
 extern int	orch_schema_version(void);

@@ -65,18 +65,22 @@ runs_xact_callback(XactEvent event, void *arg)
 	busy_run = 0;
 }
 
-static void runs_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-								  SubTransactionId parentSubid, void *arg);
+static void
+runs_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	run_notes = orch_leveled_subxact(run_notes, event);
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		busy_run = 0;
+		runs_flushing = false;
+	}
+}
 
 static void
 ensure_runs_callbacks(void)
 {
-	if (!runs_callbacks)
-	{
-		RegisterXactCallback(runs_xact_callback, NULL);
-		RegisterSubXactCallback(runs_subxact_callback, NULL);
-		runs_callbacks = true;
-	}
+	orch_register_xact_callbacks(&runs_callbacks, runs_xact_callback, runs_subxact_callback);
 }
 
 /* Begin / end acting on a run (nested calls keep the outer one). */
@@ -95,37 +99,6 @@ void
 orch_run_busy_end(int64 prev)
 {
 	busy_run = prev;
-}
-
-static void
-runs_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					  SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-	ListCell   *lc;
-
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		busy_run = 0;
-		foreach(lc, run_notes)
-		{
-			RunNote    *n = (RunNote *) lfirst(lc);
-
-			if (n->level >= level)
-				run_notes = foreach_delete_current(run_notes, lc);
-		}
-		runs_flushing = false;
-	}
-	else if (event == SUBXACT_EVENT_COMMIT_SUB)
-	{
-		foreach(lc, run_notes)
-		{
-			RunNote    *n = (RunNote *) lfirst(lc);
-
-			if (n->level >= level)
-				n->level = level - 1;
-		}
-	}
 }
 
 /*
