@@ -1,0 +1,1903 @@
+/* orchestrator 0.8.0: the full install (tables, lifecycle triggers, SQL API,
+   workflows, metrics, tenancy, roles).  The same catalog as 0.1.0 followed by
+   every update script up to 0.8.0 (test/sql/install_script.sql compares them
+   with scripts/catalog_fingerprint.sql); the update scripts stay for
+   ALTER EXTENSION UPDATE. */
+
+\echo Use "CREATE EXTENSION orchestrator" to load this file. \quit
+
+-- Every function call and operator this script executes or binds is
+-- schema-qualified (t/sql_qualified.py); the extension's own functions are
+-- called unqualified.  Every function pins search_path, except the lifecycle
+-- trigger, which pins it in C around the paths that run SQL.  Every function
+-- but the triggers and the per-row helpers (orch.tenant_visible,
+-- orch.caller_is_admin, the histogram helpers, orch.task_step_type) runs with
+-- jit = off: their statements are short, but a cached generic plan is costed
+-- without its LIMIT or array sizes, and with a large backlog it crossed
+-- jit_above_cost (every claim compiled its expressions with LLVM).
+
+-- ---------------------------------------------------------------------------
+-- Roles (cluster-wide; created once, reused by every database, left in place
+-- by DROP EXTENSION).
+-- ---------------------------------------------------------------------------
+DO $roles$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['orch_admin', 'orch_worker', 'orch_producer',
+                             'orch_approver', 'orch_reader']
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) r) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END
+$roles$;
+
+GRANT orch_reader TO orch_producer, orch_worker, orch_approver;
+GRANT orch_producer, orch_worker, orch_approver, orch_reader TO orch_admin;
+
+-- Internal objects live in schema orch; the SQL API lives in the schema the
+-- extension is created in (public by default), so `SELECT orch_enqueue(...)`
+-- works without qualification.
+CREATE SCHEMA orch;
+
+-- ---------------------------------------------------------------------------
+-- Tenant bindings (SPEC section 10).  A role bound to tenants (directly, or
+-- through a role whose privileges it has) sees and acts on those tenants
+-- only; a role bound to none is unrestricted; superusers are never bound.
+-- The views, the row-level security policies and the SQL functions below
+-- filter by these.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.tenant_bindings (
+    role        regrole NOT NULL,
+    tenant_id   text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (role, tenant_id)
+);
+COMMENT ON TABLE orch.tenant_bindings IS
+  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted. regrole: a renamed role keeps its bindings.';
+SELECT pg_catalog.pg_extension_config_dump('orch.tenant_bindings', '');
+
+CREATE FUNCTION orch.tenant_visible(tenant text)
+RETURNS boolean
+LANGUAGE C STABLE STRICT SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_tenant_visible';
+COMMENT ON FUNCTION orch.tenant_visible(text) IS
+  'May the calling role see this tenant''s rows? Used by the views and the row-level security policies.';
+
+CREATE FUNCTION orch_caller_tenants()
+RETURNS text[]
+LANGUAGE C STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_caller_tenants';
+COMMENT ON FUNCTION orch_caller_tenants() IS
+  'The tenants the calling role is bound to; NULL when it is unrestricted.';
+
+CREATE FUNCTION orch.caller_is_admin()
+RETURNS boolean
+LANGUAGE C STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_caller_is_admin';
+COMMENT ON FUNCTION orch.caller_is_admin() IS
+  'Is the calling role a member of orch_admin (or a superuser)? Only such roles read lease tokens in the audit views.';
+
+CREATE FUNCTION orch_bind_tenant(role name, tenant text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_bind_tenant';
+COMMENT ON FUNCTION orch_bind_tenant(name, text) IS
+  'Restricts a role (and the roles that have its privileges) to its bound tenants; true when the binding is new. Audited.';
+
+CREATE FUNCTION orch_unbind_tenant(role name, tenant text)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_unbind_tenant';
+COMMENT ON FUNCTION orch_unbind_tenant(name, text) IS
+  'Removes one binding; true when it existed. A role left with no binding is unrestricted. Audited.';
+
+CREATE VIEW orch_tenant_bindings AS
+SELECT b.role::text AS role, b.tenant_id, b.created_at FROM orch.tenant_bindings b;
+COMMENT ON VIEW orch_tenant_bindings IS 'Roles and the tenants they are restricted to.';
+
+-- ---------------------------------------------------------------------------
+-- Tasks and their history
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE orch.tasks_id_seq;
+-- Churn settings: tasks are updated several times in their life; leave room
+-- for HOT updates and vacuum often.  attempts/events are insert-only.
+CREATE TABLE orch.tasks (
+    id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.tasks_id_seq'),
+    tenant_id        text NOT NULL DEFAULT 'default',
+    queue            text NOT NULL,
+    state            text NOT NULL,
+    priority         integer NOT NULL DEFAULT 0,
+    payload          jsonb NOT NULL,
+    result           jsonb,
+    run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    ready_at         timestamptz,
+    retry_at         timestamptz,
+    attempts         integer NOT NULL DEFAULT 0,
+    failures         integer NOT NULL DEFAULT 0,
+    max_attempts     integer,
+    max_failures     integer,
+    retry_policy     jsonb,
+    timeout          interval,
+    reason_code      text,
+    last_error       text,
+    last_error_class text,
+    lease_token      uuid,
+    lease_owner      text,
+    lease_expires_at timestamptz,
+    claimed_at       timestamptz,
+    wait_data        jsonb,
+    resume_data      jsonb,
+    idempotency_key  text,
+    owner            text,
+    concurrency_key  text,
+    run_id           bigint,
+    step_key         text,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at      timestamptz,
+    retry_of         bigint,
+    gated            boolean NOT NULL DEFAULT false,
+    correlation_id   text,
+    PRIMARY KEY (id, tenant_id)
+) WITH (fillfactor = 80,
+        autovacuum_vacuum_scale_factor = 0.02,
+        autovacuum_vacuum_insert_scale_factor = 0.05,
+        autovacuum_analyze_scale_factor = 0.02);
+COMMENT ON TABLE orch.tasks IS
+  'One row per task. state is guarded by the C lifecycle trigger; ready_at is set only while the task is claimable.';
+COMMENT ON COLUMN orch.tasks.ready_at IS
+  'When the task becomes claimable (run_at, retry_at, or the moment of resume/approval); NULL while not claimable. Maintained by the API; cleared by the trigger for executing and terminal states.';
+COMMENT ON COLUMN orch.tasks.retry_of IS 'The dead letter this task re-drives (orch_retry / orch_reprocess).';
+COMMENT ON COLUMN orch.tasks.gated IS
+  'Waiting for a free slot of its concurrency key; promoted in priority/FIFO order when one frees.';
+
+-- Claim path: only claimable rows are indexed, so terminal work leaves it.
+CREATE INDEX tasks_claim_idx ON orch.tasks (queue, priority, created_at, id)
+    WHERE ready_at IS NOT NULL;
+-- Lease recovery path: only executing rows.
+CREATE INDEX tasks_lease_idx ON orch.tasks (queue, lease_expires_at)
+    WHERE state OPERATOR(pg_catalog.=) 'executing';
+-- A dead letter is re-driven at most once, whatever races.
+CREATE UNIQUE INDEX tasks_retry_of_idx ON orch.tasks (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
+-- Retention scans finished work by age; stuck detection scans parked work.
+CREATE INDEX tasks_finished_idx ON orch.tasks (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX tasks_waiting_idx ON orch.tasks (updated_at)
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['received', 'awaiting_tool', 'awaiting_user_confirmation']) AND ready_at IS NULL;
+-- Delayed work off the claim path: tasks not due yet (queued for later, or
+-- waiting to retry) are not claimable (ready_at NULL) and wait in their own
+-- index until a claim of the queue or orch_maintain lets them in.
+CREATE INDEX tasks_due_idx ON orch.tasks (queue, (coalesce(retry_at, run_at)))
+    WHERE ready_at IS NULL AND NOT gated
+      AND (state OPERATOR(pg_catalog.=) 'queued' OR (state OPERATOR(pg_catalog.=) 'awaiting_tool' AND retry_at IS NOT NULL));
+-- Concurrency keys: a task waits "gated" (outside the claim index) while its
+-- key's slot set (executing or claimable tasks) is full.
+CREATE INDEX tasks_key_slots_idx ON orch.tasks (queue, concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND (state OPERATOR(pg_catalog.=) 'executing' OR ready_at IS NOT NULL);
+CREATE INDEX tasks_gated_idx ON orch.tasks (queue, concurrency_key, priority, created_at, id)
+    WHERE gated;
+CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
+    WHERE state OPERATOR(pg_catalog.=) 'executing' AND owner IS NOT NULL;
+-- Workflow step tasks by run; at most one execution per (run, step), whatever the writer.
+CREATE INDEX tasks_run_idx ON orch.tasks (run_id, tenant_id) WHERE run_id IS NOT NULL;
+CREATE UNIQUE INDEX tasks_run_step_running_idx ON orch.tasks (tenant_id, run_id, step_key)
+    WHERE state OPERATOR(pg_catalog.=) 'executing' AND run_id IS NOT NULL;
+-- Correlation ids; dead letters listed without scanning finished history.
+CREATE INDEX tasks_correlation_idx ON orch.tasks (correlation_id) WHERE correlation_id IS NOT NULL;
+CREATE INDEX tasks_dead_idx ON orch.tasks (queue, finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+
+CREATE SEQUENCE orch.attempts_id_seq;
+CREATE TABLE orch.attempts (
+    id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.attempts_id_seq'),
+    tenant_id    text NOT NULL DEFAULT 'default',
+    task_id      bigint NOT NULL,
+    attempt      integer NOT NULL,
+    worker       text,
+    lease_token  uuid,
+    started_at   timestamptz,
+    finished_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    outcome      text NOT NULL,
+    error_class  text,
+    error        text,
+    retry_at     timestamptz,
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
+    PRIMARY KEY (id, tenant_id)
+);
+CREATE INDEX attempts_task_idx ON orch.attempts (task_id);
+COMMENT ON TABLE orch.attempts IS
+  'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
+
+CREATE SEQUENCE orch.events_id_seq;
+CREATE TABLE orch.events (
+    id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.events_id_seq'),
+    tenant_id    text NOT NULL DEFAULT 'default',
+    task_id      bigint,
+    run_id       bigint,
+    entity       text NOT NULL DEFAULT 'task',
+    from_state   text,
+    to_state     text,
+    reason_code  text,
+    actor        text NOT NULL,
+    attempt      integer,
+    lease_token  uuid,
+    note         text,
+    at           timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    label        text,
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
+    waited       interval,
+    PRIMARY KEY (id, tenant_id)
+);
+CREATE INDEX events_task_idx ON orch.events (task_id) WHERE task_id IS NOT NULL;
+COMMENT ON TABLE orch.events IS
+  'Append-only audit: one row per accepted state transition and per manual action. Only the extension owner may update or delete.';
+COMMENT ON COLUMN orch.events.actor IS
+  'The database role the action was taken for (current role outside the extension''s functions).';
+COMMENT ON COLUMN orch.events.label IS
+  'A name the caller supplied (worker id, approver name); never in place of actor.';
+COMMENT ON COLUMN orch.events.xact IS
+  'The top-level transaction that wrote the event (for orch.metrics_fold).';
+COMMENT ON COLUMN orch.events.waited IS
+  'On a claim (to_state executing): how long the task had been claimable.';
+-- A run's own events (run and step transitions) by run, for orch_run_status
+-- and retention (task events are found through their tasks); the events of
+-- user tables' state machines by time, for retention.  Task events are in
+-- neither.
+CREATE INDEX events_run_idx ON orch.events (run_id, tenant_id) WHERE task_id IS NULL;
+CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
+-- Block-range indexes on the transaction that wrote a row (orch.metrics_fold):
+-- nearly free to maintain on append-only tables, and the fold reads only the
+-- recent ranges.
+CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
+CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
+
+CREATE TABLE orch.idempotency_keys (
+    tenant_id   text NOT NULL DEFAULT 'default',
+    key         text NOT NULL,
+    task_id     bigint NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, key)
+);
+COMMENT ON TABLE orch.idempotency_keys IS
+  'Execution-level idempotency keys (per tenant) with their expiry (queue setting idempotency_ttl).';
+CREATE INDEX idempotency_keys_expiry_idx ON orch.idempotency_keys (expires_at);
+
+-- pg_dump keeps user data of extension tables.
+SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.tasks_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.attempts_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.events', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.idempotency_keys', '');
+
+CREATE TYPE orch.task_status AS (
+    task_id bigint, queue text, tenant_id text, state text, priority integer,
+    attempts integer, failures integer, reason_code text, run_at timestamptz,
+    retry_at timestamptz, lease_owner text, lease_expires_at timestamptz,
+    result jsonb, last_error text, last_error_class text,
+    created_at timestamptz, updated_at timestamptz);
+
+CREATE FUNCTION orch_status(task_id bigint)
+RETURNS SETOF orch.task_status
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+        SELECT t.id, t.queue, t.tenant_id, t.state, t.priority, t.attempts, t.failures,
+               t.reason_code, t.run_at, t.retry_at, t.lease_owner, t.lease_expires_at,
+               t.result, t.last_error, t.last_error_class, t.created_at, t.updated_at
+          FROM orch.tasks t
+         WHERE t.id OPERATOR(pg_catalog.=) $1 AND orch.tenant_visible(t.tenant_id);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION orch_status(bigint) IS 'One task''s current state; OR005 for an unknown id.';
+
+CREATE FUNCTION orch_history(task_id bigint)
+RETURNS TABLE (at timestamptz, kind text, attempt integer, from_state text, to_state text,
+               reason_code text, actor text, lease_token uuid, outcome text,
+               error_class text, error text, note text, label text, correlation_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    admin boolean := orch.caller_is_admin();
+    corr text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.=) $1
+                      AND orch.tenant_visible(t.tenant_id))
+       AND NOT EXISTS (SELECT 1 FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                          AND orch.tenant_visible(e.tenant_id)) THEN
+        RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
+    END IF;
+    SELECT t.correlation_id INTO corr FROM orch.tasks t
+     WHERE t.id OPERATOR(pg_catalog.=) $1 AND orch.tenant_visible(t.tenant_id);
+    RETURN QUERY
+        SELECT h.at, h.kind, h.attempt, h.from_state, h.to_state, h.reason_code, h.actor,
+               CASE WHEN admin THEN h.lease_token END, h.outcome, h.error_class, h.error, h.note,
+               h.label, corr
+          FROM (SELECT e.at, 'event'::text AS kind, e.attempt, e.from_state, e.to_state,
+                       e.reason_code, e.actor, e.lease_token, NULL::text AS outcome,
+                       NULL::text AS error_class, NULL::text AS error, e.note, e.label,
+                       e.id AS seq, 1 AS src
+                  FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                   AND orch.tenant_visible(e.tenant_id)
+                UNION ALL
+                SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
+                       a.lease_token, a.outcome, a.error_class, a.error, NULL, a.worker,
+                       a.id, 0
+                  FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
+                   AND orch.tenant_visible(a.tenant_id)) h
+         ORDER BY h.at, h.src, h.seq;
+END
+$fn$;
+COMMENT ON FUNCTION orch_history(bigint) IS
+  'A task''s attempts and events in order, each with the task''s correlation id (lease tokens for orch_admin only); OR005 for an unknown id or another tenant''s task.';
+
+-- ---------------------------------------------------------------------------
+-- State machines stored as data, and the lifecycle trigger (C).  One trigger
+-- function serves the task table and any user table attached with
+-- orch_attach_state_machine; arguments: column, machine.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.state_machines (
+    name        text PRIMARY KEY,
+    tenant_id   text NOT NULL DEFAULT 'default',
+    builtin     boolean NOT NULL DEFAULT false,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+CREATE TABLE orch.state_transitions (
+    machine     text NOT NULL REFERENCES orch.state_machines (name) ON DELETE CASCADE,
+    from_state  text,
+    to_state    text NOT NULL,
+    tenant_id   text NOT NULL DEFAULT 'default',
+    CONSTRAINT state_transitions_uniq UNIQUE NULLS NOT DISTINCT (machine, from_state, to_state)
+);
+COMMENT ON TABLE orch.state_machines IS
+  'State machines stored as data; "task" is the built-in lifecycle of SPEC section 2.';
+COMMENT ON TABLE orch.state_transitions IS
+  'Allowed (from_state, to_state) pairs per machine; from_state NULL lists an allowed initial state. Self-transitions are always allowed.';
+
+INSERT INTO orch.state_machines (name, builtin) VALUES ('task', true);
+INSERT INTO orch.state_transitions (machine, from_state, to_state)
+SELECT 'task', f, t FROM (VALUES
+    (NULL, 'received'), (NULL, 'queued'), (NULL, 'failed'),
+    ('received', 'received'), ('received', 'queued'), ('received', 'failed'), ('received', 'cancelled'),
+    ('queued', 'queued'), ('queued', 'executing'), ('queued', 'failed'), ('queued', 'cancelled'),
+    ('executing', 'executing'), ('executing', 'awaiting_tool'), ('executing', 'awaiting_user_confirmation'),
+    ('executing', 'completed'), ('executing', 'failed'), ('executing', 'cancelled'),
+    ('awaiting_tool', 'awaiting_tool'), ('awaiting_tool', 'executing'), ('awaiting_tool', 'failed'),
+    ('awaiting_tool', 'cancelled'),
+    ('awaiting_user_confirmation', 'awaiting_user_confirmation'), ('awaiting_user_confirmation', 'executing'),
+    ('awaiting_user_confirmation', 'failed'), ('awaiting_user_confirmation', 'cancelled'),
+    ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled')
+) AS m(f, t);
+SELECT pg_catalog.pg_extension_config_dump('orch.state_machines', 'WHERE NOT builtin');
+SELECT pg_catalog.pg_extension_config_dump('orch.state_transitions', $$WHERE machine <> 'task'$$);
+
+-- The lifecycle trigger fires once per task row written.  It pins search_path
+-- in C around every path that runs SQL (a SET search_path here cost a GUC save
+-- and restore per row); it is SECURITY DEFINER (events of user tables are
+-- written as the owner).
+CREATE FUNCTION orch_state_machine_trigger()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'orch_state_machine_trigger';
+COMMENT ON FUNCTION orch_state_machine_trigger() IS
+  'Enforces a state machine on a status column (TG_ARGV: column, machine) and writes one event per accepted transition.';
+
+CREATE TRIGGER tasks_lifecycle
+    BEFORE INSERT OR UPDATE ON orch.tasks
+    FOR EACH ROW EXECUTE FUNCTION orch_state_machine_trigger('state', 'task');
+
+CREATE FUNCTION orch_create_state_machine(name text, transitions jsonb, initial text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_create_state_machine';
+COMMENT ON FUNCTION orch_create_state_machine(text, jsonb, text[]) IS
+  'Stores a user-defined state machine: transitions is {"state": ["target", ...], ...}; initial lists the states a new row may start in (default: all).';
+
+CREATE FUNCTION orch_attach_state_machine(tbl regclass, "column" name, machine text)
+RETURNS void
+LANGUAGE C SECURITY INVOKER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_attach_state_machine';
+COMMENT ON FUNCTION orch_attach_state_machine(regclass, name, text) IS
+  'Attaches the C lifecycle trigger to a user table''s status column, enforcing the named machine.';
+
+-- ---------------------------------------------------------------------------
+-- Queues and their settings
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.queues (
+    name        text PRIMARY KEY,
+    tenant_id   text NOT NULL DEFAULT 'default',
+    settings    jsonb NOT NULL DEFAULT '{}',
+    paused      boolean NOT NULL DEFAULT false,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE orch.queues IS
+  'Named streams of work and their settings (validated by orch_create_queue / orch_configure_queue). Small; a Citus reference table when distributed.';
+SELECT pg_catalog.pg_extension_config_dump('orch.queues', '');
+
+-- Queue settings are cached per backend.  This trigger makes every write to
+-- orch.queues drop the caches of all backends when it commits (a relcache
+-- invalidation of the table, PostgreSQL's own mechanism); ENABLE ALWAYS: also
+-- for writes applied by logical replication or with session_replication_role
+-- = replica.
+CREATE FUNCTION orch_queues_changed()
+RETURNS trigger
+LANGUAGE C
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_queues_changed';
+COMMENT ON FUNCTION orch_queues_changed() IS
+  'AFTER statement trigger on orch.queues: drops every backend''s cached queue settings when the change commits.';
+CREATE TRIGGER queues_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON orch.queues
+    FOR EACH STATEMENT EXECUTE FUNCTION orch_queues_changed();
+ALTER TABLE orch.queues ENABLE ALWAYS TRIGGER queues_changed;
+
+CREATE FUNCTION orch_create_queue(name text, settings jsonb DEFAULT '{}')
+RETURNS jsonb
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_create_queue';
+COMMENT ON FUNCTION orch_create_queue(text, jsonb) IS
+  'Creates a queue with validated settings; returns its effective settings.';
+
+CREATE FUNCTION orch_configure_queue(name text, settings jsonb)
+RETURNS jsonb
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_configure_queue';
+COMMENT ON FUNCTION orch_configure_queue(text, jsonb) IS
+  'Merges settings into a queue''s settings (a JSON null removes a key); returns the effective settings.';
+
+CREATE FUNCTION orch_pause_queue(name text)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_pause_queue';
+COMMENT ON FUNCTION orch_pause_queue(text) IS 'Paused queues accept work but hand none out.';
+
+CREATE FUNCTION orch_resume_queue(name text)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_resume_queue';
+COMMENT ON FUNCTION orch_resume_queue(text) IS 'Resumes handing out work from a paused queue.';
+
+CREATE FUNCTION orch_drop_queue(name text, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_drop_queue';
+COMMENT ON FUNCTION orch_drop_queue(text, boolean) IS
+  'Drops a queue; refused while it holds non-terminal tasks unless force, which cancels them (reason queue_dropped).';
+
+CREATE FUNCTION orch_queue_settings(name text)
+RETURNS jsonb
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_queue_settings';
+COMMENT ON FUNCTION orch_queue_settings(text) IS
+  'A queue''s effective settings: its own merged over the defaults.';
+
+CREATE VIEW orch_queues AS
+SELECT q.name AS queue, q.tenant_id, q.paused, orch_queue_settings(q.name) AS settings,
+       q.created_at, q.updated_at
+  FROM orch.queues q;
+COMMENT ON VIEW orch_queues IS 'Queues with their effective settings.';
+
+-- ---------------------------------------------------------------------------
+-- Admission and concurrency: per-key limits, deferred key decisions, rate
+-- limits, and the statement-end dispatcher on orch.tasks.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.concurrency_limits (
+    queue        text NOT NULL,
+    key          text NOT NULL,
+    max_running  integer NOT NULL CHECK (max_running OPERATOR(pg_catalog.>=) 1),
+    tenant_id    text NOT NULL DEFAULT 'default',
+    PRIMARY KEY (queue, key)
+);
+COMMENT ON TABLE orch.concurrency_limits IS
+  'Per-key overrides of a queue''s concurrency_key_limit (orch_set_concurrency_limit). Small; a reference table.';
+
+-- Key decisions deferred to avoid lock-order deadlocks: a transaction that
+-- holds one concurrency-key lock only tries another; when it is busy, the
+-- task waits gated and the key is noted here, to be settled by the next
+-- claim of the queue or by orch_maintain.
+CREATE TABLE orch.gate_repairs (
+    queue       text NOT NULL,
+    key         text NOT NULL,
+    tenant_id   text NOT NULL DEFAULT 'default',
+    noted_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue, key, tenant_id)
+);
+COMMENT ON TABLE orch.gate_repairs IS
+  'Concurrency keys whose admission or promotion was deferred (the key lock was busy while the transaction held another key lock); settled by the next claim of the queue or orch_maintain.';
+
+-- Rate limits: a sliding window of admitted enqueues per (queue, owner, tenant).
+CREATE TABLE orch.rate_window (
+    tenant_id   text NOT NULL DEFAULT 'default',
+    queue       text NOT NULL,
+    owner       text NOT NULL,
+    at          timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+CREATE INDEX rate_window_idx ON orch.rate_window (queue, owner, tenant_id, at);
+CREATE INDEX rate_window_expiry_idx ON orch.rate_window (expires_at);
+COMMENT ON TABLE orch.rate_window IS
+  'Admitted enqueues of rate-limited queues, kept for one window; purged by orch_maintain.';
+
+SELECT pg_catalog.pg_extension_config_dump('orch.concurrency_limits', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.gate_repairs', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.rate_window', '');
+
+-- One AFTER ... FOR EACH STATEMENT trigger on orch.tasks calls, in order, the
+-- audit writer (the events the lifecycle trigger buffered, written together),
+-- admission and workflow progress.
+CREATE FUNCTION orch_tasks_statement_end()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_tasks_statement_end';
+COMMENT ON FUNCTION orch_tasks_statement_end() IS
+  'AFTER INSERT OR UPDATE statement trigger on orch.tasks: writes the events the lifecycle trigger buffered, then (after an UPDATE) fills the concurrency-key slots the statement freed and moves the workflow runs whose step tasks finished.';
+CREATE TRIGGER tasks_statement_end
+    AFTER INSERT OR UPDATE ON orch.tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION orch_tasks_statement_end();
+
+CREATE FUNCTION orch_set_concurrency_limit(queue text, key text, max_running integer)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_set_concurrency_limit';
+COMMENT ON FUNCTION orch_set_concurrency_limit(text, text, integer) IS
+  'Overrides the queue''s concurrency_key_limit for one key (NULL removes the override).';
+
+-- ---------------------------------------------------------------------------
+-- Producing and running work
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION orch_enqueue(queue text, payload jsonb,
+                             priority integer DEFAULT NULL,
+                             idempotency_key text DEFAULT NULL,
+                             run_at timestamptz DEFAULT NULL,
+                             tenant text DEFAULT NULL,
+                             owner text DEFAULT NULL,
+                             concurrency_key text DEFAULT NULL,
+                             max_attempts integer DEFAULT NULL,
+                             max_failures integer DEFAULT NULL,
+                             retry_policy jsonb DEFAULT NULL,
+                             timeout interval DEFAULT NULL,
+                             on_rate_limit text DEFAULT NULL,
+                             correlation_id text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_enqueue';
+COMMENT ON FUNCTION orch_enqueue(text, jsonb, integer, text, timestamptz, text, text, text, integer, integer, jsonb, interval, text, text) IS
+  'Enqueues one task and returns its id; the same idempotency key and payload return the same id, another payload raises OR004; over the rate limit: a failed task (rate_limited) or OR006.';
+
+CREATE FUNCTION orch_enqueue_batch(queue text, payloads jsonb[],
+                                   priority integer DEFAULT NULL,
+                                   idempotency_keys text[] DEFAULT NULL,
+                                   run_at timestamptz DEFAULT NULL,
+                                   tenant text DEFAULT NULL,
+                                   owner text DEFAULT NULL,
+                                   concurrency_key text DEFAULT NULL,
+                                   max_attempts integer DEFAULT NULL,
+                                   max_failures integer DEFAULT NULL,
+                                   retry_policy jsonb DEFAULT NULL,
+                                   timeout interval DEFAULT NULL,
+                                   on_rate_limit text DEFAULT NULL,
+                                   correlation_id text DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_enqueue_batch';
+COMMENT ON FUNCTION orch_enqueue_batch(text, jsonb[], integer, text[], timestamptz, text, text, text, integer, integer, jsonb, interval, text, text) IS
+  'Enqueues many tasks in one call; returns their ids in the order of payloads.';
+
+CREATE FUNCTION orch_dequeue(queue text, worker text,
+                             batch integer DEFAULT 1,
+                             lease interval DEFAULT NULL,
+                             tenant text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, lease_token uuid, attempt integer, payload jsonb,
+               queue text, priority integer, step_key text, guard text,
+               lease_expires_at timestamptz, resume_data jsonb)
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_dequeue';
+COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text) IS
+  'Claims up to batch eligible tasks (priority, then FIFO) with a lease; never hands one task to two workers.';
+
+CREATE FUNCTION orch_complete(task_id bigint, lease_token uuid, result jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_complete';
+COMMENT ON FUNCTION orch_complete(bigint, uuid, jsonb) IS
+  'Completes a claimed task (fenced by its lease token); returns ''completed''.';
+
+-- Batch completion: the counterpart of a batch claim.
+CREATE FUNCTION orch_complete_batch(task_ids bigint[], lease_tokens uuid[], results jsonb[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_complete_batch';
+COMMENT ON FUNCTION orch_complete_batch(bigint[], uuid[], jsonb[]) IS
+  'Completes many claimed tasks in one statement, all or nothing (the first failing task''s OR002/OR003/OR005); returns how many.';
+
+CREATE FUNCTION orch_fail(task_id bigint, lease_token uuid, error_class text,
+                          error text DEFAULT NULL, retry_after interval DEFAULT NULL)
+RETURNS TABLE (state text, reason_code text, retry_at timestamptz)
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_fail';
+COMMENT ON FUNCTION orch_fail(bigint, uuid, text, text, interval) IS
+  'Records a failed attempt and applies the retry decision; returns the new state, reason code and retry time.';
+
+CREATE FUNCTION orch_heartbeat(task_id bigint, lease_token uuid, extend interval DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_heartbeat';
+COMMENT ON FUNCTION orch_heartbeat(bigint, uuid, interval) IS
+  'Extends a lease and returns the task''s state; returns ''cancelled'' when the task was cancelled meanwhile.';
+
+CREATE FUNCTION orch_await_tool(task_id bigint, lease_token uuid,
+                                tool text DEFAULT NULL, request jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_await_tool';
+COMMENT ON FUNCTION orch_await_tool(bigint, uuid, text, jsonb) IS
+  'Parks a claimed task in awaiting_tool until orch_resume; releases the lease.';
+
+CREATE FUNCTION orch_resume(task_id bigint, result jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_resume';
+COMMENT ON FUNCTION orch_resume(bigint, jsonb) IS
+  'Delivers a tool result to a task awaiting a tool; the task becomes claimable and its next claim returns the result.';
+
+CREATE FUNCTION orch_await_confirmation(task_id bigint, lease_token uuid, prompt jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_await_confirmation';
+COMMENT ON FUNCTION orch_await_confirmation(bigint, uuid, jsonb) IS
+  'Parks a claimed task in awaiting_user_confirmation until orch_confirm; releases the lease.';
+
+CREATE FUNCTION orch_confirm(task_id bigint, approve boolean, actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_confirm';
+COMMENT ON FUNCTION orch_confirm(bigint, boolean, text, text) IS
+  'Approves (claimable again) or rejects (failed, confirmation_rejected) a task awaiting confirmation.';
+
+CREATE FUNCTION orch_cancel(task_id bigint, reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_cancel';
+COMMENT ON FUNCTION orch_cancel(bigint, text) IS
+  'Cancels a non-terminal task and records the reason; a terminal task raises OR002.';
+
+CREATE FUNCTION orch_retry_decision(error_class text, attempts integer, failures integer,
+                                    policy jsonb DEFAULT '{}',
+                                    retry_after interval DEFAULT NULL,
+                                    task_id bigint DEFAULT 0,
+                                    terminal boolean DEFAULT false)
+RETURNS TABLE (decision text, next_state text, reason_code text, delay interval)
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_retry_decision';
+COMMENT ON FUNCTION orch_retry_decision(text, integer, integer, jsonb, interval, bigint, boolean) IS
+  'The pure retry decision of SPEC section 4: for an error class, attempts and failures so far (including this one) and a policy.';
+
+-- Reading: a bound role sees its tenants only; lease tokens are secrets that
+-- only orch_admin reads (a worker gets its own from the claim).
+CREATE VIEW orch_tasks WITH (security_barrier) AS
+SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at,
+       retry_at, attempts, failures, max_attempts, max_failures, reason_code,
+       last_error, last_error_class, lease_owner, lease_expires_at, claimed_at,
+       wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
+       step_key, created_at, updated_at, finished_at, retry_of, gated, correlation_id
+  FROM orch.tasks
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_tasks IS 'Tasks for ad-hoc queries (lease tokens are not shown).';
+
+CREATE VIEW orch_attempts WITH (security_barrier) AS
+SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
+       CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
+       a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at,
+       (SELECT t.correlation_id FROM orch.tasks t
+         WHERE t.id OPERATOR(pg_catalog.=) a.task_id AND t.tenant_id OPERATOR(pg_catalog.=) a.tenant_id) AS correlation_id
+  FROM orch.attempts a
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_attempts IS
+  'The append-only history of finished executions (lease tokens shown to orch_admin only).';
+
+-- ---------------------------------------------------------------------------
+-- Commands: idempotent side-effect requests, performed by adapters that claim
+-- them from the command queue.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE orch.commands_id_seq;
+CREATE TABLE orch.commands (
+    id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.commands_id_seq'),
+    tenant_id        text NOT NULL DEFAULT 'default',
+    kind             text NOT NULL,
+    idempotency_key  text NOT NULL,
+    payload          jsonb NOT NULL,
+    origin_task_id   bigint,
+    task_id          bigint,
+    status           text NOT NULL CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'succeeded', 'failed'])),
+    result           jsonb,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    completed_at     timestamptz,
+    PRIMARY KEY (id, tenant_id),
+    UNIQUE (tenant_id, idempotency_key)
+);
+COMMENT ON TABLE orch.commands IS
+  'Side-effect requests recorded before an adapter performs them (SPEC section 5).';
+SELECT pg_catalog.pg_extension_config_dump('orch.commands', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.commands_id_seq', '');
+
+CREATE FUNCTION orch_command(kind text, idempotency_key text, payload jsonb,
+                             task_id bigint DEFAULT NULL, tenant text DEFAULT NULL)
+RETURNS TABLE (command_id bigint, task_id bigint, replayed boolean, status text, result jsonb)
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_command';
+COMMENT ON FUNCTION orch_command(text, text, jsonb, bigint, text) IS
+  'Records a side-effect request once per key (replay returns it with replayed = true; another kind or payload raises OR004) and queues it for an adapter.';
+
+CREATE FUNCTION orch_command_result(command_id bigint, ok boolean, result jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_command_result';
+COMMENT ON FUNCTION orch_command_result(bigint, boolean, jsonb) IS
+  'Records an adapter''s outcome of a command once (same outcome again: no-op; another: OR002).';
+
+CREATE VIEW orch_commands WITH (security_barrier) AS
+SELECT id AS command_id, tenant_id, kind, idempotency_key, payload, origin_task_id,
+       task_id, status, result, created_at, completed_at
+  FROM orch.commands
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_commands IS 'Recorded commands and their outcomes.';
+
+-- ---------------------------------------------------------------------------
+-- Maintenance, retention, dead letters, re-drive
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION orch_maintain(batch integer DEFAULT 1000)
+RETURNS TABLE (action text, count bigint)
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_maintain';
+COMMENT ON FUNCTION orch_maintain(integer) IS
+  'One bounded maintenance pass: recover expired leases and timeouts, report stuck work, verify counters, purge by retention.';
+
+CREATE FUNCTION orch_schedule_maintenance(schedule text DEFAULT '* * * * *')
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_schedule_maintenance';
+COMMENT ON FUNCTION orch_schedule_maintenance(text) IS
+  'Registers orch_maintain() with pg_cron in this database; returns the job id. Errors (55000) when pg_cron is not installed.';
+
+CREATE FUNCTION orch_unschedule_maintenance()
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_unschedule_maintenance';
+COMMENT ON FUNCTION orch_unschedule_maintenance() IS
+  'Removes the pg_cron maintenance job; true when one was removed.';
+
+CREATE FUNCTION orch_retry(task_id bigint)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_retry';
+COMMENT ON FUNCTION orch_retry(bigint) IS
+  'Re-drives one dead letter as a new queued task (retry_of = the original); audited on both tasks.';
+
+CREATE FUNCTION orch_reprocess(queue text DEFAULT NULL, reason_code text DEFAULT NULL,
+                               failed_after timestamptz DEFAULT NULL, max integer DEFAULT 100)
+RETURNS TABLE (task_id bigint, new_task_id bigint)
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_reprocess';
+COMMENT ON FUNCTION orch_reprocess(text, text, timestamptz, integer) IS
+  'Re-drives up to max dead letters matching every given filter, oldest first.';
+
+CREATE VIEW orch_dead_letters WITH (security_barrier) AS
+SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finished_at AS failed_at,
+       t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
+       t.owner, t.created_at
+  FROM orch.tasks t
+ WHERE t.state OPERATOR(pg_catalog.=) 'failed'
+   AND t.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                         'compensation_required', 'not_safe_to_retry'])
+   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) t.id AND r.tenant_id OPERATOR(pg_catalog.=) t.tenant_id)
+   AND ((SELECT orch_caller_tenants()) IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]));
+COMMENT ON VIEW orch_dead_letters IS
+  'Tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY and were not re-driven yet.';
+
+-- ---------------------------------------------------------------------------
+-- Workflow definitions (issue 8)
+-- Versioned workflow templates (SPEC section 7; format: docs/workflows.md).
+-- A name's versions are drafts (mutable: orch_define replaces the highest
+-- version while it is a draft), then published (immutable, OR007, enforced
+-- for every writer by a C trigger), then deprecated.  Definitions are shared
+-- by all tenants: they are stored under tenant 'default' and authored only
+-- by roles not bound to tenants.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.definitions (
+    tenant_id     text NOT NULL DEFAULT 'default',
+    name          text NOT NULL,
+    version       integer NOT NULL CHECK (version OPERATOR(pg_catalog.>=) 1),
+    status        text NOT NULL DEFAULT 'draft'
+                  CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['draft', 'published', 'deprecated'])),
+    spec          jsonb NOT NULL,
+    content_hash  text NOT NULL CHECK (content_hash OPERATOR(pg_catalog.~) '^[0-9a-f]{64}$'),
+    created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by    text NOT NULL DEFAULT CURRENT_USER,
+    published_at  timestamptz,
+    deprecated_at timestamptz,
+    PRIMARY KEY (name, version, tenant_id),
+    CHECK ((status OPERATOR(pg_catalog.=) 'draft') OPERATOR(pg_catalog.=) (published_at IS NULL)),
+    CHECK ((status OPERATOR(pg_catalog.=) 'deprecated') OPERATOR(pg_catalog.=) (deprecated_at IS NOT NULL))
+);
+COMMENT ON TABLE orch.definitions IS
+  'Workflow definitions: name + version + content hash (hex sha256 of spec::text). Drafts are mutable; published and deprecated versions are immutable (OR007, trigger definitions_guard).';
+SELECT pg_catalog.pg_extension_config_dump('orch.definitions', '');
+
+CREATE FUNCTION orch_definitions_guard()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_definitions_guard';
+COMMENT ON FUNCTION orch_definitions_guard() IS
+  'Keeps published workflow definitions immutable (OR007): status moves draft -> published -> deprecated only; no other column of a published or deprecated version changes; such versions are never deleted or truncated.';
+CREATE TRIGGER definitions_guard
+    BEFORE UPDATE OR DELETE ON orch.definitions
+    FOR EACH ROW EXECUTE FUNCTION orch_definitions_guard();
+CREATE TRIGGER definitions_guard_truncate
+    BEFORE TRUNCATE ON orch.definitions
+    FOR EACH STATEMENT EXECUTE FUNCTION orch_definitions_guard();
+
+CREATE FUNCTION orch_define(name text, spec jsonb)
+RETURNS integer
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_define';
+COMMENT ON FUNCTION orch_define(text, jsonb) IS
+  'Validates a workflow spec (OR008 naming the JSON path) and stores it as a draft: replaces the name''s highest version while that is a draft, else adds the next version. Returns the version. Audited.';
+
+CREATE FUNCTION orch_publish(name text, version integer)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_publish';
+COMMENT ON FUNCTION orch_publish(text, integer) IS
+  'Publishes a draft version after validating it again and returns its content hash; idempotent for a published version; OR007 for a deprecated one; OR005 when unknown. Audited.';
+
+CREATE FUNCTION orch_deprecate(name text, version integer)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_deprecate';
+COMMENT ON FUNCTION orch_deprecate(text, integer) IS
+  'Deprecates a published version (idempotent); OR007 for a draft; OR005 when unknown. Audited.';
+
+CREATE FUNCTION orch_definition(name text, version integer DEFAULT NULL)
+RETURNS TABLE (name text, version integer, status text, spec jsonb, content_hash text,
+               created_at timestamptz, published_at timestamptz, deprecated_at timestamptz)
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_definition';
+COMMENT ON FUNCTION orch_definition(text, integer) IS
+  'One version of a workflow definition in any status; version NULL means the highest published (not deprecated) version. OR005 when there is none.';
+
+CREATE FUNCTION orch_validate_definition(spec jsonb)
+RETURNS void
+LANGUAGE C STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_validate_definition';
+COMMENT ON FUNCTION orch_validate_definition(jsonb) IS
+  'Validates a workflow spec without storing it: returns nothing, or raises OR008 with the JSON path of the first problem in the detail.';
+
+CREATE VIEW orch_definitions AS
+SELECT d.name, d.version, d.status, d.content_hash, d.spec, d.created_at, d.created_by,
+       d.published_at, d.deprecated_at, d.tenant_id
+  FROM orch.definitions d;
+COMMENT ON VIEW orch_definitions IS
+  'Every version of every workflow definition (shared by all tenants).';
+
+-- ---------------------------------------------------------------------------
+-- Workflow runs (issue 8): one execution of a published definition version.
+-- Its steps become ordinary tasks (run_id, step_key); progression happens in
+-- the transaction that finishes a step's task, under the run's row lock.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE orch.runs_id_seq;
+CREATE TABLE orch.runs (
+    id              bigint NOT NULL DEFAULT pg_catalog.nextval('orch.runs_id_seq'),
+    tenant_id       text NOT NULL DEFAULT 'default',
+    definition      text NOT NULL,
+    version         integer NOT NULL,
+    content_hash    text NOT NULL,
+    state           text NOT NULL,
+    phase           text NOT NULL DEFAULT 'forward' CHECK (phase OPERATOR(pg_catalog.=) ANY (ARRAY['forward', 'compensating'])),
+    input           jsonb NOT NULL,
+    output          jsonb,
+    pins            jsonb NOT NULL,
+    idempotency_key text,
+    reason_code     text,
+    failed_step     text,
+    error           text,
+    deadline_at     timestamptz,
+    retry_of        bigint,
+    created_by      text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at     timestamptz,
+    correlation_id  text,
+    PRIMARY KEY (id, tenant_id)
+);
+CREATE UNIQUE INDEX runs_idempotency_idx ON orch.runs (tenant_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX runs_open_idx ON orch.runs (deadline_at)
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'waiting_approval', 'paused']);
+CREATE UNIQUE INDEX runs_retry_of_idx ON orch.runs (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
+-- Correlation ids; finished runs by time, for retention; failed runs listed
+-- without scanning finished history.
+CREATE INDEX runs_correlation_idx ON orch.runs (correlation_id) WHERE correlation_id IS NOT NULL;
+CREATE INDEX runs_finished_idx ON orch.runs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX runs_failed_idx ON orch.runs (finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+COMMENT ON TABLE orch.runs IS
+  'Workflow runs: a pinned definition version (name, version, content hash), the input, pins, state (running, waiting_approval, paused, succeeded, failed, canceled; C trigger run_lifecycle) and phase (forward, compensating).';
+
+CREATE TABLE orch.run_steps (
+    run_id       bigint NOT NULL,
+    tenant_id    text NOT NULL DEFAULT 'default',
+    step_id      text NOT NULL,
+    ord          integer NOT NULL,
+    type         text NOT NULL,
+    spec         jsonb NOT NULL,
+    deps         text[] NOT NULL DEFAULT '{}',
+    join_policy  text NOT NULL DEFAULT 'all_succeeded',
+    needs_edge   boolean NOT NULL DEFAULT false,
+    edge_taken   boolean NOT NULL DEFAULT false,
+    out_edges    text[] NOT NULL DEFAULT '{}',
+    state        text NOT NULL DEFAULT 'pending'
+                 CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'awaiting_approval', 'waiting',
+                                  'succeeded', 'failed', 'timed_out', 'skipped', 'canceled'])),
+    task_id      bigint,
+    items        jsonb,
+    output       jsonb,
+    error        text,
+    wake_at      timestamptz,
+    cap_at       timestamptz,
+    started_at   timestamptz,
+    finished_at  timestamptz,
+    done_seq     bigint,
+    comp_state   text CHECK (comp_state OPERATOR(pg_catalog.=) ANY (ARRAY['armed', 'pending', 'awaiting_approval', 'running',
+                                            'done', 'failed', 'canceled'])),
+    comp_task_id bigint,
+    PRIMARY KEY (run_id, step_id, tenant_id)
+) WITH (fillfactor = 70);
+-- Timers and soft caps; no state in the predicate, so that a step's state
+-- changes are HOT updates (fillfactor 70 leaves them room).
+CREATE INDEX run_steps_timer_idx ON orch.run_steps (least(wake_at, cap_at))
+    WHERE wake_at IS NOT NULL OR cap_at IS NOT NULL;
+CREATE SEQUENCE orch.run_steps_done_seq;
+COMMENT ON TABLE orch.run_steps IS
+  'The steps of a run: their state, the task(s) executing them, outputs, timers and compensation state.';
+
+CREATE TABLE orch.approvals (
+    approval_ref text NOT NULL,
+    tenant_id    text NOT NULL DEFAULT 'default',
+    run_id       bigint NOT NULL,
+    step_id      text NOT NULL,
+    approved     boolean NOT NULL,
+    actor        text NOT NULL,
+    label        text,
+    note         text,
+    decided_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (approval_ref, tenant_id)
+);
+COMMENT ON TABLE orch.approvals IS
+  'Human decisions on approval steps: an approval reference is single-use and bound to one run and step (OR009).';
+
+SELECT pg_catalog.pg_extension_config_dump('orch.runs', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.runs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_steps', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_steps_done_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.approvals', '');
+
+CREATE FUNCTION orch_run_lifecycle()
+RETURNS trigger
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_run_lifecycle';
+COMMENT ON FUNCTION orch_run_lifecycle() IS
+  'Enforces the run lifecycle of seed 001 section 3.1 on orch.runs for every writer (OR001, OR002) and writes one event per accepted transition.';
+CREATE TRIGGER runs_lifecycle
+    BEFORE INSERT OR UPDATE ON orch.runs
+    FOR EACH ROW EXECUTE FUNCTION orch_run_lifecycle();
+
+CREATE FUNCTION orch_start(name text, input jsonb, version integer DEFAULT NULL,
+                           idempotency_key text DEFAULT NULL, tenant text DEFAULT NULL,
+                           pins jsonb DEFAULT NULL, correlation_id text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_start';
+COMMENT ON FUNCTION orch_start(text, jsonb, integer, text, text, jsonb, text) IS
+  'Starts a run of a published workflow version (default: the latest) and returns its id; the same idempotency key and request return the same run, another request raises OR004.';
+
+CREATE FUNCTION orch_approve(run_id bigint, step_id text, approval_ref text,
+                             actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_approve';
+COMMENT ON FUNCTION orch_approve(bigint, text, text, text, text) IS
+  'Approves a step awaiting approval (or a compensation awaiting approval) with a single-use reference; returns the run state. OR009 for a reused reference or a step not awaiting approval.';
+
+CREATE FUNCTION orch_reject(run_id bigint, step_id text, approval_ref text,
+                            actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_reject';
+COMMENT ON FUNCTION orch_reject(bigint, text, text, text, text) IS
+  'Rejects a step awaiting approval: it fails (on_failure edge, else the run fails and compensates); returns the run state.';
+
+CREATE FUNCTION orch_pause_run(run_id bigint)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_pause_run';
+COMMENT ON FUNCTION orch_pause_run(bigint) IS
+  'Pauses a running run (idempotent): no new step is handed out; running steps finish.';
+
+CREATE FUNCTION orch_resume_run(run_id bigint, pins jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_resume_run';
+COMMENT ON FUNCTION orch_resume_run(bigint, jsonb) IS
+  'Resumes a paused run (idempotent); with pins, every pin must equal the run''s pinned context, else OR010 and nothing changes.';
+
+CREATE FUNCTION orch_cancel_run(run_id bigint, reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_cancel_run';
+COMMENT ON FUNCTION orch_cancel_run(bigint, text) IS
+  'Cancels a run and every open task of its steps in one transaction (idempotent); workers learn it from orch_heartbeat.';
+
+CREATE FUNCTION orch_retry_run(run_id bigint)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_retry_run';
+COMMENT ON FUNCTION orch_retry_run(bigint) IS
+  'Runs a failed run again from its failed steps as a new run (retry_of = the original), keeping completed outputs; audited on both.';
+
+CREATE FUNCTION orch_run_status(run_id bigint)
+RETURNS jsonb
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_run_status';
+COMMENT ON FUNCTION orch_run_status(bigint) IS
+  'A run with its steps, their tasks and attempts, approvals and events, as one JSON document; OR005 when unknown.';
+
+CREATE VIEW orch_runs WITH (security_barrier) AS
+SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
+       r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
+       r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
+       r.correlation_id
+  FROM orch.runs r
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
+
+CREATE VIEW orch_run_steps WITH (security_barrier) AS
+SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
+       s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
+  FROM orch.run_steps s
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR s.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';
+
+-- The audit trail (here: an event of a run shows the run's correlation id).
+CREATE VIEW orch_events WITH (security_barrier) AS
+SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
+       e.reason_code, e.actor, e.attempt,
+       CASE WHEN (SELECT orch.caller_is_admin()) THEN e.lease_token END AS lease_token,
+       e.note, e.at, e.label,
+       coalesce((SELECT t.correlation_id FROM orch.tasks t
+                  WHERE t.id OPERATOR(pg_catalog.=) e.task_id AND t.tenant_id OPERATOR(pg_catalog.=) e.tenant_id),
+                (SELECT r.correlation_id FROM orch.runs r
+                  WHERE r.id OPERATOR(pg_catalog.=) e.run_id AND r.tenant_id OPERATOR(pg_catalog.=) e.tenant_id)) AS correlation_id,
+       e.waited
+  FROM orch.events e
+ WHERE (SELECT orch_caller_tenants()) IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+COMMENT ON VIEW orch_events IS
+  'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
+
+-- ---------------------------------------------------------------------------
+-- Rolling metrics.  Events and attempts are append-only; every row records
+-- the top-level transaction that wrote it (xact).  orch.metrics_fold() adds
+-- the rows that became visible since its last snapshot to per-minute and
+-- all-time counters, so that no scrape reads finished history.  Comparing
+-- transaction ids with the last snapshot (not row ids) is what makes this
+-- exact: a row whose transaction commits late is counted once, later.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.metric_state (
+    id             integer PRIMARY KEY DEFAULT 1 CHECK (id OPERATOR(pg_catalog.=) 1),
+    tenant_id      text NOT NULL DEFAULT 'default',
+    snap_xmin      bigint NOT NULL,
+    snap_xmax      bigint NOT NULL,
+    snap_xip       bigint[] NOT NULL DEFAULT '{}',
+    event_floor    bigint NOT NULL DEFAULT 0,
+    attempt_floor  bigint NOT NULL DEFAULT 0,
+    refreshed_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    folded_total   bigint NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE orch.metric_state IS
+  'Where orch.metrics_fold stopped: the snapshot (xmin, xmax, in-progress ids) of its last pass, and the event/attempt ids below which rows predate the counters.';
+
+CREATE TABLE orch.metric_totals (
+    tenant_id  text NOT NULL DEFAULT 'default',
+    queue      text NOT NULL,
+    metric     text NOT NULL,
+    l1         text NOT NULL DEFAULT '',
+    l2         text NOT NULL DEFAULT '',
+    value      bigint NOT NULL,
+    PRIMARY KEY (tenant_id, queue, metric, l1, l2)
+);
+COMMENT ON TABLE orch.metric_totals IS
+  'All-time counters by tenant and queue (queue is the definition name for run metrics): monotonic, the source of the Prometheus counters.';
+
+CREATE TABLE orch.metric_minutes (
+    minute     timestamptz NOT NULL,
+    tenant_id  text NOT NULL DEFAULT 'default',
+    queue      text NOT NULL,
+    metric     text NOT NULL,
+    l1         text NOT NULL DEFAULT '',
+    l2         text NOT NULL DEFAULT '',
+    value      bigint NOT NULL,
+    PRIMARY KEY (minute, tenant_id, queue, metric, l1, l2)
+);
+COMMENT ON TABLE orch.metric_minutes IS
+  'The same counters per minute of the event time, kept two days: throughput windows and duration percentiles.';
+
+CREATE SEQUENCE orch.maintenance_log_id_seq;
+CREATE TABLE orch.maintenance_log (
+    id           bigint PRIMARY KEY DEFAULT pg_catalog.nextval('orch.maintenance_log_id_seq'),
+    tenant_id    text NOT NULL DEFAULT 'default',
+    started_at   timestamptz NOT NULL,
+    finished_at  timestamptz NOT NULL,
+    actor        text NOT NULL,
+    actions      jsonb NOT NULL,
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint
+);
+CREATE INDEX maintenance_log_started_idx ON orch.maintenance_log (started_at);
+COMMENT ON TABLE orch.maintenance_log IS
+  'One row per orch_maintain() pass with what it did; kept seven days.';
+
+-- The fold creates its state row on first use, so that a fresh CREATE
+-- EXTENSION (empty tables) followed by a restore loads the dumped state row
+-- without a conflict.
+SELECT pg_catalog.pg_extension_config_dump('orch.metric_state', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.metric_totals', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.metric_minutes', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.maintenance_log', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.maintenance_log_id_seq', '');
+
+-- Histogram buckets (seconds; the last is +Inf), as Prometheus renders them.
+CREATE FUNCTION orch.histogram_le(seconds double precision)
+RETURNS text
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_histogram_le';
+COMMENT ON FUNCTION orch.histogram_le(double precision) IS
+  'The histogram bucket (its upper bound as text, "+Inf" for the last) a duration in seconds falls in.';
+
+CREATE FUNCTION orch.histogram_quantile(q double precision, les text[], counts bigint[])
+RETURNS double precision
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_histogram_quantile';
+COMMENT ON FUNCTION orch.histogram_quantile(double precision, text[], bigint[]) IS
+  'The q-quantile of a histogram given as bucket upper bounds and counts, interpolated linearly within its bucket (as PromQL histogram_quantile).';
+
+-- The step type a task's metrics are labelled with.
+CREATE FUNCTION orch.task_step_type(run_id bigint, tenant text, step_key text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, orch, pg_temp
+AS $fn$
+    SELECT CASE
+        WHEN $1 IS NULL THEN 'task'
+        WHEN $3 LIKE '%:compensate' THEN 'compensation'
+        ELSE coalesce((SELECT s.type FROM orch.run_steps s
+                        WHERE s.run_id = $1 AND s.tenant_id = $2
+                          AND s.step_id = split_part($3, '#', 1)), 'task')
+    END
+$fn$;
+
+-- The metrics fold (0.6.0: about twice as fast per task folded as 0.5.0's,
+-- same counts): the step type is looked up for workflow tasks only, the
+-- attempt of an event only for retries and failures, and the rows are
+-- summed per minute once (the totals add up the minutes, not the rows).
+-- The fold reads the recent part of events and attempts only, through
+-- their block-range indexes (xact >= the last snapshot's xmin).  The
+-- planner cannot cost a BRIN scan well (without correlation statistics, as
+-- after an upgrade, when old rows have no xact, it assumes every range
+-- matches), so sequential scans are ruled out for the fold; its other
+-- reads are primary-key lookups.  Custom plans: the range is planned with
+-- its value.  No parallel workers and no JIT: the scans are short (and the
+-- cost of a ruled-out scan would look worth compiling).
+CREATE FUNCTION orch.metrics_fold()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET max_parallel_workers_per_gather = 0
+SET enable_sort = off
+SET jit = off
+AS $fn$
+DECLARE
+    st      orch.metric_state;
+    cur_max bigint;
+    folded  bigint;
+BEGIN
+    -- The first fold starts from nothing: every row with an xact counts.
+    -- (Looked for first: an insert would wait for a fold in progress.)
+    IF NOT EXISTS (SELECT 1 FROM orch.metric_state) THEN
+        INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
+    END IF;
+    -- One fold at a time; a caller that finds one running leaves it to it.
+    -- The lock is taken before the fold's own statement, so that statement's
+    -- snapshot sees the state the previous fold committed.
+    SELECT * INTO st FROM orch.metric_state WHERE id = 1 FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+
+    -- Restored into a cluster whose transaction counter is behind the one
+    -- the state was taken in: the ids cannot be compared, so start afresh
+    -- from the rows present (the rows restored are not counted again).
+    cur_max := (pg_snapshot_xmax(pg_current_snapshot())::text)::bigint;
+    IF cur_max < st.snap_xmax THEN
+        UPDATE orch.metric_state m
+           SET snap_xmin = (pg_snapshot_xmin(s)::text)::bigint,
+               snap_xmax = (pg_snapshot_xmax(s)::text)::bigint,
+               snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'),
+               event_floor = coalesce((SELECT max(id) FROM orch.events), 0),
+               attempt_floor = coalesce((SELECT max(id) FROM orch.attempts), 0),
+               refreshed_at = now()
+          FROM (SELECT pg_current_snapshot() AS s) q
+         WHERE m.id = 1;
+        RETURN 0;
+    END IF;
+
+    WITH cur AS (
+        -- This statement's snapshot; our own transaction's rows are left
+        -- for the next fold (they become visible to it as committed).
+        SELECT (pg_snapshot_xmin(s)::text)::bigint AS xmin,
+               (pg_snapshot_xmax(s)::text)::bigint AS xmax,
+               coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}') AS xip,
+               (pg_current_xact_id_if_assigned()::text)::bigint AS own
+          FROM (SELECT pg_current_snapshot() AS s) q
+    ),
+    ev AS (
+        SELECT e.* FROM orch.events e
+         WHERE e.xact >= st.snap_xmin AND e.id > st.event_floor
+           AND (e.xact >= st.snap_xmax OR e.xact = ANY (st.snap_xip))
+           AND e.xact IS DISTINCT FROM (SELECT own FROM cur)
+    ),
+    at AS (
+        SELECT a.* FROM orch.attempts a
+         WHERE a.xact >= st.snap_xmin AND a.id > st.attempt_floor
+           AND (a.xact >= st.snap_xmax OR a.xact = ANY (st.snap_xip))
+           AND a.xact IS DISTINCT FROM (SELECT own FROM cur)
+    ),
+    tev AS (
+        SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,
+               -- an insert: the task's first event (its from_state is NULL or 'received')
+               (e.from_state IS NULL
+                OR (e.from_state = 'received'
+                    AND NOT EXISTS (SELECT 1 FROM orch.events p
+                                     WHERE p.task_id = e.task_id AND p.tenant_id = e.tenant_id
+                                       AND p.id < e.id))) AS inserted,
+               CASE WHEN t.run_id IS NULL THEN 'task'
+                    ELSE orch.task_step_type(t.run_id, t.tenant_id, t.step_key) END AS step_type,
+               -- the attempt's error class and retry: for retries and failures only
+               CASE WHEN e.from_state = 'executing' AND e.to_state IN ('awaiting_tool', 'failed')
+                    THEN (SELECT a.error_class FROM orch.attempts a
+                           WHERE a.task_id = e.task_id AND a.tenant_id = e.tenant_id
+                             AND a.attempt = e.attempt LIMIT 1) END AS error_class,
+               CASE WHEN e.from_state = 'executing' AND e.to_state = 'awaiting_tool'
+                    THEN EXISTS (SELECT 1 FROM orch.attempts a
+                                  WHERE a.task_id = e.task_id AND a.tenant_id = e.tenant_id
+                                    AND a.attempt = e.attempt AND a.retry_at IS NOT NULL)
+                    ELSE false END AS retried
+          FROM ev e
+          JOIN orch.tasks t ON t.id = e.task_id AND t.tenant_id = e.tenant_id
+         WHERE e.entity = 'task'
+    ),
+    tat AS (
+        SELECT a.tenant_id, t.queue, a.finished_at AS at, a.outcome,
+               extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds,
+               CASE WHEN t.run_id IS NULL THEN 'task'
+                    ELSE orch.task_step_type(t.run_id, t.tenant_id, t.step_key) END AS step_type
+          FROM at a JOIN orch.tasks t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
+    ),
+    d (at, tenant_id, queue, metric, l1, l2, value) AS (
+        SELECT at, tenant_id, queue, 'enqueued', '', '', 1::bigint FROM tev WHERE inserted
+        UNION ALL
+        SELECT at, tenant_id, queue, 'started', '', '', 1 FROM tev WHERE to_state = 'executing'
+        UNION ALL
+        SELECT at, tenant_id, queue, 'finished', to_state, '', 1 FROM tev
+         WHERE to_state IN ('completed', 'failed', 'cancelled') AND from_state IS DISTINCT FROM to_state
+        UNION ALL
+        SELECT at, tenant_id, queue, 'retry', coalesce(error_class, ''), coalesce(reason_code, ''), 1
+          FROM tev WHERE to_state = 'awaiting_tool' AND retried
+        UNION ALL
+        SELECT at, tenant_id, queue, 'failed', coalesce(error_class, ''), coalesce(reason_code, ''), 1
+          FROM tev WHERE to_state = 'failed' AND from_state IS DISTINCT FROM 'failed'
+        UNION ALL
+        SELECT at, tenant_id, queue, 'wait_seconds', step_type,
+               orch.histogram_le(extract(epoch FROM waited)::float8), 1
+          FROM tev WHERE to_state = 'executing' AND waited IS NOT NULL
+        UNION ALL
+        SELECT at, tenant_id, queue, 'wait_seconds_sum', step_type, '',
+               (extract(epoch FROM waited) * 1000000)::bigint
+          FROM tev WHERE to_state = 'executing' AND waited IS NOT NULL
+        UNION ALL
+        SELECT at, tenant_id, queue, 'attempt', outcome, '', 1 FROM tat
+        UNION ALL
+        SELECT at, tenant_id, queue, 'attempt_seconds', step_type, orch.histogram_le(seconds), 1
+          FROM tat WHERE seconds IS NOT NULL
+        UNION ALL
+        SELECT at, tenant_id, queue, 'attempt_seconds_sum', step_type, '', (seconds * 1000000)::bigint
+          FROM tat WHERE seconds IS NOT NULL
+        UNION ALL
+        SELECT e.at, e.tenant_id, r.definition, 'run_finished', e.to_state, '', 1
+          FROM ev e JOIN orch.runs r ON r.id = e.run_id AND r.tenant_id = e.tenant_id
+         WHERE e.entity = 'run' AND e.to_state IN ('succeeded', 'failed', 'canceled')
+           AND e.from_state IS DISTINCT FROM e.to_state
+        UNION ALL
+        -- orch_maintain passes (a pass's own record is folded by the next)
+        SELECT l.started_at, '', '', 'maintenance_runs', '', '', 1
+          FROM orch.maintenance_log l
+         WHERE l.xact >= st.snap_xmin
+           AND (l.xact >= st.snap_xmax OR l.xact = ANY (st.snap_xip))
+           AND l.xact IS DISTINCT FROM (SELECT own FROM cur)
+    ),
+    -- summed per minute once; the totals add up the minutes
+    agg AS (
+        SELECT date_trunc('minute', at) AS minute, tenant_id, queue, metric, l1, l2, sum(value)::bigint AS value
+          FROM d GROUP BY 1, 2, 3, 4, 5, 6
+    ),
+    per_minute AS (
+        INSERT INTO orch.metric_minutes AS m (minute, tenant_id, queue, metric, l1, l2, value)
+        SELECT minute, tenant_id, queue, metric, l1, l2, value FROM agg
+        ON CONFLICT (minute, tenant_id, queue, metric, l1, l2)
+        DO UPDATE SET value = m.value + excluded.value
+        RETURNING 1
+    ),
+    totals AS (
+        INSERT INTO orch.metric_totals AS m (tenant_id, queue, metric, l1, l2, value)
+        SELECT tenant_id, queue, metric, l1, l2, sum(value)
+          FROM agg GROUP BY 1, 2, 3, 4, 5
+        ON CONFLICT (tenant_id, queue, metric, l1, l2)
+        DO UPDATE SET value = m.value + excluded.value
+        RETURNING 1
+    ),
+    n AS (
+        SELECT (SELECT count(*) FROM ev) + (SELECT count(*) FROM at) AS rows,
+               (SELECT count(*) FROM per_minute) + (SELECT count(*) FROM totals) AS written
+    )
+    UPDATE orch.metric_state m
+       SET snap_xmin = CASE WHEN c.own IS NOT NULL THEN least(c.xmin, c.own) ELSE c.xmin END,
+           snap_xmax = c.xmax,
+           snap_xip = CASE WHEN c.own IS NOT NULL AND c.own < c.xmax THEN c.xip || c.own ELSE c.xip END,
+           refreshed_at = now(),
+           folded_total = m.folded_total + n.rows
+      FROM cur c, n
+     WHERE m.id = 1
+    RETURNING n.rows INTO folded;
+
+    DELETE FROM orch.metric_minutes WHERE minute < now() - interval '2 days';
+    RETURN folded;
+END
+$fn$;
+COMMENT ON FUNCTION orch.metrics_fold() IS
+  'Adds the events and attempts committed since the last fold to orch.metric_totals and orch.metric_minutes; returns how many rows it read.';
+
+CREATE FUNCTION orch_metrics_refresh()
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_metrics_refresh';
+COMMENT ON FUNCTION orch_metrics_refresh() IS
+  'Brings the rolling counters up to date now (orch_maintain does it on every pass); returns the number of events and attempts folded in, 0 when another session is folding. It folds every tenant''s rows: 42501 for a role bound to tenants.';
+
+-- Live figures.  Every branch matches a partial index of open work, so their
+-- cost follows the open work, never the finished history.
+CREATE FUNCTION orch.open_tasks()
+RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+               awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+               delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT o.tenant_id, o.queue,
+           count(*) FILTER (WHERE o.state = 'received'),
+           count(*) FILTER (WHERE o.state = 'queued'),
+           count(*) FILTER (WHERE o.state = 'executing'),
+           count(*) FILTER (WHERE o.state = 'awaiting_tool'),
+           count(*) FILTER (WHERE o.state = 'awaiting_user_confirmation'),
+           count(*) FILTER (WHERE o.part = 'ready' AND o.ready_at <= now()),
+           count(*) FILTER (WHERE (o.part = 'due' AND o.retry_at IS NULL)
+                               OR (o.part = 'ready' AND o.ready_at > now())),
+           count(*) FILTER (WHERE o.part = 'due' AND o.retry_at IS NOT NULL),
+           count(*) FILTER (WHERE o.part = 'gated'),
+           min(o.ready_at) FILTER (WHERE o.part = 'ready' AND o.ready_at <= now())
+      FROM (SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'ready' AS part
+              FROM orch.tasks t WHERE t.ready_at IS NOT NULL
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'due'
+              FROM orch.tasks t
+             WHERE t.ready_at IS NULL AND NOT t.gated
+               AND (t.state = 'queued' OR (t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL))
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'gated'
+              FROM orch.tasks t WHERE t.gated AND t.ready_at IS NULL
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'executing'
+              FROM orch.tasks t WHERE t.state = 'executing'
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'waiting'
+              FROM orch.tasks t
+             WHERE t.state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')
+               AND t.ready_at IS NULL
+               AND NOT (t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL)) o
+     WHERE orch.tenant_visible(o.tenant_id)
+     GROUP BY o.tenant_id, o.queue
+$fn$;
+
+CREATE FUNCTION orch.dead_letter_counts()
+RETURNS TABLE (tenant_id text, queue text, dead_letters bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    -- a workflow step's task that failed is the run's failure (run_failed
+    -- in the review queue), not a dead letter of its own
+    SELECT t.tenant_id, t.queue, count(*)
+      FROM orch.tasks t
+     WHERE t.state = 'failed' AND t.run_id IS NULL
+       AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                             'compensation_required', 'not_safe_to_retry')
+       AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
+       AND orch.tenant_visible(t.tenant_id)
+     GROUP BY t.tenant_id, t.queue
+$fn$;
+
+CREATE VIEW orch_queue_stats WITH (security_barrier) AS
+WITH live AS (SELECT * FROM orch.open_tasks()),
+     dead AS (SELECT * FROM orch.dead_letter_counts()),
+     tot AS (
+        SELECT m.tenant_id, m.queue,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'started') AS started,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
+          FROM orch.metric_totals m
+         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND orch.tenant_visible(m.tenant_id)
+         GROUP BY m.tenant_id, m.queue),
+     win AS (
+        SELECT m.tenant_id, m.queue,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'attempt' AND m.l1 OPERATOR(pg_catalog.=) 'lease_expired') AS lease_expiries_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS enqueued_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS completed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS failed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS completed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS failed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
+          FROM orch.metric_minutes m
+         WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
+           AND orch.tenant_visible(m.tenant_id)
+         GROUP BY m.tenant_id, m.queue),
+     k AS (
+        SELECT tenant_id, queue FROM live
+        UNION SELECT tenant_id, queue FROM dead
+        UNION SELECT tenant_id, queue FROM tot
+        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE orch.tenant_visible(q.tenant_id))
+SELECT k.tenant_id, k.queue,
+       coalesce(l.received, 0) AS received, coalesce(l.queued, 0) AS queued,
+       coalesce(l.executing, 0) AS executing, coalesce(l.awaiting_tool, 0) AS awaiting_tool,
+       coalesce(l.awaiting_user_confirmation, 0) AS awaiting_user_confirmation,
+       coalesce(l.ready, 0) AS ready, coalesce(l.delayed, 0) AS delayed,
+       coalesce(l.retry_waiting, 0) AS retry_waiting, coalesce(l.gated, 0) AS gated,
+       pg_catalog.now() OPERATOR(pg_catalog.-) l.oldest_ready AS oldest_ready_age,
+       coalesce(d.dead_letters, 0) AS dead_letters,
+       coalesce(t.enqueued, 0)::bigint AS enqueued_total, coalesce(t.started, 0)::bigint AS started_total,
+       coalesce(t.completed, 0)::bigint AS completed_total, coalesce(t.failed, 0)::bigint AS failed_total,
+       coalesce(t.cancelled, 0)::bigint AS cancelled_total,
+       coalesce(w.lease_expiries_1h, 0)::bigint AS lease_expiries_1h,
+       coalesce(w.enqueued_1m, 0)::bigint AS enqueued_1m,
+       coalesce(w.completed_1m, 0)::bigint AS completed_1m, coalesce(w.failed_1m, 0)::bigint AS failed_1m,
+       coalesce(w.completed_5m, 0)::bigint AS completed_5m, coalesce(w.failed_5m, 0)::bigint AS failed_5m,
+       coalesce(w.completed_1h, 0)::bigint AS completed_1h, coalesce(w.failed_1h, 0)::bigint AS failed_1h,
+       (SELECT s.refreshed_at FROM orch.metric_state s) AS metrics_as_of
+  FROM k
+  LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
+COMMENT ON VIEW orch_queue_stats IS
+  'Per queue and tenant: open tasks by state and readiness (live), dead letters (live), totals and recent throughput (rolling counters, as of metrics_as_of).';
+
+CREATE VIEW orch_error_stats WITH (security_barrier) AS
+SELECT m.tenant_id, m.queue,
+       CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
+       CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'retry'), 0)::bigint AS retries_total,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'failed'), 0)::bigint AS failures_total,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'retry'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS retries_1h,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'failed'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
+  FROM orch.metric_totals m
+ WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND orch.tenant_visible(m.tenant_id)
+ GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
+COMMENT ON VIEW orch_error_stats IS
+  'Retries and final failures by queue, error class and reason code: all-time and the last hour (rolling counters).';
+
+CREATE FUNCTION orch_duration_stats(since interval DEFAULT '1 hour')
+RETURNS TABLE (tenant_id text, queue text, step_type text, kind text, samples bigint,
+               mean_seconds double precision, p50_seconds double precision,
+               p95_seconds double precision, p99_seconds double precision)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF since IS NULL THEN
+        RAISE EXCEPTION 'since must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF since <= interval '0' OR since > interval '2 days' THEN
+        RAISE EXCEPTION 'since must be a positive interval of at most 2 days (the per-minute counters are kept two days)'
+              USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH b AS (
+        SELECT m.tenant_id, m.queue, m.l1 AS step_type,
+               CASE m.metric WHEN 'attempt_seconds' THEN 'attempt' ELSE 'queue_wait' END AS kind,
+               m.l2 AS le, sum(m.value)::bigint AS n
+          FROM orch.metric_minutes m
+         WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds', 'wait_seconds')
+           AND orch.tenant_visible(m.tenant_id)
+         GROUP BY 1, 2, 3, 4, 5),
+    s AS (
+        SELECT m.tenant_id, m.queue, m.l1 AS step_type,
+               CASE m.metric WHEN 'attempt_seconds_sum' THEN 'attempt' ELSE 'queue_wait' END AS kind,
+               sum(m.value) / 1e6 AS seconds
+          FROM orch.metric_minutes m
+         WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds_sum', 'wait_seconds_sum')
+           AND orch.tenant_visible(m.tenant_id)
+         GROUP BY 1, 2, 3, 4),
+    h AS (
+        SELECT tenant_id, queue, step_type, kind, array_agg(le) AS les, array_agg(n) AS ns, sum(n)::bigint AS samples
+          FROM b GROUP BY 1, 2, 3, 4)
+    SELECT h.tenant_id, h.queue, h.step_type, h.kind, h.samples,
+           (s.seconds / nullif(h.samples, 0))::float8,
+           orch.histogram_quantile(0.5, h.les, h.ns),
+           orch.histogram_quantile(0.95, h.les, h.ns),
+           orch.histogram_quantile(0.99, h.les, h.ns)
+      FROM h LEFT JOIN s USING (tenant_id, queue, step_type, kind)
+     ORDER BY 1, 2, 3, 4;
+END
+$fn$;
+COMMENT ON FUNCTION orch_duration_stats(interval) IS
+  'Attempt duration and queue wait (count, mean, p50/p95/p99 in seconds) by queue and step type over the last "since" (at most two days), from the per-minute histograms.';
+
+CREATE VIEW orch_durations AS
+SELECT * FROM orch_duration_stats(interval '1 hour');
+COMMENT ON VIEW orch_durations IS
+  'orch_duration_stats over the last hour.';
+
+-- The manual review queue: everything waiting for a person, with the call
+-- that acts on it.
+CREATE FUNCTION orch.review_items()
+RETURNS TABLE (kind text, tenant_id text, queue text, task_id bigint, run_id bigint, step_id text,
+               state text, reason_code text, error text, since timestamptz, action text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+SELECT * FROM (
+    SELECT 'dead_letter'::text AS kind, t.tenant_id, t.queue, t.id AS task_id, t.run_id,
+           NULL::text AS step_id, t.state, t.reason_code, t.last_error AS error,
+           t.finished_at AS since,
+           format('SELECT orch_retry(%s)', t.id) AS action
+      FROM orch.tasks t
+     WHERE t.state = 'failed'
+       AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                             'compensation_required', 'not_safe_to_retry')
+       AND t.run_id IS NULL
+       AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
+    UNION ALL
+    SELECT CASE WHEN r.reason_code = 'compensation_failed' THEN 'compensation_failed' ELSE 'run_failed' END,
+           r.tenant_id, r.definition, NULL, r.id, r.failed_step, r.state, r.reason_code, r.error,
+           r.finished_at,
+           CASE WHEN r.reason_code = 'compensation_failed'
+                THEN 'compensate by hand, then record it (the run stays failed)'
+                ELSE format('SELECT orch_retry_run(%s)', r.id) END
+      FROM orch.runs r
+     WHERE r.state = 'failed'
+       AND NOT EXISTS (SELECT 1 FROM orch.runs n WHERE n.retry_of = r.id AND n.tenant_id = r.tenant_id)
+    UNION ALL
+    SELECT CASE WHEN s.comp_state = 'awaiting_approval' THEN 'compensation_approval' ELSE 'approval_waiting' END,
+           s.tenant_id, r.definition, s.task_id, s.run_id, s.step_id, s.state, NULL, NULL,
+           coalesce(s.started_at, r.updated_at),
+           format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', s.run_id, s.step_id)
+      FROM orch.runs r
+      JOIN orch.run_steps s ON s.run_id = r.id AND s.tenant_id = r.tenant_id
+     WHERE r.state IN ('running', 'waiting_approval', 'paused')
+       AND (s.state = 'awaiting_approval' OR s.comp_state = 'awaiting_approval')
+    UNION ALL
+    SELECT 'awaiting_confirmation', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state,
+           t.reason_code, t.last_error, t.updated_at,
+           format('SELECT orch_confirm(%s, true) or orch_confirm(%s, false)', t.id, t.id)
+      FROM orch.tasks t
+     WHERE t.state = 'awaiting_user_confirmation' AND t.ready_at IS NULL
+    UNION ALL
+    SELECT 'stuck_task', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state, t.reason_code,
+           t.last_error, t.updated_at,
+           format('SELECT orch_resume(%s) or orch_cancel(%s)', t.id, t.id)
+      FROM orch.tasks t
+     WHERE t.state IN ('received', 'awaiting_tool') AND t.ready_at IS NULL AND t.retry_at IS NULL
+       AND t.updated_at < now() - coalesce(current_setting('orchestrator.stuck_after', true), '3600')::interval
+    UNION ALL
+    SELECT 'lease_overdue', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state, t.reason_code,
+           t.last_error, t.lease_expires_at,
+           'SELECT orch_maintain() (is maintenance scheduled?)'
+      FROM orch.tasks t
+     WHERE t.state = 'executing' AND t.lease_expires_at < now() - interval '5 minutes'
+) q
+ WHERE orch.tenant_visible(q.tenant_id)
+$fn$;
+
+CREATE VIEW orch_review_queue AS
+SELECT * FROM orch.review_items();
+COMMENT ON VIEW orch_review_queue IS
+  'Everything that needs a person: dead letters, failed runs, failed or approval-gated compensation, approvals, confirmations, stuck tasks, leases overdue for recovery; with the call that applies.';
+
+CREATE VIEW orch_maintenance_log AS
+SELECT id, started_at, finished_at, finished_at OPERATOR(pg_catalog.-) started_at AS duration, actor, actions
+  FROM orch.maintenance_log;
+COMMENT ON VIEW orch_maintenance_log IS 'One row per orch_maintain() pass: when, how long, by whom, and what it did.';
+
+CREATE FUNCTION orch_metrics_prometheus()
+RETURNS text
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_metrics_prometheus';
+COMMENT ON FUNCTION orch_metrics_prometheus() IS
+  'All metrics in the Prometheus text exposition format (0.0.4): counters as of the last fold, gauges live; a bound role sees its tenants.';
+
+-- ---------------------------------------------------------------------------
+-- Row-level security on every table with tenant data.  The extension's
+-- functions and views run as its owner (which bypasses RLS) and filter by
+-- the caller's tenants themselves; these policies guard direct access by any
+-- role a DBA grants table privileges to.
+-- ---------------------------------------------------------------------------
+DO $rls$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['tasks', 'attempts', 'events', 'idempotency_keys',
+                             'commands', 'rate_window', 'concurrency_limits',
+                             'runs', 'run_steps', 'approvals']
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
+            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
+    END LOOP;
+END
+$rls$;
+
+-- ---------------------------------------------------------------------------
+-- orch_distribute (scale-out on Citus, issue 11): the tables distributed by
+-- tenant_id (co-located with orch.tasks), the small ones reference tables, a
+-- disjoint id range per node.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION orch_distribute(shard_count integer DEFAULT NULL)
+RETURNS TABLE (object text, action text)
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_distribute';
+COMMENT ON FUNCTION orch_distribute(integer) IS
+  'On a Citus coordinator: distributes the orchestrator''s tables by tenant_id (co-located with orch.tasks), makes the small ones reference tables and gives each worker its own id range. Superuser; idempotent (run it again after adding a node).';
+
+-- ---------------------------------------------------------------------------
+-- Privileges: nothing to PUBLIC; each role gets exactly its calls.
+-- ---------------------------------------------------------------------------
+DO $grants$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT d.objid::regprocedure
+          FROM pg_catalog.pg_depend d
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_extension
+                                                  WHERE extname OPERATOR(pg_catalog.=) 'orchestrator')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END
+$grants$;
+REVOKE ALL ON ALL TABLES IN SCHEMA orch FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA orch FROM PUBLIC;
+REVOKE ALL ON orch_tasks, orch_events, orch_attempts, orch_queues, orch_commands,
+    orch_dead_letters, orch_tenant_bindings, orch_definitions, orch_runs, orch_run_steps,
+    orch_queue_stats, orch_error_stats, orch_durations, orch_review_queue,
+    orch_maintenance_log FROM PUBLIC;
+REVOKE ALL ON SCHEMA orch FROM PUBLIC;
+GRANT USAGE ON SCHEMA orch TO orch_reader;
+
+GRANT SELECT ON orch_tasks, orch_events, orch_attempts, orch_queues, orch_commands,
+    orch_dead_letters, orch_definitions, orch_runs, orch_run_steps, orch_queue_stats,
+    orch_error_stats, orch_durations, orch_review_queue, orch_maintenance_log
+  TO orch_reader;
+-- (the views call some of these: EXECUTE is checked against the caller, not
+-- the view's owner; they filter by the caller's tenants themselves)
+GRANT EXECUTE ON FUNCTION
+    orch_status(bigint),
+    orch_history(bigint),
+    orch_queue_settings(text),
+    orch_retry_decision(text, integer, integer, jsonb, interval, bigint, boolean),
+    orch.tenant_visible(text), orch_caller_tenants(), orch.caller_is_admin(),
+    orch_definition(text, integer), orch_validate_definition(jsonb),
+    orch_run_status(bigint),
+    orch_metrics_refresh(), orch_duration_stats(interval), orch_metrics_prometheus(),
+    orch.open_tasks(), orch.dead_letter_counts(), orch.review_items()
+  TO orch_reader;
+
+GRANT EXECUTE ON FUNCTION
+    orch_enqueue(text, jsonb, integer, text, timestamptz, text, text, text, integer, integer, jsonb, interval, text, text),
+    orch_enqueue_batch(text, jsonb[], integer, text[], timestamptz, text, text, text, integer, integer, jsonb, interval, text, text),
+    orch_cancel(bigint, text),
+    orch_command(text, text, jsonb, bigint, text),
+    orch_start(text, jsonb, integer, text, text, jsonb, text),
+    orch_pause_run(bigint), orch_resume_run(bigint, jsonb), orch_cancel_run(bigint, text)
+  TO orch_producer;
+
+GRANT EXECUTE ON FUNCTION
+    orch_dequeue(text, text, integer, interval, text),
+    orch_complete(bigint, uuid, jsonb),
+    orch_complete_batch(bigint[], uuid[], jsonb[]),
+    orch_fail(bigint, uuid, text, text, interval),
+    orch_heartbeat(bigint, uuid, interval),
+    orch_await_tool(bigint, uuid, text, jsonb),
+    orch_await_confirmation(bigint, uuid, jsonb),
+    orch_resume(bigint, jsonb),
+    orch_command_result(bigint, boolean, jsonb)
+  TO orch_worker;
+
+GRANT EXECUTE ON FUNCTION
+    orch_confirm(bigint, boolean, text, text),
+    orch_approve(bigint, text, text, text, text),
+    orch_reject(bigint, text, text, text, text)
+  TO orch_approver;
+
+GRANT EXECUTE ON FUNCTION
+    orch_create_queue(text, jsonb),
+    orch_configure_queue(text, jsonb),
+    orch_pause_queue(text),
+    orch_resume_queue(text),
+    orch_drop_queue(text, boolean),
+    orch_create_state_machine(text, jsonb, text[]),
+    orch_attach_state_machine(regclass, name, text),
+    orch_state_machine_trigger(),
+    orch_maintain(integer), orch_schedule_maintenance(text),
+    orch_unschedule_maintenance(), orch_retry(bigint),
+    orch_reprocess(text, text, timestamptz, integer),
+    orch_set_concurrency_limit(text, text, integer),
+    orch_bind_tenant(name, text), orch_unbind_tenant(name, text),
+    orch_define(text, jsonb), orch_publish(text, integer), orch_deprecate(text, integer),
+    orch_retry_run(bigint)
+  TO orch_admin;
+GRANT SELECT ON orch.state_machines, orch.state_transitions, orch_tenant_bindings TO orch_admin;
