@@ -28,9 +28,7 @@ PG_FUNCTION_INFO_V1(orch_reprocess);
 static int64
 redrive(int64 id, bool skip_redriven)
 {
-	Oid			types[2] = {INT8OID, TEXTARRAYOID};
-	Datum		v[2];
-	char		vn[2] = {' ', ' '};
+	OrchArgs	a = {0};
 	bool		isnull;
 	HeapTuple	tup;
 	TupleDesc	td;
@@ -39,24 +37,22 @@ redrive(int64 id, bool skip_redriven)
 	int64		new_id;
 	char	   *note;
 
-	v[0] = Int64GetDatum(id);
+	orch_arg_int8(&a, id);
 	/* on Citus: the statements below go to the task's shard */
 	if (!orch_scope_task(id))
 		orch_not_found("task", id);
 	/* another tenant's row is neither locked nor seen */
-	orch_spi_caller_tenants(v, vn, 1);
+	orch_arg_caller_tenants(&a);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
-	orch_exec(orch_plan("SELECT 1 FROM orch.tasks WHERE id = $1"
-									  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE",
-									  2, types), v, vn, false, 1, SPI_OK_SELECT);
+	orch_args_sql(&a, "SELECT 1 FROM orch.tasks WHERE id = $1"
+									  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", false, 1, SPI_OK_SELECT);
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
-	orch_exec(orch_plan("SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
+	orch_args_sql(&a, "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
 									  "    AND n.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("n.tenant_id", "$2") "),"
 									  " t.tenant_id, t.reason_code"
 									  " FROM orch.tasks t WHERE t.id = $1"
-									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"),
-									  2, types), v, vn, false, 1, SPI_OK_SELECT);
+									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), false, 1, SPI_OK_SELECT);
 	/* another tenant's task does not exist for a role bound to tenants */
 	if (SPI_processed == 0 ||
 		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4)))
@@ -81,15 +77,13 @@ redrive(int64 id, bool skip_redriven)
 						SPI_getvalue(tup, td, 3))));
 
 	/* the copy keeps the correlation id */
-	if (orch_exec(orch_plan("INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
+	if (orch_args_sql(&a, "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
 							" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
 							" owner, concurrency_key, run_id, step_key, retry_of, reason_code, correlation_id)"
 							" SELECT tenant_id, queue, 'queued', priority, payload, now(), now(),"
 							" max_attempts, max_failures, retry_policy, timeout, owner,"
 							" concurrency_key, run_id, step_key, id, 'redriven', correlation_id"
-							" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id",
-							2, types),
-				  v, vn, false, 0, SPI_OK_INSERT_RETURNING) != 1)
+							" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: re-drive insert failed");
 	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	note = psprintf("re-driven as task " INT64_FORMAT, new_id);

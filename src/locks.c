@@ -38,36 +38,34 @@ lock_key(const char *kind, const char *a, const char *b, int32 *k1, int32 *k2)
 	*k2 = (int32) (uint32) h;
 }
 
-/* Shared transaction-scoped advisory lock: held by enqueues against a drop. */
-void
-orch_xact_lock_shared(const char *kind, const char *a, const char *b)
+/* Call an advisory-lock function of core on the name's two-int4 key. */
+static Datum
+call_on_key(PGFunction fn, const char *kind, const char *a, const char *b)
 {
 	int32		k1,
 				k2;
 
 	lock_key(kind, a, b, &k1, &k2);
-	DirectFunctionCall2(pg_advisory_xact_lock_shared_int4, Int32GetDatum(k1), Int32GetDatum(k2));
+	return DirectFunctionCall2(fn, Int32GetDatum(k1), Int32GetDatum(k2));
+}
+
+/* Shared transaction-scoped advisory lock: held by enqueues against a drop. */
+void
+orch_xact_lock_shared(const char *kind, const char *a, const char *b)
+{
+	call_on_key(pg_advisory_xact_lock_shared_int4, kind, a, b);
 }
 
 /* Try the exclusive lock; false when another transaction holds it. */
 bool
 orch_xact_try_lock(const char *kind, const char *a, const char *b)
 {
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-											Int32GetDatum(k1), Int32GetDatum(k2)));
+	return DatumGetBool(call_on_key(pg_try_advisory_xact_lock_int4, kind, a, b));
 }
 
 /* Transaction-scoped advisory lock on a name (never a session lock). */
 void
 orch_xact_lock(const char *kind, const char *a, const char *b)
 {
-	int32		k1,
-				k2;
-
-	lock_key(kind, a, b, &k1, &k2);
-	DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(k1), Int32GetDatum(k2));
+	call_on_key(pg_advisory_xact_lock_int4, kind, a, b);
 }

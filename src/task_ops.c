@@ -29,15 +29,13 @@ PG_FUNCTION_INFO_V1(orch_confirm);
 bool
 orch_lock_task(int64 id, OrchTask *t)
 {
-	Oid			types[2] = {INT8OID, TEXTARRAYOID};
-	Datum		v[2];
-	char		n[2] = {' ', ' '};
+	OrchArgs	a = {0};
 	HeapTuple	tup;
 	TupleDesc	td;
 	bool		isnull;
 	Datum		d;
 
-	v[0] = Int64GetDatum(id);
+	orch_arg_int8(&a, id);
 	/*
 	 * On Citus: the statements of this call go to the task's shard.  A call
 	 * already scoped to a tenant (a claim recovering its tenant's leases,
@@ -46,7 +44,7 @@ orch_lock_task(int64 id, OrchTask *t)
 	if (orch_scoped_tenant() == NULL && !orch_scope_task(id))
 		return false;			/* no such task (on Citus) */
 	/* another tenant's row is neither locked nor seen (no timing oracle) */
-	orch_spi_caller_tenants(v, n, 1);
+	orch_arg_caller_tenants(&a);
 #define LOCK_TASK_SQL(TIMEOUT_END) \
 	"SELECT id, tenant_id, queue, state, attempts, failures," \
 	" max_attempts, max_failures, retry_policy, lease_token, lease_owner," \
@@ -57,11 +55,8 @@ orch_lock_task(int64 id, OrchTask *t)
 	" FROM orch.tasks WHERE id = $1" \
 	"   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE"
 	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
-	orch_exec(orch_citus()
-						 ? orch_plan(LOCK_TASK_SQL(ORCH_UTC_ADD("claimed_at", "timeout")),
-										2, types)
-						 : orch_plan(LOCK_TASK_SQL("claimed_at + timeout"), 2, types), v, n, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_args_sql(&a, orch_citus() ? LOCK_TASK_SQL(ORCH_UTC_ADD("claimed_at", "timeout"))
+					  : LOCK_TASK_SQL("claimed_at + timeout"), false, 1, SPI_OK_SELECT) == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
 	td = SPI_tuptable->tupdesc;
