@@ -119,7 +119,15 @@ sqlv "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = '$JOB'" >/dev/
 OLD=$(sqlv "DROP EXTENSION orchestrator CASCADE; CREATE EXTENSION orchestrator VERSION '0.1.0';
             SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'")
 is "$OLD" 0.1.0 "extension re-created at 0.1.0 for the update path"
-ID2=$(sqlv "SELECT orch_enqueue('setup-rerun', jsonb_build_object('marker', '$MARK-old'))")
+# the 0.1.0 schema's task, written as its library did (today's library refuses
+# that schema until the update: 55000)
+is "$(sqlv "SELECT orch_enqueue('setup-rerun', '{}')" | head -n 1)" \
+   "ERROR:  the installed orchestrator schema (version 0.1.0) is older than this library serves" \
+   "the library refuses the 0.1.0 schema before the update"
+ID2=$(sqlv "SET session_replication_role = replica;
+            INSERT INTO orch.tasks (queue, state, payload, ready_at, reason_code)
+            VALUES ('setup-rerun', 'queued', jsonb_build_object('marker', '$MARK-old'), now(), 'enqueued')
+            RETURNING id")
 run_setup 3
 is "$(sqlv "SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'")" "$WANT" \
    "run 3 updated the extension 0.1.0 -> $WANT"

@@ -13,6 +13,10 @@ SELECT to_regprocedure('orch_maintain(integer)') IS NULL AS no_maintain_yet;
 -- live data from 0.1.0 survives the whole chain and is served after it
 \set future_ready 'now() + interval \'1 hour\''
 \getenv abs_srcdir PG_ABS_SRCDIR
+-- (the library refuses the old schema until it is updated: 55000)
+\set VERBOSITY sqlstate
+SELECT count(*) FROM orch_dequeue('live', 'w-new', 10);
+\set VERBOSITY terse
 \i :abs_srcdir/sql/upgrade_live.inc
 -- 0.4.0 -> 0.5.0 seeded the counters from the tasks that existed
 SELECT metric, l1, value FROM orch.metric_totals WHERE queue = 'live' ORDER BY 1, 2;
@@ -30,6 +34,10 @@ SELECT has_function_privilege('orch_producer', p.oid, 'EXECUTE') AS producer_may
 DROP EXTENSION orchestrator CASCADE;
 CREATE EXTENSION orchestrator VERSION '0.6.0';
 \set future_ready NULL
+-- (the library refuses the old schema until it is updated: 55000)
+\set VERBOSITY sqlstate
+SELECT count(*) FROM orch_dequeue('live', 'w-new', 10);
+\set VERBOSITY terse
 \i :abs_srcdir/sql/upgrade_live.inc
 -- a fresh install of the default version has the same objects as the updated one
 CREATE TEMP TABLE updated_objs AS
