@@ -13,6 +13,8 @@
 #              orchestrator itself)
 #   tap        Perl TAP t/*.pl (PostgreSQL::Test::Cluster), one file at a
 #              time, as the postgres OS user
+#   clients    the Python and Node worker clients (scripts/test-clients.sh,
+#              its own cluster), each test file
 # Before them, Citus 13.2.2 (for t/050_citus.pl) is built from the vendored
 # source ../shared/vendor/citus-13.2.2.tar.gz when it is there and Citus is
 # not installed yet (lib.sh ensure_citus; docs/citus-build.md).  With that
@@ -335,6 +337,26 @@ if [ $rc -eq 0 ] && grep -q '^ok ' "$out" && ! grep -q '^not ok' "$out"; then
 else
     [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
     fail "scripts/setup_rerun"
+fi
+
+# --------------------------------------------------------------------------
+# Worker clients (clients/python, clients/node): scripts/test-clients.sh on
+# its own throwaway cluster; each of its test files counts
+# --------------------------------------------------------------------------
+echo
+log "clients: scripts/test-clients.sh"
+out=$TESTROOT/clients.out
+timeout --kill-after=30 "$FILE_TIMEOUT" bash scripts/test-clients.sh </dev/null >"$out" 2>&1
+rc=$?
+sed 's/^/    | /' "$out"
+counted=0
+while read -r status name; do
+    counted=$((counted + 1))
+    if [ "$status" = PASS ]; then pass "clients/$name"; else fail "clients/$name"; fi
+done < <(grep -E '^(PASS|FAIL) ' "$out")
+if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
+    [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
+    fail "clients (scripts/test-clients.sh exited $rc)"
 fi
 
 finish
