@@ -28,20 +28,6 @@
 bool		orch_gate_promoting = false;
 bool		orch_gate_handover = false;	/* a member is handing its slot over */
 
-/* pending releases (PendingRelease) in TopTransactionContext */
-static List *pending = NIL;
-static bool callbacks_registered = false;
-
-/*
- * Key locks this transaction holds (HeldKey, in TopTransactionContext).  A
- * transaction that already holds one key lock never waits for another: two
- * transactions taking two keys in opposite orders (complete a task of key A,
- * then enqueue one of key B, and the reverse) would deadlock.  It tries the
- * lock instead, and when another transaction holds it, decides
- * conservatively (the task waits gated; no promotion) and records the key in
- * orch.gate_repairs, which the next claim of the queue, or orch_maintain,
- * settles under the lock once this transaction has committed.
- */
 /* A key of a queue and tenant, noted at a (sub)transaction nesting level. */
 typedef struct GateKey
 {
@@ -51,8 +37,20 @@ typedef struct GateKey
 	char	   *tenant;
 } GateKey;
 
-typedef GateKey HeldKey;
+/* keys whose slots were released, to promote at statement end (GateKey) */
+static List *pending = NIL;
+static bool callbacks_registered = false;
 
+/*
+ * Key locks this transaction holds (GateKey, in TopTransactionContext).  A
+ * transaction that already holds one key lock never waits for another: two
+ * transactions taking two keys in opposite orders (complete a task of key A,
+ * then enqueue one of key B, and the reverse) would deadlock.  It tries the
+ * lock instead, and when another transaction holds it, decides
+ * conservatively (the task waits gated; no promotion) and records the key in
+ * orch.gate_repairs, which the next claim of the queue, or orch_maintain,
+ * settles under the lock once this transaction has committed.
+ */
 /* Set while a claim lets work in: key locks are then only tried, never waited for. */
 static bool gate_try_only = false;
 
@@ -67,9 +65,6 @@ gate_xact_callback(XactEvent event, void *arg)
 	orch_gate_promoting = false;
 	orch_gate_handover = false;
 }
-
-/* A pending release: the (sub)transaction level that noted it, queue, key. */
-typedef GateKey PendingRelease;
 
 /* An aborted subtransaction takes back what it noted (its key locks go with it). */
 static void
@@ -97,7 +92,7 @@ key_lock_name(const char *key, const char *tenant)
 
 /*
  * Take the key's transaction-scoped lock: waiting for it when this
- * transaction holds no other key lock, else only trying (see HeldKey).
+ * transaction holds no other key lock, else only trying (see held_keys).
  * False when the lock is held elsewhere and was not taken.
  */
 /* Is the key in the list? */
@@ -577,8 +572,8 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 static int
 pending_cmp(const ListCell *a, const ListCell *b)
 {
-	PendingRelease *x = (PendingRelease *) lfirst(a);
-	PendingRelease *y = (PendingRelease *) lfirst(b);
+	GateKey *x = (GateKey *) lfirst(a);
+	GateKey *y = (GateKey *) lfirst(b);
 	int			c = strcmp(x->queue, y->queue);
 
 	if (c == 0)
@@ -603,7 +598,7 @@ orch_gate_statement_end(void)
 		list_sort(work, pending_cmp);
 		foreach(lc, work)
 		{
-			PendingRelease *r = (PendingRelease *) lfirst(lc);
+			GateKey *r = (GateKey *) lfirst(lc);
 
 			orch_gate_promote(r->queue, r->key, r->tenant);
 		}
