@@ -39,7 +39,6 @@ typedef struct GateKey
 
 /* keys whose slots were released, to promote at statement end (GateKey) */
 static List *pending = NIL;
-static bool callbacks_registered = false;
 
 /*
  * Key locks this transaction holds (GateKey, in TopTransactionContext).  A
@@ -56,32 +55,20 @@ static bool gate_try_only = false;
 
 static List *held_keys = NIL;
 
+/* What else a transaction's end or an aborted subtransaction resets */
 static void
-gate_xact_callback(XactEvent event, void *arg)
+gate_reset(bool xact_end)
 {
-	pending = NIL;				/* its memory goes with the transaction */
-	held_keys = NIL;
-	gate_try_only = false;
+	if (xact_end)
+	{
+		gate_try_only = false;
+		orch_gate_handover = false;
+	}
 	orch_gate_promoting = false;
-	orch_gate_handover = false;
 }
 
 /* An aborted subtransaction takes back what it noted (its key locks go with it). */
-static void
-gate_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					  SubTransactionId parentSubid, void *arg)
-{
-	pending = orch_leveled_subxact(pending, event);
-	held_keys = orch_leveled_subxact(held_keys, event);
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		orch_gate_promoting = false;
-}
-
-static void
-ensure_gate_callbacks(void)
-{
-	orch_register_xact_callbacks(&callbacks_registered, gate_xact_callback, gate_subxact_callback);
-}
+static OrchXactLists gate_state = {{&pending, &held_keys}, gate_reset};
 
 /* The advisory lock name of a tenant's key. */
 static char *
@@ -131,7 +118,7 @@ add_key(List *keys, const char *queue, const char *key, const char *tenant)
 static bool
 key_lock(const char *queue, const char *key, const char *tenant)
 {
-	ensure_gate_callbacks();
+	orch_xact_lists_use(&gate_state);
 	if (has_key(held_keys, queue, key, tenant))
 		return true;
 	if (held_keys == NIL && !gate_try_only)
@@ -335,14 +322,13 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 	v[5] = orch_text_datum(tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	orch_exec(orch_plan("SELECT id, tenant_id FROM orch.tasks"
+	if (orch_exec(orch_plan("SELECT id, tenant_id FROM orch.tasks"
 									  " WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $6 AND id <> $3"
 									  "   AND state <> 'executing' AND ready_at IS NOT NULL"
 									  "   AND (priority, created_at, id) > ($4, $5, $3)"
 									  " ORDER BY priority DESC, created_at DESC, id DESC"
 									  " LIMIT 1 FOR UPDATE SKIP LOCKED",
-									  6, types), v, NULL, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+									  6, types), v, NULL, false, 1, SPI_OK_SELECT) == 0)
 	{
 		SPI_finish();
 		return false;
@@ -370,7 +356,7 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 void
 orch_gate_note_release(const char *queue, const char *key, const char *tenant)
 {
-	ensure_gate_callbacks();
+	orch_xact_lists_use(&gate_state);
 	if (!has_key(pending, queue, key, tenant))
 		pending = add_key(pending, queue, key, tenant);
 }
@@ -556,9 +542,8 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
 	if (tenants == (Datum) 0)
 		n[2] = 'n';
 	/* a read-only probe first: the UPDATE's set-up costs more than the look */
-	orch_exec(orch_plan("SELECT 1 FROM orch.tasks" DELAYED_WHERE " LIMIT $1",
-									  3, types), v, n, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_exec(orch_plan("SELECT 1 FROM orch.tasks" DELAYED_WHERE " LIMIT $1",
+									  3, types), v, n, false, 1, SPI_OK_SELECT) == 0)
 		return 0;
 	return (int) orch_exec(orch_plan("UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
 									 " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE

@@ -34,6 +34,74 @@ orch_text_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * An int argument within [min, max], or dflt when it is NULL; 22023
+ * outside, naming the argument.
+ */
+int32
+orch_int4_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+			  int32 min, int32 max, int32 dflt)
+{
+	int32		v;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return dflt;
+	v = PG_GETARG_INT32(argno);
+	if (v < min || v > max)
+	{
+		if (max == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must be at least %d", name, min)));
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %d and %d", name, min, max)));
+	}
+	return v;
+}
+
+/*
+ * An interval argument (a lease, a timeout) in microseconds: positive and
+ * at most 100 years, else 22023; dflt when it is NULL.
+ */
+int64
+orch_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, int64 dflt)
+{
+	int64		us;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return dflt;
+	us = orch_interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (us <= 0 || us > ORCH_MAX_INTERVAL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a positive interval of at most 100 years", name)));
+	return us;
+}
+
+/*
+ * A name of a queue or a workflow definition (what): 1 to 128 bytes of
+ * letters, digits, '_', '-', '.' and ':', else 22023.
+ */
+void
+orch_check_name(const char *name, const char *what)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0 || len > 128)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s name must have 1 to 128 characters", what)));
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+			  (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.' || *c == ':'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s name \"%s\"", what, name),
+					 errdetail("%c%s names use letters, digits, '_', '-', '.' and ':'.",
+							   pg_toupper((unsigned char) what[0]), what + 1)));
+}
+
+/*
  * A correlation id argument: NULL when absent; otherwise 1 to 200
  * characters with no control characters, else 22023.
  */

@@ -18,19 +18,20 @@ PG_FUNCTION_INFO_V1(orch_command);
 PG_FUNCTION_INFO_V1(orch_command_result);
 
 
-/* One (command_id, task_id, replayed, status, result) row into the result. */
+/*
+ * Row `row` of the last result, (id, task_id, status, result), into the
+ * function's result as (command_id, task_id, replayed, status, result).
+ */
 static void
-put_command_row(ReturnSetInfo *rsinfo, HeapTuple tup, TupleDesc td, bool replayed)
+put_command_row(ReturnSetInfo *rsinfo, uint64 row, bool replayed)
 {
 	Datum		out[5];
 	bool		nulls[5];
 
-	out[0] = SPI_getbinval(tup, td, 1, &nulls[0]);
-	out[1] = SPI_getbinval(tup, td, 2, &nulls[1]);
+	orch_spi_values(SPI_tuptable, row, 1, 2, out, nulls);
 	out[2] = BoolGetDatum(replayed);
 	nulls[2] = false;
-	out[3] = SPI_getbinval(tup, td, 3, &nulls[3]);
-	out[4] = SPI_getbinval(tup, td, 4, &nulls[4]);
+	orch_spi_values(SPI_tuptable, row, 3, 2, out + 3, nulls + 3);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 }
 
@@ -90,12 +91,11 @@ orch_command(PG_FUNCTION_ARGS)
 		TupleDesc	td;
 
 		/* ON CONFLICT waits for a concurrent holder of the key: one command */
-		orch_exec(orch_plan("INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
+		if (orch_exec(orch_plan("INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
 										  " origin_task_id, status) VALUES ($1, $2, $3, $4, $5, 'pending')"
 										  " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
 										  " RETURNING id, task_id, status, result",
-										  5, types), v, n, false, 0, SPI_OK_INSERT_RETURNING);
-		if (SPI_processed == 1)
+										  5, types), v, n, false, 0, SPI_OK_INSERT_RETURNING) == 1)
 		{
 			int64		command_id;
 			int64		task_id;
@@ -115,9 +115,8 @@ orch_command(PG_FUNCTION_ARGS)
 				/* and be visible to the caller (another tenant's does not exist for it) */
 				ov[0] = v[4];
 				orch_spi_caller_tenants(ov, on, 1);
-				orch_sql_once("SELECT 1 FROM orch.tasks WHERE id = $1"
-										  " AND " ORCH_TENANT_IN("tenant_id", "$2"), 2, otypes, ov, on, false, 1, SPI_OK_SELECT);
-				if (SPI_processed == 0)
+				if (orch_sql_once("SELECT 1 FROM orch.tasks WHERE id = $1"
+										  " AND " ORCH_TENANT_IN("tenant_id", "$2"), 2, otypes, ov, on, false, 1, SPI_OK_SELECT) == 0)
 					ereport(ERROR,
 							(errcode(ERRCODE_ORCH_NOT_FOUND),
 							 errmsg("task " INT64_FORMAT " does not exist", DatumGetInt64(v[4])),
@@ -143,17 +142,16 @@ orch_command(PG_FUNCTION_ARGS)
 											  " RETURNING id, task_id, status, result",
 											  3, ltypes), lv, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 				elog(ERROR, "orchestrator: command link failed");
-			put_command_row(rsinfo, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, false);
+			put_command_row(rsinfo, 0, false);
 			SPI_finish();
 			return (Datum) 0;
 		}
 
 		/* The key exists: a replay of the same request, or a conflict */
-		orch_exec(orch_plan("SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
+		if (orch_exec(orch_plan("SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
 										  " kind FROM orch.commands"
 										  " WHERE tenant_id = $1 AND idempotency_key = $3",
-										  5, types), v, n, false, 1, SPI_OK_SELECT);
-		if (SPI_processed == 0)
+										  5, types), v, n, false, 1, SPI_OK_SELECT) == 0)
 			continue;
 		tup = SPI_tuptable->vals[0];
 		td = SPI_tuptable->tupdesc;
@@ -164,7 +162,7 @@ orch_command(PG_FUNCTION_ARGS)
 					 errdetail("Command %s holds this key as kind \"%s\" with another payload.",
 							   SPI_getvalue(tup, td, 1), SPI_getvalue(tup, td, 6)),
 					 errhint("Use a new key for a new command, or resend the original kind and payload.")));
-		put_command_row(rsinfo, tup, td, true);
+		put_command_row(rsinfo, 0, true);
 		SPI_finish();
 		return (Datum) 0;
 	}

@@ -119,15 +119,11 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTARRAYOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
-	int32		max = PG_ARGISNULL(3) ? 100 : PG_GETARG_INT32(3);
+	int32		max = orch_int4_arg(fcinfo, 3, "max", 1, 100000, 100);
 	int64	   *ids;
 	int			count;
 	bool		isnull;
 
-	if (max < 1 || max > 100000)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max must be between 1 and 100000")));
 	if (!PG_ARGISNULL(1))
 	{
 		char	   *r = orch_text_arg(fcinfo, 1);
@@ -164,8 +160,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	 * each re-drive locks and checks its dead letter (a concurrent re-drive
 	 * of it is then skipped).
 	 */
-	orch_sql_once(orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED", 5, types, v, n, false, 0, SPI_OK_SELECT);
-	count = (int) SPI_processed;
+	count = (int) orch_sql_once(orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED", 5, types, v, n, false, 0, SPI_OK_SELECT);
 	ids = palloc(sizeof(int64) * (count + 1));
 	for (int i = 0; i < count; i++)
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));

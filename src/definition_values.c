@@ -380,10 +380,10 @@ orch_def_check_interval(JsonbValue *v, const char *path, const char *key)
 static void
 orch_def_probe_queue(void *arg)
 {
-	orch_validate_queue_name((const char *) arg);
+	orch_check_name((const char *) arg, "queue");
 }
 
-/* A queue name as orch_validate_queue_name accepts it */
+/* A queue name as orch_check_name accepts it */
 void
 orch_def_check_queue(JsonbValue *v, const char *path, const char *key)
 {

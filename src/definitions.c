@@ -32,7 +32,6 @@ PG_FUNCTION_INFO_V1(orch_definition);
 PG_FUNCTION_INFO_V1(orch_validate_definition);
 PG_FUNCTION_INFO_V1(orch_definitions_guard);
 
-#define DEF_MAX_NAME_LEN	128		/* bytes of a definition name */
 
 /* Definitions live in the default tenant: templates shared by all tenants */
 #define DEF_TENANT			ORCH_DEFAULT_TENANT
@@ -40,25 +39,6 @@ PG_FUNCTION_INFO_V1(orch_definitions_guard);
 /* ----------------------------------------------------------------------
  * SQL-callable
  * ---------------------------------------------------------------------- */
-
-static void
-check_definition_name(const char *name)
-{
-	size_t		len = strlen(name);
-
-	if (len == 0 || len > DEF_MAX_NAME_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("workflow definition name must have 1 to 128 characters")));
-	for (const char *p = name; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-			  (*p >= '0' && *p <= '9') || *p == '_' || *p == '.' || *p == ':' || *p == '-'))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid workflow definition name \"%s\"", name),
-					 errdetail("Definition names use letters, digits, '_', '.', ':' and '-'.")));
-}
-
 
 #define DEF_HASH(p) "pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(" p "::text, 'UTF8')), 'hex')"
 
@@ -87,7 +67,7 @@ orch_define(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "spec");
 	name = orch_text_arg(fcinfo, 0);
-	check_definition_name(name);
+	orch_check_name(name, "workflow definition");
 	spec = PG_GETARG_JSONB_P(1);
 	orch_definition_validate(spec);
 
@@ -135,12 +115,11 @@ orch_define(PG_FUNCTION_ARGS)
 					 errmsg("workflow definition \"%s\" has no version number left", name)));
 		version = latest + 1;
 		vals[2] = Int32GetDatum(version);
-		orch_exec(orch_plan("INSERT INTO orch.definitions (tenant_id, name, version, status,"
+		if (orch_exec(orch_plan("INSERT INTO orch.definitions (tenant_id, name, version, status,"
 										  " spec, content_hash, created_by)"
 										  " VALUES ($1, $2, $3, 'draft', $4, " DEF_HASH("$4") ", $5)"
 										  " ON CONFLICT DO NOTHING",
-										  5, types), vals, NULL, false, 0, SPI_OK_INSERT);
-		if (SPI_processed != 1)
+										  5, types), vals, NULL, false, 0, SPI_OK_INSERT) != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to a concurrent orch_define of \"%s\"", name),
@@ -166,10 +145,9 @@ lock_version(const char *name, int32 version)
 	vals[0] = orch_text_datum(DEF_TENANT);
 	vals[1] = orch_text_datum(name);
 	vals[2] = Int32GetDatum(version);
-	orch_exec(orch_plan("SELECT status, spec, content_hash FROM orch.definitions"
+	if (orch_exec(orch_plan("SELECT status, spec, content_hash FROM orch.definitions"
 									  " WHERE tenant_id = $1 AND name = $2 AND version = $3 FOR UPDATE",
-									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, NULL, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, NULL, false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("workflow definition \"%s\" version %d does not exist", name, version)));
@@ -318,14 +296,13 @@ orch_definition(PG_FUNCTION_ARGS)
 	vals[2] = latest ? (Datum) 0 : PG_GETARG_DATUM(1);
 	if (latest)
 		nulls[2] = 'n';
-	orch_exec(orch_plan("SELECT name, version, status, spec, content_hash, created_at,"
+	if (orch_exec(orch_plan("SELECT name, version, status, spec, content_hash, created_at,"
 									  " published_at, deprecated_at FROM orch.definitions"
 									  " WHERE tenant_id = $1 AND name = $2"
 									  " AND CASE WHEN $3 IS NULL THEN status = 'published'"
 									  " ELSE version = $3 END"
 									  " ORDER BY version DESC LIMIT 1",
-									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, nulls, true, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, nulls, true, 1, SPI_OK_SELECT) == 0)
 	{
 		if (latest)
 			ereport(ERROR,
@@ -336,13 +313,7 @@ orch_definition(PG_FUNCTION_ARGS)
 				 errmsg("workflow definition \"%s\" version %d does not exist",
 						name, PG_GETARG_INT32(1))));
 	}
-	for (int i = 0; i < 8; i++)
-	{
-		out[i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &outnull[i]);
-		/* the tuplestore outlives SPI: keep no pointer into TOAST */
-		if (!outnull[i] && TupleDescAttr(SPI_tuptable->tupdesc, i)->attlen == -1)
-			out[i] = PointerGetDatum(PG_DETOAST_DATUM(out[i]));
-	}
+	orch_spi_values(SPI_tuptable, 0, 1, 8, out, outnull);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
 	SPI_finish();
 	return (Datum) 0;
@@ -381,8 +352,7 @@ guard_truncate(Relation rel)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	orch_sql_once(sql, 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql_once(sql, 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_DEFINITION_IMMUTABLE),
 				 errmsg("published workflow definitions cannot be truncated"),

@@ -228,7 +228,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			cv[5] = Int64GetDatum(0);
 		}
 		/* keyset pagination: each window starts after the last one */
-		orch_exec(orch_plan("SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
+		got = orch_exec(orch_plan("SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
 										  " WHERE t.queue = $1 AND t.ready_at <= now()"
 										  "   AND " ORCH_TENANT_IN("t.tenant_id", "$3")
 										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
@@ -239,7 +239,6 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 										  " ORDER BY t.priority, t.created_at, t.id"
 										  " LIMIT $2 FOR UPDATE SKIP LOCKED",
 										  7, ctypes), cv, cn, false, 0, SPI_OK_SELECT);
-		got = SPI_processed;
 		if (got == 0)
 			break;
 		scanned += (int) got;
@@ -346,8 +345,7 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 		char	   *ten;
 		MemoryContext spicxt;
 
-		for (int c = 0; c < 7; c++)
-			out[c] = SPI_getbinval(tup, td, c + 1, &nulls[c]);
+		orch_spi_values(SPI_tuptable, i, 1, 7, out, nulls);
 		ten = SPI_getvalue(tup, td, 8);
 		run = SPI_getbinval(tup, td, 9, &isnull);
 		has_run = !isnull;
@@ -357,8 +355,7 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 										   step, DatumGetInt64(out[0])));
 		nulls[7] = false;
 		MemoryContextSwitchTo(spicxt);
-		out[8] = SPI_getbinval(tup, td, 10, &nulls[8]);
-		out[9] = SPI_getbinval(tup, td, 11, &nulls[9]);
+		orch_spi_values(SPI_tuptable, i, 10, 2, out + 8, nulls + 8);
 		/* tuplestore copies the values into its own context */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
@@ -375,8 +372,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *queue;
 	char	   *worker;
-	int32		batch = 1;
-	int64		lease = -1;
+	int32		batch;
+	int64		lease;
 	char	   *tenant;
 	QueueSettings qs;
 	bool		paused;
@@ -392,28 +389,14 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "worker");
 	queue = orch_text_arg(fcinfo, 0);
-	orch_validate_queue_name(queue);
+	orch_check_name(queue, "queue");
 	worker = orch_text_arg(fcinfo, 1);
 	if (worker[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("worker must not be empty")));
-	if (!PG_ARGISNULL(2))
-	{
-		batch = PG_GETARG_INT32(2);
-		if (batch < 1 || batch > ORCH_MAX_BATCH)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("batch must be between 1 and %d", ORCH_MAX_BATCH)));
-	}
-	if (!PG_ARGISNULL(3))
-	{
-		lease = orch_interval_usecs(PG_GETARG_INTERVAL_P(3));
-		if (lease <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("lease must be a positive interval")));
-	}
+	batch = orch_int4_arg(fcinfo, 2, "batch", 1, ORCH_MAX_BATCH, 1);
+	lease = orch_interval_arg(fcinfo, 3, "lease", -1);
 	tenant = orch_text_arg(fcinfo, 4);
 	if (orch_citus())
 	{

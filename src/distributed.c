@@ -160,10 +160,9 @@ scope_by_ids(const char *table, Datum ids)
 	orch_scope_clear();
 	v[0] = ids;
 	orch_spi_caller_tenants(v, n, 1);
-	orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
+	if (orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
 									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
-									   table), 2, types, v, n, true, 2, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+									   table), 2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
 		return false;
 	if (SPI_processed > 1)
 		ereport(ERROR,
@@ -272,9 +271,8 @@ run_on_workers(const char *cmd)
 	Datum		v[1];
 
 	v[0] = CStringGetTextDatum(cmd);
-	orch_sql_once("SELECT nodename || ':' || nodeport, result"
-							  " FROM run_command_on_workers($1) WHERE NOT success", 1, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql_once("SELECT nodename || ':' || nodeport, result"
+							  " FROM run_command_on_workers($1) WHERE NOT success", 1, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("a command failed on worker %s: %s",
@@ -294,9 +292,8 @@ citus_method(const char *name)
 
 	snprintf(buf, sizeof(buf), "orch.%s", name);
 	v[0] = CStringGetTextDatum(buf);
-	orch_sql_once("SELECT partmethod::text FROM pg_dist_partition"
-							  " WHERE logicalrelid = $1::regclass", 1, types, v, NULL, true, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("SELECT partmethod::text FROM pg_dist_partition"
+							  " WHERE logicalrelid = $1::regclass", 1, types, v, NULL, true, 1, SPI_OK_SELECT) == 0)
 		return '\0';
 	return TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 1, &isnull))[0];
@@ -327,13 +324,9 @@ Datum
 orch_distribute(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int			shard_count = PG_ARGISNULL(0) ? 0 : PG_GETARG_INT32(0);
+	int			shard_count = orch_int4_arg(fcinfo, 0, "shard_count", 1, 64000, 0);
 	StringInfoData sql;
 
-	if (!PG_ARGISNULL(0) && (shard_count < 1 || shard_count > 64000))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("shard_count must be between 1 and 64000")));
 	if (!superuser())
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -354,8 +347,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 */
 	run("SET LOCAL citus.enable_unsafe_triggers = on");
 
-	orch_sql_once("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("orch_distribute must run on the Citus coordinator")));

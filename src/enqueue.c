@@ -52,7 +52,7 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 	memset(o, 0, sizeof(*o));
 	orch_require_arg(fcinfo, 0, "queue");
 	o->queue = orch_text_arg(fcinfo, 0);
-	orch_validate_queue_name(o->queue);
+	orch_check_name(o->queue, "queue");
 	if (!PG_ARGISNULL(2))
 	{
 		o->has_priority = true;
@@ -71,24 +71,10 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 	o->tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 5));
 	o->owner = orch_text_arg(fcinfo, 6);
 	o->concurrency_key = orch_text_arg(fcinfo, 7);
-	if (!PG_ARGISNULL(8))
-	{
-		o->has_max_attempts = true;
-		o->max_attempts = PG_GETARG_INT32(8);
-		if (o->max_attempts < 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("max_attempts must be at least 1")));
-	}
-	if (!PG_ARGISNULL(9))
-	{
-		o->has_max_failures = true;
-		o->max_failures = PG_GETARG_INT32(9);
-		if (o->max_failures < 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("max_failures must be at least 1")));
-	}
+	o->has_max_attempts = !PG_ARGISNULL(8);
+	o->max_attempts = orch_int4_arg(fcinfo, 8, "max_attempts", 1, PG_INT32_MAX, 0);
+	o->has_max_failures = !PG_ARGISNULL(9);
+	o->max_failures = orch_int4_arg(fcinfo, 9, "max_failures", 1, PG_INT32_MAX, 0);
 	if (!PG_ARGISNULL(10))
 	{
 		QueueSettings scratch;
@@ -116,12 +102,8 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 	if (!PG_ARGISNULL(11))
 	{
 		o->has_timeout = true;
+		(void) orch_interval_arg(fcinfo, 11, "timeout", 0);
 		o->timeout = PG_GETARG_INTERVAL_P(11);
-		if (orch_interval_usecs(o->timeout) <= 0 ||
-			orch_interval_usecs(o->timeout) > ORCH_MAX_INTERVAL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("timeout must be a positive interval of at most 100 years")));
 	}
 }
 
@@ -278,20 +260,18 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		orch_exec(orch_plan("SELECT nextval('orch.tasks_id_seq')", 0, NULL), NULL, NULL, false, 1, SPI_OK_SELECT);
 		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		kv[2] = Int64GetDatum(id);
-		orch_exec(orch_plan("INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
+		if (orch_exec(orch_plan("INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
 										  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
-										  4, ktypes), kv, NULL, false, 0, SPI_OK_INSERT);
-		if (SPI_processed == 1)
+										  4, ktypes), kv, NULL, false, 0, SPI_OK_INSERT) == 1)
 			return insert_task(o, payload, key, true, id);
 
 		/* The key exists: same request, conflict, or expired */
-		orch_exec(orch_plan("SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
+		if (orch_exec(orch_plan("SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
 										  " t.queue, t.payload"
 										  " FROM orch.idempotency_keys k"
 										  " LEFT JOIN orch.tasks t ON t.id = k.task_id AND t.tenant_id = k.tenant_id"
 										  " WHERE k.tenant_id = $1 AND k.key = $2 FOR UPDATE OF k",
-										  2, ktypes), kv, NULL, false, 1, SPI_OK_SELECT);
-		if (SPI_processed == 0)
+										  2, ktypes), kv, NULL, false, 1, SPI_OK_SELECT) == 0)
 			continue;			/* deleted meanwhile: try again */
 		tup = SPI_tuptable->vals[0];
 		td = SPI_tuptable->tupdesc;
@@ -350,7 +330,7 @@ orch_enqueue_internal(const char *queue, Jsonb *payload, const char *tenant,
 
 	memset(&o, 0, sizeof(o));
 	o.queue = pstrdup(queue);
-	orch_validate_queue_name(o.queue);
+	orch_check_name(o.queue, "queue");
 	o.tenant = pstrdup(tenant ? tenant : ORCH_DEFAULT_TENANT);
 	o.owner = owner ? pstrdup(owner) : NULL;
 	o.on_rate_limit = 0;

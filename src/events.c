@@ -36,7 +36,6 @@
  * direct_update.
  * ---------------------------------------------------------------------- */
 static OrchEventContext ctx;	/* worker_actor: actor = the task's lease owner */
-static bool ctx_callbacks_registered = false;
 static List *event_buffer = NIL;	/* BufferedEvent, in TopTransactionContext */
 static int	events_deferred = 0;	/* > 0: statement ends do not flush (see orch_events_defer) */
 
@@ -52,27 +51,14 @@ ctx_reset(void)
 }
 
 static void
-ctx_xact_callback(XactEvent event, void *arg)
+ctx_state_reset(bool xact_end)
 {
 	ctx_reset();
-	event_buffer = NIL;			/* its memory goes with the transaction */
-	events_deferred = 0;
+	if (xact_end)
+		events_deferred = 0;
 }
 
-static void
-ctx_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					 SubTransactionId parentSubid, void *arg)
-{
-	event_buffer = orch_leveled_subxact(event_buffer, event);
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		ctx_reset();
-}
-
-static void
-ensure_callbacks(void)
-{
-	orch_register_xact_callbacks(&ctx_callbacks_registered, ctx_xact_callback, ctx_subxact_callback);
-}
+static OrchXactLists ctx_state = {{&event_buffer}, ctx_state_reset};
 
 void
 orch_set_event_context(const char *actor, const char *note)
@@ -84,7 +70,7 @@ orch_set_event_context(const char *actor, const char *note)
 void
 orch_set_event_context_ext(const char *actor, const char *note, bool worker_actor)
 {
-	ensure_callbacks();
+	orch_xact_lists_use(&ctx_state);
 	ctx_reset();
 	ctx.active = true;
 	ctx.worker_actor = worker_actor;
@@ -289,7 +275,7 @@ orch_buffer_event(const char *entity, const char *tenant, bool has_task, int64 t
 	MemoryContext old;
 	BufferedEvent *e;
 
-	ensure_callbacks();
+	orch_xact_lists_use(&ctx_state);
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	e = palloc0(sizeof(BufferedEvent));
 
@@ -403,7 +389,7 @@ orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 void
 orch_events_defer(void)
 {
-	ensure_callbacks();
+	orch_xact_lists_use(&ctx_state);
 	events_deferred++;
 }
 

@@ -351,15 +351,11 @@ Datum
 orch_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
+	int32		batch = orch_int4_arg(fcinfo, 0, "batch", 1, 1000000, 1000);
 	Action		acts[24];
 	int			nacts = 0;
 	TimestampTz started = GetCurrentTimestamp();
 
-	if (batch < 1 || batch > 1000000)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be between 1 and 1000000")));
 	orch_require_unrestricted("orch_maintain");
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -383,13 +379,12 @@ orch_maintain(PG_FUNCTION_ARGS)
 		 * The tenants with rows to maintain (a scan of each table's shards;
 		 * 'default' always: user tables' events are there).
 		 */
-		orch_sql_once("SELECT tenant_id FROM orch.tasks GROUP BY 1"
+		ntenants = (int) orch_sql_once("SELECT tenant_id FROM orch.tasks GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.idempotency_keys GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.rate_window GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.gate_repairs GROUP BY 1"
 						" UNION SELECT 'default'"
 						" ORDER BY 1", 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
-		ntenants = (int) SPI_processed;
 		tenant_names = palloc(sizeof(char *) * (ntenants + 1));
 		for (int i = 0; i < ntenants; i++)
 			tenant_names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
@@ -473,8 +468,7 @@ require_pg_cron(const char *db, const char *cron_sql)
 {
 	const char *cron_db;
 
-	orch_sql_once("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql_once("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) > 0)
 		return;
 
 	/* NULL unless pg_cron is loaded (a placeholder is only a setting) */

@@ -274,8 +274,7 @@ histogram(StringInfo buf, const char *name, const char *help, const char *metric
 				   " WHERE m.metric IN (%s, %s) AND orch.tenant_visible(m.tenant_id)"
 				   " ORDER BY m.tenant_id, m.queue, m.l1, m.metric",
 				   quote_literal_cstr(metric), quote_literal_cstr(psprintf("%s_sum", metric)));
-	orch_sql_once(sql, 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
-	n = SPI_processed;
+	n = orch_sql_once(sql, 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 	tt = SPI_tuptable;
 	for (uint64 r = 0; r < n;)
 	{

@@ -187,10 +187,10 @@ extern void orch_settings_defaults(QueueSettings *qs);
 extern void orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only);
 extern Jsonb *orch_settings_to_jsonb(const QueueSettings *qs);
 extern bool orch_load_queue(const char *queue, QueueSettings *qs, bool *paused);
-extern void orch_validate_queue_name(const char *name);
 extern void orch_ensure_queue(const char *queue);
 
 /* retry.c */
+extern bool orch_retry_after_arg(FunctionCallInfo fcinfo, int argno, int64 *usecs);
 extern RetryDecision orch_decide(const RetryPolicy *p, ErrorClass ec,
 								 int attempts, int failures, bool terminal,
 								 bool has_retry_after, int64 retry_after,
@@ -277,6 +277,10 @@ extern char *orch_command_queue;
 /* args.c: argument checks and value conversions */
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
+extern int32 orch_int4_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+						   int32 min, int32 max, int32 dflt);
+extern int64 orch_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, int64 dflt);
+extern void orch_check_name(const char *name, const char *what);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 orch_interval_usecs(Interval *iv);
 extern Interval *orch_usecs_interval(int64 usecs);
@@ -291,9 +295,20 @@ typedef struct OrchLeveled
 {
 	int			level;			/* the first member of every item */
 } OrchLeveled;
-extern void orch_register_xact_callbacks(bool *registered, XactCallback xact,
-										 SubXactCallback subxact);
-extern List *orch_leveled_subxact(List *items, SubXactEvent event);
+/*
+ * A module's transaction state: up to two lists of OrchLeveled items (in
+ * TopTransactionContext), emptied when the transaction ends, their items
+ * taken back by an aborted subtransaction and handed to the parent by a
+ * committed one; and reset, called for the module's other fields when the
+ * transaction ends (xact_end) or a subtransaction aborts.
+ */
+typedef struct OrchXactLists
+{
+	List	  **lists[2];
+	void		(*reset) (bool xact_end);
+	bool		registered;
+} OrchXactLists;
+extern void orch_xact_lists_use(OrchXactLists *s);
 
 /* schema.c: the installed schema version (55000 when not served), orch.<name> */
 extern int	orch_schema_version(void);
@@ -345,6 +360,8 @@ extern void orch_arg_int4(OrchArgs *a, int32 v);
 extern void orch_arg_caller_tenants(OrchArgs *a);	/* text[], NULL: every tenant */
 extern void orch_arg_scope_tenants(OrchArgs *a);	/* text[]: see orch_spi_scope_tenants */
 /* orch_sql / orch_sql_once with the parameters of a */
+extern void orch_spi_values(SPITupleTable *tt, uint64 row, int first, int n,
+							Datum *values, bool *nulls);
 extern char **orch_spi_column(int col);	/* a text column of the last result */
 extern uint64 orch_args_sql(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
 extern uint64 orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect);

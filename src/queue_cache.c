@@ -30,7 +30,7 @@
 
 PG_FUNCTION_INFO_V1(orch_queues_changed);
 
-#define QUEUE_NAME_MAX 128		/* orch_validate_queue_name */
+#define QUEUE_NAME_MAX 128		/* orch_check_name */
 
 typedef struct QueueCacheEntry
 {

@@ -25,25 +25,6 @@ PG_FUNCTION_INFO_V1(orch_drop_queue);
 PG_FUNCTION_INFO_V1(orch_queue_settings);
 PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
 
-void
-orch_validate_queue_name(const char *name)
-{
-	size_t		len = strlen(name);
-
-	if (len == 0 || len > 128)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("queue name must have 1 to 128 characters")));
-	for (const char *c = name; *c; c++)
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-			  (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.' || *c == ':'))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid queue name \"%s\"", name),
-					 errdetail("Queue names use letters, digits, '_', '-', '.' and ':'.")));
-}
-
-
 /*
  * Load a queue's effective settings; false if it does not exist.  Caller is
  * connected to SPI; results are allocated in the caller's context.
@@ -90,7 +71,7 @@ orch_ensure_queue(const char *queue)
 	Datum		vals[1];
 	SPIPlanPtr	plan;
 
-	orch_validate_queue_name(queue);
+	orch_check_name(queue, "queue");
 	if (!orch_auto_create_queues)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -128,7 +109,7 @@ orch_create_queue(PG_FUNCTION_ARGS)
 	orch_require_unrestricted("queue administration");
 	orch_require_arg(fcinfo, 0, "name");
 	name = orch_text_arg(fcinfo, 0);
-	orch_validate_queue_name(name);
+	orch_check_name(name, "queue");
 	settings = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
 	result = effective(settings);
 
@@ -136,9 +117,8 @@ orch_create_queue(PG_FUNCTION_ARGS)
 	vals[0] = orch_text_datum(name);
 	vals[1] = JsonbPGetDatum(settings ? settings :
 							 DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"))));
-	orch_sql_once("INSERT INTO orch.queues (name, settings)"
-							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING", 2, types, vals, NULL, false, 0, SPI_OK_INSERT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("INSERT INTO orch.queues (name, settings)"
+							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING", 2, types, vals, NULL, false, 0, SPI_OK_INSERT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("queue \"%s\" already exists", name),
@@ -170,9 +150,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
 	vals[1] = PG_GETARG_DATUM(1);
-	orch_sql_once("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
-							  " WHERE name = $1 FOR UPDATE", 2, types, vals, NULL, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
+							  " WHERE name = $1 FOR UPDATE", 2, types, vals, NULL, false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
@@ -201,9 +180,8 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
 	vals[1] = BoolGetDatum(paused);
-	orch_sql_once("UPDATE orch.queues SET paused = $2, updated_at = now()"
-							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
-	if (SPI_processed == 0)
+	if (orch_sql_once("UPDATE orch.queues SET paused = $2, updated_at = now()"
+							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
@@ -243,8 +221,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	/* wait for enqueues in flight; later ones wait for this drop */
 	orch_xact_lock("queue-exists", name, NULL);
 	vals[0] = orch_text_datum(name);
-	orch_sql_once("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE", 1, types, vals, NULL, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE", 1, types, vals, NULL, false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
@@ -267,9 +244,8 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		/* on Citus tenant by tenant: each statement then locks on one shard */
 		if (orch_citus())
 		{
-			orch_sql_once("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
+			ntenants = (int) orch_sql_once("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
 									  " AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1", 1, types, vals, NULL, false, 0, SPI_OK_SELECT);
-			ntenants = (int) SPI_processed;
 			tenants = palloc(sizeof(char *) * (ntenants + 1));
 			for (int i = 0; i < ntenants; i++)
 				tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
@@ -350,10 +326,7 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 1, "key");
 	queue = orch_text_arg(fcinfo, 0);
 	key = orch_text_arg(fcinfo, 1);
-	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_running must be at least 1")));
+	(void) orch_int4_arg(fcinfo, 2, "max_running", 1, PG_INT32_MAX, 0);
 	SPI_connect();
 	if (!orch_load_queue(queue, &qs, NULL))
 		ereport(ERROR,

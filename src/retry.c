@@ -114,6 +114,24 @@ orch_decide(const RetryPolicy *p, ErrorClass ec, int attempts, int failures,
 }
 
 /*
+ * The retry_after argument of orch_fail and orch_retry_decision: false when
+ * it is NULL, else its length in microseconds (0 to 100 years) in *usecs.
+ */
+bool
+orch_retry_after_arg(FunctionCallInfo fcinfo, int argno, int64 *usecs)
+{
+	*usecs = 0;
+	if (PG_ARGISNULL(argno))
+		return false;
+	*usecs = orch_interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (*usecs < 0 || *usecs > ORCH_MAX_INTERVAL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("retry_after must be between 0 and 100 years")));
+	return true;
+}
+
+/*
  * orch_retry_decision(error_class, attempts, failures, policy, retry_after,
  *                     task_id, terminal)
  *	  -> (decision, next_state, reason_code, delay)
@@ -126,8 +144,8 @@ orch_retry_decision(PG_FUNCTION_ARGS)
 	int			attempts,
 				failures;
 	QueueSettings qs;
-	bool		has_retry_after = !PG_ARGISNULL(4);
-	int64		retry_after = 0;
+	int64		retry_after;
+	bool		has_retry_after;
 	RetryDecision d;
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
@@ -146,14 +164,8 @@ orch_retry_decision(PG_FUNCTION_ARGS)
 	orch_settings_defaults(&qs);
 	if (!PG_ARGISNULL(3))
 		orch_settings_apply(&qs, PG_GETARG_JSONB_P(3), false);
-	if (has_retry_after)
-	{
-		retry_after = orch_interval_usecs(PG_GETARG_INTERVAL_P(4));
-		if (retry_after < 0 || retry_after > ORCH_MAX_INTERVAL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retry_after must be between 0 and 100 years")));
-	}
+
+	has_retry_after = orch_retry_after_arg(fcinfo, 4, &retry_after);
 
 	d = orch_decide(&qs.policy, ec, attempts, failures,
 					PG_ARGISNULL(6) ? false : PG_GETARG_BOOL(6),

@@ -34,21 +34,18 @@ orch_run_advance_compensation(RunRow *r)
 	if (r->state == RS_PAUSED)
 		return;
 	RUN_ARGS(v, r->id, r->tenant);
-	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('running', 'awaiting_approval')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('running', 'awaiting_approval')", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
 		return;
-	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
 	{
 		/* a compensation failed for good: manual review */
 		orch_run_end_failed(r, "compensation_failed");
 		return;
 	}
-	orch_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
+	if (orch_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
 			" WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'pending'"
-			" ORDER BY done_seq DESC LIMIT 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+			" ORDER BY done_seq DESC LIMIT 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
 	{
 		orch_run_end_failed(r, r->reason);
 		return;

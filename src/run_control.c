@@ -75,9 +75,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	orch_spi_text(v, n, 7, note);
 
 	/* a reference is used once, for one run and step and one decision */
-	orch_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
-			" WHERE approval_ref = $4 AND tenant_id = $2", 8, types, v, n, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
+			" WHERE approval_ref = $4 AND tenant_id = $2", 8, types, v, n, false, 0, SPI_OK_SELECT) > 0)
 	{
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		{
@@ -95,13 +94,11 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
 						orch_run_state_names[r.state])));
 	/* an approval whose time is up expires now, before anyone decides it */
-	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
-			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()", 3, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
 		orch_run_progress(&r);
-	orch_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " has no step \"%s\"", run_id, step)));
@@ -113,9 +110,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("step \"%s\" of run " INT64_FORMAT " is not awaiting approval (it is \"%s\")",
 						step, run_id, state)));
 	/* a concurrent use of the reference for another run wins or loses here */
-	orch_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
-			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8) ON CONFLICT DO NOTHING", 8, types, v, n, false, 0, SPI_OK_INSERT);
-	if (SPI_processed == 0)
+	if (orch_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
+			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8) ON CONFLICT DO NOTHING", 8, types, v, n, false, 0, SPI_OK_INSERT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("approval reference \"%s\" was already used", ref),
@@ -298,15 +294,13 @@ orch_retry_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " is \"%s\": only a failed run can be retried", r.id,
 						orch_run_state_names[r.state])));
-	orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('done', 'failed', 'running')", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('done', 'failed', 'running')", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was compensated and cannot be retried", r.id),
 				 errhint("Start a new run.")));
-	orch_sql("SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (orch_sql("SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was already retried", r.id)));

@@ -51,10 +51,9 @@ orch_run_path_keys(RunRow *r, const char *path)
 
 		RUN_ARGS(v, r->id, r->tenant);
 		v[2] = orch_text_datum(rest + 6);
-		orch_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+		if (orch_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 				" AND ($3 = step_id || '.output' OR left($3, length(step_id) + 8) = step_id || '.output.')"
-				" ORDER BY length(step_id) DESC LIMIT 1", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
-		if (SPI_processed == 0)
+				" ORDER BY length(step_id) DESC LIMIT 1", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
 			return (Datum) 0;	/* names nothing */
 		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		keys = lappend(keys, "steps");
@@ -135,10 +134,9 @@ orch_run_decide(RunRow *r, const char *step, Jsonb *result)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
-	orch_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
+	nrules = (int) orch_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
 			" LEFT JOIN LATERAL jsonb_array_elements(coalesce(s.spec -> 'rules', '[]')) WITH ORDINALITY AS x(rule, n) ON true"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
-	nrules = (int) SPI_processed;
 	rules = palloc(sizeof(Jsonb *) * (nrules + 1));
 	deflt = nrules > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
 	for (int i = 0; i < nrules; i++)

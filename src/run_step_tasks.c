@@ -100,9 +100,8 @@ orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Js
 				orch_ensure_queue(queue);
 			}
 		}
-		orch_sql(compensation
-				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING);
-		if (SPI_processed == 1)
+		if (orch_sql(compensation
+				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING) == 1)
 			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	elog(ERROR, "orchestrator: step task insert failed");

@@ -91,10 +91,9 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 	orch_spi_text(v, n, 4, chosen);
 	v[5] = orch_text_datum(from);
 	/* only from the state it was in: a step closed meanwhile stays closed */
-	orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4")
+	if (orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4")
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
-			STEP_SUCCEEDED_RETURNING, 6, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
-	if (SPI_processed == 0)
+			STEP_SUCCEEDED_RETURNING, 6, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
@@ -300,7 +299,7 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = BoolGetDatum(cancel_compensations);
-	orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+	n = (int) orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			"   AND (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
 			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE)"
 			" UPDATE orch.run_steps s SET"
@@ -314,7 +313,6 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
 			" RETURNING s.step_id, o.state, s.state, s.ord", 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
-	n = (int) SPI_processed;
 	steps = orch_spi_column(1);
 	from = orch_spi_column(2);
 	to = orch_spi_column(3);
@@ -353,9 +351,8 @@ fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 	orch_spi_text(v, n, 3, step);
 	orch_spi_text(v, n, 4, error);
 	orch_run_close_open_steps(r, reason, false);
-	orch_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
-			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'", 2, types, v, n, false, 0, SPI_OK_UPDATE);
-	if (SPI_processed > 0)
+	if (orch_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
+			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'", 2, types, v, n, false, 0, SPI_OK_UPDATE) > 0)
 	{
 		/* running (from waiting or paused) while compensations run */
 		if (r->state != RS_RUNNING)
@@ -524,7 +521,7 @@ collect_outcomes(RunRow *r)
 
 	RUN_ARGS(v, r->id, r->tenant);
 	/* running task steps: all tasks completed, or one failed / cancelled */
-	orch_sql("SELECT s.step_id, CASE"
+	nrows = (int) orch_sql("SELECT s.step_id, CASE"
 			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
 			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
 			"         WHERE a.task_id = t.id AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
@@ -541,7 +538,6 @@ collect_outcomes(RunRow *r)
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
 			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
-	nrows = (int) SPI_processed;
 	steps = palloc(sizeof(char *) * (nrows + 1));
 	states = palloc(sizeof(char *) * (nrows + 1));
 	is_decision = palloc(sizeof(bool) * (nrows + 1));
@@ -604,10 +600,9 @@ collect_outcomes(RunRow *r)
 				cv[4] = outputs[i] ? JsonbPGetDatum(outputs[i]) : (Datum) 0;
 				if (!outputs[i])
 					cn[4] = 'n';
-				orch_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				if (orch_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 						" AND step_id = $3 AND jsonb_typeof($5 -> 'next') = 'string'"
-						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT);
-				if (SPI_processed == 0)
+						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT) == 0)
 				{
 					orch_run_step_failed(r, steps[i], "failed",
 										"the decision's result does not name one of its declared targets (\"next\")",
@@ -635,7 +630,7 @@ collect_outcomes(RunRow *r)
 	 * Map steps that can hand out more items, soft caps passed (a step's
 	 * timeout), due timers: one look for all three.
 	 */
-	orch_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
+	nrows = (int) orch_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
 			"     AND state IN ('running', 'waiting', 'awaiting_approval') THEN 'cap'"
 			"   WHEN state = 'waiting' AND wake_at <= clock_timestamp() THEN 'waiting'"
 			"   ELSE 'map' END"
@@ -643,7 +638,6 @@ collect_outcomes(RunRow *r)
 			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
 			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
-	nrows = (int) SPI_processed;
 	steps = orch_spi_column(1);
 	states = orch_spi_column(2);
 	for (int i = 0; i < nrows && !orch_run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
@@ -670,12 +664,11 @@ collect_outcomes(RunRow *r)
 	/* compensation tasks */
 	if (strcmp(r->phase, "compensating") == 0 && !orch_run_terminal(r->state))
 	{
-		orch_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
+		nrows = (int) orch_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
 				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
 				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
 				" RETURNING s.step_id, s.comp_state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
-		nrows = (int) SPI_processed;
 		steps = orch_spi_column(1);
 		states = orch_spi_column(2);
 		for (int i = 0; i < nrows; i++)
@@ -870,7 +863,7 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step)
 		orch_run_progress(r);
 		return;
 	}
-	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
+	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
@@ -881,8 +874,7 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step)
 			"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())"
 			"       OR (o.state = 'running' AND o.spec ? 'map' AND jsonb_typeof(o.items) = 'array')))"
 			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID}, (Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
-				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
-	if (SPI_processed != 1)
+				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 	{
 		orch_run_progress(r);
 		return;

@@ -49,7 +49,6 @@ typedef struct RunNote
 
 static List *run_notes = NIL;
 static bool runs_flushing = false;
-static bool runs_callbacks = false;
 
 /*
  * The run being acted on (its row locked by this backend): the tasks it
@@ -58,30 +57,13 @@ static bool runs_callbacks = false;
 static int64 busy_run = 0;
 
 static void
-runs_xact_callback(XactEvent event, void *arg)
+runs_reset(bool xact_end)
 {
-	run_notes = NIL;
-	runs_flushing = false;
 	busy_run = 0;
+	runs_flushing = false;
 }
 
-static void
-runs_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					  SubTransactionId parentSubid, void *arg)
-{
-	run_notes = orch_leveled_subxact(run_notes, event);
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		busy_run = 0;
-		runs_flushing = false;
-	}
-}
-
-static void
-ensure_runs_callbacks(void)
-{
-	orch_register_xact_callbacks(&runs_callbacks, runs_xact_callback, runs_subxact_callback);
-}
+static OrchXactLists runs_state = {{&run_notes}, runs_reset};
 
 /* Begin / end acting on a run (nested calls keep the outer one). */
 int64
@@ -89,7 +71,7 @@ orch_run_busy_begin(int64 run_id)
 {
 	int64		prev = busy_run;
 
-	ensure_runs_callbacks();
+	orch_xact_lists_use(&runs_state);
 
 	busy_run = run_id;
 	return prev;
@@ -117,7 +99,7 @@ orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step
 
 	if (run_id == busy_run)
 		return;					/* its own doing: already accounted for */
-	ensure_runs_callbacks();
+	orch_xact_lists_use(&runs_state);
 	foreach(lc, run_notes)
 	{
 		RunNote    *e = (RunNote *) lfirst(lc);
@@ -235,7 +217,7 @@ orch_runs_maintain(int limit)
 	v[0] = Int32GetDatum(limit);
 	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
 	orch_spi_scope_tenants(v, vn, 1);
-	orch_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
+	n = (int) orch_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
 			"   AND " ORCH_TENANT_IN("r.tenant_id", "$2")
 			"   AND ((r.deadline_at <= now() AND r.phase = 'forward')"
@@ -244,7 +226,6 @@ orch_runs_maintain(int limit)
 			"        AND ((s.state = 'waiting' AND s.wake_at <= clock_timestamp())"
 			"          OR (s.state IN ('running', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
 			" ORDER BY r.id LIMIT $1", 2, types, v, vn, false, 0, SPI_OK_SELECT);
-	n = (int) SPI_processed;
 	ids = palloc(sizeof(int64) * (n + 1));
 	tenants = palloc(sizeof(char *) * (n + 1));
 	for (int i = 0; i < n; i++)
@@ -299,7 +280,7 @@ check_input(Jsonb *schema_holder_unused, Datum spec, Datum input)
 	(void) schema_holder_unused;
 	v[0] = spec;
 	v[1] = input;
-	orch_sql("SELECT CASE"
+	if (orch_sql("SELECT CASE"
 			"  WHEN NOT ($1 ? 'input_schema') THEN NULL"
 			"  WHEN jsonb_typeof($2) <> 'object' THEN '$.input must be a JSON object'"
 			"  ELSE coalesce("
@@ -313,8 +294,7 @@ check_input(Jsonb *schema_holder_unused, Datum spec, Datum input)
 			"       WHEN 'integer' THEN jsonb_typeof($2 -> p.key) = 'number'"
 			"            AND ($2 ->> p.key)::numeric = trunc(($2 ->> p.key)::numeric)"
 			"       ELSE jsonb_typeof($2 -> p.key) = p.value ->> 'type' END"
-			"     ORDER BY p.key LIMIT 1)) END", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
-	if (SPI_processed == 1)
+			"     ORDER BY p.key LIMIT 1)) END", 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 1)
 	{
 		char	   *problem = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 
@@ -377,12 +357,11 @@ orch_start(PG_FUNCTION_ARGS)
 	fv[1] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	if (PG_ARGISNULL(2))
 		fn[1] = 'n';
-	orch_exec(orch_plan("SELECT version, spec, content_hash FROM orch.definitions"
+	if (orch_exec(orch_plan("SELECT version, spec, content_hash FROM orch.definitions"
 									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
 									  "   AND ($2::int IS NULL OR version = $2)"
 									  " ORDER BY version DESC LIMIT 1",
-									  2, ftypes), fv, fn, false, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+									  2, ftypes), fv, fn, false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 PG_ARGISNULL(2)
@@ -410,7 +389,7 @@ orch_start(PG_FUNCTION_ARGS)
 	orch_spi_text(v, n, 9, corr);
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
-	orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+	if (orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
 			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id)"
 			 " SELECT $1, $2, $3, $4, 'running', $5,"
 			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
@@ -421,16 +400,14 @@ orch_start(PG_FUNCTION_ARGS)
 			 "   'started', $10"
 			 " FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'"
 			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-			 " RETURNING id", 10, types, v, n, false, 0, SPI_OK_INSERT_RETURNING);
-	if (SPI_processed == 0)
+			 " RETURNING id", 10, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
 	{
 		/* the key names an existing run: the same request returns it */
 		int64		existing;
 
-		orch_sql("SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
+		if (orch_sql("SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
 				" AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
-				" FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7", 9, types, v, n, false, 0, SPI_OK_SELECT);
-		if (SPI_processed == 0)
+				" FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7", 9, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 			elog(ERROR, "orchestrator: run with idempotency key \"%s\" vanished", key);
 		existing = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
@@ -474,7 +451,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 	v[0] = PG_GETARG_DATUM(0);
 	orch_spi_caller_tenants(v, n, 1);
 	SPI_connect();
-	orch_sql("SELECT jsonb_build_object("
+	if (orch_sql("SELECT jsonb_build_object("
 			"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id),"
 			"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type,"
 			"       'state', s.state, 'output', s.output, 'error', s.error, 'started_at', s.started_at,"
@@ -501,8 +478,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 			"             SELECT x.* FROM orch.tasks t JOIN orch.events x ON x.task_id = t.id"
 			"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
 			"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))"
-			" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2"), 2, types, v, n, false, 0, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+			" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2"), 2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("run " INT64_FORMAT " does not exist", DatumGetInt64(v[0]))));

@@ -256,6 +256,22 @@ orch_spi_column(int col)
 	return out;
 }
 
+/*
+ * Columns first .. first + n - 1 of row `row` of an SPI result into
+ * values/nulls, varlena values detoasted into the current memory context,
+ * so that they may outlive the result (a tuplestore row, a row appended).
+ */
+void
+orch_spi_values(SPITupleTable *tt, uint64 row, int first, int n, Datum *values, bool *nulls)
+{
+	for (int c = 0; c < n; c++)
+	{
+		values[c] = SPI_getbinval(tt->vals[row], tt->tupdesc, first + c, &nulls[c]);
+		if (!nulls[c] && TupleDescAttr(tt->tupdesc, first + c - 1)->attlen == -1)
+			values[c] = PointerGetDatum(PG_DETOAST_DATUM(values[c]));
+	}
+}
+
 /* ----------------------------------------------------------------------
  * Parameters built in order (OrchArgs)
  * ---------------------------------------------------------------------- */

@@ -224,8 +224,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	vals[0] = orch_text_datum(name);
-	orch_sql_once("INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING", 1, types1, vals, NULL, false, 0, SPI_OK_INSERT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING", 1, types1, vals, NULL, false, 0, SPI_OK_INSERT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("state machine \"%s\" already exists", name)));
@@ -294,9 +293,8 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 						 errmsg("initial states must not be null")));
 			s = TextDatumGetCString(elems[i]);
 			vals[1] = elems[i];
-			orch_sql_once("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
-									  " AND from_state = $2", 2, types3, vals, NULL, false, 1, SPI_OK_SELECT);
-			if (SPI_processed == 0)
+			if (orch_sql_once("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
+									  " AND from_state = $2", 2, types3, vals, NULL, false, 1, SPI_OK_SELECT) == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("initial state \"%s\" is not a state of the machine", s)));
@@ -350,8 +348,7 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	vals[0] = orch_text_datum(machine);
-	orch_sql_once("SELECT 1 FROM orch.state_machines WHERE name = $1", 1, types1, vals, NULL, true, 1, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (orch_sql_once("SELECT 1 FROM orch.state_machines WHERE name = $1", 1, types1, vals, NULL, true, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("state machine \"%s\" does not exist", machine),

@@ -185,8 +185,7 @@ record_completed_attempts(SPITupleTable *tt, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		for (int c = 0; c < 6; c++)
-			v[i * 7 + c] = SPI_getbinval(tt->vals[i], tt->tupdesc, c + 1, &nl[i * 7 + c]);
+		orch_spi_values(tt, i, 1, 6, v + i * 7, nl + i * 7);
 		v[i * 7 + 6] = outcome;
 		nl[i * 7 + 6] = false;
 	}
@@ -336,6 +335,18 @@ exec_update(const char *sql, int nargs, Oid *types, Datum *v, const char *n)
 		elog(ERROR, "orchestrator: task update failed");
 }
 
+/*
+ * The end of a task call that returns the state it left the task in: the
+ * task scope cleared, SPI closed, the state as text.
+ */
+static Datum
+finish_state(const char *state)
+{
+	orch_scope_clear();
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
+}
+
 /* ----------------------------------------------------------------------
  * orch_complete(task_id, lease_token, result) -> 'completed'
  * ---------------------------------------------------------------------- */
@@ -364,14 +375,13 @@ orch_complete(PG_FUNCTION_ARGS)
 	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
 	/* Fast path: one statement fences and completes; then the attempt row */
-	orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
+	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > now()"
 									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
 									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
-									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING);
-	if (SPI_processed == 0)
+									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 	{
 		OrchTask	t;
 
@@ -382,9 +392,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	}
 	record_completed_attempts(SPI_tuptable, (int) SPI_processed);
 	orch_clear_event_context();
-	orch_scope_clear();
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text("completed"));
+	return finish_state("completed");
 }
 
 /* ----------------------------------------------------------------------
@@ -471,7 +479,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
-	orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
+	completed = (int) orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
 									  "   reason_code = 'completed'"
 									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
 									  "   AS r(id, tok, result)"
@@ -480,7 +488,6 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
 									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
 									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
-	completed = (int) SPI_processed;
 	if (completed != n)
 	{
 		/* say why for the first task that did not complete; all is undone */
@@ -522,8 +529,8 @@ orch_fail(PG_FUNCTION_ARGS)
 	pg_uuid_t  *token = token_arg(fcinfo);
 	ErrorClass	ec;
 	char	   *error;
-	bool		has_retry_after = !PG_ARGISNULL(4);
-	int64		retry_after = 0;
+	int64		retry_after;
+	bool		has_retry_after;
 	OrchTask	t;
 	RetryDecision d;
 	TimestampTz retry_at;
@@ -538,15 +545,8 @@ orch_fail(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("error text is too large"),
 				 errdetail("orchestrator.max_payload_size is %d bytes.", orch_max_payload_size)));
-	if (has_retry_after)
-	{
-		retry_after = orch_interval_usecs(PG_GETARG_INTERVAL_P(4));
-		if (retry_after < 0 || retry_after > ORCH_MAX_INTERVAL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retry_after must be between 0 and 100 years")));
-	}
 
+	has_retry_after = orch_retry_after_arg(fcinfo, 4, &retry_after);
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	lock_or_not_found(id, &t);
@@ -574,27 +574,18 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	OrchTask	t;
-	int64		extend = -1;
+	int64		extend;
 	Oid			types[3] = {INT8OID, TEXTOID, INTERVALOID};
 	Datum		v[3];
 
-	if (!PG_ARGISNULL(2))
-	{
-		extend = orch_interval_usecs(PG_GETARG_INTERVAL_P(2));
-		if (extend <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("extend must be a positive interval")));
-	}
+	extend = orch_interval_arg(fcinfo, 2, "extend", -1);
 	SPI_connect();
 	lock_or_not_found(id, &t);
 	/* a worker whose task was cancelled under it learns so and stops */
 	if (t.state == TS_CANCELLED && t.has_token &&
 		memcmp(t.token.data, token->data, UUID_LEN) == 0)
 	{
-		orch_scope_clear();
-		SPI_finish();
-		PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
+		return finish_state("cancelled");
 	}
 	check_lease(&t, token, "heartbeat");
 	if (extend < 0)
@@ -615,9 +606,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	else
 		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
 					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
-	orch_scope_clear();
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text("executing"));
+	return finish_state("executing");
 }
 
 /* ----------------------------------------------------------------------
@@ -643,9 +632,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
 				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
 	orch_clear_event_context();
-	orch_scope_clear();
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
+	return finish_state("cancelled");
 }
 
 /* ----------------------------------------------------------------------
@@ -789,9 +776,7 @@ orch_resume(PG_FUNCTION_ARGS)
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
 	orch_clear_event_context();
-	orch_scope_clear();
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text("awaiting_tool"));
+	return finish_state("awaiting_tool");
 }
 
 /* orch_confirm(task_id, approve, actor, note) */
@@ -841,7 +826,5 @@ orch_confirm(PG_FUNCTION_ARGS)
 		result = "failed";
 	}
 	orch_clear_event_context();
-	orch_scope_clear();
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(result));
+	return finish_state(result);
 }

@@ -87,12 +87,11 @@ role_tenants(Oid role, char ***out)
 	if (superuser_arg(role))
 		return -1;
 	v[0] = ObjectIdGetDatum(role);
-	orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+	n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
 									  " JOIN pg_catalog.pg_roles r ON r.oid = b.role"
 									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
 									  " ORDER BY 1",
 									  1, types), v, NULL, true, 0, SPI_OK_SELECT);
-	n = (int) SPI_processed;
 	if (n == 0)
 		return -1;
 	*out = palloc(sizeof(char *) * n);
@@ -377,6 +376,44 @@ binding_args(FunctionCallInfo fcinfo, char **role, char **tenant)
 }
 
 /*
+ * Bind (bind = true) or unbind a role and a tenant: one row of
+ * orch.tenant_bindings added or removed, an event when it was, and the
+ * session's binding cache dropped.  True when something changed.
+ */
+static bool
+change_binding(FunctionCallInfo fcinfo, bool bind)
+{
+	char	   *role;
+	char	   *tenant;
+	OrchArgs	a = {0};
+	bool		changed;
+
+	binding_args(fcinfo, &role, &tenant);
+	if (bind && superuser_arg(get_role_oid(role, false)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("superuser \"%s\" cannot be bound to a tenant", role),
+				 errdetail("Superusers bypass every check, tenant bindings included.")));
+	orch_arg(&a, OIDOID, ObjectIdGetDatum(get_role_oid(role, false)), false);
+	orch_arg_text(&a, tenant);
+	SPI_connect();
+	if (bind)
+		changed = orch_args_sql_once(&a, "INSERT INTO orch.tenant_bindings (role, tenant_id)"
+									 " VALUES ($1::oid::regrole, $2) ON CONFLICT DO NOTHING",
+									 false, 0, SPI_OK_INSERT) == 1;
+	else
+		changed = orch_args_sql_once(&a, "DELETE FROM orch.tenant_bindings"
+									 " WHERE role = $1::oid::regrole AND tenant_id = $2",
+									 false, 0, SPI_OK_DELETE) == 1;
+	if (changed)
+		orch_write_event(tenant, 0, false, "tenant_binding", bind ? NULL : role, bind ? role : NULL,
+						 bind ? "tenant_bound" : "tenant_unbound", 0, NULL, NULL);
+	SPI_finish();
+	cache_lxid = InvalidLocalTransactionId;
+	return changed;
+}
+
+/*
  * orch_bind_tenant(role name, tenant text) -> boolean
  *	  Restricts the role (and every role that has its privileges) to its
  *	  bound tenants; true when the binding is new.
@@ -384,50 +421,12 @@ binding_args(FunctionCallInfo fcinfo, char **role, char **tenant)
 Datum
 orch_bind_tenant(PG_FUNCTION_ARGS)
 {
-	char	   *role;
-	char	   *tenant;
-	Oid			types[2] = {OIDOID, TEXTOID};
-	Datum		v[2];
-	bool		added;
-
-	binding_args(fcinfo, &role, &tenant);
-	if (superuser_arg(get_role_oid(role, false)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("superuser \"%s\" cannot be bound to a tenant", role),
-				 errdetail("Superusers bypass every check, tenant bindings included.")));
-	v[0] = ObjectIdGetDatum(get_role_oid(role, false));
-	v[1] = orch_text_datum(tenant);
-	SPI_connect();
-	orch_sql_once("INSERT INTO orch.tenant_bindings (role, tenant_id) VALUES ($1::oid::regrole, $2)"
-							  " ON CONFLICT DO NOTHING", 2, types, v, NULL, false, 0, SPI_OK_INSERT);
-	added = SPI_processed == 1;
-	if (added)
-		orch_write_event(tenant, 0, false, "tenant_binding", NULL, role, "tenant_bound", 0, NULL, NULL);
-	SPI_finish();
-	cache_lxid = InvalidLocalTransactionId;
-	PG_RETURN_BOOL(added);
+	PG_RETURN_BOOL(change_binding(fcinfo, true));
 }
 
 /* orch_unbind_tenant(role name, tenant text) -> boolean: true when removed */
 Datum
 orch_unbind_tenant(PG_FUNCTION_ARGS)
 {
-	char	   *role;
-	char	   *tenant;
-	Oid			types[2] = {OIDOID, TEXTOID};
-	Datum		v[2];
-	bool		removed;
-
-	binding_args(fcinfo, &role, &tenant);
-	v[0] = ObjectIdGetDatum(get_role_oid(role, false));
-	v[1] = orch_text_datum(tenant);
-	SPI_connect();
-	orch_sql_once("DELETE FROM orch.tenant_bindings WHERE role = $1::oid::regrole AND tenant_id = $2", 2, types, v, NULL, false, 0, SPI_OK_DELETE);
-	removed = SPI_processed == 1;
-	if (removed)
-		orch_write_event(tenant, 0, false, "tenant_binding", role, NULL, "tenant_unbound", 0, NULL, NULL);
-	SPI_finish();
-	cache_lxid = InvalidLocalTransactionId;
-	PG_RETURN_BOOL(removed);
+	PG_RETURN_BOOL(change_binding(fcinfo, false));
 }

@@ -12,23 +12,12 @@
 
 #include "orchestrator.h"
 
-/* Register a module's end-of-transaction callbacks once per backend. */
-void
-orch_register_xact_callbacks(bool *registered, XactCallback xact, SubXactCallback subxact)
-{
-	if (*registered)
-		return;
-	RegisterXactCallback(xact, NULL);
-	RegisterSubXactCallback(subxact, NULL);
-	*registered = true;
-}
-
 /*
- * The list after a subtransaction ended (event): its items are structs that
+ * A list after a subtransaction ended (event): its items are structs that
  * begin with OrchLeveled.  Other events leave it as it is.
  */
-List *
-orch_leveled_subxact(List *items, SubXactEvent event)
+static List *
+leveled_subxact(List *items, SubXactEvent event)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	ListCell   *lc;
@@ -47,4 +36,41 @@ orch_leveled_subxact(List *items, SubXactEvent event)
 			item->level = level - 1;
 	}
 	return items;
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	OrchXactLists *s = (OrchXactLists *) arg;
+
+	for (int i = 0; i < lengthof(s->lists) && s->lists[i]; i++)
+		*s->lists[i] = NIL;		/* their memory goes with the transaction */
+	if (s->reset)
+		s->reset(true);
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	OrchXactLists *s = (OrchXactLists *) arg;
+
+	for (int i = 0; i < lengthof(s->lists) && s->lists[i]; i++)
+		*s->lists[i] = leveled_subxact(*s->lists[i], event);
+	if (event == SUBXACT_EVENT_ABORT_SUB && s->reset)
+		s->reset(false);
+}
+
+/*
+ * Make a module's transaction state follow the transaction: once per
+ * backend, before the module first notes anything in it.
+ */
+void
+orch_xact_lists_use(OrchXactLists *s)
+{
+	if (s->registered)
+		return;
+	RegisterXactCallback(xact_callback, s);
+	RegisterSubXactCallback(subxact_callback, s);
+	s->registered = true;
 }
