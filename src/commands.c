@@ -49,9 +49,7 @@ orch_command(PG_FUNCTION_ARGS)
 	char	   *key;
 	Jsonb	   *payload;
 	char	   *tenant;
-	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT8OID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
 	bool		isnull;
 
 	orch_require_arg(fcinfo, 0, "kind");
@@ -75,13 +73,11 @@ orch_command(PG_FUNCTION_ARGS)
 				 errmsg("tenant must not be empty")));
 	orch_check_payload_size(payload, "payload");
 
-	v[0] = orch_text_datum(tenant);
-	v[1] = orch_text_datum(kind);
-	v[2] = orch_text_datum(key);
-	v[3] = JsonbPGetDatum(payload);
-	v[4] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	if (PG_ARGISNULL(3))
-		n[4] = 'n';
+	orch_arg_text(&a, tenant);
+	orch_arg_text(&a, kind);
+	orch_arg_text(&a, key);
+	orch_arg(&a, JSONBOID, JsonbPGetDatum(payload), false);
+	orch_arg(&a, INT8OID, PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3), PG_ARGISNULL(3));
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -91,35 +87,32 @@ orch_command(PG_FUNCTION_ARGS)
 		TupleDesc	td;
 
 		/* ON CONFLICT waits for a concurrent holder of the key: one command */
-		if (orch_exec(orch_plan("INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
-										  " origin_task_id, status) VALUES ($1, $2, $3, $4, $5, 'pending')"
-										  " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
-										  " RETURNING id, task_id, status, result",
-										  5, types), v, n, false, 0, SPI_OK_INSERT_RETURNING) == 1)
+		if (orch_args_sql(&a, "INSERT INTO orch.commands (tenant_id, kind, idempotency_key, payload,"
+						  " origin_task_id, status) VALUES ($1, $2, $3, $4, $5, 'pending')"
+						  " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+						  " RETURNING id, task_id, status, result",
+						  false, 0, SPI_OK_INSERT_RETURNING) == 1)
 		{
 			int64		command_id;
 			int64		task_id;
 			Jsonb	   *work;
 			StringInfoData buf;
-			Oid			ltypes[3] = {INT8OID, TEXTOID, INT8OID};
-			Datum		lv[3];
+			OrchArgs	link = {0};
 
 			command_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 			/* the task on whose behalf the command is issued must exist */
 			if (!PG_ARGISNULL(3))
 			{
-				Oid			otypes[2] = {INT8OID, TEXTARRAYOID};
-				Datum		ov[2];
-				char		on[2] = {' ', ' '};
+				OrchArgs	origin = {0};
 
 				/* and be visible to the caller (another tenant's does not exist for it) */
-				ov[0] = v[4];
-				orch_spi_caller_tenants(ov, on, 1);
-				if (orch_sql_once("SELECT 1 FROM orch.tasks WHERE id = $1"
-										  " AND " ORCH_TENANT_IN("tenant_id", "$2"), 2, otypes, ov, on, false, 1, SPI_OK_SELECT) == 0)
+				orch_arg_int8(&origin, PG_GETARG_INT64(3));
+				orch_arg_caller_tenants(&origin);
+				if (orch_args_sql_once(&origin, "SELECT 1 FROM orch.tasks WHERE id = $1"
+									   " AND " ORCH_TENANT_IN("tenant_id", "$2"), false, 1, SPI_OK_SELECT) == 0)
 					ereport(ERROR,
 							(errcode(ERRCODE_ORCH_NOT_FOUND),
-							 errmsg("task " INT64_FORMAT " does not exist", DatumGetInt64(v[4])),
+							 errmsg("task " INT64_FORMAT " does not exist", PG_GETARG_INT64(3)),
 							 errdetail("task_id names the task on whose behalf the command is issued.")));
 			}
 			initStringInfo(&buf);
@@ -134,13 +127,13 @@ orch_command(PG_FUNCTION_ARGS)
 			orch_set_event_context(NULL, NULL);
 			task_id = orch_enqueue_internal(orch_command_queue, work, tenant, NULL);
 			orch_clear_event_context();
-			lv[0] = Int64GetDatum(command_id);
-			lv[1] = orch_text_datum(tenant);
-			lv[2] = Int64GetDatum(task_id);
-			if (orch_exec(orch_plan("UPDATE orch.commands SET task_id = $3"
-											  " WHERE id = $1 AND tenant_id = $2"
-											  " RETURNING id, task_id, status, result",
-											  3, ltypes), lv, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+			orch_arg_int8(&link, command_id);
+			orch_arg_text(&link, tenant);
+			orch_arg_int8(&link, task_id);
+			if (orch_args_sql(&link, "UPDATE orch.commands SET task_id = $3"
+							  " WHERE id = $1 AND tenant_id = $2"
+							  " RETURNING id, task_id, status, result",
+							  false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 				elog(ERROR, "orchestrator: command link failed");
 			put_command_row(rsinfo, 0, false);
 			SPI_finish();
@@ -148,10 +141,10 @@ orch_command(PG_FUNCTION_ARGS)
 		}
 
 		/* The key exists: a replay of the same request, or a conflict */
-		if (orch_exec(orch_plan("SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
-										  " kind FROM orch.commands"
-										  " WHERE tenant_id = $1 AND idempotency_key = $3",
-										  5, types), v, n, false, 1, SPI_OK_SELECT) == 0)
+		if (orch_args_sql(&a, "SELECT id, task_id, status, result, kind = $2 AND payload = $4,"
+						  " kind FROM orch.commands"
+						  " WHERE tenant_id = $1 AND idempotency_key = $3",
+						  false, 1, SPI_OK_SELECT) == 0)
 			continue;
 		tup = SPI_tuptable->vals[0];
 		td = SPI_tuptable->tupdesc;
@@ -185,9 +178,8 @@ orch_command_result(PG_FUNCTION_ARGS)
 	int64		id;
 	bool		ok;
 	Jsonb	   *result = NULL;
-	Oid			types[4] = {INT8OID, TEXTOID, JSONBOID, TEXTOID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	set = {0};
 	HeapTuple	tup;
 	TupleDesc	td;
 	char	   *status;
@@ -207,24 +199,15 @@ orch_command_result(PG_FUNCTION_ARGS)
 	want = ok ? "succeeded" : "failed";
 
 	SPI_connect();
-	v[0] = Int64GetDatum(id);
 	/* on Citus: the statements below go to the command's shard */
 	if (!orch_scope_command(id))
 		orch_not_found("command", id);
-	{
-		Oid			ltypes[2] = {INT8OID, TEXTARRAYOID};
-		Datum		lv[2];
-		char		ln[2] = {' ', ' '};
-
-		lv[0] = v[0];
-		orch_spi_caller_tenants(lv, ln, 1);
-		/* another tenant's row is neither locked nor seen */
-		orch_sql_once("SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
-								  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", 2, ltypes, lv, ln, false, 1, SPI_OK_SELECT);
-	}
-	/* another tenant's command does not exist for a role bound to tenants */
-	if (SPI_processed == 0 ||
-		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)))
+	orch_arg_int8(&a, id);
+	orch_arg_caller_tenants(&a);
+	/* another tenant's row is neither locked nor seen; it does not exist for the caller */
+	orch_args_sql_once(&a, "SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
+					   "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", false, 1, SPI_OK_SELECT);
+	if (!orch_found_visible(3))
 		orch_not_found("command", id);
 	tup = SPI_tuptable->vals[0];
 	td = SPI_tuptable->tupdesc;
@@ -247,13 +230,12 @@ orch_command_result(PG_FUNCTION_ARGS)
 		SPI_finish();
 		PG_RETURN_TEXT_P(cstring_to_text(want));
 	}
-	v[1] = orch_text_datum(want);
-	v[2] = JsonbPGetDatum(result);
-	if (!result)
-		n[2] = 'n';
-	v[3] = orch_text_datum(SPI_getvalue(tup, td, 3));
-	orch_sql_once("UPDATE orch.commands SET status = $2, result = $3, completed_at = now()"
-							  " WHERE id = $1 AND tenant_id = $4", 4, types, v, n, false, 0, SPI_OK_UPDATE);
+	orch_arg_int8(&set, id);
+	orch_arg_text(&set, want);
+	orch_arg(&set, JSONBOID, PointerGetDatum(result), result == NULL);
+	orch_arg_text(&set, SPI_getvalue(tup, td, 3));
+	orch_args_sql_once(&set, "UPDATE orch.commands SET status = $2, result = $3, completed_at = now()"
+					   " WHERE id = $1 AND tenant_id = $4", false, 0, SPI_OK_UPDATE);
 	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(want));

@@ -54,8 +54,7 @@ redrive(int64 id, bool skip_redriven)
 									  " FROM orch.tasks t WHERE t.id = $1"
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), false, 1, SPI_OK_SELECT);
 	/* another tenant's task does not exist for a role bound to tenants */
-	if (SPI_processed == 0 ||
-		!orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4)))
+	if (!orch_found_visible(4))
 		orch_not_found("task", id);
 	tup = SPI_tuptable->vals[0];
 	td = SPI_tuptable->tupdesc;

@@ -1,9 +1,9 @@
 /*
  * distributed.c
- *	  Running on Citus: detecting it, the tenant a call is
- *	  scoped to (so that every statement it runs is a single-shard query),
- *	  and orch_distribute(), which distributes the extension's tables by
- *	  tenant_id and makes their ids unique across the nodes.
+ *	  orch_distribute(), which distributes the extension's tables with
+ *	  Citus by tenant_id and makes their ids unique across the nodes.
+ *	  Whether they are distributed is known to spi.c (orch_citus); the
+ *	  tenant a call is scoped to there, to tenant.c.
  */
 #include "postgres.h"
 
@@ -22,206 +22,6 @@
 #include "orchestrator.h"
 
 PG_FUNCTION_INFO_V1(orch_distribute);
-
-/*
- * Are the orchestrator's tables distributed with Citus (orch.tasks is a
- * Citus table)?  Looked up once per transaction; orch_distribute forgets
- * the answer of its own transaction.  With Citus installed but the tables
- * left local, everything runs as on a single node.
- */
-static LocalTransactionId citus_lxid = InvalidLocalTransactionId;
-static bool citus_distributed = false;
-
-bool
-orch_citus(void)
-{
-	if (citus_lxid != MyProc->lxid || citus_lxid == InvalidLocalTransactionId)
-	{
-		Oid			tasks;
-		bool		distributed = false;
-
-		tasks = orch_relid("tasks");
-		if (OidIsValid(tasks) && OidIsValid(get_extension_oid("citus", true)))
-		{
-			Oid			types[1] = {OIDOID};
-			Datum		v[1];
-
-			v[0] = ObjectIdGetDatum(tasks);
-			if (SPI_connect() != SPI_OK_CONNECT)
-				elog(ERROR, "orchestrator: SPI_connect failed");
-			orch_sql_once("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1", 1, types, v, NULL, true, 1, SPI_OK_SELECT);
-			distributed = SPI_processed > 0;
-			SPI_finish();
-		}
-		/* remembered only once known (an error above caches nothing) */
-		citus_distributed = distributed;
-		citus_lxid = MyProc->lxid;
-	}
-	return citus_distributed;
-}
-
-/* Forget this transaction's answer (the tables were just distributed). */
-static void
-citus_forget(void)
-{
-	citus_lxid = InvalidLocalTransactionId;
-}
-
-/*
- * The tenant the current call acts in, on Citus only.  A call that acts on
- * one task (or maintenance, tenant by tenant) sets it; the statements it
- * runs then filter on that tenant (orch_spi_caller_tenants), which makes
- * each a single-shard router query: Citus refuses FOR UPDATE across shards.
- * Cleared when the call ends, at transaction end, and by the abort of the
- * subtransaction that set it, so an error in one call never scopes the next.
- */
-static char *scope_tenant = NULL;
-static SubTransactionId scope_subid = InvalidSubTransactionId;	/* where it was set */
-
-const char *
-orch_scoped_tenant(void)
-{
-	return scope_tenant;
-}
-
-void
-orch_scope_tenant(const char *tenant)
-{
-	if (scope_tenant != NULL)
-		pfree(scope_tenant);
-	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
-	scope_subid = tenant ? GetCurrentSubTransactionId() : InvalidSubTransactionId;
-}
-
-/* Set SPI argument i (text[]) to the scoped tenant, SQL NULL when unscoped. */
-void
-orch_spi_scope_tenants(Datum *values, char *nulls, int i)
-{
-	if (scope_tenant == NULL)
-	{
-		values[i] = (Datum) 0;
-		nulls[i] = 'n';
-	}
-	else
-	{
-		values[i] = orch_text_array1(scope_tenant);
-		nulls[i] = ' ';
-	}
-}
-
-void
-orch_scope_clear(void)
-{
-	orch_scope_tenant(NULL);
-}
-
-static void
-scope_xact_callback(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PREPARE)
-		orch_scope_clear();
-}
-
-static void
-scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	/* only a scope set inside the aborted subtransaction goes with it */
-	if (event == SUBXACT_EVENT_ABORT_SUB && scope_tenant != NULL && scope_subid >= mySubid)
-		orch_scope_clear();
-}
-
-void
-orch_distributed_init(void)
-{
-	RegisterXactCallback(scope_xact_callback, NULL);
-	RegisterSubXactCallback(scope_subxact_callback, NULL);
-}
-
-/*
- * On Citus, scope the call to the tenant of the rows ids (a bigint[]) of
- * table (orch.tasks or orch.commands): one lookup across the shards,
- * without a lock, filtered by the caller's own tenants.  Rows of several
- * tenants are refused (0A000): a call that fences and finishes them must
- * lock them on one shard.  Rows not found leave the call unscoped; its own
- * lookup then reports them missing.  Caller is connected to SPI.
- */
-static bool
-scope_by_ids(const char *table, Datum ids)
-{
-	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
-	Datum		v[2];
-	char		n[2] = {' ', ' '};
-	bool		isnull;
-	Datum		d;
-
-	orch_scope_clear();
-	v[0] = ids;
-	orch_spi_caller_tenants(v, n, 1);
-	if (orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
-									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
-									   table), 2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
-		return false;
-	if (SPI_processed > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the tasks belong to more than one tenant"),
-				 errdetail("With the tables distributed by Citus, one call acts on one tenant's tasks."),
-				 errhint("Complete each tenant's tasks in a call of their own (a claim hands out one tenant's tasks).")));
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	orch_scope_tenant(TextDatumGetCString(d));
-	return true;
-}
-
-static Datum
-one_id(int64 id)
-{
-	Datum		one = Int64GetDatum(id);
-
-	return PointerGetDatum(construct_array(&one, 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
-/*
- * On Citus: scope to the tenant of the tasks ids (bigint[]) and return
- * whether any was found (false: the caller reports them missing, without
- * running its statements across the shards).  Off Citus: nothing, true.
- */
-bool
-orch_scope_tasks(Datum ids)
-{
-	return !orch_citus() || scope_by_ids("orch.tasks", ids);
-}
-
-/* orch_scope_tasks for one task */
-bool
-orch_scope_task(int64 id)
-{
-	return !orch_citus() || scope_by_ids("orch.tasks", one_id(id));
-}
-
-/* orch_scope_tasks for one command */
-bool
-orch_scope_command(int64 id)
-{
-	return !orch_citus() || scope_by_ids("orch.commands", one_id(id));
-}
-
-/*
- * On Citus, the one tenant a cross-tenant call (a claim, a listing) must
- * name; 0A000 when it names none.  what: the call, for the message.
- */
-void
-orch_require_one_tenant(const char *tenant, const char *what)
-{
-	if (tenant == NULL && orch_citus())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s must name one tenant when the tables are distributed with Citus", what),
-				 errdetail("Citus runs FOR UPDATE only on one shard, and a tenant's rows are on one shard."),
-				 errhint("Pass tenant => '...', or bind the calling role to one tenant with orch_bind_tenant.")));
-}
 
 /* ----------------------------------------------------------------------
  * orch_distribute(shard_count integer DEFAULT NULL) -> TABLE(object, action)
@@ -433,6 +233,6 @@ orch_distribute(PG_FUNCTION_ARGS)
 
 	SPI_finish();
 	/* the rest of this transaction works on distributed tables */
-	citus_forget();
+	orch_citus_forget();
 	return (Datum) 0;
 }

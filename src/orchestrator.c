@@ -67,5 +67,4 @@ _PG_init(void)
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
-	orch_distributed_init();
 }

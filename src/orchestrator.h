@@ -196,10 +196,6 @@ extern RetryDecision orch_decide(const RetryPolicy *p, ErrorClass ec,
 								 bool has_retry_after, int64 retry_after,
 								 int64 task_id);
 
-/* lifecycle.c: the task matrix and its trigger */
-extern void orch_raise_invalid_transition(const char *what, const char *from, const char *to) pg_attribute_noreturn();
-extern void orch_raise_terminal(const char *what, const char *from, const char *to) pg_attribute_noreturn();
-
 /* state_machines.c: the same trigger on a user table (search_path pinned) */
 extern HeapTuple orch_user_table_trigger(TriggerData *trigdata, const char *column,
 										 const char *machine);
@@ -244,20 +240,26 @@ extern void orch_write_run_event(const char *tenant, int64 run_id, const char *e
 								 const char *from_state, const char *to_state,
 								 const char *reason_code, const char *note);
 
+/* row_triggers.c: what the row triggers share */
+extern void orch_raise_invalid_transition(const char *what, const char *from, const char *to) pg_attribute_noreturn();
+extern void orch_raise_terminal(const char *what, const char *from, const char *to) pg_attribute_noreturn();
 extern bool orch_restoring(void);
 extern bool orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td);
 
-/* runs.c: workflow runs */
+/* run_state.c: a run's step task finished (noted for statement end) */
 extern void orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
 						   bool completed);
+
+/* runs.c: workflow runs */
 extern void orch_runs_flush(void);
 extern int	orch_runs_maintain(int limit);
 
-/* tenant.c: tenant bindings and the caller */
+/* tenant.c: the tenants a call may touch (bindings, and the Citus scope) */
 extern Oid	orch_caller_role(void);
 extern char *orch_current_actor(void);
 extern bool orch_caller_restricted(void);
 extern bool orch_tenant_allowed(const char *tenant);
+extern bool orch_found_visible(int col);
 extern Datum orch_caller_tenants_datum(bool *isnull);
 extern void orch_spi_caller_tenants(Datum *values, char *nulls, int i);
 extern char *orch_resolve_tenant(const char *requested);
@@ -265,6 +267,16 @@ extern char *orch_caller_only_tenant(void);
 extern void orch_require_tenant(const char *tenant);
 extern void orch_require_unrestricted(const char *what);
 extern bool orch_caller_is_admin_role(void);
+extern void orch_tenant_cache_forget(void);
+/* on Citus: the tenant a call is scoped to */
+extern const char *orch_scoped_tenant(void);
+extern void orch_scope_tenant(const char *tenant);
+extern void orch_scope_clear(void);
+extern void orch_spi_scope_tenants(Datum *values, char *nulls, int i);
+extern bool orch_scope_task(int64 id);
+extern bool orch_scope_tasks(Datum ids);
+extern bool orch_scope_command(int64 id);
+extern void orch_require_one_tenant(const char *tenant, const char *what);
 
 /* orchestrator.c: the GUCs */
 extern bool orch_auto_create_queues;
@@ -357,14 +369,15 @@ extern void orch_arg(OrchArgs *a, Oid type, Datum value, bool isnull);
 extern void orch_arg_text(OrchArgs *a, const char *s);
 extern void orch_arg_int8(OrchArgs *a, int64 v);
 extern void orch_arg_int4(OrchArgs *a, int32 v);
-extern void orch_arg_caller_tenants(OrchArgs *a);	/* text[], NULL: every tenant */
-extern void orch_arg_scope_tenants(OrchArgs *a);	/* text[]: see orch_spi_scope_tenants */
 /* orch_sql / orch_sql_once with the parameters of a */
 extern void orch_spi_values(SPITupleTable *tt, uint64 row, int first, int n,
 							Datum *values, bool *nulls);
 extern char **orch_spi_column(int col);	/* a text column of the last result */
 extern uint64 orch_args_sql(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
 extern uint64 orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
+/* tenant.c: the caller's tenants, the scoped tenant as the next parameter */
+extern void orch_arg_caller_tenants(OrchArgs *a);	/* text[], NULL: every tenant */
+extern void orch_arg_scope_tenants(OrchArgs *a);	/* text[]: the scoped tenant */
 
 /*
  * The tenant filter of every statement: PARAM is a text[] of the tenants
@@ -414,17 +427,9 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
  */
 #define ORCH_UTC_ADD(TS, IV) "timezone('UTC', timezone('UTC', " TS ") + " IV ")"
 
-/* distributed.c: Citus */
+/* spi.c: are the tables distributed with Citus (once per transaction)? */
 extern bool orch_citus(void);
-extern void orch_distributed_init(void);
-extern const char *orch_scoped_tenant(void);
-extern void orch_scope_tenant(const char *tenant);
-extern void orch_scope_clear(void);
-extern void orch_spi_scope_tenants(Datum *values, char *nulls, int i);
-extern bool orch_scope_task(int64 id);
-extern bool orch_scope_tasks(Datum ids);
-extern bool orch_scope_command(int64 id);
-extern void orch_require_one_tenant(const char *tenant, const char *what);
+extern void orch_citus_forget(void);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)

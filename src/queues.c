@@ -97,28 +97,34 @@ effective(Jsonb *settings)
 	return orch_settings_to_jsonb(&qs);
 }
 
+/* The queue administration calls: an unrestricted caller, a queue name. */
+static char *
+admin_queue_arg(FunctionCallInfo fcinfo)
+{
+	orch_require_unrestricted("queue administration");
+	orch_require_arg(fcinfo, 0, "name");
+	return orch_text_arg(fcinfo, 0);
+}
+
 Datum
 orch_create_queue(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	Jsonb	   *settings;
 	Jsonb	   *result;
-	Oid			types[2] = {TEXTOID, JSONBOID};
-	Datum		vals[2];
+	OrchArgs	a = {0};
 
-	orch_require_unrestricted("queue administration");
-	orch_require_arg(fcinfo, 0, "name");
-	name = orch_text_arg(fcinfo, 0);
+	name = admin_queue_arg(fcinfo);
 	orch_check_name(name, "queue");
 	settings = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
 	result = effective(settings);
 
 	SPI_connect();
-	vals[0] = orch_text_datum(name);
-	vals[1] = JsonbPGetDatum(settings ? settings :
-							 DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"))));
-	if (orch_sql_once("INSERT INTO orch.queues (name, settings)"
-							  " VALUES ($1, jsonb_strip_nulls($2)) ON CONFLICT DO NOTHING", 2, types, vals, NULL, false, 0, SPI_OK_INSERT) == 0)
+	orch_arg_text(&a, name);
+	orch_arg(&a, JSONBOID, PointerGetDatum(settings), settings == NULL);
+	if (orch_args_sql_once(&a, "INSERT INTO orch.queues (name, settings)"
+						   " VALUES ($1, jsonb_strip_nulls(coalesce($2, '{}'))) ON CONFLICT DO NOTHING",
+						   false, 0, SPI_OK_INSERT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("queue \"%s\" already exists", name),
@@ -138,10 +144,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	bool		isnull;
 	MemoryContext outer = CurrentMemoryContext;
 
-	orch_require_unrestricted("queue administration");
-	orch_require_arg(fcinfo, 0, "name");
+	name = admin_queue_arg(fcinfo);
 	orch_require_arg(fcinfo, 1, "settings");
-	name = orch_text_arg(fcinfo, 0);
 	if (!JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(1)) || JB_ROOT_IS_SCALAR(PG_GETARG_JSONB_P(1)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -170,18 +174,14 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 static void
 set_paused(FunctionCallInfo fcinfo, bool paused)
 {
-	char	   *name;
-	Oid			types[2] = {TEXTOID, BOOLOID};
-	Datum		vals[2];
+	char	   *name = admin_queue_arg(fcinfo);
+	OrchArgs	a = {0};
 
-	orch_require_unrestricted("queue administration");
-	orch_require_arg(fcinfo, 0, "name");
-	name = orch_text_arg(fcinfo, 0);
 	SPI_connect();
-	vals[0] = orch_text_datum(name);
-	vals[1] = BoolGetDatum(paused);
-	if (orch_sql_once("UPDATE orch.queues SET paused = $2, updated_at = now()"
-							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE) == 0)
+	orch_arg_text(&a, name);
+	orch_arg(&a, BOOLOID, BoolGetDatum(paused), false);
+	if (orch_args_sql_once(&a, "UPDATE orch.queues SET paused = $2, updated_at = now()"
+						   " WHERE name = $1", false, 0, SPI_OK_UPDATE) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
@@ -212,9 +212,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	int64		live;
 	bool		isnull;
 
-	orch_require_unrestricted("queue administration");
-	orch_require_arg(fcinfo, 0, "name");
-	name = orch_text_arg(fcinfo, 0);
+	name = admin_queue_arg(fcinfo);
 	force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
 
 	SPI_connect();

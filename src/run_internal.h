@@ -1,13 +1,14 @@
 /*
  * run_internal.h
  *	  What the workflow-run files share.  By layer, from the top: the SQL API
- *	  and the entries (runs.c: orch_start, orch_run_status, the notes of
- *	  finished step tasks and their flush at statement end, orch_maintain's
+ *	  and the entries (runs.c: orch_start, orch_run_status, the flush at
+ *	  statement end of the runs whose step tasks finished, orch_maintain's
  *	  part; run_control.c: approvals, pause/resume, cancel, retry); step
  *	  progression (run_steps.c) and the tasks of steps (run_step_tasks.c),
  *	  with decisions (run_decisions.c) and compensation (run_compensation.c)
  *	  beside it; the run's state at the bottom (run_state.c: its lifecycle
- *	  trigger, lock, state changes, step events, cancelling its tasks).
+ *	  trigger, lock, state changes, step events, cancelling its tasks, the
+ *	  notes of finished step tasks).
  */
 #ifndef RUN_INTERNAL_H
 #define RUN_INTERNAL_H
@@ -50,7 +51,7 @@ typedef struct RunRow
 
 extern Oid	orch_run_types[6];
 
-/* runs.c */
+/* run_state.c: the bottom */
 extern bool orch_lock_run(int64 run_id, const char *tenant, RunRow *r);
 extern void orch_lock_run_or_not_found(int64 run_id, RunRow *r);
 extern void orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
@@ -58,8 +59,27 @@ extern void orch_step_event(RunRow *r, const char *step, const char *from, const
 					   const char *reason);
 extern int	orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, const char *reason);
+extern void orch_run_end_failed(RunRow *r, const char *reason);
+
+/*
+ * Notes from the task trigger (orch_runs_note): runs whose step tasks
+ * finished, progressed at statement end (orch_runs_flush); the run being
+ * acted on (busy) takes none.
+ */
+typedef struct RunNote
+{
+	int			level;
+	int64		run_id;
+	char	   *tenant;
+	/* the one task of the run that completed, when that is all (else 0) */
+	int64		task_id;
+	char	   *step;
+} RunNote;
 extern int64 orch_run_busy_begin(int64 run_id);
 extern void orch_run_busy_end(int64 prev);
+extern bool orch_run_notes_pending(void);
+extern void orch_run_notes_sort(void);
+extern bool orch_run_notes_next(RunNote *out);
 extern Jsonb *orch_json_object1(const char *k1, const char *v1, const char *k2, const char *raw2);
 
 /* run_decisions.c: beside progression */
@@ -77,10 +97,11 @@ extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 	"  ELSE (spec ->> 'timeout')::interval END) END"
 
 /* run_step_tasks.c: the tasks of steps */
+/* The error of a step whose queue does not exist (and is not created) */
+#define STEP_NO_QUEUE "its queue does not exist and orchestrator.auto_create_queues is off"
 extern bool orch_run_start_step_task(RunRow *r, const char *step);
 extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key,
 										Jsonb *spec_unused, int item, bool compensation);
-extern void orch_run_end_failed(RunRow *r, const char *reason);
 extern void orch_run_progress(RunRow *r);
 extern void orch_run_progress_completed(RunRow *r, int64 task_id, const char *step);
 extern void orch_run_advance(RunRow *r);

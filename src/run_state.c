@@ -3,7 +3,8 @@
  *	  The bottom layer of workflows: the run's state (the lifecycle matrix,
  *	  enforced by a C trigger on orch.runs for every writer, one event per
  *	  accepted transition), locking a run's row, changing its state, a step's
- *	  events, and cancelling a run's tasks.  Step progression (run_steps.c),
+ *	  events, cancelling a run's tasks, and the notes by which the task
+ *	  trigger marks the runs whose step tasks finished.  Step progression (run_steps.c),
  *	  decisions and compensation sit above it; the SQL API (runs.c,
  *	  run_control.c) on top.
  */
@@ -202,6 +203,138 @@ orch_lock_run_or_not_found(int64 run_id, RunRow *r)
 				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
 }
 
+/* ----------------------------------------------------------------------
+ * Notes from the task trigger: runs whose step tasks finished in this
+ * statement (per (sub)transaction level), advanced at statement end.
+ * ---------------------------------------------------------------------- */
+static List *run_notes = NIL;
+
+/*
+ * The run being acted on (its row locked by this backend): the tasks it
+ * changes itself (cancellations) need no second pass of progression.
+ */
+static int64 busy_run = 0;
+
+static void
+notes_reset(bool xact_end)
+{
+	busy_run = 0;
+}
+
+static OrchXactLists notes_state = {{&run_notes}, notes_reset};
+
+/* Begin / end acting on a run (nested calls keep the outer one). */
+int64
+orch_run_busy_begin(int64 run_id)
+{
+	int64		prev = busy_run;
+
+	orch_xact_lists_use(&notes_state);
+
+	busy_run = run_id;
+	return prev;
+}
+
+void
+orch_run_busy_end(int64 prev)
+{
+	busy_run = prev;
+}
+
+/*
+ * A task of run_id finished (task_id, its step key, completed or not): the
+ * run progresses at the end of the statement.  A run with exactly one task
+ * completed is told which: its step can be settled without looking at the
+ * others (orch_run_progress_completed).
+ */
+void
+orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
+			   bool completed)
+{
+	MemoryContext old;
+	RunNote    *n;
+	ListCell   *lc;
+
+	if (run_id == busy_run)
+		return;					/* its own doing: already accounted for */
+	orch_xact_lists_use(&notes_state);
+	foreach(lc, run_notes)
+	{
+		RunNote    *e = (RunNote *) lfirst(lc);
+
+		if (e->run_id == run_id && strcmp(e->tenant, tenant) == 0)
+		{
+			e->task_id = 0;		/* more than one: the general path */
+			e->step = NULL;
+			return;
+		}
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	n = palloc(sizeof(RunNote));
+	n->level = GetCurrentTransactionNestLevel();
+	n->run_id = run_id;
+	n->tenant = pstrdup(tenant);
+	/* a plain step's task (map items are "step#i", compensations "step:compensate") */
+	if (completed && step_key != NULL && strpbrk(step_key, "#:") == NULL)
+	{
+		n->task_id = task_id;
+		n->step = pstrdup(step_key);
+	}
+	else
+	{
+		n->task_id = 0;
+		n->step = NULL;
+	}
+	run_notes = lappend(run_notes, n);
+	MemoryContextSwitchTo(old);
+}
+
+static int
+run_note_cmp(const ListCell *a, const ListCell *b)
+{
+	RunNote    *x = (RunNote *) lfirst(a);
+	RunNote    *y = (RunNote *) lfirst(b);
+	int			c = strcmp(x->tenant, y->tenant);
+
+	if (c != 0)
+		return c;
+	return x->run_id < y->run_id ? -1 : (x->run_id > y->run_id ? 1 : 0);
+}
+
+bool
+orch_run_notes_pending(void)
+{
+	return run_notes != NIL;
+}
+
+/* Runs in one order (tenant, id), the order every session locks them in. */
+void
+orch_run_notes_sort(void)
+{
+	list_sort(run_notes, run_note_cmp);
+}
+
+/*
+ * Take the first note into *out (copied into the current memory context);
+ * false when there is none.  Notes made meanwhile are taken too.
+ */
+bool
+orch_run_notes_next(RunNote *out)
+{
+	RunNote    *n;
+
+	if (run_notes == NIL)
+		return false;
+	n = (RunNote *) linitial(run_notes);
+	out->level = n->level;
+	out->run_id = n->run_id;
+	out->tenant = pstrdup(n->tenant);
+	out->task_id = n->task_id;
+	out->step = n->step ? pstrdup(n->step) : NULL;
+	run_notes = list_delete_first(run_notes);
+	return true;
+}
+
 /* Move the run to a state (through the trigger), with a reason. */
 void
 orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
@@ -294,4 +427,13 @@ orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE);
 	orch_restore_event_context(saved);	/* the caller's label and note go on */
 	return (int) SPI_processed;
+}
+
+/* The run ends failed, through running when it waits or is paused. */
+void
+orch_run_end_failed(RunRow *r, const char *reason)
+{
+	if (r->state == RS_WAITING_APPROVAL || r->state == RS_PAUSED)
+		orch_set_run_state(r, RS_RUNNING, reason, NULL);
+	orch_set_run_state(r, RS_FAILED, reason, NULL);
 }

@@ -111,8 +111,8 @@ orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Js
 /*
  * Start a task step: its task and the step running with it, in one
  * statement.  When the step's queue does not exist yet it is created on the
- * way (orchestrator.auto_create_queues), else the step fails: returns true
- * then.
+ * way (orchestrator.auto_create_queues); else nothing is started and it
+ * returns true: the caller fails the step (STEP_NO_QUEUE).
  */
 bool
 orch_run_start_step_task(RunRow *r, const char *step)
@@ -134,10 +134,7 @@ orch_run_start_step_task(RunRow *r, const char *step)
 	/* its queue does not exist yet */
 	id = orch_run_enqueue_step_task(r, step, step, NULL, -1, false);
 	if (id < 0)
-	{
-		orch_run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
-		return true;
-	}
+		return true;			/* the caller fails the step */
 	a.n = 3;
 	orch_arg_int8(&a, id);
 	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"

@@ -136,7 +136,7 @@ map_fill(RunRow *r, const char *step)
 	for (int i = created; i < total && open < maxp; i++, open++)
 		if (orch_run_enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false) < 0)
 		{
-			orch_run_step_failed(r, step, "failed", "its queue does not exist and orchestrator.auto_create_queues is off", false);
+			orch_run_step_failed(r, step, "failed", STEP_NO_QUEUE, false);
 			return;
 		}
 }
@@ -256,7 +256,10 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		return false;
 	}
 	if (orch_run_start_step_task(r, step))
+	{
+		orch_run_step_failed(r, step, "failed", STEP_NO_QUEUE, false);
 		return true;
+	}
 	orch_step_event(r, step, "ready", "running", "step_started");
 	return false;
 }
@@ -319,15 +322,6 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 	for (int i = 0; i < n; i++)
 		if (strcmp(from[i], to[i]) != 0)
 			orch_step_event(r, steps[i], from[i], to[i], reason);
-}
-
-/* The run ends failed, through running when it waits or is paused. */
-void
-orch_run_end_failed(RunRow *r, const char *reason)
-{
-	if (r->state == RS_WAITING_APPROVAL || r->state == RS_PAUSED)
-		orch_set_run_state(r, RS_RUNNING, reason, NULL);
-	orch_set_run_state(r, RS_FAILED, reason, NULL);
 }
 
 /*

@@ -1,9 +1,10 @@
 /*
  * runs.c
  *	  The top of workflows, where a run is entered: orch_start (pins a
- *	  published definition version), orch_run_status, the notes by which a
- *	  step task that finishes gets its run advanced at the end of the
- *	  statement (under the run's row lock), and orch_maintain's part
+ *	  published definition version), orch_run_status, the flush at the end
+ *	  of a statement that advances the runs whose step tasks finished
+ *	  (under each run's row lock; run_state.c keeps the notes), and
+ *	  orch_maintain's part
  *	  (deadlines, timers, expiries).  The control calls (approvals,
  *	  pause/resume, cancel, retry) are in run_control.c; progression in
  *	  run_steps.c; the run's state in run_state.c.
@@ -33,124 +34,27 @@
 PG_FUNCTION_INFO_V1(orch_start);
 PG_FUNCTION_INFO_V1(orch_run_status);
 
-/* ----------------------------------------------------------------------
- * Notes from the task trigger: runs whose step tasks finished in this
- * statement (per (sub)transaction level), advanced at statement end.
- * ---------------------------------------------------------------------- */
-typedef struct RunNote
-{
-	int			level;
-	int64		run_id;
-	char	   *tenant;
-	/* the one task of the run that completed, when that is all (else 0) */
-	int64		task_id;
-	char	   *step;
-} RunNote;
-
-static List *run_notes = NIL;
+/* Set while runs noted by the task trigger progress (orch_runs_flush) */
 static bool runs_flushing = false;
-
-/*
- * The run being acted on (its row locked by this backend): the tasks it
- * changes itself (cancellations) need no second pass of progression.
- */
-static int64 busy_run = 0;
 
 static void
 runs_reset(bool xact_end)
 {
-	busy_run = 0;
 	runs_flushing = false;
 }
 
-static OrchXactLists runs_state = {{&run_notes}, runs_reset};
-
-/* Begin / end acting on a run (nested calls keep the outer one). */
-int64
-orch_run_busy_begin(int64 run_id)
-{
-	int64		prev = busy_run;
-
-	orch_xact_lists_use(&runs_state);
-
-	busy_run = run_id;
-	return prev;
-}
-
-void
-orch_run_busy_end(int64 prev)
-{
-	busy_run = prev;
-}
-
-/*
- * A task of run_id finished (task_id, its step key, completed or not): the
- * run progresses at the end of the statement.  A run with exactly one task
- * completed is told which: its step can be settled without looking at the
- * others (orch_run_progress_completed).
- */
-void
-orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
-			   bool completed)
-{
-	MemoryContext old;
-	RunNote    *n;
-	ListCell   *lc;
-
-	if (run_id == busy_run)
-		return;					/* its own doing: already accounted for */
-	orch_xact_lists_use(&runs_state);
-	foreach(lc, run_notes)
-	{
-		RunNote    *e = (RunNote *) lfirst(lc);
-
-		if (e->run_id == run_id && strcmp(e->tenant, tenant) == 0)
-		{
-			e->task_id = 0;		/* more than one: the general path */
-			e->step = NULL;
-			return;
-		}
-	}
-	old = MemoryContextSwitchTo(TopTransactionContext);
-	n = palloc(sizeof(RunNote));
-	n->level = GetCurrentTransactionNestLevel();
-	n->run_id = run_id;
-	n->tenant = pstrdup(tenant);
-	/* a plain step's task (map items are "step#i", compensations "step:compensate") */
-	if (completed && step_key != NULL && strpbrk(step_key, "#:") == NULL)
-	{
-		n->task_id = task_id;
-		n->step = pstrdup(step_key);
-	}
-	else
-	{
-		n->task_id = 0;
-		n->step = NULL;
-	}
-	run_notes = lappend(run_notes, n);
-	MemoryContextSwitchTo(old);
-}
-
-static int
-run_note_cmp(const ListCell *a, const ListCell *b)
-{
-	RunNote    *x = (RunNote *) lfirst(a);
-	RunNote    *y = (RunNote *) lfirst(b);
-	int			c = strcmp(x->tenant, y->tenant);
-
-	if (c != 0)
-		return c;
-	return x->run_id < y->run_id ? -1 : (x->run_id > y->run_id ? 1 : 0);
-}
+static OrchXactLists runs_state = {{NULL}, runs_reset};
 
 /* At statement end (statement_end.c): progress the noted runs. */
 void
 orch_runs_flush(void)
 {
 	volatile bool deferred;
+	RunNote		note;
 
-	if (runs_flushing || run_notes == NIL)
+	if (runs_flushing || !orch_run_notes_pending())
 		return;
+	orch_xact_lists_use(&runs_state);
 	runs_flushing = true;
 	/* the events of the progression go in with one INSERT at its end */
 	orch_events_defer();
@@ -158,25 +62,19 @@ orch_runs_flush(void)
 	PG_TRY();
 	{
 		/* runs locked in one order by every session: no lock-order deadlock */
-		list_sort(run_notes, run_note_cmp);
-		while (run_notes != NIL)
+		orch_run_notes_sort();
+		while (orch_run_notes_next(&note))
 		{
-			RunNote    *n = (RunNote *) linitial(run_notes);
-			int64		run_id = n->run_id;
-			char	   *tenant = pstrdup(n->tenant);
-			int64		task_id = n->task_id;
-			char	   *step = n->step ? pstrdup(n->step) : NULL;
 			RunRow		r;
 
-			run_notes = list_delete_first(run_notes);
 			if (SPI_connect() != SPI_OK_CONNECT)
 				elog(ERROR, "orchestrator: SPI_connect failed");
-			if (orch_lock_run(run_id, tenant, &r))
+			if (orch_lock_run(note.run_id, note.tenant, &r))
 			{
-				int64		prev = orch_run_busy_begin(run_id);
+				int64		prev = orch_run_busy_begin(note.run_id);
 
-				if (task_id != 0)
-					orch_run_progress_completed(&r, task_id, step);
+				if (note.task_id != 0)
+					orch_run_progress_completed(&r, note.task_id, note.step);
 				else
 					orch_run_progress(&r);
 				orch_run_busy_end(prev);

@@ -7,8 +7,10 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -272,6 +274,50 @@ orch_spi_values(SPITupleTable *tt, uint64 row, int first, int n, Datum *values, 
 	}
 }
 
+/*
+ * Are the orchestrator's tables distributed with Citus (orch.tasks is a
+ * Citus table)?  Looked up once per transaction; orch_distribute forgets
+ * the answer of its own transaction.  With Citus installed but the tables
+ * left local, everything runs as on a single node.
+ */
+static LocalTransactionId citus_lxid = InvalidLocalTransactionId;
+static bool citus_distributed = false;
+
+bool
+orch_citus(void)
+{
+	if (citus_lxid != MyProc->lxid || citus_lxid == InvalidLocalTransactionId)
+	{
+		Oid			tasks;
+		bool		distributed = false;
+
+		tasks = orch_relid("tasks");
+		if (OidIsValid(tasks) && OidIsValid(get_extension_oid("citus", true)))
+		{
+			Oid			types[1] = {OIDOID};
+			Datum		v[1];
+
+			v[0] = ObjectIdGetDatum(tasks);
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "orchestrator: SPI_connect failed");
+			distributed = orch_sql_once("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
+										1, types, v, NULL, true, 1, SPI_OK_SELECT) > 0;
+			SPI_finish();
+		}
+		/* remembered only once known (an error above caches nothing) */
+		citus_distributed = distributed;
+		citus_lxid = MyProc->lxid;
+	}
+	return citus_distributed;
+}
+
+/* Forget this transaction's answer (the tables were just distributed). */
+void
+orch_citus_forget(void)
+{
+	citus_lxid = InvalidLocalTransactionId;
+}
+
 /* ----------------------------------------------------------------------
  * Parameters built in order (OrchArgs)
  * ---------------------------------------------------------------------- */
@@ -302,20 +348,6 @@ void
 orch_arg_int4(OrchArgs *a, int32 v)
 {
 	orch_arg(a, INT4OID, Int32GetDatum(v), false);
-}
-
-void
-orch_arg_caller_tenants(OrchArgs *a)
-{
-	orch_arg(a, TEXTARRAYOID, (Datum) 0, true);
-	orch_spi_caller_tenants(a->values, a->nulls, a->n - 1);
-}
-
-void
-orch_arg_scope_tenants(OrchArgs *a)
-{
-	orch_arg(a, TEXTARRAYOID, (Datum) 0, true);
-	orch_spi_scope_tenants(a->values, a->nulls, a->n - 1);
 }
 
 uint64

@@ -5,7 +5,10 @@
  *	  (orch_bind_tenant / orch_unbind_tenant), and the effective actor that
  *	  events record.  A role bound to no tenant (directly or through a role it
  *	  has the privileges of) is unrestricted; a bound role sees exactly the
- *	  union of its bindings.  Superusers are never restricted.
+ *	  union of its bindings.  Superusers are never restricted.  On Citus, a
+ *	  call is also scoped to the one tenant it acts in, so that every
+ *	  statement it runs is a single-shard query.  The binding calls
+ *	  themselves are in bindings.c.
  */
 #include "postgres.h"
 
@@ -23,8 +26,6 @@
 
 #include "orchestrator.h"
 
-PG_FUNCTION_INFO_V1(orch_bind_tenant);
-PG_FUNCTION_INFO_V1(orch_unbind_tenant);
 PG_FUNCTION_INFO_V1(orch_tenant_visible);
 PG_FUNCTION_INFO_V1(orch_caller_tenants);
 PG_FUNCTION_INFO_V1(orch_caller_is_admin);
@@ -206,6 +207,18 @@ orch_tenant_allowed(const char *tenant)
 }
 
 /*
+ * Did the last statement find a row the caller may see?  Its first row's
+ * column col holds the tenant.  Statements filter on the caller's tenants
+ * already; this holds where a filter cannot (Citus pushes it to a shard).
+ */
+bool
+orch_found_visible(int col)
+{
+	return SPI_processed > 0 &&
+		orch_tenant_allowed(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col));
+}
+
+/*
  * The caller's tenants as a text[] Datum for statements that filter on
  * tenant_id = ANY(...); NULL (isnull) when the caller is unrestricted.
  */
@@ -357,76 +370,189 @@ orch_caller_is_admin(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(orch_caller_is_admin_role());
 }
 
-static void
-binding_args(FunctionCallInfo fcinfo, char **role, char **tenant)
+/* Forget the cached bindings (they just changed). */
+void
+orch_tenant_cache_forget(void)
 {
-	orch_require_arg(fcinfo, 0, "role");
-	orch_require_arg(fcinfo, 1, "tenant");
-	*role = NameStr(*PG_GETARG_NAME(0));
-	*tenant = orch_text_arg(fcinfo, 1);
-	if ((*tenant)[0] == '\0' || strlen(*tenant) > 128)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("tenant must have 1 to 128 characters")));
-	if (!OidIsValid(get_role_oid(*role, true)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("role \"%s\" does not exist", *role)));
-	orch_require_unrestricted("binding tenants");
+	cache_lxid = InvalidLocalTransactionId;
+}
+
+/* OrchArgs: the caller's tenants (text[], NULL: every tenant) */
+void
+orch_arg_caller_tenants(OrchArgs *a)
+{
+	orch_arg(a, TEXTARRAYOID, (Datum) 0, true);
+	orch_spi_caller_tenants(a->values, a->nulls, a->n - 1);
+}
+
+/* OrchArgs: the scoped tenant (text[], NULL: unscoped) */
+void
+orch_arg_scope_tenants(OrchArgs *a)
+{
+	orch_arg(a, TEXTARRAYOID, (Datum) 0, true);
+	orch_spi_scope_tenants(a->values, a->nulls, a->n - 1);
+}
+
+/* ----------------------------------------------------------------------
+ * On Citus: the tenant one call is scoped to
+ * ---------------------------------------------------------------------- */
+/*
+ * The tenant the current call acts in, on Citus only.  A call that acts on
+ * one task (or maintenance, tenant by tenant) sets it; the statements it
+ * runs then filter on that tenant (orch_spi_caller_tenants), which makes
+ * each a single-shard router query: Citus refuses FOR UPDATE across shards.
+ * Cleared when the call ends, at transaction end, and by the abort of the
+ * subtransaction that set it, so an error in one call never scopes the next.
+ */
+static char *scope_tenant = NULL;
+static SubTransactionId scope_subid = InvalidSubTransactionId;	/* where it was set */
+
+const char *
+orch_scoped_tenant(void)
+{
+	return scope_tenant;
+}
+
+static void scope_xact_callback(XactEvent event, void *arg);
+static void scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+								   SubTransactionId parentSubid, void *arg);
+
+void
+orch_scope_tenant(const char *tenant)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(scope_xact_callback, NULL);
+		RegisterSubXactCallback(scope_subxact_callback, NULL);
+		registered = true;
+	}
+	if (scope_tenant != NULL)
+		pfree(scope_tenant);
+	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
+	scope_subid = tenant ? GetCurrentSubTransactionId() : InvalidSubTransactionId;
+}
+
+/* Set SPI argument i (text[]) to the scoped tenant, SQL NULL when unscoped. */
+void
+orch_spi_scope_tenants(Datum *values, char *nulls, int i)
+{
+	if (scope_tenant == NULL)
+	{
+		values[i] = (Datum) 0;
+		nulls[i] = 'n';
+	}
+	else
+	{
+		values[i] = orch_text_array1(scope_tenant);
+		nulls[i] = ' ';
+	}
+}
+
+void
+orch_scope_clear(void)
+{
+	orch_scope_tenant(NULL);
+}
+
+static void
+scope_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		orch_scope_clear();
+}
+
+static void
+scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	/* only a scope set inside the aborted subtransaction goes with it */
+	if (event == SUBXACT_EVENT_ABORT_SUB && scope_tenant != NULL && scope_subid >= mySubid)
+		orch_scope_clear();
 }
 
 /*
- * Bind (bind = true) or unbind a role and a tenant: one row of
- * orch.tenant_bindings added or removed, an event when it was, and the
- * session's binding cache dropped.  True when something changed.
+ * On Citus, scope the call to the tenant of the rows ids (a bigint[]) of
+ * table (orch.tasks or orch.commands): one lookup across the shards,
+ * without a lock, filtered by the caller's own tenants.  Rows of several
+ * tenants are refused (0A000): a call that fences and finishes them must
+ * lock them on one shard.  Rows not found leave the call unscoped; its own
+ * lookup then reports them missing.  Caller is connected to SPI.
  */
 static bool
-change_binding(FunctionCallInfo fcinfo, bool bind)
+scope_by_ids(const char *table, Datum ids)
 {
-	char	   *role;
-	char	   *tenant;
-	OrchArgs	a = {0};
-	bool		changed;
+	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Datum		v[2];
+	char		n[2] = {' ', ' '};
+	bool		isnull;
+	Datum		d;
 
-	binding_args(fcinfo, &role, &tenant);
-	if (bind && superuser_arg(get_role_oid(role, false)))
+	orch_scope_clear();
+	v[0] = ids;
+	orch_spi_caller_tenants(v, n, 1);
+	if (orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
+									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
+									   table), 2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
+		return false;
+	if (SPI_processed > 1)
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("superuser \"%s\" cannot be bound to a tenant", role),
-				 errdetail("Superusers bypass every check, tenant bindings included.")));
-	orch_arg(&a, OIDOID, ObjectIdGetDatum(get_role_oid(role, false)), false);
-	orch_arg_text(&a, tenant);
-	SPI_connect();
-	if (bind)
-		changed = orch_args_sql_once(&a, "INSERT INTO orch.tenant_bindings (role, tenant_id)"
-									 " VALUES ($1::oid::regrole, $2) ON CONFLICT DO NOTHING",
-									 false, 0, SPI_OK_INSERT) == 1;
-	else
-		changed = orch_args_sql_once(&a, "DELETE FROM orch.tenant_bindings"
-									 " WHERE role = $1::oid::regrole AND tenant_id = $2",
-									 false, 0, SPI_OK_DELETE) == 1;
-	if (changed)
-		orch_write_event(tenant, 0, false, "tenant_binding", bind ? NULL : role, bind ? role : NULL,
-						 bind ? "tenant_bound" : "tenant_unbound", 0, NULL, NULL);
-	SPI_finish();
-	cache_lxid = InvalidLocalTransactionId;
-	return changed;
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the tasks belong to more than one tenant"),
+				 errdetail("With the tables distributed by Citus, one call acts on one tenant's tasks."),
+				 errhint("Complete each tenant's tasks in a call of their own (a claim hands out one tenant's tasks).")));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	orch_scope_tenant(TextDatumGetCString(d));
+	return true;
+}
+
+static Datum
+one_id(int64 id)
+{
+	Datum		one = Int64GetDatum(id);
+
+	return PointerGetDatum(construct_array(&one, 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 /*
- * orch_bind_tenant(role name, tenant text) -> boolean
- *	  Restricts the role (and every role that has its privileges) to its
- *	  bound tenants; true when the binding is new.
+ * On Citus: scope to the tenant of the tasks ids (bigint[]) and return
+ * whether any was found (false: the caller reports them missing, without
+ * running its statements across the shards).  Off Citus: nothing, true.
  */
-Datum
-orch_bind_tenant(PG_FUNCTION_ARGS)
+bool
+orch_scope_tasks(Datum ids)
 {
-	PG_RETURN_BOOL(change_binding(fcinfo, true));
+	return !orch_citus() || scope_by_ids("orch.tasks", ids);
 }
 
-/* orch_unbind_tenant(role name, tenant text) -> boolean: true when removed */
-Datum
-orch_unbind_tenant(PG_FUNCTION_ARGS)
+/* orch_scope_tasks for one task */
+bool
+orch_scope_task(int64 id)
 {
-	PG_RETURN_BOOL(change_binding(fcinfo, false));
+	return !orch_citus() || scope_by_ids("orch.tasks", one_id(id));
+}
+
+/* orch_scope_tasks for one command */
+bool
+orch_scope_command(int64 id)
+{
+	return !orch_citus() || scope_by_ids("orch.commands", one_id(id));
+}
+
+/*
+ * On Citus, the one tenant a cross-tenant call (a claim, a listing) must
+ * name; 0A000 when it names none.  what: the call, for the message.
+ */
+void
+orch_require_one_tenant(const char *tenant, const char *what)
+{
+	if (tenant == NULL && orch_citus())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s must name one tenant when the tables are distributed with Citus", what),
+				 errdetail("Citus runs FOR UPDATE only on one shard, and a tenant's rows are on one shard."),
+				 errhint("Pass tenant => '...', or bind the calling role to one tenant with orch_bind_tenant.")));
 }
