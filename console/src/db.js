@@ -1,0 +1,158 @@
+'use strict';
+// db.js: every SQL statement of the console.  Only the extension's SQL API
+// (its views and functions) is used, never the orch.* tables, and always
+// with parameters ($1, $2, ...), never with values pasted into SQL text.
+// The console acts as the role it connects as: grants, tenant bindings and
+// row-level security decide what it sees and may do.
+
+const { Pool, types: pgTypes } = require('pg');
+
+// Timestamps, intervals, json and bigint are shown as PostgreSQL prints
+// them: no conversion in JavaScript (no time zone shift, no precision loss).
+const AS_TEXT = new Set([20, 114, 1082, 1114, 1184, 1186, 3802]);
+const types = {
+  getTypeParser(oid, format) {
+    if (AS_TEXT.has(oid)) return (v) => v;
+    return pgTypes.getTypeParser(oid, format);
+  },
+};
+
+const TASK_STATES = ['received', 'queued', 'executing', 'awaiting_tool', 'awaiting_user_confirmation',
+  'completed', 'failed', 'cancelled'];
+const ERROR_CLASSES = ['TRANSIENT', 'RETRYABLE', 'RATE_LIMITED', 'DEPENDENCY_FAILED', 'NON_RETRYABLE',
+  'COMPENSATION_REQUIRED'];
+const DEAD_LETTER_REASONS = ['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+  'compensation_required', 'not_safe_to_retry'];
+const RUN_STATES = ['running', 'waiting_approval', 'paused', 'succeeded', 'failed', 'canceled'];
+const PAGE = 100;
+
+// where(filters): a WHERE clause and its parameters from [column, operator,
+// value] triples whose value is not empty.  Columns and operators come from
+// this file, values only ever travel as parameters.
+function where(filters, params) {
+  const parts = [];
+  for (const [col, op, value, cast] of filters) {
+    if (value === undefined || value === null || value === '') continue;
+    params.push(value);
+    parts.push(`${col} ${op} $${params.length}${cast ? `::${cast}` : ''}`);
+  }
+  return parts.length ? `WHERE ${parts.join(' AND ')}` : '';
+}
+
+function createDb(connectionString) {
+  const pool = new Pool({
+    connectionString: connectionString || undefined,
+    max: 5,
+    application_name: 'orchestrator-console',
+    types,
+  });
+  pool.on('error', () => {});   // an idle client lost its connection: the next query reconnects
+
+  const q = async (sql, params = []) => (await pool.query(sql, params)).rows;
+  const one = async (sql, params) => (await q(sql, params))[0];
+
+  return {
+    end: () => pool.end(),
+
+    whoami: () => one('SELECT current_user AS role, current_database() AS db, orch_caller_tenants() AS tenants'),
+
+    // ---- queues ---------------------------------------------------------
+    queueStats: () => q('SELECT * FROM orch_queue_stats ORDER BY queue, tenant_id'),
+    queues: () => q('SELECT queue, paused FROM orch_queues ORDER BY queue'),
+    errorStats: () => q(`SELECT * FROM orch_error_stats WHERE retries_1h > 0 OR failures_1h > 0
+                          ORDER BY queue, tenant_id, error_class, reason_code`),
+    metricsRefresh: () => one('SELECT orch_metrics_refresh() AS n'),
+
+    // ---- tasks ----------------------------------------------------------
+    tasks(f) {
+      const params = [];
+      const w = where([
+        ['queue', '=', f.queue], ['state', '=', f.state], ['tenant_id', '=', f.tenant],
+        ['last_error_class', '=', f.error_class], ['created_at', '>=', f.from, 'timestamptz'],
+        ['created_at', '<', f.to, 'timestamptz'], ['run_id', '=', f.run_id, 'bigint'],
+        ['correlation_id', '=', f.correlation_id], ['task_id', '<', f.before, 'bigint'],
+      ], params);
+      params.push(PAGE + 1);
+      return q(`SELECT task_id, tenant_id, queue, state, reason_code, priority, attempts, failures,
+                       last_error_class, last_error, run_id, step_key, correlation_id, created_at, updated_at
+                  FROM orch_tasks ${w} ORDER BY task_id DESC LIMIT $${params.length}`, params);
+    },
+    // orch_status raises OR005 for an unknown task (or one of another tenant).
+    taskStatus: (id) => one('SELECT * FROM orch_status($1::bigint)', [id]),
+    taskDetail: (id) => one(`SELECT jsonb_pretty(payload) AS payload, jsonb_pretty(result) AS result,
+                                    jsonb_pretty(wait_data) AS wait_data, jsonb_pretty(resume_data) AS resume_data,
+                                    run_id, step_key, owner, concurrency_key, idempotency_key, correlation_id,
+                                    retry_of, finished_at, claimed_at, max_attempts, max_failures, gated
+                               FROM orch_tasks WHERE task_id = $1::bigint`, [id]),
+    taskHistory: (id) => q('SELECT * FROM orch_history($1::bigint)', [id]),
+    redrivenAs: (id) => q('SELECT task_id, state FROM orch_tasks WHERE retry_of = $1::bigint ORDER BY task_id', [id]),
+    isDeadLetter: async (id) => !!(await one('SELECT 1 AS x FROM orch_dead_letters WHERE task_id = $1::bigint', [id])),
+    cancelTask: (id, reason) => one('SELECT orch_cancel($1::bigint, $2) AS state', [id, reason || null]),
+
+    // ---- dead letters ---------------------------------------------------
+    deadLetters(f) {
+      const params = [];
+      const w = where([
+        ['queue', '=', f.queue], ['reason', '=', f.reason], ['tenant_id', '=', f.tenant],
+        ['last_error_class', '=', f.error_class], ['failed_at', '>=', f.failed_after, 'timestamptz'],
+      ], params);
+      params.push(PAGE + 1);
+      return q(`SELECT task_id, tenant_id, queue, reason, failed_at, last_error, last_error_class, attempts,
+                       failures, jsonb_pretty(payload) AS payload, owner, created_at
+                  FROM orch_dead_letters ${w} ORDER BY failed_at DESC, task_id DESC LIMIT $${params.length}`, params);
+    },
+    retry: (id) => one('SELECT orch_retry($1::bigint) AS new_task_id', [id]),
+    reprocess: (f) => q(`SELECT task_id, new_task_id
+                           FROM orch_reprocess(queue => $1, reason_code => $2, failed_after => $3::timestamptz,
+                                               max => $4::int)`,
+    [f.queue || null, f.reason || null, f.failed_after || null, f.max || null]),
+
+    // ---- runs -----------------------------------------------------------
+    definitions: () => q('SELECT DISTINCT name FROM orch_definitions ORDER BY name'),
+    runs(f) {
+      const params = [];
+      const w = where([
+        ['definition', '=', f.definition], ['state', '=', f.state], ['tenant_id', '=', f.tenant],
+        ['created_at', '>=', f.from, 'timestamptz'], ['created_at', '<', f.to, 'timestamptz'],
+        ['correlation_id', '=', f.correlation_id], ['run_id', '<', f.before, 'bigint'],
+      ], params);
+      params.push(PAGE + 1);
+      return q(`SELECT run_id, tenant_id, definition, version, state, phase, reason_code, failed_step,
+                       error, correlation_id, created_at, updated_at, finished_at, retry_of
+                  FROM orch_runs ${w} ORDER BY run_id DESC LIMIT $${params.length}`, params);
+    },
+    // orch_run_status raises OR005 for an unknown run.  Parsed for its
+    // structure only; values shown come pretty-printed from the views.
+    runStatus: async (id) => JSON.parse((await one('SELECT orch_run_status($1::bigint) AS doc', [id])).doc),
+    runRow: (id) => one(`SELECT *, jsonb_pretty(input) AS input_pretty, jsonb_pretty(output) AS output_pretty,
+                                jsonb_pretty(pins) AS pins_pretty
+                           FROM orch_runs WHERE run_id = $1::bigint`, [id]),
+    runSteps: (id) => q(`SELECT step_id, ord, type, state, task_id, jsonb_pretty(output) AS output, error,
+                                wake_at, timeout_at, started_at, finished_at, compensation
+                           FROM orch_run_steps WHERE run_id = $1::bigint ORDER BY ord`, [id]),
+    runTasks: (id) => q(`SELECT task_id, step_key, state, reason_code, attempts, jsonb_pretty(payload) AS payload,
+                                jsonb_pretty(result) AS result
+                           FROM orch_tasks WHERE run_id = $1::bigint ORDER BY task_id`, [id]),
+    definitionSpec: async (name, version) =>
+      JSON.parse((await one('SELECT spec::text AS spec FROM orch_definition($1, $2::int)', [name, version])).spec),
+    retriedAs: (id) => q('SELECT run_id, state FROM orch_runs WHERE retry_of = $1::bigint ORDER BY run_id', [id]),
+    cancelRun: (id, reason) => one('SELECT orch_cancel_run($1::bigint, $2) AS state', [id, reason || null]),
+    pauseRun: (id) => one('SELECT orch_pause_run($1::bigint) AS state', [id]),
+    resumeRun: (id, pins) => one('SELECT orch_resume_run($1::bigint, $2::jsonb) AS state', [id, pins || null]),
+    retryRun: (id) => one('SELECT orch_retry_run($1::bigint) AS new_run_id', [id]),
+
+    // ---- approvals ------------------------------------------------------
+    // What waits for a person's decision, from the review queue; the expiry
+    // of a human_approval step is its step timeout (orch_run_steps).
+    approvals: () => q(`SELECT r.kind, r.tenant_id, r.queue AS definition, r.run_id, r.step_id, r.state, r.since,
+                               s.timeout_at AS expires_at, s.type AS step_type
+                          FROM orch_review_queue r
+                          LEFT JOIN orch_run_steps s ON s.run_id = r.run_id AND s.step_id = r.step_id
+                         WHERE r.kind IN ('approval_waiting', 'compensation_approval')
+                         ORDER BY r.since, r.run_id, r.step_id`),
+    decide: (approve, f) => one(`SELECT ${approve ? 'orch_approve' : 'orch_reject'}($1::bigint, $2, $3, $4, $5) AS state`,
+      [f.run_id, f.step_id, f.approval_ref, f.actor || null, f.note || null]),
+  };
+}
+
+module.exports = { createDb, TASK_STATES, ERROR_CLASSES, DEAD_LETTER_REASONS, RUN_STATES, PAGE };

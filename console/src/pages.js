@@ -1,0 +1,433 @@
+'use strict';
+// pages.js: the HTML of every page.  Pure functions of what db.js returned;
+// every value goes through html`` (escaped), see html.js.
+
+const { html, url } = require('./html');
+const { renderDag, legend } = require('./dag');
+const { TASK_STATES, ERROR_CLASSES, DEAD_LETTER_REASONS, RUN_STATES, PAGE } = require('./db');
+
+const NAV = [
+  ['/queues', 'Queues'], ['/tasks', 'Tasks'], ['/dead-letters', 'Dead letters'],
+  ['/runs', 'Runs'], ['/approvals', 'Approvals'],
+];
+
+// ---- small pieces ----------------------------------------------------------
+
+function layout(ctx, title, body) {
+  const who = ctx.who || {};
+  const tenants = who.tenants ? who.tenants.join(', ') : 'all (unbound role)';
+  return html`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${title} · orchestrator console</title>
+<link rel="stylesheet" href="/static/console.css">
+</head>
+<body>
+<header class="top">
+  <a class="brand" href="/queues">orchestrator</a>
+  <nav>${NAV.map(([href, label]) => html`<a href="${href}"${ctx.section === href ? html` class="current"` : ''}>${label}</a>`)}</nav>
+  <span class="who">role <b>${who.role || '?'}</b> · database <b>${who.db || '?'}</b> · tenants ${tenants}${ctx.readonly ? html` · <span class="ro">read-only</span>` : ''}</span>
+</header>
+<main>
+${ctx.flash ? flashBox(ctx.flash) : ''}
+<h1>${title}</h1>
+${body}
+</main>
+</body>
+</html>`;
+}
+
+function flashBox(f) {
+  return html`<div class="flash flash-${f.kind === 'ok' ? 'ok' : 'error'}" role="status"><p>${f.text}</p>${f.items && f.items.length
+    ? html`<ul>${f.items.map((i) => html`<li>${i.href ? html`<a href="${i.href}">${i.text}</a>` : i.text}</li>`)}</ul>` : ''}</div>`;
+}
+
+// A timestamp as PostgreSQL printed it, without the fractional seconds.
+function ts(v) {
+  if (!v) return html`<span class="none">—</span>`;
+  return html`<time title="${v}">${String(v).replace(/^(\d{4}-\d\d-\d\d)T/, '$1 ').replace(/(\d\d:\d\d:\d\d)\.\d+/, '$1')}</time>`;
+}
+
+function val(v) {
+  return v === null || v === undefined || v === '' ? html`<span class="none">—</span>` : v;
+}
+
+function pre(text, cls = 'json') {
+  return text === null || text === undefined ? html`<span class="none">—</span>` : html`<pre class="${cls}">${text}</pre>`;
+}
+
+function clip(s, n = 140) {
+  if (s === null || s === undefined) return html`<span class="none">—</span>`;
+  s = String(s);
+  return s.length > n ? html`<span title="${s}">${s.slice(0, n - 1)}…</span>` : s;
+}
+
+function stateBadge(state) {
+  const cls = String(state || 'none').replace(/[^a-z_]/g, '_');
+  return html`<span class="state state-${cls}">${state || '—'}</span>`;
+}
+
+function csrfField(ctx) {
+  return html`<input type="hidden" name="csrf" value="${ctx.csrf}">`;
+}
+
+// postForm(ctx, action, inner, cls): an action form, or nothing in read-only
+// mode.
+function postForm(ctx, action, inner, cls = 'inline') {
+  if (ctx.readonly) return '';
+  return html`<form method="post" action="${action}" class="${cls}">${csrfField(ctx)}<input type="hidden" name="back" value="${ctx.path}">${inner}</form>`;
+}
+
+function select(name, options, current, any = 'any') {
+  return html`<select name="${name}" id="f-${name}"><option value="">${any}</option>${options.map((o) => html`<option value="${o}"${o === current ? html` selected` : ''}>${o}</option>`)}</select>`;
+}
+
+function textInput(name, current, placeholder = '', size = 14) {
+  return html`<input type="text" name="${name}" id="f-${name}" value="${current || ''}" placeholder="${placeholder}" size="${size}">`;
+}
+
+function field(label, name, control) {
+  return html`<label for="f-${name}">${label}</label> ${control}`;
+}
+
+function moreLink(path, filters, rows, idKey) {
+  if (rows.length <= PAGE) return '';
+  return html`<p class="more"><a href="${url(path, { ...filters, before: rows[PAGE - 1][idKey] })}">older →</a></p>`;
+}
+
+const TIME_HINT = 'e.g. 2026-11-25 14:00 (the database session time zone applies)';
+
+// ---- queues ----------------------------------------------------------------
+
+function queuesPage(ctx, { stats, queues, errors }) {
+  const paused = new Map(queues.map((q) => [q.queue, q.paused]));
+  const asOf = stats.length ? stats[0].metrics_as_of : null;
+  const body = html`
+<p class="note">Open tasks are counted live. Throughput and totals are the rolling counters
+(<code>orch_queue_stats</code>), folded by <code>orch_maintain()</code>; as of ${ts(asOf)}.</p>
+${postForm(ctx, '/metrics/refresh', html`<button type="submit">Fold the counters now (orch_metrics_refresh)</button>`)}
+<div class="scroll">
+<table class="grid wrap" id="queues">
+<thead>
+<tr><th colspan="2"></th><th colspan="9" class="group">open tasks</th><th colspan="2"></th><th colspan="3" class="group">last hour</th><th colspan="3" class="group">all time</th></tr>
+<tr><th>queue</th><th>tenant</th>
+<th>received</th><th>queued</th><th>ready</th><th>delayed</th><th>retry waiting</th><th>gated</th><th>executing</th><th>awaiting tool</th><th>awaiting confirm&shy;ation</th>
+<th>dead letters</th><th>oldest ready</th>
+<th>completed</th><th>failed</th><th>lease expiries</th><th>enqueued</th><th>completed</th><th>failed</th></tr>
+</thead>
+<tbody>
+${stats.map((s) => html`<tr data-queue="${s.queue}" data-tenant="${s.tenant_id}">
+<td><a href="${url('/tasks', { queue: s.queue, tenant: s.tenant_id })}">${s.queue}</a>${paused.get(s.queue) ? html` <span class="state state-paused">paused</span>` : ''}</td><td>${s.tenant_id}</td>
+<td class="n">${s.received}</td><td class="n" data-col="queued">${s.queued}</td><td class="n" data-col="ready">${s.ready}</td><td class="n">${s.delayed}</td><td class="n">${s.retry_waiting}</td><td class="n">${s.gated}</td>
+<td class="n" data-col="executing">${s.executing}</td><td class="n">${s.awaiting_tool}</td><td class="n">${s.awaiting_user_confirmation}</td>
+<td class="n" data-col="dead_letters">${Number(s.dead_letters) > 0 ? html`<a href="${url('/dead-letters', { queue: s.queue, tenant: s.tenant_id })}">${s.dead_letters}</a>` : s.dead_letters}</td>
+<td data-col="oldest_ready_age">${val(s.oldest_ready_age)}</td>
+<td class="n" data-col="completed_1h">${s.completed_1h}</td><td class="n" data-col="failed_1h">${s.failed_1h}</td><td class="n">${s.lease_expiries_1h}</td>
+<td class="n">${s.enqueued_total}</td><td class="n">${s.completed_total}</td><td class="n">${s.failed_total}</td>
+</tr>`)}
+</tbody>
+</table>
+</div>
+${stats.length ? '' : html`<p class="none">No queue is visible to this role.</p>`}
+<h2>Retries and failures in the last hour</h2>
+${errors.length ? html`<table class="grid" id="errors">
+<thead><tr><th>queue</th><th>tenant</th><th>error class</th><th>reason</th><th>retries (1 h)</th><th>failures (1 h)</th><th>retries (all time)</th><th>failures (all time)</th></tr></thead>
+<tbody>${errors.map((e) => html`<tr><td>${e.queue}</td><td>${e.tenant_id}</td><td>${val(e.error_class)}</td><td>${val(e.reason_code)}</td>
+<td class="n">${e.retries_1h}</td><td class="n">${e.failures_1h}</td><td class="n">${e.retries_total}</td><td class="n">${e.failures_total}</td></tr>`)}</tbody>
+</table>` : html`<p class="none">None counted (<code>orch_error_stats</code>).</p>`}`;
+  return layout(ctx, 'Queues', body);
+}
+
+// ---- tasks -----------------------------------------------------------------
+
+function tasksPage(ctx, { filters: f, rows, queues }) {
+  const body = html`
+<form method="get" action="/tasks" class="filters">
+${field('queue', 'queue', select('queue', queues.map((q) => q.queue), f.queue))}
+${field('state', 'state', select('state', TASK_STATES, f.state))}
+${field('tenant', 'tenant', textInput('tenant', f.tenant, 'any', 10))}
+${field('error class', 'error_class', select('error_class', ERROR_CLASSES, f.error_class))}
+${field('created from', 'from', textInput('from', f.from, TIME_HINT, 16))}
+${field('to', 'to', textInput('to', f.to, '', 16))}
+${field('run', 'run_id', textInput('run_id', f.run_id, 'id', 6))}
+${field('correlation id', 'correlation_id', textInput('correlation_id', f.correlation_id, '', 12))}
+<button type="submit">Filter</button> <a href="/tasks">clear</a>
+</form>
+<table class="grid" id="tasks">
+<thead><tr><th>task</th><th>queue</th><th>tenant</th><th>state</th><th>reason</th><th>attempts</th><th>error class</th><th>last error</th><th>run / step</th><th>created</th></tr></thead>
+<tbody>
+${rows.slice(0, PAGE).map((t) => html`<tr data-task="${t.task_id}">
+<td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.queue}</td><td>${t.tenant_id}</td><td>${stateBadge(t.state)}</td><td>${val(t.reason_code)}</td>
+<td class="n">${t.attempts}</td><td>${val(t.last_error_class)}</td><td>${clip(t.last_error, 80)}</td>
+<td>${t.run_id ? html`<a href="/runs/${t.run_id}">run ${t.run_id}</a> ${t.step_key}` : html`<span class="none">—</span>`}</td>
+<td>${ts(t.created_at)}</td></tr>`)}
+</tbody>
+</table>
+${rows.length ? '' : html`<p class="none">No task matches.</p>`}
+${moreLink('/tasks', f, rows, 'task_id')}`;
+  return layout(ctx, 'Tasks', body);
+}
+
+function historyTable(rows) {
+  return html`<table class="grid" id="history">
+<thead><tr><th>at</th><th>kind</th><th>attempt</th><th>transition</th><th>reason</th><th>actor</th><th>label</th><th>outcome</th><th>error class</th><th>error</th><th>note</th></tr></thead>
+<tbody>${rows.map((h) => html`<tr class="kind-${h.kind === 'attempt' ? 'attempt' : 'event'}">
+<td>${ts(h.at)}</td><td>${h.kind}</td><td class="n">${val(h.attempt)}</td>
+<td>${h.kind === 'event' ? html`${val(h.from_state)} → ${h.to_state}` : html`<span class="none">—</span>`}</td>
+<td>${val(h.reason_code)}</td><td>${val(h.actor)}</td><td>${val(h.label)}</td><td>${val(h.outcome)}</td>
+<td>${val(h.error_class)}</td><td>${clip(h.error, 200)}</td><td>${clip(h.note, 200)}</td></tr>`)}</tbody>
+</table>`;
+}
+
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+
+function taskPage(ctx, { status: s, detail: d, history, deadLetter, redriven }) {
+  const attempts = history.filter((h) => h.kind === 'attempt').length;
+  const events = history.length - attempts;
+  const actions = html`
+${deadLetter ? postForm(ctx, `/dead-letters/${s.task_id}/retry`, html`<button type="submit" class="act">Retry this dead letter (orch_retry)</button>`) : ''}
+${!TERMINAL.has(s.state) ? postForm(ctx, `/tasks/${s.task_id}/cancel`, html`<input type="text" name="reason" placeholder="reason" size="24"> <button type="submit" class="act danger">Cancel task (orch_cancel)</button>`) : ''}`;
+  const body = html`
+<p>${stateBadge(s.state)} ${deadLetter ? html`<span class="state state-dead">dead letter</span>` : ''}</p>
+<div class="actions">${actions}</div>
+<dl class="facts">
+<dt>queue</dt><dd><a href="${url('/tasks', { queue: s.queue })}">${s.queue}</a></dd>
+<dt>tenant</dt><dd>${s.tenant_id}</dd>
+<dt>reason</dt><dd>${val(s.reason_code)}</dd>
+<dt>priority</dt><dd>${s.priority}</dd>
+<dt>attempts / failures</dt><dd>${s.attempts} / ${s.failures}${d.max_attempts || d.max_failures ? ` (this task's budget: ${d.max_attempts || 'queue default'} / ${d.max_failures || 'queue default'})` : ''}</dd>
+<dt>last error</dt><dd>${val(s.last_error_class)} ${clip(s.last_error, 400)}</dd>
+<dt>run at</dt><dd>${ts(s.run_at)}</dd>
+<dt>retry at</dt><dd>${ts(s.retry_at)}</dd>
+<dt>lease owner</dt><dd>${val(s.lease_owner)} (lease until ${ts(s.lease_expires_at)})</dd>
+<dt>run / step</dt><dd>${d.run_id ? html`<a href="/runs/${d.run_id}">run ${d.run_id}</a> ${d.step_key}` : html`<span class="none">—</span>`}</dd>
+<dt>owner</dt><dd>${val(d.owner)}</dd>
+<dt>concurrency key</dt><dd>${val(d.concurrency_key)}${d.gated ? ' (gated)' : ''}</dd>
+<dt>idempotency key</dt><dd>${val(d.idempotency_key)}</dd>
+<dt>correlation id</dt><dd>${val(d.correlation_id)}</dd>
+<dt>retry of</dt><dd>${d.retry_of ? html`<a href="/tasks/${d.retry_of}">#${d.retry_of}</a>` : html`<span class="none">—</span>`}</dd>
+<dt>re-driven as</dt><dd>${redriven.length ? redriven.map((r) => html`<a href="/tasks/${r.task_id}">#${r.task_id}</a> (${r.state}) `) : html`<span class="none">—</span>`}</dd>
+<dt>created</dt><dd>${ts(s.created_at)}</dd>
+<dt>updated</dt><dd>${ts(s.updated_at)}</dd>
+<dt>finished</dt><dd>${ts(d.finished_at)}</dd>
+</dl>
+<div class="cols">
+<section><h2>Payload</h2>${pre(d.payload)}</section>
+<section><h2>Result</h2>${pre(d.result)}</section>
+${d.wait_data ? html`<section><h2>Waiting for</h2>${pre(d.wait_data)}</section>` : ''}
+${d.resume_data ? html`<section><h2>Resume data</h2>${pre(d.resume_data)}</section>` : ''}
+</div>
+<h2>Attempts and events <small>(${attempts} attempt${attempts === 1 ? '' : 's'}, ${events} event${events === 1 ? '' : 's'}; <code>orch_history</code>)</small></h2>
+${historyTable(history)}`;
+  return layout(ctx, `Task #${s.task_id}`, body);
+}
+
+// ---- dead letters ----------------------------------------------------------
+
+function deadLettersPage(ctx, { filters: f, rows, queues }) {
+  const bulk = postForm(ctx, '/dead-letters/reprocess', html`
+<fieldset><legend>Re-drive by filter (<code>orch_reprocess</code>: the oldest dead letters matching every given filter)</legend>
+${field('queue', 'bulk-queue', html`<select name="queue" id="f-bulk-queue"><option value="">any</option>${queues.map((q) => html`<option value="${q.queue}"${q.queue === f.queue ? html` selected` : ''}>${q.queue}</option>`)}</select>`)}
+${field('reason', 'bulk-reason', html`<select name="reason" id="f-bulk-reason"><option value="">any</option>${DEAD_LETTER_REASONS.map((r) => html`<option value="${r}"${r === f.reason ? html` selected` : ''}>${r}</option>`)}</select>`)}
+${field('failed after', 'bulk-failed_after', html`<input type="text" name="failed_after" id="f-bulk-failed_after" value="${f.failed_after || ''}" placeholder="${TIME_HINT}" size="16">`)}
+${field('at most', 'bulk-max', html`<input type="number" name="max" id="f-bulk-max" value="100" min="1" max="100000">`)}
+<label><input type="checkbox" name="confirm" value="yes" id="f-bulk-confirm"> I mean it</label>
+<button type="submit" class="act" id="bulk-reprocess">Re-drive matching dead letters</button>
+</fieldset>`, 'bulk');
+  const body = html`
+<form method="get" action="/dead-letters" class="filters">
+${field('queue', 'queue', select('queue', queues.map((q) => q.queue), f.queue))}
+${field('reason', 'reason', select('reason', DEAD_LETTER_REASONS, f.reason))}
+${field('tenant', 'tenant', textInput('tenant', f.tenant, 'any', 10))}
+${field('error class', 'error_class', select('error_class', ERROR_CLASSES, f.error_class))}
+${field('failed after', 'failed_after', textInput('failed_after', f.failed_after, TIME_HINT, 16))}
+<button type="submit">Filter</button> <a href="/dead-letters">clear</a>
+</form>
+${bulk}
+<table class="grid" id="dead-letters">
+<thead><tr><th>task</th><th>queue</th><th>tenant</th><th>reason</th><th>failed at</th><th>error class</th><th>last error</th><th>attempts</th><th>payload</th><th></th></tr></thead>
+<tbody>
+${rows.slice(0, PAGE).map((t) => html`<tr data-task="${t.task_id}">
+<td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.queue}</td><td>${t.tenant_id}</td><td>${t.reason}</td>
+<td>${ts(t.failed_at)}</td><td>${val(t.last_error_class)}</td><td>${clip(t.last_error, 80)}</td><td class="n">${t.attempts}</td>
+<td><details><summary>${clip(t.payload.replace(/\s+/g, ' '), 40)}</summary>${pre(t.payload)}</details></td>
+<td>${postForm(ctx, `/dead-letters/${t.task_id}/retry`, html`<button type="submit" class="act">Retry</button>`)}</td></tr>`)}
+</tbody>
+</table>
+${rows.length ? '' : html`<p class="none">No dead letter matches.</p>`}
+${rows.length > PAGE ? html`<p class="more">Showing the newest ${PAGE}; narrow the filter to see others.</p>` : ''}`;
+  return layout(ctx, 'Dead letters', body);
+}
+
+// ---- runs ------------------------------------------------------------------
+
+function runsPage(ctx, { filters: f, rows, definitions }) {
+  const body = html`
+<form method="get" action="/runs" class="filters">
+${field('definition', 'definition', select('definition', definitions.map((d) => d.name), f.definition))}
+${field('state', 'state', select('state', RUN_STATES, f.state))}
+${field('tenant', 'tenant', textInput('tenant', f.tenant, 'any', 10))}
+${field('created from', 'from', textInput('from', f.from, TIME_HINT, 16))}
+${field('to', 'to', textInput('to', f.to, '', 16))}
+${field('correlation id', 'correlation_id', textInput('correlation_id', f.correlation_id, '', 12))}
+<button type="submit">Filter</button> <a href="/runs">clear</a>
+</form>
+<table class="grid" id="runs">
+<thead><tr><th>run</th><th>definition</th><th>tenant</th><th>state</th><th>phase</th><th>reason</th><th>failed step</th><th>error</th><th>created</th><th>finished</th></tr></thead>
+<tbody>
+${rows.slice(0, PAGE).map((r) => html`<tr data-run="${r.run_id}">
+<td><a href="/runs/${r.run_id}">run ${r.run_id}</a></td><td>${r.definition} v${r.version}</td><td>${r.tenant_id}</td><td>${stateBadge(r.state)}</td>
+<td>${val(r.phase)}</td><td>${val(r.reason_code)}</td><td>${val(r.failed_step)}</td><td>${clip(r.error, 60)}</td><td>${ts(r.created_at)}</td><td>${ts(r.finished_at)}</td></tr>`)}
+</tbody>
+</table>
+${rows.length ? '' : html`<p class="none">No run matches.</p>`}
+${moreLink('/runs', f, rows, 'run_id')}`;
+  return layout(ctx, 'Runs', body);
+}
+
+function decideForm(ctx, runId, stepId, idSuffix) {
+  return postForm(ctx, '/approvals/decide', html`
+<input type="hidden" name="run_id" value="${runId}"><input type="hidden" name="step_id" value="${stepId}">
+<input type="text" name="approval_ref" placeholder="approval reference (required)" size="22" required id="ref-${idSuffix}">
+<input type="text" name="actor" placeholder="your name" size="12">
+<input type="text" name="note" placeholder="note" size="22">
+<button type="submit" name="decision" value="approve" class="act">Approve</button>
+<button type="submit" name="decision" value="reject" class="act danger">Reject</button>`, 'decide');
+}
+
+function runActions(ctx, r) {
+  const out = [];
+  if (r.state === 'running') out.push(postForm(ctx, `/runs/${r.run_id}/pause`, html`<button type="submit" class="act">Pause (orch_pause_run)</button>`));
+  if (r.state === 'paused') {
+    out.push(postForm(ctx, `/runs/${r.run_id}/resume`, html`<input type="text" name="pins" placeholder='pins, e.g. {"commit": "9f1c2e"} (optional)' size="30"> <button type="submit" class="act">Resume (orch_resume_run)</button>`));
+  }
+  if (['running', 'waiting_approval', 'paused'].includes(r.state)) {
+    out.push(postForm(ctx, `/runs/${r.run_id}/cancel`, html`<input type="text" name="reason" placeholder="reason" size="20"> <button type="submit" class="act danger">Cancel run (orch_cancel_run)</button>`));
+  }
+  if (r.state === 'failed') out.push(postForm(ctx, `/runs/${r.run_id}/retry`, html`<button type="submit" class="act">Retry from the failed steps (orch_retry_run)</button>`));
+  return out;
+}
+
+function eventsTable(events, id) {
+  if (!events.length) return html`<p class="none">No event.</p>`;
+  return html`<table class="grid events"${id ? html` id="${id}"` : ''}>
+<thead><tr><th>at</th><th>entity</th><th>task</th><th>transition</th><th>reason</th><th>actor</th><th>label</th><th>note</th></tr></thead>
+<tbody>${events.map((e) => html`<tr><td>${ts(e.at)}</td><td>${e.entity}</td><td>${e.task_id ? html`<a href="/tasks/${e.task_id}">#${e.task_id}</a>` : ''}</td>
+<td>${val(e.from_state)} → ${e.to_state}</td><td>${val(e.reason_code)}</td><td>${val(e.actor)}</td><td>${val(e.label)}</td><td>${clip(e.note, 120)}</td></tr>`)}</tbody>
+</table>`;
+}
+
+function runPage(ctx, { run: r, status, steps, tasks, spec, specError, retriedAs }) {
+  const docSteps = new Map((status.steps || []).map((s) => [s.step_id, s]));
+  const byId = {};
+  for (const s of steps) byId[s.step_id] = { type: s.type, state: s.state, compensation: s.compensation };
+  const taskById = new Map(tasks.map((t) => [String(t.task_id), t]));
+  const events = status.events || [];
+  const approvals = status.approvals || [];
+
+  const stepSection = (s) => {
+    const doc = docSteps.get(s.step_id) || {};
+    const stepTasks = (doc.tasks || []).map((t) => ({ ...t, ...(taskById.get(String(t.task_id)) || {}) }));
+    const taskIds = new Set(stepTasks.map((t) => String(t.task_id)));
+    // A step's events: its own (entity run_step, the step id in the note)
+    // and those of its tasks.
+    const ev = events.filter((e) => (e.entity === 'run_step' && e.note === s.step_id)
+      || (e.task_id !== null && e.task_id !== undefined && taskIds.has(String(e.task_id))));
+    const inputs = stepTasks.filter((t) => t.payload);
+    const waiting = s.state === 'awaiting_approval';
+    return html`<section class="step" id="step-${s.step_id}">
+<h3>${s.step_id} <small>${s.type}</small> ${stateBadge(s.state)}${s.compensation ? html` <span class="state">compensation ${s.compensation}</span>` : ''}</h3>
+<dl class="facts">
+<dt>started</dt><dd>${ts(s.started_at)}</dd><dt>finished</dt><dd>${ts(s.finished_at)}</dd>
+${s.timeout_at ? html`<dt>${s.type === 'human_approval' ? 'approval expires' : 'times out'}</dt><dd>${ts(s.timeout_at)}</dd>` : ''}
+${s.wake_at ? html`<dt>wakes</dt><dd>${ts(s.wake_at)}</dd>` : ''}
+${s.error ? html`<dt>error</dt><dd>${clip(s.error, 400)}</dd>` : ''}
+</dl>
+${waiting ? html`<div class="actions">${decideForm(ctx, r.run_id, s.step_id, `step-${s.step_id}`)}</div>` : ''}
+<div class="cols">
+<section><h4>Input</h4>${inputs.length ? inputs.map((t) => html`<p class="sub">task <a href="/tasks/${t.task_id}">#${t.task_id}</a> ${t.step_key}</p>${pre(t.payload)}`) : html`<p class="none">No task (the run's input applies).</p>`}</section>
+<section><h4>Output</h4>${pre(s.output)}</section>
+</div>
+<h4>Children: tasks and attempts</h4>
+${stepTasks.length ? html`<table class="grid children"><thead><tr><th>task</th><th>key</th><th>state</th><th>reason</th><th>attempts</th><th>attempt history</th></tr></thead>
+<tbody>${stepTasks.map((t) => html`<tr><td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.step_key}</td><td>${stateBadge(t.state)}</td><td>${val(t.reason_code)}</td><td class="n">${t.attempts}</td>
+<td>${(t.attempt_history || []).map((a) => html`<div>${a.attempt}: ${a.outcome || 'running'} by ${val(a.worker)}${a.error_class ? html` (${a.error_class}: ${clip(a.error, 80)})` : ''}</div>`)}</td></tr>`)}</tbody></table>`
+    : html`<p class="none">No task.</p>`}
+<h4>Events</h4>
+${eventsTable(ev)}
+</section>`;
+  };
+
+  const body = html`
+<p>${stateBadge(r.state)} ${r.definition} version ${r.version} · phase ${val(r.phase)} · reason ${val(r.reason_code)}</p>
+<div class="actions">${runActions(ctx, r)}</div>
+<div class="dagbox">${spec ? renderDag(spec.steps || [], byId) : renderDag([], byId)}</div>
+${legend()}
+${specError ? html`<p class="none">The definition could not be read (${specError}): the edges are not drawn.</p>` : ''}
+<dl class="facts">
+<dt>tenant</dt><dd>${r.tenant_id}</dd>
+<dt>content hash</dt><dd><code>${r.content_hash}</code></dd>
+${r.failed_step ? html`<dt>failed step</dt><dd><a href="#step-${r.failed_step}">${r.failed_step}</a>: ${clip(r.error, 400)}</dd>` : ''}
+<dt>deadline</dt><dd>${ts(r.deadline_at)}</dd>
+<dt>started by</dt><dd>${val(r.created_by)}</dd>
+<dt>idempotency key</dt><dd>${val(r.idempotency_key)}</dd>
+<dt>correlation id</dt><dd>${val(r.correlation_id)}</dd>
+<dt>retry of</dt><dd>${r.retry_of ? html`<a href="/runs/${r.retry_of}">run ${r.retry_of}</a>` : html`<span class="none">—</span>`}</dd>
+<dt>retried as</dt><dd>${retriedAs.length ? retriedAs.map((x) => html`<a href="/runs/${x.run_id}">run ${x.run_id}</a> (${x.state}) `) : html`<span class="none">—</span>`}</dd>
+<dt>created</dt><dd>${ts(r.created_at)}</dd><dt>finished</dt><dd>${ts(r.finished_at)}</dd>
+</dl>
+<div class="cols">
+<section><h2>Input</h2>${pre(r.input_pretty)}</section>
+<section><h2>Output</h2>${pre(r.output_pretty)}</section>
+<section><h2>Pins</h2>${pre(r.pins_pretty)}</section>
+</div>
+<h2>Approvals</h2>
+${approvals.length ? html`<table class="grid" id="run-approvals"><thead><tr><th>step</th><th>decision</th><th>reference</th><th>actor</th><th>label</th><th>note</th><th>decided</th></tr></thead>
+<tbody>${approvals.map((a) => html`<tr><td>${a.step_id}</td><td>${a.approved ? 'approved' : 'rejected'}</td><td>${a.approval_ref}</td><td>${val(a.actor)}</td><td>${val(a.label)}</td><td>${clip(a.note, 200)}</td><td>${ts(a.decided_at)}</td></tr>`)}</tbody></table>`
+    : html`<p class="none">No decision yet.</p>`}
+<h2>Steps</h2>
+${steps.map(stepSection)}
+<h2>Run events</h2>
+${eventsTable(events.filter((e) => e.entity === 'run'), 'run-events')}`;
+  return layout(ctx, `Run ${r.run_id}`, body);
+}
+
+// ---- approvals -------------------------------------------------------------
+
+function approvalsPage(ctx, { rows }) {
+  const body = html`
+<p class="note">Steps waiting for a person (<code>orch_review_queue</code>). A decision calls
+<code>orch_approve</code> / <code>orch_reject</code> as this console's role; the approval reference is
+single-use (another run or step: OR009).</p>
+<table class="grid" id="approvals">
+<thead><tr><th>run</th><th>definition</th><th>tenant</th><th>step</th><th>kind</th><th>waiting since</th><th>expires</th><th>decision</th></tr></thead>
+<tbody>
+${rows.map((a) => html`<tr data-run="${a.run_id}" data-step="${a.step_id}">
+<td><a href="/runs/${a.run_id}#step-${a.step_id}">run ${a.run_id}</a></td><td>${a.definition}</td><td>${a.tenant_id}</td><td>${a.step_id}</td>
+<td>${a.kind === 'compensation_approval' ? 'compensation' : 'approval'}</td><td>${ts(a.since)}</td>
+<td class="expires">${a.kind === 'approval_waiting' && a.expires_at ? ts(a.expires_at) : html`<span class="none">no expiry</span>`}</td>
+<td>${ctx.readonly ? html`<span class="none">read-only</span>` : decideForm(ctx, a.run_id, a.step_id, `${a.run_id}-${a.step_id}`)}</td></tr>`)}
+</tbody>
+</table>
+${rows.length ? '' : html`<p class="none">Nothing waits for a decision.</p>`}`;
+  return layout(ctx, 'Approvals waiting', body);
+}
+
+// ---- errors ----------------------------------------------------------------
+
+function errorPage(ctx, e) {
+  const body = html`
+<div class="refusal" id="refusal">
+${e.sqlstate ? html`<p class="sqlstate">SQLSTATE <code id="sqlstate">${e.sqlstate}</code>${e.sqlstateName ? html` (${e.sqlstateName})` : ''}</p>` : ''}
+<p class="message" id="message">${e.message}</p>
+${e.detail ? html`<p><b>Detail:</b> ${e.detail}</p>` : ''}
+${e.hint ? html`<p><b>Hint:</b> ${e.hint}</p>` : ''}
+${e.call ? html`<p class="note">The call: <code>${e.call}</code>, as role <b>${(ctx.who && ctx.who.role) || '?'}</b>.</p>` : ''}
+</div>
+<p><a href="${e.back || '/queues'}">back</a></p>`;
+  return layout(ctx, e.title || 'Refused', body);
+}
+
+module.exports = { queuesPage, tasksPage, taskPage, deadLettersPage, runsPage, runPage, approvalsPage, errorPage, layout };

@@ -1,0 +1,145 @@
+-- console/test/fixture.sql: the data scripts/test-console.sh shows in the
+-- console, made only through the extension's SQL API (psql, as a superuser,
+-- in a fresh database with the extension).
+--
+-- Roles: console_admin (orch_admin), console_reader (orch_reader only),
+-- console_acme (orch_reader, bound to tenant acme).
+-- Queues: emails, billing, reports (tasks in every state, dead letters, two
+-- tenants, payloads with markup), release (a workflow's steps).
+-- Workflow 'release': plan -> design_review (gate) -> build -> unit_tests +
+-- integration_tests -> release_approval (gate) -> deploy, and
+-- notify_rejected on a rejected design review.  Runs (idempotency keys):
+-- fx-ok succeeded, fx-fail failed at deploy (build compensated), fx-wait1
+-- and fx-wait2 waiting at design_review, fx-wait3 waiting at release_approval.
+\set ON_ERROR_STOP 1
+SET client_min_messages = warning;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_admin') THEN CREATE ROLE console_admin LOGIN; END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_reader') THEN CREATE ROLE console_reader LOGIN; END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'console_acme') THEN CREATE ROLE console_acme LOGIN; END IF;
+END $$;
+GRANT orch_admin TO console_admin;
+GRANT orch_reader TO console_reader;
+GRANT orch_reader TO console_acme;
+SELECT orch_bind_tenant('console_acme', 'acme');
+
+SELECT orch_create_queue('emails', '{"max_attempts": 3}');
+SELECT orch_create_queue('billing', '{}');
+SELECT orch_create_queue('reports', '{"initial_delay": "1 hour", "max_delay": "2 hours"}');
+SELECT orch_create_queue('release', '{"lease": "1 hour"}');
+
+-- task(queue, payload, action, tenant, err, corr): enqueue one task, claim it at once
+-- and act on it: 'complete', an error class to fail with, 'tool',
+-- 'confirm', or 'claim' (left executing).
+CREATE FUNCTION pg_temp.task(q text, p jsonb, action text, tenant text DEFAULT NULL,
+                             err text DEFAULT 'simulated failure', corr text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+    t record;
+BEGIN
+    id := orch_enqueue(q, p, tenant => tenant, correlation_id => corr);
+    SELECT * INTO t FROM orch_dequeue(q, 'fixture-worker', lease => '1 hour', tenant => tenant);
+    IF t.task_id IS DISTINCT FROM id THEN
+        RAISE EXCEPTION 'claimed % instead of %', t.task_id, id;
+    END IF;
+    CASE action
+        WHEN 'complete' THEN PERFORM orch_complete(id, t.lease_token, jsonb_build_object('ok', true));
+        WHEN 'tool' THEN PERFORM orch_await_tool(id, t.lease_token, 'geocoder', '{"address": "Rua Augusta 1"}');
+        WHEN 'confirm' THEN PERFORM orch_await_confirmation(id, t.lease_token, '{"question": "Refund 120 EUR?"}');
+        WHEN 'claim' THEN NULL;
+        ELSE PERFORM orch_fail(id, t.lease_token, action, err);
+    END CASE;
+    RETURN id;
+END $$;
+
+-- emails: completed, dead letters (one with markup in its payload, error and
+-- correlation id), tenant acme
+SELECT pg_temp.task('emails', jsonb_build_object('to', 'user' || i || '@example.com'), 'complete') FROM generate_series(1, 4) i;
+SELECT pg_temp.task('emails', '{"to": "mallory@example.com", "note": "<script>alert(1)</script>", "html": "<img src=x onerror=alert(2)>"}',
+                    'NON_RETRYABLE', err => '</pre><script>alert(3)</script>', corr => '<b>corr-xss</b>') AS xss_task \gset
+SELECT pg_temp.task('emails', jsonb_build_object('to', 'bounce' || i || '@example.com'), 'NON_RETRYABLE', err => 'SMTP 550 mailbox unavailable')
+  FROM generate_series(1, 2) i;
+SELECT pg_temp.task('emails', '{"to": "ops@acme.example"}', 'complete', tenant => 'acme');
+SELECT pg_temp.task('emails', '{"to": "cfo@acme.example"}', 'NON_RETRYABLE', tenant => 'acme', err => 'SMTP 550 (acme)');
+SELECT orch_enqueue('emails', '{"to": "sales@acme.example"}', tenant => 'acme');
+
+-- billing: three COMPENSATION_REQUIRED dead letters
+SELECT pg_temp.task('billing', jsonb_build_object('invoice', 'INV-' || i, 'amount', 100 * i), 'COMPENSATION_REQUIRED',
+                    err => 'charge captured twice: refund needed') FROM generate_series(1, 3) i;
+
+-- reports: every open state, a retry wait, a cancelled task
+SELECT pg_temp.task('reports', '{"report": "weekly"}', 'TRANSIENT', err => 'warehouse timeout');     -- retry wait (1 hour)
+SELECT pg_temp.task('reports', '{"report": "geo"}', 'tool');
+SELECT pg_temp.task('reports', '{"report": "refunds"}', 'confirm');
+SELECT pg_temp.task('reports', '{"report": "daily"}', 'claim');                                      -- executing
+SELECT orch_cancel(orch_enqueue('reports', '{"report": "obsolete"}'), 'no longer needed');
+SELECT orch_enqueue('reports', '{"report": "monthly"}', run_at => now() + interval '1 day');           -- delayed
+SELECT orch_enqueue('reports', jsonb_build_object('report', 'adhoc-' || i)) FROM generate_series(1, 3) i;  -- ready
+
+-- the workflow
+SELECT orch_define('release', $spec$
+{
+  "description": "Console fixture: a release with two gates and parallel tests",
+  "policies": {"queue": "release", "deadline": "1 day"},
+  "steps": [
+    {"step_id": "plan", "handler": "release.plan"},
+    {"step_id": "design_review", "type": "human_approval", "depends_on": ["plan"], "timeout": "8 hours",
+     "on_failure": "notify_rejected"},
+    {"step_id": "build", "handler": "release.build", "depends_on": ["design_review"],
+     "compensation": {"handler": "release.discard_build"}},
+    {"step_id": "unit_tests", "handler": "release.unit_tests", "depends_on": ["build"]},
+    {"step_id": "integration_tests", "handler": "release.integration_tests", "depends_on": ["build"]},
+    {"step_id": "release_approval", "type": "human_approval", "depends_on": ["unit_tests", "integration_tests"],
+     "timeout": "1 day"},
+    {"step_id": "deploy", "type": "external_call", "handler": "release.deploy", "depends_on": ["release_approval"],
+     "retry_safety": "NOT_SAFE_TO_RETRY", "compensation": {"handler": "release.rollback"}},
+    {"step_id": "notify_rejected", "type": "notify", "handler": "release.notify"}
+  ]
+}$spec$) AS v \gset
+SELECT orch_publish('release', :v);
+
+-- drive(): a worker that runs every claimable step task of queue release
+-- (deploy fails NON_RETRYABLE in the scenario "failure").
+CREATE FUNCTION pg_temp.drive() RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    t record;
+    n int := 0;
+BEGIN
+    LOOP
+        SELECT * INTO t FROM orch_dequeue('release', 'fixture-worker');
+        EXIT WHEN NOT FOUND OR n > 100;
+        n := n + 1;
+        IF t.step_key = 'deploy' AND t.payload -> 'input' ->> 'scenario' = 'failure' THEN
+            PERFORM orch_fail(t.task_id, t.lease_token, 'NON_RETRYABLE', 'deploy: canary health check failed');
+        ELSE
+            PERFORM orch_complete(t.task_id, t.lease_token,
+                                  jsonb_build_object('by', 'fixture-worker', 'step', t.step_key, 'artifact', 'build-' || t.task_id));
+        END IF;
+    END LOOP;
+    RETURN n;
+END $$;
+
+SELECT orch_start('release', '{"change": "CHG-100", "scenario": "ok"}', idempotency_key => 'fx-ok') AS r_ok \gset
+SELECT orch_start('release', '{"change": "CHG-101", "scenario": "failure"}', idempotency_key => 'fx-fail') AS r_fail \gset
+SELECT orch_start('release', '{"change": "CHG-102 <script>alert(4)</script>", "scenario": "wait"}',
+                  idempotency_key => 'fx-wait1', correlation_id => 'req-102') AS r_wait1 \gset
+SELECT orch_start('release', '{"change": "CHG-103", "scenario": "wait"}', idempotency_key => 'fx-wait2') AS r_wait2 \gset
+SELECT orch_start('release', '{"change": "CHG-104", "scenario": "wait"}', idempotency_key => 'fx-wait3') AS r_wait3 \gset
+SELECT pg_temp.drive();
+SELECT orch_approve(:r_ok, 'design_review', 'FX-DR-1', 'alice', 'plan reviewed');
+SELECT orch_approve(:r_fail, 'design_review', 'FX-DR-2', 'alice', 'plan reviewed');
+SELECT orch_approve(:r_wait3, 'design_review', 'FX-DR-3', 'alice', 'plan reviewed');
+SELECT pg_temp.drive();
+SELECT orch_approve(:r_ok, 'release_approval', 'FX-REL-1', 'bob', 'window open');
+SELECT orch_approve(:r_fail, 'release_approval', 'FX-REL-2', 'bob', 'window open');
+SELECT pg_temp.drive();
+SELECT pg_temp.drive();   -- the failed run's compensation
+
+-- the counters, as orch_maintain folds them
+SELECT orch_metrics_refresh();
+
+SELECT definition, run_id, idempotency_key, state FROM orch_runs ORDER BY run_id;
+SELECT queue, state, count(*) FROM orch_tasks GROUP BY 1, 2 ORDER BY 1, 2;
