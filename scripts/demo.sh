@@ -26,6 +26,10 @@
 # run ends failed.  Each run's summary comes from orch_runs, orch_run_steps
 # and orch_run_status; every expectation is checked.  Idempotency keys and
 # approval references carry the demo run's id, so reruns start new runs.
+# A fourth run (scenario "waiting") is left waiting at its first gate, so
+# that the console (scripts/console.sh) has an approval to show; it is
+# started only when no such run is waiting already (it ends with the
+# definition's 1 hour deadline), and reruns keep it.
 # Any failed check makes the demo exit 1.
 #
 # Connection: PGHOST/PGPORT when set (setup.sh sets them), else the cluster
@@ -491,9 +495,11 @@ sql "SELECT string_agg(format('%s (%s%s%s)', s ->> 'step_id', coalesce(s ->> 'ty
        FROM orch_definition('$WF') d, jsonb_array_elements(d.spec -> 'steps') s" | fold -s -w 100 | sed 's/^/  /'
 
 # Runs of earlier demo runs that did not finish (an interrupted demo) are
-# cancelled, so that their tasks do not meet this run's workers.
+# cancelled, so that their tasks do not meet this run's workers; a run left
+# waiting at a gate on purpose (scenario "waiting", below) is kept.
 left=$(sql "SELECT count(orch_cancel_run(run_id, 'demo: leftover of an earlier run'))
-              FROM orch_runs WHERE definition = '$WF' AND state IN ('running', 'waiting_approval', 'paused')")
+              FROM orch_runs WHERE definition = '$WF' AND state IN ('running', 'waiting_approval', 'paused')
+               AND NOT (state = 'waiting_approval' AND input ->> 'scenario' = 'waiting')")
 [ "$left" = 0 ] || echo "cancelled $left workflow run(s) left over from an earlier demo run"
 
 # Workers: claim one step task at a time from the queue and act as the run's
@@ -577,6 +583,16 @@ R_DRIFT=$(start_run drift "$PINS")
 R_FAIL=$(start_run failure '{"commit": "c0ffee1"}')
 again=$(start_run happy '{"commit": "c0ffee1"}')
 echo "started run $R_HAPPY (happy path), run $R_DRIFT (pause + drift-checked resume), run $R_FAIL (deploy fails, compensation)"
+# A fourth run is left waiting at its first gate for a person (the console
+# shows it), unless one waits already: reruns do not pile them up.
+R_WAIT=$(sql "SELECT min(run_id) FROM orch_runs WHERE definition = '$WF' AND state = 'waiting_approval'
+                 AND input ->> 'scenario' = 'waiting'")
+WAIT_NEW=0
+if [ -z "$R_WAIT" ]; then
+    R_WAIT=$(start_run waiting '{"commit": "c0ffee1"}')
+    WAIT_NEW=1
+    echo "started run $R_WAIT (left waiting at its first gate for a person)"
+fi
 echo "  orch_start again with the key demo-$RUN-happy returns run $again (the same run, nothing new)"
 expect "the same idempotency key returns the same run" "$again" "$R_HAPPY"
 
@@ -634,6 +650,9 @@ done
 wait_for "every run finished (the failed one compensated)" \
     "SELECT bool_and(state IN ('succeeded', 'failed', 'canceled')) FROM orch_runs
       WHERE run_id IN ($R_HAPPY, $R_DRIFT, $R_FAIL)" || wf_problems=$((wf_problems + 1))
+if [ "$WAIT_NEW" = 1 ]; then
+    await_gate "$R_WAIT" design_review || wf_problems=$((wf_problems + 1))
+fi
 touch "$WORK/wf-stop"
 wait "${BGPIDS[@]}" 2>/dev/null || true
 BGPIDS=()
@@ -715,6 +734,12 @@ if [ "$now_errors" -gt "$ERRORS_SEEN" ]; then
     tail -n +"$((ERRORS_SEEN + 1))" "$WORK/errors.log" | sed 's/^/  /'
     wf_problems=$((wf_problems + 1))
 fi
+gate=$(sql "SELECT string_agg(step_id, ', ') FROM orch_run_steps WHERE run_id = $R_WAIT AND state = 'awaiting_approval'")
+expect "run $R_WAIT waits for a person" "$(sql "SELECT state FROM orch_runs WHERE run_id = $R_WAIT")" waiting_approval
+echo "run $R_WAIT is left waiting at its gate ${gate:-?}$( [ "$WAIT_NEW" = 1 ] || echo " (started by an earlier demo; no new one started)"):" \
+     "approve or reject it in the console (bash scripts/console.sh, page Approvals) or with" \
+     "SELECT orch_approve($R_WAIT, '${gate:-design_review}', '<reference>'); it fails at its deadline" \
+     "$(sql "SELECT to_char(deadline_at AT TIME ZONE 'UTC', 'HH24:MI') || ' UTC' FROM orch_runs WHERE run_id = $R_WAIT")"
 if [ "$wf_problems" -eq 0 ]; then
     echo "workflows: OK: 3 runs (succeeded; succeeded after a refused drifted resume; failed at deploy with build compensated) in ${WF_ELAPSED}s"
 fi
@@ -740,4 +765,4 @@ if [ "$problems" -gt 0 ]; then
     echo "demo: FAILED ($TASK_PROBLEMS task problem(s), $wf_problems workflow problem(s))"
     exit 1
 fi
-echo "demo: OK: $TOTAL tasks, all terminal and where their payload said, in ${ELAPSED}s; 3 workflow runs as expected in ${WF_ELAPSED}s"
+echo "demo: OK: $TOTAL tasks, all terminal and where their payload said, in ${ELAPSED}s; 3 workflow runs as expected in ${WF_ELAPSED}s; run $R_WAIT waits at a gate"
