@@ -22,7 +22,7 @@ set -euo pipefail
 CONSOLE=$ORCH_REPO/console
 
 usage() {
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 have_db=0

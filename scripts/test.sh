@@ -359,4 +359,22 @@ if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
     fail "clients (scripts/test-clients.sh exited $rc)"
 fi
 
+# --------------------------------------------------------------------------
+# Operator console (console/): scripts/test-console.sh on its own throwaway
+# cluster, in headless Chromium; each of its tests counts
+# --------------------------------------------------------------------------
+echo
+log "console: scripts/test-console.sh"
+out=$TESTROOT/console.out
+timeout --kill-after=30 "$FILE_TIMEOUT" bash scripts/test-console.sh </dev/null >"$out" 2>&1
+rc=$?
+sed 's/^/    | /' "$out"
+while read -r status name; do
+    if [ "$status" = PASS ]; then pass "console/$name"; else fail "console/$name"; fi
+done < <(grep -E '^(PASS|FAIL) ' "$out")
+if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
+    [ $rc -eq 124 ] && echo "    timed out after ${FILE_TIMEOUT}s"
+    fail "console (scripts/test-console.sh exited $rc)"
+fi
+
 finish

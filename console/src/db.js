@@ -143,11 +143,13 @@ function createDb(connectionString) {
 
     // ---- approvals ------------------------------------------------------
     // What waits for a person's decision, from the review queue; the expiry
-    // of a human_approval step is its step timeout (orch_run_steps).
+    // of a human_approval step is its step timeout (orch_run_steps), and the
+    // run's deadline (orch_runs) ends the wait too.
     approvals: () => q(`SELECT r.kind, r.tenant_id, r.queue AS definition, r.run_id, r.step_id, r.state, r.since,
-                               s.timeout_at AS expires_at, s.type AS step_type
+                               s.timeout_at AS expires_at, s.type AS step_type, u.deadline_at
                           FROM orch_review_queue r
                           LEFT JOIN orch_run_steps s ON s.run_id = r.run_id AND s.step_id = r.step_id
+                          LEFT JOIN orch_runs u ON u.run_id = r.run_id
                          WHERE r.kind IN ('approval_waiting', 'compensation_approval')
                          ORDER BY r.since, r.run_id, r.step_id`),
     decide: (approve, f) => one(`SELECT ${approve ? 'orch_approve' : 'orch_reject'}($1::bigint, $2, $3, $4, $5) AS state`,

@@ -290,10 +290,10 @@ ${moreLink('/runs', f, rows, 'run_id')}`;
 function decideForm(ctx, runId, stepId, idSuffix) {
   return postForm(ctx, '/approvals/decide', html`
 <input type="hidden" name="run_id" value="${runId}"><input type="hidden" name="step_id" value="${stepId}">
-<input type="text" name="approval_ref" placeholder="approval reference (required)" size="22" required id="ref-${idSuffix}">
+<input type="text" name="approval_ref" placeholder="approval reference" size="22" required id="ref-${idSuffix}">
 <input type="text" name="actor" placeholder="your name" size="12">
-<input type="text" name="note" placeholder="note" size="22">
 <button type="submit" name="decision" value="approve" class="act">Approve</button>
+<input type="text" name="note" placeholder="note" size="22">
 <button type="submit" name="decision" value="reject" class="act danger">Reject</button>`, 'decide');
 }
 
@@ -398,16 +398,17 @@ ${eventsTable(events.filter((e) => e.entity === 'run'), 'run-events')}`;
 
 function approvalsPage(ctx, { rows }) {
   const body = html`
-<p class="note">Steps waiting for a person (<code>orch_review_queue</code>). A decision calls
+<p class="note">Steps waiting for a person (<code>orch_review_queue</code>). An approval expires at its step's
+timeout (then the step follows <code>on_timeout</code>); the run's deadline, a hard cap, ends the wait too. A decision calls
 <code>orch_approve</code> / <code>orch_reject</code> as this console's role; the approval reference is
 single-use (another run or step: OR009).</p>
 <table class="grid" id="approvals">
-<thead><tr><th>run</th><th>definition</th><th>tenant</th><th>step</th><th>kind</th><th>waiting since</th><th>expires</th><th>decision</th></tr></thead>
+<thead><tr><th>run</th><th>tenant</th><th>step</th><th>waiting since</th><th>expires</th><th>run deadline</th><th>decision</th></tr></thead>
 <tbody>
 ${rows.map((a) => html`<tr data-run="${a.run_id}" data-step="${a.step_id}">
-<td><a href="/runs/${a.run_id}#step-${a.step_id}">run ${a.run_id}</a></td><td>${a.definition}</td><td>${a.tenant_id}</td><td>${a.step_id}</td>
-<td>${a.kind === 'compensation_approval' ? 'compensation' : 'approval'}</td><td>${ts(a.since)}</td>
-<td class="expires">${a.kind === 'approval_waiting' && a.expires_at ? ts(a.expires_at) : html`<span class="none">no expiry</span>`}</td>
+<td><a href="/runs/${a.run_id}#step-${a.step_id}">run ${a.run_id}</a> <small>${a.definition}</small></td><td>${a.tenant_id}</td>
+<td>${a.step_id}${a.kind === 'compensation_approval' ? html` <small>(compensation)</small>` : ''}</td><td>${ts(a.since)}</td>
+<td class="expires">${a.kind === 'approval_waiting' && a.expires_at ? ts(a.expires_at) : html`<span class="none">no expiry</span>`}</td><td class="deadline">${a.deadline_at ? ts(a.deadline_at) : html`<span class="none">none</span>`}</td>
 <td>${ctx.readonly ? html`<span class="none">read-only</span>` : decideForm(ctx, a.run_id, a.step_id, `${a.run_id}-${a.step_id}`)}</td></tr>`)}
 </tbody>
 </table>

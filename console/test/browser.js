@@ -244,11 +244,14 @@ test('approvals-page', async () => {
   const rows = await page.$$eval('#approvals tbody tr', (els) => els.map((e) => ({
     run: e.getAttribute('data-run'), step: e.getAttribute('data-step'),
     expires: e.querySelector('td.expires time') ? e.querySelector('td.expires time').getAttribute('title') : null,
+    deadline: e.querySelector('td.deadline time') ? e.querySelector('td.deadline time').getAttribute('title') : null,
   })));
-  const want = await sql(`SELECT s.run_id, s.step_id, s.timeout_at::text AS t FROM orch_run_steps s
+  const want = await sql(`SELECT s.run_id, s.step_id, s.timeout_at::text AS t, r.deadline_at::text AS d
+                            FROM orch_run_steps s JOIN orch_runs r ON r.run_id = s.run_id
                            WHERE s.state = 'awaiting_approval' ORDER BY s.run_id`);
   assert.equal(rows.length, 3);
-  assert.deepEqual(rows.map((r) => [r.run, r.step, r.expires]).sort(), want.map((w) => [w.run_id, w.step_id, w.t]).sort());
+  assert.deepEqual(rows.map((r) => [r.run, r.step, r.expires, r.deadline]).sort(),
+    want.map((w) => [w.run_id, w.step_id, w.t, w.d]).sort());
   await shot('approvals');
 });
 
