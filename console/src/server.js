@@ -96,6 +96,15 @@ function localPath(p, fallback) {
   return typeof p === 'string' && /^\/(?![/\\])[^\s]*$/.test(p) && p.length < 2000 ? p : fallback;
 }
 
+// The path of the Referer header, if it has a readable one.
+function refererPath(req) {
+  try {
+    return req.headers.referer ? new URL(req.headers.referer).pathname : null;
+  } catch {
+    return null;
+  }
+}
+
 function redactedDb(cs) {
   if (!cs) return '(libpq environment: PGHOST, PGPORT, PGUSER, PGDATABASE)';
   try {
@@ -317,7 +326,7 @@ function createServer(cfg, db) {
     };
     try {
       if (req.method === 'POST') {
-        ctx.back = localPath(req.headers.referer ? new URL(req.headers.referer, 'http://x').pathname : null, '/queues');
+        ctx.back = localPath(refererPath(req), '/queues');
         if (cfg.readonly) {
           req.resume();
           throw new HttpError(403, 'Read-only console', 'This console runs in read-only mode: it takes no action.');
