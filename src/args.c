@@ -11,6 +11,7 @@
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 #include "orchestrator.h"
 
@@ -24,13 +25,63 @@ orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errmsg("%s must not be null", name)));
 }
 
-/* A text argument as a C string, or NULL when the argument is NULL. */
+/*
+ * A text argument as a C string, or NULL when the argument is NULL.  No
+ * text argument may be larger than orchestrator.max_payload_size (54000,
+ * naming the function and the argument's position, never its value).
+ */
 char *
 orch_text_arg(FunctionCallInfo fcinfo, int argno)
 {
+	text	   *t;
+
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
-	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	t = PG_GETARG_TEXT_PP(argno);
+	if (VARSIZE_ANY_EXHDR(t) > (Size) orch_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("argument %d of %s is too large", argno + 1,
+						fcinfo->flinfo ? get_func_name(fcinfo->flinfo->fn_oid) : "the call"),
+				 errdetail("It takes %zu bytes; orchestrator.max_payload_size is %d.",
+						   (size_t) VARSIZE_ANY_EXHDR(t), orch_max_payload_size)));
+	return text_to_cstring(t);
+}
+
+/*
+ * A key-like text argument (a worker, an owner, a concurrency key, an
+ * actor): at most ORCH_MAX_KEY_BYTES, else 22023 without echoing it; NULL
+ * when the argument is NULL.
+ */
+char *
+orch_key_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	text	   *t;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	t = PG_GETARG_TEXT_PP(argno);
+	if (VARSIZE_ANY_EXHDR(t) > ORCH_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must have at most %d bytes", name, ORCH_MAX_KEY_BYTES),
+				 errdetail("It has %zu.", (size_t) VARSIZE_ANY_EXHDR(t))));
+	return text_to_cstring(t);
+}
+
+/*
+ * How many items one call creates or acts on (what: "tasks", "map items"):
+ * at most orchestrator.max_batch_size, else 54000.
+ */
+void
+orch_check_batch_size(int64 n, const char *what)
+{
+	if (n > orch_max_batch_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many %s in one call: " INT64_FORMAT, what, n),
+				 errdetail("orchestrator.max_batch_size is %d.", orch_max_batch_size),
+				 errhint("Split the work into smaller calls, or have a superuser raise orchestrator.max_batch_size.")));
 }
 
 /*
@@ -161,6 +212,19 @@ orch_check_payload_size(Jsonb *j, const char *what)
 				 errdetail("It takes %zu bytes; orchestrator.max_payload_size is %d.",
 						   (size_t) VARSIZE(j), orch_max_payload_size),
 				 errhint("Store large data elsewhere and pass a reference.")));
+}
+
+/* A jsonb argument no larger than orchestrator.max_payload_size, or NULL. */
+Jsonb *
+orch_jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	Jsonb	   *j;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	j = PG_GETARG_JSONB_P(argno);
+	orch_check_payload_size(j, what);
+	return j;
 }
 
 /* A random (version 4) UUID, as gen_random_uuid() makes. */

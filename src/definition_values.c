@@ -353,7 +353,7 @@ orch_def_check_interval(JsonbValue *v, const char *path, const char *key)
 			orch_def_fail(path, NULL, "%s must be positive", key);
 		if (orch_def_numeric_cmp_int(n, ORCH_MAX_INTERVAL / USECS_PER_SEC) > 0)
 			orch_def_fail(path, NULL, "%s must be at most 100 years (36500 days)", key);
-		us = (int64) (DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(n)))
+		us = (int64) (DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow, NumericGetDatum(n)))
 					  * USECS_PER_SEC);
 	}
 	else if (v->type == jbvString)

@@ -68,7 +68,7 @@ orch_define(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 1, "spec");
 	name = orch_text_arg(fcinfo, 0);
 	orch_check_name(name, "workflow definition");
-	spec = PG_GETARG_JSONB_P(1);
+	spec = orch_jsonb_arg(fcinfo, 1, "spec");
 	orch_definition_validate(spec);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -324,7 +324,7 @@ Datum
 orch_validate_definition(PG_FUNCTION_ARGS)
 {
 	orch_require_arg(fcinfo, 0, "spec");
-	orch_definition_validate(PG_GETARG_JSONB_P(0));
+	orch_definition_validate(orch_jsonb_arg(fcinfo, 0, "spec"));
 	PG_RETURN_VOID();
 }
 

@@ -19,7 +19,6 @@
 
 PG_FUNCTION_INFO_V1(orch_dequeue);
 
-#define ORCH_MAX_BATCH 10000
 #define ORCH_RECOVER_PER_CLAIM 16
 
 /*
@@ -390,12 +389,12 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 1, "worker");
 	queue = orch_text_arg(fcinfo, 0);
 	orch_check_name(queue, "queue");
-	worker = orch_text_arg(fcinfo, 1);
+	worker = orch_key_arg(fcinfo, 1, "worker");
 	if (worker[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("worker must not be empty")));
-	batch = orch_int4_arg(fcinfo, 2, "batch", 1, ORCH_MAX_BATCH, 1);
+	batch = orch_int4_arg(fcinfo, 2, "batch", 1, orch_max_batch_size, 1);
 	lease = orch_interval_arg(fcinfo, 3, "lease", -1);
 	tenant = orch_text_arg(fcinfo, 4);
 	if (orch_citus())

@@ -69,8 +69,8 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 	}
 	/* the caller's tenant: named, or its only binding, or 'default' */
 	o->tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 5));
-	o->owner = orch_text_arg(fcinfo, 6);
-	o->concurrency_key = orch_text_arg(fcinfo, 7);
+	o->owner = orch_key_arg(fcinfo, 6, "owner");
+	o->concurrency_key = orch_key_arg(fcinfo, 7, "concurrency_key");
 	o->has_max_attempts = !PG_ARGISNULL(8);
 	o->max_attempts = orch_int4_arg(fcinfo, 8, "max_attempts", 1, PG_INT32_MAX, 0);
 	o->has_max_failures = !PG_ARGISNULL(9);
@@ -79,7 +79,7 @@ read_opts(FunctionCallInfo fcinfo, EnqueueOpts *o)
 	{
 		QueueSettings scratch;
 
-		o->retry_policy = PG_GETARG_JSONB_P(10);
+		o->retry_policy = orch_jsonb_arg(fcinfo, 10, "retry_policy");
 		orch_settings_defaults(&scratch);
 		orch_settings_apply(&scratch, o->retry_policy, true);	/* validates */
 	}
@@ -394,6 +394,7 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("payloads must be a one-dimensional array")));
+	orch_check_batch_size(ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads)), "tasks");
 	deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &pelems, &pnulls, &np);
 	for (int i = 0; i < np; i++)
 	{

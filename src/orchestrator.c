@@ -14,6 +14,7 @@ PG_MODULE_MAGIC;
 
 bool		orch_auto_create_queues = true;
 int			orch_max_payload_size = 1024 * 1024;
+int			orch_max_batch_size = 10000;
 bool		orch_notify = false;
 int			orch_retention = 7 * 24 * 3600;
 int			orch_stuck_after = 3600;
@@ -38,12 +39,21 @@ _PG_init(void)
 							1024 * 1024, 1, MaxAllocSize / 2,
 							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.max_batch_size",
+							"Most items one call may create or act on: tasks enqueued, claimed or completed in a batch, items of a map step.",
+							NULL,
+							&orch_max_batch_size,
+							10000, 1, 1000000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
 	DefineCustomBoolVariable("orchestrator.notify",
 							 "Send NOTIFY orch_enqueue, with the queue name as payload, when work is enqueued (a wake-up hint).",
-							 "Off by default: NOTIFY serialises committing transactions cluster-wide.",
+							 "Off by default: NOTIFY serialises committing transactions cluster-wide.  "
+							 "Only a superuser may turn it on: any role that can connect may LISTEN, "
+							 "and the payload names the queue.",
 							 &orch_notify,
 							 false,
-							 PGC_USERSET, 0,
+							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("orchestrator.retention",
 							"How long finished tasks, their attempts and events are kept before orch_maintain purges them.",

@@ -281,6 +281,7 @@ extern void orch_require_one_tenant(const char *tenant, const char *what);
 /* orchestrator.c: the GUCs */
 extern bool orch_auto_create_queues;
 extern int	orch_max_payload_size;
+extern int	orch_max_batch_size;
 extern bool orch_notify;
 extern int	orch_retention;
 extern int	orch_stuck_after;
@@ -289,6 +290,10 @@ extern char *orch_command_queue;
 /* args.c: argument checks and value conversions */
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *orch_text_arg(FunctionCallInfo fcinfo, int argno);
+/* Longest key-like text argument (worker, owner, concurrency key, actor, ...) */
+#define ORCH_MAX_KEY_BYTES 512
+extern char *orch_key_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern void orch_check_batch_size(int64 n, const char *what);
 extern int32 orch_int4_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 						   int32 min, int32 max, int32 dflt);
 extern int64 orch_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, int64 dflt);
@@ -297,6 +302,7 @@ extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 orch_interval_usecs(Interval *iv);
 extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);
+extern Jsonb *orch_jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what);
 extern pg_uuid_t *orch_new_uuid(void);
 extern Datum orch_text_datum(const char *s);
 extern Datum orch_text_array1(const char *s);

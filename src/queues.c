@@ -116,7 +116,7 @@ orch_create_queue(PG_FUNCTION_ARGS)
 
 	name = admin_queue_arg(fcinfo);
 	orch_check_name(name, "queue");
-	settings = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	settings = orch_jsonb_arg(fcinfo, 1, "settings");
 	result = effective(settings);
 
 	SPI_connect();
@@ -146,6 +146,7 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 
 	name = admin_queue_arg(fcinfo);
 	orch_require_arg(fcinfo, 1, "settings");
+	(void) orch_jsonb_arg(fcinfo, 1, "settings");
 	if (!JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(1)) || JB_ROOT_IS_SCALAR(PG_GETARG_JSONB_P(1)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

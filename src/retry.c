@@ -163,7 +163,7 @@ orch_retry_decision(PG_FUNCTION_ARGS)
 				 errdetail("They count the executions and failed executions so far, including this one.")));
 	orch_settings_defaults(&qs);
 	if (!PG_ARGISNULL(3))
-		orch_settings_apply(&qs, PG_GETARG_JSONB_P(3), false);
+		orch_settings_apply(&qs, orch_jsonb_arg(fcinfo, 3, "policy"), false);
 
 	has_retry_after = orch_retry_after_arg(fcinfo, 4, &retry_after);
 

@@ -43,7 +43,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	int64		run_id;
 	char	   *step;
 	char	   *ref;
-	char	   *label = orch_text_arg(fcinfo, 3);
+	char	   *label = orch_key_arg(fcinfo, 3, "label");
 	char	   *note = orch_text_arg(fcinfo, 4);
 	RunRow		r;
 	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID, TEXTOID, TEXTOID};
@@ -57,7 +57,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	orch_require_arg(fcinfo, 1, "step_id");
 	orch_require_arg(fcinfo, 2, "approval_ref");
 	run_id = PG_GETARG_INT64(0);
-	step = orch_text_arg(fcinfo, 1);
+	step = orch_key_arg(fcinfo, 1, "step");
 	ref = orch_text_arg(fcinfo, 2);
 	if (ref[0] == '\0' || strlen(ref) > 256)
 		ereport(ERROR,
@@ -195,7 +195,7 @@ Datum
 orch_resume_run(PG_FUNCTION_ARGS)
 {
 	RunRow		r;
-	Jsonb	   *pins = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	Jsonb	   *pins = orch_jsonb_arg(fcinfo, 1, "pins");
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	if (pins != NULL && !JB_ROOT_IS_OBJECT(pins))
@@ -211,8 +211,10 @@ orch_resume_run(PG_FUNCTION_ARGS)
 
 		RUN_ARGS(v, r.id, r.tenant);
 		v[2] = JsonbPGetDatum(pins);
-		orch_sql("SELECT string_agg(format('%s: the run has %s, the caller %s', p.key,"
-				"   coalesce(r.pins -> p.key, 'null'), p.value), '; ' ORDER BY p.key)"
+		/* the differences, each value cut to 100 characters, at most 2000 in all */
+		orch_sql("SELECT left(string_agg(format('%s: the run has %s, the caller %s', left(p.key, 100),"
+				"   left(coalesce(r.pins -> p.key, 'null')::text, 100), left(p.value::text, 100)),"
+				"   '; ' ORDER BY p.key), 2000)"
 				" FROM orch.runs r, jsonb_each($3) p"
 				" WHERE r.id = $1 AND r.tenant_id = $2 AND r.pins -> p.key IS DISTINCT FROM p.value", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)

@@ -245,6 +245,13 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 				orch_run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
 				return true;
 			}
+			if (count > orch_max_batch_size)
+			{
+				orch_run_step_failed(r, step, "failed",
+									 psprintf("%s has %d items; orchestrator.max_batch_size is %d",
+											  over, count, orch_max_batch_size), false);
+				return true;
+			}
 			if (count == 0)
 			{
 				orch_run_step_succeeded(r, step, "running",

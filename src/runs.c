@@ -213,7 +213,7 @@ orch_start(PG_FUNCTION_ARGS)
 	Jsonb	   *input;
 	char	   *key = orch_text_arg(fcinfo, 3);
 	char	   *tenant;
-	Jsonb	   *pins = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
+	Jsonb	   *pins = orch_jsonb_arg(fcinfo, 5, "pins");
 	Oid			ftypes[2] = {TEXTOID, INT4OID};
 	Datum		fv[2];
 	char		fn[2] = {' ', ' '};
@@ -238,8 +238,7 @@ orch_start(PG_FUNCTION_ARGS)
 				 errdetail("The orchestrator's tables are distributed with Citus; run progression still joins rows that Citus cannot route to one shard."),
 				 errhint("Run workflows on an orchestrator whose tables are not distributed; tasks run on Citus (README, Scale-out).")));
 	name = orch_text_arg(fcinfo, 0);
-	input = PG_GETARG_JSONB_P(1);
-	orch_check_payload_size(input, "input");
+	input = orch_jsonb_arg(fcinfo, 1, "input");
 	if (key != NULL && (key[0] == '\0' || strlen(key) > 512))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

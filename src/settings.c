@@ -89,7 +89,7 @@ setting_int(const char *key, JsonbValue *v, int min)
 	if (v->type != jbvNumeric)
 		bad_setting(key, "an integer");
 	if (!is_integral(v->val.numeric) ||
-		fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)))) > 2e9)
+		fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow, NumericGetDatum(v->val.numeric)))) > 2e9)
 		bad_setting(key, "an integer");
 	i = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
 	if (i < min || i > PG_INT32_MAX)
@@ -115,7 +115,7 @@ setting_interval(const char *key, JsonbValue *v, bool allow_zero)
 
 		if (numeric_is_nan(v->val.numeric) || numeric_is_inf(v->val.numeric))
 			bad_setting(key, "an interval or a number of seconds");
-		secs = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+		secs = DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow, NumericGetDatum(v->val.numeric)));
 		if (secs > 1e12 || secs < -1e12)
 			bad_setting(key, "an interval of reasonable size");
 		us = (int64) (secs * USECS_PER_SEC);
@@ -357,7 +357,7 @@ orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only)
 		else if (strcmp(key, "priority") == 0)
 		{
 			if (v.type != jbvNumeric || !is_integral(v.val.numeric) ||
-				fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8,
+				fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow,
 														NumericGetDatum(v.val.numeric)))) > PG_INT32_MAX)
 				bad_setting(key, "an integer between -2147483648 and 2147483647");
 			qs->priority = DatumGetInt32(DirectFunctionCall1(numeric_int4,

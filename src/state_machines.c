@@ -211,7 +211,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "transitions");
 	name = orch_text_arg(fcinfo, 0);
-	transitions = PG_GETARG_JSONB_P(1);
+	transitions = orch_jsonb_arg(fcinfo, 1, "transitions");
 	if (name[0] == '\0' || strlen(name) > 128)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -327,6 +327,8 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 	Oid			types1[1] = {TEXTOID};
 	Datum		vals[1];
 
+	/* the events of an attached table go to tenant default: not for a bound role */
+	orch_require_unrestricted("orch_attach_state_machine");
 	orch_require_arg(fcinfo, 0, "tbl");
 	orch_require_arg(fcinfo, 1, "column");
 	orch_require_arg(fcinfo, 2, "machine");

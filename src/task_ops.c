@@ -45,13 +45,17 @@ orch_lock_task(int64 id, OrchTask *t)
 		return false;			/* no such task (on Citus) */
 	/* another tenant's row is neither locked nor seen (no timing oracle) */
 	orch_arg_caller_tenants(&a);
+/*
+ * Leases and timeouts are compared with the statement's time, not the
+ * transaction's: inside a long transaction an expired lease is expired.
+ */
 #define LOCK_TASK_SQL(TIMEOUT_END) \
 	"SELECT id, tenant_id, queue, state, attempts, failures," \
 	" max_attempts, max_failures, retry_policy, lease_token, lease_owner," \
-	" claimed_at, coalesce(lease_expires_at <= now(), true)," \
+	" claimed_at, coalesce(lease_expires_at <= statement_timestamp(), true)," \
 	" state = 'awaiting_tool' AND retry_at IS NOT NULL," \
 	" ready_at IS NOT NULL," \
-	" coalesce(" TIMEOUT_END " <= now(), false)" \
+	" coalesce(" TIMEOUT_END " <= statement_timestamp(), false)" \
 	" FROM orch.tasks WHERE id = $1" \
 	"   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE"
 	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
@@ -315,18 +319,6 @@ token_arg(FunctionCallInfo fcinfo)
 	return PG_GETARG_UUID_P(1);
 }
 
-static Jsonb *
-jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what)
-{
-	Jsonb	   *j;
-
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	j = PG_GETARG_JSONB_P(argno);
-	orch_check_payload_size(j, what);
-	return j;
-}
-
 /* One task update (of exactly one row). */
 static void
 exec_update(const char *sql, int nargs, Oid *types, Datum *v, const char *n)
@@ -356,7 +348,7 @@ orch_complete(PG_FUNCTION_ARGS)
 {
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
-	Jsonb	   *result = jsonb_arg(fcinfo, 2, "result");
+	Jsonb	   *result = orch_jsonb_arg(fcinfo, 2, "result");
 	Oid			types[5] = {INT8OID, UUIDOID, JSONBOID, TEXTOID, TEXTARRAYOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
@@ -378,7 +370,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
-									  "   AND lease_expires_at > now()"
+									  "   AND lease_expires_at > statement_timestamp()"
 									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
 									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
 									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
@@ -423,6 +415,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 1, "lease_tokens");
 	ids_a = PG_GETARG_ARRAYTYPE_P(0);
 	toks_a = PG_GETARG_ARRAYTYPE_P(1);
+	orch_check_batch_size(ArrayGetNItems(ARR_NDIM(ids_a), ARR_DIMS(ids_a)), "tasks");
 	deconstruct_array(ids_a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &ids, &id_nulls, &n);
 	deconstruct_array(toks_a, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &toks, &tok_nulls, &ntok);
 	if (n != ntok)
@@ -484,7 +477,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
 									  "   AS r(id, tok, result)"
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
-									  "   AND t.lease_expires_at > now()"
+									  "   AND t.lease_expires_at > statement_timestamp()"
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
 									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
 									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
@@ -672,8 +665,8 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 Datum
 orch_await_tool(PG_FUNCTION_ARGS)
 {
-	char	   *tool = orch_text_arg(fcinfo, 2);
-	Jsonb	   *request = jsonb_arg(fcinfo, 3, "request");
+	char	   *tool = orch_key_arg(fcinfo, 2, "tool");
+	Jsonb	   *request = orch_jsonb_arg(fcinfo, 3, "request");
 	JsonbParseState *ps = NULL;
 	JsonbValue	k,
 				val;
@@ -715,7 +708,7 @@ orch_await_tool(PG_FUNCTION_ARGS)
 Datum
 orch_await_confirmation(PG_FUNCTION_ARGS)
 {
-	park(fcinfo, TS_AWAITING_CONFIRMATION, jsonb_arg(fcinfo, 2, "prompt"));
+	park(fcinfo, TS_AWAITING_CONFIRMATION, orch_jsonb_arg(fcinfo, 2, "prompt"));
 	PG_RETURN_TEXT_P(cstring_to_text("awaiting_user_confirmation"));
 }
 
@@ -756,7 +749,7 @@ Datum
 orch_resume(PG_FUNCTION_ARGS)
 {
 	int64		id = task_id_arg(fcinfo);
-	Jsonb	   *result = jsonb_arg(fcinfo, 1, "result");
+	Jsonb	   *result = orch_jsonb_arg(fcinfo, 1, "result");
 	OrchTask	t;
 	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
 	Datum		v[3];
@@ -785,7 +778,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 {
 	int64		id = task_id_arg(fcinfo);
 	bool		approve;
-	char	   *actor = orch_text_arg(fcinfo, 2);
+	char	   *actor = orch_key_arg(fcinfo, 2, "actor");
 	char	   *note = orch_text_arg(fcinfo, 3);
 	OrchTask	t;
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};

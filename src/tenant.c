@@ -285,6 +285,10 @@ orch_resolve_tenant(const char *requested)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("tenant must not be empty")));
+	if (requested != NULL && strlen(requested) > 128)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tenant must have 1 to 128 characters")));
 	load_caller_tenants();
 	if (requested == NULL)
 	{
