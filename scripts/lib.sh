@@ -333,6 +333,37 @@ EOF
 }
 
 # cluster_stop DIR: fast shutdown, if running.
+# test_cluster_start DIR PORT FIXED DB LOG: start a throwaway cluster in DIR
+# on PORT, or on the next free port when another run takes it meanwhile
+# (unless FIXED is 1: the port was asked for), then create database DB with
+# the extension.  Sets PORT and exports PGHOST PGPORT PGUSER PGDATABASE;
+# returns 1 (with the logs printed) when either step failed.
+test_cluster_start() {
+    local dir=$1 fixed=$3 db=$4 logf=$5 started=0
+    PORT=$2
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        if (cluster_start "$dir" "$PORT" postgres fast >>"$logf" 2>&1); then
+            started=1
+            break
+        fi
+        [ "$fixed" != 1 ] && port_in_use "$PORT" || break
+        PORT=$((PORT + 1))
+        while port_in_use "$PORT"; do PORT=$((PORT + 1)); done
+    done
+    if [ $started = 0 ]; then
+        cat "$logf"
+        echo "cluster start on port $PORT failed"
+        return 1
+    fi
+    export PGHOST=$(cluster_socket_dir "$dir") PGPORT=$PORT PGUSER=postgres PGDATABASE=$db
+    if ! q -d postgres -c "CREATE DATABASE $db" >>"$logf" 2>&1 \
+       || ! q -d "$db" -c "CREATE EXTENSION orchestrator" >>"$logf" 2>&1; then
+        cat "$logf"
+        echo "database $db with the extension could not be created"
+        return 1
+    fi
+}
+
 cluster_stop() {
     local dir=$1
     if cluster_running "$dir"; then

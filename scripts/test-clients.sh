@@ -100,28 +100,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
-# Another run may take the same free port between the check and the start:
-# then move on to the next port (the data directory is reused).
-started=0
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-    if (cluster_start "$CLUSTER" "$PORT" postgres fast >>"$TESTROOT/cluster.log" 2>&1); then
-        started=1
-        break
-    fi
-    [ -z "${ORCH_CLIENTS_PORT:-}" ] && port_in_use "$PORT" || break
-    PORT=$((PORT + 1))
-    while port_in_use "$PORT"; do PORT=$((PORT + 1)); done
-done
-if [ $started = 0 ]; then
-    cat "$TESTROOT/cluster.log"
-    fail "setup (cluster start on port $PORT)"
-    finish
-fi
-export PGHOST=$(cluster_socket_dir "$CLUSTER") PGPORT=$PORT PGUSER=postgres PGDATABASE=orch_clients
-if ! q -d postgres -c "CREATE DATABASE orch_clients" >"$TESTROOT/db.log" 2>&1 \
-   || ! q -d orch_clients -c "CREATE EXTENSION orchestrator" >>"$TESTROOT/db.log" 2>&1; then
-    cat "$TESTROOT/db.log"
-    fail "setup (database orch_clients with the extension)"
+fixed=0
+[ -n "${ORCH_CLIENTS_PORT:-}" ] && fixed=1
+if ! test_cluster_start "$CLUSTER" "$PORT" "$fixed" orch_clients "$TESTROOT/cluster.log"; then
+    fail "setup (cluster and database orch_clients)"
     finish
 fi
 log "cluster on port $PORT, database orch_clients, orchestrator $(qv orch_clients "SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'")"

@@ -114,31 +114,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
-# Another run may take the same free port between the check and the start:
-# then move on to the next port (the data directory is reused).
-started=0
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-    if (cluster_start "$CLUSTER" "$PORT" postgres fast >>"$TESTROOT/cluster.log" 2>&1); then
-        started=1
-        break
-    fi
-    [ -z "${ORCH_CONSOLE_TEST_PORT:-}" ] && port_in_use "$PORT" || break
-    PORT=$((PORT + 1))
-    while port_in_use "$PORT"; do PORT=$((PORT + 1)); done
-done
-if [ $started = 0 ]; then
-    cat "$TESTROOT/cluster.log"
-    fail "setup (cluster start on port $PORT)"
+fixed=0
+[ -n "${ORCH_CONSOLE_TEST_PORT:-}" ] && fixed=1
+if ! test_cluster_start "$CLUSTER" "$PORT" "$fixed" orch_console "$TESTROOT/cluster.log"; then
+    fail "setup (cluster and database orch_console)"
     finish
 fi
-SOCK=$(cluster_socket_dir "$CLUSTER")
-export PGHOST=$SOCK PGPORT=$PORT PGUSER=postgres PGDATABASE=orch_console
-if ! q -d postgres -c "CREATE DATABASE orch_console" >"$TESTROOT/db.log" 2>&1 \
-   || ! q -d orch_console -c "CREATE EXTENSION orchestrator" >>"$TESTROOT/db.log" 2>&1; then
-    cat "$TESTROOT/db.log"
-    fail "setup (database orch_console with the extension)"
-    finish
-fi
+SOCK=$PGHOST
 log "cluster on port $PORT, database orch_console, orchestrator $(qv orch_console "SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'")"
 if ! q -d orch_console -f console/test/fixture.sql >"$TESTROOT/fixture.log" 2>&1; then
     sed 's/^/    | /' "$TESTROOT/fixture.log" | tail -n 40
