@@ -17,7 +17,9 @@
 # API), starts four consoles on free ports (as console_admin; the same
 # read-only; as console_reader; as console_acme, bound to tenant acme), and
 # runs console/test/browser.js: headless Chromium through puppeteer-core.
-# It writes the screenshots docs/console/*.png (1280x800).
+# It takes a screenshot of each page (1280x800) into its temp directory;
+# ORCH_CONSOLE_SHOTS=docs/console (any directory) keeps them there instead,
+# which is how the README's pictures are refreshed.
 #
 # One line per test, "PASS name" or "FAIL name" (a failure prints why), then
 # "N passed, N failed"; exits non-zero when anything failed or nothing ran.
@@ -121,6 +123,8 @@ if ! test_cluster_start "$CLUSTER" "$PORT" "$fixed" orch_console "$TESTROOT/clus
     finish
 fi
 SOCK=$PGHOST
+SHOTS_DIR=${ORCH_CONSOLE_SHOTS:-$TESTROOT/shots}
+case $SHOTS_DIR in /*) ;; *) SHOTS_DIR=$ORCH_REPO/$SHOTS_DIR ;; esac
 log "cluster on port $PORT, database orch_console, orchestrator $(qv orch_console "SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'")"
 if ! q -d orch_console -f console/test/fixture.sql >"$TESTROOT/fixture.log" 2>&1; then
     sed 's/^/    | /' "$TESTROOT/fixture.log" | tail -n 40
@@ -196,7 +200,7 @@ fi
 out=$TESTROOT/browser.out
 (cd console && CONSOLE_URL="http://127.0.0.1:$P_ADMIN" CONSOLE_RO_URL="http://127.0.0.1:$P_RO" \
     CONSOLE_READER_URL="http://127.0.0.1:$P_READER" CONSOLE_ACME_URL="http://127.0.0.1:$P_ACME" \
-    CHROMIUM="$CHROMIUM" SHOTS="$ORCH_REPO/docs/console" \
+    CHROMIUM="$CHROMIUM" SHOTS="$SHOTS_DIR" \
     timeout --kill-after=10 "$BROWSER_TIMEOUT" node test/browser.js) </dev/null >"$out" 2>&1
 rc=$?
 cat "$out"
