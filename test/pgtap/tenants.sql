@@ -565,7 +565,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      $q$SELECT orch_queue_settings('q_main')->>'lease'$q$, NULL, '{"*": "00000:00:00:30"}'),
     ('orch_retry_decision', 'any', NULL, 'retry decision',
      $q$SELECT decision FROM orch_retry_decision('TRANSIENT', 1, 1)$q$, NULL, '{"*": "00000:retry"}'),
-    ('orch_attach_state_machine', 'any', NULL, 'attach a state machine to a table the role owns',
+    -- global: the events of an attached table land in tenant default
+    ('orch_attach_state_machine', 'global', NULL, 'attach a state machine to a table the role owns',
      $q$SELECT orch_attach_state_machine('tt_doors_{role}', 'status', 'tt_door')::text$q$,
      $q$SELECT count(*) FROM pg_trigger WHERE tgrelid = 'tt_doors_{role}'::regclass AND NOT tgisinternal$q$,
      '{"*": "00000:%|1"}'),

@@ -62,7 +62,9 @@ SELECT state, error FROM orch_run_steps WHERE run_id = :m;
 SELECT count(*) AS map_tasks FROM orch.tasks WHERE run_id = :m;
 RESET orchestrator.max_batch_size;
 CALL pg_temp.create_roles('lim_user');
+SET client_min_messages = warning;
 GRANT orch_producer TO lim_user;
+RESET client_min_messages;
 SET ROLE lim_user;
 SELECT pg_temp.sqlstate_of('SET orchestrator.max_batch_size = 1000000') AS raise_batch_cap;
 SELECT pg_temp.sqlstate_of('SET orchestrator.notify = on') AS notify_switch;
@@ -100,7 +102,9 @@ SELECT length(pg_temp.msg(format('SELECT orch_resume_run(%s, %L)', :p,
 -- a bound role may not attach a state machine (its events would land in
 -- tenant default)
 CALL pg_temp.create_roles('lim_admin');
+SET client_min_messages = warning;
 GRANT orch_admin TO lim_admin;
+RESET client_min_messages;
 SELECT orch_bind_tenant('lim_admin', 'lim_t');
 CREATE TABLE lim_doors (id int PRIMARY KEY, status text NOT NULL);
 GRANT ALL ON lim_doors TO lim_admin;
