@@ -1,4 +1,5 @@
-/* orchestrator 0.7.0 -> 0.8.0: one statement-end dispatcher on orch.tasks. */
+/* orchestrator 0.7.0 -> 0.8.0: one statement-end dispatcher on orch.tasks;
+   the tenant fence of the views, bindings that survive a restore. */
 
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.8.0'" to load this file. \quit
 
@@ -24,3 +25,447 @@ CREATE TRIGGER tasks_statement_end
     FOR EACH STATEMENT EXECUTE FUNCTION orch_tasks_statement_end();
 DROP FUNCTION orch_gate_trigger();
 DROP FUNCTION orch_events_flush();
+
+-- ---------------------------------------------------------------------------
+-- Tenant bindings survive a restore into another cluster (issue 18, item 6):
+-- the role by name, and by OID in the cluster that bound it (a rename keeps
+-- the binding).  The regrole column of 0.7.0 made a restore without the
+-- roles fail for the whole table, leaving every role unrestricted.
+-- ---------------------------------------------------------------------------
+DROP VIEW orch_tenant_bindings;   -- created again below
+ALTER TABLE orch.tenant_bindings
+    ADD COLUMN role_oid oid NOT NULL DEFAULT 0,
+    ADD COLUMN cluster_id bigint NOT NULL DEFAULT 0;
+UPDATE orch.tenant_bindings
+   SET role_oid = role::oid,
+       cluster_id = (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
+ALTER TABLE orch.tenant_bindings
+    ALTER COLUMN role TYPE name USING pg_catalog.pg_get_userbyid(role::oid);
+COMMENT ON TABLE orch.tenant_bindings IS
+  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted. A binding applies to the role role_oid when cluster_id is this cluster''s system identifier (a renamed role keeps it), else to the role named role (a restore into another cluster).';
+COMMENT ON COLUMN orch.tenant_bindings.role IS
+  'The role''s name (refreshed by every bind or unbind call): what identifies it after a restore into another cluster.';
+COMMENT ON COLUMN orch.tenant_bindings.cluster_id IS
+  'The system identifier of the cluster whose role role_oid is meant; 0 (or another cluster''s): match by name.';
+
+-- ---------------------------------------------------------------------------
+-- The tenant fence (issue 18, item 2): every view a bound role can read
+-- takes its rows from two branches of a UNION ALL gated by whether the
+-- caller is bound: the table itself for an unbound caller, a SECURITY
+-- DEFINER function returning the caller's tenants' rows for a bound one, so
+-- that a bound caller's conditions are never evaluated on another tenant's
+-- row (full comment in orchestrator--0.8.0.sql at orch_tenant_bindings).
+-- The views are no longer security_barrier (CREATE OR REPLACE VIEW drops
+-- the option).
+-- ---------------------------------------------------------------------------
+-- The bound branch of each view: a SECURITY DEFINER function returning the
+-- caller's tenants' rows.
+-- The caller's tenants for the extension's own SQL functions, whose pinned
+-- search_path does not hold the schema of orch_caller_tenants (the same C
+-- function).
+CREATE FUNCTION orch.caller_tenants()
+RETURNS text[]
+LANGUAGE C STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_caller_tenants';
+COMMENT ON FUNCTION orch.caller_tenants() IS
+  'orch_caller_tenants() in schema orch, for the functions of the tenant fence.';
+REVOKE ALL ON FUNCTION orch.caller_tenants() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch.caller_tenants() TO orch_reader;
+
+CREATE FUNCTION orch.caller_tenant_bindings()
+RETURNS SETOF orch.tenant_bindings
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.tenant_bindings x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_tenant_bindings() IS
+  'The bindings of the caller''s tenants (none for an unbound caller): the bound branch of orch_tenant_bindings.';
+CREATE FUNCTION orch.caller_queues()
+RETURNS SETOF orch.queues
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.queues x
+     WHERE (SELECT orch.caller_tenants()) IS NOT NULL
+       AND (x.tenant_id OPERATOR(pg_catalog.=) 'default'
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
+$fn$;
+COMMENT ON FUNCTION orch.caller_queues() IS
+  'The queues a bound caller sees: the shared ones (tenant default) and those its tenants'' enqueues created; none for an unbound caller. The bound branch of orch_queues.';
+CREATE FUNCTION orch.caller_tasks()
+RETURNS SETOF orch.tasks
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.tasks x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_tasks() IS
+  'The tasks of the caller''s tenants (none for an unbound caller): the bound branch of orch_tasks.';
+CREATE FUNCTION orch.caller_attempts()
+RETURNS TABLE (id bigint, tenant_id text, task_id bigint, attempt integer, worker text, lease_token uuid,
+               started_at timestamptz, finished_at timestamptz, outcome text, error_class text,
+               error text, retry_at timestamptz, xact bigint, correlation_id text)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+                  WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
+      FROM orch.attempts x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_attempts() IS
+  'The attempts of the caller''s tenants, with their tasks'' correlation ids (none for an unbound caller): the bound branch of orch_attempts.';
+CREATE FUNCTION orch.caller_commands()
+RETURNS SETOF orch.commands
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.commands x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_commands() IS
+  'The commands of the caller''s tenants (none for an unbound caller): the bound branch of orch_commands.';
+CREATE FUNCTION orch.caller_dead_letters()
+RETURNS SETOF orch.tasks
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.tasks x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+       AND x.state OPERATOR(pg_catalog.=) 'failed'
+       AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                                                      'compensation_required', 'not_safe_to_retry'])
+       AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
+$fn$;
+COMMENT ON FUNCTION orch.caller_dead_letters() IS
+  'The dead letters of the caller''s tenants (none for an unbound caller): the bound branch of orch_dead_letters.';
+CREATE FUNCTION orch.caller_runs()
+RETURNS SETOF orch.runs
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.runs x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_runs() IS
+  'The workflow runs of the caller''s tenants (none for an unbound caller): the bound branch of orch_runs.';
+CREATE FUNCTION orch.caller_run_steps()
+RETURNS SETOF orch.run_steps
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.run_steps x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_run_steps() IS
+  'The run steps of the caller''s tenants (none for an unbound caller): the bound branch of orch_run_steps.';
+CREATE FUNCTION orch.caller_events()
+RETURNS TABLE (id bigint, tenant_id text, task_id bigint, run_id bigint, entity text, from_state text,
+               to_state text, reason_code text, actor text, attempt integer, lease_token uuid,
+               note text, at timestamptz, label text, xact bigint, waited interval,
+               correlation_id text)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
+                    WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
+                   (SELECT r.correlation_id FROM orch.runs r
+                    WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id))
+      FROM orch.events x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_events() IS
+  'The events of the caller''s tenants, with their tasks'' or runs'' correlation ids (none for an unbound caller): the bound branch of orch_events.';
+REVOKE ALL ON FUNCTION orch.caller_tenant_bindings(), orch.caller_queues(), orch.caller_tasks(), orch.caller_attempts(), orch.caller_commands(), orch.caller_dead_letters(), orch.caller_runs(), orch.caller_run_steps(), orch.caller_events() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch.caller_queues(), orch.caller_tasks(), orch.caller_attempts(), orch.caller_commands(), orch.caller_dead_letters(), orch.caller_runs(), orch.caller_run_steps(), orch.caller_events() TO orch_reader;
+GRANT EXECUTE ON FUNCTION orch.caller_tenant_bindings() TO orch_admin;
+
+CREATE VIEW orch_tenant_bindings AS
+SELECT coalesce(r.rolname::text, b.role::text) AS role, b.tenant_id, b.created_at
+  FROM (SELECT x.* FROM orch.tenant_bindings x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_tenant_bindings()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) b
+  LEFT JOIN pg_catalog.pg_roles r
+    ON r.oid OPERATOR(pg_catalog.=) b.role_oid
+   AND b.cluster_id OPERATOR(pg_catalog.=) (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
+COMMENT ON VIEW orch_tenant_bindings IS
+  'Roles and the tenants they are restricted to (a bound administrator sees its tenants'' bindings); role is the role''s current name, or the name it was bound under when it is not a role of this cluster (restored from another).';
+GRANT SELECT ON orch_tenant_bindings TO orch_admin;
+
+-- A queue records who created it: 'default' (shared) for an unbound role,
+-- else the creating role's first tenant.  Queues of 0.7.0 stay shared.
+ALTER TABLE orch.queues ALTER COLUMN tenant_id SET DEFAULT coalesce((orch_caller_tenants())[1], 'default');
+COMMENT ON COLUMN orch.queues.tenant_id IS
+  'Who created the queue: ''default'' for an unbound role (administration; shared by every tenant), else the creating role''s (first) tenant, when a bound producer''s enqueue created it; only that tenant''s roles see it in orch_queues.';
+CREATE OR REPLACE VIEW orch_queues AS
+SELECT q.name AS queue, q.tenant_id, q.paused, orch_queue_settings(q.name) AS settings,
+       q.created_at, q.updated_at
+  FROM (SELECT x.* FROM orch.queues x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_queues()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) q;
+CREATE OR REPLACE VIEW orch_tasks AS
+SELECT t.id AS task_id, t.tenant_id, t.queue, t.state, t.priority, t.payload, t.result, t.run_at,
+       t.retry_at, t.attempts, t.failures, t.max_attempts, t.max_failures, t.reason_code,
+       t.last_error, t.last_error_class, t.lease_owner, t.lease_expires_at, t.claimed_at,
+       t.wait_data, t.resume_data, t.idempotency_key, t.owner, t.concurrency_key, t.run_id,
+       t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated, t.correlation_id
+  FROM (SELECT x.* FROM orch.tasks x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_tasks()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) t;
+CREATE OR REPLACE VIEW orch_attempts AS
+SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
+       CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
+       a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at, a.correlation_id
+  FROM (SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+                      WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
+          FROM orch.attempts x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_attempts()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) a;
+CREATE OR REPLACE VIEW orch_commands AS
+SELECT c.id AS command_id, c.tenant_id, c.kind, c.idempotency_key, c.payload, c.origin_task_id,
+       c.task_id, c.status, c.result, c.created_at, c.completed_at
+  FROM (SELECT x.* FROM orch.commands x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_commands()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) c;
+CREATE OR REPLACE VIEW orch_dead_letters AS
+SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finished_at AS failed_at,
+       t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
+       t.owner, t.created_at
+  FROM (SELECT * FROM (SELECT x.* FROM orch.tasks x
+                        WHERE x.state OPERATOR(pg_catalog.=) 'failed'
+                          AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                                                                         'compensation_required', 'not_safe_to_retry'])
+                          AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) d
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_dead_letters()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) t;
+CREATE OR REPLACE VIEW orch_runs AS
+SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
+       r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
+       r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
+       r.correlation_id
+  FROM (SELECT x.* FROM orch.runs x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_runs()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) r;
+CREATE OR REPLACE VIEW orch_run_steps AS
+SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
+       s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
+  FROM (SELECT x.* FROM orch.run_steps x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_run_steps()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) s;
+CREATE OR REPLACE VIEW orch_events AS
+SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
+       e.reason_code, e.actor, e.attempt,
+       CASE WHEN (SELECT orch.caller_is_admin()) THEN e.lease_token END AS lease_token,
+       e.note, e.at, e.label, e.correlation_id, e.waited
+  FROM (SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
+                               WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
+                              (SELECT r.correlation_id FROM orch.runs r
+                               WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) AS correlation_id
+          FROM orch.events x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_events()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) e;
+COMMENT ON VIEW orch_queues IS
+  'Queues with their effective settings (a bound role sees the shared queues and those its tenants created).';
+
+CREATE FUNCTION orch.queue_stats()
+RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+               awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+               delayed bigint, retry_waiting bigint, gated bigint, oldest_ready_age interval,
+               dead_letters bigint, enqueued_total bigint, started_total bigint,
+               completed_total bigint, failed_total bigint, cancelled_total bigint,
+               lease_expiries_1h bigint, enqueued_1m bigint, completed_1m bigint,
+               failed_1m bigint, completed_5m bigint, failed_5m bigint, completed_1h bigint,
+               failed_1h bigint, metrics_as_of timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+WITH live AS (SELECT * FROM orch.open_tasks()),
+     dead AS (SELECT * FROM orch.dead_letter_counts()),
+     tot AS (
+        SELECT m.tenant_id, m.queue,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'started') AS started,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
+          FROM orch.metric_totals m
+         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND orch.tenant_visible(m.tenant_id)
+         GROUP BY m.tenant_id, m.queue),
+     win AS (
+        SELECT m.tenant_id, m.queue,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'attempt' AND m.l1 OPERATOR(pg_catalog.=) 'lease_expired') AS lease_expiries_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS enqueued_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS completed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS failed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS completed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS failed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
+          FROM orch.metric_minutes m
+         WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
+           AND orch.tenant_visible(m.tenant_id)
+         GROUP BY m.tenant_id, m.queue),
+     k AS (
+        SELECT tenant_id, queue FROM live
+        UNION SELECT tenant_id, queue FROM dead
+        UNION SELECT tenant_id, queue FROM tot
+        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE orch.tenant_visible(q.tenant_id))
+SELECT k.tenant_id, k.queue,
+       coalesce(l.received, 0) AS received, coalesce(l.queued, 0) AS queued,
+       coalesce(l.executing, 0) AS executing, coalesce(l.awaiting_tool, 0) AS awaiting_tool,
+       coalesce(l.awaiting_user_confirmation, 0) AS awaiting_user_confirmation,
+       coalesce(l.ready, 0) AS ready, coalesce(l.delayed, 0) AS delayed,
+       coalesce(l.retry_waiting, 0) AS retry_waiting, coalesce(l.gated, 0) AS gated,
+       pg_catalog.now() OPERATOR(pg_catalog.-) l.oldest_ready AS oldest_ready_age,
+       coalesce(d.dead_letters, 0) AS dead_letters,
+       coalesce(t.enqueued, 0)::bigint AS enqueued_total, coalesce(t.started, 0)::bigint AS started_total,
+       coalesce(t.completed, 0)::bigint AS completed_total, coalesce(t.failed, 0)::bigint AS failed_total,
+       coalesce(t.cancelled, 0)::bigint AS cancelled_total,
+       coalesce(w.lease_expiries_1h, 0)::bigint AS lease_expiries_1h,
+       coalesce(w.enqueued_1m, 0)::bigint AS enqueued_1m,
+       coalesce(w.completed_1m, 0)::bigint AS completed_1m, coalesce(w.failed_1m, 0)::bigint AS failed_1m,
+       coalesce(w.completed_5m, 0)::bigint AS completed_5m, coalesce(w.failed_5m, 0)::bigint AS failed_5m,
+       coalesce(w.completed_1h, 0)::bigint AS completed_1h, coalesce(w.failed_1h, 0)::bigint AS failed_1h,
+       (SELECT s.refreshed_at FROM orch.metric_state s) AS metrics_as_of
+  FROM k
+  LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue
+$fn$;
+COMMENT ON FUNCTION orch.queue_stats() IS
+  'The rows of orch_queue_stats that the caller may see.';
+REVOKE ALL ON FUNCTION orch.queue_stats() FROM PUBLIC;
+CREATE OR REPLACE VIEW orch_queue_stats AS
+SELECT * FROM orch.queue_stats();
+
+CREATE FUNCTION orch.error_stats()
+RETURNS TABLE (tenant_id text, queue text, error_class text, reason_code text,
+               retries_total bigint, failures_total bigint, retries_1h bigint, failures_1h bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+SELECT m.tenant_id, m.queue,
+       CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
+       CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'retry'), 0)::bigint AS retries_total,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'failed'), 0)::bigint AS failures_total,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'retry'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS retries_1h,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'failed'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
+  FROM orch.metric_totals m
+ WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND orch.tenant_visible(m.tenant_id)
+ GROUP BY m.tenant_id, m.queue, m.l1, m.l2
+$fn$;
+COMMENT ON FUNCTION orch.error_stats() IS
+  'The rows of orch_error_stats that the caller may see.';
+REVOKE ALL ON FUNCTION orch.error_stats() FROM PUBLIC;
+CREATE OR REPLACE VIEW orch_error_stats AS
+SELECT * FROM orch.error_stats();
+GRANT EXECUTE ON FUNCTION orch.queue_stats(), orch.error_stats() TO orch_reader;
+
+-- Maintenance counts every tenant: a bound role reads no row of its log
+-- (issue 18, item 5).
+CREATE OR REPLACE VIEW orch_maintenance_log AS
+SELECT id, started_at, finished_at, finished_at OPERATOR(pg_catalog.-) started_at AS duration, actor, actions
+  FROM orch.maintenance_log
+ WHERE (SELECT orch_caller_tenants()) IS NULL;
+COMMENT ON VIEW orch_maintenance_log IS
+  'One row per orch_maintain() pass: when, how long, by whom, and what it did (counts over every tenant: empty for a role bound to tenants).';
+
+-- Row-level security also on the counters and the deferred key decisions,
+-- and on queues (a shared queue is visible to every role).
+DO $rls$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['gate_repairs', 'metric_totals', 'metric_minutes']
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
+            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
+    END LOOP;
+END
+$rls$;
+ALTER TABLE orch.queues ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON orch.queues
+    USING (tenant_id OPERATOR(pg_catalog.=) 'default' OR orch.tenant_visible(tenant_id))
+    WITH CHECK (tenant_id OPERATOR(pg_catalog.=) 'default' OR orch.tenant_visible(tenant_id));
+
+-- No planner statistics on the columns that hold a tenant's own values
+-- (payloads, results, errors, keys, notes): the estimates in any EXPLAIN
+-- come from the statistics of the whole table, and a histogram or a list of
+-- most common values holds other tenants' values.  The extension's own
+-- statements never filter on these columns except through unique keys.
+DO $stats$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT x.tbl, x.col FROM (VALUES
+            ('tasks', 'payload'), ('tasks', 'result'), ('tasks', 'last_error'),
+            ('tasks', 'last_error_class'), ('tasks', 'lease_owner'), ('tasks', 'wait_data'),
+            ('tasks', 'resume_data'), ('tasks', 'idempotency_key'), ('tasks', 'correlation_id'),
+            ('attempts', 'worker'), ('attempts', 'error_class'), ('attempts', 'error'),
+            ('events', 'note'), ('events', 'label'),
+            ('idempotency_keys', 'key'),
+            ('commands', 'kind'), ('commands', 'idempotency_key'), ('commands', 'payload'),
+            ('commands', 'result'),
+            ('runs', 'input'), ('runs', 'output'), ('runs', 'idempotency_key'), ('runs', 'error'),
+            ('runs', 'correlation_id'),
+            ('run_steps', 'items'), ('run_steps', 'output'), ('run_steps', 'error'),
+            ('approvals', 'approval_ref'), ('approvals', 'label'), ('approvals', 'note'),
+            ('metric_totals', 'l1'), ('metric_totals', 'l2'),
+            ('metric_minutes', 'l1'), ('metric_minutes', 'l2')) AS x(tbl, col)
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ALTER COLUMN %I SET STATISTICS 0', c.tbl, c.col);
+        -- and forget what ANALYZE collected under 0.7.0
+        DELETE FROM pg_catalog.pg_statistic s
+         WHERE s.starelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', c.tbl)::regclass
+           AND s.staattnum OPERATOR(pg_catalog.=)
+               (SELECT a.attnum FROM pg_catalog.pg_attribute a
+                 WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', c.tbl)::regclass
+                   AND a.attname OPERATOR(pg_catalog.=) c.col);
+    END LOOP;
+END
+$stats$;

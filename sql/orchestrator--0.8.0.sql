@@ -49,14 +49,26 @@ CREATE SCHEMA orch;
 -- The views, the row-level security policies and the SQL functions below
 -- filter by these.
 -- ---------------------------------------------------------------------------
+-- A binding names its role twice: by OID in the cluster that bound it
+-- (cluster_id, its system identifier), which follows a rename, and by name,
+-- which survives a dump restored into another cluster (where the OIDs mean
+-- nothing, and the role may not exist yet: a role created later with that
+-- name is bound).  0.7.0 kept a regrole, whose restore failed without the
+-- roles and so left every role unrestricted.
 CREATE TABLE orch.tenant_bindings (
-    role        regrole NOT NULL,
+    role        name NOT NULL,
     tenant_id   text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    role_oid    oid NOT NULL DEFAULT 0,
+    cluster_id  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (role, tenant_id)
 );
 COMMENT ON TABLE orch.tenant_bindings IS
-  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted. regrole: a renamed role keeps its bindings.';
+  'Which tenants a role is restricted to (orch_bind_tenant / orch_unbind_tenant). A role with no binding, directly or through the roles it has the privileges of, is unrestricted. A binding applies to the role role_oid when cluster_id is this cluster''s system identifier (a renamed role keeps it), else to the role named role (a restore into another cluster).';
+COMMENT ON COLUMN orch.tenant_bindings.role IS
+  'The role''s name (refreshed by every bind or unbind call): what identifies it after a restore into another cluster.';
+COMMENT ON COLUMN orch.tenant_bindings.cluster_id IS
+  'The system identifier of the cluster whose role role_oid is meant; 0 (or another cluster''s): match by name.';
 SELECT pg_catalog.pg_extension_config_dump('orch.tenant_bindings', '');
 
 CREATE FUNCTION orch.tenant_visible(tenant text)
@@ -75,6 +87,18 @@ SET jit = off
 AS 'MODULE_PATHNAME', 'orch_caller_tenants';
 COMMENT ON FUNCTION orch_caller_tenants() IS
   'The tenants the calling role is bound to; NULL when it is unrestricted.';
+
+-- The caller's tenants for the extension's own SQL functions, whose pinned
+-- search_path does not hold the schema of orch_caller_tenants (the same C
+-- function).
+CREATE FUNCTION orch.caller_tenants()
+RETURNS text[]
+LANGUAGE C STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_caller_tenants';
+COMMENT ON FUNCTION orch.caller_tenants() IS
+  'orch_caller_tenants() in schema orch, for the functions of the tenant fence.';
 
 CREATE FUNCTION orch.caller_is_admin()
 RETURNS boolean
@@ -102,9 +126,47 @@ AS 'MODULE_PATHNAME', 'orch_unbind_tenant';
 COMMENT ON FUNCTION orch_unbind_tenant(name, text) IS
   'Removes one binding; true when it existed. A role left with no binding is unrestricted. Audited.';
 
+-- The tenant fence of every view a bound role can read (0.8.0): the rows
+-- come from two branches of a UNION ALL, each gated by a one-time filter on
+-- whether the caller is bound to tenants.  An unbound caller reads the
+-- first, the table itself: its conditions are pushed down into the scan and
+-- use the indexes.  A bound caller reads the second, a SECURITY DEFINER
+-- function returning its tenants' rows (orch.caller_<table>): PostgreSQL
+-- neither inlines such a function nor pushes a condition into it, so the
+-- caller's conditions are evaluated on what it returns, its own tenants'
+-- rows, and EXPLAIN shows a Function Scan and nothing of the table below
+-- it.  (Filtering inside a security_barrier view, or a row-level security
+-- policy, is not enough: PostgreSQL evaluates a leakproof condition of the
+-- caller, a text comparison say, before them and even as an index
+-- condition, and EXPLAIN ANALYZE then shows whether another tenant's row
+-- matched.)  The branch that does not apply never executes.  The functions
+-- are declared ROWS 1000: the planner plans both branches for every caller,
+-- and the bound branch must not make an unbound caller's lookup look like a
+-- scan of the whole table (a plan that costly is compiled with JIT).
+CREATE FUNCTION orch.caller_tenant_bindings()
+RETURNS SETOF orch.tenant_bindings
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.tenant_bindings x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_tenant_bindings() IS
+  'The bindings of the caller''s tenants (none for an unbound caller): the bound branch of orch_tenant_bindings.';
+
 CREATE VIEW orch_tenant_bindings AS
-SELECT b.role::text AS role, b.tenant_id, b.created_at FROM orch.tenant_bindings b;
-COMMENT ON VIEW orch_tenant_bindings IS 'Roles and the tenants they are restricted to.';
+SELECT coalesce(r.rolname::text, b.role::text) AS role, b.tenant_id, b.created_at
+  FROM (SELECT x.* FROM orch.tenant_bindings x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_tenant_bindings()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) b
+  LEFT JOIN pg_catalog.pg_roles r
+    ON r.oid OPERATOR(pg_catalog.=) b.role_oid
+   AND b.cluster_id OPERATOR(pg_catalog.=) (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
+COMMENT ON VIEW orch_tenant_bindings IS
+  'Roles and the tenants they are restricted to (a bound administrator sees its tenants'' bindings); role is the role''s current name, or the name it was bound under when it is not a role of this cluster (restored from another).';
 
 -- ---------------------------------------------------------------------------
 -- Tasks and their history
@@ -434,7 +496,7 @@ COMMENT ON FUNCTION orch_attach_state_machine(regclass, name, text) IS
 -- ---------------------------------------------------------------------------
 CREATE TABLE orch.queues (
     name        text PRIMARY KEY,
-    tenant_id   text NOT NULL DEFAULT 'default',
+    tenant_id   text NOT NULL DEFAULT coalesce((orch_caller_tenants())[1], 'default'),
     settings    jsonb NOT NULL DEFAULT '{}',
     paused      boolean NOT NULL DEFAULT false,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -442,6 +504,8 @@ CREATE TABLE orch.queues (
 );
 COMMENT ON TABLE orch.queues IS
   'Named streams of work and their settings (validated by orch_create_queue / orch_configure_queue). Small; a Citus reference table when distributed.';
+COMMENT ON COLUMN orch.queues.tenant_id IS
+  'Who created the queue: ''default'' for an unbound role (administration; shared by every tenant), else the creating role''s (first) tenant, when a bound producer''s enqueue created it; only that tenant''s roles see it in orch_queues.';
 SELECT pg_catalog.pg_extension_config_dump('orch.queues', '');
 
 -- Queue settings are cached per backend.  This trigger makes every write to
@@ -513,11 +577,33 @@ AS 'MODULE_PATHNAME', 'orch_queue_settings';
 COMMENT ON FUNCTION orch_queue_settings(text) IS
   'A queue''s effective settings: its own merged over the defaults.';
 
+-- A bound role sees the shared queues (tenant 'default': created by an
+-- unbound role) and those its tenants' enqueues created; behind the fence
+-- (see orch_tenant_bindings).
+CREATE FUNCTION orch.caller_queues()
+RETURNS SETOF orch.queues
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.queues x
+     WHERE (SELECT orch.caller_tenants()) IS NOT NULL
+       AND (x.tenant_id OPERATOR(pg_catalog.=) 'default'
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
+$fn$;
+COMMENT ON FUNCTION orch.caller_queues() IS
+  'The queues a bound caller sees: the shared ones (tenant default) and those its tenants'' enqueues created; none for an unbound caller. The bound branch of orch_queues.';
+
 CREATE VIEW orch_queues AS
 SELECT q.name AS queue, q.tenant_id, q.paused, orch_queue_settings(q.name) AS settings,
        q.created_at, q.updated_at
-  FROM orch.queues q;
-COMMENT ON VIEW orch_queues IS 'Queues with their effective settings.';
+  FROM (SELECT x.* FROM orch.queues x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_queues()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) q;
+COMMENT ON VIEW orch_queues IS
+  'Queues with their effective settings (a bound role sees the shared queues and those its tenants created).';
 
 -- ---------------------------------------------------------------------------
 -- Admission and concurrency: per-key limits, deferred key decisions, rate
@@ -743,26 +829,61 @@ AS 'MODULE_PATHNAME', 'orch_retry_decision';
 COMMENT ON FUNCTION orch_retry_decision(text, integer, integer, jsonb, interval, bigint, boolean) IS
   'The pure retry decision of SPEC section 4: for an error class, attempts and failures so far (including this one) and a policy.';
 
--- Reading: a bound role sees its tenants only; lease tokens are secrets that
--- only orch_admin reads (a worker gets its own from the claim).
-CREATE VIEW orch_tasks WITH (security_barrier) AS
-SELECT id AS task_id, tenant_id, queue, state, priority, payload, result, run_at,
-       retry_at, attempts, failures, max_attempts, max_failures, reason_code,
-       last_error, last_error_class, lease_owner, lease_expires_at, claimed_at,
-       wait_data, resume_data, idempotency_key, owner, concurrency_key, run_id,
-       step_key, created_at, updated_at, finished_at, retry_of, gated, correlation_id
-  FROM orch.tasks
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+-- Reading: a bound role sees its tenants only, behind the fence (see
+-- orch_tenant_bindings); lease tokens are secrets that only orch_admin reads
+-- (a worker gets its own from the claim).
+CREATE FUNCTION orch.caller_tasks()
+RETURNS SETOF orch.tasks
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.tasks x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_tasks() IS
+  'The tasks of the caller''s tenants (none for an unbound caller): the bound branch of orch_tasks.';
+
+CREATE VIEW orch_tasks AS
+SELECT t.id AS task_id, t.tenant_id, t.queue, t.state, t.priority, t.payload, t.result, t.run_at,
+       t.retry_at, t.attempts, t.failures, t.max_attempts, t.max_failures, t.reason_code,
+       t.last_error, t.last_error_class, t.lease_owner, t.lease_expires_at, t.claimed_at,
+       t.wait_data, t.resume_data, t.idempotency_key, t.owner, t.concurrency_key, t.run_id,
+       t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated, t.correlation_id
+  FROM (SELECT x.* FROM orch.tasks x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_tasks()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) t;
 COMMENT ON VIEW orch_tasks IS 'Tasks for ad-hoc queries (lease tokens are not shown).';
 
-CREATE VIEW orch_attempts WITH (security_barrier) AS
+CREATE FUNCTION orch.caller_attempts()
+RETURNS TABLE (id bigint, tenant_id text, task_id bigint, attempt integer, worker text, lease_token uuid,
+               started_at timestamptz, finished_at timestamptz, outcome text, error_class text,
+               error text, retry_at timestamptz, xact bigint, correlation_id text)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+                  WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
+      FROM orch.attempts x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_attempts() IS
+  'The attempts of the caller''s tenants, with their tasks'' correlation ids (none for an unbound caller): the bound branch of orch_attempts.';
+
+CREATE VIEW orch_attempts AS
 SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
-       a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at,
-       (SELECT t.correlation_id FROM orch.tasks t
-         WHERE t.id OPERATOR(pg_catalog.=) a.task_id AND t.tenant_id OPERATOR(pg_catalog.=) a.tenant_id) AS correlation_id
-  FROM orch.attempts a
- WHERE (SELECT orch_caller_tenants()) IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+       a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at, a.correlation_id
+  FROM (SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+                      WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
+          FROM orch.attempts x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_attempts()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) a;
 COMMENT ON VIEW orch_attempts IS
   'The append-only history of finished executions (lease tokens shown to orch_admin only).';
 
@@ -810,11 +931,26 @@ AS 'MODULE_PATHNAME', 'orch_command_result';
 COMMENT ON FUNCTION orch_command_result(bigint, boolean, jsonb) IS
   'Records an adapter''s outcome of a command once (same outcome again: no-op; another: OR002).';
 
-CREATE VIEW orch_commands WITH (security_barrier) AS
-SELECT id AS command_id, tenant_id, kind, idempotency_key, payload, origin_task_id,
-       task_id, status, result, created_at, completed_at
-  FROM orch.commands
- WHERE (SELECT orch_caller_tenants()) IS NULL OR tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+CREATE FUNCTION orch.caller_commands()
+RETURNS SETOF orch.commands
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.commands x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_commands() IS
+  'The commands of the caller''s tenants (none for an unbound caller): the bound branch of orch_commands.';
+
+CREATE VIEW orch_commands AS
+SELECT c.id AS command_id, c.tenant_id, c.kind, c.idempotency_key, c.payload, c.origin_task_id,
+       c.task_id, c.status, c.result, c.created_at, c.completed_at
+  FROM (SELECT x.* FROM orch.commands x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_commands()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) c;
 COMMENT ON VIEW orch_commands IS 'Recorded commands and their outcomes.';
 
 -- ---------------------------------------------------------------------------
@@ -866,16 +1002,37 @@ AS 'MODULE_PATHNAME', 'orch_reprocess';
 COMMENT ON FUNCTION orch_reprocess(text, text, timestamptz, integer) IS
   'Re-drives up to max dead letters matching every given filter, oldest first.';
 
-CREATE VIEW orch_dead_letters WITH (security_barrier) AS
+CREATE FUNCTION orch.caller_dead_letters()
+RETURNS SETOF orch.tasks
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.tasks x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+       AND x.state OPERATOR(pg_catalog.=) 'failed'
+       AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                                                      'compensation_required', 'not_safe_to_retry'])
+       AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
+$fn$;
+COMMENT ON FUNCTION orch.caller_dead_letters() IS
+  'The dead letters of the caller''s tenants (none for an unbound caller): the bound branch of orch_dead_letters.';
+
+-- (The gates stand outside the subqueries with NOT EXISTS: Citus refuses
+-- the anti-join next to them.)
+CREATE VIEW orch_dead_letters AS
 SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finished_at AS failed_at,
        t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
        t.owner, t.created_at
-  FROM orch.tasks t
- WHERE t.state OPERATOR(pg_catalog.=) 'failed'
-   AND t.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
-                         'compensation_required', 'not_safe_to_retry'])
-   AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) t.id AND r.tenant_id OPERATOR(pg_catalog.=) t.tenant_id)
-   AND ((SELECT orch_caller_tenants()) IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]));
+  FROM (SELECT * FROM (SELECT x.* FROM orch.tasks x
+                        WHERE x.state OPERATOR(pg_catalog.=) 'failed'
+                          AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                                                                         'compensation_required', 'not_safe_to_retry'])
+                          AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) d
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_dead_letters()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) t;
 COMMENT ON VIEW orch_dead_letters IS
   'Tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY and were not re-driven yet.';
 
@@ -1163,35 +1320,86 @@ AS 'MODULE_PATHNAME', 'orch_run_status';
 COMMENT ON FUNCTION orch_run_status(bigint) IS
   'A run with its steps, their tasks and attempts, approvals and events, as one JSON document; OR005 when unknown.';
 
-CREATE VIEW orch_runs WITH (security_barrier) AS
+CREATE FUNCTION orch.caller_runs()
+RETURNS SETOF orch.runs
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.runs x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_runs() IS
+  'The workflow runs of the caller''s tenants (none for an unbound caller): the bound branch of orch_runs.';
+
+CREATE VIEW orch_runs AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
        r.correlation_id
-  FROM orch.runs r
- WHERE (SELECT orch_caller_tenants()) IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+  FROM (SELECT x.* FROM orch.runs x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_runs()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) r;
 COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
 
-CREATE VIEW orch_run_steps WITH (security_barrier) AS
+CREATE FUNCTION orch.caller_run_steps()
+RETURNS SETOF orch.run_steps
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.run_steps x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_run_steps() IS
+  'The run steps of the caller''s tenants (none for an unbound caller): the bound branch of orch_run_steps.';
+
+CREATE VIEW orch_run_steps AS
 SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
        s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
-  FROM orch.run_steps s
- WHERE (SELECT orch_caller_tenants()) IS NULL OR s.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+  FROM (SELECT x.* FROM orch.run_steps x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_run_steps()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) s;
 COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';
 
 -- The audit trail (here: an event of a run shows the run's correlation id).
-CREATE VIEW orch_events WITH (security_barrier) AS
+CREATE FUNCTION orch.caller_events()
+RETURNS TABLE (id bigint, tenant_id text, task_id bigint, run_id bigint, entity text, from_state text,
+               to_state text, reason_code text, actor text, attempt integer, lease_token uuid,
+               note text, at timestamptz, label text, xact bigint, waited interval,
+               correlation_id text)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
+                    WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
+                   (SELECT r.correlation_id FROM orch.runs r
+                    WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id))
+      FROM orch.events x
+     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+$fn$;
+COMMENT ON FUNCTION orch.caller_events() IS
+  'The events of the caller''s tenants, with their tasks'' or runs'' correlation ids (none for an unbound caller): the bound branch of orch_events.';
+
+CREATE VIEW orch_events AS
 SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
        e.reason_code, e.actor, e.attempt,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN e.lease_token END AS lease_token,
-       e.note, e.at, e.label,
-       coalesce((SELECT t.correlation_id FROM orch.tasks t
-                  WHERE t.id OPERATOR(pg_catalog.=) e.task_id AND t.tenant_id OPERATOR(pg_catalog.=) e.tenant_id),
-                (SELECT r.correlation_id FROM orch.runs r
-                  WHERE r.id OPERATOR(pg_catalog.=) e.run_id AND r.tenant_id OPERATOR(pg_catalog.=) e.tenant_id)) AS correlation_id,
-       e.waited
-  FROM orch.events e
- WHERE (SELECT orch_caller_tenants()) IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch_caller_tenants())::text[]);
+       e.note, e.at, e.label, e.correlation_id, e.waited
+  FROM (SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
+                               WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
+                              (SELECT r.correlation_id FROM orch.runs r
+                               WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) AS correlation_id
+          FROM orch.events x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_events()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) e;
 COMMENT ON VIEW orch_events IS
   'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
 
@@ -1561,7 +1769,24 @@ AS $fn$
      GROUP BY t.tenant_id, t.queue
 $fn$;
 
-CREATE VIEW orch_queue_stats WITH (security_barrier) AS
+-- The two statistics views read their rows from SECURITY DEFINER functions,
+-- which filter by the caller's tenants inside: a caller's conditions apply
+-- to what the function returns (EXPLAIN shows a Function Scan and nothing
+-- below it).  0.7.0 read the counter tables in the views, where a caller's
+-- leakproof condition ran below the tenant filter.
+CREATE FUNCTION orch.queue_stats()
+RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+               awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+               delayed bigint, retry_waiting bigint, gated bigint, oldest_ready_age interval,
+               dead_letters bigint, enqueued_total bigint, started_total bigint,
+               completed_total bigint, failed_total bigint, cancelled_total bigint,
+               lease_expiries_1h bigint, enqueued_1m bigint, completed_1m bigint,
+               failed_1m bigint, completed_5m bigint, failed_5m bigint, completed_1h bigint,
+               failed_1h bigint, metrics_as_of timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
 WITH live AS (SELECT * FROM orch.open_tasks()),
      dead AS (SELECT * FROM orch.dead_letter_counts()),
      tot AS (
@@ -1614,11 +1839,23 @@ SELECT k.tenant_id, k.queue,
   LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
   LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
   LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
-  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue
+$fn$;
+
+CREATE VIEW orch_queue_stats AS
+SELECT * FROM orch.queue_stats();
+COMMENT ON FUNCTION orch.queue_stats() IS
+  'The rows of orch_queue_stats that the caller may see.';
 COMMENT ON VIEW orch_queue_stats IS
   'Per queue and tenant: open tasks by state and readiness (live), dead letters (live), totals and recent throughput (rolling counters, as of metrics_as_of).';
 
-CREATE VIEW orch_error_stats WITH (security_barrier) AS
+CREATE FUNCTION orch.error_stats()
+RETURNS TABLE (tenant_id text, queue text, error_class text, reason_code text,
+               retries_total bigint, failures_total bigint, retries_1h bigint, failures_1h bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
 SELECT m.tenant_id, m.queue,
        CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
        CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
@@ -1634,7 +1871,13 @@ SELECT m.tenant_id, m.queue,
                     AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
   FROM orch.metric_totals m
  WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND orch.tenant_visible(m.tenant_id)
- GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
+ GROUP BY m.tenant_id, m.queue, m.l1, m.l2
+$fn$;
+
+CREATE VIEW orch_error_stats AS
+SELECT * FROM orch.error_stats();
+COMMENT ON FUNCTION orch.error_stats() IS
+  'The rows of orch_error_stats that the caller may see.';
 COMMENT ON VIEW orch_error_stats IS
   'Retries and final failures by queue, error class and reason code: all-time and the last hour (rolling counters).';
 
@@ -1759,10 +2002,14 @@ SELECT * FROM orch.review_items();
 COMMENT ON VIEW orch_review_queue IS
   'Everything that needs a person: dead letters, failed runs, failed or approval-gated compensation, approvals, confirmations, stuck tasks, leases overdue for recovery; with the call that applies.';
 
+-- Maintenance acts on every tenant and its log counts them all: a role
+-- bound to tenants (which may not run orch_maintain either) reads no row.
 CREATE VIEW orch_maintenance_log AS
 SELECT id, started_at, finished_at, finished_at OPERATOR(pg_catalog.-) started_at AS duration, actor, actions
-  FROM orch.maintenance_log;
-COMMENT ON VIEW orch_maintenance_log IS 'One row per orch_maintain() pass: when, how long, by whom, and what it did.';
+  FROM orch.maintenance_log
+ WHERE (SELECT orch_caller_tenants()) IS NULL;
+COMMENT ON VIEW orch_maintenance_log IS
+  'One row per orch_maintain() pass: when, how long, by whom, and what it did (counts over every tenant: empty for a role bound to tenants).';
 
 CREATE FUNCTION orch_metrics_prometheus()
 RETURNS text
@@ -1777,7 +2024,12 @@ COMMENT ON FUNCTION orch_metrics_prometheus() IS
 -- Row-level security on every table with tenant data.  The extension's
 -- functions and views run as its owner (which bypasses RLS) and filter by
 -- the caller's tenants themselves; these policies guard direct access by any
--- role a DBA grants table privileges to.
+-- role a DBA grants table privileges to.  (They are not a fence against
+-- EXPLAIN: PostgreSQL evaluates a leakproof condition of the caller before a
+-- policy.  Bound roles should read through the views; README "Tenant
+-- isolation".)  The counters (metric_totals, metric_minutes) and the
+-- deferred key decisions (gate_repairs) have them since 0.8.0; a queue is
+-- visible to every role when it is shared (tenant 'default').
 -- ---------------------------------------------------------------------------
 DO $rls$
 DECLARE
@@ -1785,7 +2037,8 @@ DECLARE
 BEGIN
     FOREACH t IN ARRAY ARRAY['tasks', 'attempts', 'events', 'idempotency_keys',
                              'commands', 'rate_window', 'concurrency_limits',
-                             'runs', 'run_steps', 'approvals']
+                             'runs', 'run_steps', 'approvals',
+                             'gate_repairs', 'metric_totals', 'metric_minutes']
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE pg_catalog.format(
@@ -1794,6 +2047,41 @@ BEGIN
     END LOOP;
 END
 $rls$;
+ALTER TABLE orch.queues ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON orch.queues
+    USING (tenant_id OPERATOR(pg_catalog.=) 'default' OR orch.tenant_visible(tenant_id))
+    WITH CHECK (tenant_id OPERATOR(pg_catalog.=) 'default' OR orch.tenant_visible(tenant_id));
+
+-- No planner statistics on the columns that hold a tenant's own values
+-- (payloads, results, errors, keys, notes): the estimates in any EXPLAIN
+-- come from the statistics of the whole table, and a histogram or a list of
+-- most common values holds other tenants' values.  The extension's own
+-- statements never filter on these columns except through unique keys.
+DO $stats$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT x.tbl, x.col FROM (VALUES
+            ('tasks', 'payload'), ('tasks', 'result'), ('tasks', 'last_error'),
+            ('tasks', 'last_error_class'), ('tasks', 'lease_owner'), ('tasks', 'wait_data'),
+            ('tasks', 'resume_data'), ('tasks', 'idempotency_key'), ('tasks', 'correlation_id'),
+            ('attempts', 'worker'), ('attempts', 'error_class'), ('attempts', 'error'),
+            ('events', 'note'), ('events', 'label'),
+            ('idempotency_keys', 'key'),
+            ('commands', 'kind'), ('commands', 'idempotency_key'), ('commands', 'payload'),
+            ('commands', 'result'),
+            ('runs', 'input'), ('runs', 'output'), ('runs', 'idempotency_key'), ('runs', 'error'),
+            ('runs', 'correlation_id'),
+            ('run_steps', 'items'), ('run_steps', 'output'), ('run_steps', 'error'),
+            ('approvals', 'approval_ref'), ('approvals', 'label'), ('approvals', 'note'),
+            ('metric_totals', 'l1'), ('metric_totals', 'l2'),
+            ('metric_minutes', 'l1'), ('metric_minutes', 'l2')) AS x(tbl, col)
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ALTER COLUMN %I SET STATISTICS 0', c.tbl, c.col);
+    END LOOP;
+END
+$stats$;
 
 -- ---------------------------------------------------------------------------
 -- orch_distribute (scale-out on Citus, issue 11): the tables distributed by
@@ -1849,11 +2137,14 @@ GRANT EXECUTE ON FUNCTION
     orch_history(bigint),
     orch_queue_settings(text),
     orch_retry_decision(text, integer, integer, jsonb, interval, bigint, boolean),
-    orch.tenant_visible(text), orch_caller_tenants(), orch.caller_is_admin(),
+    orch.tenant_visible(text), orch_caller_tenants(), orch.caller_tenants(), orch.caller_is_admin(),
     orch_definition(text, integer), orch_validate_definition(jsonb),
     orch_run_status(bigint),
     orch_metrics_refresh(), orch_duration_stats(interval), orch_metrics_prometheus(),
-    orch.open_tasks(), orch.dead_letter_counts(), orch.review_items()
+    orch.open_tasks(), orch.dead_letter_counts(), orch.review_items(),
+    orch.queue_stats(), orch.error_stats(),
+    orch.caller_queues(), orch.caller_tasks(), orch.caller_attempts(), orch.caller_commands(),
+    orch.caller_dead_letters(), orch.caller_runs(), orch.caller_run_steps(), orch.caller_events()
   TO orch_reader;
 
 GRANT EXECUTE ON FUNCTION
@@ -1901,3 +2192,4 @@ GRANT EXECUTE ON FUNCTION
     orch_retry_run(bigint)
   TO orch_admin;
 GRANT SELECT ON orch.state_machines, orch.state_transitions, orch_tenant_bindings TO orch_admin;
+GRANT EXECUTE ON FUNCTION orch.caller_tenant_bindings() TO orch_admin;

@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
@@ -76,19 +77,37 @@ orch_current_actor(void)
 /*
  * The tenants one role is bound to (its own bindings and those of every role
  * whose privileges it has), sorted; -1 when it is bound to none.
+ *
+ * A binding (0.8.0) names its role by OID in the cluster that bound it
+ * (cluster_id: that cluster's system identifier), which follows a rename,
+ * and by name, which is what a dump restored into another cluster keeps:
+ * there the OIDs mean nothing (they may be another role's), so a binding of
+ * another cluster applies to the role of that name, if there is one yet (a
+ * role created later with the name is bound: restoring without the roles
+ * fails closed).  0.7.0 kept a regrole.
  */
 static int
 role_tenants(Oid role, char ***out)
 {
-	Oid			types[1] = {OIDOID};
-	Datum		v[1];
+	Oid			types[2] = {OIDOID, INT8OID};
+	Datum		v[2];
 	int			n;
 
 	*out = NULL;
 	if (superuser_arg(role))
 		return -1;
 	v[0] = ObjectIdGetDatum(role);
-	n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+	v[1] = Int64GetDatum((int64) GetSystemIdentifier());
+	if (orch_schema_version() >= 800)
+		n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+									  " JOIN pg_catalog.pg_roles r"
+									  "   ON (b.cluster_id = $2 AND r.oid = b.role_oid)"
+									  "   OR (b.cluster_id <> $2 AND r.rolname = b.role)"
+									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
+									  " ORDER BY 1",
+									  2, types), v, NULL, true, 0, SPI_OK_SELECT);
+	else
+		n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
 									  " JOIN pg_catalog.pg_roles r ON r.oid = b.role"
 									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
 									  " ORDER BY 1",

@@ -29,7 +29,9 @@ SELECT has_sequence('orch', s, 'sequence orch.' || s || ' exists')
   FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq', 'maintenance_log_id_seq']) s;
 
 -- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1);
--- orch.tenant_bindings (0.4.0) names a tenant in every row, without a default.
+-- orch.tenant_bindings (0.4.0) names a tenant in every row, without a default;
+-- a queue (0.8.0) records the tenant of the bound role whose enqueue created
+-- it ('default' for an unbound role).
 SELECT has_column('orch', c.relname, 'tenant_id', 'orch.' || c.relname || ' has tenant_id')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
@@ -41,7 +43,9 @@ SELECT col_not_null('orch', c.relname, 'tenant_id', 'orch.' || c.relname || '.te
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') ORDER BY c.relname;
 SELECT col_default_is('orch', c.relname, 'tenant_id', 'default'::text, 'orch.' || c.relname || '.tenant_id defaults to ''default''')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND c.relname <> 'tenant_bindings' ORDER BY c.relname;
+ WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND c.relname NOT IN ('tenant_bindings', 'queues') ORDER BY c.relname;
+SELECT col_default_is('orch', 'queues', 'tenant_id', $$COALESCE((orch_caller_tenants())[1], 'default'::text)$$,
+                      'orch.queues.tenant_id defaults to the creating role''s first tenant, else ''default''');
 SELECT col_hasnt_default('orch', 'tenant_bindings', 'tenant_id', 'orch.tenant_bindings.tenant_id has no default (a binding names its tenant)');
 SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.tenant_bindings is keyed by (role, tenant_id)');
 

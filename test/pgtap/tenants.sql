@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5254);
+SELECT plan(5741);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -325,7 +325,10 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
                     'orch_caller_tenants', 'orch.tenant_visible', 'orch.caller_is_admin',
                     'orch_definition', 'orch_validate_definition', 'orch_run_status',
                     'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats',
-                    'orch.open_tasks', 'orch.dead_letter_counts', 'orch.review_items']) f
+                    'orch.open_tasks', 'orch.dead_letter_counts', 'orch.review_items',
+                    'orch.queue_stats', 'orch.error_stats', 'orch.caller_tenants',
+                    'orch.caller_queues', 'orch.caller_tasks', 'orch.caller_attempts', 'orch.caller_commands',
+                    'orch.caller_dead_letters', 'orch.caller_runs', 'orch.caller_run_steps', 'orch.caller_events']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
@@ -343,7 +346,8 @@ SELECT 'admin', f FROM unnest(ARRAY['orch_create_queue', 'orch_configure_queue',
                                     'orch_state_machine_trigger', 'orch_maintain', 'orch_schedule_maintenance',
                                     'orch_unschedule_maintenance', 'orch_retry', 'orch_reprocess',
                                     'orch_bind_tenant', 'orch_unbind_tenant',
-                                    'orch_define', 'orch_publish', 'orch_deprecate', 'orch_retry_run']) f;
+                                    'orch_define', 'orch_publish', 'orch_deprecate', 'orch_retry_run',
+                                    'orch.caller_tenant_bindings']) f;
 
 -- The cases.  class:
 --   task      acts on one task/command of tenant tgt: want own / other
@@ -692,6 +696,44 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      'SELECT count(*) >= 0 FROM orch.dead_letter_counts()', NULL, '{"*": "00000:true"}'),
     ('orch.review_items', 'any', NULL, 'the review queue',
      'SELECT count(*) >= 0 FROM orch.review_items()', NULL, '{"*": "00000:true"}'),
+    -- the rows of orch_queue_stats and orch_error_stats (0.8.0)
+    ('orch.queue_stats', 'implicit', NULL, 'queue statistics: the tenants in them',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.queue_stats()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
+    ('orch.error_stats', 'any', NULL, 'error statistics',
+     'SELECT count(*) >= 0 FROM orch.error_stats()', NULL, '{"*": "00000:true"}'),
+    -- the bound branches of the views (0.8.0): the caller's tenants' rows,
+    -- none for an unbound caller
+    ('orch.caller_tenants', 'implicit', NULL, 'the caller''s tenants (in schema orch)',
+     $q$SELECT coalesce(array_to_string(orch.caller_tenants(), ','), '<null>')$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:<null>"}'),
+    ('orch.caller_tenant_bindings', 'implicit', NULL, 'the bindings of the callers tenants',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_tenant_bindings()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "*": "00000:"}'),
+    ('orch.caller_queues', 'implicit', NULL, 'the queues a bound caller sees',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_queues()$q$, NULL,
+     '{"ta": "00000:default", "tb": "00000:default", "ta,tb": "00000:default", "default,ta": "00000:default", "*": "00000:"}'),
+    ('orch.caller_tasks', 'implicit', NULL, 'the callers tenants tasks',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_tasks()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+    ('orch.caller_attempts', 'implicit', NULL, 'the callers tenants attempts',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_attempts()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+    ('orch.caller_commands', 'implicit', NULL, 'the callers tenants commands',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_commands()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:"}'),
+    ('orch.caller_dead_letters', 'implicit', NULL, 'the callers tenants dead letters',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_dead_letters()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+    ('orch.caller_runs', 'implicit', NULL, 'the callers tenants runs',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_runs()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:"}'),
+    ('orch.caller_run_steps', 'implicit', NULL, 'the callers tenants run steps',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_run_steps()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:"}'),
+    ('orch.caller_events', 'implicit', NULL, 'the callers tenants events',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_events()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
     ('orch.metrics_fold', 'any', NULL, 'call the fold directly',
      'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
     ('orch.task_step_type', 'any', NULL, 'call task_step_type directly',
@@ -858,9 +900,25 @@ SELECT is(pg_temp.as_role(r.role, format($$SELECT pg_temp.tt_counts('SELECT tena
                ELSE format('%s sees %s of %s', r.view_role, v.view, coalesce(array_to_string(r.eff, ','), 'every tenant')) END)
   FROM (SELECT *, role AS view_role FROM tt_roles) r, tt_views v ORDER BY r.ord, v.view;
 
+-- Queues (0.8.0): a bound role sees the shared ones (tenant 'default', made
+-- by an unbound role) and those its tenants' enqueues created.
 SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_queues'),
-          CASE WHEN kind = 'nobody' THEN '42501' ELSE (SELECT count(*) FROM orch.queues)::text END,
-          role || ' sees every queue in orch_queues (queues are not tenant data)')
+          CASE WHEN kind = 'nobody' THEN '42501'
+               ELSE (SELECT count(*) FROM orch.queues q
+                      WHERE eff IS NULL OR q.tenant_id = 'default' OR q.tenant_id = ANY (eff))::text END,
+          role || ' sees in orch_queues the shared queues and its tenants'' own')
+  FROM tt_roles ORDER BY ord;
+SELECT is(pg_temp.as_role('t_producer_a', $$SELECT orch_enqueue('q_made_by_ta', '{}') > 0$$), 'true',
+          'a producer bound to ta creates a queue by enqueueing');
+SELECT is((SELECT tenant_id FROM orch.queues WHERE name = 'q_made_by_ta'), 'ta',
+          '... which records ta as the tenant that created it');
+SELECT is((SELECT tenant_id FROM orch.queues WHERE name = 'q_main'), 'default',
+          'a queue created by an unbound role is shared (tenant default)');
+SELECT is(pg_temp.as_role(role, $$SELECT count(*) FROM orch_queues WHERE queue = 'q_made_by_ta'$$),
+          CASE WHEN kind = 'nobody' THEN '42501'
+               WHEN eff IS NULL OR 'ta' = ANY (eff) THEN '1' ELSE '0' END,
+          role || CASE WHEN eff IS NULL OR 'ta' = ANY (eff) THEN ' sees' ELSE ' does not see' END
+               || ' the queue ta''s enqueue created')
   FROM tt_roles ORDER BY ord;
 SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_definitions'),
           CASE WHEN kind = 'nobody' THEN '42501' ELSE (SELECT count(*) FROM orch.definitions)::text END,
@@ -876,11 +934,25 @@ SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_tenant_bindings'),
           CASE WHEN kind = 'admin' THEN (SELECT count(*) FROM orch.tenant_bindings)::text ELSE '42501' END,
           role || CASE WHEN kind = 'admin' THEN ' reads' ELSE ' may not read' END || ' orch_tenant_bindings')
   FROM tt_roles WHERE kind <> 'admin' OR eff IS NULL ORDER BY ord;
--- (whether a bound admin sees every binding or only its tenants' is left open)
-SELECT ok(pg_temp.as_role(role, 'SELECT count(*) FROM orch_tenant_bindings WHERE tenant_id = ANY (orch_caller_tenants())')
-            = (SELECT count(*) FROM orch.tenant_bindings WHERE tenant_id = ANY (eff))::text,
-          role || ' reads orch_tenant_bindings (at least its own tenants'' bindings)')
+-- a bound administrator reads the bindings of its tenants, no other (0.8.0)
+SELECT is(pg_temp.as_role(role, 'SELECT string_agg(role || ''@'' || tenant_id, '','' ORDER BY role, tenant_id) FROM orch_tenant_bindings'),
+          (SELECT string_agg(b.role || '@' || b.tenant_id, ',' ORDER BY b.role, b.tenant_id)
+             FROM orch.tenant_bindings b WHERE b.tenant_id = ANY (eff)),
+          role || ' reads in orch_tenant_bindings exactly the bindings of its tenants')
   FROM tt_roles WHERE kind = 'admin' AND eff IS NOT NULL ORDER BY ord;
+SELECT is(pg_temp.as_role(role, $$SELECT count(*) FROM orch_tenant_bindings WHERE tenant_id = 'tb'$$), '0',
+          role || ' finds no binding of tb even when it asks for one')
+  FROM tt_roles WHERE role = 't_admin_a';
+
+-- orch_maintenance_log counts every tenant: only unbound roles read it (0.8.0)
+INSERT INTO orch.maintenance_log (started_at, finished_at, actor, actions)
+VALUES (now(), now(), 'postgres', '{"recovered": 1}');
+SELECT cmp_ok((SELECT count(*) FROM orch.maintenance_log), '>', 0::bigint, 'fixture: the maintenance log has rows');
+SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_maintenance_log'),
+          CASE WHEN kind = 'nobody' THEN '42501'
+               WHEN eff IS NULL THEN (SELECT count(*) FROM orch.maintenance_log)::text ELSE '0' END,
+          role || CASE WHEN eff IS NULL THEN ' reads' ELSE ' reads no row of' END || ' orch_maintenance_log')
+  FROM tt_roles ORDER BY ord;
 
 -- ---------------------------------------------------------------------------
 -- 5. Lease tokens are secrets: only orch_admin members read them.
@@ -1047,7 +1119,8 @@ SELECT is((SELECT count(*) FROM orch.events WHERE id > :ev_mark AND actor NOT IN
 -- ---------------------------------------------------------------------------
 CREATE TEMP TABLE tt_rls (tbl text);
 INSERT INTO tt_rls VALUES ('tasks'), ('attempts'), ('events'), ('idempotency_keys'), ('commands'),
-                          ('rate_window'), ('concurrency_limits'), ('runs'), ('run_steps'), ('approvals');
+                          ('rate_window'), ('concurrency_limits'), ('runs'), ('run_steps'), ('approvals'),
+                          ('gate_repairs'), ('metric_totals'), ('metric_minutes');
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = ('orch.' || tbl)::regclass),
           'row-level security is enabled on orch.' || tbl)
   FROM tt_rls ORDER BY tbl;
