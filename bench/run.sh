@@ -10,7 +10,7 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency backlog keys wf decay"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency backlog tenants keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_SKIP_BUILD=1      do not run make / make install
 #   BENCH_PROC_CAP=SECONDS  cap of each processing run (default 60, quick 12)
@@ -32,7 +32,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency backlog keys wf decay}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency backlog tenants keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -54,6 +54,7 @@ if [ "$QUICK" = 1 ]; then
     DELAYED=20000       # future-dated + retry-waiting tasks of the backlog latency run
     DECAY_CHUNK=100000  # tasks per round of the no-decay run
     DECAY_ROUNDS=5      # rounds of the no-decay run
+    NOISY=100000        # another tenant's waiting tasks in the noisy-neighbour run
 else
     ENQ_SECS=10
     PROC_JOBS=100000
@@ -70,6 +71,7 @@ else
     DELAYED=200000
     DECAY_CHUNK=1000000
     DECAY_ROUNDS=10
+    NOISY=1200000
 fi
 DECAY_RETENTION=5       # seconds: orchestrator.retention during the no-decay run (short: purging runs in every round, the first too)
 DECAY_WORKERS=4
@@ -223,14 +225,14 @@ now_epoch() { sql "SELECT extract(epoch FROM clock_timestamp())"; }
 # orch_enqueue_batch) or a multi-row INSERT (baseline), LOAD_CHUNK per
 # transaction.  Prints rows/s of the load on stderr.
 preload() {
-    local side=$1 queue=$2 n=$3 done=0 k t0 t1
+    local side=$1 queue=$2 n=$3 tenant=${4:-default} done=0 k t0 t1
     t0=$(date +%s.%N)
     while [ "$done" -lt "$n" ]; do
         k=$(( n - done < LOAD_CHUNK ? n - done : LOAD_CHUNK ))
         if [ "$side" = orchestrator ]; then
             sql "SELECT count(*) FROM orch_enqueue_batch('$queue',
                    ARRAY(SELECT jsonb_build_object('kind', 'email', 'n', g)
-                           FROM generate_series($done + 1, $done + $k) g))" >/dev/null \
+                           FROM generate_series($done + 1, $done + $k) g), tenant => '$tenant')" >/dev/null \
                 || die "orch_enqueue_batch failed during pre-load"
         else
             sql "INSERT INTO jobs (queue, priority, payload)
@@ -499,6 +501,36 @@ run_backlog() {
             log "  claim+complete: p50/p90/p99/max/n = ${LAT[backlog,$side,$delayed]}"
             profile_dump "backlog, $delayed not due, $side"
         done
+    done
+}
+
+# ---------------------------------------------------------------------------
+# Noisy neighbour (issue 18 item 3; orchestrator only): tenant "quiet" has
+# LAT_SMALL ready jobs in queue 'lat', alone and behind NOISY older ready
+# jobs of tenant "noisy"; the same 1-client mix as the latency runs (claim +
+# complete, and a one-job enqueue), all with tenant => 'quiet'.  Target:
+# quiet's claim+complete p99 with the neighbour's backlog <= 2x of alone.
+# ---------------------------------------------------------------------------
+run_tenants() {
+    local noisy prefix
+    want orchestrator || return 0
+    for noisy in 0 "$NOISY"; do
+        reset_all
+        log "tenants: $LAT_SMALL of tenant quiet + $noisy of tenant noisy waiting"
+        [ "$noisy" -gt 0 ] && preload orchestrator lat "$noisy" noisy
+        preload orchestrator lat "$LAT_SMALL" quiet
+        settle; profile_reset
+        prefix=$WORK/tenants-$noisy
+        (cd "$WORK" && "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c 1 -j 1 -T "$LAT_SECS" -D queue=lat -D tenant=quiet \
+            -f "$BENCH_DIR/orch_process_tenant.sql@1" -f "$BENCH_DIR/orch_enqueue_tenant.sql@1" \
+            -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1) || true
+        pgbench_check "$prefix.out"
+        [ "$(sql "SELECT count(*) FROM orch.tasks WHERE tenant_id = 'noisy' AND state <> 'queued'")" = 0 ] \
+            || die "tenants: a claim of tenant quiet took a task of tenant noisy"
+        LAT[tenants,orchestrator,$noisy]=$(lat_stats "$prefix".*[0-9])
+        log "  claim+complete: p50/p90/p99/max/n = ${LAT[tenants,orchestrator,$noisy]}"
+        profile_dump "tenants, $noisy of another tenant waiting"
     done
 }
 
@@ -804,6 +836,7 @@ fi
 if group wf; then run_workflows; fi
 if group latency; then run_latency; fi
 if group backlog; then run_backlog; fi
+if group tenants; then run_tenants; fi
 if group keys; then run_keys; fi
 if group decay; then run_decay; fi
 T_END=$(date +%s)
@@ -946,6 +979,13 @@ report() {
                 if (tgt) printf "   target <= 1.20x: %s", (r <= 1.2) ? "met" : "NOT met";
                 printf "\n" }'
         done
+    fi
+    if [ -n "${LAT[tenants,orchestrator,0]:-}" ] && [ -n "${LAT[tenants,orchestrator,$NOISY]:-}" ]; then
+        echo "noisy neighbour (orchestrator; claim+complete of tenant quiet, 1 client; ms): $LAT_SMALL waiting alone vs behind $(fmt_int "$NOISY") of tenant noisy"
+        awk -v s="${LAT[tenants,orchestrator,0]}" -v l="${LAT[tenants,orchestrator,$NOISY]}" 'BEGIN {
+            split(s, a, " "); split(l, b, " "); r = (a[3] > 0) ? b[3] / a[3] : 0;
+            printf "  %-13s p50 %.3f / %.3f   p99 %.3f / %.3f   p99 ratio %.2fx   target <= 2.00x: %s\n",
+                   "orchestrator", a[1], b[1], a[3], b[3], r, (r <= 2.0) ? "met" : "NOT met" }'
     fi
     if [ "${#DECAY_ROWS[@]}" -gt 0 ]; then
         echo

@@ -27,6 +27,29 @@ DROP FUNCTION orch_gate_trigger();
 DROP FUNCTION orch_events_flush();
 
 -- ---------------------------------------------------------------------------
+-- A map step counts its items (issue 18 item 4: fan-out cost linear in the
+-- items): how many have a task, how many completed; counted once here for
+-- the steps running now.
+-- ---------------------------------------------------------------------------
+ALTER TABLE orch.run_steps
+    ADD COLUMN items_total integer,
+    ADD COLUMN items_next integer NOT NULL DEFAULT 0,
+    ADD COLUMN items_done integer NOT NULL DEFAULT 0;
+UPDATE orch.run_steps
+   SET items_total = pg_catalog.jsonb_array_length(items)
+ WHERE pg_catalog.jsonb_typeof(items) OPERATOR(pg_catalog.=) 'array';
+UPDATE orch.run_steps s
+   SET items_next = c.n, items_done = c.done
+  FROM (SELECT t.run_id, t.tenant_id, pg_catalog.split_part(t.step_key, '#', 1) AS step_id,
+               pg_catalog.count(*) AS n,
+               pg_catalog.count(*) FILTER (WHERE t.state OPERATOR(pg_catalog.=) 'completed') AS done
+          FROM orch.tasks t
+         WHERE t.run_id IS NOT NULL AND pg_catalog.strpos(t.step_key, '#') OPERATOR(pg_catalog.>) 0
+         GROUP BY 1, 2, 3) c
+ WHERE s.run_id OPERATOR(pg_catalog.=) c.run_id AND s.tenant_id OPERATOR(pg_catalog.=) c.tenant_id
+   AND s.step_id OPERATOR(pg_catalog.=) c.step_id AND s.state OPERATOR(pg_catalog.=) 'running';
+
+-- ---------------------------------------------------------------------------
 -- Tenant bindings survive a restore into another cluster (issue 18, item 6):
 -- the role by name, and by OID in the cluster that bound it (a rename keeps
 -- the binding).  The regrole column of 0.7.0 made a restore without the
@@ -469,3 +492,7 @@ BEGIN
     END LOOP;
 END
 $stats$;
+
+-- A tenant's claims read only its own claimable rows (issue 18 item 3).
+CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
+    WHERE ready_at IS NOT NULL;

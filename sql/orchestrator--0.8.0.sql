@@ -227,6 +227,10 @@ COMMENT ON COLUMN orch.tasks.gated IS
 -- Claim path: only claimable rows are indexed, so terminal work leaves it.
 CREATE INDEX tasks_claim_idx ON orch.tasks (queue, priority, created_at, id)
     WHERE ready_at IS NOT NULL;
+-- A tenant's claims read only its own claimable rows, however long another
+-- tenant's backlog in the same queue (no noisy neighbour).
+CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
+    WHERE ready_at IS NOT NULL;
 -- Lease recovery path: only executing rows.
 CREATE INDEX tasks_lease_idx ON orch.tasks (queue, lease_expires_at)
     WHERE state OPERATOR(pg_catalog.=) 'executing';
@@ -1202,6 +1206,10 @@ CREATE TABLE orch.run_steps (
     comp_state   text CHECK (comp_state OPERATOR(pg_catalog.=) ANY (ARRAY['armed', 'pending', 'awaiting_approval', 'running',
                                             'done', 'failed', 'canceled'])),
     comp_task_id bigint,
+    -- a map step's items: how many, how many have a task, how many completed
+    items_total  integer,
+    items_next   integer NOT NULL DEFAULT 0,
+    items_done   integer NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, step_id, tenant_id)
 ) WITH (fillfactor = 70);
 -- Timers and soft caps; no state in the predicate, so that a step's state

@@ -77,6 +77,26 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
 	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
 
+/*
+ * The claim of a caller bound to several tenants: each tenant's best rows
+ * are read from its own range of tasks_tenant_claim_idx (at most $2 each,
+ * locked), and the best $2 of those claimed, so that no tenant's backlog
+ * is read by another's claim.  Rows locked and not chosen are free again
+ * when the claim's transaction ends.
+ */
+#define CLAIM_TENANTS_SQL \
+	"WITH u AS (" \
+	"  UPDATE orch.tasks t SET " CLAIM_SET \
+	"  WHERE t.id = ANY (ARRAY(SELECT x.id FROM pg_catalog.unnest($5::text[]) AS w(tenant)," \
+	"     LATERAL (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
+	"       WHERE c.queue = $1 AND c.tenant_id = w.tenant AND c.ready_at <= now()" RUN_FILTER \
+	"       ORDER BY c.priority, c.created_at, c.id" \
+	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) x" \
+	"     ORDER BY x.priority, x.created_at, x.id LIMIT $2)) AND t.tenant_id = ANY ($5)" \
+	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
+	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
+	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
+
 static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
 
@@ -123,6 +143,22 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 	" WHERE t.id = ANY ($1) AND t.ready_at <= now()" \
 	" RETURNING " CLAIM_RETURNING
 
+
+/*
+ * One window of a limited claim's candidates, in claim order after the last
+ * one ($4, $5, $6; $7 for the first).  One tenant's claim reads its own range
+ * of tasks_tenant_claim_idx.
+ */
+#define LIMITED_WINDOW_SQL(TENANT_COND) \
+	"SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t" \
+	" WHERE t.queue = $1 AND t.ready_at <= now() AND " TENANT_COND \
+	"   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))" \
+	"   AND (t.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
+	"        WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND r.state = 'running'" \
+	"          AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
+	"               OR t.step_key LIKE '%:compensate')))" \
+	" ORDER BY t.priority, t.created_at, t.id" \
+	" LIMIT $2 FOR UPDATE SKIP LOCKED"
 
 /* Candidates looked at per window, and in all, by one limited claim */
 #define LIMITED_WINDOW_MIN	16
@@ -178,6 +214,10 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	bool		first = true;
 	HASHCTL		hctl;
 	HTAB	   *owners = NULL;
+	bool		one_tenant = !all_tenants &&
+		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(tenants)),
+					   ARR_DIMS(DatumGetArrayTypeP(tenants))) == 1;
+	SPIPlanPtr	plan;
 
 	orch_require_read_committed();
 	if (qs->queue_limit > 0)
@@ -227,17 +267,11 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			cv[5] = Int64GetDatum(0);
 		}
 		/* keyset pagination: each window starts after the last one */
-		got = orch_exec(orch_plan("SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t"
-										  " WHERE t.queue = $1 AND t.ready_at <= now()"
-										  "   AND " ORCH_TENANT_IN("t.tenant_id", "$3")
-										  "   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))"
-										  "   AND (t.run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r"
-										  "        WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND r.state = 'running'"
-										  "          AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))"
-										  "               OR t.step_key LIKE '%:compensate')))"
-										  " ORDER BY t.priority, t.created_at, t.id"
-										  " LIMIT $2 FOR UPDATE SKIP LOCKED",
-										  7, ctypes), cv, cn, false, 0, SPI_OK_SELECT);
+		if (one_tenant)
+			plan = orch_plan(LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]"), 7, ctypes);
+		else
+			plan = orch_plan(LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3")), 7, ctypes);
+		got = orch_exec(plan, cv, cn, false, 0, SPI_OK_SELECT);
 		if (got == 0)
 			break;
 		scanned += (int) got;
@@ -420,6 +454,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	 * Which tenants: the one asked for (the caller must be allowed it), else
 	 * a bound caller's own, else all.
 	 */
+	if (tenant == NULL)
+		tenant = orch_caller_only_tenant();	/* bound to one: its own index range */
 	if (tenant)
 	{
 		orch_require_tenant(tenant);
@@ -504,8 +540,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	{
 		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
 
-		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = ANY ($5)", " AND t.tenant_id = ANY ($5)", RUN_FILTER),
-											5, atypes), v, NULL, false, 0, SPI_OK_SELECT);
+		orch_exec(orch_plan(CLAIM_TENANTS_SQL, 5, atypes), v, NULL, false, 0, SPI_OK_SELECT);
 	}
 	else
 		orch_exec(orch_plan(CLAIM_SQL("", "", RUN_FILTER), 4, types), v, NULL, false, 0, SPI_OK_SELECT);

@@ -70,7 +70,7 @@ orch_run_start_compensation(RunRow *r, const char *step)
 {
 	Datum		v[4];
 	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
-	int64		id = orch_run_enqueue_step_task(r, step, psprintf("%s:compensate", step), NULL, -1, true);
+	int64		id = orch_run_enqueue_step_task(r, step, true);
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);

@@ -71,10 +71,20 @@ typedef struct RunNote
 	int			level;
 	int64		run_id;
 	char	   *tenant;
-	/* the one task of the run that completed, when that is all (else 0) */
-	int64		task_id;
-	char	   *step;
+	/*
+	 * The run's tasks that completed, in order (RunDone), when that is all
+	 * (else general: something else ended, the general path looks at all).
+	 */
+	bool		general;
+	List	   *done;
 } RunNote;
+
+/* One completed task of a run: its id and step key */
+typedef struct RunDone
+{
+	int64		task_id;
+	char	   *step_key;
+} RunDone;
 extern int64 orch_run_busy_begin(int64 run_id);
 extern void orch_run_busy_end(int64 prev);
 extern bool orch_run_notes_pending(void);
@@ -100,10 +110,10 @@ extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 /* The error of a step whose queue does not exist (and is not created) */
 #define STEP_NO_QUEUE "its queue does not exist and orchestrator.auto_create_queues is off"
 extern bool orch_run_start_step_task(RunRow *r, const char *step);
-extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key,
-										Jsonb *spec_unused, int item, bool compensation);
+extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation);
+extern int orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb *items);
 extern void orch_run_progress(RunRow *r);
-extern void orch_run_progress_completed(RunRow *r, int64 task_id, const char *step);
+extern bool orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key);
 extern void orch_run_advance(RunRow *r);
 extern void orch_run_create_steps(RunRow *r);
 extern void orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,

@@ -243,16 +243,20 @@ orch_run_busy_end(int64 prev)
 
 /*
  * A task of run_id finished (task_id, its step key, completed or not): the
- * run progresses at the end of the statement.  A run with exactly one task
- * completed is told which: its step can be settled without looking at the
- * others (orch_run_progress_completed).
+ * run progresses at the end of the statement.  While all its finished tasks
+ * completed (up to RUN_NOTE_MAX of them), the run is told which: each
+ * completion can be settled without looking at the others
+ * (orch_run_progress_completed), so that a map step's items cost the same
+ * each however many there are.
  */
+#define RUN_NOTE_MAX 1000
+
 void
 orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
 			   bool completed)
 {
 	MemoryContext old;
-	RunNote    *n;
+	RunNote    *n = NULL;
 	ListCell   *lc;
 
 	if (run_id == busy_run)
@@ -264,28 +268,36 @@ orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step
 
 		if (e->run_id == run_id && strcmp(e->tenant, tenant) == 0)
 		{
-			e->task_id = 0;		/* more than one: the general path */
-			e->step = NULL;
-			return;
+			n = e;
+			break;
 		}
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	n = palloc(sizeof(RunNote));
-	n->level = GetCurrentTransactionNestLevel();
-	n->run_id = run_id;
-	n->tenant = pstrdup(tenant);
-	/* a plain step's task (map items are "step#i", compensations "step:compensate") */
-	if (completed && step_key != NULL && strpbrk(step_key, "#:") == NULL)
+	if (n == NULL)
 	{
-		n->task_id = task_id;
-		n->step = pstrdup(step_key);
+		n = palloc(sizeof(RunNote));
+		n->level = GetCurrentTransactionNestLevel();
+		n->run_id = run_id;
+		n->tenant = pstrdup(tenant);
+		n->general = false;
+		n->done = NIL;
+		run_notes = lappend(run_notes, n);
+	}
+	/* a step's or a map item's task ("step#i"; compensations are "step:compensate") */
+	if (!n->general && completed && step_key != NULL && strchr(step_key, ':') == NULL &&
+		list_length(n->done) < RUN_NOTE_MAX)
+	{
+		RunDone    *d = palloc(sizeof(RunDone));
+
+		d->task_id = task_id;
+		d->step_key = pstrdup(step_key);
+		n->done = lappend(n->done, d);
 	}
 	else
 	{
-		n->task_id = 0;
-		n->step = NULL;
+		n->general = true;
+		n->done = NIL;
 	}
-	run_notes = lappend(run_notes, n);
 	MemoryContextSwitchTo(old);
 }
 
@@ -322,6 +334,7 @@ bool
 orch_run_notes_next(RunNote *out)
 {
 	RunNote    *n;
+	ListCell   *lc;
 
 	if (run_notes == NIL)
 		return false;
@@ -329,8 +342,17 @@ orch_run_notes_next(RunNote *out)
 	out->level = n->level;
 	out->run_id = n->run_id;
 	out->tenant = pstrdup(n->tenant);
-	out->task_id = n->task_id;
-	out->step = n->step ? pstrdup(n->step) : NULL;
+	out->general = n->general;
+	out->done = NIL;
+	foreach(lc, n->done)
+	{
+		RunDone    *d = (RunDone *) lfirst(lc);
+		RunDone    *c = palloc(sizeof(RunDone));
+
+		c->task_id = d->task_id;
+		c->step_key = pstrdup(d->step_key);
+		out->done = lappend(out->done, c);
+	}
 	run_notes = list_delete_first(run_notes);
 	return true;
 }

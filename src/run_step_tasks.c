@@ -15,29 +15,43 @@
 #include "run_internal.h"
 
 /*
- * The task of a step (or of one item of a map step: $5 >= 0); $1 run,
- * $2 tenant, $3 step, $4 step key.  Its queue must exist (else no row).
+ * The task of a step; $1 run, $2 tenant, $3 step, $4 step key ($5 unused:
+ * -1).  Its queue must exist (else no row).
  */
-#define STEP_TASK_INSERT \
+#define STEP_TASK_COLUMNS \
 	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code, priority, correlation_id)" \
-	" SELECT $2, q.name, 'queued'," \
-	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
-	"    'input', r.input," \
-	"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
-	"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))," \
-	"    'item', CASE WHEN $5 >= 0 THEN s.items -> $5 END," \
-	"    'index', CASE WHEN $5 >= 0 THEN $5 END))," \
+	"  timeout, run_id, step_key, reason_code, priority, correlation_id)"
+#define STEP_TASK_SELECT(PAYLOAD, KEY) \
+	" SELECT $2, q.name, 'queued', " PAYLOAD "," \
 	"  now(), now()," \
 	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))" \
 	"   || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
 	"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))," \
 	"  NULL::interval," \
-	"  $1, $4, 'step_ready', coalesce((q.settings ->> 'priority')::int, 0), r.correlation_id" \
+	"  $1, " KEY ", 'step_ready', coalesce((q.settings ->> 'priority')::int, 0), r.correlation_id" \
 	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
 	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
 	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
-	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q" \
+	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
+#define STEP_TASK_INSERT \
+	STEP_TASK_COLUMNS \
+	STEP_TASK_SELECT("jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
+					 "    'input', r.input," \
+					 "    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
+					 "             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))))", "$4") \
+	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 < 0"
+
+/*
+ * Items $5 .. $6 - 1 of a map step, one task each, from the step's items
+ * ($7, read once by the caller): a map item carries its item and index, not
+ * the run's input and dependencies' outputs (which would be copied once per
+ * item: fan-out cost would grow with the square of the items).
+ */
+#define MAP_TASKS_INSERT \
+	STEP_TASK_COLUMNS \
+	STEP_TASK_SELECT("jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'))" \
+					 " || jsonb_build_object('item', $7::jsonb -> g.i, 'index', g.i)", "$3 || '#' || g.i") \
+	"  CROSS JOIN generate_series($5, $6 - 1) AS g(i)" \
 	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
 
 /* The compensation task of a step */
@@ -56,56 +70,103 @@
 	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1" \
 	" RETURNING id"
 
-/* Enqueue one task of a step (item >= 0: one item of a map step). */
+/*
+ * The queue of a step (or of its compensation), else the run policy's,
+ * created on the way (orchestrator.auto_create_queues); false when it does
+ * not exist and may not be created.
+ */
+static bool
+step_queue_ready(RunRow *r, const char *step, bool compensation)
+{
+	OrchArgs	a = {0};
+	char	   *queue;
+	QueueSettings qs;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	if (orch_args_sql(&a, compensation
+					  ? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
+					  "  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+					  "  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+					  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+					  : "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
+					  "  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+					  "  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+					  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 0, SPI_OK_SELECT) == 0 ||
+		(queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)) == NULL)
+		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
+	if (!orch_load_queue(queue, &qs, NULL))
+	{
+		if (!orch_auto_create_queues)
+			return false;
+		orch_ensure_queue(queue);
+	}
+	return true;
+}
+
+/* Enqueue the task of a step, or its compensation task; -1: no queue. */
 int64
-orch_run_enqueue_step_task(RunRow *r, const char *step, const char *step_key, Jsonb *spec_unused,
-				  int item, bool compensation)
+orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
 	Datum		v[5];
 	bool		isnull;
-	char	   *queue;
-	QueueSettings qs;
 
-	(void) spec_unused;
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
-	v[3] = orch_text_datum(step_key);
-	v[4] = Int32GetDatum(item);
+	v[3] = orch_text_datum(compensation ? psprintf("%s:compensate", step) : step);
+	v[4] = Int32GetDatum(-1);
 	/*
-	 * The queue: the step's (or its compensation's), else the run policy's.
 	 * A task step's insert finds the queue itself and inserts nothing when it
 	 * does not exist yet: only then is it looked up and created.
 	 */
 	for (int pass = 0; pass < 2; pass++)
 	{
-		if (compensation || pass == 1)
-		{
-			orch_sql(compensation
-					? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-					: "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-					"  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-					"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
-			queue = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
-			if (queue == NULL)
-				elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
-			if (!orch_load_queue(queue, &qs, NULL))
-			{
-				if (!orch_auto_create_queues)
-					return -1;	/* the caller fails the step */
-				orch_ensure_queue(queue);
-			}
-		}
+		if ((compensation || pass == 1) && !step_queue_ready(r, step, compensation))
+			return -1;			/* the caller fails the step */
 		if (orch_sql(compensation
 				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING) == 1)
 			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	elog(ERROR, "orchestrator: step task insert failed");
 	return 0;					/* keep compiler quiet */
+}
+
+/*
+ * Enqueue items from .. to - 1 of a map step (items: the step's items) in
+ * one statement, and count them as created (items_next).  Returns how many,
+ * or -1 when the step's queue does not exist and may not be created.
+ */
+int
+orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb *items)
+{
+	Oid			types[7] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT4OID, JSONBOID};
+	Datum		v[7];
+	char		n[7] = {' ', ' ', ' ', 'n', ' ', ' ', ' '};
+	int			made = 0;
+
+	if (to <= from)
+		return 0;
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = (Datum) 0;
+	v[4] = Int32GetDatum(from);
+	v[5] = Int32GetDatum(to);
+	v[6] = JsonbPGetDatum(items);
+	for (int pass = 0; pass < 2 && made == 0; pass++)
+	{
+		if (pass == 1 && !step_queue_ready(r, step, false))
+			return -1;
+		made = (int) orch_sql("WITH t AS (" MAP_TASKS_INSERT " RETURNING 1)"
+							  " UPDATE orch.run_steps SET items_next = $6"
+							  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
+							  "   AND (SELECT count(*) FROM t) = $6 - $5"
+							  " RETURNING $6 - $5", 7, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
+	}
+	if (made == 0)
+		elog(ERROR, "orchestrator: map item insert failed");
+	return to - from;
 }
 
 /*
@@ -132,7 +193,7 @@ orch_run_start_step_task(RunRow *r, const char *step)
 					  false, 0, SPI_OK_UPDATE) > 0)
 		return false;
 	/* its queue does not exist yet */
-	id = orch_run_enqueue_step_task(r, step, step, NULL, -1, false);
+	id = orch_run_enqueue_step_task(r, step, false);
 	if (id < 0)
 		return true;			/* the caller fails the step */
 	a.n = 3;

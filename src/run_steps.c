@@ -108,37 +108,49 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 		take_edges(r, step, "on_success");
 }
 
-/* Enqueue the next items of a map step, at most max_parallel open at once. */
+/*
+ * Enqueue the next items of a map step, at most max_parallel open at once.
+ * Its counters say how many items have a task and how many completed
+ * (recount: count them from the tasks first, as the general path does,
+ * which may have settled several at once); the items array is read only
+ * when there is something to enqueue.
+ */
 static void
-map_fill(RunRow *r, const char *step)
+map_fill(RunRow *r, const char *step, bool recount)
 {
 	Datum		v[3];
 	bool		isnull;
 	int			total,
-				created,
-				open,
-				maxp;
+				next,
+				done,
+				maxp,
+				upto;
+	Jsonb	   *items;
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
-	orch_sql("SELECT jsonb_array_length(s.items),"
-			" (SELECT count(*) FROM orch.tasks t WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
-			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'),"
-			" (SELECT count(*) FROM orch.tasks t WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
-			"   AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'"
-			"   AND t.state NOT IN ('completed', 'failed', 'cancelled')),"
-			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647)"
-			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+	if (recount)
+		orch_sql("UPDATE orch.run_steps s SET (items_next, items_done) ="
+				" (SELECT count(*), count(*) FILTER (WHERE t.state = 'completed') FROM orch.tasks t"
+				"   WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
+				"     AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
+				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
+	if (orch_sql("SELECT s.items_total, s.items_next, s.items_done,"
+			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647), s.items"
+			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+			"   AND s.items_total IS NOT NULL", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT) != 1)
+		return;
 	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	created = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	open = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	next = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	done = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-	for (int i = created; i < total && open < maxp; i++, open++)
-		if (orch_run_enqueue_step_task(r, step, psprintf("%s#%d", step, i), NULL, i, false) < 0)
-		{
-			orch_run_step_failed(r, step, "failed", STEP_NO_QUEUE, false);
-			return;
-		}
+	/* open items: created and not completed (a failed one ends the step) */
+	upto = (maxp >= total - done) ? total : done + maxp;
+	if (upto <= next)
+		return;
+	items = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull));
+	if (orch_run_enqueue_map_items(r, step, next, upto, items) < 0)
+		orch_run_step_failed(r, step, "failed", STEP_NO_QUEUE, false);
 }
 
 /*
@@ -233,7 +245,8 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		if (!items)
 			n[4] = 'n';
 		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " RUN_STEP_CAP_SQL ","
-				" items = $5 WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
+				" items = $5, items_total = jsonb_array_length(CASE jsonb_typeof($5) WHEN 'array' THEN $5 END)"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
 				" RETURNING jsonb_typeof(items), jsonb_array_length(CASE jsonb_typeof(items) WHEN 'array' THEN items ELSE '[]' END)", 5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE_RETURNING);
 		{
 			char	   *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -259,7 +272,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 				return true;
 			}
 		}
-		map_fill(r, step);
+		map_fill(r, step, false);
 		return false;
 	}
 	if (orch_run_start_step_task(r, step))
@@ -528,7 +541,7 @@ collect_outcomes(RunRow *r)
 			"         WHERE a.task_id = t.id AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
 			"     ELSE 'failed' END"
 			"   WHEN count(*) = count(*) FILTER (WHERE t.state = 'completed')"
-			"        AND count(*) = coalesce(jsonb_array_length(CASE jsonb_typeof(s.items) WHEN 'array' THEN s.items END), 1)"
+			"        AND count(*) = coalesce(s.items_total, 1)"
 			"     THEN 'succeeded' END,"
 			" CASE WHEN s.spec ? 'map' THEN jsonb_agg(t.result ORDER BY nullif(split_part(t.step_key, '#', 2), '')::int)"
 			"      ELSE (array_agg(t.result))[1] END,"
@@ -538,7 +551,7 @@ collect_outcomes(RunRow *r)
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
-			" GROUP BY s.step_id, s.spec, s.items, s.ord, s.type ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" GROUP BY s.step_id, s.spec, s.items_total, s.ord, s.type ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = palloc(sizeof(char *) * (nrows + 1));
 	states = palloc(sizeof(char *) * (nrows + 1));
 	is_decision = palloc(sizeof(bool) * (nrows + 1));
@@ -638,12 +651,12 @@ collect_outcomes(RunRow *r)
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
-			"   OR (state = 'running' AND spec ? 'map' AND jsonb_typeof(items) = 'array')) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			"   OR (state = 'running' AND items_total IS NOT NULL)) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	states = orch_spi_column(2);
 	for (int i = 0; i < nrows && !orch_run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
 		if (strcmp(states[i], "map") == 0)
-			map_fill(r, steps[i]);
+			map_fill(r, steps[i], true);
 	for (int i = 0; i < nrows && !orch_run_terminal(r->state); i++)
 	{
 		if (strcmp(states[i], "map") == 0)
@@ -844,17 +857,71 @@ orch_run_progress(RunRow *r)
 }
 
 
+/* Nothing for the general path's second look: no timer or soft cap due */
+#define NO_TIMER_DUE \
+	" NOT EXISTS (SELECT 1 FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2" \
+	"     AND ((o.state IN ('running', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())" \
+	"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())))"
+
 /*
- * orch_run_progress after one task of the run completed (and nothing else of it
- * in this statement): when it is the task of a running plain step (not a
- * map, not a decision) and no other step of the run has a timer due or map
- * items to hand out, the step succeeds with its result in one statement,
- * without collecting every running step's tasks; the run then advances
- * (the caller has marked it busy).  Anything else takes the general path,
- * orch_run_progress, which would do exactly this in that case.
+ * One completed item of a running map step: counted; the step succeeds when
+ * it was the last (its output: the items' results in item order), else the
+ * slot it freed goes to the next item.  False when this is not the case
+ * (the general path then runs).
  */
-void
-orch_run_progress_completed(RunRow *r, int64 task_id, const char *step)
+static bool
+map_item_completed(RunRow *r, int64 task_id, const char *step_key)
+{
+	const char *hash = strchr(step_key, '#');
+	char	   *step = pnstrdup(step_key, hash - step_key);
+	Datum		v[5];
+	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, INT8OID, TEXTOID};
+	bool		isnull;
+	bool		has_edges;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	v[3] = Int64GetDatum(task_id);
+	v[4] = orch_text_datum(step_key);
+	if (orch_sql("UPDATE orch.run_steps s SET items_done = s.items_done + 1"
+			" FROM orch.tasks t"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
+			"   AND s.items_total IS NOT NULL AND s.type <> 'decision'"
+			"   AND t.id = $4 AND t.tenant_id = $2 AND t.run_id = $1 AND t.step_key = $5"
+			"   AND t.state = 'completed' AND" NO_TIMER_DUE
+			" RETURNING s.items_done >= s.items_total", 5, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+		return false;
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	{
+		map_fill(r, step, false);
+		return true;
+	}
+	/* the last one: the results, in item order, read once */
+	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET(
+			"(SELECT jsonb_agg(t.result ORDER BY split_part(t.step_key, '#', 2)::int) FROM orch.tasks t"
+			"  WHERE t.run_id = $1 AND t.tenant_id = $2 AND left(t.step_key, length($3) + 1) = $3 || '#')")
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
+			STEP_SUCCEEDED_RETURNING, 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+	has_edges = SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
+	orch_step_event(r, step, "running", "succeeded", "step_succeeded");
+	if (has_edges)
+		take_edges(r, step, "on_success");
+	orch_run_advance(r);
+	return true;
+}
+
+/*
+ * orch_run_progress after a task of the run completed: when it is the task
+ * of a running plain step (not a decision) or an item of a running map step,
+ * and no step of the run has a timer or soft cap due, the step is settled
+ * in a statement or two without collecting every running step's tasks; the
+ * run then advances (the caller has marked it busy).  Anything else takes
+ * the general path, orch_run_progress, which would do exactly this in that
+ * case, and then false is returned (it looked at everything).
+ */
+bool
+orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 {
 	bool		has_edges;
 	bool		isnull;
@@ -862,30 +929,33 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step)
 	if (orch_run_terminal(r->state) || r->past_deadline || strcmp(r->phase, "forward") != 0)
 	{
 		orch_run_progress(r);
-		return;
+		return false;
+	}
+	if (strchr(step_key, '#') != NULL)
+	{
+		if (map_item_completed(r, task_id, step_key))
+			return true;
+		orch_run_progress(r);
+		return false;
 	}
 	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
-			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed'"
-			/* nothing for the general path's second look (timers, map items) */
-			"   AND NOT EXISTS (SELECT 1 FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2"
-			"     AND ((o.state IN ('running', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())"
-			"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())"
-			"       OR (o.state = 'running' AND o.spec ? 'map' AND jsonb_typeof(o.items) = 'array')))"
-			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID}, (Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step),
+			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed' AND" NO_TIMER_DUE
+			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID}, (Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step_key),
 				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 	{
 		orch_run_progress(r);
-		return;
+		return false;
 	}
 	has_edges = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 		!isnull;
-	orch_step_event(r, step, "running", "succeeded", "step_succeeded");
+	orch_step_event(r, step_key, "running", "succeeded", "step_succeeded");
 	if (has_edges)
-		take_edges(r, step, "on_success");
+		take_edges(r, step_key, "on_success");
 	orch_run_advance(r);
+	return true;
 }
 
 /* Create the run's steps from its definition. */

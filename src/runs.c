@@ -73,10 +73,21 @@ orch_runs_flush(void)
 			{
 				int64		prev = orch_run_busy_begin(note.run_id);
 
-				if (note.task_id != 0)
-					orch_run_progress_completed(&r, note.task_id, note.step);
-				else
+				if (note.general || note.done == NIL)
 					orch_run_progress(&r);
+				else
+				{
+					/* one completion at a time, until one needs the general path */
+					ListCell   *lc;
+
+					foreach(lc, note.done)
+					{
+						RunDone    *d = (RunDone *) lfirst(lc);
+
+						if (!orch_run_progress_completed(&r, d->task_id, d->step_key))
+							break;
+					}
+				}
 				orch_run_busy_end(prev);
 			}
 			SPI_finish();
