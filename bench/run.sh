@@ -10,8 +10,11 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency backlog tenants keys wf decay"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency backlog tenants retention keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
+#   BENCH_REPS=N            repetitions of each throughput workload (default 3,
+#                           quick 1), the sides alternating; the table shows
+#                           the median of the repetitions
 #   BENCH_SKIP_BUILD=1      do not run make / make install
 #   BENCH_PROC_CAP=SECONDS  cap of each processing run (default 60, quick 12)
 #   BENCH_PROFILE=1         load pg_stat_statements (track=all) and print the
@@ -32,7 +35,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency backlog tenants keys wf decay}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency backlog tenants retention keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -55,6 +58,10 @@ if [ "$QUICK" = 1 ]; then
     DECAY_CHUNK=100000  # tasks per round of the no-decay run
     DECAY_ROUNDS=5      # rounds of the no-decay run
     NOISY=100000        # another tenant's waiting tasks in the noisy-neighbour run
+    REPS=1              # repetitions of each throughput workload
+    RET_SECS=40         # each retention run (with and without)
+    RET_KEEP=10         # seconds: orchestrator.retention during the retention run
+    RET_EVERY=5         # seconds between orch_maintain passes
 else
     ENQ_SECS=10
     PROC_JOBS=100000
@@ -72,7 +79,13 @@ else
     DECAY_CHUNK=1000000
     DECAY_ROUNDS=10
     NOISY=1200000
+    REPS=3
+    RET_SECS=180
+    RET_KEEP=60
+    RET_EVERY=10
 fi
+REPS=${BENCH_REPS:-$REPS}
+RET_WORKERS=4
 DECAY_RETENTION=5       # seconds: orchestrator.retention during the no-decay run (short: purging runs in every round, the first too)
 DECAY_WORKERS=4
 KEYS=1000               # distinct concurrency keys (limit 1 each)
@@ -327,12 +340,25 @@ add_workload() { WORKLOADS+=("$1"); TARGET[$1]=$2; }
 
 wal_lsn() { sql "SELECT pg_current_wal_insert_lsn()"; }
 
+declare -A RATES       # RATES[workload,side] = "jobs/s of each repetition"
+declare -A WALS         # WALS[workload,side] = "WAL bytes per job of each repetition"
+declare -A WAL          # WAL[workload,side] = median WAL bytes per job
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
+
 record() { # WORKLOAD SIDE JOBS SECS WAL-LSN-BEFORE
-    local rate wal
+    local rate wal n
     rate=$(awk -v j="$3" -v s="$4" 'BEGIN{ if (s > 0) printf "%.0f", j/s; else print 0 }')
     wal=$(sql "SELECT CASE WHEN $3 > 0 THEN round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$5') / $3) END")
-    RES[$1,$2]=$rate
-    NOTE[$1,$2]="$3 jobs in $(printf '%.1f' "$4") s, ${wal:-?} B WAL/job"
+    RATES[$1,$2]="${RATES[$1,$2]:-} $rate"
+    WALS[$1,$2]="${WALS[$1,$2]:-} ${wal:-}"
+    RES[$1,$2]=$(echo "${RATES[$1,$2]}" | median)
+    WAL[$1,$2]=$(echo "${WALS[$1,$2]}" | median)
+    n=$(echo "${RATES[$1,$2]}" | wc -w)
+    if [ "$n" -gt 1 ]; then
+        NOTE[$1,$2]="median of $n:${RATES[$1,$2]} jobs/s, ${WAL[$1,$2]:-?} B WAL/job"
+    else
+        NOTE[$1,$2]="$3 jobs in $(printf '%.1f' "$4") s, ${wal:-?} B WAL/job"
+    fi
     log "  $2: $3 jobs in $(printf '%.2f' "$4") s = $rate jobs/s, ${wal:-?} bytes of WAL per job"
 }
 
@@ -340,9 +366,13 @@ record() { # WORKLOAD SIDE JOBS SECS WAL-LSN-BEFORE
 # Workloads
 # ---------------------------------------------------------------------------
 # enqueue WORKLOAD SCRIPT CLIENTS: pgbench -T ENQ_SECS, jobs counted from the table.
+# the sides of repetition REP, alternating: A B, B A, A B, ...
+sides_for() { if [ $(( $1 % 2 )) = 1 ]; then echo "$SYSTEMS"; else echo "$SYSTEMS" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi; }
+
 run_enqueue() {
-    local wl=$1 script=$2 clients=$3 side t0 out res lsn
-    for side in $SYSTEMS; do
+    local wl=$1 script=$2 clients=$3 side t0 out res lsn rep
+    for rep in $(seq 1 "$REPS"); do
+    for side in $(sides_for "$rep"); do
         reset_all; settle; profile_reset
         log "$wl: $side"
         out=$WORK/pgbench-${wl//[^A-Za-z0-9]/_}-$side.log
@@ -356,6 +386,7 @@ run_enqueue() {
         record "$wl" "$side" "${res%|*}" "${res#*|}" "$lsn"
         profile_dump "$wl, $side"
     done
+    done
 }
 
 # process WORKLOAD SCRIPT WORKERS JOBS: JOBS pre-loaded; pgbench runs until all
@@ -363,8 +394,9 @@ run_enqueue() {
 # PROC_CAP seconds; jobs/s = finished jobs / (last finish - start).
 # (SIGTERM: a background job of a non-interactive shell ignores SIGINT.)
 run_process() {
-    local wl=$1 script=$2 workers=$3 jobs=$4 side t0 out res fin lsn
-    for side in $SYSTEMS; do
+    local wl=$1 script=$2 workers=$3 jobs=$4 side t0 out res fin lsn rep
+    for rep in $(seq 1 "$REPS"); do
+    for side in $(sides_for "$rep"); do
         reset_all
         log "$wl: $side"
         preload "$side" bench "$jobs"
@@ -395,6 +427,7 @@ run_process() {
             log "  not all finished; by state: $(states "$side")"
         fi
         profile_dump "$wl, $side"
+    done
     done
 }
 
@@ -531,6 +564,52 @@ run_tenants() {
         LAT[tenants,orchestrator,$noisy]=$(lat_stats "$prefix".*[0-9])
         log "  claim+complete: p50/p90/p99/max/n = ${LAT[tenants,orchestrator,$noisy]}"
         profile_dump "tenants, $noisy of another tenant waiting"
+    done
+}
+
+# ---------------------------------------------------------------------------
+# Retention (issue 20; orchestrator only): RET_WORKERS workers claim one and
+# complete it for RET_SECS from a pre-loaded backlog (more than they can
+# finish), once without retention and once with orchestrator.retention =
+# RET_KEEP s and orch_maintain every RET_EVERY s (history purged as the run
+# goes).  Processed jobs are those no longer waiting or executing (retention
+# removes finished rows, so they are counted as pre-loaded minus left).
+# Target: with retention >= 0.9x of without.
+# ---------------------------------------------------------------------------
+declare -A RET          # RET[mode] = "jobs/s purged"
+run_retention() {
+    local mode n out t0 t1 left purged maint_pid jobs
+    want orchestrator || return 0
+    # enough that the workers never run dry: a generous multiple of 0.7.0's rate
+    jobs=$(( RET_SECS * 2500 ))
+    for mode in off on; do
+        reset_all
+        log "retention $mode: $RET_WORKERS workers, ${RET_SECS}s"
+        preload orchestrator bench "$jobs"
+        settle; profile_reset
+        out=$WORK/pgbench-retention-$mode.log
+        maint_pid=
+        if [ "$mode" = on ]; then
+            sql "ALTER DATABASE bench SET orchestrator.retention = '${RET_KEEP}s'" >/dev/null
+            ( while :; do sleep "$RET_EVERY"; "${PSQL[@]}" -d bench -At -c "SELECT orch_maintain(1000000)" >/dev/null 2>&1 || true; done ) &
+            maint_pid=$!
+            MAINT_PID=$maint_pid
+        fi
+        t0=$(date +%s.%N)
+        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c "$RET_WORKERS" -j "$(threads_for "$RET_WORKERS")" -T "$RET_SECS" \
+            -D queue=bench -f "$(script_for orchestrator process)" bench >"$out" 2>&1 || true
+        t1=$(date +%s.%N)
+        if [ -n "$maint_pid" ]; then kill "$maint_pid" 2>/dev/null || true; wait "$maint_pid" 2>/dev/null || true; MAINT_PID=; fi
+        sql "ALTER DATABASE bench RESET orchestrator.retention" >/dev/null
+        pgbench_check "$out"
+        left=$(sql "SELECT count(*) FROM orch.tasks WHERE state IN ('queued', 'executing')")
+        purged=$(sql "SELECT $jobs - count(*) FROM orch.tasks")
+        [ "$left" -gt 0 ] || log "  WARNING: the backlog ran dry; the rate is a lower bound"
+        n=$(( jobs - left ))
+        RET[$mode]="$(awk -v n="$n" -v a="$t0" -v b="$t1" 'BEGIN{printf "%.0f", n / (b - a)}') $purged"
+        log "  $n processed in $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}') s = ${RET[$mode]%% *} jobs/s; $purged purged"
+        profile_dump "retention $mode"
     done
 }
 
@@ -837,6 +916,7 @@ if group wf; then run_workflows; fi
 if group latency; then run_latency; fi
 if group backlog; then run_backlog; fi
 if group tenants; then run_tenants; fi
+if group retention; then run_retention; fi
 if group keys; then run_keys; fi
 if group decay; then run_decay; fi
 T_END=$(date +%s)
@@ -928,6 +1008,21 @@ report() {
     done
     echo
     echo "jobs counted from the tables; window = pgbench start .. last job's timestamp; WAL written during the run per job"
+    if [ "$REPS" -gt 1 ]; then echo "each row: the median of $REPS repetitions, the sides alternating (A B, B A, A B)"; fi
+    # WAL per job of the happy path: its enqueue plus its claim and complete
+    local pair e p wo wb
+    for pair in "one at a time|enqueue, 1 client|process, 1 worker" \
+                "in batches|enqueue, batches of 1000|process, claim 100, $BATCH_WORKERS workers"; do
+        e=${pair#*|}; p=${e#*|}; e=${e%%|*}
+        wo=; wb=
+        if [ -n "${WAL[$e,orchestrator]:-}" ] && [ -n "${WAL[$p,orchestrator]:-}" ]; then wo=$(( ${WAL[$e,orchestrator]} + ${WAL[$p,orchestrator]} )); fi
+        if [ -n "${WAL[$e,baseline]:-}" ] && [ -n "${WAL[$p,baseline]:-}" ]; then wb=$(( ${WAL[$e,baseline]} + ${WAL[$p,baseline]} )); fi
+        [ -n "$wo" ] && [ -n "$wb" ] || continue
+        awk -v o="$wo" -v b="$wb" -v what="${pair%%|*}" 'BEGIN {
+            r = (b > 0) ? o / b : 0;
+            printf "WAL per job, happy path %s (enqueue + claim + complete): orchestrator %d B, baseline %d B = %.2fx   target <= 1.30x: %s\n",
+                   what, o, b, r, (r <= 1.3) ? "met" : "NOT met" }'
+    done
     for wl in "${WORKLOADS[@]}"; do
         printf '  %-30s orchestrator: %-44s baseline: %s\n' "$wl" \
             "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}"
@@ -986,6 +1081,13 @@ report() {
             split(s, a, " "); split(l, b, " "); r = (a[3] > 0) ? b[3] / a[3] : 0;
             printf "  %-13s p50 %.3f / %.3f   p99 %.3f / %.3f   p99 ratio %.2fx   target <= 2.00x: %s\n",
                    "orchestrator", a[1], b[1], a[3], b[3], r, (r <= 2.0) ? "met" : "NOT met" }'
+    fi
+    if [ -n "${RET[off]:-}" ] && [ -n "${RET[on]:-}" ]; then
+        echo "retention (orchestrator; $RET_WORKERS workers claim one + complete for ${RET_SECS}s; retention ${RET_KEEP}s, orch_maintain every ${RET_EVERY}s):"
+        awk -v off="${RET[off]}" -v on="${RET[on]}" 'BEGIN {
+            split(off, a, " "); split(on, b, " "); r = (a[1] > 0) ? b[1] / a[1] : 0;
+            printf "  without %d jobs/s, with %d jobs/s (%d finished tasks purged during the run) = %.2fx   target >= 0.90x: %s\n",
+                   a[1], b[1], b[2], r, (r >= 0.9) ? "met" : "NOT met" }'
     fi
     if [ "${#DECAY_ROWS[@]}" -gt 0 ]; then
         echo
