@@ -69,7 +69,7 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 			nl[1] = 'n';
 		types[1] = TEXTARRAYOID;
 		orch_exec(orch_plan("SELECT id FROM orch.tasks"
-							" WHERE state = 'executing' AND lease_expires_at <= now()"
+							" WHERE state = 'executing' AND lease_expires_at <= statement_timestamp()"
 							"   AND " ORCH_TENANT_IN("tenant_id", "$2")
 							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
 							2, types),

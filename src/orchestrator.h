@@ -128,7 +128,7 @@ typedef struct OrchTask
 	char	   *lease_owner;
 	bool		has_claimed_at;
 	TimestampTz claimed_at;
-	bool		lease_expired;	/* lease_expires_at <= now() */
+	bool		lease_expired;	/* lease_expires_at <= statement_timestamp() */
 	bool		timed_out;		/* claimed_at + timeout <= now() */
 	bool		retry_wait;		/* awaiting_tool with retry_at */
 	bool		ready;			/* claimable (ready_at set) */
@@ -166,7 +166,7 @@ extern void orch_gate_statement_end(void);
  * due (orch_wake_delayed).  One text each for the work and the probe.
  */
 #define ORCH_EXPIRED_WHERE \
-	" WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= now()" \
+	" WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= statement_timestamp()" \
 	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 #define ORCH_DELAYED_WHERE \
 	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \

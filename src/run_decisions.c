@@ -7,6 +7,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -179,9 +181,70 @@ orch_run_decide(RunRow *r, const char *step, Jsonb *result)
 	return deflt;
 }
 
+/* n digits at *p (advanced past them) */
+static bool
+iso_digits(const char **p, int n)
+{
+	for (int i = 0; i < n; i++, (*p)++)
+		if (!isdigit((unsigned char) **p))
+			return false;
+	return true;
+}
+
 /*
- * A JSON string as a finite timestamp, or false: a bad value in a run's
- * input fails the step, never the worker's call that made it due.
+ * Is s an ISO 8601 date or date-time?  YYYY-MM-DD, then optionally [T ]hh:mm
+ * [:ss[.fraction]], then optionally Z or +hh[[:]mm] / -hh[[:]mm].  Only these
+ * are read, so that a timestamp means the same whatever the session's
+ * DateStyle ("01/02/2030" would not) and never a word ("tomorrow" would move).
+ */
+static bool
+iso8601_shape(const char *s)
+{
+	const char *p = s;
+
+	if (!iso_digits(&p, 4) || *p++ != '-' || !iso_digits(&p, 2) || *p++ != '-' || !iso_digits(&p, 2))
+		return false;
+	if (*p == '\0')
+		return true;
+	if (*p != 'T' && *p != 't' && *p != ' ')
+		return false;
+	p++;
+	if (!iso_digits(&p, 2) || *p++ != ':' || !iso_digits(&p, 2))
+		return false;
+	if (*p == ':')
+	{
+		p++;
+		if (!iso_digits(&p, 2))
+			return false;
+		if (*p == '.' || *p == ',')
+		{
+			p++;
+			if (!isdigit((unsigned char) *p))
+				return false;
+			while (isdigit((unsigned char) *p))
+				p++;
+		}
+	}
+	if (*p == 'Z' || *p == 'z')
+		p++;
+	else if (*p == '+' || *p == '-')
+	{
+		p++;
+		if (!iso_digits(&p, 2))
+			return false;
+		if (*p == ':')
+			p++;
+		if (isdigit((unsigned char) *p) && !iso_digits(&p, 2))
+			return false;
+	}
+	return *p == '\0';
+}
+
+/*
+ * A JSON string holding an ISO 8601 timestamp (iso8601_shape) as a finite
+ * timestamp, or false: a bad value in a run's input fails the step, never
+ * the worker's call that made it due.  Without a zone it is read in the
+ * session's TimeZone.
  */
 bool
 orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out)
@@ -195,6 +258,8 @@ orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out)
 	if (!JsonbExtractScalar(&j->root, &jv) || jv.type != jbvString)
 		return false;
 	str = pnstrdup(jv.val.string.val, jv.val.string.len);
+	if (!iso8601_shape(str))
+		return false;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();

@@ -593,11 +593,11 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
 	if (orch_citus())
 		/* no stable function on a column in a distributed UPDATE: UTC arithmetic */
-		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3,"
+		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(statement_timestamp() + $3,"
 					" " ORCH_UTC_ADD("claimed_at", "timeout") ")"
 					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	else
-		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(now() + $3, claimed_at + timeout)"
+		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(statement_timestamp() + $3, claimed_at + timeout)"
 					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
 	return finish_state("executing");
 }

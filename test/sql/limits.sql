@@ -88,6 +88,16 @@ SET LOCAL session_replication_role = origin;
 SELECT pg_temp.try(format($$SELECT orch_complete(%s, %L, '{}')$$, :h1, :'htok')) AS complete_expired;
 SELECT pg_temp.try(format($$SELECT orch_heartbeat(%s, %L)$$, :h1, :'htok')) AS heartbeat_expired;
 ROLLBACK;
+-- and a lease runs from the statement's time too: a claim made late in a
+-- long transaction gets its whole lease (it can complete and heartbeat)
+SELECT orch_enqueue('lim_long', '{}') IS NOT NULL AS enqueued;
+BEGIN;
+SELECT pg_sleep(1.2);
+SELECT task_id AS lt, lease_token AS ltok FROM orch_dequeue('lim_long', 'w', 1, interval '1 second') \gset
+SELECT lease_expires_at > statement_timestamp() AS lease_ahead FROM orch.tasks WHERE id = :lt;
+SELECT orch_heartbeat(:lt, :'ltok', interval '1 second') IS NOT NULL AS heartbeat_late_in_xact;
+SELECT orch_complete(:lt, :'ltok', '{}') AS complete_late_in_xact;
+COMMIT;
 
 -- a pins mismatch is reported with each value cut short
 SELECT orch_define('lim_p', '{"steps": [{"step_id": "a", "queue": "lim_pq", "handler": "h"}]}') IS NOT NULL AS defined;

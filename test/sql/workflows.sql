@@ -466,6 +466,16 @@ SELECT orch_start('wf_until', '{"at": 12}') AS r2 \gset
 SELECT pg_temp.work('wf_r') AS completed_despite_bad_input, pg_temp.work('wf_r') AS again;
 SELECT pg_temp.st(:r1) AS bad_string, pg_temp.st(:r2) AS not_a_string;
 SELECT error FROM orch_run_steps WHERE run_id = :r1 AND step_id = 'w';
+-- until_path is ISO 8601 whatever the DateStyle: the same instant under
+-- 'SQL, DMY' and 'ISO, MDY'; a day-month order, or a word, fails the step
+SET DateStyle = 'SQL, DMY';
+SELECT orch_start('wf_until', '{"at": "2030-01-02T03:04:05Z"}') AS r3 \gset
+SELECT orch_start('wf_until', '{"at": "01/02/2030"}') AS r4 \gset
+SELECT orch_start('wf_until', '{"at": "2030-01-02 03:04:05.5+02:00"}') AS r5 \gset
+SELECT pg_temp.work('wf_r'), pg_temp.work('wf_r'), pg_temp.work('wf_r');
+RESET DateStyle;
+SELECT run_id = :r3 AS r3, state, wake_at AT TIME ZONE 'UTC' AS wake_utc, error
+  FROM orch.run_steps WHERE run_id IN (:r3, :r4, :r5) AND step_id = 'w' ORDER BY run_id;
 -- a compensation in a paused run, and a rejected compensation
 SELECT orch_define('wf_comp_pause', '{"steps": [
     {"step_id": "book", "queue": "wf_cp", "handler": "book", "compensation": {"handler": "unbook"}},
