@@ -496,3 +496,8 @@ $stats$;
 -- A tenant's claims read only its own claimable rows (issue 18 item 3).
 CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
     WHERE ready_at IS NOT NULL;
+
+-- Last: a relcache invalidation of orch.tasks tells every backend that the
+-- schema changed (the library keeps the installed version across
+-- transactions until then; src/schema.c).  Every upgrade script ends so.
+ALTER TABLE orch.tasks ALTER COLUMN id SET STATISTICS -1;

@@ -331,6 +331,7 @@ extern void orch_xact_lists_use(OrchXactLists *s);
 /* schema.c: the installed schema version (55000 when not served), orch.<name> */
 extern int	orch_schema_version(void);
 extern Oid	orch_relid(const char *name);
+extern void orch_schema_on_reset(void (*fn) (void));
 
 /* spi.c: SPI parameters and search_path (with orch_plan/orch_exec below) */
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);

@@ -276,17 +276,25 @@ orch_spi_values(SPITupleTable *tt, uint64 row, int first, int n, Datum *values, 
 
 /*
  * Are the orchestrator's tables distributed with Citus (orch.tasks is a
- * Citus table)?  Looked up once per transaction; orch_distribute forgets
- * the answer of its own transaction.  With Citus installed but the tables
- * left local, everything runs as on a single node.
+ * Citus table)?  Looked up once, then kept until orch.tasks is invalidated
+ * (distributing it or undistributing it does, as does dropping it; see
+ * orch_schema_on_reset); orch_distribute forgets the answer at once.  With
+ * Citus installed but the tables left local, everything runs as on a
+ * single node.
  */
-static LocalTransactionId citus_lxid = InvalidLocalTransactionId;
+static bool citus_known = false;
 static bool citus_distributed = false;
+static bool citus_registered = false;
 
 bool
 orch_citus(void)
 {
-	if (citus_lxid != MyProc->lxid || citus_lxid == InvalidLocalTransactionId)
+	if (!citus_registered)
+	{
+		orch_schema_on_reset(orch_citus_forget);
+		citus_registered = true;
+	}
+	if (!citus_known)
 	{
 		Oid			tasks;
 		bool		distributed = false;
@@ -304,18 +312,22 @@ orch_citus(void)
 										1, types, v, NULL, true, 1, SPI_OK_SELECT) > 0;
 			SPI_finish();
 		}
-		/* remembered only once known (an error above caches nothing) */
+		/*
+		 * Remembered only once known (an error above caches nothing) and
+		 * while orch.tasks exists (its invalidation is what forgets it).
+		 */
 		citus_distributed = distributed;
-		citus_lxid = MyProc->lxid;
+		if (OidIsValid(tasks) && !creating_extension)
+			citus_known = true;
 	}
 	return citus_distributed;
 }
 
-/* Forget this transaction's answer (the tables were just distributed). */
+/* Forget the answer (the tables were just distributed, or invalidated). */
 void
 orch_citus_forget(void)
 {
-	citus_lxid = InvalidLocalTransactionId;
+	citus_known = false;
 }
 
 /* ----------------------------------------------------------------------

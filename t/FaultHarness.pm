@@ -28,7 +28,10 @@
 #
 # Faults are injected by the test (a callback per fault): the i-th of F once
 # i * N / (F + 2) jobs have completed, plus a random delay, so that they are
-# spread over the run and every one lands while work is pending (checked).  After the last fault the run drains: killed claims are
+# spread over the run and every one lands while work is pending (checked;
+# and made so by state, not by the clock: until the last fault is in, the
+# workers do not claim past one share beyond the next fault's mark, see
+# fh_gate).  After the last fault the run drains: killed claims are
 # recovered by orch_maintain and by the lazy recovery in orch_dequeue.
 #
 # check_invariants() then verifies, with one TAP test each:
@@ -272,6 +275,21 @@ CREATE TABLE complete_ack (
 CREATE INDEX complete_ack_task_idx ON complete_ack (task_id);
 -- The producer waits while max_backlog jobs are claimable, so that it keeps
 -- enqueueing through the whole run (and through the faults).
+-- Paced by state, not by the clock: while faults are still to come, a
+-- worker does not claim once the completions reach fh_gate.allowed (one
+-- share past the next fault's mark; inject() moves it on after each fault
+-- and lifts it after the last), so that however slowly a fault lands on a
+-- busy machine, work is still pending when it does.
+CREATE TABLE fh_gate (allowed bigint NOT NULL);
+INSERT INTO fh_gate VALUES (9223372036854775807);
+CREATE FUNCTION fh_gate_wait(q text) RETURNS void
+LANGUAGE plpgsql AS \$\$
+BEGIN
+    WHILE (SELECT count(*) FROM orch.tasks WHERE queue = q AND state = 'completed')
+          >= (SELECT allowed FROM fh_gate) LOOP
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END \$\$;
 CREATE FUNCTION fh_backlog_wait(q text, max_backlog int) RETURNS void
 LANGUAGE plpgsql AS \$\$
 BEGIN
@@ -300,6 +318,7 @@ sub _write_scripts
 	my $iter = <<'EOS';
 \unset tid
 \unset done
+SELECT fh_gate_wait(:'queue');
 SELECT d.task_id AS tid, d.lease_token AS tok, d.lease_expires_at AS lexp
   FROM (SELECT 1) one
   LEFT JOIN LATERAL orch_dequeue(:'queue', :'worker', 1, :'lease') d ON true \gset
@@ -517,6 +536,8 @@ sub inject
 	my $share  = max(1, int($self->{jobs} / ($n + 2)));
 	my $jitter = $o{max_jitter} // 0.15;
 	my $wait   = $o{timeout} // 120;
+	# the gate: completions stop one share past the next fault's mark
+	$self->_gate(2 * $share);
 	for my $i (0 .. $n - 1)
 	{
 		my ($kind, $code) = @{ $faults->[$i] };
@@ -542,9 +563,24 @@ sub inject
 		push @{ $self->{faults} },
 		  { kind => $kind, at => time - $self->{t0}, pending => $self->{jobs} - $c };
 		$code->($self);
+		$self->_gate($i == $n - 1 ? undef : ($i + 3) * $share);
 	}
 	note(sprintf('%d faults injected in %.1f s', $n, time - $self->{t0}));
 	return 1;
+}
+
+# _gate(N): let the workers complete up to N jobs (undef: no limit); waits
+# for the server to take it (it may be restarting after a fault).
+sub _gate
+{
+	my ($self, $allowed) = @_;
+	my $v = defined $allowed ? $allowed : '9223372036854775807';
+	my $ok = wait_for(120, sub {
+		$self->tick;
+		defined try_query($self->{node}, $self->{db}, "UPDATE fh_gate SET allowed = $v RETURNING 1", 10);
+	});
+	fail("fault gate set to $v") unless $ok;
+	return;
 }
 
 # drain(TIMEOUT): keep going until the producer finished and all jobs are
