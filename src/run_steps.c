@@ -327,8 +327,8 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 	v[2] = BoolGetDatum(cancel_compensations);
 	n = (int) orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			"   AND (state IN ('pending', 'ready', 'running', 'retrying', 'awaiting_approval', 'waiting')"
-			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE)"
-			" UPDATE orch.run_steps s SET"
+			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE),"
+			" u AS (UPDATE orch.run_steps s SET"
 			"   state = CASE WHEN s.state IN ('pending', 'ready') THEN 'skipped'"
 			"                WHEN s.state IN ('running', 'retrying', 'awaiting_approval', 'waiting') THEN 'canceled'"
 			"                ELSE s.state END,"
@@ -338,7 +338,8 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 			"   comp_state = CASE WHEN $3 AND s.comp_state IN ('running', 'awaiting_approval', 'pending')"
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
-			" RETURNING s.step_id, o.state, s.state, s.ord", 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+			" RETURNING s.step_id, o.state AS from_state, s.state, s.ord)"
+			" SELECT step_id, from_state, state FROM u ORDER BY ord", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	from = orch_spi_column(2);
 	to = orch_spi_column(3);
