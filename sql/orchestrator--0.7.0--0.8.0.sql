@@ -497,6 +497,13 @@ $stats$;
 CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
     WHERE ready_at IS NOT NULL;
 
+-- Issue 21 item 6: a step whose task waits for its next attempt reads
+-- retrying (seed 001 section 3.2).
+ALTER TABLE orch.run_steps DROP CONSTRAINT run_steps_state_check;
+ALTER TABLE orch.run_steps ADD CONSTRAINT run_steps_state_check
+    CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'retrying', 'awaiting_approval',
+                                  'waiting', 'succeeded', 'failed', 'timed_out', 'skipped', 'canceled']));
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

@@ -1192,8 +1192,8 @@ CREATE TABLE orch.run_steps (
     edge_taken   boolean NOT NULL DEFAULT false,
     out_edges    text[] NOT NULL DEFAULT '{}',
     state        text NOT NULL DEFAULT 'pending'
-                 CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'awaiting_approval', 'waiting',
-                                  'succeeded', 'failed', 'timed_out', 'skipped', 'canceled'])),
+                 CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'retrying', 'awaiting_approval',
+                                  'waiting', 'succeeded', 'failed', 'timed_out', 'skipped', 'canceled'])),
     task_id      bigint,
     items        jsonb,
     output       jsonb,

@@ -439,6 +439,24 @@ task_trigger(TriggerData *trigdata)
 		orch_runs_note(run_id, tenant, task_id, get_text_col(newtup, td, task_cols.step_key),
 					   to == TS_COMPLETED);
 
+	/*
+	 * A step's task goes to wait for a retry (awaiting_tool with retry_at),
+	 * or is claimed again after one: its step reads retrying, then running
+	 * again.  Plain tasks, first claims, tool waits, map items and
+	 * compensations are not noted.
+	 */
+	else if (has_run &&
+			 ((from == TS_EXECUTING && to == TS_AWAITING_TOOL &&
+			   !heap_attisnull(newtup, task_cols.retry_at, td)) ||
+			  (from == TS_AWAITING_TOOL && to == TS_EXECUTING &&
+			   !heap_attisnull(oldtup, task_cols.retry_at, td))))
+	{
+		char	   *key = get_text_col(newtup, td, task_cols.step_key);
+
+		if (key != NULL && strchr(key, '#') == NULL && strchr(key, ':') == NULL)
+			orch_runs_note_retry(run_id, tenant);
+	}
+
 	actor = orch_event_context()->actor;
 	if (actor == NULL && orch_event_context()->worker_actor)
 		actor = get_text_col(newtup, td, task_cols.lease_owner);

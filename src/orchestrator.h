@@ -249,6 +249,8 @@ extern bool orch_tuples_identical(HeapTuple a, HeapTuple b, TupleDesc td);
 /* run_state.c: a run's step task finished (noted for statement end) */
 extern void orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
 						   bool completed);
+/* ... or a step's task entered or left a retry wait (the step reads retrying) */
+extern void orch_runs_note_retry(int64 run_id, const char *tenant);
 
 /* runs.c: workflow runs */
 extern void orch_runs_flush(void);

@@ -93,17 +93,37 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
 						orch_run_state_names[r.state])));
-	/* an approval whose time is up expires now, before anyone decides it */
-	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
-			" AND state = 'awaiting_approval' AND cap_at <= clock_timestamp()", 3, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
-		orch_run_progress(&r);
-	if (orch_sql("SELECT type, state, comp_state = 'awaiting_approval' FROM orch.run_steps"
+	if (orch_sql("SELECT type, state, comp_state = 'awaiting_approval',"
+			"   state = 'timed_out' AND type = 'human_approval'"
+			"     OR (state = 'awaiting_approval' AND cap_at <= clock_timestamp())"
+			" FROM orch.run_steps"
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " has no step \"%s\"", run_id, step)));
 	state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	compensation = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)) && !isnull;
+	/*
+	 * Too late to decide: the approval request expired (its timeout passed,
+	 * whether or not maintenance has timed the step out yet), or the run is
+	 * past its deadline (a compensation's approval is still taken: they run
+	 * after the deadline).  Refused, and nothing is recorded: the expiry is
+	 * left to the maintenance pass, audited as an expiry.
+	 */
+	if (!compensation &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)) && !isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("the approval request of step \"%s\" of run " INT64_FORMAT " expired", step, run_id),
+				 errdetail("Its timeout passed; the step times out (reason approval_expired) and follows on_timeout."),
+				 errhint("Nothing was recorded.")));
+	if (!compensation && r.past_deadline && strcmp(r.phase, "forward") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+				 errmsg("run " INT64_FORMAT " is past its deadline: step \"%s\" can no longer be decided",
+						run_id, step),
+				 errdetail("The run fails with deadline_exceeded."),
+				 errhint("Nothing was recorded.")));
 	if (!compensation && strcmp(state, "awaiting_approval") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),

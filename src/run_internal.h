@@ -77,6 +77,8 @@ typedef struct RunNote
 	 */
 	bool		general;
 	List	   *done;
+	/* a step's task entered or left a retry wait (orch_run_sync_retrying) */
+	bool		retry;
 } RunNote;
 
 /* One completed task of a run: its id and step key */
@@ -115,6 +117,7 @@ extern int orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int
 extern void orch_run_progress(RunRow *r);
 extern bool orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key);
 extern void orch_run_advance(RunRow *r);
+extern void orch_run_sync_retrying(RunRow *r);
 extern void orch_run_create_steps(RunRow *r);
 extern void orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
 							   const char *chosen);

@@ -251,38 +251,46 @@ orch_run_busy_end(int64 prev)
  */
 #define RUN_NOTE_MAX 1000
 
-void
-orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
-			   bool completed)
+/* The note of run_id (made if there is none), in TopTransactionContext */
+static RunNote *
+note_of(int64 run_id, const char *tenant)
 {
 	MemoryContext old;
-	RunNote    *n = NULL;
+	RunNote    *n;
 	ListCell   *lc;
 
-	if (run_id == busy_run)
-		return;					/* its own doing: already accounted for */
 	orch_xact_lists_use(&notes_state);
 	foreach(lc, run_notes)
 	{
 		RunNote    *e = (RunNote *) lfirst(lc);
 
 		if (e->run_id == run_id && strcmp(e->tenant, tenant) == 0)
-		{
-			n = e;
-			break;
-		}
+			return e;
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	if (n == NULL)
-	{
-		n = palloc(sizeof(RunNote));
-		n->level = GetCurrentTransactionNestLevel();
-		n->run_id = run_id;
-		n->tenant = pstrdup(tenant);
-		n->general = false;
-		n->done = NIL;
-		run_notes = lappend(run_notes, n);
-	}
+	n = palloc(sizeof(RunNote));
+	n->level = GetCurrentTransactionNestLevel();
+	n->run_id = run_id;
+	n->tenant = pstrdup(tenant);
+	n->general = false;
+	n->done = NIL;
+	n->retry = false;
+	run_notes = lappend(run_notes, n);
+	MemoryContextSwitchTo(old);
+	return n;
+}
+
+void
+orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step_key,
+			   bool completed)
+{
+	MemoryContext old;
+	RunNote    *n;
+
+	if (run_id == busy_run)
+		return;					/* its own doing: already accounted for */
+	n = note_of(run_id, tenant);
+	old = MemoryContextSwitchTo(TopTransactionContext);
 	/* a step's or a map item's task ("step#i"; compensations are "step:compensate") */
 	if (!n->general && completed && step_key != NULL && strchr(step_key, ':') == NULL &&
 		list_length(n->done) < RUN_NOTE_MAX)
@@ -299,6 +307,18 @@ orch_runs_note(int64 run_id, const char *tenant, int64 task_id, const char *step
 		n->done = NIL;
 	}
 	MemoryContextSwitchTo(old);
+}
+
+/*
+ * A step task of run_id entered or left a retry wait: at statement end its
+ * step's state follows (retrying / running), without the run's progression.
+ */
+void
+orch_runs_note_retry(int64 run_id, const char *tenant)
+{
+	if (run_id == busy_run)
+		return;
+	note_of(run_id, tenant)->retry = true;
 }
 
 static int
@@ -343,6 +363,7 @@ orch_run_notes_next(RunNote *out)
 	out->run_id = n->run_id;
 	out->tenant = pstrdup(n->tenant);
 	out->general = n->general;
+	out->retry = n->retry;
 	out->done = NIL;
 	foreach(lc, n->done)
 	{

@@ -26,6 +26,9 @@
  * Starting steps
  * ---------------------------------------------------------------------- */
 
+static void step_failed(RunRow *r, const char *step, const char *state, const char *error,
+						bool compensation_required, const char *event_reason);
+
 /* Mark the targets of a finished step's edge for the given outcome. */
 static void
 take_edges(RunRow *r, const char *step, const char *outcome)
@@ -323,25 +326,36 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = BoolGetDatum(cancel_compensations);
 	n = (int) orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			"   AND (state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
-			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE)"
-			" UPDATE orch.run_steps s SET"
+			"   AND (state IN ('pending', 'ready', 'running', 'retrying', 'awaiting_approval', 'waiting')"
+			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE),"
+			" u AS (UPDATE orch.run_steps s SET"
 			"   state = CASE WHEN s.state IN ('pending', 'ready') THEN 'skipped'"
-			"                WHEN s.state IN ('running', 'awaiting_approval', 'waiting') THEN 'canceled'"
+			"                WHEN s.state IN ('running', 'retrying', 'awaiting_approval', 'waiting') THEN 'canceled'"
 			"                ELSE s.state END,"
-			"   finished_at = CASE WHEN s.state IN ('pending', 'ready', 'running', 'awaiting_approval', 'waiting')"
+			"   finished_at = CASE WHEN s.state IN ('pending', 'ready', 'running', 'retrying', 'awaiting_approval', 'waiting')"
 			"                 THEN clock_timestamp() ELSE s.finished_at END,"
 			"   wake_at = NULL, cap_at = NULL,"
 			"   comp_state = CASE WHEN $3 AND s.comp_state IN ('running', 'awaiting_approval', 'pending')"
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
-			" RETURNING s.step_id, o.state, s.state, s.ord", 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+			" RETURNING s.step_id, o.state AS from_state, s.state, s.ord)"
+			" SELECT step_id, from_state, state FROM u ORDER BY ord", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	from = orch_spi_column(2);
 	to = orch_spi_column(3);
+	/*
+	 * The reason of their events: the run's when it names the cause
+	 * (run_canceled, deadline_exceeded); run_failed when another step's
+	 * failure failed the run (its own events name it).  One insert for all.
+	 */
+	if (strcmp(reason, "step_failed") == 0 || strcmp(reason, "step_timed_out") == 0 ||
+		strcmp(reason, "compensation_required") == 0)
+		reason = "run_failed";
+	orch_events_defer();
 	for (int i = 0; i < n; i++)
 		if (strcmp(from[i], to[i]) != 0)
 			orch_step_event(r, steps[i], from[i], to[i], reason);
+	orch_events_undefer(true);
 }
 
 /*
@@ -393,6 +407,14 @@ void
 orch_run_step_failed(RunRow *r, const char *step, const char *state, const char *error,
 					bool compensation_required)
 {
+	step_failed(r, step, state, error, compensation_required, NULL);
+}
+
+/* The same, with the reason of the step's event (NULL: step_failed / step_timed_out) */
+static void
+step_failed(RunRow *r, const char *step, const char *state, const char *error,
+			bool compensation_required, const char *event_reason)
+{
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
@@ -409,7 +431,8 @@ orch_run_step_failed(RunRow *r, const char *step, const char *state, const char 
 			"   wake_at = NULL, cap_at = NULL FROM o"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", 5, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
 	orch_step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
-			   state, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
+			   state, event_reason ? event_reason :
+			   strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
 	if (compensation_required)
 	{
 		fail_run(r, "compensation_required", step, error);
@@ -452,11 +475,30 @@ orch_run_step_failed(RunRow *r, const char *step, const char *state, const char 
 	"     ON x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = d.id" \
 	"     WHERE x.state IS DISTINCT FROM 'succeeded') END"
 
-/* A pending step that never will: its edge was not taken, or its join cannot hold */
-#define CANNOT_RUN \
+/* A pending step's edge was not taken and cannot be any more */
+#define EDGE_NOT_TAKEN \
 	"(s.needs_edge AND NOT s.edge_taken AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
 	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND s.step_id = ANY (x.out_edges)" \
-	"       AND x.state NOT IN " TERMINAL_STEP "))" \
+	"       AND x.state NOT IN " TERMINAL_STEP "))"
+
+/*
+ * Why a pending step that cannot run is skipped (its event's reason): a
+ * decision chose another target (branch_not_taken), an on_success /
+ * on_failure / on_timeout edge to it did not fire (route_not_taken), a
+ * dependency failed, timed out or was canceled (dependency_failed), or one
+ * was skipped (dependency_skipped).
+ */
+#define SKIP_REASON \
+	"CASE WHEN " EDGE_NOT_TAKEN " THEN CASE WHEN EXISTS (SELECT 1 FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.type = 'decision'" \
+	"       AND x.spec -> 'targets' ? s.step_id) THEN 'branch_not_taken' ELSE 'route_not_taken' END" \
+	"  WHEN EXISTS (SELECT 1 FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id" \
+	"     AND x.step_id = ANY (s.deps) AND x.state IN ('failed', 'timed_out', 'canceled'))" \
+	"    THEN 'dependency_failed' ELSE 'dependency_skipped' END"
+
+/* A pending step that never will: its edge was not taken, or its join cannot hold */
+#define CANNOT_RUN \
+	EDGE_NOT_TAKEN \
 	" OR CASE s.join_policy" \
 	"  WHEN 'all_finished' THEN false" \
 	"  WHEN 'any' THEN cardinality(s.deps) > 0 AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
@@ -479,7 +521,7 @@ run_maybe_finish(RunRow *r)
 	orch_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
 			" count(*) FILTER (WHERE state = 'awaiting_approval'),"
 			" coalesce(jsonb_object_agg(step_id, output) FILTER (WHERE state = 'succeeded'), '{}'),"
-			" count(*) FILTER (WHERE state IN ('running', 'ready', 'waiting')),"
+			" count(*) FILTER (WHERE state IN ('running', 'retrying', 'ready', 'waiting')),"
 			/* a failure whose every handler was skipped was not handled after all */
 			" (SELECT min(f.step_id) FROM orch.run_steps f WHERE f.run_id = $1 AND f.tenant_id = $2"
 			"   AND f.state IN ('failed', 'timed_out') AND NOT EXISTS (SELECT 1 FROM orch.run_steps h"
@@ -518,6 +560,28 @@ run_maybe_finish(RunRow *r)
 		orch_set_run_state(r, RS_RUNNING, "approval_decided", NULL);
 }
 
+/*
+ * A human_approval step whose timeout passed: the request expires.  That is
+ * no decision: the step times out (it follows on_timeout, else the run
+ * fails) with the reason approval_expired, and whoever's call noticed it
+ * (maintenance, or a worker or approver progressing the run), the label of
+ * its events is the maintenance pass's, "orchestrator", never a person's.
+ * A run that waited for it runs again (approval_expired, not
+ * approval_decided) before the step's outcome is followed.
+ */
+static void
+approval_expired(RunRow *r, const char *step)
+{
+	OrchEventContext saved = orch_save_event_context();
+
+	orch_set_event_context("orchestrator", "the approval request expired");
+	if (r->state == RS_WAITING_APPROVAL)
+		orch_set_run_state(r, RS_RUNNING, "approval_expired", NULL);
+	step_failed(r, step, "timed_out", "the approval request expired (its timeout passed)", false,
+				"approval_expired");
+	orch_restore_event_context(saved);
+}
+
 /* Settle steps whose tasks, timers or approvals have finished. */
 static void
 collect_outcomes(RunRow *r)
@@ -531,10 +595,11 @@ collect_outcomes(RunRow *r)
 	Jsonb	  **outputs;
 	bool	   *is_decision;
 	bool	   *by_rules;
+	char	  **froms;
 	bool		isnull;
 
 	RUN_ARGS(v, r->id, r->tenant);
-	/* running task steps: all tasks completed, or one failed / cancelled */
+	/* running (or retrying) task steps: all tasks completed, or one failed / cancelled */
 	nrows = (int) orch_sql("SELECT s.step_id, CASE"
 			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
 			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
@@ -547,11 +612,11 @@ collect_outcomes(RunRow *r)
 			"      ELSE (array_agg(t.result))[1] END,"
 			" string_agg(DISTINCT coalesce(t.last_error, CASE WHEN t.state = 'cancelled' THEN 'cancelled' END), '; '),"
 			" string_agg(DISTINCT t.last_error_class, ','),"
-			" s.type = 'decision', s.spec ? 'rules' OR s.spec ? 'default'"
+			" s.type = 'decision', s.spec ? 'rules' OR s.spec ? 'default', s.state"
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'running'"
-			" GROUP BY s.step_id, s.spec, s.items_total, s.ord, s.type ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state IN ('running', 'retrying')"
+			" GROUP BY s.step_id, s.spec, s.items_total, s.ord, s.type, s.state ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = palloc(sizeof(char *) * (nrows + 1));
 	states = palloc(sizeof(char *) * (nrows + 1));
 	is_decision = palloc(sizeof(bool) * (nrows + 1));
@@ -559,6 +624,7 @@ collect_outcomes(RunRow *r)
 	errors = palloc(sizeof(char *) * (nrows + 1));
 	classes = palloc(sizeof(char *) * (nrows + 1));
 	outputs = palloc(sizeof(Jsonb *) * (nrows + 1));
+	froms = palloc(sizeof(char *) * (nrows + 1));
 	for (int i = 0; i < nrows; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -573,6 +639,7 @@ collect_outcomes(RunRow *r)
 		classes[i] = SPI_getvalue(tup, td, 5);
 		is_decision[i] = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
 		by_rules[i] = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull));
+		froms[i] = SPI_getvalue(tup, td, 8);
 	}
 	for (int i = 0; i < nrows; i++)
 	{
@@ -625,7 +692,7 @@ collect_outcomes(RunRow *r)
 				}
 				chosen = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 			}
-			orch_run_step_succeeded(r, steps[i], "running", outputs[i], chosen);
+			orch_run_step_succeeded(r, steps[i], froms[i], outputs[i], chosen);
 		}
 		else
 		{
@@ -645,11 +712,13 @@ collect_outcomes(RunRow *r)
 	 * timeout), due timers: one look for all three.
 	 */
 	nrows = (int) orch_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
-			"     AND state IN ('running', 'waiting', 'awaiting_approval') THEN 'cap'"
+			"     AND state = 'awaiting_approval' THEN 'expired'"
+			"   WHEN cap_at <= clock_timestamp()"
+			"     AND state IN ('running', 'retrying', 'waiting') THEN 'cap'"
 			"   WHEN state = 'waiting' AND wake_at <= clock_timestamp() THEN 'waiting'"
 			"   ELSE 'map' END"
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND ((state IN ('running', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
+			" AND ((state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
 			"   OR (state = 'running' AND items_total IS NOT NULL)) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
@@ -663,6 +732,8 @@ collect_outcomes(RunRow *r)
 			continue;
 		if (strcmp(states[i], "waiting") == 0)
 			orch_run_step_succeeded(r, steps[i], "waiting", NULL, NULL);
+		else if (strcmp(states[i], "expired") == 0)
+			approval_expired(r, steps[i]);
 		else
 		{
 			/* the step's timeout passed: its open tasks stop, it follows on_timeout */
@@ -689,6 +760,46 @@ collect_outcomes(RunRow *r)
 			orch_step_event(r, steps[i], "succeeded", "succeeded",
 					   strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");
 		orch_run_advance_compensation(r);
+	}
+}
+
+/*
+ * A step's task entered or left a retry wait (noted by the task trigger):
+ * the step reads retrying while its task waits for its next attempt
+ * (awaiting_tool with retry_at), running again once it is claimed; one
+ * statement for the run, one step event per change (retry_scheduled /
+ * retry_started).  Steps with one task only: a map step reads running
+ * while any of its items runs or waits.
+ */
+#define RETRY_STEP_STATE \
+	"CASE WHEN t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL THEN 'retrying' ELSE 'running' END"
+
+void
+orch_run_sync_retrying(RunRow *r)
+{
+	Datum		v[2];
+	int			n;
+	char	  **steps;
+	char	  **to;
+
+	if (orch_run_terminal(r->state))
+		return;
+	RUN_ARGS(v, r->id, r->tenant);
+	n = (int) orch_sql("UPDATE orch.run_steps s SET state = " RETRY_STEP_STATE
+			" FROM orch.tasks t"
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state IN ('running', 'retrying')"
+			"   AND s.items_total IS NULL AND t.id = s.task_id AND t.tenant_id = s.tenant_id"
+			"   AND t.run_id = s.run_id AND t.state IN ('executing', 'awaiting_tool')"
+			"   AND s.state <> " RETRY_STEP_STATE
+			" RETURNING s.step_id, s.state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+	steps = orch_spi_column(1);
+	to = orch_spi_column(2);
+	for (int i = 0; i < n; i++)
+	{
+		bool		retrying = strcmp(to[i], "retrying") == 0;
+
+		orch_step_event(r, steps[i], retrying ? "running" : "retrying", to[i],
+						retrying ? "retry_scheduled" : "retry_started");
 	}
 }
 
@@ -721,6 +832,11 @@ advance_steps(RunRow *r)
 		char	  **types;
 		bool	   *is_map;
 		bool	   *has_handler;
+		bool		wrote;
+		int			nmoved;
+		char	  **moved;
+		char	  **moved_to;
+		char	  **moved_why;
 		bool		isnull;
 
 		if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
@@ -744,6 +860,7 @@ advance_steps(RunRow *r)
 		 * large to start): when no pending step is to be skipped, what it
 		 * lists is exactly what the full statement below would return.
 		 */
+		wrote = false;
 		if (r->state != RS_PAUSED)
 		{
 			bool		must_skip = false;
@@ -766,30 +883,45 @@ advance_steps(RunRow *r)
 				"  WHERE " PENDING_CANDIDATE
 				"    AND ((" CANNOT_RUN ") OR ($3 AND (" CAN_RUN ")))"
 				"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
-				"    s.spec ? 'handler' AS has_handler, s.ord)"
-				" SELECT step_id, state, type, is_map, has_handler, ord FROM u"
+				"    s.spec ? 'handler' AS has_handler, s.ord,"
+				/* the reason of its event: why skipped, or ready in a paused run */
+				"    CASE s.state WHEN 'skipped' THEN " SKIP_REASON " ELSE 'step_ready' END AS reason)"
+				" SELECT step_id, state, type, is_map, has_handler, ord, reason FROM u"
 				" UNION ALL"
-				" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord FROM orch.run_steps s"
+				" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL FROM orch.run_steps s"
 				"  WHERE NOT $3 AND " PENDING_CANDIDATE
 				"    AND NOT (" CANNOT_RUN ") AND (" CAN_RUN ")"
 				" UNION ALL"
-				" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord FROM orch.run_steps"
+				" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord, NULL FROM orch.run_steps"
 				"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
 				" ORDER BY ord", 3, (Oid[]) {INT8OID, TEXTOID, BOOLOID}, (Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED)}, NULL, false, 0, SPI_OK_SELECT);
+		wrote = true;
 listed:
 		/* a skipped step may let its dependants be settled in another round */
 		skipped = 0;
 		nready = 0;
+		nmoved = 0;
 		steps = palloc(sizeof(char *) * (SPI_processed + 1));
 		types = palloc(sizeof(char *) * (SPI_processed + 1));
 		is_map = palloc(sizeof(bool) * (SPI_processed + 1));
 		has_handler = palloc(sizeof(bool) * (SPI_processed + 1));
+		moved = palloc(sizeof(char *) * (SPI_processed + 1));
+		moved_to = palloc(sizeof(char *) * (SPI_processed + 1));
+		moved_why = palloc(sizeof(char *) * (SPI_processed + 1));
 		for (uint64 k = 0; k < SPI_processed; k++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[k];
 			TupleDesc	td = SPI_tuptable->tupdesc;
 			char	   *st = SPI_getvalue(tup, td, 2);
+			char	   *why = wrote ? SPI_getvalue(tup, td, 7) : NULL;
 
+			/* moved by the UPDATE (skipped, or ready in a paused run): an event */
+			if (why != NULL)
+			{
+				moved[nmoved] = SPI_getvalue(tup, td, 1);
+				moved_to[nmoved] = st;
+				moved_why[nmoved++] = why;
+			}
 			if (strcmp(st, "skipped") == 0)
 			{
 				skipped++;
@@ -800,6 +932,14 @@ listed:
 			is_map[nready] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
 			has_handler[nready] = DatumGetBool(SPI_getbinval(tup, td, 5, &isnull));
 			nready++;
+		}
+		/* the events of the steps the UPDATE moved, written with one insert */
+		if (nmoved > 0)
+		{
+			orch_events_defer();
+			for (int i = 0; i < nmoved; i++)
+				orch_step_event(r, moved[i], "pending", moved_to[i], moved_why[i]);
+			orch_events_undefer(true);
 		}
 		if (r->state == RS_PAUSED)
 		{
@@ -860,7 +1000,7 @@ orch_run_progress(RunRow *r)
 /* Nothing for the general path's second look: no timer or soft cap due */
 #define NO_TIMER_DUE \
 	" NOT EXISTS (SELECT 1 FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2" \
-	"     AND ((o.state IN ('running', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())" \
+	"     AND ((o.state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())" \
 	"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())))"
 
 /*

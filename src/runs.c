@@ -73,9 +73,12 @@ orch_runs_flush(void)
 			{
 				int64		prev = orch_run_busy_begin(note.run_id);
 
-				if (note.general || note.done == NIL)
+				/* a retry wait began or ended: the step's state follows */
+				if (note.retry)
+					orch_run_sync_retrying(&r);
+				if (note.general)
 					orch_run_progress(&r);
-				else
+				else if (note.done != NIL)
 				{
 					/* one completion at a time, until one needs the general path */
 					ListCell   *lc;
@@ -133,7 +136,7 @@ orch_runs_maintain(int limit)
 			"     OR EXISTS (SELECT 1 FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id"
 			"        AND " ORCH_TENANT_IN("s.tenant_id", "$2")
 			"        AND ((s.state = 'waiting' AND s.wake_at <= clock_timestamp())"
-			"          OR (s.state IN ('running', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
+			"          OR (s.state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
 			" ORDER BY r.id LIMIT $1", 2, types, v, vn, false, 0, SPI_OK_SELECT);
 	ids = palloc(sizeof(int64) * (n + 1));
 	tenants = palloc(sizeof(char *) * (n + 1));

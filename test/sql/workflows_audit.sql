@@ -1,0 +1,256 @@
+-- The audit of workflow steps (issue 21 items 3, 6, 2; SPEC section 7):
+-- an approval's expiry reads as expiry, not as a decision, and a decision
+-- after it (or past the run's deadline) is refused and records nothing; a
+-- step whose task waits for its next attempt reads retrying; every step
+-- transition, a skip included, has an event with its reason and actor.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+RESET client_min_messages;
+
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/setup.inc
+-- st(run): the run's state (and reason) and its steps' states
+CREATE FUNCTION pg_temp.st(run bigint) RETURNS text LANGUAGE sql AS $$
+    SELECT (SELECT state || coalesce('/' || reason_code, '') FROM orch.runs WHERE id = run) || ': ' ||
+           string_agg(step_id || '=' || state, ' ' ORDER BY ord)
+      FROM orch.run_steps WHERE run_id = run
+$$;
+-- ev(run): the run's and its steps' events, in order (step events name the step)
+CREATE FUNCTION pg_temp.ev(run bigint) RETURNS TABLE (what text, from_state text, to_state text,
+                                                     reason_code text, label text)
+LANGUAGE sql AS $$
+    SELECT CASE entity WHEN 'run' THEN 'run' ELSE note END, from_state, to_state, reason_code, label
+      FROM orch_events WHERE run_id = run AND entity IN ('run', 'run_step') ORDER BY event_id
+$$;
+-- n_audit(run): how many events and approvals the run has
+CREATE FUNCTION pg_temp.n_audit(run bigint) RETURNS text LANGUAGE sql AS $$
+    SELECT (SELECT count(*) FROM orch.events WHERE run_id = run) || ' events, ' ||
+           (SELECT count(*) FROM orch.approvals WHERE run_id = run) || ' approvals'
+$$;
+-- err(sql): the error it raised: SQLSTATE, message (run ids masked), detail, hint
+CREATE FUNCTION pg_temp.err(q text) RETURNS TABLE (sqlstate text, message text, detail text, hint text)
+LANGUAGE plpgsql AS $$
+DECLARE st text; m text; d text; h text;
+BEGIN
+    EXECUTE q;
+    RETURN QUERY SELECT 'ok', NULL::text, NULL::text, NULL::text;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+    RETURN QUERY SELECT st, regexp_replace(m, 'run \d+', 'run N'), d, h;
+END $$;
+-- complete1(queue): claim one task and complete it; fail1(queue, class): fail it
+CREATE FUNCTION pg_temp.complete1(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE c record;
+BEGIN
+    SELECT * INTO c FROM orch_dequeue(q, 'audit-worker');
+    IF c.task_id IS NULL THEN RETURN '(nothing)'; END IF;
+    PERFORM orch_complete(c.task_id, c.lease_token, '{"ok": true}');
+    RETURN c.step_key;
+END $$;
+CREATE FUNCTION pg_temp.fail1(q text, cls text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE c record; s text;
+BEGIN
+    SELECT * INTO c FROM orch_dequeue(q, 'audit-worker');
+    IF c.task_id IS NULL THEN RETURN '(nothing)'; END IF;
+    SELECT f.state INTO s FROM orch_fail(c.task_id, c.lease_token, cls, 'failed: ' || cls) f;
+    RETURN coalesce(c.step_key, 'task') || ':' || s;
+END $$;
+
+-- ---------------------------------------------------------------------------
+-- 1. Item 3: an approval that expires is audited as an expiry.
+--    build -> gate (human_approval, 1 hour, on_timeout: escalate) -> deploy
+-- ---------------------------------------------------------------------------
+SELECT orch_define('au_gate', '{"steps": [
+    {"step_id": "build", "queue": "au_q", "handler": "build"},
+    {"step_id": "gate", "type": "human_approval", "depends_on": ["build"], "timeout": "1 hour",
+     "on_timeout": "escalate"},
+    {"step_id": "deploy", "queue": "au_q", "handler": "deploy", "depends_on": ["gate"]},
+    {"step_id": "escalate", "queue": "au_q", "handler": "escalate"}]}') AS version;
+SELECT orch_publish('au_gate', 1) IS NOT NULL AS published;
+
+-- a: expired by the maintenance pass
+SELECT orch_start('au_gate', '{}') AS e1 \gset
+SELECT pg_temp.complete1('au_q');
+SELECT pg_temp.st(:e1);
+UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :e1 AND step_id = 'gate';
+-- before the pass: the approval's time is up, so it is refused (OR009) and
+-- records nothing (the same for a rejection)
+SELECT pg_temp.n_audit(:e1) AS before;
+SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'gate', 'AU-1', 'alice', 'late')$$, :e1)) AS approve_expired;
+SELECT pg_temp.try(format($$SELECT orch_reject(%s, 'gate', 'AU-2', 'alice', 'late')$$, :e1)) AS reject_expired;
+SELECT pg_temp.n_audit(:e1) AS after, pg_temp.st(:e1);
+SELECT * FROM pg_temp.err(format($$SELECT orch_approve(%s, 'gate', 'AU-1', 'alice')$$, :e1));
+SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
+SELECT pg_temp.st(:e1);
+-- the gate timed out with reason approval_expired, labelled with the
+-- maintenance pass (orchestrator); the run left waiting_approval for the
+-- same reason (not approval_decided); deploy was skipped as a dependant
+SELECT * FROM pg_temp.ev(:e1);
+SELECT error FROM orch_run_steps WHERE run_id = :e1 AND step_id = 'gate';
+-- after the pass: still refused, still nothing recorded
+SELECT pg_temp.n_audit(:e1) AS before;
+SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'gate', 'AU-3', 'alice')$$, :e1)) AS approve_after_pass;
+SELECT pg_temp.n_audit(:e1) AS after;
+-- the approval request: expiry and its events in orch_run_status too
+SELECT e ->> 'to_state' AS to_state, e ->> 'reason_code' AS reason_code, e ->> 'label' AS label
+  FROM jsonb_array_elements(orch_run_status(:e1) -> 'events') e
+ WHERE e ->> 'entity' = 'run_step' AND e ->> 'note' = 'gate';
+SELECT jsonb_array_length(orch_run_status(:e1) -> 'approvals') AS approvals;
+
+-- b: two gates in parallel; a human approves one while the other's time is
+--    up: the other's expiry is the maintenance pass's, not alice's
+SELECT orch_define('au_two', '{"steps": [
+    {"step_id": "g1", "type": "human_approval", "timeout": "1 hour", "on_timeout": "late"},
+    {"step_id": "g2", "type": "human_approval", "timeout": "1 hour", "on_timeout": "late"},
+    {"step_id": "late", "queue": "au_q", "handler": "late", "join": "any"}]}') AS version;
+SELECT orch_publish('au_two', 1) IS NOT NULL AS published;
+SELECT orch_start('au_two', '{}') AS e2 \gset
+UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :e2 AND step_id = 'g2';
+SELECT orch_approve(:e2, 'g1', 'AU-10', 'alice', 'fine');
+SELECT pg_temp.st(:e2);
+SELECT * FROM pg_temp.ev(:e2);
+
+-- c: past the run's deadline an approval is refused (OR009) and records
+--    nothing, even before maintenance fails the run
+SELECT orch_define('au_deadline', '{"policies": {"deadline": "1 hour"}, "steps": [
+    {"step_id": "gate", "type": "human_approval"},
+    {"step_id": "after", "queue": "au_q", "handler": "after", "depends_on": ["gate"]}]}') AS version;
+SELECT orch_publish('au_deadline', 1) IS NOT NULL AS published;
+SELECT orch_start('au_deadline', '{}') AS e3 \gset
+UPDATE orch.runs SET deadline_at = now() - interval '1 second' WHERE id = :e3;
+SELECT pg_temp.n_audit(:e3) AS before;
+SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'gate', 'AU-20', 'bob')$$, :e3)) AS approve_past_deadline;
+SELECT pg_temp.try(format($$SELECT orch_reject(%s, 'gate', 'AU-21', 'bob')$$, :e3)) AS reject_past_deadline;
+SELECT pg_temp.n_audit(:e3) AS after, pg_temp.st(:e3);
+SELECT * FROM pg_temp.err(format($$SELECT orch_approve(%s, 'gate', 'AU-20', 'bob')$$, :e3));
+-- the reference was not consumed: another run may still use it
+SELECT count(*) AS approvals_with_ref FROM orch.approvals WHERE approval_ref = 'AU-20';
+SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
+SELECT pg_temp.st(:e3);
+SELECT * FROM pg_temp.ev(:e3);
+
+-- ---------------------------------------------------------------------------
+-- 2. Item 6: retrying while the step's task waits for its next attempt;
+--    running again when it is claimed; timed_out when its timeout fires.
+-- ---------------------------------------------------------------------------
+SELECT orch_define('au_retry', '{"steps": [
+    {"step_id": "call", "queue": "au_r", "handler": "call",
+     "retry_policy": {"max_attempts": 3, "backoff": "fixed", "initial_delay": "1 hour"}},
+    {"step_id": "after", "queue": "au_r", "handler": "after", "depends_on": ["call"]}]}') AS version;
+SELECT orch_publish('au_retry', 1) IS NOT NULL AS published;
+SELECT orch_start('au_retry', '{}') AS r1 \gset
+SELECT pg_temp.fail1('au_r', 'TRANSIENT');
+SELECT pg_temp.st(:r1);
+SELECT state, retry_at IS NOT NULL AS retry_wait FROM orch_tasks WHERE run_id = :r1;
+-- due: the claim takes it again and the step runs again
+UPDATE orch.tasks SET retry_at = now() - interval '1 second' WHERE run_id = :r1 AND state = 'awaiting_tool';
+CREATE TEMP TABLE au_claim AS SELECT task_id, lease_token, step_key FROM orch_dequeue('au_r', 'audit-worker');
+SELECT step_key FROM au_claim;
+SELECT pg_temp.st(:r1);
+-- its lease expires: maintenance recovers it into a retry wait (retrying, by orchestrator)
+UPDATE orch.tasks SET lease_expires_at = now() - interval '1 second' WHERE id = (SELECT task_id FROM au_claim);
+SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
+SELECT pg_temp.st(:r1);
+UPDATE orch.tasks SET retry_at = now() - interval '1 second' WHERE run_id = :r1 AND state = 'awaiting_tool';
+SELECT pg_temp.complete1('au_r') AS completed, pg_temp.st(:r1);
+SELECT * FROM pg_temp.ev(:r1);
+-- in orch_run_status
+SELECT e ->> 'to_state' AS to_state, e ->> 'reason_code' AS reason_code
+  FROM jsonb_array_elements(orch_run_status(:r1) -> 'events') e
+ WHERE e ->> 'entity' = 'run_step' AND e ->> 'note' = 'call';
+-- a tool wait (awaiting_tool without retry_at) is not a retry: still running
+SELECT orch_define('au_tool', '{"steps": [
+    {"step_id": "call", "queue": "au_t", "handler": "call",
+     "retry_policy": {"max_attempts": 3, "backoff": "fixed", "initial_delay": "1 hour"}}]}') AS version;
+SELECT orch_publish('au_tool', 1) IS NOT NULL AS published;
+SELECT orch_start('au_tool', '{}') AS r2 \gset
+DELETE FROM au_claim;
+INSERT INTO au_claim SELECT task_id, lease_token, step_key FROM orch_dequeue('au_t', 'audit-worker');
+SELECT orch_await_tool(task_id, lease_token, 'tool', '{}') FROM au_claim;
+SELECT pg_temp.st(:r2);
+SELECT orch_resume(task_id, '{}') FROM au_claim;
+SELECT pg_temp.fail1('au_t', 'TRANSIENT');
+SELECT pg_temp.st(:r2);
+-- from retrying the step fails for good (its task is cancelled while it
+-- waits) and, with nothing to handle it, the run fails
+SELECT orch_cancel((SELECT task_id FROM au_claim), 'given up');
+SELECT pg_temp.st(:r2);
+SELECT * FROM pg_temp.ev(:r2);
+-- a retrying step whose timeout passes times out and follows on_timeout
+SELECT orch_define('au_retry_to', '{"steps": [
+    {"step_id": "call", "queue": "au_rt", "handler": "call", "timeout": "1 hour", "on_timeout": "fallback",
+     "retry_policy": {"max_attempts": 3, "backoff": "fixed", "initial_delay": "1 hour"}},
+    {"step_id": "fallback", "queue": "au_rt", "handler": "fallback"}]}') AS version;
+SELECT orch_publish('au_retry_to', 1) IS NOT NULL AS published;
+SELECT orch_start('au_retry_to', '{}') AS r3 \gset
+SELECT pg_temp.fail1('au_rt', 'TRANSIENT');
+SELECT pg_temp.st(:r3);
+UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :r3 AND step_id = 'call';
+SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
+SELECT pg_temp.st(:r3);
+SELECT * FROM pg_temp.ev(:r3);
+SELECT step_key, state, reason_code FROM orch_tasks WHERE run_id = :r3 ORDER BY task_id;
+-- a plain task (no run) retries as before
+SELECT orch_enqueue('au_p', '{"plain": true}', retry_policy => '{"initial_delay": "1 hour"}') AS p1 \gset
+SELECT pg_temp.fail1('au_p', 'TRANSIENT');
+SELECT state, reason_code, retry_at IS NOT NULL AS retry_wait FROM orch_tasks WHERE task_id = :p1;
+
+-- ---------------------------------------------------------------------------
+-- 3. Item 2: a step that ends without running leaves an event saying why.
+-- ---------------------------------------------------------------------------
+-- a decision chooses one target: the other is skipped, branch_not_taken;
+-- a route (on_failure) not taken: route_not_taken; its dependant:
+-- dependency_skipped
+SELECT orch_define('au_skip', '{"steps": [
+    {"step_id": "pick", "type": "decision", "targets": ["left", "right"], "default": "left"},
+    {"step_id": "left", "queue": "au_s", "handler": "left", "on_failure": "repair"},
+    {"step_id": "right", "queue": "au_s", "handler": "right"},
+    {"step_id": "after_right", "queue": "au_s", "handler": "after_right", "depends_on": ["right"]},
+    {"step_id": "repair", "queue": "au_s", "handler": "repair"}]}') AS version;
+SELECT orch_publish('au_skip', 1) IS NOT NULL AS published;
+SELECT orch_start('au_skip', '{}') AS s1 \gset
+SELECT pg_temp.complete1('au_s');
+SELECT pg_temp.st(:s1);
+SELECT * FROM pg_temp.ev(:s1);
+-- a dependency failed: dependency_failed (its failure handled by on_failure)
+SELECT orch_define('au_dep', '{"steps": [
+    {"step_id": "a", "queue": "au_s", "handler": "a", "retry_policy": {"max_attempts": 1},
+     "on_failure": "report"},
+    {"step_id": "b", "queue": "au_s", "handler": "b", "depends_on": ["a"]},
+    {"step_id": "report", "queue": "au_s", "handler": "report"}]}') AS version;
+SELECT orch_publish('au_dep', 1) IS NOT NULL AS published;
+SELECT orch_start('au_dep', '{}') AS s2 \gset
+SELECT pg_temp.fail1('au_s', 'NON_RETRYABLE');
+SELECT pg_temp.complete1('au_s');
+SELECT pg_temp.st(:s2);
+SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s2) WHERE what <> 'run';
+-- the run is canceled: pending steps skipped, running ones canceled, each
+-- with run_canceled and the caller's reason as note
+SELECT orch_define('au_cancel', '{"steps": [
+    {"step_id": "one", "queue": "au_c", "handler": "one"},
+    {"step_id": "two", "queue": "au_c", "handler": "two", "depends_on": ["one"]},
+    {"step_id": "three", "queue": "au_c", "handler": "three", "depends_on": ["two"]}]}') AS version;
+SELECT orch_publish('au_cancel', 1) IS NOT NULL AS published;
+SELECT orch_start('au_cancel', '{}') AS s3 \gset
+SELECT orch_cancel_run(:s3, 'customer withdrew');
+SELECT pg_temp.st(:s3);
+SELECT note, from_state, to_state, reason_code, actor = current_user AS by_caller
+  FROM orch_events WHERE run_id = :s3 AND entity = 'run_step' ORDER BY event_id;
+-- the run fails (a step failed with nothing to handle it): open steps stop
+-- with run_failed (the failed step's own event says step_failed)
+SELECT orch_start('au_cancel', '{}') AS s4 \gset
+SELECT pg_temp.fail1('au_c', 'NON_RETRYABLE');
+SELECT pg_temp.st(:s4);
+SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s4) WHERE what <> 'run';
+-- a paused run: a step that became ready has its event (step_ready); it
+-- starts on resume
+SELECT orch_start('au_cancel', '{}') AS s5 \gset
+DELETE FROM au_claim;
+INSERT INTO au_claim SELECT task_id, lease_token, step_key FROM orch_dequeue('au_c', 'audit-worker');
+SELECT orch_pause_run(:s5);
+SELECT orch_complete(task_id, lease_token, '{}') FROM au_claim;
+SELECT pg_temp.st(:s5);
+SELECT orch_resume_run(:s5);
+SELECT pg_temp.st(:s5);
+SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s5) WHERE what = 'two';
