@@ -30,9 +30,9 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 #define CLAIM_SET_WITH(TOKEN, EXPIRES) \
 	"state = 'executing', attempts = t.attempts + 1," \
 	" lease_token = " TOKEN ", lease_owner = $3," \
-	" lease_expires_at = " EXPIRES ", claimed_at = now()," \
+	" lease_expires_at = " EXPIRES ", claimed_at = statement_timestamp()," \
 	" retry_at = NULL, reason_code = 'claimed'"
-#define CLAIM_SET CLAIM_SET_WITH("gen_random_uuid()", "LEAST(statement_timestamp() + $4, now() + t.timeout)")
+#define CLAIM_SET CLAIM_SET_WITH("gen_random_uuid()", "LEAST(statement_timestamp() + $4, statement_timestamp() + t.timeout)")
 
 /*
  * On Citus an UPDATE of a distributed table may call no volatile function
@@ -42,7 +42,7 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
  */
 #define CLAIM_SET_CITUS \
 	CLAIM_SET_WITH("md5(t.id::text || $6)::uuid", \
-				   "LEAST(statement_timestamp() + $4, " ORCH_UTC_ADD("now()", "t.timeout") ")")
+				   "LEAST(statement_timestamp() + $4, " ORCH_UTC_ADD("statement_timestamp()", "t.timeout") ")")
 #define CLAIM_RETURNING \
 	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"
