@@ -40,8 +40,10 @@
 #   - events agree with the final states: each task's events form one chain
 #     from received -> queued to its state, with one -> executing event per
 #     attempt; each run has exactly (new) -> running, running -> succeeded;
-#     each step exactly ready -> running (step_started) and running ->
-#     succeeded (step_succeeded);
+#     each step exactly ready -> running (step_started), then for each
+#     retry of its task running -> retrying (retry_scheduled) and retrying
+#     -> running (retry_started), then running -> succeeded
+#     (step_succeeded);
 #   - the clients saw no unexpected SQLSTATE (only lease fencing, OR002 /
 #     OR003, and connection loss), and pg_amcheck finds nothing.
 #
@@ -215,7 +217,11 @@ UNION ALL SELECT 'run_events_bad', count(*) FROM rr
 UNION ALL SELECT 'step_events_bad', count(*) FROM rs
    WHERE (SELECT string_agg(from_state || '>' || to_state || ':' || reason_code, ' ' ORDER BY id)
             FROM re WHERE re.run_id = rs.run_id AND re.entity = 'run_step' AND re.note = rs.step_id)
-         IS DISTINCT FROM 'ready>running:step_started running>succeeded:step_succeeded'
+         !~ '^ready>running:step_started( running>retrying:retry_scheduled retrying>running:retry_started)* running>succeeded:step_succeeded\$'
+UNION ALL SELECT 'step_retry_events_not_attempts', count(*) FROM rs
+   WHERE (SELECT count(*) FROM re WHERE re.run_id = rs.run_id AND re.entity = 'run_step'
+             AND re.note = rs.step_id AND re.reason_code = 'retry_started')
+         IS DISTINCT FROM (SELECT t.attempts - 1 FROM orch.tasks t WHERE t.id = rs.task_id)
 UNION ALL SELECT 'step_events_unknown_step', count(*) FROM re
    WHERE entity = 'run_step' AND NOT EXISTS (SELECT 1 FROM rs WHERE rs.run_id = re.run_id AND rs.step_id = re.note)
 EOS
@@ -259,7 +265,9 @@ $z->('last_event_not_state', "every task's last event is its state");
 $z->('claim_events_not_attempts', 'one -> executing event per attempt');
 $z->('terminal_events_not_1', 'one terminal event per task');
 $z->('run_events_bad', 'every run has exactly the events (new) -> running, running -> succeeded');
-$z->('step_events_bad', 'every step has exactly the events ready -> running, running -> succeeded');
+$z->('step_events_bad',
+	'every step has exactly the events ready -> running, (running -> retrying -> running)*, running -> succeeded');
+$z->('step_retry_events_not_attempts', "one retrying -> running event per retry of a step's task");
 $z->('step_events_unknown_step', 'no step event names a step the run does not have');
 
 # what reached the clients: only fencing of late workers and connection loss
