@@ -1028,7 +1028,8 @@ report() {
             "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}"
     done
     echo
-    if want orchestrator; then report_wf; echo; fi
+    if want orchestrator && group wf; then report_wf; echo; fi
+    if group latency; then
     echo "latency, 1 client, backlog kept near its size (ms; from pgbench -l, per transaction)"
     printf '%-14s | %-15s | %10s | %9s | %9s | %9s | %9s | %7s\n' \
         side measured waiting p50 p90 p99 max n
@@ -1063,6 +1064,7 @@ report() {
         done
     done
 
+    fi
     if [ -n "${LAT[backlog,orchestrator,0]:-}${LAT[backlog,baseline,0]:-}" ]; then
         echo "backlog not due (claim+complete, 1 client; ms): $LAT_SMALL ready alone vs with $(fmt_int "$DELAYED") not due"
         for side in $SYSTEMS; do
