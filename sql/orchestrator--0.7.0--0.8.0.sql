@@ -504,6 +504,12 @@ ALTER TABLE orch.run_steps ADD CONSTRAINT run_steps_state_check
     CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'retrying', 'awaiting_approval',
                                   'waiting', 'succeeded', 'failed', 'timed_out', 'skipped', 'canceled']));
 
+-- Retention purges a finished run's approvals with it (issue 21 item 7,
+-- issue 20): an approval reference is single-use as long as its run is kept.
+COMMENT ON TABLE orch.approvals IS
+  'Human decisions on approval steps: an approval reference is single-use (OR009) and bound to one run and step, for as long as that run is kept (retention purges a finished run with its approvals).';
+CREATE INDEX approvals_run_idx ON orch.approvals (run_id, tenant_id);
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

@@ -1233,7 +1233,9 @@ CREATE TABLE orch.approvals (
     PRIMARY KEY (approval_ref, tenant_id)
 );
 COMMENT ON TABLE orch.approvals IS
-  'Human decisions on approval steps: an approval reference is single-use and bound to one run and step (OR009).';
+  'Human decisions on approval steps: an approval reference is single-use (OR009) and bound to one run and step, for as long as that run is kept (retention purges a finished run with its approvals).';
+-- Retention finds a purged run's approvals.
+CREATE INDEX approvals_run_idx ON orch.approvals (run_id, tenant_id);
 
 SELECT pg_catalog.pg_extension_config_dump('orch.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.runs_id_seq', '');

@@ -286,9 +286,10 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					4, types, v, n);
 
 	/*
-	 * Finished workflow runs past the retention, with their steps and the
-	 * run's own events (their tasks went with the tasks above).  Approvals
-	 * stay: an approval reference is single-use for ever.
+	 * Finished workflow runs past the retention, with their steps, the
+	 * run's own events (their tasks went with the tasks above) and the
+	 * approvals given to them: an approval reference is single-use for as
+	 * long as the run that used it is kept.
 	 */
 	acts[nacts].name = "runs_purged";
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
@@ -300,7 +301,10 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
 					" e AS (DELETE FROM orch.events e USING p"
 					"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
-					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
+					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") "),"
+					" a AS (DELETE FROM orch.approvals a USING p"
+					"   WHERE a.run_id = p.id AND a.tenant_id = p.tenant_id"
+					"     AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
 					" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
 					"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
 					4, types, v, n);

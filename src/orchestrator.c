@@ -18,6 +18,7 @@ int			orch_max_batch_size = 10000;
 bool		orch_notify = false;
 int			orch_retention = 7 * 24 * 3600;
 int			orch_stuck_after = 3600;
+int			orch_max_step_input_size = 16 * 1024 * 1024;
 char	   *orch_command_queue = NULL;
 
 void		_PG_init(void);
@@ -45,6 +46,13 @@ _PG_init(void)
 							&orch_max_batch_size,
 							10000, 1, 1000000,
 							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.max_step_input_size",
+							"Largest input a workflow step's task is given (the run's input and its dependencies' outputs), in bytes.",
+							"A step whose input is larger fails (the run's failure policy applies).",
+							&orch_max_step_input_size,
+							16 * 1024 * 1024, 1, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 	DefineCustomBoolVariable("orchestrator.notify",
 							 "Send NOTIFY orch_enqueue, with the queue name as payload, when work is enqueued (a wake-up hint).",

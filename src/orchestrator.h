@@ -284,6 +284,7 @@ extern void orch_require_one_tenant(const char *tenant, const char *what);
 extern bool orch_auto_create_queues;
 extern int	orch_max_payload_size;
 extern int	orch_max_batch_size;
+extern int	orch_max_step_input_size;
 extern bool orch_notify;
 extern int	orch_retention;
 extern int	orch_stuck_after;

@@ -111,7 +111,8 @@ extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 /* run_step_tasks.c: the tasks of steps */
 /* The error of a step whose queue does not exist (and is not created) */
 #define STEP_NO_QUEUE "its queue does not exist and orchestrator.auto_create_queues is off"
-extern bool orch_run_start_step_task(RunRow *r, const char *step);
+#define STEP_TOO_LARGE "its input (the run's input and its dependencies' outputs) is over orchestrator.max_step_input_size"
+extern char *orch_run_start_step_task(RunRow *r, const char *step);
 extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation);
 extern int orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb *items);
 extern void orch_run_progress(RunRow *r);

@@ -33,13 +33,22 @@
 	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
 	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
 	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
+/*
+ * A task step's payload: the run's input and its dependencies' outputs.
+ * Inserted only when it is at most $6 bytes (orchestrator.max_step_input_size):
+ * else nothing is inserted and the caller fails the step (STEP_TOO_LARGE).
+ */
+#define STEP_TASK_PAYLOAD \
+	"jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
+	"    'input', r.input," \
+	"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
+	"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))))"
 #define STEP_TASK_INSERT \
 	STEP_TASK_COLUMNS \
-	STEP_TASK_SELECT("jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
-					 "    'input', r.input," \
-					 "    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
-					 "             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))))", "$4") \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 < 0"
+	STEP_TASK_SELECT("pl.p", "$4") \
+	"  CROSS JOIN LATERAL (SELECT " STEP_TASK_PAYLOAD " AS p) pl" \
+	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 < 0" \
+	"   AND pg_catalog.pg_column_size(pl.p) <= $6"
 
 /*
  * Items $5 .. $6 - 1 of a map step, one task each, from the step's items
@@ -105,18 +114,22 @@ step_queue_ready(RunRow *r, const char *step, bool compensation)
 	return true;
 }
 
-/* Enqueue the task of a step, or its compensation task; -1: no queue. */
+/*
+ * Enqueue the task of a step, or its compensation task; -1: no queue; -2:
+ * the step's input is over orchestrator.max_step_input_size.
+ */
 int64
 orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
-	Datum		v[5];
+	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT4OID};
+	Datum		v[6];
 	bool		isnull;
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
 	v[3] = orch_text_datum(compensation ? psprintf("%s:compensate", step) : step);
 	v[4] = Int32GetDatum(-1);
+	v[5] = Int32GetDatum(orch_max_step_input_size);
 	/*
 	 * A task step's insert finds the queue itself and inserts nothing when it
 	 * does not exist yet: only then is it looked up and created.
@@ -126,9 +139,12 @@ orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation)
 		if ((compensation || pass == 1) && !step_queue_ready(r, step, compensation))
 			return -1;			/* the caller fails the step */
 		if (orch_sql(compensation
-				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 5, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING) == 1)
+				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 6, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING) == 1)
 			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
+	/* the queue is there: a task step's input was too large */
+	if (!compensation)
+		return -2;
 	elog(ERROR, "orchestrator: step task insert failed");
 	return 0;					/* keep compiler quiet */
 }
@@ -170,12 +186,35 @@ orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb 
 }
 
 /*
+ * The error of a step whose input is over orchestrator.max_step_input_size:
+ * its size, never its content.
+ */
+static char *
+step_too_large(RunRow *r, const char *step)
+{
+	OrchArgs	a = {0};
+	char	   *size;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	orch_args_sql(&a, "SELECT pg_catalog.pg_column_size(" STEP_TASK_PAYLOAD ")"
+				  " FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+				  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 1, SPI_OK_SELECT);
+	size = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+	return psprintf(STEP_TOO_LARGE " (it takes %s bytes; the limit is %d)",
+					size ? size : "?", orch_max_step_input_size);
+}
+
+/*
  * Start a task step: its task and the step running with it, in one
  * statement.  When the step's queue does not exist yet it is created on the
  * way (orchestrator.auto_create_queues); else nothing is started and it
- * returns true: the caller fails the step (STEP_NO_QUEUE).
+ * returns the error the caller fails the step with (STEP_NO_QUEUE, or
+ * STEP_TOO_LARGE when the step's input is over
+ * orchestrator.max_step_input_size); NULL when it started.
  */
-bool
+char *
 orch_run_start_step_task(RunRow *r, const char *step)
 {
 	OrchArgs	a = {0};
@@ -186,20 +225,23 @@ orch_run_start_step_task(RunRow *r, const char *step)
 	orch_arg_text(&a, step);
 	orch_arg_text(&a, step);	/* the step key */
 	orch_arg_int4(&a, -1);		/* no map item */
+	orch_arg_int4(&a, orch_max_step_input_size);
 	if (orch_args_sql(&a, "WITH t AS (" STEP_TASK_INSERT " RETURNING id)"
 					  " UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(),"
 					  "   task_id = (SELECT id FROM t), cap_at = " RUN_STEP_CAP_SQL
 					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)",
 					  false, 0, SPI_OK_UPDATE) > 0)
-		return false;
-	/* its queue does not exist yet */
+		return NULL;
+	/* its queue does not exist yet, or its input is too large */
 	id = orch_run_enqueue_step_task(r, step, false);
-	if (id < 0)
-		return true;			/* the caller fails the step */
+	if (id == -1)
+		return STEP_NO_QUEUE;
+	if (id == -2)
+		return step_too_large(r, step);
 	a.n = 3;
 	orch_arg_int8(&a, id);
 	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
 				  " cap_at = " RUN_STEP_CAP_SQL
 				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
-	return false;
+	return NULL;
 }

@@ -278,10 +278,14 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		map_fill(r, step, false);
 		return false;
 	}
-	if (orch_run_start_step_task(r, step))
 	{
-		orch_run_step_failed(r, step, "failed", STEP_NO_QUEUE, false);
-		return true;
+		char	   *error = orch_run_start_step_task(r, step);
+
+		if (error)
+		{
+			orch_run_step_failed(r, step, "failed", error, false);
+			return true;
+		}
 	}
 	orch_step_event(r, step, "ready", "running", "step_started");
 	return false;

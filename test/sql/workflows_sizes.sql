@@ -1,0 +1,77 @@
+-- Runs are bounded (issue 21 item 7): a step's task is given its input (the
+-- run's input and its dependencies' outputs) only up to
+-- orchestrator.max_step_input_size, else the step fails (its size in the
+-- error, never its content) and the run's failure policy applies; a
+-- finished run leaves by retention with its steps, its events and the
+-- approvals given to it (the reference is single-use while the run is
+-- kept, and free again after).
+\set VERBOSITY terse
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+RESET client_min_messages;
+
+SELECT orch_create_queue('ws_q') IS NOT NULL AS created;
+SELECT orch_define('ws_flow', '{"steps": [
+    {"step_id": "a", "queue": "ws_q", "handler": "a"},
+    {"step_id": "b", "queue": "ws_q", "handler": "b"},
+    {"step_id": "join", "queue": "ws_q", "handler": "join", "depends_on": ["a", "b"]}]}') AS version;
+SELECT orch_publish('ws_flow', 1) IS NOT NULL AS published;
+
+-- 1. Under the limit: the join's task carries both outputs.
+SELECT orch_start('ws_flow', '{"n": 1}') AS run1 \gset
+SELECT count(*) AS completed FROM orch_dequeue('ws_q', 'w', 2) d,
+       LATERAL orch_complete(d.task_id, d.lease_token, jsonb_build_object('blob', repeat('x', 3000))) c;
+SELECT step_key, octet_length(payload::text) > 6000 AS carries_both
+  FROM orch.tasks WHERE run_id = :run1 AND step_key = 'join';
+SELECT count(*) AS completed FROM orch_dequeue('ws_q', 'w', 2) d,
+       LATERAL orch_complete(d.task_id, d.lease_token, '{}') c;
+SELECT state FROM orch.runs WHERE id = :run1;
+
+-- 2. Over the limit: the join fails at once with the size of its input, no
+--    task is created, the worker's completion of the last dependency
+--    succeeds, and the run fails.
+SET orchestrator.max_step_input_size = 5000;
+SHOW orchestrator.max_step_input_size;
+SELECT orch_start('ws_flow', '{"n": 2}') AS run2 \gset
+SELECT count(*) AS completed FROM orch_dequeue('ws_q', 'w', 2) d,
+       LATERAL orch_complete(d.task_id, d.lease_token, jsonb_build_object('blob', repeat('x', 3000))) c;
+SELECT step_id, state, regexp_replace(error, '\d+ bytes', 'N bytes') AS error
+  FROM orch.run_steps WHERE run_id = :run2 ORDER BY step_id;
+SELECT count(*) AS join_tasks FROM orch.tasks WHERE run_id = :run2 AND step_key = 'join';
+SELECT state, reason_code FROM orch.runs WHERE id = :run2;
+-- the error says how large, not what: no output content in it
+SELECT position('xxx' IN error) = 0 AS no_content FROM orch.run_steps WHERE run_id = :run2 AND step_id = 'join';
+SELECT from_state, to_state, reason_code FROM orch.events
+ WHERE run_id = :run2 AND entity = 'run_step' AND note = 'join' ORDER BY id;
+RESET orchestrator.max_step_input_size;
+-- bad values of the setting
+SET orchestrator.max_step_input_size = 0;
+SET orchestrator.max_step_input_size = '2GB';
+
+-- 3. Retention takes a finished run with its steps, events and approvals;
+--    the approval reference is single-use while the run is kept.
+SELECT orch_define('ws_gate', '{"steps": [
+    {"step_id": "gate", "type": "human_approval", "timeout": "1 hour"}]}') AS version;
+SELECT orch_publish('ws_gate', 1) IS NOT NULL AS published;
+SELECT orch_start('ws_gate', '{}') AS g1 \gset
+SELECT orch_approve(:g1, 'gate', 'WS-REF-1', 'alice') AS decided;
+SELECT state FROM orch.runs WHERE id = :g1;
+SELECT orch_start('ws_gate', '{}') AS g2 \gset
+DO $$ BEGIN
+    PERFORM orch_approve(currval('orch.runs_id_seq'), 'gate', 'WS-REF-1', 'bob');
+EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'reuse while kept: %', SQLSTATE;
+END $$;
+SELECT count(*) AS approvals_kept FROM orch.approvals WHERE approval_ref = 'WS-REF-1';
+-- the first run ages past a retention of one second (runs cannot be
+-- back-dated: the run trigger refuses any change to a finished run)
+SET orchestrator.retention = '1s';
+SELECT pg_sleep(1.2);
+SELECT (SELECT count FROM orch_maintain() WHERE action = 'runs_purged') >= 1 AS purged;
+RESET orchestrator.retention;
+SELECT (SELECT count(*) FROM orch.runs WHERE id = :g1) AS run_left,
+       (SELECT count(*) FROM orch.run_steps WHERE run_id = :g1) AS steps_left,
+       (SELECT count(*) FROM orch.events WHERE run_id = :g1) AS events_left,
+       (SELECT count(*) FROM orch.approvals WHERE run_id = :g1) AS approvals_left;
+-- free again: the reference now decides the second run
+SELECT orch_approve(:g2, 'gate', 'WS-REF-1', 'bob') AS decided;
+SELECT run_id = :g2 AS bound_to_second_run, actor FROM orch.approvals WHERE approval_ref = 'WS-REF-1';
