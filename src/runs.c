@@ -129,14 +129,23 @@ orch_runs_maintain(int limit)
 	v[0] = Int32GetDatum(limit);
 	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
 	orch_spi_scope_tenants(v, vn, 1);
+	/*
+	 * Read from the due side only (run_steps_timer_idx, runs_open_idx), so
+	 * that a pass costs what is due, not what is open.
+	 */
 	n = (int) orch_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
 			"   AND " ORCH_TENANT_IN("r.tenant_id", "$2")
-			"   AND ((r.deadline_at <= now() AND r.phase = 'forward')"
-			"     OR EXISTS (SELECT 1 FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id"
+			"   AND (r.id, r.tenant_id) IN ("
+			"     SELECT s.run_id, s.tenant_id FROM orch.run_steps s"
+			"      WHERE least(s.wake_at, s.cap_at) <= statement_timestamp() AND (s.wake_at IS NOT NULL OR s.cap_at IS NOT NULL)"
 			"        AND " ORCH_TENANT_IN("s.tenant_id", "$2")
 			"        AND ((s.state = 'waiting' AND s.wake_at <= clock_timestamp())"
-			"          OR (s.state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))))"
+			"          OR (s.state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND s.cap_at <= clock_timestamp()))"
+			"     UNION ALL"
+			"     SELECT d.id, d.tenant_id FROM orch.runs d"
+			"      WHERE d.deadline_at <= now() AND d.state IN ('running', 'waiting_approval', 'paused')"
+			"        AND d.phase = 'forward' AND " ORCH_TENANT_IN("d.tenant_id", "$2") ")"
 			" ORDER BY r.id LIMIT $1", 2, types, v, vn, false, 0, SPI_OK_SELECT);
 	ids = palloc(sizeof(int64) * (n + 1));
 	tenants = palloc(sizeof(char *) * (n + 1));
