@@ -711,7 +711,7 @@ validate(JsonbContainer *s, JsonbValue *v, const char *path, JsonSchemaProblem *
 		for (int j = 0; j < n && !found; j++)
 			found = json_equal(getIthJsonbValueFromContainer(arr, j), v);
 		if (!found)
-			return report(p, path, NULL, "value is not one of the %d values of enum", n);
+			return report(p, path, NULL, "value is not one of the values of enum");
 	}
 	if ((e = get_key(s, "const")) != NULL && !json_equal(e, v))
 		return report(p, path, NULL, "value is not the const value");
