@@ -393,16 +393,41 @@ check_type(JsonbValue *t, const char *path, JsonSchemaProblem *p)
 	return report(p, path, hint, "type must be a type name or an array of type names, not %s", kind(t));
 }
 
+typedef struct RequiredKey
+{
+	const char *s;
+	int			len;
+	int			idx;
+} RequiredKey;
+
+static int
+required_key_cmp(const void *a, const void *b)
+{
+	const RequiredKey *x = (const RequiredKey *) a;
+	const RequiredKey *y = (const RequiredKey *) b;
+	int			r = memcmp(x->s, y->s, Min(x->len, y->len));
+
+	if (r != 0)
+		return r;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return x->idx - y->idx;
+}
+
+/* An array of distinct non-empty strings; duplicates found by sorting */
 static bool
 check_required(JsonbValue *r, const char *path, JsonSchemaProblem *p)
 {
 	JsonbContainer *arr;
+	RequiredKey *keys;
 	int			n;
+	int			dup = -1;
 
 	if (!is_array(r))
 		return report(p, path, NULL, "required must be an array of key names, not %s", kind(r));
 	arr = r->val.binary.data;
 	n = JsonContainerSize(arr);
+	keys = palloc(sizeof(RequiredKey) * Max(n, 1));
 	for (int j = 0; j < n; j++)
 	{
 		JsonbValue *k = getIthJsonbValueFromContainer(arr, j);
@@ -412,11 +437,19 @@ check_required(JsonbValue *r, const char *path, JsonSchemaProblem *p)
 			return report(p, path_idx(path, j), NULL, "a required key must be a string, not %s", kind(k));
 		if (k->val.string.len == 0)
 			return report(p, path_idx(path, j), NULL, "a required key must not be empty");
-		for (int i = 0; i < j; i++)
-			if (json_equal(getIthJsonbValueFromContainer(arr, i), k))
-				return report(p, path_idx(path, j), NULL, "duplicate required key %s",
-							  show_str(k->val.string.val, k->val.string.len));
+		keys[j].s = k->val.string.val;
+		keys[j].len = k->val.string.len;
+		keys[j].idx = j;
 	}
+	qsort(keys, n, sizeof(RequiredKey), required_key_cmp);
+	/* the first element, in array order, that repeats an earlier one */
+	for (int j = 1; j < n; j++)
+		if (keys[j].len == keys[j - 1].len && memcmp(keys[j].s, keys[j - 1].s, keys[j].len) == 0 &&
+			(dup < 0 || keys[j].idx < keys[dup].idx))
+			dup = j;
+	if (dup >= 0)
+		return report(p, path_idx(path, keys[dup].idx), NULL, "duplicate required key %s",
+					  show_str(keys[dup].s, keys[dup].len));
 	return true;
 }
 
