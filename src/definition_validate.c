@@ -56,13 +56,11 @@ static const char *const top_keys[] = {
 static const char *const policy_keys[] = {
 	"deadline", "retry_policy", "queue", "retry_safety", NULL
 };
-static const char *const schema_keys[] = {"required", "properties", NULL};
-static const char *const property_keys[] = {"type", NULL};
 static const char *const step_keys[] = {
 	"step_id", "type", "description", "queue", "handler", "depends_on", "join",
 	"on_success", "on_failure", "on_timeout", "retry_policy", "retry_safety",
 	"timeout", "compensation", "targets", "rules", "default", "duration",
-	"until_path", "map", NULL
+	"until_path", "map", "output_schema", NULL
 };
 static const char *const compensation_keys[] = {"handler", "queue", "mode", NULL};
 static const char *const rule_keys[] = {"when", "then", NULL};
@@ -73,9 +71,6 @@ static const char *const join_names[] = {"all_succeeded", "all_finished", "any",
 static const char *const mode_names[] = {"auto", "approval", NULL};
 static const char *const op_names[] = {
 	"eq", "ne", "gt", "ge", "lt", "le", "exists", "in", NULL
-};
-static const char *const json_types[] = {
-	"string", "number", "integer", "boolean", "object", "array", "null", NULL
 };
 
 /* One step as the checks see it */
@@ -385,85 +380,18 @@ check_policies(DefCheck *c, JsonbValue *v, const char *path)
 		orch_def_check_safety(e, orch_def_path_key(path, "retry_safety"), policy_safety);
 }
 
+/*
+ * input_schema and output_schema: the JSON Schema subset of json_schema.c.
+ * input_schema describes the run's input, which (as before 0.8.0) must be
+ * an object unless the schema's own "type" says otherwise.
+ */
 static void
-check_input_schema(JsonbValue *v, const char *path)
+check_schema(JsonbValue *v, const char *path)
 {
-	JsonbContainer *o;
-	JsonbValue *e;
+	JsonSchemaProblem p;
 
-	if (!orch_def_is_object(v))
-		orch_def_fail(path, NULL, "input_schema must be an object, not %s", orch_def_kind(v));
-	o = v->val.binary.data;
-	orch_def_check_keys(o, path, schema_keys, "input_schema");
-	if ((e = orch_def_get(o, "required")) != NULL)
-	{
-		char	   *rpath = orch_def_path_key(path, "required");
-		JsonbContainer *arr;
-		int			n;
-		const char **strs;
-		int		   *lens;
-		int		   *first;
-
-		if (!orch_def_is_array(e))
-			orch_def_fail(rpath, NULL, "required must be an array of key names, not %s", orch_def_kind(e));
-		arr = e->val.binary.data;
-		n = JsonContainerSize(arr);
-		strs = palloc0(sizeof(char *) * Max(n, 1));
-		lens = palloc0(sizeof(int) * Max(n, 1));
-		for (int j = 0; j < n; j++)
-		{
-			JsonbValue *k = getIthJsonbValueFromContainer(arr, j);
-
-			if (k->type == jbvString)
-			{
-				strs[j] = k->val.string.val;
-				lens[j] = k->val.string.len;
-			}
-		}
-		first = orch_def_first_occurrences(strs, lens, n);
-		for (int j = 0; j < n; j++)
-		{
-			char	   *kpath = orch_def_path_idx(rpath, j);
-
-			if (strs[j] == NULL)
-				orch_def_fail(kpath, NULL, "a required key must be a string, not %s",
-						 orch_def_kind(getIthJsonbValueFromContainer(arr, j)));
-			if (lens[j] == 0)
-				orch_def_fail(kpath, NULL, "a required key must not be empty");
-			if (first[j] != j)
-				orch_def_fail(kpath, NULL, "duplicate required key %s", orch_def_show(strs[j], lens[j]));
-		}
-	}
-	if ((e = orch_def_get(o, "properties")) != NULL)
-	{
-		char	   *ppath = orch_def_path_key(path, "properties");
-		JsonbIterator *it;
-		JsonbValue	k,
-					pv;
-		JsonbIteratorToken tok;
-
-		if (!orch_def_is_object(e))
-			orch_def_fail(ppath, NULL, "properties must be an object, not %s", orch_def_kind(e));
-		it = JsonbIteratorInit(e->val.binary.data);
-		while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
-		{
-			char	   *kpath;
-			JsonbValue *t;
-
-			if (tok != WJB_KEY)
-				continue;
-			kpath = orch_def_path_key_len(ppath, k.val.string.val, k.val.string.len);
-			tok = JsonbIteratorNext(&it, &pv, true);
-			Assert(tok == WJB_VALUE);
-			if (!orch_def_is_object(&pv))
-				orch_def_fail(kpath, NULL, "a property must be an object such as {\"type\": \"string\"}, not %s",
-						 orch_def_kind(&pv));
-			orch_def_check_keys(pv.val.binary.data, kpath, property_keys, "A property");
-			if ((t = orch_def_get(pv.val.binary.data, "type")) == NULL)
-				orch_def_fail(kpath, NULL, "type is required");
-			orch_def_check_choice(t, orch_def_path_key(kpath, "type"), "type", json_types);
-		}
-	}
+	if (!orch_json_schema_check(v, path, &p))
+		orch_def_fail(p.path, p.hint, "%s", p.message);
 }
 
 static void
@@ -756,6 +684,15 @@ check_step(DefCheck *c, int i)
 		if ((m = orch_def_get(e->val.binary.data, "max_parallel")) != NULL)
 			orch_def_check_int(m, orch_def_path_key(mpath, "max_parallel"), "max_parallel", 1);
 	}
+
+	/* output_schema: only where a handler's result is the output */
+	if ((e = orch_def_get(o, "output_schema")) != NULL)
+	{
+		if (handler == NULL)
+			orch_def_fail(orch_def_path_key(spath, "output_schema"), NULL,
+						  "output_schema is only allowed on steps that run a handler");
+		check_schema(e, orch_def_path_key(spath, "output_schema"));
+	}
 }
 
 static void
@@ -915,7 +852,7 @@ check_definition(Jsonb *spec)
 	if ((e = orch_def_get(root, "policies")) != NULL)
 		check_policies(&c, e, "$.policies");
 	if ((e = orch_def_get(root, "input_schema")) != NULL)
-		check_input_schema(e, "$.input_schema");
+		check_schema(e, "$.input_schema");
 
 	/* first pass: the step ids, then the depends_on entries naming a step */
 	c.steps = palloc0(sizeof(DefStep) * c.nsteps);

@@ -451,4 +451,20 @@ extern void orch_citus_forget(void);
 /* definition_validate.c */
 extern void orch_definition_validate(Jsonb *spec);	/* OR008 naming the path */
 
+/*
+ * json_schema.c: the JSON Schema subset of input_schema and output_schema.
+ * A problem is reported, not raised: a path and a sentence (no trailing
+ * period), and for an unsupported keyword a hint.
+ */
+#define ORCH_JSON_SCHEMA_MAX_DEPTH	32	/* schemas nested in a schema */
+typedef struct JsonSchemaProblem
+{
+	char	   *path;
+	char	   *message;
+	const char *hint;
+} JsonSchemaProblem;
+extern bool orch_json_schema_check(JsonbValue *schema, const char *path, JsonSchemaProblem *p);
+extern bool orch_json_schema_validate(Jsonb *schema, Jsonb *value, const char *root,
+									  JsonSchemaProblem *p);
+
 #endif							/* ORCHESTRATOR_H */

@@ -76,6 +76,23 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 #define STEP_SUCCEEDED_RETURNING \
 	" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')"
 
+/*
+ * A step's output against its output_schema (json_schema.c): NULL when it
+ * matches or there is no schema, else the step's error, naming the JSON
+ * path of the first mismatch ($ is the output).  A mismatch fails the step
+ * for good (reason output_schema_mismatch): its task completed, so there
+ * is nothing to retry, and the same handler would return the same output.
+ */
+static char *
+output_mismatch(Jsonb *schema, Jsonb *output)
+{
+	JsonSchemaProblem p;
+
+	if (schema == NULL || orch_json_schema_validate(schema, output, "$", &p))
+		return NULL;
+	return psprintf("output does not match output_schema at %s: %s", p.path, p.message);
+}
+
 /* A step succeeded with an output: record, take its on_success edges. */
 void
 orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
@@ -238,10 +255,16 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	{
 		char	   *over;
 		Jsonb	   *items;
+		Jsonb	   *schema;
 
-		orch_sql("SELECT spec -> 'map' ->> 'over' FROM orch.run_steps"
+		orch_sql("SELECT spec -> 'map' ->> 'over', spec -> 'output_schema' FROM orch.run_steps"
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		{
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+			schema = isnull ? NULL : DatumGetJsonbPCopy(d);
+		}
 		items = orch_run_context_value(r, orch_run_context(r, NULL), over);
 
 		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
@@ -270,8 +293,13 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 			}
 			if (count == 0)
 			{
-				orch_run_step_succeeded(r, step, "running",
-								   DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"))), NULL);
+				Jsonb	   *empty = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]")));
+				char	   *mismatch = output_mismatch(schema, empty);
+
+				if (mismatch != NULL)
+					step_failed(r, step, "failed", mismatch, false, "output_schema_mismatch");
+				else
+					orch_run_step_succeeded(r, step, "running", empty, NULL);
 				return true;
 			}
 		}
@@ -597,6 +625,7 @@ collect_outcomes(RunRow *r)
 	char	  **errors;
 	char	  **classes;
 	Jsonb	  **outputs;
+	Jsonb	  **schemas;
 	bool	   *is_decision;
 	bool	   *by_rules;
 	char	  **froms;
@@ -616,7 +645,7 @@ collect_outcomes(RunRow *r)
 			"      ELSE (array_agg(t.result))[1] END,"
 			" string_agg(DISTINCT coalesce(t.last_error, CASE WHEN t.state = 'cancelled' THEN 'cancelled' END), '; '),"
 			" string_agg(DISTINCT t.last_error_class, ','),"
-			" s.type = 'decision', s.spec ? 'rules' OR s.spec ? 'default', s.state"
+			" s.type = 'decision', s.spec ? 'rules' OR s.spec ? 'default', s.state, s.spec -> 'output_schema'"
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state IN ('running', 'retrying')"
@@ -629,6 +658,7 @@ collect_outcomes(RunRow *r)
 	classes = palloc(sizeof(char *) * (nrows + 1));
 	outputs = palloc(sizeof(Jsonb *) * (nrows + 1));
 	froms = palloc(sizeof(char *) * (nrows + 1));
+	schemas = palloc(sizeof(Jsonb *) * (nrows + 1));
 	for (int i = 0; i < nrows; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -644,6 +674,8 @@ collect_outcomes(RunRow *r)
 		is_decision[i] = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
 		by_rules[i] = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull));
 		froms[i] = SPI_getvalue(tup, td, 8);
+		d = SPI_getbinval(tup, td, 9, &isnull);
+		schemas[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
 	}
 	for (int i = 0; i < nrows; i++)
 	{
@@ -654,6 +686,14 @@ collect_outcomes(RunRow *r)
 		if (strcmp(states[i], "succeeded") == 0)
 		{
 			char	   *chosen = NULL;
+			char	   *mismatch = output_mismatch(schemas[i], outputs[i]);
+
+			/* the output first: a decision decides on a result that matches */
+			if (mismatch != NULL)
+			{
+				step_failed(r, steps[i], "failed", mismatch, false, "output_schema_mismatch");
+				continue;
+			}
 
 			/*
 			 * A decision with a handler: its rules (or default) decide on its
@@ -1033,13 +1073,16 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 			"   AND s.items_total IS NOT NULL AND s.type <> 'decision'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.run_id = $1 AND t.step_key = $5"
 			"   AND t.state = 'completed' AND" NO_TIMER_DUE
-			" RETURNING s.items_done >= s.items_total", 5, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+			" RETURNING s.items_done >= s.items_total, s.spec ? 'output_schema'", 5, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 		return false;
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 	{
 		map_fill(r, step, false);
 		return true;
 	}
+	/* the last one of a step with an output_schema: the general path checks the output */
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+		return false;
 	/* the last one: the results, in item order, read once */
 	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET(
 			"(SELECT jsonb_agg(t.result ORDER BY split_part(t.step_key, '#', 2)::int) FROM orch.tasks t"
@@ -1086,6 +1129,7 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
+			"   AND NOT s.spec ? 'output_schema'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed' AND" NO_TIMER_DUE
 			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID}, (Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step_key),
 				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)

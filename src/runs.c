@@ -192,42 +192,34 @@ orch_runs_maintain(int limit)
 /* ----------------------------------------------------------------------
  * orch_start(name, input, version, idempotency_key, tenant, pins) -> run id
  * ---------------------------------------------------------------------- */
+/*
+ * The run's input against the definition's input_schema (json_schema.c):
+ * 22023 naming the path of the first mismatch.  Without a "type" of its
+ * own, input_schema describes an object (as before 0.8.0).
+ */
 static void
-check_input(Jsonb *schema_holder_unused, Datum spec, Datum input)
+check_input(Jsonb *spec, Jsonb *input)
 {
-	Oid			types[2] = {JSONBOID, JSONBOID};
-	Datum		v[2];
+	JsonbValue *sv = getKeyJsonValueFromContainer(&spec->root, "input_schema", 12, NULL);
+	Jsonb	   *schema;
+	JsonSchemaProblem p;
 
-	(void) schema_holder_unused;
-	v[0] = spec;
-	v[1] = input;
-	if (orch_sql("SELECT CASE"
-			"  WHEN NOT ($1 ? 'input_schema') THEN NULL"
-			"  WHEN jsonb_typeof($2) <> 'object' THEN '$.input must be a JSON object'"
-			"  ELSE coalesce("
-			"   (SELECT format('$.input.%s is required', k)"
-			"      FROM jsonb_array_elements_text(coalesce($1 -> 'input_schema' -> 'required', '[]')) k"
-			"     WHERE NOT ($2 ? k) LIMIT 1),"
-			"   (SELECT format('$.input.%s must be of type %s (it is %s)', p.key, p.value ->> 'type',"
-			"           jsonb_typeof($2 -> p.key))"
-			"      FROM jsonb_each(coalesce($1 -> 'input_schema' -> 'properties', '{}')) p"
-			"     WHERE $2 ? p.key AND p.value ? 'type' AND NOT CASE p.value ->> 'type'"
-			"       WHEN 'integer' THEN jsonb_typeof($2 -> p.key) = 'number'"
-			"            AND ($2 ->> p.key)::numeric = trunc(($2 ->> p.key)::numeric)"
-			"       ELSE jsonb_typeof($2 -> p.key) = p.value ->> 'type' END"
-			"     ORDER BY p.key LIMIT 1)) END", 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 1)
+	if (sv == NULL)
+		return;
+	schema = JsonbValueToJsonb(sv);
+	if (getKeyJsonValueFromContainer(&schema->root, "type", 4, NULL) == NULL &&
+		(JB_ROOT_IS_SCALAR(input) || !JB_ROOT_IS_OBJECT(input)))
 	{
-		char	   *problem = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		if (problem != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("input does not match the workflow's input_schema"),
-					 errdetail("At %s.", problem)));
+		p.path = "$.input";
+		p.message = "the input must be a JSON object";
 	}
+	else if (orch_json_schema_validate(schema, input, "$.input", &p))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("input does not match the workflow's input_schema"),
+			 errdetail("At %s: %s.", p.path, p.message)));
 }
-
-
 
 Datum
 orch_start(PG_FUNCTION_ARGS)
@@ -291,7 +283,7 @@ orch_start(PG_FUNCTION_ARGS)
 	version = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	spec = PointerGetDatum(DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)));
 	hash = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-	check_input(NULL, spec, JsonbPGetDatum(input));
+	check_input(DatumGetJsonbP(spec), input);
 
 	v[0] = orch_text_datum(tenant);
 	v[1] = orch_text_datum(name);

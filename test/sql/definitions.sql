@@ -111,11 +111,11 @@ SELECT label, pg_temp.v(pg_temp.top(jsonb_build_object('policies', p))) AS resul
 ) t(label, p);
 
 -- ---------------------------------------------------------------------------
--- 4. input_schema: {required: [key, ...], properties: {key: {type}}}.
+-- 4. input_schema: the JSON Schema subset (every keyword: workflows_schemas).
 -- ---------------------------------------------------------------------------
 SELECT label, pg_temp.v(pg_temp.top(jsonb_build_object('input_schema', s))) AS result FROM (VALUES
     ('not an object',         '"object"'::jsonb),
-    ('unknown key',           '{"type": "object"}'),
+    ('unsupported keyword',   '{"type": "object", "format": "x"}'),
     ('required not array',    '{"required": "id"}'),
     ('required number',       '{"required": ["id", 5]}'),
     ('required empty key',    '{"required": ["id", ""]}'),
@@ -123,7 +123,7 @@ SELECT label, pg_temp.v(pg_temp.top(jsonb_build_object('input_schema', s))) AS r
     ('properties array',      '{"properties": []}'),
     ('property not object',   '{"properties": {"id": "string"}}'),
     ('property unknown key',  '{"properties": {"id": {"type": "string", "format": "uuid"}}}'),
-    ('property without type', '{"properties": {"id": {}}}'),
+    ('property without type', '{"properties": {"id": {}}}'),  -- any value
     ('property bad type',     '{"properties": {"id": {"type": "text"}}}'),
     ('quoted key in path',    '{"properties": {"doc id": {"type": "uuid"}}}'),
     ('all valid',             '{"required": ["id", "amount"], "properties": {"id": {"type": "string"}, "amount": {"type": "number"}, "n": {"type": "integer"}, "ok": {"type": "boolean"}, "meta": {"type": "object"}, "items": {"type": "array"}, "none": {"type": "null"}}}')
