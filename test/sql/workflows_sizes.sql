@@ -10,20 +10,20 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 RESET client_min_messages;
 
-SELECT orch_create_queue('ws_q') IS NOT NULL AS created;
-SELECT orch_define('ws_flow', '{"steps": [
-    {"step_id": "a", "queue": "ws_q", "handler": "a"},
-    {"step_id": "b", "queue": "ws_q", "handler": "b"},
-    {"step_id": "join", "queue": "ws_q", "handler": "join", "depends_on": ["a", "b"]}]}') AS version;
-SELECT orch_publish('ws_flow', 1) IS NOT NULL AS published;
+SELECT orch_create_queue('wsz_q') IS NOT NULL AS created;
+SELECT orch_define('wsz_flow', '{"steps": [
+    {"step_id": "a", "queue": "wsz_q", "handler": "a"},
+    {"step_id": "b", "queue": "wsz_q", "handler": "b"},
+    {"step_id": "join", "queue": "wsz_q", "handler": "join", "depends_on": ["a", "b"]}]}') AS version;
+SELECT orch_publish('wsz_flow', 1) IS NOT NULL AS published;
 
 -- 1. Under the limit: the join's task carries both outputs.
-SELECT orch_start('ws_flow', '{"n": 1}') AS run1 \gset
-SELECT count(*) AS completed FROM orch_dequeue('ws_q', 'w', 2) d,
+SELECT orch_start('wsz_flow', '{"n": 1}') AS run1 \gset
+SELECT count(*) AS completed FROM orch_dequeue('wsz_q', 'w', 2) d,
        LATERAL orch_complete(d.task_id, d.lease_token, jsonb_build_object('blob', repeat('x', 3000))) c;
 SELECT step_key, octet_length(payload::text) > 6000 AS carries_both
   FROM orch.tasks WHERE run_id = :run1 AND step_key = 'join';
-SELECT count(*) AS completed FROM orch_dequeue('ws_q', 'w', 2) d,
+SELECT count(*) AS completed FROM orch_dequeue('wsz_q', 'w', 2) d,
        LATERAL orch_complete(d.task_id, d.lease_token, '{}') c;
 SELECT state FROM orch.runs WHERE id = :run1;
 
@@ -32,8 +32,8 @@ SELECT state FROM orch.runs WHERE id = :run1;
 --    succeeds, and the run fails.
 SET orchestrator.max_step_input_size = 5000;
 SHOW orchestrator.max_step_input_size;
-SELECT orch_start('ws_flow', '{"n": 2}') AS run2 \gset
-SELECT count(*) AS completed FROM orch_dequeue('ws_q', 'w', 2) d,
+SELECT orch_start('wsz_flow', '{"n": 2}') AS run2 \gset
+SELECT count(*) AS completed FROM orch_dequeue('wsz_q', 'w', 2) d,
        LATERAL orch_complete(d.task_id, d.lease_token, jsonb_build_object('blob', repeat('x', 3000))) c;
 SELECT step_id, state, regexp_replace(error, '\d+ bytes', 'N bytes') AS error
   FROM orch.run_steps WHERE run_id = :run2 ORDER BY step_id;
@@ -50,18 +50,18 @@ SET orchestrator.max_step_input_size = '2GB';
 
 -- 3. Retention takes a finished run with its steps, events and approvals;
 --    the approval reference is single-use while the run is kept.
-SELECT orch_define('ws_gate', '{"steps": [
+SELECT orch_define('wsz_gate', '{"steps": [
     {"step_id": "gate", "type": "human_approval", "timeout": "1 hour"}]}') AS version;
-SELECT orch_publish('ws_gate', 1) IS NOT NULL AS published;
-SELECT orch_start('ws_gate', '{}') AS g1 \gset
-SELECT orch_approve(:g1, 'gate', 'WS-REF-1', 'alice') AS decided;
+SELECT orch_publish('wsz_gate', 1) IS NOT NULL AS published;
+SELECT orch_start('wsz_gate', '{}') AS g1 \gset
+SELECT orch_approve(:g1, 'gate', 'WSZ-REF-1', 'alice') AS decided;
 SELECT state FROM orch.runs WHERE id = :g1;
-SELECT orch_start('ws_gate', '{}') AS g2 \gset
+SELECT orch_start('wsz_gate', '{}') AS g2 \gset
 DO $$ BEGIN
-    PERFORM orch_approve(currval('orch.runs_id_seq'), 'gate', 'WS-REF-1', 'bob');
+    PERFORM orch_approve(currval('orch.runs_id_seq'), 'gate', 'WSZ-REF-1', 'bob');
 EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'reuse while kept: %', SQLSTATE;
 END $$;
-SELECT count(*) AS approvals_kept FROM orch.approvals WHERE approval_ref = 'WS-REF-1';
+SELECT count(*) AS approvals_kept FROM orch.approvals WHERE approval_ref = 'WSZ-REF-1';
 -- the first run ages past a retention of one second (runs cannot be
 -- back-dated: the run trigger refuses any change to a finished run)
 SET orchestrator.retention = '1s';
@@ -73,8 +73,8 @@ SELECT (SELECT count(*) FROM orch.runs WHERE id = :g1) AS run_left,
        (SELECT count(*) FROM orch.events WHERE run_id = :g1) AS events_left,
        (SELECT count(*) FROM orch.approvals WHERE run_id = :g1) AS approvals_left;
 -- free again: the reference now decides the second run
-SELECT orch_approve(:g2, 'gate', 'WS-REF-1', 'bob') AS decided;
-SELECT run_id = :g2 AS bound_to_second_run, actor FROM orch.approvals WHERE approval_ref = 'WS-REF-1';
+SELECT orch_approve(:g2, 'gate', 'WSZ-REF-1', 'bob') AS decided;
+SELECT run_id = :g2 AS bound_to_second_run, actor FROM orch.approvals WHERE approval_ref = 'WSZ-REF-1';
 
 -- 4. A maintenance pass costs what is due, not what is open: with 300 runs
 --    waiting for a human (no timer), it reads no run to find the one whose
@@ -88,12 +88,12 @@ CREATE DATABASE orch_ws_bounded;
 SET client_min_messages = warning;
 CREATE EXTENSION orchestrator;
 RESET client_min_messages;
-SELECT orch_define('ws_open', '{"steps": [{"step_id": "gate", "type": "human_approval"}]}') AS version;
-SELECT orch_publish('ws_open', 1) IS NOT NULL AS published;
-SELECT count(orch_start('ws_open', jsonb_build_object('n', g))) AS open_runs FROM generate_series(1, 300) g;
-SELECT orch_define('ws_nap', '{"steps": [{"step_id": "nap", "type": "wait", "duration": 0.01}]}') AS version;
-SELECT orch_publish('ws_nap', 1) IS NOT NULL AS published;
-SELECT orch_start('ws_nap', '{}') AS nap \gset
+SELECT orch_define('wsz_open', '{"steps": [{"step_id": "gate", "type": "human_approval"}]}') AS version;
+SELECT orch_publish('wsz_open', 1) IS NOT NULL AS published;
+SELECT count(orch_start('wsz_open', jsonb_build_object('n', g))) AS open_runs FROM generate_series(1, 300) g;
+SELECT orch_define('wsz_nap', '{"steps": [{"step_id": "nap", "type": "wait", "duration": 0.01}]}') AS version;
+SELECT orch_publish('wsz_nap', 1) IS NOT NULL AS published;
+SELECT orch_start('wsz_nap', '{}') AS nap \gset
 SELECT pg_sleep(0.05);
 SELECT count(*) > 0 AS first_pass FROM orch_maintain();
 ANALYZE orch.runs, orch.run_steps;
@@ -107,6 +107,6 @@ SELECT relname, seq_tup_read + coalesce(idx_tup_fetch, 0) < 50 AS few_read
   FROM pg_stat_xact_user_tables WHERE relid IN ('orch.runs'::regclass, 'orch.run_steps'::regclass) ORDER BY 1;
 COMMIT;
 SELECT state FROM orch.runs WHERE id = :nap;
-SELECT count(*) FILTER (WHERE state = 'waiting_approval') AS still_waiting FROM orch.runs WHERE definition = 'ws_open';
+SELECT count(*) FILTER (WHERE state = 'waiting_approval') AS still_waiting FROM orch.runs WHERE definition = 'wsz_open';
 \c :suite_db
 DROP DATABASE orch_ws_bounded;
