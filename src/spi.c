@@ -180,11 +180,61 @@ check_rc(int rc, int expect, const char *sql)
  * own error; a different result code cannot happen and raises XX000 naming
  * the statement.
  */
+/*
+ * On Citus, a call made where Citus forbids a distributed query (per row of
+ * a query that runs on a shard, e.g. SELECT orch_complete(id, ...) FROM
+ * orch.tasks, or in a backend Citus uses for a shard query) fails in Citus
+ * with "cannot execute a distributed query from a query on a shard" and
+ * SQLSTATE XX000.  Raised again as 0A000 with what to do instead; any other
+ * error goes on as it is.  Called in PG_CATCH, in the caller's context.
+ */
+static void
+rethrow_nested_distributed(MemoryContext cxt)
+{
+	ErrorData  *ed;
+
+	MemoryContextSwitchTo(cxt);
+	ed = CopyErrorData();
+	if (ed->sqlerrcode == ERRCODE_INTERNAL_ERROR && ed->message != NULL &&
+		strstr(ed->message, "distributed query from a query on a shard") != NULL)
+	{
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("orchestrator functions cannot run inside a query on a shard"),
+				 errdetail("The call was pushed down to a Citus node as part of a query on a distributed table, where Citus allows no further distributed query."),
+				 errhint("Call the function as a statement of its own: read the rows first (SELECT id, lease_token FROM ...), then call it once per row, or pass them to a batch function such as orch_complete_batch.")));
+	}
+	FreeErrorData(ed);
+	PG_RE_THROW();
+}
+
+/* SPI_execute_plan, with Citus's nested-execution error made clear */
+static int
+execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls, bool read_only, long count)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			rc = 0;
+
+	if (!orch_citus())
+		return SPI_execute_plan(plan, values, nulls, read_only, count);
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(plan, values, nulls, read_only, count);
+	}
+	PG_CATCH();
+	{
+		rethrow_nested_distributed(cxt);
+	}
+	PG_END_TRY();
+	return rc;
+}
+
 uint64
 orch_exec(SPIPlanPtr plan, Datum *values, const char *nulls, bool read_only,
 		  long count, int expect)
 {
-	int			rc = SPI_execute_plan(plan, values, nulls, read_only, count);
+	int			rc = execute_plan(plan, values, nulls, read_only, count);
 
 	if (expect == ORCH_SPI_ANY ? rc < 0 : rc != expect)
 		check_rc(rc, expect, plan_text(plan));
@@ -217,7 +267,22 @@ orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
 	int			rc;
 
 	orch_schema_version();
-	rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls, read_only, count);
+	if (!orch_citus())
+		rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls, read_only, count);
+	else
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+
+		PG_TRY();
+		{
+			rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls, read_only, count);
+		}
+		PG_CATCH();
+		{
+			rethrow_nested_distributed(cxt);
+		}
+		PG_END_TRY();
+	}
 	check_rc(rc, expect, sql);
 	return SPI_processed;
 }
@@ -308,8 +373,11 @@ orch_citus(void)
 			v[0] = ObjectIdGetDatum(tasks);
 			if (SPI_connect() != SPI_OK_CONNECT)
 				elog(ERROR, "orchestrator: SPI_connect failed");
-			distributed = orch_sql_once("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
-										1, types, v, NULL, true, 1, SPI_OK_SELECT) > 0;
+			/* not orch_sql_once: it asks orch_citus() */
+			if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
+									  1, types, v, NULL, true, 1) != SPI_OK_SELECT)
+				elog(ERROR, "orchestrator: pg_dist_partition lookup failed");
+			distributed = SPI_processed > 0;
 			SPI_finish();
 		}
 		/*

@@ -36,6 +36,11 @@
 # supported on Citus yet).  In a database with Citus installed but the
 # tables left local, a workflow runs and a claim needs no tenant.
 #
+# A call per row of a query on the distributed tables (pushed down to a
+# shard by Citus) is refused with 0A000 and a hint, on the coordinator and
+# on a worker node, and changes nothing; a by-id call made on a worker node
+# works as on the coordinator.
+#
 # A worker added later gets its id range from orch_distribute called again.
 #
 # Ids: a task enqueued through a worker takes that worker's id range
@@ -337,6 +342,36 @@ is(sqlstate_of('SELECT orch_retry(123456789)'), 'OR005', 'orch_retry of an unkno
 is(sqlstate_of('SELECT orch_command_result(123456789, true)'), 'OR005', 'orch_command_result of an unknown command -> OR005');
 is(sqlstate_of(q{SELECT * FROM orch_dequeue('jobs', 'w')}), '0A000',
 	'a claim without a tenant, outside a transaction block, is refused (not delegated: Citus 13.2.2 crashes on a NULL distribution argument)');
+
+# ---------------------------------------------------------------------------
+# A call per row of a query on a distributed table runs on a shard, where
+# Citus allows no further distributed query: a clear 0A000 with what to do
+# instead, not Citus's XX000 (issue 23 item 4)
+# ---------------------------------------------------------------------------
+q1("SELECT orch_create_queue('perrow')");
+q1("SELECT orch_enqueue('perrow', '{}', tenant => '$ta')");
+for my $case (
+	[ "SELECT orch_heartbeat(t.id, gen_random_uuid()) FROM orch.tasks t WHERE t.tenant_id = '$ta' AND t.queue = 'perrow'",
+		'on one shard' ],
+	[ "SELECT orch_heartbeat(t.id, gen_random_uuid()) FROM orch.tasks t WHERE t.queue = 'perrow'",
+		'on every shard' ])
+{
+	my ($rc, $out, $err) = try_sql("\\set VERBOSITY verbose\n$case->[0]");
+	like($err, qr/ERROR:\s+0A000: orchestrator functions cannot run inside a query on a shard/,
+		"a call per row of a query $case->[1] -> 0A000") or diag($err);
+	like($err, qr/HINT:.*statement of its own/, "... with a hint ($case->[1])");
+}
+# the same on a worker node (Citus MX): a call of its own works as on the
+# coordinator, a call per row is refused alike
+{
+	my ($rc, $out, $err) = try_sql("\\set VERBOSITY sqlstate\nSELECT orch_complete(123456789, gen_random_uuid())", $workers[0]);
+	like($err, qr/ERROR:\s+OR005/, 'on a worker node, orch_complete of an unknown task -> OR005') or diag($err);
+	($rc, $out, $err) = try_sql("\\set VERBOSITY verbose\nSELECT orch_heartbeat(t.id, gen_random_uuid()) FROM orch.tasks t WHERE t.queue = 'perrow'", $workers[0]);
+	like($err, qr/ERROR:\s+0A000: orchestrator functions cannot run inside a query on a shard/,
+		'on a worker node, a call per row of a query on every shard -> 0A000') or diag($err);
+}
+is(q1("SELECT count(*) FROM orch.tasks WHERE queue = 'perrow' AND state = 'queued'"), '1',
+	'the refused calls changed nothing');
 
 # ---------------------------------------------------------------------------
 # A claim that recovers an expired lease first: still single-shard
