@@ -510,6 +510,391 @@ COMMENT ON TABLE orch.approvals IS
   'Human decisions on approval steps: an approval reference is single-use (OR009) and bound to one run and step, for as long as that run is kept (retention purges a finished run with its approvals).';
 CREATE INDEX approvals_run_idx ON orch.approvals (run_id, tenant_id);
 
+-- Tenant isolation on Citus (issue 23 item 1): the functions behind the
+-- task views, the statistics and the metrics read the caller's tenants
+-- once, where the call was made, and pass them to their query as a value;
+-- orch.tenant_visible(tenant_id) in a query on distributed tables ran on
+-- the shard, as the function's owner, and let every row through.
+CREATE OR REPLACE FUNCTION orch.open_tasks()
+RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+               awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+               delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
+    SELECT o.tenant_id, o.queue,
+           count(*) FILTER (WHERE o.state = 'received'),
+           count(*) FILTER (WHERE o.state = 'queued'),
+           count(*) FILTER (WHERE o.state = 'executing'),
+           count(*) FILTER (WHERE o.state = 'awaiting_tool'),
+           count(*) FILTER (WHERE o.state = 'awaiting_user_confirmation'),
+           count(*) FILTER (WHERE o.part = 'ready' AND o.ready_at <= now()),
+           count(*) FILTER (WHERE (o.part = 'due' AND o.retry_at IS NULL)
+                               OR (o.part = 'ready' AND o.ready_at > now())),
+           count(*) FILTER (WHERE o.part = 'due' AND o.retry_at IS NOT NULL),
+           count(*) FILTER (WHERE o.part = 'gated'),
+           min(o.ready_at) FILTER (WHERE o.part = 'ready' AND o.ready_at <= now())
+      FROM (SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'ready' AS part
+              FROM orch.tasks t WHERE t.ready_at IS NOT NULL
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'due'
+              FROM orch.tasks t
+             WHERE t.ready_at IS NULL AND NOT t.gated
+               AND (t.state = 'queued' OR (t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL))
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'gated'
+              FROM orch.tasks t WHERE t.gated AND t.ready_at IS NULL
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'executing'
+              FROM orch.tasks t WHERE t.state = 'executing'
+            UNION ALL
+            SELECT t.tenant_id, t.queue, t.state, t.ready_at, t.retry_at, 'waiting'
+              FROM orch.tasks t
+             WHERE t.state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')
+               AND t.ready_at IS NULL
+               AND NOT (t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL)) o
+     WHERE (vis IS NULL OR o.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+     GROUP BY o.tenant_id, o.queue;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch.dead_letter_counts()
+RETURNS TABLE (tenant_id text, queue text, dead_letters bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
+    -- a workflow step's task that failed is the run's failure (run_failed
+    -- in the review queue), not a dead letter of its own
+    SELECT t.tenant_id, t.queue, count(*)
+      FROM orch.tasks t
+     WHERE t.state = 'failed' AND t.run_id IS NULL
+       AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                             'compensation_required', 'not_safe_to_retry')
+       AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
+       AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+     GROUP BY t.tenant_id, t.queue;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch.queue_stats()
+RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+               awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+               delayed bigint, retry_waiting bigint, gated bigint, oldest_ready_age interval,
+               dead_letters bigint, enqueued_total bigint, started_total bigint,
+               completed_total bigint, failed_total bigint, cancelled_total bigint,
+               lease_expiries_1h bigint, enqueued_1m bigint, completed_1m bigint,
+               failed_1m bigint, completed_5m bigint, failed_5m bigint, completed_1h bigint,
+               failed_1h bigint, metrics_as_of timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+    -- the live figures and the dead letters, read first by calls of their
+    -- own: inside the query below Citus could send those calls to a shard
+    -- (the query is routed to one when the caller is bound to one tenant)
+    live_j jsonb := (SELECT pg_catalog.jsonb_agg(o) FROM orch.open_tasks() o);
+    dead_j jsonb := (SELECT pg_catalog.jsonb_agg(d) FROM orch.dead_letter_counts() d);
+BEGIN
+    RETURN QUERY
+WITH live AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(live_j, '[]'))
+                AS x(tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+                     awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+                     delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)),
+     dead AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(dead_j, '[]'))
+                AS x(tenant_id text, queue text, dead_letters bigint)),
+     tot AS (
+        SELECT m.tenant_id, m.queue,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'started') AS started,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
+          FROM orch.metric_totals m
+         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+         GROUP BY m.tenant_id, m.queue),
+     win AS (
+        SELECT m.tenant_id, m.queue,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'attempt' AND m.l1 OPERATOR(pg_catalog.=) 'lease_expired') AS lease_expiries_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS enqueued_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS completed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS failed_1m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS completed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS failed_5m,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed_1h,
+               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
+          FROM orch.metric_minutes m
+         WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+         GROUP BY m.tenant_id, m.queue),
+     k AS (
+        SELECT tenant_id, queue FROM live
+        UNION SELECT tenant_id, queue FROM dead
+        UNION SELECT tenant_id, queue FROM tot
+        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE (vis IS NULL OR q.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
+SELECT k.tenant_id, k.queue,
+       coalesce(l.received, 0) AS received, coalesce(l.queued, 0) AS queued,
+       coalesce(l.executing, 0) AS executing, coalesce(l.awaiting_tool, 0) AS awaiting_tool,
+       coalesce(l.awaiting_user_confirmation, 0) AS awaiting_user_confirmation,
+       coalesce(l.ready, 0) AS ready, coalesce(l.delayed, 0) AS delayed,
+       coalesce(l.retry_waiting, 0) AS retry_waiting, coalesce(l.gated, 0) AS gated,
+       pg_catalog.now() OPERATOR(pg_catalog.-) l.oldest_ready AS oldest_ready_age,
+       coalesce(d.dead_letters, 0) AS dead_letters,
+       coalesce(t.enqueued, 0)::bigint AS enqueued_total, coalesce(t.started, 0)::bigint AS started_total,
+       coalesce(t.completed, 0)::bigint AS completed_total, coalesce(t.failed, 0)::bigint AS failed_total,
+       coalesce(t.cancelled, 0)::bigint AS cancelled_total,
+       coalesce(w.lease_expiries_1h, 0)::bigint AS lease_expiries_1h,
+       coalesce(w.enqueued_1m, 0)::bigint AS enqueued_1m,
+       coalesce(w.completed_1m, 0)::bigint AS completed_1m, coalesce(w.failed_1m, 0)::bigint AS failed_1m,
+       coalesce(w.completed_5m, 0)::bigint AS completed_5m, coalesce(w.failed_5m, 0)::bigint AS failed_5m,
+       coalesce(w.completed_1h, 0)::bigint AS completed_1h, coalesce(w.failed_1h, 0)::bigint AS failed_1h,
+       (SELECT s.refreshed_at FROM orch.metric_state s) AS metrics_as_of
+  FROM k
+  LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch.error_stats()
+RETURNS TABLE (tenant_id text, queue text, error_class text, reason_code text,
+               retries_total bigint, failures_total bigint, retries_1h bigint, failures_1h bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
+SELECT m.tenant_id, m.queue,
+       CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
+       CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'retry'), 0)::bigint AS retries_total,
+       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'failed'), 0)::bigint AS failures_total,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'retry'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS retries_1h,
+       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
+                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'failed'
+                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
+                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
+  FROM orch.metric_totals m
+ WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+ GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch.review_items()
+RETURNS TABLE (kind text, tenant_id text, queue text, task_id bigint, run_id bigint, step_id text,
+               state text, reason_code text, error text, since timestamptz, action text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
+SELECT * FROM (
+    SELECT 'dead_letter'::text AS kind, t.tenant_id, t.queue, t.id AS task_id, t.run_id,
+           NULL::text AS step_id, t.state, t.reason_code, t.last_error AS error,
+           t.finished_at AS since,
+           format('SELECT orch_retry(%s)', t.id) AS action
+      FROM orch.tasks t
+     WHERE t.state = 'failed'
+       AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                             'compensation_required', 'not_safe_to_retry')
+       AND t.run_id IS NULL
+       AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
+    UNION ALL
+    SELECT CASE WHEN r.reason_code = 'compensation_failed' THEN 'compensation_failed' ELSE 'run_failed' END,
+           r.tenant_id, r.definition, NULL, r.id, r.failed_step, r.state, r.reason_code, r.error,
+           r.finished_at,
+           CASE WHEN r.reason_code = 'compensation_failed'
+                THEN 'compensate by hand, then record it (the run stays failed)'
+                ELSE format('SELECT orch_retry_run(%s)', r.id) END
+      FROM orch.runs r
+     WHERE r.state = 'failed'
+       AND NOT EXISTS (SELECT 1 FROM orch.runs n WHERE n.retry_of = r.id AND n.tenant_id = r.tenant_id)
+    UNION ALL
+    SELECT CASE WHEN s.comp_state = 'awaiting_approval' THEN 'compensation_approval' ELSE 'approval_waiting' END,
+           s.tenant_id, r.definition, s.task_id, s.run_id, s.step_id, s.state, NULL, NULL,
+           coalesce(s.started_at, r.updated_at),
+           format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', s.run_id, s.step_id)
+      FROM orch.runs r
+      JOIN orch.run_steps s ON s.run_id = r.id AND s.tenant_id = r.tenant_id
+     WHERE r.state IN ('running', 'waiting_approval', 'paused')
+       AND (s.state = 'awaiting_approval' OR s.comp_state = 'awaiting_approval')
+    UNION ALL
+    SELECT 'awaiting_confirmation', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state,
+           t.reason_code, t.last_error, t.updated_at,
+           format('SELECT orch_confirm(%s, true) or orch_confirm(%s, false)', t.id, t.id)
+      FROM orch.tasks t
+     WHERE t.state = 'awaiting_user_confirmation' AND t.ready_at IS NULL
+    UNION ALL
+    SELECT 'stuck_task', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state, t.reason_code,
+           t.last_error, t.updated_at,
+           format('SELECT orch_resume(%s) or orch_cancel(%s)', t.id, t.id)
+      FROM orch.tasks t
+     WHERE t.state IN ('received', 'awaiting_tool') AND t.ready_at IS NULL AND t.retry_at IS NULL
+       AND t.updated_at < now() - coalesce(current_setting('orchestrator.stuck_after', true), '3600')::interval
+    UNION ALL
+    SELECT 'lease_overdue', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state, t.reason_code,
+           t.last_error, t.lease_expires_at,
+           'SELECT orch_maintain() (is maintenance scheduled?)'
+      FROM orch.tasks t
+     WHERE t.state = 'executing' AND t.lease_expires_at < now() - interval '5 minutes'
+) q
+ WHERE (vis IS NULL OR q.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch_status(task_id bigint)
+RETURNS SETOF orch.task_status
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+        SELECT t.id, t.queue, t.tenant_id, t.state, t.priority, t.attempts, t.failures,
+               t.reason_code, t.run_at, t.retry_at, t.lease_owner, t.lease_expires_at,
+               t.result, t.last_error, t.last_error_class, t.created_at, t.updated_at
+          FROM orch.tasks t
+         WHERE t.id OPERATOR(pg_catalog.=) $1 AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch_history(task_id bigint)
+RETURNS TABLE (at timestamptz, kind text, attempt integer, from_state text, to_state text,
+               reason_code text, actor text, lease_token uuid, outcome text,
+               error_class text, error text, note text, label text, correlation_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+    admin boolean := orch.caller_is_admin();
+    corr text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.=) $1
+                      AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
+       AND NOT EXISTS (SELECT 1 FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                          AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) THEN
+        RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
+    END IF;
+    SELECT t.correlation_id INTO corr FROM orch.tasks t
+     WHERE t.id OPERATOR(pg_catalog.=) $1 AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
+    RETURN QUERY
+        SELECT h.at, h.kind, h.attempt, h.from_state, h.to_state, h.reason_code, h.actor,
+               CASE WHEN admin THEN h.lease_token END, h.outcome, h.error_class, h.error, h.note,
+               h.label, corr
+          FROM (SELECT e.at, 'event'::text AS kind, e.attempt, e.from_state, e.to_state,
+                       e.reason_code, e.actor, e.lease_token, NULL::text AS outcome,
+                       NULL::text AS error_class, NULL::text AS error, e.note, e.label,
+                       e.id AS seq, 1 AS src
+                  FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                   AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+                UNION ALL
+                SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
+                       a.lease_token, a.outcome, a.error_class, a.error, NULL, a.worker,
+                       a.id, 0
+                  FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
+                   AND (vis IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) h
+         ORDER BY h.at, h.src, h.seq;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION orch_duration_stats(since interval DEFAULT '1 hour')
+RETURNS TABLE (tenant_id text, queue text, step_type text, kind text, samples bigint,
+               mean_seconds double precision, p50_seconds double precision,
+               p95_seconds double precision, p99_seconds double precision)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+BEGIN
+    IF since IS NULL THEN
+        RAISE EXCEPTION 'since must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF since <= interval '0' OR since > interval '2 days' THEN
+        RAISE EXCEPTION 'since must be a positive interval of at most 2 days (the per-minute counters are kept two days)'
+              USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH b AS (
+        SELECT m.tenant_id, m.queue, m.l1 AS step_type,
+               CASE m.metric WHEN 'attempt_seconds' THEN 'attempt' ELSE 'queue_wait' END AS kind,
+               m.l2 AS le, sum(m.value)::bigint AS n
+          FROM orch.metric_minutes m
+         WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds', 'wait_seconds')
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+         GROUP BY 1, 2, 3, 4, 5),
+    s AS (
+        SELECT m.tenant_id, m.queue, m.l1 AS step_type,
+               CASE m.metric WHEN 'attempt_seconds_sum' THEN 'attempt' ELSE 'queue_wait' END AS kind,
+               sum(m.value) / 1e6 AS seconds
+          FROM orch.metric_minutes m
+         WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds_sum', 'wait_seconds_sum')
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+         GROUP BY 1, 2, 3, 4),
+    h AS (
+        SELECT tenant_id, queue, step_type, kind, array_agg(le) AS les, array_agg(n) AS ns, sum(n)::bigint AS samples
+          FROM b GROUP BY 1, 2, 3, 4)
+    SELECT h.tenant_id, h.queue, h.step_type, h.kind, h.samples,
+           (s.seconds / nullif(h.samples, 0))::float8,
+           orch.histogram_quantile(0.5, h.les, h.ns),
+           orch.histogram_quantile(0.95, h.les, h.ns),
+           orch.histogram_quantile(0.99, h.les, h.ns)
+      FROM h LEFT JOIN s USING (tenant_id, queue, step_type, kind)
+     ORDER BY 1, 2, 3, 4;
+END
+$fn$;
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

@@ -360,6 +360,8 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
+DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
@@ -369,7 +371,7 @@ BEGIN
                t.reason_code, t.run_at, t.retry_at, t.lease_owner, t.lease_expires_at,
                t.result, t.last_error, t.last_error_class, t.created_at, t.updated_at
           FROM orch.tasks t
-         WHERE t.id OPERATOR(pg_catalog.=) $1 AND orch.tenant_visible(t.tenant_id);
+         WHERE t.id OPERATOR(pg_catalog.=) $1 AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
     IF NOT FOUND THEN
         RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
     END IF;
@@ -386,6 +388,7 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
 DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
     admin boolean := orch.caller_is_admin();
     corr text;
 BEGIN
@@ -393,13 +396,13 @@ BEGIN
         RAISE EXCEPTION 'task_id must not be null' USING ERRCODE = '22004';
     END IF;
     IF NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.=) $1
-                      AND orch.tenant_visible(t.tenant_id))
+                      AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
        AND NOT EXISTS (SELECT 1 FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
-                          AND orch.tenant_visible(e.tenant_id)) THEN
+                          AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) THEN
         RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
     END IF;
     SELECT t.correlation_id INTO corr FROM orch.tasks t
-     WHERE t.id OPERATOR(pg_catalog.=) $1 AND orch.tenant_visible(t.tenant_id);
+     WHERE t.id OPERATOR(pg_catalog.=) $1 AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
     RETURN QUERY
         SELECT h.at, h.kind, h.attempt, h.from_state, h.to_state, h.reason_code, h.actor,
                CASE WHEN admin THEN h.lease_token END, h.outcome, h.error_class, h.error, h.note,
@@ -409,13 +412,13 @@ BEGIN
                        NULL::text AS error_class, NULL::text AS error, e.note, e.label,
                        e.id AS seq, 1 AS src
                   FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
-                   AND orch.tenant_visible(e.tenant_id)
+                   AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
                 UNION ALL
                 SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
                        a.lease_token, a.outcome, a.error_class, a.error, NULL, a.worker,
                        a.id, 0
                   FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
-                   AND orch.tenant_visible(a.tenant_id)) h
+                   AND (vis IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) h
          ORDER BY h.at, h.src, h.seq;
 END
 $fn$;
@@ -1722,10 +1725,17 @@ CREATE FUNCTION orch.open_tasks()
 RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
                awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
                delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
     SELECT o.tenant_id, o.queue,
            count(*) FILTER (WHERE o.state = 'received'),
            count(*) FILTER (WHERE o.state = 'queued'),
@@ -1757,16 +1767,24 @@ AS $fn$
              WHERE t.state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')
                AND t.ready_at IS NULL
                AND NOT (t.state = 'awaiting_tool' AND t.retry_at IS NOT NULL)) o
-     WHERE orch.tenant_visible(o.tenant_id)
-     GROUP BY o.tenant_id, o.queue
+     WHERE (vis IS NULL OR o.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+     GROUP BY o.tenant_id, o.queue;
+END
 $fn$;
 
 CREATE FUNCTION orch.dead_letter_counts()
 RETURNS TABLE (tenant_id text, queue text, dead_letters bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
     -- a workflow step's task that failed is the run's failure (run_failed
     -- in the review queue), not a dead letter of its own
     SELECT t.tenant_id, t.queue, count(*)
@@ -1775,8 +1793,9 @@ AS $fn$
        AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
                              'compensation_required', 'not_safe_to_retry')
        AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
-       AND orch.tenant_visible(t.tenant_id)
-     GROUP BY t.tenant_id, t.queue
+       AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+     GROUP BY t.tenant_id, t.queue;
+END
 $fn$;
 
 -- The two statistics views read their rows from SECURITY DEFINER functions,
@@ -1793,12 +1812,28 @@ RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, execu
                lease_expiries_1h bigint, enqueued_1m bigint, completed_1m bigint,
                failed_1m bigint, completed_5m bigint, failed_5m bigint, completed_1h bigint,
                failed_1h bigint, metrics_as_of timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-WITH live AS (SELECT * FROM orch.open_tasks()),
-     dead AS (SELECT * FROM orch.dead_letter_counts()),
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+    -- the live figures and the dead letters, read first by calls of their
+    -- own: inside the query below Citus could send those calls to a shard
+    -- (the query is routed to one when the caller is bound to one tenant)
+    live_j jsonb := (SELECT pg_catalog.jsonb_agg(o) FROM orch.open_tasks() o);
+    dead_j jsonb := (SELECT pg_catalog.jsonb_agg(d) FROM orch.dead_letter_counts() d);
+BEGIN
+    RETURN QUERY
+WITH live AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(live_j, '[]'))
+                AS x(tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+                     awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+                     delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)),
+     dead AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(dead_j, '[]'))
+                AS x(tenant_id text, queue text, dead_letters bigint)),
      tot AS (
         SELECT m.tenant_id, m.queue,
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
@@ -1807,7 +1842,7 @@ WITH live AS (SELECT * FROM orch.open_tasks()),
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
           FROM orch.metric_totals m
-         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND orch.tenant_visible(m.tenant_id)
+         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
          GROUP BY m.tenant_id, m.queue),
      win AS (
         SELECT m.tenant_id, m.queue,
@@ -1821,13 +1856,13 @@ WITH live AS (SELECT * FROM orch.open_tasks()),
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
           FROM orch.metric_minutes m
          WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
-           AND orch.tenant_visible(m.tenant_id)
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
          GROUP BY m.tenant_id, m.queue),
      k AS (
         SELECT tenant_id, queue FROM live
         UNION SELECT tenant_id, queue FROM dead
         UNION SELECT tenant_id, queue FROM tot
-        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE orch.tenant_visible(q.tenant_id))
+        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE (vis IS NULL OR q.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
 SELECT k.tenant_id, k.queue,
        coalesce(l.received, 0) AS received, coalesce(l.queued, 0) AS queued,
        coalesce(l.executing, 0) AS executing, coalesce(l.awaiting_tool, 0) AS awaiting_tool,
@@ -1849,7 +1884,8 @@ SELECT k.tenant_id, k.queue,
   LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
   LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
   LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
-  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
+END
 $fn$;
 
 CREATE VIEW orch_queue_stats AS
@@ -1862,10 +1898,17 @@ COMMENT ON VIEW orch_queue_stats IS
 CREATE FUNCTION orch.error_stats()
 RETURNS TABLE (tenant_id text, queue text, error_class text, reason_code text,
                retries_total bigint, failures_total bigint, retries_1h bigint, failures_1h bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
 SELECT m.tenant_id, m.queue,
        CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
        CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
@@ -1880,8 +1923,9 @@ SELECT m.tenant_id, m.queue,
                     AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
                     AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
   FROM orch.metric_totals m
- WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND orch.tenant_visible(m.tenant_id)
- GROUP BY m.tenant_id, m.queue, m.l1, m.l2
+ WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+ GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
+END
 $fn$;
 
 CREATE VIEW orch_error_stats AS
@@ -1900,6 +1944,8 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
 #variable_conflict use_column
+DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
 BEGIN
     IF since IS NULL THEN
         RAISE EXCEPTION 'since must not be null' USING ERRCODE = '22004';
@@ -1915,7 +1961,7 @@ BEGIN
                m.l2 AS le, sum(m.value)::bigint AS n
           FROM orch.metric_minutes m
          WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds', 'wait_seconds')
-           AND orch.tenant_visible(m.tenant_id)
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
          GROUP BY 1, 2, 3, 4, 5),
     s AS (
         SELECT m.tenant_id, m.queue, m.l1 AS step_type,
@@ -1923,7 +1969,7 @@ BEGIN
                sum(m.value) / 1e6 AS seconds
           FROM orch.metric_minutes m
          WHERE m.minute > now() - since AND m.metric IN ('attempt_seconds_sum', 'wait_seconds_sum')
-           AND orch.tenant_visible(m.tenant_id)
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
          GROUP BY 1, 2, 3, 4),
     h AS (
         SELECT tenant_id, queue, step_type, kind, array_agg(le) AS les, array_agg(n) AS ns, sum(n)::bigint AS samples
@@ -1950,10 +1996,17 @@ COMMENT ON VIEW orch_durations IS
 CREATE FUNCTION orch.review_items()
 RETURNS TABLE (kind text, tenant_id text, queue text, task_id bigint, run_id bigint, step_id text,
                state text, reason_code text, error text, since timestamptz, action text)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
 SELECT * FROM (
     SELECT 'dead_letter'::text AS kind, t.tenant_id, t.queue, t.id AS task_id, t.run_id,
            NULL::text AS step_id, t.state, t.reason_code, t.last_error AS error,
@@ -2004,7 +2057,8 @@ SELECT * FROM (
       FROM orch.tasks t
      WHERE t.state = 'executing' AND t.lease_expires_at < now() - interval '5 minutes'
 ) q
- WHERE orch.tenant_visible(q.tenant_id)
+ WHERE (vis IS NULL OR q.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
+END
 $fn$;
 
 CREATE VIEW orch_review_queue AS

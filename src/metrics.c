@@ -231,12 +231,27 @@ append_sample(StringInfo buf, const char *name, int nlabels, const char *const *
  * A family from one query whose columns are the label values in order, then
  * the value (any type; printed by its output function).
  */
+/* The caller's tenants (NULL: every tenant), for caller_sql. */
+static Datum caller_tenants;
+static bool caller_unrestricted;
+
+/* A metrics query, its $1 the caller's tenants (some do not read it). */
+static uint64
+caller_sql(const char *sql)
+{
+	Oid			types[1] = {TEXTARRAYOID};
+	Datum		v[1] = {caller_tenants};
+	char		n[1] = {caller_unrestricted ? 'n' : ' '};
+
+	return orch_sql_once(sql, 1, types, v, n, true, 0, SPI_OK_SELECT);
+}
+
 static void
 family(StringInfo buf, const char *name, const char *type, const char *help,
 	   int nlabels, const char *const *labels, const char *sql)
 {
 	append_header(buf, name, type, help);
-	orch_sql_once(sql, 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
+	caller_sql(sql);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[r];
@@ -271,10 +286,10 @@ histogram(StringInfo buf, const char *name, const char *help, const char *metric
 	append_header(buf, name, "histogram", help);
 	sql = psprintf("SELECT m.tenant_id, m.queue, m.l1, m.metric, m.l2, m.value"
 				   "  FROM orch.metric_totals m"
-				   " WHERE m.metric IN (%s, %s) AND orch.tenant_visible(m.tenant_id)"
+				   " WHERE m.metric IN (%s, %s) AND " ORCH_TENANT_IN("m.tenant_id", "$1")
 				   " ORDER BY m.tenant_id, m.queue, m.l1, m.metric",
 				   quote_literal_cstr(metric), quote_literal_cstr(psprintf("%s_sum", metric)));
-	n = orch_sql_once(sql, 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
+	n = caller_sql(sql);
 	tt = SPI_tuptable;
 	for (uint64 r = 0; r < n;)
 	{
@@ -374,7 +389,7 @@ open_gauges(StringInfo buf, SPITupleTable *tt, uint64 n)
 
 #define TOTALS(metric_cond, label_cols) \
 	"SELECT " label_cols ", sum(m.value) FROM orch.metric_totals m" \
-	" WHERE " metric_cond " AND orch.tenant_visible(m.tenant_id)" \
+	" WHERE " metric_cond " AND " ORCH_TENANT_IN("m.tenant_id", "$1") \
 	" GROUP BY " label_cols " ORDER BY " label_cols
 
 /* One metric family: its labels are the first columns of its query. */
@@ -394,7 +409,7 @@ static const Family families[] = {
 	{"orch_runs", "gauge", "Open workflow runs by state.", {"tenant", "definition", "state"},
 		"SELECT r.tenant_id, r.definition, r.state, count(*) FROM orch.runs r"
 		" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
-	"   AND orch.tenant_visible(r.tenant_id) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"},
+	"   AND " ORCH_TENANT_IN("r.tenant_id", "$1") " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"},
 	{"orch_review_items", "gauge", "Items in the manual review queue by kind.", {"tenant", "kind"},
 	"SELECT tenant_id, kind, count(*) FROM orch.review_items() GROUP BY 1, 2 ORDER BY 1, 2"},
 	{"orch_approvals_waiting", "gauge", "Workflow steps waiting for an approval.", {"tenant"},
@@ -428,7 +443,9 @@ static const Family families[] = {
 /*
  * orch_metrics_prometheus() -> text
  *	  Every metric in the text exposition format.  A bound role sees its
- *	  tenants (the queries filter with orch.tenant_visible).
+ *	  tenants: every query is given the caller's tenants as $1, read once
+ *	  here (on Citus a check in the query would run on the shards, as the
+ *	  function's owner, and see every tenant).
  */
 Datum
 orch_metrics_prometheus(PG_FUNCTION_ARGS)
@@ -438,6 +455,7 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 
 	initStringInfo(&buf);
 	SPI_connect();
+	caller_tenants = orch_caller_tenants_datum(&caller_unrestricted);
 
 	/* live gauges: open work, from the partial indexes (one pass) */
 	orch_sql_once("SELECT tenant_id, queue, received, queued, executing, awaiting_tool,"

@@ -36,6 +36,9 @@
 # supported on Citus yet).  In a database with Citus installed but the
 # tables left local, a workflow runs and a claim needs no tenant.
 #
+# A role bound to one tenant (not a superuser) reads only its tenant through
+# orch_status, orch_history, the statistics views and the Prometheus text.
+#
 # A call per row of a query on the distributed tables (pushed down to a
 # shard by Citus) is refused with 0A000 and a hint, on the coordinator and
 # on a worker node, and changes nothing; a by-id call made on a worker node
@@ -372,6 +375,35 @@ for my $case (
 }
 is(q1("SELECT count(*) FROM orch.tasks WHERE queue = 'perrow' AND state = 'queued'"), '1',
 	'the refused calls changed nothing');
+
+# ---------------------------------------------------------------------------
+# Tenant isolation for a role bound to a tenant, as on one node (issue 23
+# item 1): what it reads of tasks, history and metrics is its tenant's only
+# ---------------------------------------------------------------------------
+q1("CREATE ROLE cit_rb LOGIN; GRANT orch_reader, orch_worker, orch_producer TO cit_rb");
+q1("SELECT orch_bind_tenant('cit_rb', '$tb')");
+q1("SELECT orch_enqueue('perrow', '{}', tenant => '$tb')");
+{
+	my $tid_a = q1("SELECT min(id) FROM orch.tasks WHERE tenant_id = '$ta'");
+	my $tid_b = q1("SELECT min(id) FROM orch.tasks WHERE tenant_id = '$tb'");
+	my $as_rb = sub { return sqlstate_of("SET ROLE cit_rb;\n$_[0]"); };
+	is($as_rb->("SELECT * FROM orch_status($tid_a)"), 'OR005', "bound to $tb: orch_status of a $ta task -> OR005");
+	is($as_rb->("SELECT * FROM orch_status($tid_b)"), '00000', "bound to $tb: orch_status of its own task");
+	is($as_rb->("SELECT * FROM orch_history($tid_a)"), 'OR005', "bound to $tb: orch_history of a $ta task -> OR005");
+	is($as_rb->("SELECT * FROM orch_history($tid_b)"), '00000', "bound to $tb: orch_history of its own task");
+	my $m = q1("SET ROLE cit_rb; SELECT orch_metrics_prometheus()");
+	unlike($m, qr/tenant="\Q$ta\E"/, "bound to $tb: no metric series of $ta");
+	like($m, qr/tenant="\Q$tb\E"/, "bound to $tb: its own series are there");
+	for my $view (qw(orch_queue_stats orch_review_queue orch_error_stats))
+	{
+		is(q1("SET ROLE cit_rb; SELECT count(*) FROM $view WHERE tenant_id <> '$tb'"), '0',
+			"bound to $tb: $view has no row of another tenant");
+	}
+	cmp_ok(q1("SELECT count(*) FROM orch_queue_stats WHERE tenant_id = '$ta'"), '>', 0,
+		"unbound (superuser): orch_queue_stats has the rows of $ta");
+	my $all = q1("SELECT orch_metrics_prometheus()");
+	like($all, qr/tenant="\Q$ta\E"/, "unbound (superuser): the series of $ta are there");
+}
 
 # ---------------------------------------------------------------------------
 # A claim that recovers an expired lease first: still single-shard
