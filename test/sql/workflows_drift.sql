@@ -316,3 +316,74 @@ SELECT (SELECT probe_pins FROM orch_runs WHERE run_id = :run5) = (SELECT probe_p
 SELECT pg_temp.claim_complete(:run5, 'prep');
 SELECT state, reason_code, drift FROM orch_runs WHERE run_id = :run5;
 SELECT orch_cancel_run(:run5);
+
+-- ---------------------------------------------------------------------------
+-- 9. The gated pipeline of docs/workflows.md (seed 002), verbatim, with
+-- stand-ins for its four probe functions: validated, published, pinned.
+-- ---------------------------------------------------------------------------
+CREATE SCHEMA cutter;
+CREATE FUNCTION cutter.address_row_count() RETURNS bigint LANGUAGE sql STABLE AS 'SELECT 12';
+CREATE FUNCTION cutter.writer_functions_md5() RETURNS text LANGUAGE sql STABLE AS $$SELECT md5('fn_iu_create fn_iu_enact fn_iu_apply_edit_draft')$$;
+CREATE FUNCTION cutter.review_decision_count() RETURNS bigint LANGUAGE sql STABLE AS 'SELECT 0';
+CREATE FUNCTION cutter.grants_fingerprint() RETURNS text LANGUAGE sql STABLE AS $$SELECT 'cutter_exec:EXECUTE'$$;
+SELECT orch_define('wd_cut_pipeline', $spec${
+  "description": "Gated cut pipeline (seed 002): internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
+  "input_schema": {
+    "required": ["document_id", "mode"],
+    "properties": {
+      "document_id": {"type": "string", "minLength": 1},
+      "mode": {"enum": ["dryrun", "live"]},
+      "max_candidates": {"type": "integer", "minimum": 1, "maximum": 1000}
+    }
+  },
+  "probes": {
+    "address_rows": {"function": "cutter.address_row_count()", "description": "live rows of canonical_address under the document's prefix"},
+    "writer_md5": {"function": "cutter.writer_functions_md5()", "description": "md5(prosrc) of fn_iu_create, fn_iu_enact, fn_iu_apply_edit_draft"},
+    "review_decisions": {"function": "cutter.review_decision_count()", "description": "cardinality of cutter_governance.review_decision"},
+    "grants": "cutter.grants_fingerprint()"
+  },
+  "policies": {
+    "deadline": "1 day",
+    "queue": "cutter",
+    "retry_policy": {"max_attempts": 3, "schedule": ["5 s", "15 s", "30 s"], "retry_on": ["TRANSIENT", "RATE_LIMITED"]},
+    "retry_safety": "SAFE_TO_RETRY"
+  },
+  "steps": [
+    {"step_id": "source_pin", "handler": "cutter.source_pin", "timeout": "2 minutes", "on_failure": "stop_report",
+     "output_schema": {"required": ["manifest_digest", "region_sha"],
+                       "properties": {"manifest_digest": {"type": "string", "minLength": 64, "maxLength": 64},
+                                      "region_sha": {"type": "string", "minLength": 64, "maxLength": 64}}}},
+    {"step_id": "mark", "handler": "cutter.mark", "depends_on": ["source_pin"], "timeout": "5 minutes", "on_failure": "stop_report",
+     "output_schema": {"required": ["candidates"], "properties": {"candidates": {"type": "integer", "minimum": 1, "maximum": 1000}}}},
+    {"step_id": "cutplan", "handler": "cutter.cutplan", "depends_on": ["mark"], "timeout": "10 minutes", "on_failure": "stop_report",
+     "output_schema": {"required": ["writer_digest", "rows"],
+                       "properties": {"writer_digest": {"type": "string"}, "rows": {"type": "array", "minItems": 1}}}},
+    {"step_id": "backup", "handler": "cutter.backup", "depends_on": ["cutplan"], "timeout": "5 minutes", "on_failure": "stop_report",
+     "output_schema": {"required": ["backup_sha", "size_bytes"],
+                       "properties": {"backup_sha": {"type": "string"}, "size_bytes": {"type": "integer", "minimum": 1}}}},
+    {"step_id": "grant_probe", "handler": "cutter.grant_probe", "depends_on": ["backup"], "timeout": "1 minute", "on_failure": "stop_report"},
+    {"step_id": "authorize_cut", "type": "human_approval", "description": "SG_1: sovereign cut authorization",
+     "depends_on": ["grant_probe"], "timeout": "8 hours", "on_timeout": "stop_report", "on_failure": "stop_report"},
+    {"step_id": "cut_leg_a", "type": "external_call", "handler": "cutter.cut_leg_a", "depends_on": ["authorize_cut"],
+     "timeout": "10 minutes", "retry_safety": "NOT_SAFE_TO_RETRY",
+     "compensation": {"handler": "cutter.void_leg_a", "mode": "approval"}, "on_failure": "stop_report"},
+    {"step_id": "structural_verify", "handler": "cutter.structural_verify", "depends_on": ["cut_leg_a"], "timeout": "2 minutes", "on_failure": "stop_report",
+     "output_schema": {"required": ["passed", "intrusions"],
+                       "properties": {"passed": {"const": true}, "intrusions": {"const": 0}}}},
+    {"step_id": "leg_b_record", "handler": "cutter.leg_b_record", "depends_on": ["structural_verify"],
+     "timeout": "5 minutes", "retry_safety": "SAFE_TO_RETRY_WITH_GUARD",
+     "compensation": {"handler": "cutter.void_leg_b", "queue": "cutter.compensation"}, "on_failure": "stop_report"},
+    {"step_id": "write_verify", "handler": "cutter.write_verify", "depends_on": ["leg_b_record"], "timeout": "5 minutes", "on_failure": "stop_report"},
+    {"step_id": "authorize_lifecycle", "type": "human_approval", "description": "SG_2: sovereign lifecycle authorization",
+     "depends_on": ["write_verify"], "timeout": "8 hours", "on_timeout": "stop_report", "on_failure": "stop_report"},
+    {"step_id": "lifecycle_enact", "handler": "cutter.lifecycle_enact", "depends_on": ["authorize_lifecycle"],
+     "timeout": "15 minutes", "retry_safety": "NOT_SAFE_TO_RETRY", "on_failure": "stop_report"},
+    {"step_id": "closeout", "handler": "cutter.closeout", "depends_on": ["lifecycle_enact"], "timeout": "5 minutes"},
+    {"step_id": "stop_report", "type": "notify", "handler": "cutter.stop_route_report",
+     "description": "SG_3: failure escalation with the full run state; never a silent retry"}
+  ]
+}$spec$);
+SELECT length(orch_publish('wd_cut_pipeline', 1));
+SELECT orch_start('wd_cut_pipeline', '{"document_id": "ICX-LAW-2026-001", "mode": "dryrun"}') AS run6 \gset
+SELECT probe_pins FROM orch_runs WHERE run_id = :run6;
+SELECT orch_cancel_run(:run6);
