@@ -895,7 +895,48 @@ BEGIN
 END
 $fn$;
 
+-- Drift probes (issue 21 item 4, seed 002 section 8): who published a
+-- definition (its probes run with that role's rights), the probe values a
+-- run pinned and the drift that stopped it; orch_acknowledge_drift.
+ALTER TABLE orch.definitions ADD COLUMN published_by text;
+ALTER TABLE orch.runs ADD COLUMN probe_pins jsonb;
+ALTER TABLE orch.runs ADD COLUMN drift jsonb;
+COMMENT ON COLUMN orch.definitions.published_by IS
+  'The role that published the version: its drift probes run with this role''s rights.';
+COMMENT ON COLUMN orch.runs.probe_pins IS
+  'The values of the definition''s drift probes pinned at start (or at the last acknowledged drift): probe name -> text or null.';
+COMMENT ON COLUMN orch.runs.drift IS
+  'The unacknowledged drift that stopped the run: probe name -> {"pinned": ..., "live": ...}; NULL when none.';
+CREATE OR REPLACE VIEW orch_definitions AS
+SELECT d.name, d.version, d.status, d.content_hash, d.spec, d.created_at, d.created_by,
+       d.published_at, d.deprecated_at, d.tenant_id, d.published_by
+  FROM orch.definitions d;
+CREATE OR REPLACE VIEW orch_runs AS
+SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
+       r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
+       r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
+       r.correlation_id, r.probe_pins, r.drift
+  FROM (SELECT x.* FROM orch.runs x
+         WHERE (SELECT orch_caller_tenants()) IS NULL
+        UNION ALL
+        SELECT * FROM orch.caller_runs()
+         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) r;
+COMMENT ON FUNCTION orch_resume_run(bigint, jsonb) IS
+  'Resumes a paused run (idempotent); with pins, every pin must equal the run''s pinned context, else OR010 and nothing changes. Its drift probes are checked first: unacknowledged drift is OR010; new drift stops the run again (returns paused).';
+
+CREATE FUNCTION orch_acknowledge_drift(run_id bigint, approval_ref text,
+                                       actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_acknowledge_drift';
+COMMENT ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) IS
+  'Acknowledges the drift that stopped a run (paused, reason drift_detected) with a single-use approval reference (OR009 on reuse): pins its probes to their live values and clears the drift, so that orch_resume_run resumes it; returns the run state. Audited (drift_acknowledged).';
+REVOKE ALL ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) TO orch_approver;
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.
-ALTER TABLE orch.tasks ALTER COLUMN id SET STATISTICS -1;
+ALTER TABLE orch.tasks SET (autovacuum_analyze_scale_factor = 0.02);

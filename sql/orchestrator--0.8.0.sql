@@ -1064,6 +1064,7 @@ CREATE TABLE orch.definitions (
     created_by    text NOT NULL DEFAULT CURRENT_USER,
     published_at  timestamptz,
     deprecated_at timestamptz,
+    published_by  text,
     PRIMARY KEY (name, version, tenant_id),
     CHECK ((status OPERATOR(pg_catalog.=) 'draft') OPERATOR(pg_catalog.=) (published_at IS NULL)),
     CHECK ((status OPERATOR(pg_catalog.=) 'deprecated') OPERATOR(pg_catalog.=) (deprecated_at IS NOT NULL))
@@ -1134,7 +1135,7 @@ COMMENT ON FUNCTION orch_validate_definition(jsonb) IS
 
 CREATE VIEW orch_definitions AS
 SELECT d.name, d.version, d.status, d.content_hash, d.spec, d.created_at, d.created_by,
-       d.published_at, d.deprecated_at, d.tenant_id
+       d.published_at, d.deprecated_at, d.tenant_id, d.published_by
   FROM orch.definitions d;
 COMMENT ON VIEW orch_definitions IS
   'Every version of every workflow definition (shared by all tenants).';
@@ -1167,6 +1168,8 @@ CREATE TABLE orch.runs (
     updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
     finished_at     timestamptz,
     correlation_id  text,
+    probe_pins      jsonb,
+    drift           jsonb,
     PRIMARY KEY (id, tenant_id)
 );
 CREATE UNIQUE INDEX runs_idempotency_idx ON orch.runs (tenant_id, idempotency_key)
@@ -1240,6 +1243,12 @@ COMMENT ON TABLE orch.approvals IS
 -- Retention finds a purged run's approvals.
 CREATE INDEX approvals_run_idx ON orch.approvals (run_id, tenant_id);
 
+COMMENT ON COLUMN orch.definitions.published_by IS
+  'The role that published the version: its drift probes run with this role''s rights.';
+COMMENT ON COLUMN orch.runs.probe_pins IS
+  'The values of the definition''s drift probes pinned at start (or at the last acknowledged drift): probe name -> text or null.';
+COMMENT ON COLUMN orch.runs.drift IS
+  'The unacknowledged drift that stopped the run: probe name -> {"pinned": ..., "live": ...}; NULL when none.';
 SELECT pg_catalog.pg_extension_config_dump('orch.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.runs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.run_steps', '');
@@ -1304,7 +1313,17 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS 'MODULE_PATHNAME', 'orch_resume_run';
 COMMENT ON FUNCTION orch_resume_run(bigint, jsonb) IS
-  'Resumes a paused run (idempotent); with pins, every pin must equal the run''s pinned context, else OR010 and nothing changes.';
+  'Resumes a paused run (idempotent); with pins, every pin must equal the run''s pinned context, else OR010 and nothing changes. Its drift probes are checked first: unacknowledged drift is OR010; new drift stops the run again (returns paused).';
+
+CREATE FUNCTION orch_acknowledge_drift(run_id bigint, approval_ref text,
+                                       actor text DEFAULT NULL, note text DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_acknowledge_drift';
+COMMENT ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) IS
+  'Acknowledges the drift that stopped a run (paused, reason drift_detected) with a single-use approval reference (OR009 on reuse): pins its probes to their live values and clears the drift, so that orch_resume_run resumes it; returns the run state. Audited (drift_acknowledged).';
 
 CREATE FUNCTION orch_cancel_run(run_id bigint, reason text DEFAULT NULL)
 RETURNS text
@@ -1349,7 +1368,7 @@ CREATE VIEW orch_runs AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
-       r.correlation_id
+       r.correlation_id, r.probe_pins, r.drift
   FROM (SELECT x.* FROM orch.runs x
          WHERE (SELECT orch_caller_tenants()) IS NULL
         UNION ALL
@@ -2235,7 +2254,8 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     orch_confirm(bigint, boolean, text, text),
     orch_approve(bigint, text, text, text, text),
-    orch_reject(bigint, text, text, text, text)
+    orch_reject(bigint, text, text, text, text),
+    orch_acknowledge_drift(bigint, text, text, text)
   TO orch_approver;
 
 GRANT EXECUTE ON FUNCTION

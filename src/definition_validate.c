@@ -8,7 +8,8 @@
  *	  policies and input_schema, each step completely in array order, then
  *	  the graph (entry steps, reachability, cycles).  Queue names, retry
  *	  policies and intervals are checked by the code that checks them for
- *	  queues and tasks.  It reads only the spec: no SPI, no catalog access.
+ *	  queues and tasks.  It reads the spec, and the catalogs only to look up
+ *	  the functions of drift probes (run_probes.c); no SPI.
  *
  *	  docs/workflows.md is the reference of the format enforced here; keep
  *	  the two in step.  The SQL-callable functions, storage and the guard
@@ -51,7 +52,10 @@ static const char *const step_types[] = {
  * else in the object (a misspelt key is the likeliest mistake).
  */
 static const char *const top_keys[] = {
-	"steps", "policies", "input_schema", "description", NULL
+	"steps", "policies", "input_schema", "probes", "description", NULL
+};
+static const char *const probe_keys[] = {
+	"function", "description", NULL
 };
 static const char *const policy_keys[] = {
 	"deadline", "retry_policy", "queue", "retry_safety", NULL
@@ -487,6 +491,69 @@ valid_step_id(const char *s, int len)
 	return true;
 }
 
+/*
+ * probes: a non-empty object of at most ORCH_MAX_PROBES members, name (as
+ * a step_id) -> a function written "schema.name()", or {"function": ...,
+ * "description": ...}.  The function must exist, take no arguments, be a
+ * plain function returning one value (run_probes.c looks it up).
+ */
+static void
+check_probes(JsonbValue *v, const char *path)
+{
+	JsonbContainer *o;
+	JsonbIterator *it;
+	JsonbValue	k;
+	JsonbIteratorToken tok;
+	int			count;
+
+	if (!orch_def_is_object(v))
+		orch_def_fail(path, NULL, "probes must be an object, not %s", orch_def_kind(v));
+	o = v->val.binary.data;
+	count = JsonContainerSize(o);
+	if (count == 0)
+		orch_def_fail(path, NULL, "probes must not be empty");
+	if (count > ORCH_MAX_PROBES)
+		orch_def_fail(path, NULL, "a workflow has at most %d probes, not %d", ORCH_MAX_PROBES, count);
+	it = JsonbIteratorInit(o);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *ppath;
+		JsonbValue	e;
+		JsonbValue *f;
+		char	   *fpath;
+		char	   *problem;
+
+		if (tok != WJB_KEY)
+			continue;
+		ppath = orch_def_path_key_len(path, k.val.string.val, k.val.string.len);
+		if (!valid_step_id(k.val.string.val, k.val.string.len))
+			orch_def_fail(ppath, "A probe name has 1 to 64 characters: letters, digits, '_', '.' and '-'.",
+						  "invalid probe name %s", orch_def_show_value(&k));
+		tok = JsonbIteratorNext(&it, &e, true);
+		f = &e;
+		fpath = ppath;
+		if (orch_def_is_object(&e))
+		{
+			JsonbValue *d;
+
+			orch_def_check_keys(e.val.binary.data, ppath, probe_keys, "A probe");
+			if ((f = orch_def_get(e.val.binary.data, "function")) == NULL)
+				orch_def_fail(ppath, NULL, "function is required");
+			fpath = orch_def_path_key(ppath, "function");
+			if ((d = orch_def_get(e.val.binary.data, "description")) != NULL)
+				orch_def_check_text(d, orch_def_path_key(ppath, "description"), "description");
+		}
+		else if (e.type != jbvString)
+			orch_def_fail(ppath, NULL, "a probe must be a function name or an object, not %s", orch_def_kind(&e));
+		if (f->type != jbvString)
+			orch_def_fail(fpath, NULL, "function must be a string, not %s", orch_def_kind(f));
+		if (f->val.string.len > 2 * NAMEDATALEN + 16)
+			orch_def_fail(fpath, NULL, "function must have at most %d bytes", 2 * NAMEDATALEN + 16);
+		if (!OidIsValid(orch_probe_lookup(f->val.string.val, f->val.string.len, &problem)))
+			orch_def_fail(fpath, NULL, "function %s: %s", orch_def_show_value(f), problem);
+	}
+}
+
 /* Every check of one step, in the documented order */
 static void
 check_step(DefCheck *c, int i)
@@ -853,6 +920,8 @@ check_definition(Jsonb *spec)
 		check_policies(&c, e, "$.policies");
 	if ((e = orch_def_get(root, "input_schema")) != NULL)
 		check_schema(e, "$.input_schema");
+	if ((e = orch_def_get(root, "probes")) != NULL)
+		check_probes(e, "$.probes");
 
 	/* first pass: the step ids, then the depends_on entries naming a step */
 	c.steps = palloc0(sizeof(DefStep) * c.nsteps);

@@ -192,11 +192,13 @@ orch_publish(PG_FUNCTION_ARGS)
 				 errhint("Define a new version with orch_define and publish that.")));
 	if (strcmp(status, "draft") == 0)
 	{
-		Datum		vals[4];
+		Datum		vals[5];
 		Datum		spec = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 
 		/* validated again: a draft may predate a stricter validator */
 		orch_definition_validate(DatumGetJsonbP(spec));
+		/* drift probes run with the publisher's rights: orch_admin only (42501) */
+		orch_probes_check_publisher(DatumGetJsonbP(spec));
 		/*
 		 * The hash of the locked spec, computed first: Citus refuses a stable
 		 * function of a column (convert_to) in an UPDATE of a reference table.
@@ -207,11 +209,12 @@ orch_publish(PG_FUNCTION_ARGS)
 		vals[0] = orch_text_datum(DEF_TENANT);
 		vals[1] = orch_text_datum(name);
 		vals[2] = Int32GetDatum(version);
+		vals[4] = orch_text_datum(orch_current_actor());
 		if (orch_exec(orch_plan("UPDATE orch.definitions SET status = 'published',"
-										  " published_at = pg_catalog.now(), content_hash = $4"
+										  " published_at = pg_catalog.now(), content_hash = $4, published_by = $5"
 										  " WHERE tenant_id = $1 AND name = $2 AND version = $3"
 										  " RETURNING content_hash",
-										  4, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TEXTOID}), vals, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+										  5, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID}), vals, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 			elog(ERROR, "orchestrator: publish failed");
 		hash = MemoryContextStrdup(outer, SPI_getvalue(SPI_tuptable->vals[0],
 													   SPI_tuptable->tupdesc, 1));

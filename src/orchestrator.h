@@ -451,6 +451,11 @@ extern void orch_citus_forget(void);
 /* definition_validate.c */
 extern void orch_definition_validate(Jsonb *spec);	/* OR008 naming the path */
 
+/* run_probes.c: a definition's drift probes (name -> function) */
+#define ORCH_MAX_PROBES			32	/* probes in one definition */
+extern Oid	orch_probe_lookup(const char *text, int len, char **problem);
+extern void orch_probes_check_publisher(Jsonb *spec);	/* 42501 */
+
 /*
  * json_schema.c: the JSON Schema subset of input_schema and output_schema.
  * A problem is reported, not raised: a path and a sentence (no trailing

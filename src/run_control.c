@@ -2,7 +2,8 @@
  * run_control.c
  *	  Acting on a workflow run from outside: orch_approve / orch_reject
  *	  (single-use approval references, OR009), orch_pause_run,
- *	  orch_resume_run (drift check against the run's pins, OR010),
+ *	  orch_resume_run (drift check against the run's pins and its drift
+ *	  probes, OR010; run_probes.c),
  *	  orch_cancel_run and orch_retry_run.
  */
 #include "postgres.h"
@@ -93,6 +94,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " is \"%s\": nothing awaits approval", run_id,
 						orch_run_state_names[r.state])));
+	/* no gate is passed while the run is stopped for drift (OR010) */
+	orch_run_require_no_drift(&r, approve ? "approve a step of" : "reject a step of");
 	if (orch_sql("SELECT type, state, comp_state = 'awaiting_approval',"
 			"   state = 'timed_out' AND type = 'human_approval'"
 			"     OR (state = 'awaiting_approval' AND cap_at <= clock_timestamp())"
@@ -244,6 +247,9 @@ orch_resume_run(PG_FUNCTION_ARGS)
 					 errdetail("%s.", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
 					 errhint("Nothing was changed; start a new run for the new context.")));
 	}
+	/* drift probes (forward runs): refused while drift is unacknowledged, checked again */
+	if (r.state == RS_PAUSED && strcmp(r.phase, "forward") == 0 && !orch_run_probes_resume(&r))
+		return run_call_result(orch_run_state_names[r.state]);
 	if (r.state == RS_PAUSED)
 	{
 		orch_set_event_context(NULL, NULL);
@@ -328,10 +334,11 @@ orch_retry_run(PG_FUNCTION_ARGS)
 				 errmsg("run " INT64_FORMAT " was already retried", r.id)));
 	orch_set_event_context(NULL, NULL);
 	/* the new run keeps the correlation id */
+	/* the probes keep the original run's pins: drift since then stops the next gate */
 	orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
-			 "   created_by, deadline_at, reason_code, retry_of, correlation_id)"
+			 "   created_by, deadline_at, reason_code, retry_of, correlation_id, probe_pins)"
 			 " SELECT tenant_id, definition, version, content_hash, 'running', input, pins, $3::text,"
-			 "   now() + (deadline_at - created_at), 'retried', id, correlation_id"
+			 "   now() + (deadline_at - created_at), 'retried', id, correlation_id, probe_pins"
 			 " FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id", 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, (Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, false, 0, SPI_OK_INSERT_RETURNING);
 	nr.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	nr.tenant = r.tenant;

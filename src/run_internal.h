@@ -94,6 +94,12 @@ extern void orch_run_notes_sort(void);
 extern bool orch_run_notes_next(RunNote *out);
 extern Jsonb *orch_json_object1(const char *k1, const char *v1, const char *k2, const char *raw2);
 
+/* run_probes.c: drift probes pinned at start, checked before gates and on resume */
+extern Jsonb *orch_probes_pin(Jsonb *spec, const char *publisher, const char *definition);
+extern bool orch_run_probes_hold(RunRow *r, const char *step);
+extern bool orch_run_probes_resume(RunRow *r);
+extern void orch_run_require_no_drift(RunRow *r, const char *action);
+
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);

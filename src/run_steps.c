@@ -188,6 +188,10 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
+	/* a gate: the drift probes first; on drift the run stops, the step stays ready */
+	if ((strcmp(type, "human_approval") == 0 || strcmp(type, "decision") == 0) &&
+		!orch_run_probes_hold(r, step))
+		return false;
 	if (strcmp(type, "human_approval") == 0)
 	{
 		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
@@ -996,7 +1000,7 @@ listed:
 		 * a step skipped, or one that finished as soon as it started.
 		 */
 		changed = skipped;
-		for (int i = 0; i < nready && !orch_run_terminal(r->state) &&
+		for (int i = 0; i < nready && !orch_run_terminal(r->state) && r->state != RS_PAUSED &&
 			 strcmp(r->phase, "compensating") != 0; i++)
 		{
 			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i]))

@@ -233,10 +233,11 @@ orch_start(PG_FUNCTION_ARGS)
 	Datum		fv[2];
 	char		fn[2] = {' ', ' '};
 	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
-	Oid			types[10] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
-	TEXTOID, INT4OID, TEXTOID};
-	Datum		v[10];
-	char		n[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[11] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
+	TEXTOID, INT4OID, TEXTOID, JSONBOID};
+	Datum		v[11];
+	char		n[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Jsonb	   *probe_pins;
 	int32		version;
 	Datum		spec;
 	char	   *hash;
@@ -269,7 +270,7 @@ orch_start(PG_FUNCTION_ARGS)
 	fv[1] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	if (PG_ARGISNULL(2))
 		fn[1] = 'n';
-	if (orch_exec(orch_plan("SELECT version, spec, content_hash FROM orch.definitions"
+	if (orch_exec(orch_plan("SELECT version, spec, content_hash, published_by FROM orch.definitions"
 									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
 									  "   AND ($2::int IS NULL OR version = $2)"
 									  " ORDER BY version DESC LIMIT 1",
@@ -284,6 +285,9 @@ orch_start(PG_FUNCTION_ARGS)
 	spec = PointerGetDatum(DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)));
 	hash = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
 	check_input(DatumGetJsonbP(spec), input);
+	/* the drift probes pinned, as the publisher (38000 when one fails: nothing is created) */
+	probe_pins = orch_probes_pin(DatumGetJsonbP(spec),
+								 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4), name);
 
 	v[0] = orch_text_datum(tenant);
 	v[1] = orch_text_datum(name);
@@ -299,20 +303,22 @@ orch_start(PG_FUNCTION_ARGS)
 	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(version);
 	n[8] = PG_ARGISNULL(2) ? 'n' : ' ';
 	orch_spi_text(v, n, 9, corr);
+	v[10] = probe_pins ? JsonbPGetDatum(probe_pins) : (Datum) 0;
+	n[10] = probe_pins ? ' ' : 'n';
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
 	if (orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
-			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id)"
+			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
 			 " SELECT $1, $2, $3, $4, 'running', $5,"
 			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
 			 "   $7, $8,"
 			 "   now() + CASE jsonb_typeof(d.spec -> 'policies' -> 'deadline')"
 			 "     WHEN 'number' THEN make_interval(secs => (d.spec -> 'policies' ->> 'deadline')::float8)"
 			 "     WHEN 'string' THEN (d.spec -> 'policies' ->> 'deadline')::interval END,"
-			 "   'started', $10"
+			 "   'started', $10, $11"
 			 " FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'"
 			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-			 " RETURNING id", 10, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
+			 " RETURNING id", 11, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
 	{
 		/* the key names an existing run: the same request returns it */
 		int64		existing;

@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(568);
+SELECT plan(574);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 56::bigint,
-          'the extension has the 56 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 57::bigint,
+          'the extension has the 57 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -97,12 +97,12 @@ SELECT is(pg_temp.executable('tap_worker'),
           'orch_validate_definition'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
-    ARRAY['orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition', 'orch_duration_stats',
+    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition', 'orch_duration_stats',
           'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_queue_settings',
           'orch_reject', 'orch_retry_decision', 'orch_run_status', 'orch_status', 'orch_validate_definition'],
-    'orch_approver executes reader + confirm, approve, reject');
+    'orch_approver executes reader + confirm, approve, reject, acknowledge_drift');
 SELECT is(pg_temp.executable('tap_admin'),
-    ARRAY['orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_bind_tenant',
+    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_bind_tenant',
           'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_command_result', 'orch_complete',
           'orch_complete_batch', 'orch_configure_queue', 'orch_confirm',
           'orch_create_queue', 'orch_create_state_machine', 'orch_define', 'orch_definition', 'orch_deprecate',
@@ -213,6 +213,7 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_resume_run',           $$SELECT orch_resume_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'paused'), '{"definition": "tap_wf"}')$$),
     ('orch_cancel_run',           $$SELECT orch_cancel_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'), 'by role')$$),
     ('orch_approve',              $$SELECT orch_approve((SELECT min(run_id) FROM orch_runs WHERE state = 'waiting_approval'), 'gate', 'tap-ok-' || current_user, 'tap', 'yes')$$),
+    ('orch_acknowledge_drift',    $$DO $do$ BEGIN PERFORM orch_acknowledge_drift(-1, 'tap-drift-' || current_user); EXCEPTION WHEN SQLSTATE 'OR005' THEN NULL; END $do$ $$),
     ('orch_reject',               $$SELECT orch_reject((SELECT min(run_id) FROM orch_runs WHERE state = 'waiting_approval'), 'gate', 'tap-no-' || current_user, 'tap', 'no')$$),
     ('orch_run_status',           $$SELECT orch_run_status((SELECT min(run_id) FROM orch_runs)) -> 'run' ->> 'state'$$),
     ('orch_runs',                 $$SELECT count(*) FROM orch_runs$$),
@@ -302,7 +303,7 @@ SELECT * FROM pg_temp.run_as('tap_worker',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_approver',
-    ARRAY['orch_confirm', 'orch_approve', 'orch_reject',
+    ARRAY['orch_confirm', 'orch_approve', 'orch_reject', 'orch_acknowledge_drift',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',

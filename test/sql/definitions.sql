@@ -459,7 +459,7 @@ INSERT INTO specs VALUES
   "steps": [
     {"step_id": "hold", "type": "wait", "until_path": "$.input.release_at", "timeout": "1 day"},
     {"step_id": "run", "queue": "defs_q", "handler": "run", "depends_on": ["hold"]}]}');
--- the full example of docs/workflows.md (seed 002's gated pipeline), verbatim
+-- seed 002's gated pipeline of docs/workflows.md without its probes and output schemas (workflows_drift has it verbatim)
 INSERT INTO specs VALUES ('defs_gated_pipeline', $spec${
   "description": "Gated cut pipeline (seed 002): internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
   "input_schema": {
