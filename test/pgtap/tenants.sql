@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5741);
+SELECT plan(5821);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -338,7 +338,8 @@ SELECT k, f FROM unnest(ARRAY['worker', 'admin']) k,
        unnest(ARRAY['orch_dequeue', 'orch_complete', 'orch_complete_batch', 'orch_fail', 'orch_heartbeat',
                     'orch_await_tool', 'orch_await_confirmation', 'orch_resume', 'orch_command_result']) f
 UNION ALL
-SELECT k, f FROM unnest(ARRAY['approver', 'admin']) k, unnest(ARRAY['orch_confirm', 'orch_approve', 'orch_reject']) f
+SELECT k, f FROM unnest(ARRAY['approver', 'admin']) k, unnest(ARRAY['orch_confirm', 'orch_approve', 'orch_reject',
+                                                                  'orch_acknowledge_drift']) f
 UNION ALL
 SELECT 'admin', f FROM unnest(ARRAY['orch_create_queue', 'orch_configure_queue', 'orch_pause_queue',
                                     'orch_resume_queue', 'orch_drop_queue', 'orch_set_concurrency_limit',
@@ -614,6 +615,9 @@ BEGIN
                      JOIN orch.tasks c ON c.run_id = r.id AND c.tenant_id = r.tenant_id AND c.step_key = 'work:compensate'
                     WHERE r.id = %s$q$, pg_temp.fx('run_wait', t)),
          '{"own": "00000:running|running/compensating/queued", "other": "OR005"}'),
+        ('orch_acknowledge_drift', 'task', t, 'acknowledge drift of a paused run that has none: OR009',
+         format($q$SELECT orch_acknowledge_drift(%s, 'tt-drift-ref', 'alice')$q$, pg_temp.fx('run_paused', t)), NULL,
+         '{"own": "OR009", "other": "OR005"}'),
         ('orch_pause_run', 'task', t, 'pause a running run',
          format('SELECT orch_pause_run(%s)', pg_temp.fx('run_exec', t)),
          format('SELECT state FROM orch.runs WHERE id = %s', pg_temp.fx('run_exec', t)),
