@@ -15,6 +15,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "parser/parse_func.h"
 #include "parser/scansup.h"
@@ -148,6 +149,34 @@ probe_function_text(JsonbValue *v)
 }
 
 /*
+ * May role run fn as a probe with its own rights?  The function must not be
+ * in a temporary schema (that would be the schema of whichever session
+ * reaches a gate) and its owner must be a superuser or a role whose
+ * privileges role has: whoever can replace the function (its owner) must be
+ * someone the publisher already trusts, or a replaced function would run
+ * with the publisher's rights.  NULL when it may, else why not.
+ */
+static const char *
+probe_untrusted(Oid fn, Oid role)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	Form_pg_proc proc;
+	const char *why = NULL;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "orchestrator: cache lookup failed for function %u", fn);
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	if (isAnyTempNamespace(proc->pronamespace))
+		why = "the function is in a temporary schema";
+	else if (!superuser_arg(proc->proowner) && !has_privs_of_role(role, proc->proowner))
+		why = "the function's owner is neither a superuser nor a role whose privileges the publisher has";
+	else if (pg_namespace_aclcheck(proc->pronamespace, role, ACL_USAGE) != ACLCHECK_OK)
+		why = "the publisher has no USAGE on the function's schema";
+	ReleaseSysCache(tup);
+	return why;
+}
+
+/*
  * orch_publish of a spec with probes: the caller must be a member of
  * orch_admin (or a superuser), and able to execute every probe function,
  * since the probes run with its rights for every run.  42501 otherwise.
@@ -191,12 +220,39 @@ orch_probes_check_publisher(Jsonb *spec)
 					 errmsg("role \"%s\" may not execute the function of probe \"%s\"",
 							orch_current_actor(), name),
 					 errdetail("Probes run with the publisher's rights.")));
+		{
+			const char *why = probe_untrusted(fn, role);
+
+			if (why)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("probe \"%s\" may not run with the rights of role \"%s\": %s",
+								name, orch_current_actor(), why),
+						 errdetail("Probes run with the publisher's rights for every run of the definition.")));
+		}
 	}
 }
 
 /* ----------------------------------------------------------------------
  * Evaluating probes
  * ---------------------------------------------------------------------- */
+
+/*
+ * A value's text must not depend on the session that reaches the gate (nor
+ * on what the probe itself set): UTC, ISO dates, the default interval and
+ * float output, hex bytea.  In the current GUC nest level.
+ */
+static void
+pin_output_format(void)
+{
+	static const char *const settings[][2] = {
+		{"TimeZone", "UTC"}, {"DateStyle", "ISO, YMD"}, {"IntervalStyle", "postgres"},
+		{"extra_float_digits", "1"}, {"bytea_output", "hex"}};
+
+	for (int i = 0; i < lengthof(settings); i++)
+		(void) set_config_option(settings[i][0], settings[i][1],
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
 
 /* One probe's outcome */
 typedef struct ProbeOutcome
@@ -253,6 +309,7 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		(void) set_config_option("transaction_read_only", "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+		pin_output_format();
 		fn = orch_probe_lookup(fntext, strlen(fntext), &problem);
 		if (!OidIsValid(fn))
 			ereport(ERROR,
@@ -262,6 +319,14 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("permission denied for function %s", fntext)));
+		{
+			const char *why = probe_untrusted(fn, role);
+
+			if (why)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("probe function %s may not run with the publisher's rights: %s", fntext, why)));
+		}
 		fmgr_info(fn, &flinfo);
 		InitFunctionCallInfoData(*fc, &flinfo, 0, InvalidOid, NULL, NULL);
 		d = FunctionCallInvoke(fc);
@@ -270,6 +335,7 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 		{
 			rettype = get_func_rettype(fn);
 			getTypeOutputInfo(rettype, &typout, &varlena);
+			pin_output_format();	/* again: the probe may have changed them */
 			out.value = OidOutputFunctionCall(typout, d);
 			if (strlen(out.value) > (Size) orch_max_payload_size)
 				ereport(ERROR,
@@ -278,9 +344,15 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 						 errdetail("It takes %zu bytes; the limit is %d.", strlen(out.value),
 								   orch_max_payload_size)));
 		}
-		AtEOXact_GUC(true, nest);
+		/*
+		 * The value is copied (in cxt); everything the probe did is undone:
+		 * settings it changed, even with a plain SET (which would otherwise
+		 * outlive the probe and reach the extension's own statements and
+		 * the caller's session), and any other effect of its subtransaction.
+		 */
+		AtEOXact_GUC(false, nest);
 		SetUserIdAndSecContext(save_user, save_sec);
-		ReleaseCurrentSubTransaction();
+		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 		out.ok = true;
@@ -296,12 +368,25 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 		SetUserIdAndSecContext(save_user, save_sec);
-		if (e->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		/*
+		 * What says nothing of the probe's value is raised again: a cancel,
+		 * a serialization failure, a deadlock, a lock not available, and
+		 * resource, operator and system errors (not drift to acknowledge).
+		 */
+		if (e->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+			e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+			e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_INSUFFICIENT_RESOURCES ||
+			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION ||
+			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_SYSTEM_ERROR ||
+			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_INTERNAL_ERROR)
 			ReThrowError(e);
 		out.ok = false;
 		out.value = NULL;
 		out.sqlstate = pstrdup(unpack_sql_state(e->sqlerrcode));
-		out.message = e->message ? pnstrdup(e->message, Min(strlen(e->message), 200)) : "";
+		out.message = e->message
+			? pnstrdup(e->message, pg_mbcliplen(e->message, strlen(e->message), 200)) : "";
 		FreeErrorData(e);
 	}
 	PG_END_TRY();

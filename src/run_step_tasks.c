@@ -202,8 +202,12 @@ step_too_large(RunRow *r, const char *step)
 				  " FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
 				  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 1, SPI_OK_SELECT);
 	size = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+	/* nothing was inserted for another reason: that cannot happen */
+	if (size == NULL || strtoll(size, NULL, 10) <= orch_max_step_input_size)
+		elog(ERROR, "orchestrator: the task of step \"%s\" of run " INT64_FORMAT " could not be inserted",
+			 step, r->id);
 	return psprintf(STEP_TOO_LARGE " (it takes %s bytes; the limit is %d)",
-					size ? size : "?", orch_max_step_input_size);
+					size, orch_max_step_input_size);
 }
 
 /*

@@ -51,12 +51,21 @@ static Oid	kept_tasks = InvalidOid;
 static void (*kept_forgets[KEPT_FORGETS_MAX]) (void);	/* told when it is reset */
 static int	kept_nforgets = 0;
 
+static uint64 kept_generation = 0;	/* bumped by every reset */
+
+/*
+ * Forget what is kept.  While nothing is kept against a relation (kept_tasks
+ * unset), every invalidation forgets: orch_citus() may have kept its answer
+ * before orch.tasks was looked up.
+ */
 static void
 kept_invalidate(Datum arg, Oid relid)
 {
-	if (relid != InvalidOid && relid != kept_tasks)
+	if (relid != InvalidOid && OidIsValid(kept_tasks) && relid != kept_tasks)
 		return;
 	kept_valid = false;
+	kept_tasks = InvalidOid;
+	kept_generation++;
 	for (int i = 0; i < kept_nforgets; i++)
 		kept_forgets[i] ();
 }
@@ -134,6 +143,7 @@ orch_schema_version(void)
 	Oid			extoid;
 	char	   *version;
 	int			v;
+	uint64		generation;
 
 	if (checked_lxid == MyProc->lxid && checked_lxid != InvalidLocalTransactionId)
 		return checked_version;
@@ -142,6 +152,12 @@ orch_schema_version(void)
 		checked_lxid = MyProc->lxid;
 		return checked_version;
 	}
+	if (!kept_callback)
+	{
+		CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
+		kept_callback = true;
+	}
+	generation = kept_generation;
 	extoid = get_extension_oid("orchestrator", true);
 	if (creating_extension && CurrentExtensionObject == extoid)
 		return ORCH_SCHEMA_NEWEST;
@@ -170,13 +186,17 @@ orch_schema_version(void)
 	checked_lxid = MyProc->lxid;
 	if (!creating_extension)
 	{
-		if (!kept_callback)
+		Oid			tasks = orch_relid("tasks");
+
+		/*
+		 * Kept only when no invalidation arrived while it was read (an
+		 * update committed meanwhile would otherwise be consumed unseen).
+		 */
+		if (generation == kept_generation && OidIsValid(tasks))
 		{
-			CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
-			kept_callback = true;
+			kept_tasks = tasks;
+			kept_valid = true;
 		}
-		kept_tasks = orch_relid("tasks");
-		kept_valid = OidIsValid(kept_tasks);
 	}
 	return v;
 }

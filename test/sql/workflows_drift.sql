@@ -390,3 +390,55 @@ SELECT length(orch_publish('wd_cut_pipeline', 1));
 SELECT orch_start('wd_cut_pipeline', '{"document_id": "ICX-LAW-2026-001", "mode": "dryrun"}') AS run6 \gset
 SELECT probe_pins FROM orch_runs WHERE run_id = :run6;
 SELECT orch_cancel_run(:run6);
+
+-- A probe leaves nothing behind: a setting it changes with a plain SET
+-- (set_config(..., false)) is undone, in the extension's statements and in
+-- the caller's session; its value's text does not depend on the caller's
+-- TimeZone or DateStyle (the probe runs with UTC and ISO).
+CREATE FUNCTION wd_app.meddle() RETURNS timestamptz LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM set_config('search_path', 'wd_app, pg_catalog', false);
+    PERFORM set_config('TimeZone', 'Asia/Tokyo', false);
+    RETURN '2030-01-01 00:00:00+00'::timestamptz;
+END $$;
+SET ROLE wd_admin;
+SELECT orch_define('wd_meddle', '{"probes": {"at": "wd_app.meddle()"}, "steps": [
+    {"step_id": "gate", "type": "human_approval"}]}') AS version;
+SELECT length(orch_publish('wd_meddle', 1)) > 0 AS published;
+RESET ROLE;
+SET TimeZone = 'America/New_York';
+SET DateStyle = 'SQL, DMY';
+SELECT orch_start('wd_meddle', '{}') AS meddle \gset
+SELECT probe_pins ->> 'at' AS pinned_in_utc_iso FROM orch.runs WHERE id = :meddle;
+SHOW search_path;
+SHOW TimeZone;
+SELECT state, reason_code FROM orch.runs WHERE id = :meddle;
+RESET TimeZone;
+RESET DateStyle;
+SELECT orch_cancel_run(:meddle);
+
+-- A probe function whose owner the publisher does not trust (neither a
+-- superuser nor a role whose privileges it has: whoever owns the function
+-- can replace it) is refused at publish (42501), and at a gate if its owner
+-- changed after (then it counts as drift, as a failing probe).
+CREATE FUNCTION wd_app.foreign_owned() RETURNS int LANGUAGE sql STABLE AS 'SELECT 1';
+ALTER FUNCTION wd_app.foreign_owned() OWNER TO wd_producer;
+GRANT USAGE ON SCHEMA wd_app TO wd_producer;
+SET ROLE wd_admin;
+SELECT orch_define('wd_foreign', '{"probes": {"one": "wd_app.foreign_owned()"}, "steps": [
+    {"step_id": "gate", "type": "human_approval"}]}') AS version;
+SELECT pg_temp.err($$SELECT orch_publish('wd_foreign', 1)$$);
+RESET ROLE;
+CREATE FUNCTION wd_app.later_foreign() RETURNS int LANGUAGE sql STABLE AS 'SELECT 1';
+SET ROLE wd_admin;
+SELECT orch_define('wd_later', '{"probes": {"one": "wd_app.later_foreign()"}, "steps": [
+    {"step_id": "a", "queue": "wd_later_q", "handler": "h"},
+    {"step_id": "gate", "type": "human_approval", "depends_on": ["a"]}]}') AS version;
+SELECT length(orch_publish('wd_later', 1)) > 0 AS published;
+RESET ROLE;
+SELECT orch_start('wd_later', '{}') AS later \gset
+ALTER FUNCTION wd_app.later_foreign() OWNER TO wd_producer;
+SELECT count(orch_complete(d.task_id, d.lease_token)) AS completed
+  FROM orch_dequeue('wd_later_q', 'w') d;
+SELECT state, reason_code, drift -> 'one' ->> 'live' AS live FROM orch.runs WHERE id = :later;
+SELECT orch_cancel_run(:later);
