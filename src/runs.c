@@ -238,6 +238,7 @@ orch_start(PG_FUNCTION_ARGS)
 	Datum		v[11];
 	char		n[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Jsonb	   *probe_pins;
+	char	   *publisher;
 	int32		version;
 	Datum		spec;
 	char	   *hash;
@@ -285,9 +286,7 @@ orch_start(PG_FUNCTION_ARGS)
 	spec = PointerGetDatum(DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)));
 	hash = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
 	check_input(DatumGetJsonbP(spec), input);
-	/* the drift probes pinned, as the publisher (38000 when one fails: nothing is created) */
-	probe_pins = orch_probes_pin(DatumGetJsonbP(spec),
-								 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4), name);
+	publisher = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
 
 	v[0] = orch_text_datum(tenant);
 	v[1] = orch_text_datum(name);
@@ -303,8 +302,8 @@ orch_start(PG_FUNCTION_ARGS)
 	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(version);
 	n[8] = PG_ARGISNULL(2) ? 'n' : ' ';
 	orch_spi_text(v, n, 9, corr);
-	v[10] = probe_pins ? JsonbPGetDatum(probe_pins) : (Datum) 0;
-	n[10] = probe_pins ? ' ' : 'n';
+	v[10] = (Datum) 0;			/* probe_pins: below, once the run is new */
+	n[10] = 'n';
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
 	if (orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
@@ -339,6 +338,23 @@ orch_start(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(existing);
 	}
 	r.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/*
+	 * The drift probes pinned, as the publisher, for a new run only (a
+	 * replay of its key returned above without running them); one that
+	 * fails refuses the start (38000) and the error takes the run back.
+	 */
+	probe_pins = orch_probes_pin(DatumGetJsonbP(spec), publisher, name);
+	if (probe_pins != NULL)
+	{
+		Oid			ptypes[3] = {INT8OID, TEXTOID, JSONBOID};
+		Datum		pv[3];
+
+		pv[0] = Int64GetDatum(r.id);
+		pv[1] = orch_text_datum(tenant);
+		pv[2] = JsonbPGetDatum(probe_pins);
+		orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
+				 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
+	}
 	r.tenant = tenant;
 	r.state = RS_RUNNING;
 	r.phase = "forward";
