@@ -2057,6 +2057,12 @@ SELECT * FROM (
      WHERE r.state IN ('running', 'waiting_approval', 'paused')
        AND (s.state = 'awaiting_approval' OR s.comp_state = 'awaiting_approval')
     UNION ALL
+    SELECT 'drift_detected', r.tenant_id, r.definition, NULL, r.id, NULL, r.state, r.reason_code,
+           pg_catalog.left(r.drift::text, 1000), r.updated_at,
+           format('SELECT orch_acknowledge_drift(%s, <approval_ref>), then orch_resume_run(%s)', r.id, r.id)
+      FROM orch.runs r
+     WHERE r.state = 'paused' AND r.drift IS NOT NULL
+    UNION ALL
     SELECT 'awaiting_confirmation', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state,
            t.reason_code, t.last_error, t.updated_at,
            format('SELECT orch_confirm(%s, true) or orch_confirm(%s, false)', t.id, t.id)

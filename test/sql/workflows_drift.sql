@@ -441,4 +441,9 @@ ALTER FUNCTION wd_app.later_foreign() OWNER TO wd_producer;
 SELECT count(orch_complete(d.task_id, d.lease_token)) AS completed
   FROM orch_dequeue('wd_later_q', 'w') d;
 SELECT state, reason_code, drift -> 'one' ->> 'live' AS live FROM orch.runs WHERE id = :later;
+-- a drift-stopped run waits for a person: it is in the review queue
+SELECT kind, queue, state, reason_code, error,
+       action = format('SELECT orch_acknowledge_drift(%s, <approval_ref>), then orch_resume_run(%s)', :later, :later) AS action_names_the_run
+  FROM orch_review_queue WHERE run_id = :later;
 SELECT orch_cancel_run(:later);
+SELECT count(*) AS left_in_review FROM orch_review_queue WHERE run_id = :later;
