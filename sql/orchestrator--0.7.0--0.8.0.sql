@@ -331,12 +331,28 @@ RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, execu
                lease_expiries_1h bigint, enqueued_1m bigint, completed_1m bigint,
                failed_1m bigint, completed_5m bigint, failed_5m bigint, completed_1h bigint,
                failed_1h bigint, metrics_as_of timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-WITH live AS (SELECT * FROM orch.open_tasks()),
-     dead AS (SELECT * FROM orch.dead_letter_counts()),
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+    -- the live figures and the dead letters, read first by calls of their
+    -- own: inside the query below Citus could send those calls to a shard
+    -- (the query is routed to one when the caller is bound to one tenant)
+    live_j jsonb := (SELECT pg_catalog.jsonb_agg(o) FROM orch.open_tasks() o);
+    dead_j jsonb := (SELECT pg_catalog.jsonb_agg(d) FROM orch.dead_letter_counts() d);
+BEGIN
+    RETURN QUERY
+WITH live AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(live_j, '[]'))
+                AS x(tenant_id text, queue text, received bigint, queued bigint, executing bigint,
+                     awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
+                     delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)),
+     dead AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(dead_j, '[]'))
+                AS x(tenant_id text, queue text, dead_letters bigint)),
      tot AS (
         SELECT m.tenant_id, m.queue,
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
@@ -345,7 +361,7 @@ WITH live AS (SELECT * FROM orch.open_tasks()),
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
           FROM orch.metric_totals m
-         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND orch.tenant_visible(m.tenant_id)
+         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
          GROUP BY m.tenant_id, m.queue),
      win AS (
         SELECT m.tenant_id, m.queue,
@@ -359,13 +375,13 @@ WITH live AS (SELECT * FROM orch.open_tasks()),
                pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
           FROM orch.metric_minutes m
          WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
-           AND orch.tenant_visible(m.tenant_id)
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
          GROUP BY m.tenant_id, m.queue),
      k AS (
         SELECT tenant_id, queue FROM live
         UNION SELECT tenant_id, queue FROM dead
         UNION SELECT tenant_id, queue FROM tot
-        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE orch.tenant_visible(q.tenant_id))
+        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE (vis IS NULL OR q.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
 SELECT k.tenant_id, k.queue,
        coalesce(l.received, 0) AS received, coalesce(l.queued, 0) AS queued,
        coalesce(l.executing, 0) AS executing, coalesce(l.awaiting_tool, 0) AS awaiting_tool,
@@ -387,7 +403,8 @@ SELECT k.tenant_id, k.queue,
   LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
   LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
   LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
-  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue
+  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
+END
 $fn$;
 COMMENT ON FUNCTION orch.queue_stats() IS
   'The rows of orch_queue_stats that the caller may see.';
@@ -398,10 +415,17 @@ SELECT * FROM orch.queue_stats();
 CREATE FUNCTION orch.error_stats()
 RETURNS TABLE (tenant_id text, queue text, error_class text, reason_code text,
                retries_total bigint, failures_total bigint, retries_1h bigint, failures_1h bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- the caller's tenants, read here (on Citus: on the node the call was made
+    -- on) and passed to the query as a value, never evaluated on a shard
+    vis text[] := orch.caller_tenants();
+BEGIN
+    RETURN QUERY
 SELECT m.tenant_id, m.queue,
        CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
        CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
@@ -416,8 +440,9 @@ SELECT m.tenant_id, m.queue,
                     AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
                     AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
   FROM orch.metric_totals m
- WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND orch.tenant_visible(m.tenant_id)
- GROUP BY m.tenant_id, m.queue, m.l1, m.l2
+ WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+ GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
+END
 $fn$;
 COMMENT ON FUNCTION orch.error_stats() IS
   'The rows of orch_error_stats that the caller may see.';
@@ -589,124 +614,6 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of = t.id AND r.tenant_id = t.tenant_id)
        AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
      GROUP BY t.tenant_id, t.queue;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION orch.queue_stats()
-RETURNS TABLE (tenant_id text, queue text, received bigint, queued bigint, executing bigint,
-               awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
-               delayed bigint, retry_waiting bigint, gated bigint, oldest_ready_age interval,
-               dead_letters bigint, enqueued_total bigint, started_total bigint,
-               completed_total bigint, failed_total bigint, cancelled_total bigint,
-               lease_expiries_1h bigint, enqueued_1m bigint, completed_1m bigint,
-               failed_1m bigint, completed_5m bigint, failed_5m bigint, completed_1h bigint,
-               failed_1h bigint, metrics_as_of timestamptz)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, orch, pg_temp
-SET jit = off
-AS $fn$
-#variable_conflict use_column
-DECLARE
-    -- the caller's tenants, read here (on Citus: on the node the call was made
-    -- on) and passed to the query as a value, never evaluated on a shard
-    vis text[] := orch.caller_tenants();
-    -- the live figures and the dead letters, read first by calls of their
-    -- own: inside the query below Citus could send those calls to a shard
-    -- (the query is routed to one when the caller is bound to one tenant)
-    live_j jsonb := (SELECT pg_catalog.jsonb_agg(o) FROM orch.open_tasks() o);
-    dead_j jsonb := (SELECT pg_catalog.jsonb_agg(d) FROM orch.dead_letter_counts() d);
-BEGIN
-    RETURN QUERY
-WITH live AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(live_j, '[]'))
-                AS x(tenant_id text, queue text, received bigint, queued bigint, executing bigint,
-                     awaiting_tool bigint, awaiting_user_confirmation bigint, ready bigint,
-                     delayed bigint, retry_waiting bigint, gated bigint, oldest_ready timestamptz)),
-     dead AS (SELECT * FROM pg_catalog.jsonb_to_recordset(coalesce(dead_j, '[]'))
-                AS x(tenant_id text, queue text, dead_letters bigint)),
-     tot AS (
-        SELECT m.tenant_id, m.queue,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued') AS enqueued,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'started') AS started,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
-          FROM orch.metric_totals m
-         WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'started', 'finished']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
-         GROUP BY m.tenant_id, m.queue),
-     win AS (
-        SELECT m.tenant_id, m.queue,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'attempt' AND m.l1 OPERATOR(pg_catalog.=) 'lease_expired') AS lease_expiries_1h,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS enqueued_1m,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS completed_1m,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')) AS failed_1m,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS completed_5m,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed' AND m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '5 minutes')) AS failed_5m,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'completed') AS completed_1h,
-               pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished' AND m.l1 OPERATOR(pg_catalog.=) 'failed') AS failed_1h
-          FROM orch.metric_minutes m
-         WHERE m.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['attempt', 'enqueued', 'finished'])
-           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
-         GROUP BY m.tenant_id, m.queue),
-     k AS (
-        SELECT tenant_id, queue FROM live
-        UNION SELECT tenant_id, queue FROM dead
-        UNION SELECT tenant_id, queue FROM tot
-        UNION SELECT q.tenant_id, q.name FROM orch.queues q WHERE (vis IS NULL OR q.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
-SELECT k.tenant_id, k.queue,
-       coalesce(l.received, 0) AS received, coalesce(l.queued, 0) AS queued,
-       coalesce(l.executing, 0) AS executing, coalesce(l.awaiting_tool, 0) AS awaiting_tool,
-       coalesce(l.awaiting_user_confirmation, 0) AS awaiting_user_confirmation,
-       coalesce(l.ready, 0) AS ready, coalesce(l.delayed, 0) AS delayed,
-       coalesce(l.retry_waiting, 0) AS retry_waiting, coalesce(l.gated, 0) AS gated,
-       pg_catalog.now() OPERATOR(pg_catalog.-) l.oldest_ready AS oldest_ready_age,
-       coalesce(d.dead_letters, 0) AS dead_letters,
-       coalesce(t.enqueued, 0)::bigint AS enqueued_total, coalesce(t.started, 0)::bigint AS started_total,
-       coalesce(t.completed, 0)::bigint AS completed_total, coalesce(t.failed, 0)::bigint AS failed_total,
-       coalesce(t.cancelled, 0)::bigint AS cancelled_total,
-       coalesce(w.lease_expiries_1h, 0)::bigint AS lease_expiries_1h,
-       coalesce(w.enqueued_1m, 0)::bigint AS enqueued_1m,
-       coalesce(w.completed_1m, 0)::bigint AS completed_1m, coalesce(w.failed_1m, 0)::bigint AS failed_1m,
-       coalesce(w.completed_5m, 0)::bigint AS completed_5m, coalesce(w.failed_5m, 0)::bigint AS failed_5m,
-       coalesce(w.completed_1h, 0)::bigint AS completed_1h, coalesce(w.failed_1h, 0)::bigint AS failed_1h,
-       (SELECT s.refreshed_at FROM orch.metric_state s) AS metrics_as_of
-  FROM k
-  LEFT JOIN live l ON l.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND l.queue OPERATOR(pg_catalog.=) k.queue
-  LEFT JOIN dead d ON d.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND d.queue OPERATOR(pg_catalog.=) k.queue
-  LEFT JOIN tot t ON t.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND t.queue OPERATOR(pg_catalog.=) k.queue
-  LEFT JOIN win w ON w.tenant_id OPERATOR(pg_catalog.=) k.tenant_id AND w.queue OPERATOR(pg_catalog.=) k.queue;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION orch.error_stats()
-RETURNS TABLE (tenant_id text, queue text, error_class text, reason_code text,
-               retries_total bigint, failures_total bigint, retries_1h bigint, failures_1h bigint)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, orch, pg_temp
-SET jit = off
-AS $fn$
-#variable_conflict use_column
-DECLARE
-    -- the caller's tenants, read here (on Citus: on the node the call was made
-    -- on) and passed to the query as a value, never evaluated on a shard
-    vis text[] := orch.caller_tenants();
-BEGIN
-    RETURN QUERY
-SELECT m.tenant_id, m.queue,
-       CASE WHEN m.l1 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l1 END AS error_class,
-       CASE WHEN m.l2 OPERATOR(pg_catalog.=) '' THEN NULL ELSE m.l2 END AS reason_code,
-       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'retry'), 0)::bigint AS retries_total,
-       coalesce(pg_catalog.sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'failed'), 0)::bigint AS failures_total,
-       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
-                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'retry'
-                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
-                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS retries_1h,
-       coalesce((SELECT pg_catalog.sum(h.value) FROM orch.metric_minutes h
-                  WHERE h.minute OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 hour') AND h.metric OPERATOR(pg_catalog.=) 'failed'
-                    AND h.tenant_id OPERATOR(pg_catalog.=) m.tenant_id AND h.queue OPERATOR(pg_catalog.=) m.queue
-                    AND h.l1 OPERATOR(pg_catalog.=) m.l1 AND h.l2 OPERATOR(pg_catalog.=) m.l2), 0)::bigint AS failures_1h
-  FROM orch.metric_totals m
- WHERE m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'failed']) AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
- GROUP BY m.tenant_id, m.queue, m.l1, m.l2;
 END
 $fn$;
 

@@ -176,6 +176,24 @@ orch_correlation_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * An approval reference argument (orch_approve, orch_reject,
+ * orch_acknowledge_drift): required (22004), 1 to 256 bytes, else 22023.
+ */
+char *
+orch_approval_ref_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *ref;
+
+	orch_require_arg(fcinfo, argno, "approval_ref");
+	ref = orch_text_arg(fcinfo, argno);
+	if (ref[0] == '\0' || strlen(ref) > 256)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("approval_ref must have 1 to 256 characters")));
+	return ref;
+}
+
+/*
  * Interval to microseconds.  Months count as 30 days, days as 24 hours, as
  * interval comparison does.
  */

@@ -20,6 +20,7 @@
 #include "utils/numeric.h"
 
 #include "orchestrator.h"
+#include "definition_internal.h"	/* the JSON value helpers of definitions */
 
 #define SCHEMA_SHOW_LEN		64		/* bytes of a key or string quoted */
 #define SCHEMA_SHOW_NUM		32		/* bytes of a number shown */
@@ -143,44 +144,9 @@ str_is(JsonbValue *v, const char *s)
 		memcmp(v->val.string.val, s, v->val.string.len) == 0;
 }
 
-static bool
-is_object(JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data);
-}
 
-static bool
-is_array(JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data);
-}
 
-static JsonbValue *
-get_key(JsonbContainer *obj, const char *key)
-{
-	return getKeyJsonValueFromContainer(obj, key, strlen(key), NULL);
-}
 
-/* "a string", "an object", ... for "must be X, not Y" */
-static const char *
-kind(JsonbValue *v)
-{
-	switch (v->type)
-	{
-		case jbvNull:
-			return "null";
-		case jbvString:
-			return "a string";
-		case jbvNumeric:
-			return "a number";
-		case jbvBool:
-			return "a boolean";
-		case jbvBinary:
-			return JsonContainerIsArray(v->val.binary.data) ? "an array" : "an object";
-		default:
-			return "a JSON value";
-	}
-}
 
 /* The JSON type name of a value: object, array, string, number, boolean, null */
 static const char *
@@ -280,7 +246,7 @@ type_mask(JsonbValue *t)
 				return 1 << i;
 		return 0;
 	}
-	if (is_array(t))
+	if (orch_def_is_array(t))
 	{
 		int			n = JsonContainerSize(t->val.binary.data);
 
@@ -364,7 +330,7 @@ check_type(JsonbValue *t, const char *path, JsonSchemaProblem *p)
 			return report(p, path, hint, "unknown type %s", show_str(t->val.string.val, t->val.string.len));
 		return true;
 	}
-	if (is_array(t))
+	if (orch_def_is_array(t))
 	{
 		JsonbContainer *arr = t->val.binary.data;
 		int			n = JsonContainerSize(arr);
@@ -378,7 +344,7 @@ check_type(JsonbValue *t, const char *path, JsonSchemaProblem *p)
 			int			m;
 
 			if (e->type != jbvString)
-				return report(p, path_idx(path, j), hint, "a type name must be a string, not %s", kind(e));
+				return report(p, path_idx(path, j), hint, "a type name must be a string, not %s", orch_def_kind(e));
 			m = type_mask(e);
 			if (m == 0)
 				return report(p, path_idx(path, j), hint, "unknown type %s",
@@ -390,7 +356,7 @@ check_type(JsonbValue *t, const char *path, JsonSchemaProblem *p)
 		}
 		return true;
 	}
-	return report(p, path, hint, "type must be a type name or an array of type names, not %s", kind(t));
+	return report(p, path, hint, "type must be a type name or an array of type names, not %s", orch_def_kind(t));
 }
 
 typedef struct RequiredKey
@@ -423,8 +389,8 @@ check_required(JsonbValue *r, const char *path, JsonSchemaProblem *p)
 	int			n;
 	int			dup = -1;
 
-	if (!is_array(r))
-		return report(p, path, NULL, "required must be an array of key names, not %s", kind(r));
+	if (!orch_def_is_array(r))
+		return report(p, path, NULL, "required must be an array of key names, not %s", orch_def_kind(r));
 	arr = r->val.binary.data;
 	n = JsonContainerSize(arr);
 	keys = palloc(sizeof(RequiredKey) * Max(n, 1));
@@ -434,7 +400,7 @@ check_required(JsonbValue *r, const char *path, JsonSchemaProblem *p)
 
 		CHECK_FOR_INTERRUPTS();
 		if (k->type != jbvString)
-			return report(p, path_idx(path, j), NULL, "a required key must be a string, not %s", kind(k));
+			return report(p, path_idx(path, j), NULL, "a required key must be a string, not %s", orch_def_kind(k));
 		if (k->val.string.len == 0)
 			return report(p, path_idx(path, j), NULL, "a required key must not be empty");
 		keys[j].s = k->val.string.val;
@@ -461,8 +427,8 @@ check_properties(JsonbValue *props, const char *path, int depth, JsonSchemaProbl
 				v;
 	JsonbIteratorToken tok;
 
-	if (!is_object(props))
-		return report(p, path, NULL, "properties must be an object of schemas, not %s", kind(props));
+	if (!orch_def_is_object(props))
+		return report(p, path, NULL, "properties must be an object of schemas, not %s", orch_def_kind(props));
 	it = JsonbIteratorInit(props->val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
 	{
@@ -487,21 +453,21 @@ check_keyword(JsonbValue *kw, JsonbValue *v, const char *path, int depth, JsonSc
 		return check_type(v, path, p);
 	if (str_is(kw, "enum"))
 	{
-		if (!is_array(v) || JsonContainerSize(v->val.binary.data) == 0)
+		if (!orch_def_is_array(v) || JsonContainerSize(v->val.binary.data) == 0)
 			return report(p, path, NULL, "enum must be a non-empty array, not %s",
-						  is_array(v) ? "an empty array" : kind(v));
+						  orch_def_is_array(v) ? "an empty array" : orch_def_kind(v));
 		return true;
 	}
-	if (str_is(kw, "const") || (str_is(kw, "examples") && is_array(v)))
+	if (str_is(kw, "const") || (str_is(kw, "examples") && orch_def_is_array(v)))
 		return true;
 	if (str_is(kw, "examples"))
-		return report(p, path, NULL, "examples must be an array, not %s", kind(v));
+		return report(p, path, NULL, "examples must be an array, not %s", orch_def_kind(v));
 	if (str_is(kw, "minimum") || str_is(kw, "maximum") ||
 		str_is(kw, "exclusiveMinimum") || str_is(kw, "exclusiveMaximum"))
 	{
 		if (v->type != jbvNumeric)
 			return report(p, path, NULL, "%.*s must be a number, not %s",
-						  kw->val.string.len, kw->val.string.val, kind(v));
+						  kw->val.string.len, kw->val.string.val, orch_def_kind(v));
 		return true;
 	}
 	if (str_is(kw, "minLength") || str_is(kw, "maxLength") ||
@@ -510,7 +476,7 @@ check_keyword(JsonbValue *kw, JsonbValue *v, const char *path, int depth, JsonSc
 		if (nonneg_int(v) < 0)
 			return report(p, path, NULL, "%.*s must be an integer from 0 to %d, not %s",
 						  kw->val.string.len, kw->val.string.val, PG_INT32_MAX,
-						  v->type == jbvNumeric ? show_num(v->val.numeric) : kind(v));
+						  v->type == jbvNumeric ? show_num(v->val.numeric) : orch_def_kind(v));
 		return true;
 	}
 	if (str_is(kw, "required"))
@@ -521,13 +487,13 @@ check_keyword(JsonbValue *kw, JsonbValue *v, const char *path, int depth, JsonSc
 	{
 		if (v->type == jbvBool)
 			return true;
-		if (!is_object(v))
-			return report(p, path, NULL, "additionalProperties must be a boolean or a schema (an object), not %s", kind(v));
+		if (!orch_def_is_object(v))
+			return report(p, path, NULL, "additionalProperties must be a boolean or a schema (an object), not %s", orch_def_kind(v));
 		return check_schema(v, path, depth + 1, p);
 	}
 	if (str_is(kw, "items"))
 	{
-		if (is_array(v))
+		if (orch_def_is_array(v))
 			return report(p, path, "items takes one schema for every element; the array (tuple) form is not supported.",
 						  "items must be a schema (an object), not an array");
 		return check_schema(v, path, depth + 1, p);
@@ -536,7 +502,7 @@ check_keyword(JsonbValue *kw, JsonbValue *v, const char *path, int depth, JsonSc
 	{
 		if (v->type != jbvString)
 			return report(p, path, NULL, "%.*s must be a string, not %s",
-						  kw->val.string.len, kw->val.string.val, kind(v));
+						  kw->val.string.len, kw->val.string.val, orch_def_kind(v));
 		return true;
 	}
 	elog(ERROR, "orchestrator: schema keyword without a check");
@@ -555,8 +521,8 @@ check_schema(JsonbValue *s, const char *path, int depth, JsonSchemaProblem *p)
 
 	check_stack_depth();
 	CHECK_FOR_INTERRUPTS();
-	if (!is_object(s))
-		return report(p, path, NULL, "a schema must be an object, not %s", kind(s));
+	if (!orch_def_is_object(s))
+		return report(p, path, NULL, "a schema must be an object, not %s", orch_def_kind(s));
 	if (depth > ORCH_JSON_SCHEMA_MAX_DEPTH)
 		return report(p, path, NULL, "schemas nest at most %d levels deep", ORCH_JSON_SCHEMA_MAX_DEPTH);
 	o = s->val.binary.data;
@@ -581,7 +547,7 @@ check_schema(JsonbValue *s, const char *path, int depth, JsonSchemaProblem *p)
 	for (const char *const *a = schema_keywords; *a; a++)
 	{
 		JsonbValue	kw;
-		JsonbValue *e = get_key(o, *a);
+		JsonbValue *e = orch_def_get(o, *a);
 
 		if (e == NULL)
 			continue;
@@ -593,16 +559,16 @@ check_schema(JsonbValue *s, const char *path, int depth, JsonSchemaProblem *p)
 	}
 
 	/* bounds that can never hold together */
-	lo = get_key(o, "minLength");
-	hi = get_key(o, "maxLength");
+	lo = orch_def_get(o, "minLength");
+	hi = orch_def_get(o, "maxLength");
 	if (lo && hi && nonneg_int(lo) > nonneg_int(hi))
 		return report(p, path_key(path, "minLength", 9), NULL, "minLength is greater than maxLength");
-	lo = get_key(o, "minItems");
-	hi = get_key(o, "maxItems");
+	lo = orch_def_get(o, "minItems");
+	hi = orch_def_get(o, "maxItems");
 	if (lo && hi && nonneg_int(lo) > nonneg_int(hi))
 		return report(p, path_key(path, "minItems", 8), NULL, "minItems is greater than maxItems");
-	lo = get_key(o, "minimum");
-	hi = get_key(o, "maximum");
+	lo = orch_def_get(o, "minimum");
+	hi = orch_def_get(o, "maximum");
 	if (lo && hi && num_cmp(lo->val.numeric, hi->val.numeric) > 0)
 		return report(p, path_key(path, "minimum", 7), NULL, "minimum is greater than maximum");
 	return true;
@@ -627,7 +593,7 @@ static bool validate(JsonbContainer *s, JsonbValue *v, const char *path, JsonSch
 static bool
 validate_sub(JsonbValue *sub, JsonbValue *v, const char *path, JsonSchemaProblem *p)
 {
-	if (!is_object(sub))
+	if (!orch_def_is_object(sub))
 		elog(ERROR, "orchestrator: a checked schema holds a schema that is not an object");
 	return validate(sub->val.binary.data, v, path, p);
 }
@@ -636,10 +602,10 @@ static bool
 validate_object(JsonbContainer *s, JsonbContainer *obj, const char *path, JsonSchemaProblem *p)
 {
 	JsonbValue *e;
-	JsonbValue *props = get_key(s, "properties");
-	JsonbValue *addl = get_key(s, "additionalProperties");
+	JsonbValue *props = orch_def_get(s, "properties");
+	JsonbValue *addl = orch_def_get(s, "additionalProperties");
 
-	if ((e = get_key(s, "required")) != NULL)
+	if ((e = orch_def_get(s, "required")) != NULL)
 	{
 		int			n = JsonContainerSize(e->val.binary.data);
 
@@ -695,11 +661,11 @@ validate_array(JsonbContainer *s, JsonbContainer *arr, const char *path, JsonSch
 	JsonbValue *e;
 	int			n = JsonContainerSize(arr);
 
-	if ((e = get_key(s, "minItems")) != NULL && n < nonneg_int(e))
+	if ((e = orch_def_get(s, "minItems")) != NULL && n < nonneg_int(e))
 		return report(p, path, NULL, "array has %d items, fewer than minItems %d", n, nonneg_int(e));
-	if ((e = get_key(s, "maxItems")) != NULL && n > nonneg_int(e))
+	if ((e = orch_def_get(s, "maxItems")) != NULL && n > nonneg_int(e))
 		return report(p, path, NULL, "array has %d items, more than maxItems %d", n, nonneg_int(e));
-	if ((e = get_key(s, "items")) != NULL)
+	if ((e = orch_def_get(s, "items")) != NULL)
 	{
 		JsonbIterator *it = JsonbIteratorInit(arr);
 		JsonbValue	v;
@@ -732,10 +698,10 @@ validate(JsonbContainer *s, JsonbValue *v, const char *path, JsonSchemaProblem *
 
 	check_stack_depth();
 	CHECK_FOR_INTERRUPTS();
-	if ((e = get_key(s, "type")) != NULL && (type_mask(e) & value_mask(v)) == 0)
+	if ((e = orch_def_get(s, "type")) != NULL && (type_mask(e) & value_mask(v)) == 0)
 		return report(p, path, NULL, "expected %s, got %s", type_list(e),
 					  v->type == jbvNumeric && (type_mask(e) & STY_INTEGER) ? "a number that is not an integer" : type_of(v));
-	if ((e = get_key(s, "enum")) != NULL)
+	if ((e = orch_def_get(s, "enum")) != NULL)
 	{
 		JsonbContainer *arr = e->val.binary.data;
 		int			n = JsonContainerSize(arr);
@@ -746,26 +712,26 @@ validate(JsonbContainer *s, JsonbValue *v, const char *path, JsonSchemaProblem *
 		if (!found)
 			return report(p, path, NULL, "value is not one of the values of enum");
 	}
-	if ((e = get_key(s, "const")) != NULL && !json_equal(e, v))
+	if ((e = orch_def_get(s, "const")) != NULL && !json_equal(e, v))
 		return report(p, path, NULL, "value is not the const value");
 
 	if (v->type == jbvNumeric)
 	{
 		Numeric		n = v->val.numeric;
 
-		if ((e = get_key(s, "minimum")) != NULL && num_cmp(n, e->val.numeric) < 0)
+		if ((e = orch_def_get(s, "minimum")) != NULL && num_cmp(n, e->val.numeric) < 0)
 			return report(p, path, NULL, "%s is less than minimum %s", show_num(n), show_num(e->val.numeric));
-		if ((e = get_key(s, "maximum")) != NULL && num_cmp(n, e->val.numeric) > 0)
+		if ((e = orch_def_get(s, "maximum")) != NULL && num_cmp(n, e->val.numeric) > 0)
 			return report(p, path, NULL, "%s is greater than maximum %s", show_num(n), show_num(e->val.numeric));
-		if ((e = get_key(s, "exclusiveMinimum")) != NULL && num_cmp(n, e->val.numeric) <= 0)
+		if ((e = orch_def_get(s, "exclusiveMinimum")) != NULL && num_cmp(n, e->val.numeric) <= 0)
 			return report(p, path, NULL, "%s is not greater than exclusiveMinimum %s", show_num(n), show_num(e->val.numeric));
-		if ((e = get_key(s, "exclusiveMaximum")) != NULL && num_cmp(n, e->val.numeric) >= 0)
+		if ((e = orch_def_get(s, "exclusiveMaximum")) != NULL && num_cmp(n, e->val.numeric) >= 0)
 			return report(p, path, NULL, "%s is not less than exclusiveMaximum %s", show_num(n), show_num(e->val.numeric));
 	}
 	else if (v->type == jbvString)
 	{
-		JsonbValue *lo = get_key(s, "minLength");
-		JsonbValue *hi = get_key(s, "maxLength");
+		JsonbValue *lo = orch_def_get(s, "minLength");
+		JsonbValue *hi = orch_def_get(s, "maxLength");
 
 		if (lo != NULL || hi != NULL)
 		{
@@ -777,9 +743,9 @@ validate(JsonbContainer *s, JsonbValue *v, const char *path, JsonSchemaProblem *
 				return report(p, path, NULL, "string has %d characters, more than maxLength %d", chars, nonneg_int(hi));
 		}
 	}
-	else if (is_object(v))
+	else if (orch_def_is_object(v))
 		return validate_object(s, v->val.binary.data, path, p);
-	else if (is_array(v))
+	else if (orch_def_is_array(v))
 		return validate_array(s, v->val.binary.data, path, p);
 	return true;
 }

@@ -302,6 +302,7 @@ extern int32 orch_int4_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 extern int64 orch_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, int64 dflt);
 extern void orch_check_name(const char *name, const char *what);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
+extern char *orch_approval_ref_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 orch_interval_usecs(Interval *iv);
 extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);

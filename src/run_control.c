@@ -56,14 +56,9 @@ decide(FunctionCallInfo fcinfo, bool approve)
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	orch_require_arg(fcinfo, 1, "step_id");
-	orch_require_arg(fcinfo, 2, "approval_ref");
 	run_id = PG_GETARG_INT64(0);
 	step = orch_key_arg(fcinfo, 1, "step");
-	ref = orch_text_arg(fcinfo, 2);
-	if (ref[0] == '\0' || strlen(ref) > 256)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("approval_ref must have 1 to 256 characters")));
+	ref = orch_approval_ref_arg(fcinfo, 2);
 
 	SPI_connect();
 	orch_lock_run_or_not_found(run_id, &r);

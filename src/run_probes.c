@@ -626,13 +626,8 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 	const char *state;
 
 	orch_require_arg(fcinfo, 0, "run_id");
-	orch_require_arg(fcinfo, 1, "approval_ref");
 	run_id = PG_GETARG_INT64(0);
-	ref = orch_text_arg(fcinfo, 1);
-	if (ref[0] == '\0' || strlen(ref) > 256)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("approval_ref must have 1 to 256 characters")));
+	ref = orch_approval_ref_arg(fcinfo, 1);
 
 	SPI_connect();
 	orch_lock_run_or_not_found(run_id, &r);

@@ -19,17 +19,6 @@ GRANT orch_admin TO defs_admin, defs_bound;
 GRANT orch_reader TO defs_reader;
 RESET client_min_messages;
 
--- v(spec): 'valid', or the SQLSTATE and the detail orch_validate_definition raised.
-CREATE FUNCTION pg_temp.v(spec jsonb) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; d text;
-BEGIN
-    PERFORM orch_validate_definition(spec);
-    RETURN 'valid';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, d = PG_EXCEPTION_DETAIL;
-    RETURN st || ' ' || coalesce(d, '<no detail>');
-END $$;
-
 -- base(): a valid three-step pipeline fetch -> check -> store.
 CREATE FUNCTION pg_temp.base() RETURNS jsonb LANGUAGE sql AS $$
 SELECT '{"steps": [

@@ -13,16 +13,6 @@ RESET client_min_messages;
 
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/setup.inc
--- v(spec): 'valid', or the SQLSTATE and detail orch_validate_definition raised
-CREATE FUNCTION pg_temp.v(spec jsonb) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; dt text;
-BEGIN
-    PERFORM orch_validate_definition(spec);
-    RETURN 'valid';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, dt = PG_EXCEPTION_DETAIL;
-    RETURN st || ' ' || coalesce(dt, '<no detail>');
-END $$;
 -- d(schema): v() of a one-step definition whose step carries the output_schema
 CREATE FUNCTION pg_temp.d(s jsonb) RETURNS text LANGUAGE sql AS $$
     SELECT pg_temp.v(jsonb_build_object('steps', jsonb_build_array(
