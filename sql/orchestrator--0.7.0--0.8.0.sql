@@ -673,6 +673,8 @@ SELECT * FROM (
            format('SELECT orch_confirm(%s, true) or orch_confirm(%s, false)', t.id, t.id)
       FROM orch.tasks t
      WHERE t.state = 'awaiting_user_confirmation' AND t.ready_at IS NULL
+       -- a workflow approval's task is listed once, as approval_waiting
+       AND NOT (t.run_id IS NOT NULL AND t.step_key LIKE '%:approval')
     UNION ALL
     SELECT 'stuck_task', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state, t.reason_code,
            t.last_error, t.updated_at,
@@ -848,6 +850,30 @@ COMMENT ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) IS
   'Acknowledges the drift that stopped a run (paused, reason drift_detected) with a single-use approval reference (OR009 on reuse): pins its probes to their live values and clears the drift, so that orch_resume_run resumes it; returns the run state. Audited (drift_acknowledged).';
 REVOKE ALL ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION orch_acknowledge_drift(bigint, text, text, text) TO orch_approver;
+
+-- Maintenance's look for step tasks left open in finished runs reads the open
+-- ones only, never a human_approval step's task (its run's end waits for it).
+CREATE INDEX tasks_run_open_idx ON orch.tasks (run_id, tenant_id)
+    WHERE run_id IS NOT NULL AND state OPERATOR(pg_catalog.<>) ALL (ARRAY['completed', 'failed', 'cancelled'])
+      AND step_key OPERATOR(pg_catalog.!~~) '%:approval';
+
+-- 0.8.0: a human_approval step is backed by a task ("step:approval"),
+-- labelled in the metrics with its step's type.
+CREATE OR REPLACE FUNCTION orch.task_step_type(run_id bigint, tenant text, step_key text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, orch, pg_temp
+AS $fn$
+    SELECT CASE
+        WHEN $1 IS NULL THEN 'task'
+        WHEN $3 LIKE '%:compensate' THEN 'compensation'
+        -- a map item ("step#i") and a human_approval step's task ("step:approval")
+        -- are labelled with their step's type
+        ELSE coalesce((SELECT s.type FROM orch.run_steps s
+                        WHERE s.run_id = $1 AND s.tenant_id = $2
+                          AND s.step_id = split_part(split_part($3, '#', 1), ':', 1)), 'task')
+    END
+$fn$;
 
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across

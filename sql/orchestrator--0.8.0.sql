@@ -258,6 +258,11 @@ CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
 CREATE INDEX tasks_run_idx ON orch.tasks (run_id, tenant_id) WHERE run_id IS NOT NULL;
 CREATE UNIQUE INDEX tasks_run_step_running_idx ON orch.tasks (tenant_id, run_id, step_key)
     WHERE state OPERATOR(pg_catalog.=) 'executing' AND run_id IS NOT NULL;
+-- Maintenance's look for step tasks left open in finished runs reads the open
+-- ones only, never a human_approval step's task (its run's end waits for it).
+CREATE INDEX tasks_run_open_idx ON orch.tasks (run_id, tenant_id)
+    WHERE run_id IS NOT NULL AND state OPERATOR(pg_catalog.<>) ALL (ARRAY['completed', 'failed', 'cancelled'])
+      AND step_key OPERATOR(pg_catalog.!~~) '%:approval';
 -- Correlation ids; dead letters listed without scanning finished history.
 CREATE INDEX tasks_correlation_idx ON orch.tasks (correlation_id) WHERE correlation_id IS NOT NULL;
 CREATE INDEX tasks_dead_idx ON orch.tasks (queue, finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
@@ -1531,9 +1536,11 @@ AS $fn$
     SELECT CASE
         WHEN $1 IS NULL THEN 'task'
         WHEN $3 LIKE '%:compensate' THEN 'compensation'
+        -- a map item ("step#i") and a human_approval step's task ("step:approval")
+        -- are labelled with their step's type
         ELSE coalesce((SELECT s.type FROM orch.run_steps s
                         WHERE s.run_id = $1 AND s.tenant_id = $2
-                          AND s.step_id = split_part($3, '#', 1)), 'task')
+                          AND s.step_id = split_part(split_part($3, '#', 1), ':', 1)), 'task')
     END
 $fn$;
 
@@ -2068,6 +2075,8 @@ SELECT * FROM (
            format('SELECT orch_confirm(%s, true) or orch_confirm(%s, false)', t.id, t.id)
       FROM orch.tasks t
      WHERE t.state = 'awaiting_user_confirmation' AND t.ready_at IS NULL
+       -- a workflow approval's task is listed once, as approval_waiting
+       AND NOT (t.run_id IS NOT NULL AND t.step_key LIKE '%:approval')
     UNION ALL
     SELECT 'stuck_task', t.tenant_id, t.queue, t.id, t.run_id, NULL, t.state, t.reason_code,
            t.last_error, t.updated_at,

@@ -27,6 +27,13 @@
 #define ERRCODE_ORCH_NOT_FOUND				MAKE_SQLSTATE('O','R','0','0','5')
 #define ERRCODE_ORCH_ADMISSION_REJECTED		MAKE_SQLSTATE('O','R','0','0','6')
 
+/*
+ * The step key of the task behind a human_approval step: the step's id and
+ * this (run_approvals.c).  orch_confirm and orch_cancel refuse such a task.
+ */
+#define ORCH_APPROVAL_SUFFIX ":approval"
+#define ERRCODE_ORCH_APPROVAL_INVALID	MAKE_SQLSTATE('O','R','0','0','9')
+
 /* Task states */
 typedef enum TaskState
 {
@@ -132,6 +139,9 @@ typedef struct OrchTask
 	bool		timed_out;		/* claimed_at + timeout <= now() */
 	bool		retry_wait;		/* awaiting_tool with retry_at */
 	bool		ready;			/* claimable (ready_at set) */
+	char	   *approval_of;	/* the task behind a human_approval step: its
+								 * step key; else NULL */
+	int64		run_id;			/* its run, when approval_of is set */
 } OrchTask;
 
 /* task_ops.c */

@@ -38,6 +38,23 @@ run_call_result(const char *state)
 /* ----------------------------------------------------------------------
  * Approvals: orch_approve / orch_reject(run, step, approval_ref, actor, note)
  * ---------------------------------------------------------------------- */
+
+/* The decision as the step's task records it (its result, or its rejection) */
+static Jsonb *
+decision(const char *ref, bool approved, const char *label, const char *note)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+
+	orch_arg_text(&a, ref);
+	orch_arg(&a, BOOLOID, BoolGetDatum(approved), false);
+	orch_arg_text(&a, orch_current_actor());
+	orch_arg_text(&a, label);
+	orch_arg_text(&a, note);
+	orch_args_sql(&a, "SELECT jsonb_strip_nulls(jsonb_build_object('approval_ref', $1, 'approved', $2,"
+				  " 'actor', $3, 'label', $4, 'note', $5))", true, 1, SPI_OK_SELECT);
+	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
 static Datum
 decide(FunctionCallInfo fcinfo, bool approve)
 {
@@ -153,12 +170,14 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	}
 	else if (approve)
 	{
+		orch_run_settle_approval(&r, step, APPROVAL_APPROVED, decision(ref, true, label, note));
 		orch_run_step_succeeded(&r, step, "awaiting_approval",
 					   orch_json_object1("approval_ref", ref, "approved", "true"), NULL);
 		orch_run_progress(&r);
 	}
 	else
 	{
+		orch_run_settle_approval(&r, step, APPROVAL_REJECTED, decision(ref, false, label, note));
 		orch_run_step_failed(&r, step, "failed", note ? note : "rejected", false);
 		orch_run_progress(&r);
 	}
@@ -270,12 +289,16 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 0, "run_id");
 	run_id = PG_GETARG_INT64(0);
 	SPI_connect();
-	/* the run's open tasks first (the lock order), then the run */
+	/*
+	 * The run's open tasks first (the lock order), then the run; its approval
+	 * task after the run (run_approvals.c).
+	 */
 	v[0] = Int64GetDatum(run_id);
 	v[1] = (Datum) 0;
 	orch_spi_caller_tenants(v, n, 2);
 	orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
-			" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE", 3, types, v, n, false, 0, SPI_OK_SELECT);
+			" AND state NOT IN ('completed', 'failed', 'cancelled')"
+			" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE", 3, types, v, n, false, 0, SPI_OK_SELECT);
 	orch_lock_run_or_not_found(run_id, &r);
 	if (r.state == RS_CANCELED)
 	{
@@ -284,6 +307,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	if (orch_run_terminal(r.state))
 		raise_run_state(&r, "cancel");
 	RUN_ARGS(v, r.id, r.tenant);
+	orch_run_cancel_approvals(&r, "run_canceled");
 	/* the tasks are locked already (above): none is skipped */
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",

@@ -15,7 +15,6 @@
 
 #include "orchestrator.h"
 
-#define ERRCODE_ORCH_APPROVAL_INVALID	MAKE_SQLSTATE('O','R','0','0','9')
 #define ERRCODE_ORCH_DRIFT_DETECTED		MAKE_SQLSTATE('O','R','0','1','0')
 
 typedef enum RunState
@@ -100,6 +99,17 @@ extern bool orch_run_probes_hold(RunRow *r, const char *step);
 extern bool orch_run_probes_resume(RunRow *r);
 extern void orch_run_require_no_drift(RunRow *r, const char *action);
 
+/* run_approvals.c: the task behind a human_approval step */
+typedef enum ApprovalOutcome
+{
+	APPROVAL_APPROVED,
+	APPROVAL_REJECTED,
+	APPROVAL_EXPIRED
+} ApprovalOutcome;
+extern int64 orch_run_open_approval(RunRow *r, const char *step);
+extern void orch_run_settle_approval(RunRow *r, const char *step, ApprovalOutcome outcome,
+									 Jsonb *decision);
+extern void orch_run_cancel_approvals(RunRow *r, const char *reason);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);

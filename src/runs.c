@@ -177,11 +177,15 @@ orch_runs_maintain(int limit)
 		orch_clear_event_context();
 		moved++;
 	}
-	/* step tasks still open in finished runs (a claim raced the run's end) */
+	/*
+	 * Step tasks still open in finished runs (a claim raced the run's end);
+	 * never an approval task: the run's end waits for it (run_approvals.c).
+	 */
 	return moved +
 		orch_run_cancel_tasks("SELECT t2.id FROM orch.tasks t2 JOIN orch.runs r"
 						 "     ON r.id = t2.run_id AND r.tenant_id = t2.tenant_id"
 						 "   WHERE t2.run_id IS NOT NULL AND t2.state NOT IN ('completed', 'failed', 'cancelled')"
+						 "     AND t2.step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "'"
 						 "     AND (r.state IN ('succeeded', 'failed', 'canceled')"
 						 "       OR (r.phase = 'compensating' AND t2.step_key NOT LIKE '%:compensate'))"
 						 "     AND ($2::text[] IS NULL OR (t2.tenant_id = ANY ($2) AND r.tenant_id = ANY ($2)))"
@@ -398,7 +402,8 @@ orch_run_status(PG_FUNCTION_ARGS)
 			"                 ORDER BY a.id), '[]') FROM orch.attempts a WHERE a.task_id = t.id))"
 			"            ORDER BY t.id), '[]') FROM orch.tasks t WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
 			"            AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'"
-			"                 OR t.step_key = s.step_id || ':compensate')))"
+			"                 OR t.step_key = s.step_id || ':compensate'"
+			"                 OR t.step_key = s.step_id || '" ORCH_APPROVAL_SUFFIX "')))"
 			"     ORDER BY s.ord) FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id), '[]'),"
 			"  'approvals', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.decided_at) FROM orch.approvals p"
 			"       WHERE p.run_id = r.id AND p.tenant_id = r.tenant_id), '[]'),"

@@ -55,7 +55,8 @@ orch_lock_task(int64 id, OrchTask *t)
 	" claimed_at, coalesce(lease_expires_at <= statement_timestamp(), true)," \
 	" state = 'awaiting_tool' AND retry_at IS NOT NULL," \
 	" ready_at IS NOT NULL," \
-	" coalesce(" TIMEOUT_END " <= statement_timestamp(), false)" \
+	" coalesce(" TIMEOUT_END " <= statement_timestamp(), false)," \
+	" CASE WHEN run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "' THEN step_key END, run_id" \
 	" FROM orch.tasks WHERE id = $1" \
 	"   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE"
 	/* on Citus the timeout is added in UTC, as the claim caps the lease there */
@@ -91,6 +92,9 @@ orch_lock_task(int64 id, OrchTask *t)
 	t->retry_wait = DatumGetBool(SPI_getbinval(tup, td, 14, &isnull));
 	t->ready = DatumGetBool(SPI_getbinval(tup, td, 15, &isnull));
 	t->timed_out = DatumGetBool(SPI_getbinval(tup, td, 16, &isnull));
+	t->approval_of = SPI_getvalue(tup, td, 17);
+	d = SPI_getbinval(tup, td, 18, &isnull);
+	t->run_id = isnull ? 0 : DatumGetInt64(d);
 	if (t->state == TS_INVALID)
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " has an unknown state", id);
 	/* another tenant's task does not exist for a role bound to tenants */
@@ -115,6 +119,28 @@ raise_if_terminal(OrchTask *t, const char *action)
 				 errmsg("task " INT64_FORMAT " is in terminal state \"%s\"; cannot %s it",
 						t->id, orch_state_names[t->state], action),
 				 errdetail("Terminal states are immutable.")));
+}
+
+/*
+ * The task behind a human_approval step is decided through its run
+ * (orch_approve / orch_reject: a single-use approval reference), never
+ * confirmed or cancelled on its own (OR009).
+ */
+static void
+refuse_approval_task(OrchTask *t, const char *action)
+{
+	char	   *step;
+
+	if (t->approval_of == NULL)
+		return;
+	step = pnstrdup(t->approval_of, strlen(t->approval_of) - strlen(ORCH_APPROVAL_SUFFIX));
+	ereport(ERROR,
+			(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
+			 errmsg("task " INT64_FORMAT " is the approval of step \"%s\" of run " INT64_FORMAT "; cannot %s it on its own",
+					t->id, step, t->run_id, action),
+			 errdetail("A workflow approval is decided with an approval reference, which is single-use."),
+			 errhint("Use orch_approve(" INT64_FORMAT ", %s, approval_ref) or orch_reject(...); orch_cancel_run(" INT64_FORMAT ") ends the run.",
+					 t->run_id, quote_literal_cstr(step), t->run_id)));
 }
 
 /* OR002 before OR003; then the token must be current and the lease live. */
@@ -617,6 +643,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 	SPI_connect();
 	lock_or_not_found(id, &t);
 	raise_if_terminal(&t, "cancel");
+	refuse_approval_task(&t, "cancel");
 	orch_set_event_context(NULL, reason);
 	if (t.state == TS_EXECUTING)
 		record_attempt(&t, "cancelled", NULL, reason, false, 0);
@@ -791,6 +818,8 @@ orch_confirm(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	lock_or_not_found(id, &t);
+	if (!orch_state_is_terminal(t.state))
+		refuse_approval_task(&t, approve ? "approve" : "reject");
 	require_waiting(&t, TS_AWAITING_CONFIRMATION, approve ? "approve" : "reject");
 	orch_set_event_context(actor, note);
 	v[0] = Int64GetDatum(id);

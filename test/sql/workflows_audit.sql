@@ -254,3 +254,115 @@ SELECT pg_temp.st(:s5);
 SELECT orch_resume_run(:s5);
 SELECT pg_temp.st(:s5);
 SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s5) WHERE what = 'two';
+
+-- ---------------------------------------------------------------------------
+-- 4. Item 1: a human_approval step is backed by a task in
+--    awaiting_user_confirmation (SPEC section 7), which the step's outcome
+--    settles; orch_confirm and orch_cancel refuse it (OR009).
+-- ---------------------------------------------------------------------------
+-- at(task): the task's state, reason, attempts and label of its last event
+CREATE FUNCTION pg_temp.at(task bigint) RETURNS text LANGUAGE sql AS $$
+    SELECT t.queue || ' ' || t.state || '/' || t.reason_code || ' attempts=' || t.attempts ||
+           ' key=' || t.step_key
+      FROM orch.tasks t WHERE t.id = task
+$$;
+-- tev(task): the task's events in order
+CREATE FUNCTION pg_temp.tev(task bigint) RETURNS TABLE (from_state text, to_state text, reason_code text,
+                                                       label text, attempt int)
+LANGUAGE sql AS $$
+    SELECT from_state, to_state, reason_code, label, attempt FROM orch_events
+     WHERE task_id = task ORDER BY event_id
+$$;
+SELECT orch_define('au_appr', '{"policies": {"queue": "au_ap"}, "steps": [
+    {"step_id": "gate", "type": "human_approval", "description": "ship it?", "timeout": "1 hour"},
+    {"step_id": "after", "handler": "after", "depends_on": ["gate"]}]}') AS version;
+SELECT orch_publish('au_appr', 1) IS NOT NULL AS published;
+
+-- a: the step waits in its task: in the run policy's queue, claimed by the
+--    orchestrator and handed to a human (one attempt), never claimable
+SELECT orch_start('au_appr', '{}', tenant => 'au_ten') AS a1 \gset
+SELECT id AS a1t FROM orch.tasks WHERE run_id = :a1 AND step_key = 'gate:approval' \gset
+SELECT pg_temp.st(:a1), pg_temp.at(:a1t);
+SELECT tenant_id, payload - 'run_id' AS payload, (payload ->> 'run_id')::bigint = :a1 AS payload_run,
+       wait_data ->> 'decide' = format('SELECT orch_approve(%s, ''gate'', <approval_ref>) or orch_reject(...)', :a1) AS prompt,
+       lease_owner
+  FROM orch.tasks WHERE id = :a1t;
+SELECT task_id = :a1t AS step_names_its_task FROM orch.run_steps WHERE run_id = :a1 AND step_id = 'gate';
+SELECT * FROM pg_temp.tev(:a1t);
+SELECT attempt, worker, outcome FROM orch.attempts WHERE task_id = :a1t ORDER BY id;
+SELECT count(*) AS claimed FROM orch_dequeue('au_ap', 'audit-worker', tenant => 'au_ten');
+-- where people find work waiting for a human: the queue's awaiting figure,
+-- and the review queue, once (as the approval, naming its task)
+SELECT tenant_id, queue, awaiting_user_confirmation FROM orch_queue_stats WHERE queue = 'au_ap' AND tenant_id = 'au_ten';
+SELECT kind, task_id = :a1t AS its_task, step_id, regexp_replace(action, '\d+', 'N') AS action
+  FROM orch_review_queue WHERE run_id = :a1;
+-- orch_run_status lists it under its step
+SELECT t ->> 'step_key' AS step_key, t ->> 'state' AS state
+  FROM jsonb_array_elements(orch_run_status(:a1) -> 'steps') s, jsonb_array_elements(s -> 'tasks') t
+ WHERE s ->> 'step_id' = 'gate';
+
+-- b: confirming or cancelling the task itself is refused (OR009) and
+--    changes nothing; the hint names the calls that decide it
+SELECT sqlstate, regexp_replace(message, 'task \d+', 'task N') AS message, regexp_replace(hint, '\d+', 'N', 'g') AS hint
+  FROM pg_temp.err(format('SELECT orch_confirm(%s, true)', :a1t));
+SELECT sqlstate FROM pg_temp.err(format('SELECT orch_confirm(%s, false, ''bob'')', :a1t));
+SELECT sqlstate, regexp_replace(message, 'task \d+', 'task N') AS message
+  FROM pg_temp.err(format('SELECT orch_cancel(%s)', :a1t));
+SELECT pg_temp.at(:a1t), (SELECT count(*) FROM orch.events WHERE task_id = :a1t) AS events;
+
+-- c: approved: the approver takes the task (a second attempt) and completes
+--    it with the decision as its result; the run goes on
+SELECT orch_approve(:a1, 'gate', 'AU-40', 'alice', 'ship');
+SELECT pg_temp.st(:a1), pg_temp.at(:a1t);
+SELECT result - 'actor' AS result, result ->> 'actor' = current_user AS by_caller FROM orch.tasks WHERE id = :a1t;
+SELECT * FROM pg_temp.tev(:a1t);
+SELECT attempt, worker = 'orchestrator' AS by_orchestrator, outcome FROM orch.attempts WHERE task_id = :a1t ORDER BY id;
+SELECT count(*) AS in_review FROM orch_review_queue WHERE run_id = :a1;
+-- the same decision again changes nothing; the task is terminal
+SELECT orch_approve(:a1, 'gate', 'AU-40', 'alice', 'ship');
+SELECT sqlstate FROM pg_temp.err(format('SELECT orch_confirm(%s, true)', :a1t));
+-- its history reads like any task's
+SELECT state, attempts, reason_code FROM orch_status(:a1t);
+SELECT count(*) AS history_rows FROM orch_history(:a1t);
+
+-- d: rejected: the task fails as a rejected confirmation; a rejection is
+--    neither a dead letter nor re-drivable
+SELECT orch_start('au_appr', '{}') AS a2 \gset
+SELECT id AS a2t FROM orch.tasks WHERE run_id = :a2 AND step_key = 'gate:approval' \gset
+SELECT orch_reject(:a2, 'gate', 'AU-41', 'bob', 'not today');
+SELECT pg_temp.st(:a2), pg_temp.at(:a2t);
+SELECT last_error, resume_data ->> 'approval_ref' AS ref FROM orch.tasks WHERE id = :a2t;
+SELECT from_state, to_state, reason_code, label FROM pg_temp.tev(:a2t) WHERE to_state = 'failed';
+SELECT count(*) AS dead_letters FROM orch_dead_letters WHERE task_id = :a2t;
+SELECT sqlstate FROM pg_temp.err(format('SELECT orch_retry(%s)', :a2t));
+
+-- e: expired: the task is cancelled with approval_expired, by the
+--    maintenance pass
+SELECT orch_start('au_appr', '{}') AS a3 \gset
+SELECT id AS a3t FROM orch.tasks WHERE run_id = :a3 AND step_key = 'gate:approval' \gset
+UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :a3 AND step_id = 'gate';
+SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
+SELECT pg_temp.st(:a3), pg_temp.at(:a3t);
+SELECT from_state, to_state, reason_code, label FROM pg_temp.tev(:a3t) WHERE to_state = 'cancelled';
+
+-- f: the run canceled, or failed past its deadline: the task is cancelled
+--    with the run's reason
+SELECT orch_start('au_appr', '{}') AS a4 \gset
+SELECT orch_cancel_run(:a4, 'withdrawn');
+SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a4;
+SELECT orch_start('au_appr', '{}') AS a5 \gset
+UPDATE orch.runs SET deadline_at = now() - interval '1 second' WHERE id = :a5;
+SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
+SELECT pg_temp.st(:a5), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a5;
+-- nothing of these runs is left open, nor in the review queue as a task
+SELECT count(*) AS open_tasks FROM orch.tasks
+ WHERE run_id IN (:a1, :a2, :a3, :a4, :a5) AND state NOT IN ('completed', 'failed', 'cancelled')
+   AND step_key LIKE '%:approval';
+SELECT count(*) AS confirmations FROM orch_review_queue WHERE kind = 'awaiting_confirmation' AND queue = 'au_ap';
+
+-- g: no queue named anywhere: the task goes to queue "approvals"
+SELECT orch_define('au_noq', '{"steps": [{"step_id": "gate", "type": "human_approval"}]}') AS version;
+SELECT orch_publish('au_noq', 1) IS NOT NULL AS published;
+SELECT orch_start('au_noq', '{}') AS a6 \gset
+SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a6;
+SELECT orch_cancel_run(:a6);

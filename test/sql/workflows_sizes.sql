@@ -96,7 +96,7 @@ SELECT orch_publish('wsz_nap', 1) IS NOT NULL AS published;
 SELECT orch_start('wsz_nap', '{}') AS nap \gset
 SELECT pg_sleep(0.05);
 SELECT count(*) > 0 AS first_pass FROM orch_maintain();
-ANALYZE orch.runs, orch.run_steps;
+ANALYZE orch.runs, orch.run_steps, orch.tasks;
 -- this backend's table counters so far are flushed, so that the pass's own
 -- reads are what pg_stat_xact_user_tables shows
 SELECT pg_stat_force_next_flush();

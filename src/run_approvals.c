@@ -1,0 +1,198 @@
+/*
+ * run_approvals.c
+ *	  The task behind a human_approval step (SPEC section 7: a human_approval
+ *	  step waits in awaiting_user_confirmation).  When the step starts, the
+ *	  run layer enqueues the task and claims it itself, as worker
+ *	  "orchestrator" (queued -> executing -> awaiting_user_confirmation, one
+ *	  attempt handed to a human), so that the task lifecycle is the one every
+ *	  task has.  The step's outcome settles it:
+ *
+ *	    approved  -> executing (claimed by the approver) -> completed, with
+ *	                 the decision as its result (a second attempt);
+ *	    rejected  -> failed, reason confirmation_rejected;
+ *	    expired   -> cancelled, reason approval_expired.
+ *
+ *	  Every other end of the gate (the run canceled, failed, past its
+ *	  deadline) cancels it (orch_run_cancel_approvals) before the run's
+ *	  other open tasks.
+ *
+ *	  Lock order: the task is locked after its run, never before, by every
+ *	  call that locks both (orch_approve, orch_reject, the run's end,
+ *	  maintenance); so the run's end waits for its lock (it is never skipped
+ *	  and never left open in a finished run) without a deadlock.
+ *	  Its step key is the step's with ORCH_APPROVAL_SUFFIX; it is never
+ *	  claimable (ready_at stays NULL), orch_confirm and orch_cancel refuse
+ *	  it (OR009: orch_approve / orch_reject decide it), and run progression
+ *	  never reads it as a step's work.  Callers hold the run's row lock (the
+ *	  run is busy: the task's transitions note nothing) and are connected to
+ *	  SPI.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "run_internal.h"
+
+/* Where the task goes: the step's queue, else the run policy's, else this */
+#define APPROVAL_DEFAULT_QUEUE "approvals"
+
+/*
+ * The task, queued (the trigger writes received -> queued); $1 run, $2
+ * tenant, $3 step.  Its payload and prompt say what is decided and how.
+ */
+#define APPROVAL_TASK_INSERT \
+	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at," \
+	"  run_id, step_key, reason_code, priority, correlation_id)" \
+	" SELECT $2, q.name, 'queued'," \
+	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'approval', true," \
+	"    'definition', r.definition, 'version', r.version, 'description', s.spec ->> 'description'))," \
+	"  now(), now(), $1, $3 || '" ORCH_APPROVAL_SUFFIX "', 'approval_requested'," \
+	"  coalesce((SELECT (qq.settings ->> 'priority')::int FROM orch.queues qq WHERE qq.name = q.name), 0)," \
+	"  r.correlation_id" \
+	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
+	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
+	"  CROSS JOIN LATERAL (SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue'," \
+	"       '" APPROVAL_DEFAULT_QUEUE "') AS name) q" \
+	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3" \
+	" RETURNING id, queue"
+
+/*
+ * Claimed by worker "orchestrator" (queued -> executing) and its attempt
+ * handed to a human at once (the attempt row; executing ->
+ * awaiting_user_confirmation follows).  $1 task, $2 tenant.
+ */
+#define APPROVAL_TASK_CLAIM \
+	"WITH u AS (UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
+	"   lease_token = gen_random_uuid(), lease_owner = 'orchestrator'," \
+	"   lease_expires_at = statement_timestamp(), claimed_at = statement_timestamp()," \
+	"   reason_code = 'claimed'" \
+	"  WHERE t.id = $1 AND t.tenant_id = $2 AND t.state = 'queued'" \
+	"  RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)" \
+	" INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token, started_at, outcome)" \
+	" SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'awaiting_user_confirmation' FROM u"
+
+#define APPROVAL_TASK_PARK \
+	"UPDATE orch.tasks t SET state = 'awaiting_user_confirmation', reason_code = 'approval_requested'," \
+	"  ready_at = NULL, retry_at = NULL, resume_data = NULL," \
+	"  wait_data = jsonb_build_object('run_id', t.run_id, 'step_id', $3," \
+	"    'decide', format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', t.run_id, $3))" \
+	" WHERE t.id = $1 AND t.tenant_id = $2"
+
+/*
+ * Open the task of human_approval step `step` of run r and return its id;
+ * the caller records it as the step's task.  Its queue is created on the
+ * way when missing and orchestrator.auto_create_queues is on; when it is
+ * off the task is stored all the same (it is never claimed).
+ */
+int64
+orch_run_open_approval(RunRow *r, const char *step)
+{
+	OrchArgs	a = {0};
+	OrchEventContext saved = orch_save_event_context();
+	int64		id;
+	char	   *queue;
+	QueueSettings qs;
+	bool		isnull;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	/* the run layer does this: its transitions are audited as the orchestrator's */
+	orch_set_event_context("orchestrator", NULL);
+	if (orch_args_sql(&a, APPROVAL_TASK_INSERT, false, 0, SPI_OK_INSERT_RETURNING) != 1)
+		elog(ERROR, "orchestrator: the approval task of step \"%s\" of run " INT64_FORMAT " was not inserted",
+			 step, r->id);
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	if (orch_auto_create_queues && !orch_load_queue(queue, &qs, NULL))
+		orch_ensure_queue(queue);
+
+	a.n = 0;
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	if (orch_args_sql(&a, APPROVAL_TASK_CLAIM, false, 0, SPI_OK_INSERT) != 1)
+		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be claimed", id);
+	orch_args_sql(&a, APPROVAL_TASK_PARK, false, 0, SPI_OK_UPDATE);
+	orch_restore_event_context(saved);
+	return id;
+}
+
+/*
+ * Settle the open task of human_approval step `step` of run r by the
+ * step's outcome; decision (approved and rejected) is what orch_approve /
+ * orch_reject recorded: the task's result, or what its rejection carries.
+ * A step without an open task (a run started before 0.8.0) settles
+ * nothing.  The event context is the caller's (the approver, or the
+ * maintenance pass for an expiry).
+ */
+void
+orch_run_settle_approval(RunRow *r, const char *step, ApprovalOutcome outcome, Jsonb *decision)
+{
+	OrchArgs	a = {0};
+	int64		id;
+	bool		isnull;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, psprintf("%s" ORCH_APPROVAL_SUFFIX, step));
+	if (orch_args_sql(&a, "SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2 AND step_key = $3"
+					  "   AND state = 'awaiting_user_confirmation' FOR UPDATE", false, 0, SPI_OK_SELECT) == 0)
+		return;
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+
+	a.n = 0;
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg(&a, JSONBOID, decision ? JsonbPGetDatum(decision) : (Datum) 0, decision == NULL);
+	orch_arg_text(&a, orch_current_actor());
+	switch (outcome)
+	{
+		case APPROVAL_APPROVED:
+			/* the approver takes the task (a second attempt) and completes it */
+			orch_args_sql(&a, "UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1,"
+						  "   lease_token = gen_random_uuid(), lease_owner = $4,"
+						  "   lease_expires_at = statement_timestamp(), claimed_at = statement_timestamp(),"
+						  "   reason_code = 'confirmation_approved', resume_data = $3"
+						  " WHERE t.id = $1 AND t.tenant_id = $2", false, 0, SPI_OK_UPDATE);
+			orch_args_sql(&a, "WITH u AS (UPDATE orch.tasks t SET state = 'completed', result = $3,"
+						  "   reason_code = 'completed'"
+						  "  WHERE t.id = $1 AND t.tenant_id = $2"
+						  "  RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)"
+						  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token, started_at, outcome)"
+						  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'completed' FROM u",
+						  false, 0, SPI_OK_INSERT);
+			break;
+		case APPROVAL_REJECTED:
+			/* as orch_confirm rejects a confirmation */
+			orch_args_sql(&a, "UPDATE orch.tasks t SET state = 'failed', reason_code = 'confirmation_rejected',"
+						  "   resume_data = $3, last_error = coalesce($3 ->> 'note', 'rejected')"
+						  " WHERE t.id = $1 AND t.tenant_id = $2", false, 0, SPI_OK_UPDATE);
+			break;
+		case APPROVAL_EXPIRED:
+			orch_args_sql(&a, "UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'approval_expired',"
+						  "   last_error = 'the approval request expired (its timeout passed)'"
+						  " WHERE t.id = $1 AND t.tenant_id = $2", false, 0, SPI_OK_UPDATE);
+			break;
+	}
+}
+
+/*
+ * The run ends (canceled, failed, past its deadline): its open approval
+ * task is cancelled with the run's reason.  Not SKIP LOCKED like the run's
+ * other tasks: only calls that hold no lock on the run lock it meanwhile
+ * (orch_confirm or orch_cancel refusing it), briefly.
+ */
+void
+orch_run_cancel_approvals(RunRow *r, const char *reason)
+{
+	Datum		v[2];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+						  "   AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "'"
+						  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
+						  2, orch_run_types, v, NULL, reason);
+}
