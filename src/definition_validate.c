@@ -603,7 +603,8 @@ check_step(DefCheck *c, int i)
 	handler = orch_def_get(o, "handler");
 	if ((e = orch_def_get(o, "queue")) != NULL)
 	{
-		if (no_handler)
+		/* a human_approval step's queue is where its task waits (run_approvals.c) */
+		if (s->type == ST_WAIT)
 			orch_def_fail(orch_def_path_key(spath, "queue"), NULL, "queue is not allowed on %s steps", tname);
 		if (s->type == ST_DECISION && handler == NULL)
 			orch_def_fail(orch_def_path_key(spath, "queue"), NULL,

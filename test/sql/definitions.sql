@@ -143,7 +143,7 @@ SELECT label, pg_temp.v(spec) AS result FROM (VALUES
     ('handler number',         pg_temp.st(1, '{"handler": 3}')),
     ('external_call no queue', pg_temp.st(1, '{"type": "external_call"}', '{queue}')),
     ('notify no handler',      pg_temp.st(1, '{"type": "notify"}', '{handler}')),
-    ('queue on approval',      pg_temp.st(1, '{"type": "human_approval"}', '{handler}')),
+    ('queue on approval (ok)', pg_temp.st(1, '{"type": "human_approval"}', '{handler}')),
     ('handler on approval',    pg_temp.st(1, '{"type": "human_approval"}', '{queue}')),
     ('queue on wait',          pg_temp.st(1, '{"type": "wait", "duration": "1 minute"}', '{handler}')),
     ('handler on wait',        pg_temp.st(1, '{"type": "wait", "duration": "1 minute"}', '{queue}'))

@@ -360,9 +360,11 @@ SELECT count(*) AS open_tasks FROM orch.tasks
    AND step_key LIKE '%:approval';
 SELECT count(*) AS confirmations FROM orch_review_queue WHERE kind = 'awaiting_confirmation' AND queue = 'au_ap';
 
--- g: no queue named anywhere: the task goes to queue "approvals"
-SELECT orch_define('au_noq', '{"steps": [{"step_id": "gate", "type": "human_approval"}]}') AS version;
+-- g: the step's own queue comes first; with no queue named anywhere the
+--    task goes to queue "approvals"
+SELECT orch_define('au_noq', '{"steps": [{"step_id": "gate", "type": "human_approval"},
+    {"step_id": "gate2", "type": "human_approval", "queue": "au_finance"}]}') AS version;
 SELECT orch_publish('au_noq', 1) IS NOT NULL AS published;
 SELECT orch_start('au_noq', '{}') AS a6 \gset
-SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a6;
+SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a6 ORDER BY id;
 SELECT orch_cancel_run(:a6);
