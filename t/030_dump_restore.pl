@@ -591,8 +591,9 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		"$db: completed counter = src's + the completions after the restore");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
 	              SELECT state, count(*) AS n FROM orch.tasks GROUP BY state) s}),
-		'cancelled=1 completed=16 failed=3 queued=6',
-		"$db: final states: 16 completed, 3 failed, 1 cancelled, 6 queued");
+		'awaiting_user_confirmation=1 cancelled=1 completed=18 failed=3 queued=6',
+		"$db: final states: 18 completed (with the approval tasks of runs A and C), 3 failed, 1 cancelled, "
+		. "6 queued, 1 awaiting confirmation (run B's approval)");
 	my $new_cmd_task = sql($db, "SELECT task_id FROM orch.commands WHERE id = $new_cmd");
 	my $new_run_task = sql($db, "SELECT id FROM orch.tasks WHERE run_id = $new_run");
 	is( sql($db, q{SELECT string_agg(id::text, ',' ORDER BY id) FROM orch.tasks WHERE state = 'queued'}),
