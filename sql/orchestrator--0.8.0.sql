@@ -1535,7 +1535,8 @@ SET search_path = pg_catalog, orch, pg_temp
 AS $fn$
     SELECT CASE
         WHEN $1 IS NULL THEN 'task'
-        WHEN $3 LIKE '%:compensate' THEN 'compensation'
+        -- a compensation's task, and the task of the approval it waits for
+        WHEN $3 LIKE '%:compensate' OR $3 LIKE '%:compensate:approval' THEN 'compensation'
         -- a map item ("step#i") and a human_approval step's task ("step:approval")
         -- are labelled with their step's type
         ELSE coalesce((SELECT s.type FROM orch.run_steps s
@@ -2056,7 +2057,10 @@ SELECT * FROM (
        AND NOT EXISTS (SELECT 1 FROM orch.runs n WHERE n.retry_of = r.id AND n.tenant_id = r.tenant_id)
     UNION ALL
     SELECT CASE WHEN s.comp_state = 'awaiting_approval' THEN 'compensation_approval' ELSE 'approval_waiting' END,
-           s.tenant_id, r.definition, s.task_id, s.run_id, s.step_id, s.state, NULL, NULL,
+           s.tenant_id, r.definition,
+           -- the approval's task (a compensation's waits in comp_task_id until it starts)
+           CASE WHEN s.comp_state = 'awaiting_approval' THEN s.comp_task_id ELSE s.task_id END,
+           s.run_id, s.step_id, s.state, NULL, NULL,
            coalesce(s.started_at, r.updated_at),
            format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', s.run_id, s.step_id)
       FROM orch.runs r

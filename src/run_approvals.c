@@ -1,7 +1,8 @@
 /*
  * run_approvals.c
  *	  The task behind a human_approval step (SPEC section 7: a human_approval
- *	  step waits in awaiting_user_confirmation).  When the step starts, the
+ *	  step waits in awaiting_user_confirmation), and behind a compensation
+ *	  that waits for an approval (compensation.mode = approval).  When the step starts, the
  *	  run layer enqueues the task and claims it itself, as worker
  *	  "orchestrator" (queued -> executing -> awaiting_user_confirmation, one
  *	  attempt handed to a human), so that the task lifecycle is the one every
@@ -20,7 +21,8 @@
  *	  call that locks both (orch_approve, orch_reject, the run's end,
  *	  maintenance); so the run's end waits for its lock (it is never skipped
  *	  and never left open in a finished run) without a deadlock.
- *	  Its step key is the step's with ORCH_APPROVAL_SUFFIX; it is never
+ *	  Its step key is the step's with ORCH_APPROVAL_SUFFIX ("gate:approval";
+ *	  a compensation's: "step:compensate:approval"); it is never
  *	  claimable (ready_at stays NULL), orch_confirm and orch_cancel refuse
  *	  it (OR009: orch_approve / orch_reject decide it), and run progression
  *	  never reads it as a step's work.  Callers hold the run's row lock (the
@@ -40,21 +42,23 @@
 
 /*
  * The task, queued (the trigger writes received -> queued); $1 run, $2
- * tenant, $3 step.  Its payload and prompt say what is decided and how.
+ * tenant, $3 step, $4 its step key, $5 whether it is a compensation's
+ * approval.  Its payload and prompt say what is decided and how.
  */
 #define APPROVAL_TASK_INSERT \
 	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at," \
 	"  run_id, step_key, reason_code, priority, correlation_id)" \
 	" SELECT $2, q.name, 'queued'," \
 	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'approval', true," \
+	"    'compensation', CASE WHEN $5 THEN true END," \
 	"    'definition', r.definition, 'version', r.version, 'description', s.spec ->> 'description'))," \
-	"  now(), now(), $1, $3 || '" ORCH_APPROVAL_SUFFIX "', 'approval_requested'," \
+	"  now(), now(), $1, $4, 'approval_requested'," \
 	"  coalesce((SELECT (qq.settings ->> 'priority')::int FROM orch.queues qq WHERE qq.name = q.name), 0)," \
 	"  r.correlation_id" \
 	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
 	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
-	"  CROSS JOIN LATERAL (SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue'," \
-	"       '" APPROVAL_DEFAULT_QUEUE "') AS name) q" \
+	"  CROSS JOIN LATERAL (SELECT coalesce(CASE WHEN $5 THEN s.spec -> 'compensation' ->> 'queue' END," \
+	"       s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue', '" APPROVAL_DEFAULT_QUEUE "') AS name) q" \
 	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3" \
 	" RETURNING id, queue"
 
@@ -80,14 +84,22 @@
 	"    'decide', format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', t.run_id, $3))" \
 	" WHERE t.id = $1 AND t.tenant_id = $2"
 
+/* The task's step key: the step's, or its compensation's, with the suffix */
+static char *
+approval_key(const char *step, bool compensation)
+{
+	return psprintf("%s%s" ORCH_APPROVAL_SUFFIX, step, compensation ? ":compensate" : "");
+}
+
 /*
- * Open the task of human_approval step `step` of run r and return its id;
+ * Open the task of human_approval step `step` of run r (compensation: of
+ * the approval its compensation waits for) and return its id;
  * the caller records it as the step's task.  Its queue is created on the
  * way when missing and orchestrator.auto_create_queues is on; when it is
  * off the task is stored all the same (it is never claimed).
  */
 int64
-orch_run_open_approval(RunRow *r, const char *step)
+orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 {
 	OrchArgs	a = {0};
 	OrchEventContext saved = orch_save_event_context();
@@ -99,6 +111,8 @@ orch_run_open_approval(RunRow *r, const char *step)
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, step);
+	orch_arg_text(&a, approval_key(step, compensation));
+	orch_arg(&a, BOOLOID, BoolGetDatum(compensation), false);
 	/* the run layer does this: its transitions are audited as the orchestrator's */
 	orch_set_event_context("orchestrator", NULL);
 	if (orch_args_sql(&a, APPROVAL_TASK_INSERT, false, 0, SPI_OK_INSERT_RETURNING) != 1)
@@ -121,15 +135,16 @@ orch_run_open_approval(RunRow *r, const char *step)
 }
 
 /*
- * Settle the open task of human_approval step `step` of run r by the
- * step's outcome; decision (approved and rejected) is what orch_approve /
+ * Settle the open task of human_approval step `step` of run r
+ * (compensation: of its compensation's approval) by the outcome; decision (approved and rejected) is what orch_approve /
  * orch_reject recorded: the task's result, or what its rejection carries.
  * A step without an open task (a run started before 0.8.0) settles
  * nothing.  The event context is the caller's (the approver, or the
  * maintenance pass for an expiry).
  */
 void
-orch_run_settle_approval(RunRow *r, const char *step, ApprovalOutcome outcome, Jsonb *decision)
+orch_run_settle_approval(RunRow *r, const char *step, bool compensation, ApprovalOutcome outcome,
+						 Jsonb *decision)
 {
 	OrchArgs	a = {0};
 	int64		id;
@@ -137,7 +152,7 @@ orch_run_settle_approval(RunRow *r, const char *step, ApprovalOutcome outcome, J
 
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
-	orch_arg_text(&a, psprintf("%s" ORCH_APPROVAL_SUFFIX, step));
+	orch_arg_text(&a, approval_key(step, compensation));
 	if (orch_args_sql(&a, "SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2 AND step_key = $3"
 					  "   AND state = 'awaiting_user_confirmation' FOR UPDATE", false, 0, SPI_OK_SELECT) == 0)
 		return;

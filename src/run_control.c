@@ -155,6 +155,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	if (compensation)
 	{
 		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
+		orch_run_settle_approval(&r, step, true, approve ? APPROVAL_APPROVED : APPROVAL_REJECTED,
+								 decision(ref, approve, label, note));
 		if (!approve)
 			orch_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
 		orch_step_event(&r, step, "succeeded", "succeeded",
@@ -170,14 +172,14 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	}
 	else if (approve)
 	{
-		orch_run_settle_approval(&r, step, APPROVAL_APPROVED, decision(ref, true, label, note));
+		orch_run_settle_approval(&r, step, false, APPROVAL_APPROVED, decision(ref, true, label, note));
 		orch_run_step_succeeded(&r, step, "awaiting_approval",
 					   orch_json_object1("approval_ref", ref, "approved", "true"), NULL);
 		orch_run_progress(&r);
 	}
 	else
 	{
-		orch_run_settle_approval(&r, step, APPROVAL_REJECTED, decision(ref, false, label, note));
+		orch_run_settle_approval(&r, step, false, APPROVAL_REJECTED, decision(ref, false, label, note));
 		orch_run_step_failed(&r, step, "failed", note ? note : "rejected", false);
 		orch_run_progress(&r);
 	}

@@ -106,9 +106,9 @@ typedef enum ApprovalOutcome
 	APPROVAL_REJECTED,
 	APPROVAL_EXPIRED
 } ApprovalOutcome;
-extern int64 orch_run_open_approval(RunRow *r, const char *step);
-extern void orch_run_settle_approval(RunRow *r, const char *step, ApprovalOutcome outcome,
-									 Jsonb *decision);
+extern int64 orch_run_open_approval(RunRow *r, const char *step, bool compensation);
+extern void orch_run_settle_approval(RunRow *r, const char *step, bool compensation,
+									 ApprovalOutcome outcome, Jsonb *decision);
 extern void orch_run_cancel_approvals(RunRow *r, const char *reason);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);

@@ -195,7 +195,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	if (strcmp(type, "human_approval") == 0)
 	{
 		/* the step waits for a human in its task (awaiting_user_confirmation) */
-		v[3] = Int64GetDatum(orch_run_open_approval(r, step));
+		v[3] = Int64GetDatum(orch_run_open_approval(r, step, false));
 		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
 				" cap_at = " RUN_STEP_CAP_SQL ", task_id = $4"
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
@@ -614,7 +614,7 @@ approval_expired(RunRow *r, const char *step)
 	OrchEventContext saved = orch_save_event_context();
 
 	orch_set_event_context("orchestrator", "the approval request expired");
-	orch_run_settle_approval(r, step, APPROVAL_EXPIRED, NULL);
+	orch_run_settle_approval(r, step, false, APPROVAL_EXPIRED, NULL);
 	if (r->state == RS_WAITING_APPROVAL)
 		orch_set_run_state(r, RS_RUNNING, "approval_expired", NULL);
 	step_failed(r, step, "timed_out", "the approval request expired (its timeout passed)", false,

@@ -368,3 +368,29 @@ SELECT orch_publish('au_noq', 1) IS NOT NULL AS published;
 SELECT orch_start('au_noq', '{}') AS a6 \gset
 SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a6 ORDER BY id;
 SELECT orch_cancel_run(:a6);
+
+-- h: a compensation that waits for an approval (compensation.mode =
+--    "approval") is backed by a task too ("step:compensate:approval"),
+--    settled the same way
+SELECT orch_define('au_comp', '{"policies": {"queue": "au_cp"}, "steps": [
+    {"step_id": "book", "handler": "book", "compensation": {"handler": "unbook", "mode": "approval"}},
+    {"step_id": "pay", "handler": "pay", "depends_on": ["book"]}]}') AS version;
+SELECT orch_publish('au_comp', 1) IS NOT NULL AS published;
+SELECT orch_start('au_comp', '{}') AS a7 \gset
+SELECT pg_temp.complete1('au_cp');
+SELECT pg_temp.fail1('au_cp', 'NON_RETRYABLE');
+SELECT pg_temp.st(:a7);
+SELECT id AS a7t FROM orch.tasks WHERE run_id = :a7 AND step_key = 'book:compensate:approval' \gset
+SELECT pg_temp.at(:a7t);
+SELECT kind, task_id = :a7t AS its_task, step_id FROM orch_review_queue WHERE run_id = :a7;
+SELECT sqlstate FROM pg_temp.err(format('SELECT orch_confirm(%s, true)', :a7t));
+SELECT orch_approve(:a7, 'book', 'AU-50', 'carol', 'undo it');
+SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a7 AND step_key LIKE 'book:%' ORDER BY id;
+SELECT pg_temp.complete1('au_cp') AS compensated;
+SELECT pg_temp.st(:a7);
+-- rejected: the compensation is not run, the run fails for review
+SELECT orch_start('au_comp', '{}') AS a8 \gset
+SELECT pg_temp.complete1('au_cp');
+SELECT pg_temp.fail1('au_cp', 'NON_RETRYABLE');
+SELECT orch_reject(:a8, 'book', 'AU-51', 'carol', 'leave it');
+SELECT pg_temp.st(:a8), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a8 AND step_key LIKE 'book:%';
