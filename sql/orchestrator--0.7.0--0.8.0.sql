@@ -50,6 +50,39 @@ UPDATE orch.run_steps s
    AND s.step_id OPERATOR(pg_catalog.=) c.step_id AND s.state OPERATOR(pg_catalog.=) 'running';
 
 -- ---------------------------------------------------------------------------
+-- Storage (issue 20): a completion by orch_complete is recorded by its
+-- attempt row alone (no orch.events row); orch.history is what every reader
+-- of history reads.  Existing events stay as they are.
+-- ---------------------------------------------------------------------------
+ALTER TABLE orch.attempts ADD COLUMN run_id bigint, ADD COLUMN actor text, ADD COLUMN event_id bigint;
+COMMENT ON COLUMN orch.attempts.event_id IS
+  'Set when the attempt row also records the task''s executing -> completed transition (orch_complete, orch_complete_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it.';
+COMMENT ON COLUMN orch.attempts.actor IS
+  'With event_id: the role the completion was made for (the event''s actor).';
+COMMENT ON COLUMN orch.attempts.run_id IS
+  'With event_id: the workflow run of the task (the event''s run_id).';
+
+-- The whole history of transitions and actions as users read it: the rows of
+-- orch.events, and the transitions recorded by another row instead of an
+-- event row of their own (a completion by orch_complete is its attempt
+-- row).  Same columns as orch.events; every reader of history (the
+-- orch_events view, orch_history, orch_run_status, the metrics fold, the
+-- maintenance checks) reads it, never orch.events alone.  docs/storage.md.
+CREATE VIEW orch.history AS
+SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state, e.reason_code,
+       e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.xact, e.waited
+  FROM orch.events e
+UNION ALL
+SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task'::text, 'executing'::text, 'completed'::text,
+       'completed'::text, a.actor, a.attempt, a.lease_token, NULL::text, a.finished_at, a.worker,
+       a.xact, NULL::interval
+  FROM orch.attempts a
+ WHERE a.event_id IS NOT NULL;
+COMMENT ON VIEW orch.history IS
+  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row), with the columns of orch.events.';
+REVOKE ALL ON orch.history FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
 -- Tenant bindings survive a restore into another cluster (issue 18, item 6):
 -- the role by name, and by OID in the cluster that bound it (a rename keeps
 -- the binding).  The regrole column of 0.7.0 made a restore without the
@@ -140,7 +173,9 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+    SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
+           x.outcome, x.error_class, x.error, x.retry_at, x.xact,
+           (SELECT t.correlation_id FROM orch.tasks t
                   WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
       FROM orch.attempts x
      WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
@@ -208,7 +243,7 @@ AS $fn$
                     WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
                    (SELECT r.correlation_id FROM orch.runs r
                     WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id))
-      FROM orch.events x
+      FROM orch.history x
      WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
 $fn$;
 COMMENT ON FUNCTION orch.caller_events() IS
@@ -259,7 +294,9 @@ CREATE OR REPLACE VIEW orch_attempts AS
 SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
        a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at, a.correlation_id
-  FROM (SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+  FROM (SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
+                x.outcome, x.error_class, x.error, x.retry_at, x.xact,
+                 (SELECT t.correlation_id FROM orch.tasks t
                       WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
           FROM orch.attempts x
          WHERE (SELECT orch_caller_tenants()) IS NULL
@@ -314,7 +351,7 @@ SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_stat
                                WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
                               (SELECT r.correlation_id FROM orch.runs r
                                WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) AS correlation_id
-          FROM orch.events x
+          FROM orch.history x
          WHERE (SELECT orch_caller_tenants()) IS NULL
         UNION ALL
         SELECT * FROM orch.caller_events()
@@ -738,7 +775,7 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.=) $1
                       AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
-       AND NOT EXISTS (SELECT 1 FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+       AND NOT EXISTS (SELECT 1 FROM orch.history e WHERE e.task_id OPERATOR(pg_catalog.=) $1
                           AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) THEN
         RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
     END IF;
@@ -752,7 +789,7 @@ BEGIN
                        e.reason_code, e.actor, e.lease_token, NULL::text AS outcome,
                        NULL::text AS error_class, NULL::text AS error, e.note, e.label,
                        e.id AS seq, 1 AS src
-                  FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                  FROM orch.history e WHERE e.task_id OPERATOR(pg_catalog.=) $1
                    AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
                 UNION ALL
                 SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
@@ -877,6 +914,192 @@ AS $fn$
                         WHERE s.run_id = $1 AND s.tenant_id = $2
                           AND s.step_id = split_part(split_part($3, '#', 1), ':', 1)), 'task')
     END
+$fn$;
+
+-- The metrics fold reads the completions their attempt rows record (orch.history).
+CREATE OR REPLACE FUNCTION orch.metrics_fold()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET max_parallel_workers_per_gather = 0
+SET enable_sort = off
+SET jit = off
+AS $fn$
+DECLARE
+    st      orch.metric_state;
+    cur_max bigint;
+    folded  bigint;
+BEGIN
+    -- The first fold starts from nothing: every row with an xact counts.
+    -- (Looked for first: an insert would wait for a fold in progress.)
+    IF NOT EXISTS (SELECT 1 FROM orch.metric_state) THEN
+        INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
+    END IF;
+    -- One fold at a time; a caller that finds one running leaves it to it.
+    -- The lock is taken before the fold's own statement, so that statement's
+    -- snapshot sees the state the previous fold committed.
+    SELECT * INTO st FROM orch.metric_state WHERE id = 1 FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+
+    -- Restored into a cluster whose transaction counter is behind the one
+    -- the state was taken in: the ids cannot be compared, so start afresh
+    -- from the rows present (the rows restored are not counted again).
+    cur_max := (pg_snapshot_xmax(pg_current_snapshot())::text)::bigint;
+    IF cur_max < st.snap_xmax THEN
+        UPDATE orch.metric_state m
+           SET snap_xmin = (pg_snapshot_xmin(s)::text)::bigint,
+               snap_xmax = (pg_snapshot_xmax(s)::text)::bigint,
+               snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'),
+               event_floor = coalesce((SELECT max(id) FROM orch.events), 0),
+               attempt_floor = coalesce((SELECT max(id) FROM orch.attempts), 0),
+               refreshed_at = now()
+          FROM (SELECT pg_current_snapshot() AS s) q
+         WHERE m.id = 1;
+        RETURN 0;
+    END IF;
+
+    WITH cur AS (
+        -- This statement's snapshot; our own transaction's rows are left
+        -- for the next fold (they become visible to it as committed).
+        SELECT (pg_snapshot_xmin(s)::text)::bigint AS xmin,
+               (pg_snapshot_xmax(s)::text)::bigint AS xmax,
+               coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}') AS xip,
+               (pg_current_xact_id_if_assigned()::text)::bigint AS own
+          FROM (SELECT pg_current_snapshot() AS s) q
+    ),
+    at AS (
+        SELECT a.* FROM orch.attempts a
+         WHERE a.xact >= st.snap_xmin AND a.id > st.attempt_floor
+           AND (a.xact >= st.snap_xmax OR a.xact = ANY (st.snap_xip))
+           AND a.xact IS DISTINCT FROM (SELECT own FROM cur)
+    ),
+    -- the events, and the completions their attempt rows record (orch.history)
+    ev AS (
+        SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
+               e.reason_code, e.attempt, e.at, e.waited
+          FROM orch.events e
+         WHERE e.xact >= st.snap_xmin AND e.id > st.event_floor
+           AND (e.xact >= st.snap_xmax OR e.xact = ANY (st.snap_xip))
+           AND e.xact IS DISTINCT FROM (SELECT own FROM cur)
+        UNION ALL
+        SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task', 'executing', 'completed',
+               'completed', a.attempt, a.finished_at, NULL::interval
+          FROM at a WHERE a.event_id IS NOT NULL
+    ),
+    tev AS (
+        SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,
+               -- an insert: the task's first event (its from_state is NULL or 'received')
+               (e.from_state IS NULL
+                OR (e.from_state = 'received'
+                    AND NOT EXISTS (SELECT 1 FROM orch.events p
+                                     WHERE p.task_id = e.task_id AND p.tenant_id = e.tenant_id
+                                       AND p.id < e.id))) AS inserted,
+               CASE WHEN t.run_id IS NULL THEN 'task'
+                    ELSE orch.task_step_type(t.run_id, t.tenant_id, t.step_key) END AS step_type,
+               -- the attempt's error class and retry: for retries and failures only
+               CASE WHEN e.from_state = 'executing' AND e.to_state IN ('awaiting_tool', 'failed')
+                    THEN (SELECT a.error_class FROM orch.attempts a
+                           WHERE a.task_id = e.task_id AND a.tenant_id = e.tenant_id
+                             AND a.attempt = e.attempt LIMIT 1) END AS error_class,
+               CASE WHEN e.from_state = 'executing' AND e.to_state = 'awaiting_tool'
+                    THEN EXISTS (SELECT 1 FROM orch.attempts a
+                                  WHERE a.task_id = e.task_id AND a.tenant_id = e.tenant_id
+                                    AND a.attempt = e.attempt AND a.retry_at IS NOT NULL)
+                    ELSE false END AS retried
+          FROM ev e
+          JOIN orch.tasks t ON t.id = e.task_id AND t.tenant_id = e.tenant_id
+         WHERE e.entity = 'task'
+    ),
+    tat AS (
+        SELECT a.tenant_id, t.queue, a.finished_at AS at, a.outcome,
+               extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds,
+               CASE WHEN t.run_id IS NULL THEN 'task'
+                    ELSE orch.task_step_type(t.run_id, t.tenant_id, t.step_key) END AS step_type
+          FROM at a JOIN orch.tasks t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
+    ),
+    d (at, tenant_id, queue, metric, l1, l2, value) AS (
+        SELECT at, tenant_id, queue, 'enqueued', '', '', 1::bigint FROM tev WHERE inserted
+        UNION ALL
+        SELECT at, tenant_id, queue, 'started', '', '', 1 FROM tev WHERE to_state = 'executing'
+        UNION ALL
+        SELECT at, tenant_id, queue, 'finished', to_state, '', 1 FROM tev
+         WHERE to_state IN ('completed', 'failed', 'cancelled') AND from_state IS DISTINCT FROM to_state
+        UNION ALL
+        SELECT at, tenant_id, queue, 'retry', coalesce(error_class, ''), coalesce(reason_code, ''), 1
+          FROM tev WHERE to_state = 'awaiting_tool' AND retried
+        UNION ALL
+        SELECT at, tenant_id, queue, 'failed', coalesce(error_class, ''), coalesce(reason_code, ''), 1
+          FROM tev WHERE to_state = 'failed' AND from_state IS DISTINCT FROM 'failed'
+        UNION ALL
+        SELECT at, tenant_id, queue, 'wait_seconds', step_type,
+               orch.histogram_le(extract(epoch FROM waited)::float8), 1
+          FROM tev WHERE to_state = 'executing' AND waited IS NOT NULL
+        UNION ALL
+        SELECT at, tenant_id, queue, 'wait_seconds_sum', step_type, '',
+               (extract(epoch FROM waited) * 1000000)::bigint
+          FROM tev WHERE to_state = 'executing' AND waited IS NOT NULL
+        UNION ALL
+        SELECT at, tenant_id, queue, 'attempt', outcome, '', 1 FROM tat
+        UNION ALL
+        SELECT at, tenant_id, queue, 'attempt_seconds', step_type, orch.histogram_le(seconds), 1
+          FROM tat WHERE seconds IS NOT NULL
+        UNION ALL
+        SELECT at, tenant_id, queue, 'attempt_seconds_sum', step_type, '', (seconds * 1000000)::bigint
+          FROM tat WHERE seconds IS NOT NULL
+        UNION ALL
+        SELECT e.at, e.tenant_id, r.definition, 'run_finished', e.to_state, '', 1
+          FROM ev e JOIN orch.runs r ON r.id = e.run_id AND r.tenant_id = e.tenant_id
+         WHERE e.entity = 'run' AND e.to_state IN ('succeeded', 'failed', 'canceled')
+           AND e.from_state IS DISTINCT FROM e.to_state
+        UNION ALL
+        -- orch_maintain passes (a pass's own record is folded by the next)
+        SELECT l.started_at, '', '', 'maintenance_runs', '', '', 1
+          FROM orch.maintenance_log l
+         WHERE l.xact >= st.snap_xmin
+           AND (l.xact >= st.snap_xmax OR l.xact = ANY (st.snap_xip))
+           AND l.xact IS DISTINCT FROM (SELECT own FROM cur)
+    ),
+    -- summed per minute once; the totals add up the minutes
+    agg AS (
+        SELECT date_trunc('minute', at) AS minute, tenant_id, queue, metric, l1, l2, sum(value)::bigint AS value
+          FROM d GROUP BY 1, 2, 3, 4, 5, 6
+    ),
+    per_minute AS (
+        INSERT INTO orch.metric_minutes AS m (minute, tenant_id, queue, metric, l1, l2, value)
+        SELECT minute, tenant_id, queue, metric, l1, l2, value FROM agg
+        ON CONFLICT (minute, tenant_id, queue, metric, l1, l2)
+        DO UPDATE SET value = m.value + excluded.value
+        RETURNING 1
+    ),
+    totals AS (
+        INSERT INTO orch.metric_totals AS m (tenant_id, queue, metric, l1, l2, value)
+        SELECT tenant_id, queue, metric, l1, l2, sum(value)
+          FROM agg GROUP BY 1, 2, 3, 4, 5
+        ON CONFLICT (tenant_id, queue, metric, l1, l2)
+        DO UPDATE SET value = m.value + excluded.value
+        RETURNING 1
+    ),
+    n AS (
+        SELECT (SELECT count(*) FROM ev) + (SELECT count(*) FROM at) AS rows,
+               (SELECT count(*) FROM per_minute) + (SELECT count(*) FROM totals) AS written
+    )
+    UPDATE orch.metric_state m
+       SET snap_xmin = CASE WHEN c.own IS NOT NULL THEN least(c.xmin, c.own) ELSE c.xmin END,
+           snap_xmax = c.xmax,
+           snap_xip = CASE WHEN c.own IS NOT NULL AND c.own < c.xmax THEN c.xip || c.own ELSE c.xip END,
+           refreshed_at = now(),
+           folded_total = m.folded_total + n.rows
+      FROM cur c, n
+     WHERE m.id = 1
+    RETURNING n.rows INTO folded;
+
+    DELETE FROM orch.metric_minutes WHERE minute < now() - interval '2 days';
+    RETURN folded;
+END
 $fn$;
 
 -- Last: a relcache invalidation of orch.tasks tells every backend that the

@@ -282,11 +282,20 @@ CREATE TABLE orch.attempts (
     error        text,
     retry_at     timestamptz,
     xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
+    run_id       bigint,
+    actor        text,
+    event_id     bigint,
     PRIMARY KEY (id, tenant_id)
 );
 CREATE INDEX attempts_task_idx ON orch.attempts (task_id);
 COMMENT ON TABLE orch.attempts IS
   'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
+COMMENT ON COLUMN orch.attempts.event_id IS
+  'Set when the attempt row also records the task''s executing -> completed transition (orch_complete, orch_complete_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it.';
+COMMENT ON COLUMN orch.attempts.actor IS
+  'With event_id: the role the completion was made for (the event''s actor).';
+COMMENT ON COLUMN orch.attempts.run_id IS
+  'With event_id: the workflow run of the task (the event''s run_id).';
 
 CREATE SEQUENCE orch.events_id_seq;
 CREATE TABLE orch.events (
@@ -330,6 +339,25 @@ CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catal
 -- recent ranges.
 CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
 CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
+
+-- The whole history of transitions and actions as users read it: the rows of
+-- orch.events, and the transitions recorded by another row instead of an
+-- event row of their own (a completion by orch_complete is its attempt
+-- row).  Same columns as orch.events; every reader of history (the
+-- orch_events view, orch_history, orch_run_status, the metrics fold, the
+-- maintenance checks) reads it, never orch.events alone.  docs/storage.md.
+CREATE VIEW orch.history AS
+SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state, e.reason_code,
+       e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.xact, e.waited
+  FROM orch.events e
+UNION ALL
+SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task'::text, 'executing'::text, 'completed'::text,
+       'completed'::text, a.actor, a.attempt, a.lease_token, NULL::text, a.finished_at, a.worker,
+       a.xact, NULL::interval
+  FROM orch.attempts a
+ WHERE a.event_id IS NOT NULL;
+COMMENT ON VIEW orch.history IS
+  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row), with the columns of orch.events.';
 
 CREATE TABLE orch.idempotency_keys (
     tenant_id   text NOT NULL DEFAULT 'default',
@@ -402,7 +430,7 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.=) $1
                       AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis)))
-       AND NOT EXISTS (SELECT 1 FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+       AND NOT EXISTS (SELECT 1 FROM orch.history e WHERE e.task_id OPERATOR(pg_catalog.=) $1
                           AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) THEN
         RAISE EXCEPTION 'task % does not exist', $1 USING ERRCODE = 'OR005';
     END IF;
@@ -416,7 +444,7 @@ BEGIN
                        e.reason_code, e.actor, e.lease_token, NULL::text AS outcome,
                        NULL::text AS error_class, NULL::text AS error, e.note, e.label,
                        e.id AS seq, 1 AS src
-                  FROM orch.events e WHERE e.task_id OPERATOR(pg_catalog.=) $1
+                  FROM orch.history e WHERE e.task_id OPERATOR(pg_catalog.=) $1
                    AND (vis IS NULL OR e.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
                 UNION ALL
                 SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
@@ -877,7 +905,9 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+    SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
+           x.outcome, x.error_class, x.error, x.retry_at, x.xact,
+           (SELECT t.correlation_id FROM orch.tasks t
                   WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
       FROM orch.attempts x
      WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
@@ -889,7 +919,9 @@ CREATE VIEW orch_attempts AS
 SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
        a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at, a.correlation_id
-  FROM (SELECT x.*, (SELECT t.correlation_id FROM orch.tasks t
+  FROM (SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
+                x.outcome, x.error_class, x.error, x.retry_at, x.xact,
+                 (SELECT t.correlation_id FROM orch.tasks t
                       WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
           FROM orch.attempts x
          WHERE (SELECT orch_caller_tenants()) IS NULL
@@ -1417,7 +1449,7 @@ AS $fn$
                     WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
                    (SELECT r.correlation_id FROM orch.runs r
                     WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id))
-      FROM orch.events x
+      FROM orch.history x
      WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
 $fn$;
 COMMENT ON FUNCTION orch.caller_events() IS
@@ -1432,7 +1464,7 @@ SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_stat
                                WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
                               (SELECT r.correlation_id FROM orch.runs r
                                WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) AS correlation_id
-          FROM orch.events x
+          FROM orch.history x
          WHERE (SELECT orch_caller_tenants()) IS NULL
         UNION ALL
         SELECT * FROM orch.caller_events()
@@ -1611,17 +1643,24 @@ BEGIN
                (pg_current_xact_id_if_assigned()::text)::bigint AS own
           FROM (SELECT pg_current_snapshot() AS s) q
     ),
-    ev AS (
-        SELECT e.* FROM orch.events e
-         WHERE e.xact >= st.snap_xmin AND e.id > st.event_floor
-           AND (e.xact >= st.snap_xmax OR e.xact = ANY (st.snap_xip))
-           AND e.xact IS DISTINCT FROM (SELECT own FROM cur)
-    ),
     at AS (
         SELECT a.* FROM orch.attempts a
          WHERE a.xact >= st.snap_xmin AND a.id > st.attempt_floor
            AND (a.xact >= st.snap_xmax OR a.xact = ANY (st.snap_xip))
            AND a.xact IS DISTINCT FROM (SELECT own FROM cur)
+    ),
+    -- the events, and the completions their attempt rows record (orch.history)
+    ev AS (
+        SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
+               e.reason_code, e.attempt, e.at, e.waited
+          FROM orch.events e
+         WHERE e.xact >= st.snap_xmin AND e.id > st.event_floor
+           AND (e.xact >= st.snap_xmax OR e.xact = ANY (st.snap_xip))
+           AND e.xact IS DISTINCT FROM (SELECT own FROM cur)
+        UNION ALL
+        SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task', 'executing', 'completed',
+               'completed', a.attempt, a.finished_at, NULL::interval
+          FROM at a WHERE a.event_id IS NOT NULL
     ),
     tev AS (
         SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,

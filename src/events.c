@@ -47,7 +47,7 @@ ctx_reset(void)
 	if (ctx.note)
 		pfree(ctx.note);
 	ctx.actor = ctx.note = NULL;
-	ctx.active = ctx.worker_actor = false;
+	ctx.active = ctx.worker_actor = ctx.completion_in_attempt = false;
 }
 
 static void
@@ -94,6 +94,7 @@ orch_save_event_context(void)
 
 	c.active = ctx.active;
 	c.worker_actor = ctx.worker_actor;
+	c.completion_in_attempt = ctx.completion_in_attempt;
 	c.actor = ctx.actor ? pstrdup(ctx.actor) : NULL;
 	c.note = ctx.note ? pstrdup(ctx.note) : NULL;
 	return c;
@@ -108,6 +109,19 @@ orch_restore_event_context(OrchEventContext c)
 		return;
 	}
 	orch_set_event_context_ext(c.actor, c.note, c.worker_actor);
+	ctx.completion_in_attempt = c.completion_in_attempt;
+}
+
+/*
+ * The call's completions (executing -> completed) are recorded by the
+ * attempt rows it writes (orch.attempts.event_id, read through
+ * orch.history): the task trigger buffers no event for them.  Cleared with
+ * the context, and by any context set inside the call.
+ */
+void
+orch_event_context_completion_in_attempt(void)
+{
+	ctx.completion_in_attempt = true;
 }
 
 /* ----------------------------------------------------------------------

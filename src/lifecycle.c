@@ -469,6 +469,9 @@ task_trigger(TriggerData *trigdata)
 		if (!isnull)
 			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
+	/* a completion its attempt row records (orch_complete): no event row */
+	if (from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_attempt)
+		return newtup;
 	if (orch_has_flush_trigger(rel))
 		orch_buffer_event("task", tenant, true, task_id, has_run, run_id,
 					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,

@@ -25,6 +25,25 @@
 
 #include "orchestrator.h"
 
+/*
+ * Maintenance check 3: tasks finished recently (their terminal transition
+ * among the last $1 * 4 events) whose attempt or failure counters disagree
+ * with their attempt rows.
+ */
+#define COUNTER_CHECK_RECENT \
+	" WHERE (t.id, t.tenant_id) IN (SELECT e.task_id, e.tenant_id FROM orch.events e" \
+	"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events" \
+	"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4" \
+	"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL" \
+	"     AND " ORCH_TENANT_IN("e.tenant_id", "$4")
+#define COUNTER_CHECK \
+	" AND t.state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4") \
+	" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a" \
+	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")" \
+	"   OR t.failures <> (SELECT count(*) FROM orch.attempts a" \
+	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") \
+	"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))"
+
 PG_FUNCTION_INFO_V1(orch_maintain);
 PG_FUNCTION_INFO_V1(orch_schedule_maintenance);
 PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
@@ -253,18 +272,18 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	/* 3. counters against rows, for tasks finished recently */
 	acts[nacts].name = "counter_mismatches";
 	acts[nacts++].count =
-		count_query("SELECT count(*) FROM orch.tasks t"
-					" WHERE (t.id, t.tenant_id) IN (SELECT e.task_id, e.tenant_id FROM orch.events e"
-					"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events"
+		count_query(orch_schema_version() >= 800
+					? "SELECT count(*) FROM orch.tasks t"
+					COUNTER_CHECK_RECENT
+					/* completions their attempt rows record (orch.history) */
+					"   UNION ALL SELECT a.task_id, a.tenant_id FROM orch.attempts a"
+					"   WHERE a.id > (SELECT coalesce(max(id), 0) FROM orch.attempts"
 					"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4"
-					"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL"
-					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")"
-					" AND t.state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
-					" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a"
-					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
-					"   OR t.failures <> (SELECT count(*) FROM orch.attempts a"
-					"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4")
-					"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))",
+					"     AND a.event_id IS NOT NULL AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
+					COUNTER_CHECK
+					: "SELECT count(*) FROM orch.tasks t"
+					COUNTER_CHECK_RECENT ")"
+					COUNTER_CHECK,
 					4, types, v, n);
 	if (acts[nacts - 1].count > 0)
 		ereport(WARNING,

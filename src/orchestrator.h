@@ -232,11 +232,13 @@ extern void orch_set_event_context(const char *actor, const char *note);
 extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
+extern void orch_event_context_completion_in_attempt(void);
 
 typedef struct OrchEventContext
 {
 	bool		active;
 	bool		worker_actor;
+	bool		completion_in_attempt;	/* orch_event_context_completion_in_attempt */
 	char	   *actor;
 	char	   *note;
 } OrchEventContext;

@@ -372,6 +372,43 @@ orch_start(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(r.id);
 }
 
+/*
+ * The run, its steps with their tasks and attempts, its approvals and events
+ * ($1 run, $2 the caller's tenants); TASK_EVENTS: where its tasks' events
+ * are (orch.history from 0.8.0 on).
+ */
+#define RUN_STATUS_SQL(TASK_EVENTS) \
+	"SELECT jsonb_build_object(" \
+	"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id)," \
+	"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type," \
+	"       'state', s.state, 'output', s.output, 'error', s.error, 'started_at', s.started_at," \
+	"       'finished_at', s.finished_at, 'compensation', s.comp_state," \
+	"       'tasks', (SELECT coalesce(jsonb_agg(jsonb_build_object('task_id', t.id, 'step_key', t.step_key," \
+	"            'state', t.state, 'attempts', t.attempts, 'reason_code', t.reason_code," \
+	"            'attempt_history', (SELECT coalesce(jsonb_agg(jsonb_build_object('attempt', a.attempt," \
+	"                 'worker', a.worker, 'outcome', a.outcome, 'error_class', a.error_class," \
+	"                 'error', a.error, 'started_at', a.started_at, 'finished_at', a.finished_at)" \
+	"                 ORDER BY a.id), '[]') FROM orch.attempts a WHERE a.task_id = t.id))" \
+	"            ORDER BY t.id), '[]') FROM orch.tasks t WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id" \
+	"            AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'" \
+	"                 OR t.step_key = s.step_id || ':compensate'" \
+	"                 OR t.step_key = s.step_id || '" ORCH_APPROVAL_SUFFIX "'" \
+	"                 OR t.step_key = s.step_id || ':compensate" ORCH_APPROVAL_SUFFIX "')))" \
+	"     ORDER BY s.ord) FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id), '[]')," \
+	"  'approvals', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.decided_at) FROM orch.approvals p" \
+	"       WHERE p.run_id = r.id AND p.tenant_id = r.tenant_id), '[]')," \
+	"  'events', coalesce((SELECT jsonb_agg(jsonb_build_object('at', e.at, 'entity', e.entity, 'task_id', e.task_id," \
+	"       'from_state', e.from_state, 'to_state', e.to_state, 'reason_code', e.reason_code," \
+	"       'actor', e.actor, 'label', e.label, 'note', e.note) ORDER BY e.id)" \
+	/* the run's own events (events_run_idx), then its tasks' */ \
+	"       FROM (SELECT x.* FROM orch.events x" \
+	"              WHERE x.run_id = r.id AND x.tenant_id = r.tenant_id AND x.task_id IS NULL" \
+	"             UNION ALL" \
+	"             SELECT x.* FROM orch.tasks t JOIN " TASK_EVENTS " x ON x.task_id = t.id" \
+	"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id" \
+	"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))" \
+	" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2")
+
 /* ----------------------------------------------------------------------
  * orch_run_status(run_id) -> jsonb: the run, its steps, attempts, events
  * ---------------------------------------------------------------------- */
@@ -389,36 +426,8 @@ orch_run_status(PG_FUNCTION_ARGS)
 	v[0] = PG_GETARG_DATUM(0);
 	orch_spi_caller_tenants(v, n, 1);
 	SPI_connect();
-	if (orch_sql("SELECT jsonb_build_object("
-			"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id),"
-			"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type,"
-			"       'state', s.state, 'output', s.output, 'error', s.error, 'started_at', s.started_at,"
-			"       'finished_at', s.finished_at, 'compensation', s.comp_state,"
-			"       'tasks', (SELECT coalesce(jsonb_agg(jsonb_build_object('task_id', t.id, 'step_key', t.step_key,"
-			"            'state', t.state, 'attempts', t.attempts, 'reason_code', t.reason_code,"
-			"            'attempt_history', (SELECT coalesce(jsonb_agg(jsonb_build_object('attempt', a.attempt,"
-			"                 'worker', a.worker, 'outcome', a.outcome, 'error_class', a.error_class,"
-			"                 'error', a.error, 'started_at', a.started_at, 'finished_at', a.finished_at)"
-			"                 ORDER BY a.id), '[]') FROM orch.attempts a WHERE a.task_id = t.id))"
-			"            ORDER BY t.id), '[]') FROM orch.tasks t WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
-			"            AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'"
-			"                 OR t.step_key = s.step_id || ':compensate'"
-			"                 OR t.step_key = s.step_id || '" ORCH_APPROVAL_SUFFIX "'"
-			"                 OR t.step_key = s.step_id || ':compensate" ORCH_APPROVAL_SUFFIX "')))"
-			"     ORDER BY s.ord) FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id), '[]'),"
-			"  'approvals', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.decided_at) FROM orch.approvals p"
-			"       WHERE p.run_id = r.id AND p.tenant_id = r.tenant_id), '[]'),"
-			"  'events', coalesce((SELECT jsonb_agg(jsonb_build_object('at', e.at, 'entity', e.entity, 'task_id', e.task_id,"
-			"       'from_state', e.from_state, 'to_state', e.to_state, 'reason_code', e.reason_code,"
-			"       'actor', e.actor, 'label', e.label, 'note', e.note) ORDER BY e.id)"
-			/* the run's own events (events_run_idx), then its tasks' */
-			"       FROM (SELECT x.* FROM orch.events x"
-			"              WHERE x.run_id = r.id AND x.tenant_id = r.tenant_id AND x.task_id IS NULL"
-			"             UNION ALL"
-			"             SELECT x.* FROM orch.tasks t JOIN orch.events x ON x.task_id = t.id"
-			"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id"
-			"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))"
-			" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2"), 2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
+	if (orch_sql(orch_schema_version() >= 800 ? RUN_STATUS_SQL("orch.history") : RUN_STATUS_SQL("orch.events"),
+			2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("run " INT64_FORMAT " does not exist", DatumGetInt64(v[0]))));

@@ -7,6 +7,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -200,33 +201,60 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 
 /*
  * The attempt rows of tasks a statement just completed: its RETURNING rows
- * are (tenant_id, id, attempts, lease_owner, lease_token, claimed_at).
+ * are (tenant_id, id, attempts, lease_owner, lease_token, claimed_at,
+ * run_id).  With a 0.8.0 schema each row also records the completion
+ * itself (derived: the task trigger wrote no event for it): its event id
+ * from orch.events_id_seq, the role, the run, and the time as an event's.
  * Appended directly (append.c); through SQL when orch.attempts needs it.
  */
-
+#define ATTEMPT_COLS 11
 static void
-record_completed_attempts(SPITupleTable *tt, int n)
+record_completed_attempts(SPITupleTable *tt, int n, bool derived)
 {
-	static const char *const cols[7] = {"tenant_id", "task_id", "attempt", "worker",
-	"lease_token", "started_at", "outcome"};
-	Datum	   *v = palloc(sizeof(Datum) * 7 * n);
-	bool	   *nl = palloc(sizeof(bool) * 7 * n);
-	Datum		outcome = CStringGetTextDatum("completed");
+	/* 0.7.0 schema: the first six and outcome, as before */
+	static const char *const cols[ATTEMPT_COLS] = {"tenant_id", "task_id", "attempt", "worker",
+	"lease_token", "started_at", "outcome", "run_id", "actor", "event_id", "finished_at"};
+	static const Oid elem[ATTEMPT_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
+	TIMESTAMPTZOID, TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID};
+	int			ncols = derived ? ATTEMPT_COLS : 7;
+	Datum	   *v = palloc(sizeof(Datum) * ncols * n);
+	bool	   *nl = palloc(sizeof(bool) * ncols * n);
+	Datum		actor = CStringGetTextDatum(orch_current_actor());
+	Datum		at = TimestampTzGetDatum(GetCurrentTimestamp());
+	Oid			seq = derived ? orch_relid("events_id_seq") : InvalidOid;
 
+	if (derived && !OidIsValid(seq))
+		elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
 	for (int i = 0; i < n; i++)
 	{
-		orch_spi_values(tt, i, 1, 6, v + i * 7, nl + i * 7);
-		v[i * 7 + 6] = outcome;
-		nl[i * 7 + 6] = false;
-	}
-	if (!orch_table_append("attempts", 7, cols, n, v, nl))
-	{
-		Oid			elem[6] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID, TIMESTAMPTZOID};
-		Oid			arr[6] = {TEXTARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
-		UUIDARRAYOID, TIMESTAMPTZARRAYOID};
-		Datum		args[6];
+		Datum	   *r = v + i * ncols;
+		bool	   *rn = nl + i * ncols;
+		Datum		rv[7];
+		bool		rnl[7];
 
-		for (int c = 0; c < 6; c++)
+		orch_spi_values(tt, i, 1, 7, rv, rnl);
+		memcpy(r, rv, sizeof(Datum) * 6);
+		memcpy(rn, rnl, sizeof(bool) * 6);
+		r[6] = CStringGetTextDatum("completed");
+		rn[6] = false;
+		if (derived)
+		{
+			r[7] = rv[6];		/* run_id */
+			rn[7] = rnl[6];
+			r[8] = actor;
+			rn[8] = false;
+			r[9] = Int64GetDatum(nextval_internal(seq, false));
+			rn[9] = false;
+			r[10] = at;
+			rn[10] = false;
+		}
+	}
+	if (!orch_table_append("attempts", ncols, cols, n, v, nl))
+	{
+		Datum		args[ATTEMPT_COLS];
+		Oid			arr[ATTEMPT_COLS];
+
+		for (int c = 0; c < ncols; c++)
 		{
 			Datum	   *cv = palloc(sizeof(Datum) * n);
 			bool	   *cn = palloc(sizeof(bool) * n);
@@ -238,19 +266,29 @@ record_completed_attempts(SPITupleTable *tt, int n)
 
 			for (int i = 0; i < n; i++)
 			{
-				cv[i] = v[i * 7 + c];
-				cn[i] = nl[i * 7 + c];
+				cv[i] = v[i * ncols + c];
+				cn[i] = nl[i * ncols + c];
 			}
 			get_typlenbyvalalign(elem[c], &typlen, &typbyval, &typalign);
+			arr[c] = get_array_type(elem[c]);
 			args[c] = PointerGetDatum(construct_md_array(cv, cn, 1, dims, lbs, elem[c],
 														 typlen, typbyval, typalign));
 		}
-		orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-										  "   lease_token, started_at, outcome)"
-										  " SELECT u.t, u.i, u.a, u.w, u.l, u.s, 'completed'"
-										  "   FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY AS u(t, i, a, w, l, s, o)"
-										  "  ORDER BY u.o",
-										  6, arr), args, NULL, false, 0, SPI_OK_INSERT);
+		if (derived)
+			orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+								"   lease_token, started_at, outcome, run_id, actor, event_id, finished_at)"
+								" SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc, u.r, u.ac, u.e, u.f"
+								"   FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+								"     WITH ORDINALITY AS u(t, i, a, w, l, s, oc, r, ac, e, f, o)"
+								"  ORDER BY u.o",
+								ATTEMPT_COLS, arr), args, NULL, false, 0, SPI_OK_INSERT);
+		else
+			orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+								"   lease_token, started_at, outcome)"
+								" SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc"
+								"   FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY AS u(t, i, a, w, l, s, oc, o)"
+								"  ORDER BY u.o",
+								7, arr), args, NULL, false, 0, SPI_OK_INSERT);
 	}
 	pfree(v);
 	pfree(nl);
@@ -378,6 +416,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	Oid			types[5] = {INT8OID, UUIDOID, JSONBOID, TEXTOID, TEXTARRAYOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		derived;
 
 	v[0] = Int64GetDatum(id);
 	v[1] = UUIDPGetDatum(token);
@@ -388,17 +427,21 @@ orch_complete(PG_FUNCTION_ARGS)
 	v[3] = orch_text_datum("executing");
 
 	SPI_connect();
+	/* 0.8.0: the attempt row records the completion (orch.history) */
+	derived = orch_schema_version() >= 800;
 	if (!orch_scope_task(id))
 		orch_not_found("task", id);
 	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
+	if (derived)
+		orch_event_context_completion_in_attempt();
 	/* Fast path: one statement fences and completes; then the attempt row */
 	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > statement_timestamp()"
 									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
-									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
+									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at, run_id",
 									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 	{
 		OrchTask	t;
@@ -408,7 +451,7 @@ orch_complete(PG_FUNCTION_ARGS)
 		check_lease(&t, token, "complete");
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
-	record_completed_attempts(SPI_tuptable, (int) SPI_processed);
+	record_completed_attempts(SPI_tuptable, (int) SPI_processed, derived);
 	orch_clear_event_context();
 	return finish_state("completed");
 }
@@ -436,6 +479,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	Datum		v[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			completed;
+	bool		derived;
 
 	orch_require_arg(fcinfo, 0, "task_ids");
 	orch_require_arg(fcinfo, 1, "lease_tokens");
@@ -498,6 +542,9 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
+	derived = orch_schema_version() >= 800;
+	if (derived)
+		orch_event_context_completion_in_attempt();
 	completed = (int) orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
 									  "   reason_code = 'completed'"
 									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
@@ -505,7 +552,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
 									  "   AND t.lease_expires_at > statement_timestamp()"
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
-									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
+									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at, t.run_id",
 									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (completed != n)
 	{
@@ -529,7 +576,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		}
 		elog(ERROR, "orchestrator: batch complete lost track of a task");
 	}
-	record_completed_attempts(SPI_tuptable, completed);
+	record_completed_attempts(SPI_tuptable, completed, derived);
 	orch_clear_event_context();
 	orch_scope_clear();
 	SPI_finish();

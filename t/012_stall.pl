@@ -46,7 +46,7 @@ sub snapshot
 	my $task = shift // $id;
 	return sql(qq{SELECT row_to_json(t)::text FROM orch.tasks t WHERE id = $task})
 	  . ' attempts=' . sql(qq{SELECT count(*) FROM orch.attempts WHERE task_id = $task})
-	  . ' events=' . sql(qq{SELECT count(*) FROM orch.events WHERE task_id = $task});
+	  . ' events=' . sql(qq{SELECT count(*) FROM orch.history WHERE task_id = $task});
 }
 
 # Worker A claims with a 1-second lease.

@@ -206,7 +206,7 @@ for my $db (qw(postgres other))
 
 	# The recovery happened inside a succeeded run of this database's job.
 	my $at = query($node, $db,
-		qq{SELECT at FROM orch.events WHERE task_id = $id AND to_state = 'awaiting_tool'});
+		qq{SELECT at FROM orch.history WHERE task_id = $id AND to_state = 'awaiting_tool'});
 	ok( wait_for(30, sub {
 			sql(qq{SELECT count(*) FROM cron.job_run_details
                     WHERE jobid = $job_of{$db} AND database = '$db' AND status = 'succeeded'

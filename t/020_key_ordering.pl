@@ -155,7 +155,7 @@ is( query(q{
 	SELECT coalesce(max(running), 0) || ' ' || coalesce(min(running), 0) FROM (
 	    SELECT sum(CASE WHEN e.to_state = 'executing' THEN 1 ELSE -1 END)
 	             OVER (PARTITION BY t.concurrency_key ORDER BY e.id) AS running
-	      FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id
+	      FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id
 	     WHERE t.queue = 'keyord' AND (e.to_state = 'executing' OR e.from_state = 'executing')) x}),
 	'1 0', 'per key, at most one task was executing at any point of the event order');
 
@@ -171,7 +171,7 @@ is( query(q{
 	SELECT count(*) FROM (
 	    SELECT row_number() OVER (PARTITION BY t.concurrency_key ORDER BY e.id) AS by_claim,
 	           row_number() OVER (PARTITION BY t.concurrency_key ORDER BY (t.payload ->> 'i')::int) AS by_enqueue
-	      FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id
+	      FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id
 	     WHERE t.queue = 'keyord' AND e.to_state = 'executing') x
 	 WHERE by_claim <> by_enqueue}),
 	'0', 'within each key the claims (events) came in enqueue order');

@@ -168,7 +168,7 @@ is( query(q{SELECT count(*) FROM stress_log l
 is( query(q{SELECT count(*) || ' ' || count(DISTINCT k.task_id) FROM orch.idempotency_keys k
               JOIN orch.tasks t ON t.id = k.task_id WHERE t.queue = 'stress_1'}),
 	"$KEYS $KEYS", 'phase 1: 1,000 idempotency keys, each naming its own task');
-is( query(q{SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id
+is( query(q{SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id
              WHERE t.queue = 'stress_1'}),
 	$KEYS, 'phase 1: one event per task (replays write none)');
 is( query(q{SELECT count(*) FROM (SELECT k FROM stress_log WHERE phase = 1
@@ -215,7 +215,7 @@ is( query(q{
        AND NOT CASE WHEN l.variant = (t.payload ->> 'v')::int THEN l.id = t.id AND l.sqlstate IS NULL
                     ELSE l.id IS NULL AND l.sqlstate = 'OR004' END}),
 	'0', 'phase 2: each call got the task (stored variant) or OR004 (other variant), call by call');
-is( query(q{SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id
+is( query(q{SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id
              WHERE t.queue = 'stress_2'}),
 	$KEYS, 'phase 2: one event per task (conflicts create nothing)');
 is( query(q{SELECT count(*) FROM orch.idempotency_keys WHERE key LIKE 'p2-key-%'}),

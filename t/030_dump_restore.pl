@@ -384,7 +384,7 @@ for my $db (qw(dst dst2))
 {
 	my %max = map { $_ => sql($db, "SELECT coalesce(max(id), 0) FROM orch.$_") }
 	  qw(tasks events attempts commands runs);
-	my $events0 = sql($db, 'SELECT count(*) FROM orch.events');
+	my $events0 = sql($db, 'SELECT count(*) FROM orch.history');
 	my $tasks0  = sql($db, 'SELECT count(*) FROM orch.tasks');
 
 	# replays first (they must create nothing)
@@ -504,13 +504,13 @@ for my $db (qw(dst dst2))
 		"1 $t_tenant", "$db: the bound role sees only its tenant's task");
 
 	# the user table's machine is enforced and audited
-	my $art_events = sql($db, q{SELECT count(*) FROM orch.events WHERE entity <> 'task'});
+	my $art_events = sql($db, q{SELECT count(*) FROM orch.history WHERE entity <> 'task'});
 	is(sqlstate_of($node, $db, q{UPDATE articles SET status = 'draft' WHERE id = 3}),
 		'OR002', "$db: a published article is immutable (OR002)");
 	is(sqlstate_of($node, $db, q{UPDATE articles SET status = 'published' WHERE id = 1}),
 		'OR001', "$db: draft -> published is refused (OR001)");
 	sql($db, q{UPDATE articles SET status = 'review' WHERE id = 1});
-	is(sql($db, q{SELECT count(*) FROM orch.events WHERE entity <> 'task'}),
+	is(sql($db, q{SELECT count(*) FROM orch.history WHERE entity <> 'task'}),
 		$art_events + 1, "$db: an article transition writes an event");
 
 	# the workflows: definitions are still immutable once published
@@ -557,25 +557,25 @@ for my $db (qw(dst dst2))
 	my ($new_cmd) = split /\|/, sql($db, q{
 SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "ord-5531"}')});
 	cmp_ok($new_cmd, '>', $max{commands}, "$db: a new command's id is above every restored one");
-	is( sql($db, "SELECT count(*) FROM orch.events WHERE id <= $max{events}"),
-		sql('src', "SELECT count(*) FROM orch.events"),
+	is( sql($db, "SELECT count(*) FROM orch.history WHERE id <= $max{events}"),
+		sql('src', "SELECT count(*) FROM orch.history"),
 		"$db: no event was added with a restored event id");
 	is( sql($db, "SELECT count(*) FROM orch.attempts WHERE id <= $max{attempts}"),
 		sql('src', "SELECT count(*) FROM orch.attempts"),
 		"$db: no attempt was added with a restored attempt id");
 	cmp_ok(sql($db, "SELECT count(*) FROM orch.attempts WHERE id > $max{attempts}"),
 		'>=', 8, "$db: the finished executions wrote new attempt rows");
-	my $events1 = sql($db, 'SELECT count(*) FROM orch.events');
+	my $events1 = sql($db, 'SELECT count(*) FROM orch.history');
 	cmp_ok($events1, '>', $events0, "$db: the transitions after the restore wrote events");
 
 	# each transition after the restore has its event, and events agree with states
-	is( sql($db, qq{SELECT count(*) FROM orch.events
+	is( sql($db, qq{SELECT count(*) FROM orch.history
 	              WHERE to_state = 'completed' AND id > $max{events}
 	                AND task_id IN ($t_exec, $t_tool, $t_conf, $t_retry, $t_queued, $t_idem,
 	                                $t_received, $t_paused, $t_key1, $t_key2, $ct_pend, $t_run_b)}),
 		'12', "$db: one new -> completed event per task finished after the restore");
 	is( sql($db, q{SELECT count(*) FROM orch.tasks t
-	              WHERE t.state IS DISTINCT FROM (SELECT e.to_state FROM orch.events e
+	              WHERE t.state IS DISTINCT FROM (SELECT e.to_state FROM orch.history e
 	                                               WHERE e.task_id = t.id AND e.entity = 'task'
 	                                               ORDER BY e.id DESC LIMIT 1)}),
 		'0', "$db: every task's last event is its state");
@@ -586,7 +586,7 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 	sql($db, q{SELECT orch_metrics_refresh()});
 	is( sql($db, q{SELECT coalesce(sum(value), 0) FROM orch.metric_totals
 	              WHERE metric = 'finished' AND l1 = 'completed'}),
-		$src_completed + sql($db, qq{SELECT count(*) FROM orch.events
+		$src_completed + sql($db, qq{SELECT count(*) FROM orch.history
 		                             WHERE to_state = 'completed' AND entity = 'task' AND id > $max{events}}),
 		"$db: completed counter = src's + the completions after the restore");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (

@@ -96,7 +96,7 @@ is($src->safe_psql('app', q{SELECT orch_bind_tenant('rr_gone', 'ta')}), 't',
 	'src: binding the new role is a new binding');
 is(visible($src, 'app', 'rr_gone'), '{ta}|a,a', 'src: ... and it is bound to ta only');
 is( $src->safe_psql('app',
-		q{SELECT string_agg(tenant_id || ':' || note, ',') FROM orch.events
+		q{SELECT string_agg(tenant_id || ':' || note, ',') FROM orch.history
 		   WHERE entity = 'tenant_binding' AND reason_code = 'tenant_unbound' AND from_state = 'rr_gone'}),
 	'tb:role dropped',
 	"src: that call removed the dropped role's binding, audited as unbound");

@@ -166,8 +166,8 @@ CREATE TEMP TABLE rr AS SELECT * FROM orch.runs WHERE definition = 'wf40_flow';
 CREATE TEMP TABLE rs AS SELECT s.* FROM orch.run_steps s JOIN rr ON rr.id = s.run_id AND rr.tenant_id = s.tenant_id;
 CREATE TEMP TABLE qt AS SELECT * FROM orch.tasks WHERE queue = '$queue' OR run_id IN (SELECT id FROM rr);
 CREATE TEMP TABLE qa AS SELECT a.* FROM orch.attempts a JOIN qt ON qt.id = a.task_id;
-CREATE TEMP TABLE qe AS SELECT e.* FROM orch.events e JOIN qt ON qt.id = e.task_id;
-CREATE TEMP TABLE re AS SELECT e.* FROM orch.events e JOIN rr ON rr.id = e.run_id
+CREATE TEMP TABLE qe AS SELECT e.* FROM orch.history e JOIN qt ON qt.id = e.task_id;
+CREATE TEMP TABLE re AS SELECT e.* FROM orch.history e JOIN rr ON rr.id = e.run_id
    WHERE e.entity IN ('run', 'run_step');
 CREATE INDEX ON qt (id); CREATE INDEX ON qa (task_id); CREATE INDEX ON qe (task_id); CREATE INDEX ON re (run_id);
 ANALYZE rr; ANALYZE rs; ANALYZE qt; ANALYZE qa; ANALYZE qe; ANALYZE re;

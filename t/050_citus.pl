@@ -281,10 +281,10 @@ for my $t ($ta, $tb)
 	is(q1("SELECT (SELECT sum(attempts) FROM orch.tasks WHERE tenant_id = '$t')"
 			  . " - (SELECT count(*) FROM orch.attempts WHERE tenant_id = '$t')"), '0',
 		"$t: one attempt row per attempt");
-	is(q1("SELECT count(*) FROM orch.events e WHERE e.tenant_id = '$t' AND e.task_id IS NOT NULL"
+	is(q1("SELECT count(*) FROM orch.history e WHERE e.tenant_id = '$t' AND e.task_id IS NOT NULL"
 			  . " AND NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = e.task_id AND t.tenant_id = e.tenant_id)"),
 		'0', "$t: every event is under its task's tenant");
-	is(q1("SELECT count(*) FROM orch.events WHERE tenant_id = '$t' AND to_state = 'completed'"), '9',
+	is(q1("SELECT count(*) FROM orch.history WHERE tenant_id = '$t' AND to_state = 'completed'"), '9',
 		"$t: one completion event per completed task");
 
 	# the rows are where the tenant's shard is
@@ -528,8 +528,8 @@ my $wgroup = $workers[0]->safe_psql('postgres', 'SELECT groupid FROM pg_dist_loc
 ok($wid >= ($wgroup << 48) && $wid < (($wgroup + 1) << 48),
 	"a task enqueued through a worker takes that worker's id range ($wid)");
 is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.tasks'), '0', 'no two tasks share an id');
-is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.events'), '0', 'no two events share an id');
-ok(q1("SELECT count(*) FROM orch.events WHERE id >= (1::bigint << 48)") > 0,
+is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.history'), '0', 'no two events share an id');
+ok(q1("SELECT count(*) FROM orch.history WHERE id >= (1::bigint << 48)") > 0,
 	'events written by triggers on the workers use the workers\' ranges');
 
 # ---------------------------------------------------------------------------

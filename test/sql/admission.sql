@@ -178,7 +178,7 @@ SELECT pg_temp.starts('a_') AS start_order;
 -- waiting gated, being handed back and being promoted write no events of
 -- their own
 SELECT k.label, string_agg(e.from_state || '>' || e.to_state, ' ' ORDER BY e.id) AS events
-  FROM orch.events e JOIN tk k ON k.id = e.task_id
+  FROM orch.history e JOIN tk k ON k.id = e.task_id
  WHERE k.label LIKE 'a_' GROUP BY k.label ORDER BY k.label;
 
 -- A batch enqueue with one key: the first task takes the slot, the rest wait
@@ -236,7 +236,7 @@ SELECT pg_temp.act('h2', 'complete');
 SELECT pg_temp.starts('h_') AS start_order;
 -- handed back and promoted again: no events of its own, one execution
 SELECT k.label, string_agg(e.from_state || '>' || e.to_state, ' ' ORDER BY e.id) AS events
-  FROM orch.events e JOIN tk k ON k.id = e.task_id
+  FROM orch.history e JOIN tk k ON k.id = e.task_id
  WHERE k.label IN ('h1', 'h4') GROUP BY k.label ORDER BY k.label;
 
 -- A resumed task re-enters in created_at order: g1 (older) takes the slot
@@ -667,7 +667,7 @@ CREATE FUNCTION pg_temp.rstored() RETURNS text LANGUAGE sql AS $$
         (SELECT count(*) FROM orch.tasks WHERE queue = 'adm_rate'),
         (SELECT count(*) FROM orch.tasks WHERE queue = 'adm_rate' AND state = 'queued'),
         (SELECT count(*) FROM orch.tasks WHERE queue = 'adm_rate' AND state = 'failed' AND reason_code = 'rate_limited'),
-        (SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'adm_rate'),
+        (SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'adm_rate'),
         (SELECT count(*) FROM orch.rate_window WHERE queue = 'adm_rate'))
 $$;
 -- enq_states(queue, owner, n, on_rate_limit): n enqueues, one statement each;
@@ -695,7 +695,7 @@ SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids, count(id) AS not_nul
 SELECT r.n, t.state, t.reason_code, t.finished_at IS NOT NULL AS finished, t.ready_at IS NULL AS not_claimable
   FROM rate_ids r JOIN orch.tasks t ON t.id = r.id ORDER BY r.n;
 SELECT r.n, e.from_state, e.to_state, e.reason_code
-  FROM rate_ids r JOIN orch.events e ON e.task_id = r.id ORDER BY r.n, e.id;
+  FROM rate_ids r JOIN orch.history e ON e.task_id = r.id ORDER BY r.n, e.id;
 SELECT state, reason_code FROM orch_status((SELECT id FROM rate_ids WHERE n = 8));
 SELECT count(*) AS rate_limited_dead_letters
   FROM orch_dead_letters WHERE task_id IN (SELECT id FROM rate_ids);

@@ -1,5 +1,7 @@
 -- append (0.6.0): events and attempts are appended without SQL (heap
--- multi-insert, the executor's index routine).  The rows are the same as
+-- multi-insert, the executor's index routine).  From 0.8.0 a completion by
+-- orch_complete / orch_complete_batch writes no event row: its attempt row
+-- records it (event_id, actor, run_id; read through orch.history).  The rows are the same as
 -- an INSERT writes; a table the direct write cannot serve exactly as an
 -- INSERT would (here: a trigger of yours on it) gets the SQL INSERT, so
 -- your trigger fires for every row.
@@ -74,7 +76,9 @@ SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, x.k
                                           'token', a.lease_token IS NOT NULL,
                                           'started', a.started_at IS NOT NULL, 'finished', a.finished_at IS NOT NULL,
                                           'outcome', a.outcome, 'class', a.error_class, 'error', a.error,
-                                          'retry_at', a.retry_at IS NOT NULL, 'xact', a.xact IS NOT NULL)
+                                          'retry_at', a.retry_at IS NOT NULL, 'xact', a.xact IS NOT NULL,
+                                          -- a completion the attempt row records (orch.history)
+                                          'event', a.event_id IS NOT NULL, 'actor', a.actor, 'run', a.run_id)
                   FROM orch.attempts a WHERE a.task_id = t.id) x
  WHERE t.queue IN ('ap_direct', 'ap_sql');
 SELECT kind, count(*) FILTER (WHERE queue = 'ap_direct') AS direct,

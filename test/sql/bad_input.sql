@@ -9,7 +9,7 @@ RESET client_min_messages;
 CREATE FUNCTION pg_temp.snapshot() RETURNS text LANGUAGE sql AS $$
     SELECT md5(concat_ws('|',
         (SELECT string_agg(to_jsonb(x)::text, ',' ORDER BY id) FROM orch.tasks x),
-        (SELECT string_agg(to_jsonb(x)::text, ',' ORDER BY id) FROM orch.events x),
+        (SELECT string_agg(to_jsonb(x)::text, ',' ORDER BY id) FROM orch.history x),
         (SELECT string_agg(to_jsonb(x)::text, ',' ORDER BY id) FROM orch.attempts x),
         (SELECT string_agg(to_jsonb(x)::text, ',' ORDER BY name) FROM orch.queues x),
         (SELECT string_agg(to_jsonb(x)::text, ',' ORDER BY tenant_id, key) FROM orch.idempotency_keys x),

@@ -13,7 +13,7 @@ SELECT count(*) AS claimed FROM claimed;
 CREATE TEMP VIEW snapshot AS
 SELECT (SELECT count(*) FROM orch.tasks WHERE queue = 'bat' AND state = 'completed') AS completed,
        (SELECT count(*) FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'bat') AS attempts,
-       (SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'bat') AS events;
+       (SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'bat') AS events;
 SELECT * FROM snapshot;
 
 -- one stale token among valid ones: OR003, and nothing changes
@@ -47,7 +47,7 @@ SELECT orch_complete_batch((SELECT array_agg(task_id ORDER BY task_id) FROM clai
 SELECT count(*) FILTER (WHERE t.result = jsonb_build_object('i', t.id)) AS results_stored
   FROM orch.tasks t JOIN claimed c ON c.task_id = t.id;
 SELECT * FROM snapshot;
-SELECT count(*) AS completion_events FROM orch.events e JOIN claimed c ON c.task_id = e.task_id
+SELECT count(*) AS completion_events FROM orch.history e JOIN claimed c ON c.task_id = e.task_id
  WHERE e.from_state = 'executing' AND e.to_state = 'completed' AND e.label = 'bw' AND e.actor = current_user;
 -- a replay of the same batch: every task is terminal now
 SELECT pg_temp.sqlstate_of(format('SELECT orch_complete_batch(%L::bigint[], %L::uuid[])',

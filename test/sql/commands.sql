@@ -94,7 +94,7 @@ CREATE FUNCTION pg_temp.stored() RETURNS text LANGUAGE sql AS $$
                                                AND status = 'pending'),
         (SELECT count(*) FROM orch.tasks WHERE queue = current_setting('orchestrator.command_queue')
                                            AND payload ->> 'idempotency_key' LIKE 'cmdt-%'),
-        (SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id
+        (SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id
           WHERE t.queue = current_setting('orchestrator.command_queue')
             AND t.payload ->> 'idempotency_key' LIKE 'cmdt-%'))
 $$;
@@ -156,7 +156,7 @@ SELECT c.label, v.kind, v.status, v.result, v.completed_at IS NOT NULL AS comple
 -- lifecycle events and one attempt
 SELECT c.label, t.state, t.result = v.result AS same_result, t.attempts,
        (SELECT string_agg(e.from_state || '>' || e.to_state, ' ' ORDER BY e.id)
-          FROM orch.events e WHERE e.task_id = t.id) AS events
+          FROM orch.history e WHERE e.task_id = t.id) AS events
   FROM cmd c JOIN orch.tasks t ON t.id = c.task_id JOIN orch_commands v USING (command_id)
  ORDER BY c.label;
 -- replays return the recorded outcome, failed ones included

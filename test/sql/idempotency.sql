@@ -13,7 +13,7 @@ RESET client_min_messages;
 CREATE FUNCTION pg_temp.stored() RETURNS text LANGUAGE sql AS $$
     SELECT format('tasks=%s events=%s keys=%s queues=%s',
         (SELECT count(*) FROM orch.tasks WHERE queue LIKE 'i\_%'),
-        (SELECT count(*) FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue LIKE 'i\_%'),
+        (SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue LIKE 'i\_%'),
         (SELECT count(*) FROM orch.idempotency_keys k JOIN orch.tasks t ON t.id = k.task_id WHERE t.queue LIKE 'i\_%'),
         (SELECT count(*) FROM orch.queues WHERE name LIKE 'i\_%'))
 $$;

@@ -60,7 +60,7 @@ SELECT count(*) AS finished_after FROM orch_tasks WHERE queue = 'mnt' AND finish
 SELECT count(*) AS live_after FROM orch_tasks WHERE queue = 'mnt' AND finished_at IS NULL;
 SELECT count(*) AS orphan_attempts FROM orch.attempts a
  WHERE NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = a.task_id);
-SELECT count(*) AS orphan_events FROM orch.events e
+SELECT count(*) AS orphan_events FROM orch.history e
  WHERE e.entity = 'task' AND NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = e.task_id);
 
 -- 6. Bad input; scheduling without pg_cron says so.
@@ -86,12 +86,12 @@ SELECT action, count FROM orch_maintain() WHERE action IN ('tasks_purged', 'runs
 RESET orchestrator.retention;
 SELECT (SELECT count(*) FROM orch.runs WHERE id = :run_done) AS done_run,
        (SELECT count(*) FROM orch.run_steps WHERE run_id = :run_done) AS done_steps,
-       (SELECT count(*) FROM orch.events WHERE run_id = :run_done) AS done_events,
+       (SELECT count(*) FROM orch.history WHERE run_id = :run_done) AS done_events,
        (SELECT count(*) FROM orch.tasks WHERE run_id = :run_done) AS done_tasks;
 SELECT (SELECT state FROM orch.runs WHERE id = :run_open) AS open_run,
        (SELECT count(*) FROM orch.run_steps WHERE run_id = :run_open) AS open_steps,
-       (SELECT count(*) > 0 FROM orch.events WHERE run_id = :run_open AND task_id IS NULL) AS open_run_events,
+       (SELECT count(*) > 0 FROM orch.history WHERE run_id = :run_open AND task_id IS NULL) AS open_run_events,
        (SELECT count(*) FROM orch.tasks WHERE run_id = :run_open) AS open_tasks;
 -- orch_run_status still lists the open run's events, its own and its tasks'
 SELECT jsonb_array_length(orch_run_status(:run_open) -> 'events') =
-       (SELECT count(*) FROM orch.events WHERE run_id = :run_open) AS status_events_complete;
+       (SELECT count(*) FROM orch.history WHERE run_id = :run_open) AS status_events_complete;

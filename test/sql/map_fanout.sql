@@ -55,7 +55,7 @@ SELECT state, items_done, jsonb_array_length(output) AS n,
        (SELECT bool_and((e.value ->> 'i')::int = e.ord - 1) FROM jsonb_array_elements(output) WITH ORDINALITY e(value, ord)) AS in_order
   FROM orch.run_steps WHERE run_id = :run1 AND step_id = 'each';
 SELECT count(*) FILTER (WHERE to_state = 'succeeded') AS each_succeeded_events
-  FROM orch.events WHERE run_id = :run1 AND entity = 'run_step' AND note LIKE '%each%';
+  FROM orch.history WHERE run_id = :run1 AND entity = 'run_step' AND note LIKE '%each%';
 SELECT step_key FROM orch.tasks WHERE run_id = :run1 AND state = 'queued';
 
 -- 2. max_parallel: never more open items than that, on the counted path

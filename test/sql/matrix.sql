@@ -62,7 +62,7 @@ BEGIN
         FOR t IN SELECT * FROM mx_states ORDER BY ord LOOP
             tid := pg_temp.mx_make(f.st, format('mx_%s_%s', f.ord, t.ord));
             SELECT to_jsonb(x) INTO before FROM orch.tasks x WHERE x.id = tid;
-            SELECT coalesce(max(e.id), 0) INTO maxev FROM orch.events e;
+            SELECT coalesce(max(e.id), 0) INTO maxev FROM orch.history e;
             result := pg_temp.try(format(
                 'WITH u AS (UPDATE orch.tasks SET state = %L WHERE id = %s RETURNING 1) '
                 'SELECT CASE count(*) WHEN 1 THEN ''ok'' ELSE count(*) || '' rows'' END FROM u',
@@ -71,7 +71,7 @@ BEGIN
             SELECT count(*), coalesce(bool_and(e.task_id = tid AND e.entity = 'task'
                                                AND e.from_state = f.st AND e.to_state = t.st), true)
               INTO events, events_ok
-              FROM orch.events e WHERE e.id > maxev;
+              FROM orch.history e WHERE e.id > maxev;
             intact := before = after;
             from_state := f.st;
             to_state := t.st;
@@ -121,7 +121,7 @@ CREATE FUNCTION pg_temp.mx_upd(st text, set_clause text) RETURNS text LANGUAGE s
         set_clause, (SELECT id FROM mx_t WHERE mx_t.st = $1)))
 $$;
 
-SELECT coalesce(max(id), 0) AS ev0 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev0 FROM orch.history \gset
 
 -- Non-terminal: a self-transition may change other columns; no event.
 SELECT pg_temp.mx_upd('queued', 'state = ''queued'', priority = 7') AS queued_self_prio,
@@ -130,7 +130,7 @@ SELECT pg_temp.mx_upd('queued', 'state = ''queued'', priority = 7') AS queued_se
        pg_temp.mx_upd('received', 'payload = ''{"changed": 1}''') AS received_payload;
 SELECT st, priority, last_error, payload FROM mx_t JOIN orch.tasks t USING (id)
  WHERE st IN ('queued', 'executing', 'awaiting_tool', 'received') ORDER BY st;
-SELECT count(*) AS events_written FROM orch.events WHERE id > :ev0;
+SELECT count(*) AS events_written FROM orch.history WHERE id > :ev0;
 
 -- Terminal: accepted only when no column changes; anything else is OR002.
 SELECT st,
@@ -141,7 +141,7 @@ SELECT st,
        pg_temp.mx_upd(st, 'last_error = ''tampered''') AS error_change,
        pg_temp.mx_upd(st, 'run_at = run_at + interval ''1 day''') AS run_at_change
   FROM mx_t WHERE st IN ('completed', 'failed', 'cancelled') ORDER BY st;
-SELECT count(*) AS events_written FROM orch.events WHERE id > :ev0;
+SELECT count(*) AS events_written FROM orch.history WHERE id > :ev0;
 SELECT st, t.priority, t.result IS NULL OR t.result <> '{"tampered": true}' AS result_kept,
        t.last_error IS DISTINCT FROM 'tampered' AS error_kept
   FROM mx_t JOIN orch.tasks t USING (id)
@@ -163,7 +163,7 @@ SELECT pg_temp.try(format('WITH d AS (DELETE FROM orch.tasks WHERE id = %s RETUR
 -- ---------------------------------------------------------------------------
 -- Initial states on INSERT: received, queued, failed only.
 -- ---------------------------------------------------------------------------
-SELECT coalesce(max(id), 0) AS ev0 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev0 FROM orch.history \gset
 SELECT st AS initial_state,
        pg_temp.try(format(
            'WITH i AS (INSERT INTO orch.tasks (queue, state, payload) VALUES (''mx_insert'', %L, ''{}'') RETURNING 1) '

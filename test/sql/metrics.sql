@@ -101,7 +101,7 @@ SELECT t.task_id, t.tenant_id, t.queue, t.payload ->> 'n' AS n, t.state, t.reaso
 -- after maintain's own fold, in its transaction), a7 (2), a8, a9 (1 each),
 -- b1 (4), b2 (1), r1, r2 (1 each) = 13.
 SELECT orch_metrics_refresh() AS folded;
-SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) AS rows_written,
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) AS rows_written,
        folded_total FROM orch.metric_state;
 -- Live: default/m_a has a8 and a9 queued (a8 ready, a9 delayed), a7
 -- executing, a4 and a6 dead letters.  Totals: 9 enqueued; 7 claims (a1, a2,
@@ -181,7 +181,7 @@ SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS comple
 CREATE TEMP TABLE d_rows AS
 SELECT 'attempt' AS kind, a.id, a.xact FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'm_d'
 UNION ALL
-SELECT 'event', e.id, e.xact FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'm_d';
+SELECT 'event', e.id, e.xact FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'm_d';
 UPDATE orch.attempts a SET started_at = a.finished_at - make_interval(secs => (t.payload ->> 'i')::int)
   FROM orch.tasks t WHERE t.id = a.task_id AND t.queue = 'm_d';
 UPDATE orch.events e
@@ -193,7 +193,7 @@ UPDATE orch.events e
 SELECT count(*) AS rows, count(*) FILTER (WHERE x.xact IS DISTINCT FROM d.xact) AS xact_changed
   FROM d_rows d
   JOIN (SELECT 'attempt' AS kind, id, xact FROM orch.attempts UNION ALL
-        SELECT 'event', id, xact FROM orch.events) x USING (kind, id);
+        SELECT 'event', id, xact FROM orch.history) x USING (kind, id);
 -- 100 enqueue events + 100 claim events + 100 completion events + 100 attempts
 SELECT orch_metrics_refresh() AS folded;
 SELECT queue, step_type, kind, samples, round(mean_seconds::numeric, 3) AS mean,
@@ -270,7 +270,7 @@ SELECT orch_metrics_refresh() AS folded_after_rollback;
 UPDATE orch.events SET note = coalesce(note, '') WHERE tenant_id = 't3';
 SELECT orch_metrics_refresh() AS folded_after_update;
 SELECT * FROM pg_temp.prom('^orch_(tasks_enqueued|executions_started)_total\{tenant="t3"');
-SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) AS rows_written,
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) AS rows_written,
        folded_total FROM orch.metric_state;
 
 -- ---------------------------------------------------------------------------
@@ -412,7 +412,7 @@ SELECT run_id = :w3 AS is_w3, state, correlation_id FROM orch_runs WHERE run_id 
 -- bad values: 22023, nothing stored
 CREATE TEMP TABLE counts0 AS
 SELECT (SELECT count(*) FROM orch.tasks) AS tasks, (SELECT count(*) FROM orch.runs) AS runs,
-       (SELECT count(*) FROM orch.events) AS events;
+       (SELECT count(*) FROM orch.history) AS events;
 SELECT pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => '')$$) AS empty,
        pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => repeat('x', 201))$$) AS too_long,
        pg_temp.try($$SELECT orch_enqueue('m_c', '{}', correlation_id => E'a\nb')$$) AS newline,
@@ -423,7 +423,7 @@ SELECT pg_temp.try($$SELECT count(*) FROM orch_enqueue_batch('m_c', ARRAY['{}']:
        pg_temp.try($$SELECT orch_start('m_wf', '{}', correlation_id => '')$$) AS start_empty,
        pg_temp.try($$SELECT orch_start('m_wf', '{}', correlation_id => E'\r')$$) AS start_control;
 SELECT (SELECT count(*) FROM orch.tasks) - tasks AS new_tasks, (SELECT count(*) FROM orch.runs) - runs AS new_runs,
-       (SELECT count(*) FROM orch.events) - events AS new_events
+       (SELECT count(*) FROM orch.history) - events AS new_events
   FROM counts0;
 -- exactly 200 characters is fine
 SELECT orch_enqueue('m_c', '{"n": "k200"}', correlation_id => repeat('x', 200)) AS k200 \gset
@@ -434,7 +434,7 @@ SELECT length(correlation_id) AS chars FROM orch_tasks WHERE task_id = :k200;
 -- orch_retry_run's audit event on the old run (failed -> failed, reason
 -- "retried") is not a finish: w2 counts as failed once.
 SELECT orch_metrics_refresh() > 0 AS folded;
-SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded
   FROM orch.metric_state;
 SELECT * FROM pg_temp.prom('^orch_runs_finished_total');
 SELECT * FROM pg_temp.prom('^orch_(attempt_duration|queue_wait)_seconds_count\{tenant="default",queue="m_wfq"');
@@ -603,7 +603,7 @@ SELECT * FROM pg_temp.prom('^orch_(review_items|approvals_waiting|runs)\{tenant=
 -- runs finished: m_wf w1, w3 succeeded, w2, w4 failed (their re-runs add
 -- no finish: the "retried" event on a failed run is failed -> failed)
 SELECT * FROM pg_temp.prom('^orch_runs_finished_total');
-SELECT (SELECT count(*) FROM orch.events) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded_once
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded_once
   FROM orch.metric_state;
 -- 9. orch_duration_stats refuses a window it cannot answer.
 SELECT pg_temp.try($$SELECT count(*) FROM orch_duration_stats(NULL)$$) AS null_since,

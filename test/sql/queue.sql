@@ -147,14 +147,14 @@ SELECT ord, kind, pg_temp.make(kind, 'q_cancel_' || ord)
        WITH ORDINALITY AS k(kind, ord);
 SELECT kind, t.state, t.retry_at IS NOT NULL AS has_retry_at
   FROM cx JOIN orch.tasks t USING (id) ORDER BY ord;
-SELECT coalesce(max(id), 0) AS ev0 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev0 FROM orch.history \gset
 CREATE TEMP TABLE cx_before AS SELECT t.* FROM orch.tasks t WHERE id IN (SELECT id FROM cx);
 CREATE TEMP TABLE cx_result AS
 SELECT ord, kind, pg_temp.try(format('SELECT orch_cancel(%s, %L)', id, 'cancelled while ' || kind)) AS result
   FROM cx ORDER BY ord;
 SELECT r.kind, r.result, t.state, CASE WHEN r.result = 'cancelled' THEN t.reason_code END AS reason_code,
        (SELECT string_agg(e.from_state || '>' || e.to_state || ' note=' || coalesce(e.note, '<null>'), '; ')
-          FROM orch.events e WHERE e.task_id = t.id AND e.id > :ev0) AS new_events,
+          FROM orch.history e WHERE e.task_id = t.id AND e.id > :ev0) AS new_events,
        CASE WHEN r.result <> 'cancelled'
             THEN to_jsonb(t) = (SELECT to_jsonb(b) FROM cx_before b WHERE b.id = t.id) END AS unchanged
   FROM cx_result r JOIN cx USING (ord) JOIN orch.tasks t ON t.id = cx.id
@@ -175,7 +175,7 @@ SELECT state FROM orch_status(pg_temp.tid('executing'));
 -- ---------------------------------------------------------------------------
 CREATE TEMP TABLE term_before AS
 SELECT t.* FROM orch.tasks t WHERE id IN (SELECT id FROM cx WHERE kind IN ('completed', 'failed', 'cancelled'));
-SELECT coalesce(max(id), 0) AS ev0 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev0 FROM orch.history \gset
 SELECT kind,
        pg_temp.call('SELECT orch_complete(%s, %s, ''{"again": true}'')', id, t.lease_token) AS complete,
        pg_temp.call('SELECT state FROM orch_fail(%s, %s, ''TRANSIENT'')', id, t.lease_token) AS fail,
@@ -186,7 +186,7 @@ SELECT kind,
   FROM cx JOIN orch.tasks t USING (id) WHERE kind IN ('completed', 'failed') ORDER BY ord;
 SELECT count(*) AS changed_rows
   FROM term_before b JOIN orch.tasks t USING (id) WHERE to_jsonb(b) <> to_jsonb(t);
-SELECT count(*) AS new_events FROM orch.events WHERE id > :ev0;
+SELECT count(*) AS new_events FROM orch.history WHERE id > :ev0;
 SELECT result FROM orch_status((SELECT id FROM cx WHERE kind = 'completed'));
 
 -- ---------------------------------------------------------------------------
@@ -203,7 +203,7 @@ SELECT tag, task_id = :lease_task AS same_task, attempt, worker
   FROM claims WHERE tag IN ('lease1', 'lease2') ORDER BY seq;
 SELECT count(DISTINCT guard) AS distinct_guards, count(DISTINCT lease_token) AS distinct_tokens
   FROM claims WHERE tag IN ('lease1', 'lease2');
-SELECT coalesce(max(id), 0) AS ev0 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev0 FROM orch.history \gset
 CREATE TEMP TABLE lease_before AS SELECT * FROM orch.tasks WHERE id = :lease_task;
 SELECT pg_temp.call('SELECT orch_complete(%s, %s)', :lease_task, pg_temp.tok('lease1')) AS complete_stale,
        pg_temp.call('SELECT state FROM orch_fail(%s, %s, ''TRANSIENT'')', :lease_task, pg_temp.tok('lease1')) AS fail_stale,
@@ -211,7 +211,7 @@ SELECT pg_temp.call('SELECT orch_complete(%s, %s)', :lease_task, pg_temp.tok('le
        pg_temp.call('SELECT orch_await_tool(%s, %s)', :lease_task, pg_temp.tok('lease1')) AS await_tool_stale,
        pg_temp.call('SELECT orch_await_confirmation(%s, %s)', :lease_task, pg_temp.tok('lease1')) AS await_conf_stale,
        pg_temp.call('SELECT orch_complete(%s, %s)', :lease_task, NULL) AS complete_random;
-SELECT to_jsonb(b) = to_jsonb(t) AS unchanged, (SELECT count(*) FROM orch.events WHERE id > :ev0) AS new_events
+SELECT to_jsonb(b) = to_jsonb(t) AS unchanged, (SELECT count(*) FROM orch.history WHERE id > :ev0) AS new_events
   FROM lease_before b JOIN orch.tasks t USING (id);
 SELECT state, attempts, failures, lease_owner FROM orch_status(:lease_task);
 SELECT pg_temp.call('SELECT orch_complete(%s, %s, ''{"by": "worker-2"}'')', :lease_task, pg_temp.tok('lease2')) AS complete_current;
@@ -263,7 +263,7 @@ SELECT state FROM orch_status(:tool_task);
 SELECT pg_temp.claim('tool2', 'q_tool', 'tool-worker') AS claimed;
 SELECT task_id = :tool_task AS same_task, attempt, resume_data FROM claims WHERE tag = 'tool2';
 SELECT pg_temp.call('SELECT orch_complete(%s, %s, ''{"final": 1}'')', :tool_task, pg_temp.tok('tool2')) AS complete;
-SELECT count(*) AS tool_resumed_events FROM orch.events WHERE task_id = :tool_task AND reason_code = 'tool_resumed';
+SELECT count(*) AS tool_resumed_events FROM orch.history WHERE task_id = :tool_task AND reason_code = 'tool_resumed';
 SELECT attempt, outcome FROM orch_attempts WHERE task_id = :tool_task ORDER BY attempt;
 -- A retry-waiting task is not waiting for a tool.
 SELECT pg_temp.call('SELECT orch_resume(%s, ''{}'')', (SELECT id FROM cx WHERE kind = 'retry_wait')) AS resume_cancelled_retry_wait;
@@ -285,14 +285,14 @@ SELECT orch_confirm(:ok_task, true, 'alice', 'looks good');
 SELECT pg_temp.claim('conf2', 'q_conf', 'conf-worker') AS claimed;
 SELECT task_id = :ok_task AS same_task, attempt, resume_data FROM claims WHERE tag = 'conf2';
 SELECT pg_temp.call('SELECT orch_complete(%s, %s)', :ok_task, pg_temp.tok('conf2')) AS complete;
-SELECT count(*) AS approved_events FROM orch.events WHERE task_id = :ok_task AND reason_code = 'confirmation_approved';
+SELECT count(*) AS approved_events FROM orch.history WHERE task_id = :ok_task AND reason_code = 'confirmation_approved';
 
 SELECT orch_enqueue('q_conf', '{"job": "reject me"}') AS no_task \gset
 SELECT pg_temp.claim('conf3', 'q_conf', 'conf-worker') AS claimed;
 SELECT pg_temp.call('SELECT orch_await_confirmation(%s, %s)', :no_task, pg_temp.tok('conf3')) AS await_conf;
 SELECT orch_confirm(:no_task, false, 'bob', 'not now');
 SELECT state, reason_code FROM orch_status(:no_task);
-SELECT from_state, to_state, reason_code FROM orch.events
+SELECT from_state, to_state, reason_code FROM orch.history
  WHERE task_id = :no_task AND to_state = 'failed';
 SELECT pg_temp.claim('conf4', 'q_conf', 'conf-worker') AS claimable_after_reject;
 SELECT pg_temp.call('SELECT orch_confirm(%s, true)', :no_task) AS confirm_again;
@@ -329,7 +329,7 @@ SELECT from_state, to_state FROM orch_history(:h_task)
 SELECT attempt, outcome, label AS worker, actor IS NULL AS no_role_on_attempts FROM orch_history(:h_task) WHERE kind = 'attempt';
 SELECT count(*) AS rows_out_of_time_order
   FROM (SELECT at, lag(at) OVER () AS prev FROM orch_history(:h_task)) h WHERE at < prev;
-SELECT count(*) = (SELECT count(*) FROM orch.events WHERE task_id = :h_task)
+SELECT count(*) = (SELECT count(*) FROM orch.history WHERE task_id = :h_task)
                 + (SELECT count(*) FROM orch.attempts WHERE task_id = :h_task) AS history_is_complete
   FROM orch_history(:h_task);
 SELECT pg_temp.try('SELECT state FROM orch_status(-42)') AS status_unknown,

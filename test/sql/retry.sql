@@ -342,7 +342,7 @@ SELECT rt.label,
                                               'not_safe_to_retry', 'confirmation_rejected', 'confirmation_approved',
                                               'tool_resumed', 'cancelled', 'terminal_immutable')
                        THEN e.reason_code ELSE '*' END, ' ' ORDER BY e.id) AS events
-  FROM rt JOIN orch.events e ON e.task_id = rt.id
+  FROM rt JOIN orch.history e ON e.task_id = rt.id
  WHERE e.to_state IS DISTINCT FROM 'executing' AND e.from_state IS DISTINCT FROM e.to_state
  GROUP BY rt.ord, rt.label ORDER BY rt.ord;
 SELECT rt.label, t.state, t.reason_code, t.attempts, t.failures

@@ -20,7 +20,7 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE;
 END $$;
 
-SELECT coalesce(max(id), 0) AS ev0 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev0 FROM orch.history \gset
 
 -- ---------------------------------------------------------------------------
 -- 1. A door: closed <-> open, closed <-> locked, closed -> scrapped (terminal).
@@ -64,13 +64,13 @@ LANGUAGE plpgsql AS $$
 DECLARE w record; e0 bigint;
 BEGIN
     FOR w IN SELECT * FROM walk ORDER BY walk.n LOOP
-        SELECT coalesce(max(e.id), 0) INTO e0 FROM orch.events e;
+        SELECT coalesce(max(e.id), 0) INTO e0 FROM orch.history e;
         step := w.n;
         sql := w.stmt;
         result := pg_temp.dml(w.stmt);
         SELECT d.status, d.note INTO status, note FROM sm_doors d WHERE d.id = 1;
         IF NOT FOUND THEN status := '<deleted>'; note := NULL; END IF;
-        SELECT count(*) INTO events FROM orch.events e WHERE e.id > e0;
+        SELECT count(*) INTO events FROM orch.history e WHERE e.id > e0;
         RETURN NEXT;
     END LOOP;
 END $$;
@@ -80,19 +80,19 @@ SELECT * FROM pg_temp.walk();
 -- schema-qualified).
 SELECT to_regclass(entity) = 'sm_doors'::regclass AS entity_is_table, from_state, to_state,
        task_id IS NULL AS no_task, actor = current_user AS actor_ok
-  FROM orch.events WHERE id > :ev0 AND from_state IS NOT NULL ORDER BY id;
+  FROM orch.history WHERE id > :ev0 AND from_state IS NOT NULL ORDER BY id;
 
 -- ---------------------------------------------------------------------------
 -- 2. Multi-row statements: every row is checked; one refusal undoes all.
 -- ---------------------------------------------------------------------------
 INSERT INTO sm_doors VALUES (10, 'closed'), (11, 'closed'), (12, 'closed');
-SELECT coalesce(max(id), 0) AS ev1 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev1 FROM orch.history \gset
 SELECT pg_temp.dml($$UPDATE sm_doors SET status = 'open' WHERE id IN (10, 11)$$) AS open_two;
 SELECT pg_temp.dml($$UPDATE sm_doors SET status = 'locked' WHERE id IN (10, 11)$$) AS lock_open_ones;
 SELECT pg_temp.dml($$UPDATE sm_doors SET status = 'locked' WHERE id IN (11, 12)$$) AS lock_mixed;
 SELECT pg_temp.dml($$UPDATE sm_doors SET status = 'closed' WHERE id IN (10, 12)$$) AS close_one_keep_one;
 SELECT id, status FROM sm_doors WHERE id >= 10 ORDER BY id;
-SELECT from_state, to_state, count(*) FROM orch.events WHERE id > :ev1
+SELECT from_state, to_state, count(*) FROM orch.history WHERE id > :ev1
  GROUP BY from_state, to_state ORDER BY from_state, to_state;
 
 -- ---------------------------------------------------------------------------
@@ -102,7 +102,7 @@ SELECT from_state, to_state, count(*) FROM orch.events WHERE id > :ev1
 CREATE TABLE sm_tickets (id int PRIMARY KEY, "Phase" text);
 SELECT orch_create_state_machine('sm_ticket', '{"new": ["doing"], "doing": ["done", "new"], "done": []}');
 SELECT orch_attach_state_machine('sm_tickets', 'Phase', 'sm_ticket');
-SELECT coalesce(max(id), 0) AS ev2 FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev2 FROM orch.history \gset
 SELECT pg_temp.dml($$INSERT INTO sm_tickets VALUES (1, 'new')$$) AS insert_new,
        pg_temp.dml($$INSERT INTO sm_tickets VALUES (2, 'doing')$$) AS insert_doing,
        pg_temp.dml($$INSERT INTO sm_tickets VALUES (3, 'done')$$) AS insert_done,
@@ -112,7 +112,7 @@ SELECT pg_temp.dml($$UPDATE sm_tickets SET "Phase" = 'done' WHERE id = 1$$) AS n
        pg_temp.dml($$UPDATE sm_tickets SET "Phase" = 'new' WHERE id = 3$$) AS done_to_new;
 SELECT id, "Phase" FROM sm_tickets ORDER BY id;
 SELECT to_regclass(entity) = 'sm_tickets'::regclass AS entity_is_table, from_state, to_state
-  FROM orch.events WHERE id > :ev2 AND from_state IS NOT NULL ORDER BY id;
+  FROM orch.history WHERE id > :ev2 AND from_state IS NOT NULL ORDER BY id;
 -- The door machine is not affected by the ticket machine and vice versa.
 SELECT pg_temp.dml($$UPDATE sm_doors SET status = 'doing' WHERE id = 10$$) AS door_to_ticket_state;
 

@@ -82,7 +82,7 @@ SELECT orch_complete(task_id, lease_token) FROM up8_claim;
 -- the freed slot admitted the second task in the same statement
 SELECT payload ->> 'n' AS n, state, gated, ready_at IS NOT NULL AS claimable
   FROM orch.tasks WHERE queue = 'stale_keys' ORDER BY id;
-SELECT from_state, to_state, reason_code FROM orch.events
+SELECT from_state, to_state, reason_code FROM orch.history
  WHERE task_id = (SELECT task_id FROM up8_claim) ORDER BY id;
 SELECT count(*) AS claimed FROM orch_dequeue('stale_keys', 'w', 10);
 -- 0.5.0 -> 0.6.0: the functions run without JIT (a generic plan costed

@@ -25,7 +25,7 @@ LANGUAGE sql AS $$
 $$;
 -- n_audit(run): how many events and approvals the run has
 CREATE FUNCTION pg_temp.n_audit(run bigint) RETURNS text LANGUAGE sql AS $$
-    SELECT (SELECT count(*) FROM orch.events WHERE run_id = run) || ' events, ' ||
+    SELECT (SELECT count(*) FROM orch.history WHERE run_id = run) || ' events, ' ||
            (SELECT count(*) FROM orch.approvals WHERE run_id = run) || ' approvals'
 $$;
 -- err(sql): the error it raised: SQLSTATE, message (run ids masked), detail, hint
@@ -308,7 +308,7 @@ SELECT sqlstate, regexp_replace(message, 'task \d+', 'task N') AS message, regex
 SELECT sqlstate FROM pg_temp.err(format('SELECT orch_confirm(%s, false, ''bob'')', :a1t));
 SELECT sqlstate, regexp_replace(message, 'task \d+', 'task N') AS message
   FROM pg_temp.err(format('SELECT orch_cancel(%s)', :a1t));
-SELECT pg_temp.at(:a1t), (SELECT count(*) FROM orch.events WHERE task_id = :a1t) AS events;
+SELECT pg_temp.at(:a1t), (SELECT count(*) FROM orch.history WHERE task_id = :a1t) AS events;
 
 -- c: approved: the approver takes the task (a second attempt) and completes
 --    it with the decision as its result; the run goes on

@@ -223,14 +223,14 @@ SELECT orch_define('ws_order', '{"input_schema": {"required": ["order_id"],
 SELECT orch_publish('ws_order', 1) IS NOT NULL AS published;
 SELECT count(*) AS runs_before FROM orch.runs \gset
 SELECT count(*) AS tasks_before FROM orch.tasks \gset
-SELECT count(*) AS events_before FROM orch.events \gset
+SELECT count(*) AS events_before FROM orch.history \gset
 \set VERBOSITY default
 SELECT orch_start('ws_order', '{"order_id": 0}');
 SELECT orch_start('ws_order', '{"email": "a@b"}', idempotency_key => 'ws-1');
 SELECT orch_start('ws_order', '[{"order_id": 1}]');
 \set VERBOSITY terse
 SELECT count(*) - :runs_before AS runs, (SELECT count(*) FROM orch.tasks) - :tasks_before AS tasks,
-       (SELECT count(*) FROM orch.events) - :events_before AS events FROM orch.runs;
+       (SELECT count(*) FROM orch.history) - :events_before AS events FROM orch.runs;
 -- the key was not taken by the refused call
 SELECT orch_start('ws_order', '{"order_id": 1, "email": "a@b"}', idempotency_key => 'ws-1') > 0 AS started;
 SELECT orch_define('ws_list', '{"input_schema": {"type": "array", "items": {"type": "string"}},

@@ -41,7 +41,7 @@ SELECT count(*) AS join_tasks FROM orch.tasks WHERE run_id = :run2 AND step_key 
 SELECT state, reason_code FROM orch.runs WHERE id = :run2;
 -- the error says how large, not what: no output content in it
 SELECT position('xxx' IN error) = 0 AS no_content FROM orch.run_steps WHERE run_id = :run2 AND step_id = 'join';
-SELECT from_state, to_state, reason_code FROM orch.events
+SELECT from_state, to_state, reason_code FROM orch.history
  WHERE run_id = :run2 AND entity = 'run_step' AND note = 'join' ORDER BY id;
 RESET orchestrator.max_step_input_size;
 -- bad values of the setting
@@ -70,7 +70,7 @@ SELECT (SELECT count FROM orch_maintain() WHERE action = 'runs_purged') >= 1 AS 
 RESET orchestrator.retention;
 SELECT (SELECT count(*) FROM orch.runs WHERE id = :g1) AS run_left,
        (SELECT count(*) FROM orch.run_steps WHERE run_id = :g1) AS steps_left,
-       (SELECT count(*) FROM orch.events WHERE run_id = :g1) AS events_left,
+       (SELECT count(*) FROM orch.history WHERE run_id = :g1) AS events_left,
        (SELECT count(*) FROM orch.approvals WHERE run_id = :g1) AS approvals_left;
 -- free again: the reference now decides the second run
 SELECT orch_approve(:g2, 'gate', 'WSZ-REF-1', 'bob') AS decided;
