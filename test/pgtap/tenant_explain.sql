@@ -165,7 +165,7 @@ INSERT INTO probes (v, pred, val, other) VALUES
 -- each value is ta's (or, for the maintenance log, every tenant's) indeed
 SELECT is((SELECT count(*) FROM orch.tasks WHERE idempotency_key = 'ta-idem-5' AND tenant_id = 'ta'), 1::bigint,
           'fixture: ta holds the idempotency key ta-idem-5');
-SELECT cmp_ok((SELECT count(*) FROM orch.events WHERE label = 'ta-worker' AND tenant_id = 'ta'), '>', 0::bigint,
+SELECT cmp_ok((SELECT count(*) FROM orch.history WHERE label = 'ta-worker' AND tenant_id = 'ta'), '>', 0::bigint,
               'fixture: ta''s events carry the worker label ta-worker');
 SELECT is((SELECT count(*) FROM orch.tenant_bindings WHERE role::text = 'tx_secret_role_a' AND tenant_id = 'ta'), 1::bigint,
           'fixture: tx_secret_role_a is bound to ta');

@@ -95,7 +95,7 @@ SELECT set_eq($$SELECT role::text, tenant_id FROM orch_tenant_bindings$$,
               $$SELECT r.role::text, b FROM tt_roles r, unnest(r.bind) b
                 UNION ALL VALUES ('g_tenant_a', 'ta'), ('t_spare_bound', 'ta'), ('t_spare_bound', 'tb')$$,
               'orch_tenant_bindings lists exactly the bindings');
-SELECT is((SELECT count(*) FROM orch.events WHERE entity = 'tenant_binding' AND reason_code = 'tenant_bound'
+SELECT is((SELECT count(*) FROM orch.history WHERE entity = 'tenant_binding' AND reason_code = 'tenant_bound'
               AND actor = 'postgres'),
           (SELECT count(*) FROM orch.tenant_bindings),
           'every new binding is audited (one tenant_bound event each, actor = the binding role)');
@@ -554,11 +554,11 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      '{"*": "00000:true|ta=awaiting_tool,tb=awaiting_tool"}'),
     ('orch_bind_tenant', 'global', NULL, 'bind a role to a tenant',
      $q$SELECT orch_bind_tenant('t_spare', 'tz')$q$,
-     $q$SELECT actor || '/' || tenant_id FROM orch.events WHERE reason_code = 'tenant_bound' ORDER BY id DESC LIMIT 1$q$,
+     $q$SELECT actor || '/' || tenant_id FROM orch.history WHERE reason_code = 'tenant_bound' ORDER BY id DESC LIMIT 1$q$,
      '{"*": "00000:true|{role}/tz"}'),
     ('orch_unbind_tenant', 'global', NULL, 'unbind a role from a tenant',
      $q$SELECT orch_unbind_tenant('t_spare_bound', 'ta')$q$,
-     $q$SELECT actor || '/' || tenant_id FROM orch.events WHERE reason_code = 'tenant_unbound' ORDER BY id DESC LIMIT 1$q$,
+     $q$SELECT actor || '/' || tenant_id FROM orch.history WHERE reason_code = 'tenant_unbound' ORDER BY id DESC LIMIT 1$q$,
      '{"*": "00000:true|{role}/ta"}'),
     -- pg_cron is not installed in this database: 55000 for an unrestricted
     -- admin; a bound admin may not schedule work that spans tenants
@@ -768,7 +768,7 @@ CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
     SELECT jsonb_object_agg(k, h) FROM (
         SELECT tenant_id AS k, md5(string_agg(x, E'\n' ORDER BY x)) AS h FROM (
             SELECT tenant_id, 'T' || to_jsonb(t)::text AS x FROM orch.tasks t
-            UNION ALL SELECT tenant_id, 'E' || to_jsonb(e)::text FROM orch.events e
+            UNION ALL SELECT tenant_id, 'E' || to_jsonb(e)::text FROM orch.history e
             UNION ALL SELECT tenant_id, 'A' || to_jsonb(a)::text FROM orch.attempts a
             UNION ALL SELECT tenant_id, 'C' || to_jsonb(c)::text FROM orch.commands c
             UNION ALL SELECT tenant_id, 'I' || to_jsonb(i)::text FROM orch.idempotency_keys i
@@ -880,7 +880,7 @@ END $$;
 CREATE TEMP TABLE tt_views (view text, raw text);
 INSERT INTO tt_views VALUES
     ('orch_tasks', 'SELECT tenant_id FROM orch.tasks'),
-    ('orch_events', 'SELECT tenant_id FROM orch.events'),
+    ('orch_events', 'SELECT tenant_id FROM orch.history'),
     ('orch_attempts', 'SELECT tenant_id FROM orch.attempts'),
     ('orch_commands', 'SELECT tenant_id FROM orch.commands'),
     ('orch_runs', 'SELECT tenant_id FROM orch.runs'),
@@ -961,12 +961,12 @@ SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_maintenance_log'),
 -- ---------------------------------------------------------------------------
 -- 5. Lease tokens are secrets: only orch_admin members read them.
 -- ---------------------------------------------------------------------------
-SELECT cmp_ok((SELECT count(*) FROM orch.events WHERE lease_token IS NOT NULL AND tenant_id = t), '>', 0::bigint,
+SELECT cmp_ok((SELECT count(*) FROM orch.history WHERE lease_token IS NOT NULL AND tenant_id = t), '>', 0::bigint,
               'fixture: events of ' || t || ' carry lease tokens')
   FROM unnest(ARRAY['ta', 'tb']) t;
 SELECT is(pg_temp.as_role(role, 'SELECT count(lease_token) FROM orch_events'),
           CASE WHEN kind = 'nobody' THEN '42501'
-               WHEN kind = 'admin' THEN (SELECT count(lease_token) FROM orch.events WHERE eff IS NULL OR tenant_id = ANY (eff))::text
+               WHEN kind = 'admin' THEN (SELECT count(lease_token) FROM orch.history WHERE eff IS NULL OR tenant_id = ANY (eff))::text
                ELSE '0' END,
           role || CASE WHEN kind = 'admin' THEN ' reads' ELSE ' does not read' END || ' the lease tokens of orch_events')
   FROM tt_roles ORDER BY ord;
@@ -1002,7 +1002,7 @@ SELECT is(pg_temp.as_role('t_worker_a',
 -- 6. Events: actor is the role the call acted for (current role, not
 --    session_user), label the name the caller gave.
 -- ---------------------------------------------------------------------------
-SELECT coalesce(max(id), 0) AS ev_mark FROM orch.events \gset
+SELECT coalesce(max(id), 0) AS ev_mark FROM orch.history \gset
 CREATE TEMP TABLE tt_actor (what text, task_id bigint, token uuid);
 GRANT ALL ON tt_actor TO PUBLIC;
 SET LOCAL ROLE t_producer_a;
@@ -1017,7 +1017,7 @@ SELECT is((SELECT array_agg(task_id ORDER BY what) FROM tt_actor),
           array_fill((SELECT task_id FROM tt_actor WHERE what = 'enqueued'), ARRAY[3]),
           't_worker_a claimed and completed the task t_producer_a enqueued');
 SELECT results_eq(
-    format('SELECT from_state, to_state, actor, label, tenant_id FROM orch.events WHERE task_id = %s ORDER BY id',
+    format('SELECT from_state, to_state, actor, label, tenant_id FROM orch.history WHERE task_id = %s ORDER BY id',
            (SELECT task_id FROM tt_actor WHERE what = 'enqueued')),
     $$VALUES ('received'::text, 'queued'::text, 't_producer_a'::text, NULL::text, 'ta'::text),
              ('queued', 'executing', 't_worker_a', 'worker-A1', 'ta'),
@@ -1055,7 +1055,7 @@ SELECT orch_confirm(pg_temp.fx('conf', 'ta'), true, 'alice', 'looks fine') AS co
 RESET ROLE;
 SELECT is(:'confirmed'::text, 'awaiting_user_confirmation', 't_approver_a approved the ta task');
 SELECT results_eq(
-    format('SELECT actor, label, note, reason_code FROM orch.events WHERE task_id = %s AND id > %s ORDER BY id',
+    format('SELECT actor, label, note, reason_code FROM orch.history WHERE task_id = %s AND id > %s ORDER BY id',
            pg_temp.fx('conf', 'ta'), :ev_mark),
     $$VALUES ('t_approver_a'::text, 'alice'::text, 'looks fine'::text, 'confirmation_approved'::text)$$,
     'orch_confirm: actor is the approver role, the actor argument is the label');
@@ -1065,7 +1065,7 @@ SET LOCAL ROLE t_producer_b;
 SELECT orch_cancel(pg_temp.fx('queued', 'tb'), 'no longer needed') AS cancelled \gset
 RESET ROLE;
 SELECT results_eq(
-    format('SELECT actor, label, note, to_state FROM orch.events WHERE task_id = %s AND id > %s ORDER BY id',
+    format('SELECT actor, label, note, to_state FROM orch.history WHERE task_id = %s AND id > %s ORDER BY id',
            pg_temp.fx('queued', 'tb'), :ev_mark),
     $$VALUES ('t_producer_b'::text, NULL::text, 'no longer needed'::text, 'cancelled'::text)$$,
     'orch_cancel: actor is the producer role, the reason is the note');
@@ -1073,7 +1073,7 @@ SET LOCAL ROLE t_worker_b;
 SELECT f.state AS failed FROM orch_fail(pg_temp.fx('exec', 'tb'), pg_temp.tok('exec', 'tb'), 'NON_RETRYABLE', 'broken') f \gset
 RESET ROLE;
 SELECT results_eq(
-    format('SELECT actor, label, to_state FROM orch.events WHERE task_id = %s AND id > %s ORDER BY id',
+    format('SELECT actor, label, to_state FROM orch.history WHERE task_id = %s AND id > %s ORDER BY id',
            pg_temp.fx('exec', 'tb'), :ev_mark),
     $$VALUES ('t_worker_b'::text, 'fx-worker'::text, 'failed'::text)$$,
     'orch_fail: actor is the calling role, label the lease owner (worker name)');
@@ -1081,7 +1081,7 @@ SET LOCAL ROLE t_worker_a;
 SELECT count(*) AS exp_claimed FROM orch_dequeue('q_exp', 'worker-A2') \gset
 RESET ROLE;
 SELECT results_eq(
-    format($$SELECT tenant_id, actor, reason_code FROM orch.events WHERE id > %s AND reason_code = 'lease_expired' ORDER BY id$$,
+    format($$SELECT tenant_id, actor, reason_code FROM orch.history WHERE id > %s AND reason_code = 'lease_expired' ORDER BY id$$,
            :ev_mark),
     $$VALUES ('ta'::text, 't_worker_a'::text, 'lease_expired'::text)$$,
     'a lease recovered by a bound worker''s claim: its tenant only, actor = the worker role');
@@ -1089,7 +1089,7 @@ SET LOCAL ROLE t_admin_a;
 SELECT orch_retry(pg_temp.fx('dead', 'ta')) AS redriven \gset
 RESET ROLE;
 SELECT results_eq(
-    format($$SELECT actor, reason_code FROM orch.events WHERE task_id = %s AND id > %s ORDER BY id$$,
+    format($$SELECT actor, reason_code FROM orch.history WHERE task_id = %s AND id > %s ORDER BY id$$,
            pg_temp.fx('dead', 'ta'), :ev_mark),
     $$VALUES ('t_admin_a'::text, 'redriven'::text)$$,
     'orch_retry by a bound admin on its own tenant: actor = the admin role');
@@ -1100,7 +1100,7 @@ SELECT orch_start('tt_wf', '{"actor": 1}') AS actor_run \gset
 RESET ROLE;
 SELECT is((SELECT tenant_id || '/' || created_by FROM orch.runs WHERE id = :actor_run), 'ta/t_producer_a',
           'orch_start by a bound producer: a run of its tenant, created_by = the producer role');
-SELECT results_eq(format($$SELECT actor, to_state, tenant_id FROM orch.events WHERE run_id = %s AND entity = 'run' ORDER BY id$$, :actor_run),
+SELECT results_eq(format($$SELECT actor, to_state, tenant_id FROM orch.history WHERE run_id = %s AND entity = 'run' ORDER BY id$$, :actor_run),
                   $$VALUES ('t_producer_a'::text, 'running'::text, 'ta'::text)$$,
                   'orch_start: the run''s start event names the producer role');
 SET LOCAL ROLE t_approver_a;
@@ -1109,13 +1109,13 @@ RESET ROLE;
 SELECT is(:'approved_state'::text, 'succeeded', 't_approver_a approved its tenant''s run (it succeeded)');
 SELECT is((SELECT actor || '/' || label || '/' || note FROM orch.approvals WHERE approval_ref = 'actor-ref'),
           't_approver_a/carol/ship it', 'orch_approve: the approval records the approver role as actor, the actor argument as label');
-SELECT results_eq(format($$SELECT actor, label, reason_code FROM orch.events WHERE run_id = %s AND id > %s AND entity = 'run_step' ORDER BY id$$,
+SELECT results_eq(format($$SELECT actor, label, reason_code FROM orch.history WHERE run_id = %s AND id > %s AND entity = 'run_step' ORDER BY id$$,
                          pg_temp.fx('run_wait', 'ta'), :ev_mark),
                   $$VALUES ('t_approver_a'::text, 'carol'::text, 'step_succeeded'::text)$$,
                   'orch_approve: the step''s event names the approver role, the given name is its label');
-SELECT is((SELECT count(*) FROM orch.events WHERE id > :ev_mark AND actor = session_user), 0::bigint,
+SELECT is((SELECT count(*) FROM orch.history WHERE id > :ev_mark AND actor = session_user), 0::bigint,
           'no event of this section names the session user (every call ran under SET ROLE)');
-SELECT is((SELECT count(*) FROM orch.events WHERE id > :ev_mark AND actor NOT IN (SELECT rolname FROM pg_roles)), 0::bigint,
+SELECT is((SELECT count(*) FROM orch.history WHERE id > :ev_mark AND actor NOT IN (SELECT rolname FROM pg_roles)), 0::bigint,
           'every event''s actor is a database role');
 
 -- ---------------------------------------------------------------------------
@@ -1218,7 +1218,7 @@ SELECT is(pg_temp.as_role('t_spare', 'SELECT coalesce(orch_caller_tenants()::tex
           'a role left with no binding is unrestricted again');
 SELECT is(pg_temp.as_role('t_spare', 'SELECT count(*) FROM orch_tasks'), (SELECT count(*) FROM orch.tasks)::text,
           '... and sees every task');
-SELECT is((SELECT string_agg(reason_code || ':' || actor || ':' || tenant_id, ',' ORDER BY id) FROM orch.events
+SELECT is((SELECT string_agg(reason_code || ':' || actor || ':' || tenant_id, ',' ORDER BY id) FROM orch.history
             WHERE entity = 'tenant_binding' AND id > :ev_mark),
           'tenant_bound:postgres:tz,tenant_unbound:postgres:tz', 'binding and unbinding are audited');
 
