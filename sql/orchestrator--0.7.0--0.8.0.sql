@@ -51,10 +51,17 @@ UPDATE orch.run_steps s
 
 -- ---------------------------------------------------------------------------
 -- Storage (issue 20): a completion by orch_complete is recorded by its
--- attempt row alone (no orch.events row); orch.history is what every reader
--- of history reads.  Existing events stay as they are.
+-- attempt row alone, a plain enqueue by its task row (no orch.events row);
+-- orch.history is what every reader of history reads.  Existing events stay
+-- as they are.
 -- ---------------------------------------------------------------------------
 ALTER TABLE orch.attempts ADD COLUMN run_id bigint, ADD COLUMN actor text, ADD COLUMN event_id bigint;
+-- and a plain enqueue by its task row (no rewrite: the columns have no default)
+ALTER TABLE orch.tasks ADD COLUMN enqueue_event_id bigint, ADD COLUMN created_by text,
+    ADD COLUMN created_xact bigint;
+COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
+  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
+CREATE INDEX tasks_created_xact_idx ON orch.tasks USING brin (created_xact) WITH (autosummarize = on);
 COMMENT ON COLUMN orch.attempts.event_id IS
   'Set when the attempt row also records the task''s executing -> completed transition (orch_complete, orch_complete_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it.';
 COMMENT ON COLUMN orch.attempts.actor IS
@@ -65,7 +72,7 @@ COMMENT ON COLUMN orch.attempts.run_id IS
 -- The whole history of transitions and actions as users read it: the rows of
 -- orch.events, and the transitions recorded by another row instead of an
 -- event row of their own (a completion by orch_complete is its attempt
--- row).  Same columns as orch.events; every reader of history (the
+-- row, a plain enqueue its task row).  Same columns as orch.events; every reader of history (the
 -- orch_events view, orch_history, orch_run_status, the metrics fold, the
 -- maintenance checks) reads it, never orch.events alone.  docs/storage.md.
 CREATE VIEW orch.history AS
@@ -77,9 +84,15 @@ SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task'::text, 'executing'::
        'completed'::text, a.actor, a.attempt, a.lease_token, NULL::text, a.finished_at, a.worker,
        a.xact, NULL::interval
   FROM orch.attempts a
- WHERE a.event_id IS NOT NULL;
+ WHERE a.event_id IS NOT NULL
+UNION ALL
+SELECT t.enqueue_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'received'::text, 'queued'::text,
+       'enqueued'::text, t.created_by, NULL::integer, NULL::uuid, NULL::text, t.created_at, NULL::text,
+       t.created_xact, NULL::interval
+  FROM orch.tasks t
+ WHERE t.enqueue_event_id IS NOT NULL;
 COMMENT ON VIEW orch.history IS
-  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row), with the columns of orch.events.';
+  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row, an enqueue''s task row), with the columns of orch.events.';
 REVOKE ALL ON orch.history FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -954,7 +967,10 @@ BEGIN
            SET snap_xmin = (pg_snapshot_xmin(s)::text)::bigint,
                snap_xmax = (pg_snapshot_xmax(s)::text)::bigint,
                snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'),
-               event_floor = coalesce((SELECT max(id) FROM orch.events), 0),
+               -- (the history's ids: events, and the ids other rows record)
+               event_floor = greatest(coalesce((SELECT max(id) FROM orch.events), 0),
+                                      coalesce((SELECT max(event_id) FROM orch.attempts), 0),
+                                      coalesce((SELECT max(enqueue_event_id) FROM orch.tasks), 0)),
                attempt_floor = coalesce((SELECT max(id) FROM orch.attempts), 0),
                refreshed_at = now()
           FROM (SELECT pg_current_snapshot() AS s) q
@@ -989,6 +1005,14 @@ BEGIN
         SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task', 'executing', 'completed',
                'completed', a.attempt, a.finished_at, NULL::interval
           FROM at a WHERE a.event_id IS NOT NULL
+        UNION ALL
+        SELECT t.enqueue_event_id, t.tenant_id, t.id, t.run_id, 'task', 'received', 'queued',
+               'enqueued', NULL::integer, t.created_at, NULL::interval
+          FROM orch.tasks t
+         WHERE t.created_xact >= st.snap_xmin AND t.enqueue_event_id > st.event_floor
+           AND (t.created_xact >= st.snap_xmax OR t.created_xact = ANY (st.snap_xip))
+           AND t.created_xact IS DISTINCT FROM (SELECT own FROM cur)
+           AND t.enqueue_event_id IS NOT NULL
     ),
     tev AS (
         SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,

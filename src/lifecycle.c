@@ -8,8 +8,10 @@
 
 #include "access/htup_details.h"
 #include "access/sysattr.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -98,7 +100,10 @@ typedef struct TaskCols
 				created_at,
 				retry_at,
 				resume_data,
-				lease_expires_at;
+				lease_expires_at,
+				enqueue_event_id,	/* 0.8.0 on; 0 before */
+				created_by,
+				created_xact;
 } TaskCols;
 
 static TaskCols task_cols = {InvalidOid};
@@ -158,6 +163,12 @@ load_task_cols(Relation rel)
 	task_cols.retry_at = must_fnumber(td, "retry_at");
 	task_cols.resume_data = must_fnumber(td, "resume_data");
 	task_cols.lease_expires_at = must_fnumber(td, "lease_expires_at");
+	/* a 0.7.0 schema has none of these: its enqueues write their event rows */
+	task_cols.enqueue_event_id = Max(SPI_fnumber(td, "enqueue_event_id"), 0);
+	task_cols.created_by = Max(SPI_fnumber(td, "created_by"), 0);
+	task_cols.created_xact = Max(SPI_fnumber(td, "created_xact"), 0);
+	if (task_cols.created_by == 0 || task_cols.created_xact == 0)
+		task_cols.enqueue_event_id = 0;
 	task_cols.relid = RelationGetRelid(rel);
 }
 
@@ -468,6 +479,36 @@ task_trigger(TriggerData *trigdata)
 		d = heap_getattr(oldtup, task_cols.ready_at, td, &isnull);
 		if (!isnull)
 			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
+	}
+	/*
+	 * A plain enqueue (received -> queued, reason enqueued, no label or
+	 * note): the task row records its event (orch.history derives it from
+	 * enqueue_event_id, created_by, created_at and created_xact), and no
+	 * event row is written.  Any other insert records nothing there, so
+	 * that no event is derived for it (nor forged by a raw INSERT).
+	 */
+	if (is_insert && task_cols.enqueue_event_id > 0)
+	{
+		int			c[3] = {task_cols.enqueue_event_id, task_cols.created_by, task_cols.created_xact};
+		Datum		v[3] = {0, 0, 0};
+		bool		n[3] = {true, true, true};
+		bool		derive = to == TS_QUEUED && strcmp(reason, "enqueued") == 0 &&
+			actor == NULL && orch_event_context()->note == NULL;
+
+		if (derive)
+		{
+			Oid			seq = orch_relid("events_id_seq");
+
+			if (!OidIsValid(seq))
+				elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
+			v[0] = Int64GetDatum(nextval_internal(seq, false));
+			v[1] = CStringGetTextDatum(orch_current_actor());
+			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
+			n[0] = n[1] = n[2] = false;
+		}
+		newtup = heap_modify_tuple_by_cols(newtup, td, 3, c, v, n);
+		if (derive)
+			return newtup;
 	}
 	/* a completion its attempt row records (orch_complete): no event row */
 	if (from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_attempt)

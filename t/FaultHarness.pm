@@ -793,7 +793,7 @@ INSERT INTO acked VALUES $ack_values;
 DELETE FROM acked WHERE n IS NULL;
 CREATE TEMP TABLE qt AS SELECT * FROM orch.tasks WHERE queue = '$q';
 CREATE TEMP TABLE qa AS SELECT a.* FROM orch.attempts a JOIN qt ON qt.id = a.task_id;
-CREATE TEMP TABLE qe AS SELECT e.* FROM orch.events e JOIN qt ON qt.id = e.task_id;
+CREATE TEMP TABLE qe AS SELECT e.* FROM orch.history e JOIN qt ON qt.id = e.task_id;
 CREATE INDEX ON qt (id); CREATE INDEX ON qt (idempotency_key);
 CREATE INDEX ON qa (task_id); CREATE INDEX ON qe (task_id);
 CREATE INDEX ON acked (task_id);

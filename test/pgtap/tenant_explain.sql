@@ -205,6 +205,9 @@ RESET ROLE;
 --    condition never reaches the table: it filters what orch.caller_tasks()
 --    returns, its tenants' rows.
 -- ---------------------------------------------------------------------------
+-- (statistics taken now: autovacuum analyzing the small tables at a random
+-- moment made the planner's choice between two indexes vary from run to run)
+ANALYZE orch.tasks, orch.events, orch.attempts, orch.commands, orch.runs, orch.run_steps, orch.queues;
 CREATE FUNCTION pg_temp.plan_noseq(r name, q text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE p json;
 BEGIN

@@ -122,10 +122,13 @@ DROP TABLE ap_mirror;
 DROP FUNCTION ap_mirror_event();
 
 -- 5. A stored generated column added to orch.events: the direct write steps
---    aside (the SQL INSERT computes it).
+--    aside (the SQL INSERT computes it).  (A claim writes an event row; an
+--    enqueue's is recorded by its task row.)
 ALTER TABLE orch.events ADD COLUMN ap_shout text GENERATED ALWAYS AS (upper(to_state)) STORED;
 SELECT orch_enqueue('ap_direct', '{"n": 6}') > 0 AS enqueued_sixth;
+SELECT count(*) AS claimed_sixth FROM orch_dequeue('ap_direct', 'ap-worker');
 SELECT ap_shout FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
 ALTER TABLE orch.events DROP COLUMN ap_shout;
 SELECT orch_enqueue('ap_direct', '{"n": 7}') > 0 AS enqueued_seventh;
+SELECT count(*) AS claimed_seventh FROM orch_dequeue('ap_direct', 'ap-worker');
 SELECT to_state FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
