@@ -207,6 +207,17 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
  * from orch.events_id_seq, the role, the run, and the time as an event's.
  * Appended directly (append.c); through SQL when orch.attempts needs it.
  */
+/*
+ * Does the attempt row of a completion record the completion itself?  From
+ * 0.8.0 on, off Citus: on Citus the task trigger runs on the shard's node,
+ * which does not see this call's event context, and writes the event row.
+ */
+static bool
+completion_in_attempt(void)
+{
+	return orch_schema_version() >= 800 && !orch_citus();
+}
+
 #define ATTEMPT_COLS 11
 static void
 record_completed_attempts(SPITupleTable *tt, int n, bool derived)
@@ -427,8 +438,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	v[3] = orch_text_datum("executing");
 
 	SPI_connect();
-	/* 0.8.0: the attempt row records the completion (orch.history) */
-	derived = orch_schema_version() >= 800;
+	derived = completion_in_attempt();
 	if (!orch_scope_task(id))
 		orch_not_found("task", id);
 	orch_spi_caller_tenants(v, n, 4);
@@ -542,7 +552,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
-	derived = orch_schema_version() >= 800;
+	derived = completion_in_attempt();
 	if (derived)
 		orch_event_context_completion_in_attempt();
 	completed = (int) orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
