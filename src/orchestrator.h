@@ -284,7 +284,8 @@ extern void orch_require_one_tenant(const char *tenant, const char *what);
 /* task_routing.c: on Citus, the tenant of an id as this backend learnt it */
 typedef enum OrchRouteKind
 {
-	ORCH_ROUTE_TASK = 1,		/* orch.tasks */
+	ORCH_ROUTE_NONE = 0,
+	ORCH_ROUTE_TASK,			/* orch.tasks */
 	ORCH_ROUTE_COMMAND			/* orch.commands */
 } OrchRouteKind;
 extern void orch_route_note(OrchRouteKind kind, int64 id, const char *tenant);

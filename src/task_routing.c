@@ -131,7 +131,7 @@ orch_route_note(OrchRouteKind kind, int64 id, const char *tenant)
 	e->tenant = t->name;
 }
 
-/* Remember the tenant of each id of a claim (column col of its rows). */
+/* Remember the rows of the last result (their ids in column col) as tenant's. */
 void
 orch_route_note_rows(OrchRouteKind kind, SPITupleTable *tt, uint64 n, int col,
 					 const char *tenant)

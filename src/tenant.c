@@ -429,8 +429,8 @@ orch_arg_scope_tenants(OrchArgs *a)
  */
 static char *scope_tenant = NULL;
 static SubTransactionId scope_subid = InvalidSubTransactionId;	/* where it was set */
-/* the kind of rows whose remembered tenant the scope is (0: a sure scope) */
-static OrchRouteKind scope_hint = 0;
+/* the kind of rows whose remembered tenant the scope is (NONE: a sure scope) */
+static OrchRouteKind scope_hint = ORCH_ROUTE_NONE;
 
 const char *
 orch_scoped_tenant(void)
@@ -456,7 +456,7 @@ orch_scope_tenant(const char *tenant)
 	}
 	if (scope_tenant != NULL)
 		pfree(scope_tenant);
-	scope_hint = 0;
+	scope_hint = ORCH_ROUTE_NONE;
 	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
 	scope_subid = tenant ? GetCurrentSubTransactionId() : InvalidSubTransactionId;
 }
@@ -618,7 +618,7 @@ orch_scope_lookup_again(int64 id)
 {
 	OrchRouteKind kind = scope_hint;
 
-	if (kind == 0 || scope_tenant == NULL)
+	if (kind == ORCH_ROUTE_NONE || scope_tenant == NULL)
 		return false;
 	orch_route_forget(kind, id);
 	return scope_by_ids(kind, one_id(id), &id);
