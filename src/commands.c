@@ -100,6 +100,8 @@ orch_command(PG_FUNCTION_ARGS)
 			OrchArgs	link = {0};
 
 			command_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			/* on Citus: orch_command_result goes straight to its shard */
+			orch_route_note(ORCH_ROUTE_COMMAND, command_id, tenant);
 			/* the task on whose behalf the command is issued must exist */
 			if (!PG_ARGISNULL(3))
 			{
@@ -155,6 +157,8 @@ orch_command(PG_FUNCTION_ARGS)
 					 errdetail("Command %s holds this key as kind \"%s\" with another payload.",
 							   SPI_getvalue(tup, td, 1), SPI_getvalue(tup, td, 6)),
 					 errhint("Use a new key for a new command, or resend the original kind and payload.")));
+		orch_route_note(ORCH_ROUTE_COMMAND,
+						DatumGetInt64(SPI_getbinval(tup, td, 1, &isnull)), tenant);
 		put_command_row(rsinfo, 0, true);
 		SPI_finish();
 		return (Datum) 0;
@@ -205,8 +209,14 @@ orch_command_result(PG_FUNCTION_ARGS)
 	orch_arg_int8(&a, id);
 	orch_arg_caller_tenants(&a);
 	/* another tenant's row is neither locked nor seen; it does not exist for the caller */
-	orch_args_sql_once(&a, "SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
-					   "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", false, 1, SPI_OK_SELECT);
+	while (orch_args_sql_once(&a, "SELECT status, result, tenant_id FROM orch.commands WHERE id = $1"
+							  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", false, 1, SPI_OK_SELECT) == 0 &&
+		   orch_scope_lookup_again(id))
+	{
+		/* on Citus: the tenant remembered found nothing, the lookup did */
+		a.n = 1;
+		orch_arg_caller_tenants(&a);
+	}
 	if (!orch_found_visible(3))
 		orch_not_found("command", id);
 	tup = SPI_tuptable->vals[0];

@@ -44,8 +44,14 @@ redrive(int64 id, bool skip_redriven)
 	/* another tenant's row is neither locked nor seen */
 	orch_arg_caller_tenants(&a);
 	/* lock the dead letter: concurrent re-drives of it queue up here ... */
-	orch_args_sql(&a, "SELECT 1 FROM orch.tasks WHERE id = $1"
-									  "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", false, 1, SPI_OK_SELECT);
+	while (orch_args_sql(&a, "SELECT 1 FROM orch.tasks WHERE id = $1"
+						 "   AND " ORCH_TENANT_IN("tenant_id", "$2") " FOR UPDATE", false, 1, SPI_OK_SELECT) == 0 &&
+		   orch_scope_lookup_again(id))
+	{
+		/* on Citus: the tenant remembered found nothing, the lookup did */
+		a.n = 1;
+		orch_arg_caller_tenants(&a);
+	}
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
 	orch_args_sql(&a, "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
@@ -85,6 +91,7 @@ redrive(int64 id, bool skip_redriven)
 							" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: re-drive insert failed");
 	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	orch_route_note(ORCH_ROUTE_TASK, new_id, tenant);
 	note = psprintf("re-driven as task " INT64_FORMAT, new_id);
 	orch_write_event(tenant, id, true, "task", "failed", "failed", "redriven", 0, NULL, note);
 	return new_id;

@@ -521,6 +521,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
 		orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
 														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+		/* the claimed tasks' calls by id go straight to the tenant's shard */
+		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
 		orch_clear_event_context();
 		orch_scope_clear();
 		emit_claimed(rsinfo, outer);

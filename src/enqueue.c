@@ -306,6 +306,8 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 static int64
 enqueue_one(EnqueueOpts *o, Jsonb *payload, const char *key)
 {
+	int64		id;
+
 	orch_check_payload_size(payload, "payload");
 	if (key != NULL)
 	{
@@ -313,9 +315,13 @@ enqueue_one(EnqueueOpts *o, Jsonb *payload, const char *key)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("idempotency key must have 1 to 512 characters")));
-		return enqueue_with_key(o, payload, key);
+		id = enqueue_with_key(o, payload, key);
 	}
-	return insert_task(o, payload, NULL, false, 0);
+	else
+		id = insert_task(o, payload, NULL, false, 0);
+	/* on Citus: the task's calls by id go straight to its shard */
+	orch_route_note(ORCH_ROUTE_TASK, id, o->tenant);
+	return id;
 }
 
 /*
@@ -479,6 +485,7 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 			elog(ERROR, "orchestrator: batch insert failed");
 		for (int i = 0; i < np; i++)
 			ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, o.tenant);
 	}
 	orch_clear_event_context();
 	SPI_finish();

@@ -290,7 +290,21 @@ extern void orch_spi_scope_tenants(Datum *values, char *nulls, int i);
 extern bool orch_scope_task(int64 id);
 extern bool orch_scope_tasks(Datum ids);
 extern bool orch_scope_command(int64 id);
+extern bool orch_scope_lookup_again(int64 id);
 extern void orch_require_one_tenant(const char *tenant, const char *what);
+
+/* task_routing.c: on Citus, the tenant of an id as this backend learnt it */
+typedef enum OrchRouteKind
+{
+	ORCH_ROUTE_NONE = 0,
+	ORCH_ROUTE_TASK,			/* orch.tasks */
+	ORCH_ROUTE_COMMAND			/* orch.commands */
+} OrchRouteKind;
+extern void orch_route_note(OrchRouteKind kind, int64 id, const char *tenant);
+extern void orch_route_note_rows(OrchRouteKind kind, SPITupleTable *tt, uint64 n,
+								 int col, const char *tenant);
+extern char *orch_route_find(OrchRouteKind kind, int64 id);
+extern void orch_route_forget(OrchRouteKind kind, int64 id);
 
 /* orchestrator.c: the GUCs */
 extern bool orch_auto_create_queues;

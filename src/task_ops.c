@@ -104,10 +104,11 @@ orch_lock_task(int64 id, OrchTask *t)
 	return true;
 }
 
+/* On Citus, a scope this backend only remembered is looked up once first. */
 static void
 lock_or_not_found(int64 id, OrchTask *t)
 {
-	if (!orch_lock_task(id, t))
+	if (!orch_lock_task(id, t) && !(orch_scope_lookup_again(id) && orch_lock_task(id, t)))
 		orch_not_found("task", id);
 }
 

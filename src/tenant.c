@@ -429,6 +429,8 @@ orch_arg_scope_tenants(OrchArgs *a)
  */
 static char *scope_tenant = NULL;
 static SubTransactionId scope_subid = InvalidSubTransactionId;	/* where it was set */
+/* the kind of rows whose remembered tenant the scope is (NONE: a sure scope) */
+static OrchRouteKind scope_hint = ORCH_ROUTE_NONE;
 
 const char *
 orch_scoped_tenant(void)
@@ -436,6 +438,7 @@ orch_scoped_tenant(void)
 	return scope_tenant;
 }
 
+static Datum one_id(int64 id);
 static void scope_xact_callback(XactEvent event, void *arg);
 static void scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 								   SubTransactionId parentSubid, void *arg);
@@ -453,6 +456,7 @@ orch_scope_tenant(const char *tenant)
 	}
 	if (scope_tenant != NULL)
 		pfree(scope_tenant);
+	scope_hint = ORCH_ROUTE_NONE;
 	scope_tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
 	scope_subid = tenant ? GetCurrentSubTransactionId() : InvalidSubTransactionId;
 }
@@ -499,27 +503,31 @@ scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * On Citus, scope the call to the tenant of the rows ids (a bigint[]) of
- * table (orch.tasks or orch.commands): one lookup across the shards,
+ * kind's table (orch.tasks or orch.commands): one lookup across the shards,
  * without a lock, filtered by the caller's own tenants.  Rows of several
  * tenants are refused (0A000): a call that fences and finishes them must
  * lock them on one shard.  Rows not found leave the call unscoped; its own
- * lookup then reports them missing.  Caller is connected to SPI.
+ * lookup then reports them missing.  The tenant of one id (one) found is
+ * remembered for the next call on it (task_routing.c).  Caller is connected
+ * to SPI.
  */
 static bool
-scope_by_ids(const char *table, Datum ids)
+scope_by_ids(OrchRouteKind kind, Datum ids, const int64 *one)
 {
 	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
 	Datum		v[2];
 	char		n[2] = {' ', ' '};
 	bool		isnull;
 	Datum		d;
+	char	   *tenant;
 
 	orch_scope_clear();
 	v[0] = ids;
 	orch_spi_caller_tenants(v, n, 1);
 	if (orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
 									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
-									   table), 2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
+									   kind == ORCH_ROUTE_TASK ? "orch.tasks" : "orch.commands"),
+					  2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
 		return false;
 	if (SPI_processed > 1)
 		ereport(ERROR,
@@ -528,8 +536,92 @@ scope_by_ids(const char *table, Datum ids)
 				 errdetail("With the tables distributed by Citus, one call acts on one tenant's tasks."),
 				 errhint("Complete each tenant's tasks in a call of their own (a claim hands out one tenant's tasks).")));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	orch_scope_tenant(TextDatumGetCString(d));
+	tenant = TextDatumGetCString(d);
+	/* of several ids, which were found is not known */
+	if (one != NULL)
+		orch_route_note(kind, *one, tenant);
+	orch_scope_tenant(tenant);
 	return true;
+}
+
+/*
+ * The tenant this backend remembers for every one of ids (task_routing.c),
+ * when it is the same for all; else NULL.
+ */
+static char *
+remembered_tenant(OrchRouteKind kind, Datum ids)
+{
+	ArrayType  *a = DatumGetArrayTypeP(ids);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	char	   *tenant = NULL;
+
+	deconstruct_array(a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *t = nulls[i] ? NULL : orch_route_find(kind, DatumGetInt64(elems[i]));
+
+		if (t == NULL || (tenant != NULL && strcmp(t, tenant) != 0))
+			return NULL;
+		tenant = t;
+	}
+	return tenant;
+}
+
+/*
+ * On Citus, scope a call on the rows ids (a bigint[]; one: its only id, or
+ * NULL) of kind to their tenant, by the cheapest means that is sure:
+ *   - a caller bound to exactly one tenant sees no other: that tenant, with
+ *     no lookup (a row of another tenant is then not found, as it must be);
+ *   - ids this backend remembers under one tenant the caller may see (it
+ *     claimed or enqueued them, or looked them up before): that tenant, as a
+ *     hint (a hint that finds nothing is looked up: orch_scope_lookup_again);
+ *   - else the lookup across the shards (scope_by_ids).
+ * The statements then filter on the caller's tenants and the scope, so a
+ * hint never shows a row the caller may not see.
+ */
+static bool
+scope_rows(OrchRouteKind kind, Datum ids, const int64 *one)
+{
+	char	   *tenant;
+
+	orch_scope_clear();
+	tenant = orch_caller_only_tenant();
+	if (tenant != NULL)
+	{
+		orch_scope_tenant(tenant);
+		return true;
+	}
+	tenant = remembered_tenant(kind, ids);
+	if (tenant != NULL && orch_tenant_allowed(tenant))
+	{
+		orch_scope_tenant(tenant);
+		scope_hint = kind;
+		return true;
+	}
+	return scope_by_ids(kind, ids, one);
+}
+
+/*
+ * A statement of the call found nothing under its scope: when that scope
+ * was only a remembered tenant (scope_rows), forget it for row id and look
+ * the row up across the shards.  True when it was found there (the call is
+ * scoped to its tenant: run the statement again), false when the row is
+ * missing for the caller.  A remembered tenant is never wrong about a row
+ * that exists (ids are not reused, and Citus refuses to change a row's
+ * tenant), so this finds a row only when something went wrong; a purged or
+ * never committed row is looked up once and reported missing.
+ */
+bool
+orch_scope_lookup_again(int64 id)
+{
+	OrchRouteKind kind = scope_hint;
+
+	if (kind == ORCH_ROUTE_NONE || scope_tenant == NULL)
+		return false;
+	orch_route_forget(kind, id);
+	return scope_by_ids(kind, one_id(id), &id);
 }
 
 static Datum
@@ -542,27 +634,27 @@ one_id(int64 id)
 
 /*
  * On Citus: scope to the tenant of the tasks ids (bigint[]) and return
- * whether any was found (false: the caller reports them missing, without
+ * whether any may exist (false: the caller reports them missing, without
  * running its statements across the shards).  Off Citus: nothing, true.
  */
 bool
 orch_scope_tasks(Datum ids)
 {
-	return !orch_citus() || scope_by_ids("orch.tasks", ids);
+	return !orch_citus() || scope_rows(ORCH_ROUTE_TASK, ids, NULL);
 }
 
 /* orch_scope_tasks for one task */
 bool
 orch_scope_task(int64 id)
 {
-	return !orch_citus() || scope_by_ids("orch.tasks", one_id(id));
+	return !orch_citus() || scope_rows(ORCH_ROUTE_TASK, one_id(id), &id);
 }
 
 /* orch_scope_tasks for one command */
 bool
 orch_scope_command(int64 id)
 {
-	return !orch_citus() || scope_by_ids("orch.commands", one_id(id));
+	return !orch_citus() || scope_rows(ORCH_ROUTE_COMMAND, one_id(id), &id);
 }
 
 /*

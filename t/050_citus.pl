@@ -24,9 +24,19 @@
 #
 # Routing, measured with citus.multi_task_query_log_level: a tenant-scoped
 # claim (probe, recovery, wake-up, claim) runs only single-shard statements
-# (the setting at 'error' raises on any other); orch_complete and orch_fail
-# run one multi-shard statement each (the lookup of the task's tenant), and
-# the rest single-shard.
+# (the setting at 'error' raises on any other).  Calls by id (issue 23 item
+# 3): in a fresh session of a caller bound to no tenant, orch_complete and
+# orch_fail run one multi-shard statement each (the lookup of the task's
+# tenant), and the rest single-shard; in the session that claimed the tasks
+# (or enqueued them), orch_complete, orch_complete_batch, orch_fail,
+# orch_heartbeat and orch_command_result run none; nor does a role bound to
+# one tenant, even in a fresh session.  The remembered tenant is a routing
+# hint only: after SET ROLE to a role bound to another tenant (one, or
+# several) the task does not exist (OR005), and a task purged by retention
+# after the session remembered it gives OR005 after one lookup.  While the
+# worker that holds one tenant's shard is stopped, the other tenant's claim
+# and completion still work (same session, and a role bound to it), and a
+# fresh unbound session's completion (its lookup touches every shard) fails.
 #
 # The rest of the task API on Citus: a rate limit (OR006 past it, a window
 # per tenant), await_tool / resume, await_confirmation / confirm, commands
@@ -212,7 +222,7 @@ for my $t ($ta, $tb)
 			  . "SELECT orch_complete($c[$i][0], '$c[$i][1]', '{\"ok\": true}');");
 		is($out, 'completed', "$t: orch_complete of task $c[$i][0]") or diag($err);
 		my $multi = () = $err =~ /NOTICE:\s+multi-task query about to be executed/g;
-		is($multi, 1, "$t: orch_complete runs one multi-shard statement (the tenant lookup)")
+		is($multi, 1, "$t: in a fresh session, orch_complete runs one multi-shard statement (the tenant lookup)")
 		  if $i == 0;
 	}
 	is(q1(sprintf("SELECT orch_complete_batch(ARRAY[%s]::bigint[], ARRAY['%s']::uuid[])",
@@ -229,7 +239,7 @@ for my $t ($ta, $tb)
 		  . "SELECT state || '/' || reason_code FROM orch_fail($c[8][0], '$c[8][1]', 'NON_RETRYABLE', 'bad input');");
 	is($out, 'failed/non_retryable', "$t: NON_RETRYABLE -> failed (a dead letter)") or diag($err);
 	my $multi = () = $err =~ /NOTICE:\s+multi-task query about to be executed/g;
-	is($multi, 1, "$t: orch_fail runs one multi-shard statement (the tenant lookup)");
+	is($multi, 1, "$t: in a fresh session, orch_fail runs one multi-shard statement (the tenant lookup)");
 	is(sqlstate_of("SELECT orch_complete($c[8][0], '$c[8][1]')"), 'OR002',
 		"$t: completing a failed task -> OR002");
 	is(sqlstate_of("SELECT orch_complete($c[0][0], gen_random_uuid())"), 'OR002',
@@ -546,6 +556,145 @@ is(q1("SELECT count(*) FROM orch.tasks"), $open, 'only the unfinished tasks are 
 is(q1("SELECT count(*) FROM orch.attempts a WHERE a.tenant_id IN ('$ta', '$tb')"
 		  . " AND NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = a.task_id AND t.tenant_id = a.tenant_id)"), '0',
 	'the attempts went with their tasks');
+
+# ---------------------------------------------------------------------------
+# Calls by id go to one shard (issue 23 item 3): the session that claimed a
+# task, and a role bound to one tenant, need no lookup across the shards
+# ---------------------------------------------------------------------------
+# one query in a long-lived session: (stdout, stderr of that query)
+sub in_session
+{
+	my ($s, $sql) = @_;
+	$s->{stderr} = '';
+	my $out = $s->query($sql);
+	return ($out, $s->{stderr});
+}
+sub multi_count { my $n = () = $_[0] =~ /multi-task query about to be executed/g; return $n; }
+
+q1(q{SELECT orch_create_queue('route', '{"lease": "10 minutes"}')});
+for my $t ($ta, $tb)
+{
+	q1("SELECT orch_enqueue('route', jsonb_build_object('n', g), tenant => '$t') FROM generate_series(1, 6) g");
+}
+q1("CREATE ROLE cit_rm LOGIN; GRANT orch_reader, orch_worker, orch_producer TO cit_rm");
+q1("SELECT orch_bind_tenant('cit_rm', '$tb'); SELECT orch_bind_tenant('cit_rm', 'zeta')");
+my $sess = $coord->background_psql('postgres', on_error_stop => 0);
+in_session($sess, "\\set VERBOSITY verbose\nSET citus.multi_task_query_log_level = 'error'");
+for my $t ($ta, $tb)
+{
+	# the session claims (it learns the tasks' tenant), then finishes them
+	my ($out, $err) = in_session($sess,
+		"SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 5, tenant => '$t')");
+	is($err, '', "$t: same session, the claim runs no multi-shard statement") or diag($err);
+	my @c = map { [ split /:/ ] } split /\n/, $out;
+	is(scalar @c, 5, "$t: same session, five tasks claimed");
+	($out, $err) = in_session($sess, "SELECT orch_complete($c[0][0], '$c[0][1]')");
+	is("$out$err", 'completed', "$t: same session, orch_complete runs no multi-shard statement");
+	($out, $err) = in_session($sess, "SELECT orch_heartbeat($c[1][0], '$c[1][1]')");
+	is("$out$err", 'executing', "$t: same session, orch_heartbeat runs no multi-shard statement");
+	($out, $err) = in_session($sess,
+		"SELECT state || '/' || reason_code FROM orch_fail($c[1][0], '$c[1][1]', 'NON_RETRYABLE', 'bad')");
+	is("$out$err", 'failed/non_retryable', "$t: same session, orch_fail runs no multi-shard statement");
+	($out, $err) = in_session($sess,
+		"SELECT state FROM orch_fail($c[2][0], '$c[2][1]', 'TRANSIENT', 'flaky')");
+	is("$out$err", 'awaiting_tool', "$t: same session, orch_fail to a retry runs no multi-shard statement");
+	($out, $err) = in_session($sess,
+		"SELECT orch_complete_batch(ARRAY[$c[3][0], $c[4][0]]::bigint[], ARRAY['$c[3][1]', '$c[4][1]']::uuid[])");
+	is("$out$err", '2', "$t: same session, orch_complete_batch runs no multi-shard statement");
+	($out, $err) = in_session($sess, "SELECT orch_complete($c[0][0], '$c[0][1]')");
+	like($err, qr/ERROR:\s+OR002/, "$t: same session, a completed task is terminal -> OR002 (single-shard)");
+}
+{
+	# an enqueue teaches the session too; commands likewise
+	my ($out, $err) = in_session($sess, "SELECT orch_enqueue('route', '{}', tenant => '$ta')");
+	my $eid = $out;
+	($out, $err) = in_session($sess, "SELECT orch_cancel($eid, 'enqueued here')");
+	is("$out$err", 'cancelled', 'same session, orch_cancel of a task it enqueued runs no multi-shard statement');
+	($out, $err) = in_session($sess, "SELECT command_id FROM orch_command('email', 'route-1', '{}', tenant => '$tb')");
+	my $cmd = $out;
+	($out, $err) = in_session($sess, "SELECT orch_command_result($cmd, true)");
+	is("$out$err", 'succeeded', 'same session, orch_command_result runs no multi-shard statement');
+}
+
+# a role bound to one tenant: no lookup, even in a fresh session
+{
+	my ($rc, $out, $err) = try_sql("SET ROLE cit_rb; SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w-rb', 1)");
+	is($rc, 0, "bound to $tb: a claim naming no tenant (its own) runs no multi-shard statement") or diag($err);
+	my ($id, $tok) = split /:/, $out;
+	($rc, $out, $err) = try_sql("SET ROLE cit_rb; SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT orch_heartbeat($id, '$tok'); SELECT orch_complete($id, '$tok')");
+	is("$out$err", "executing\ncompleted",
+		"bound to $tb: in a fresh session, orch_heartbeat and orch_complete run no multi-shard statement");
+	# a fresh unbound session still finds it (by the lookup)
+	is(sqlstate_of("SELECT orch_complete($id, '$tok')"), 'OR002',
+		'a fresh unbound session looks the task up (OR002: completed)');
+}
+
+# the remembered tenant is a hint: SET ROLE to a role bound elsewhere sees nothing
+{
+	my ($out, $err) = in_session($sess,
+		"SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 1, tenant => '$ta')");
+	my ($id, $tok) = split /:/, $out;
+	($out, $err) = in_session($sess, "SET ROLE cit_rb; SELECT orch_complete($id, '$tok')");
+	like($err, qr/ERROR:\s+OR005/, "same session, SET ROLE to a role bound to $tb: the $ta task it claimed -> OR005");
+	in_session($sess, 'RESET ROLE');
+	($out, $err) = in_session($sess,
+		"SET ROLE cit_rm; SET citus.multi_task_query_log_level = 'notice'; SELECT orch_heartbeat($id, '$tok')");
+	like($err, qr/ERROR:\s+OR005/,
+		"same session, SET ROLE to a role bound to $tb and zeta: the $ta task it claimed -> OR005");
+	is(multi_count($err), 1, '... after a lookup in its own tenants (the remembered tenant is not one)');
+	in_session($sess, "RESET ROLE; SET citus.multi_task_query_log_level = 'error'");
+	is(q1("SELECT state FROM orch.tasks WHERE id = $id"), 'executing', 'the refused calls changed nothing');
+	($out, $err) = in_session($sess, "SELECT orch_complete($id, '$tok')");
+	is("$out$err", 'completed', 'back as the claiming role, orch_complete runs no multi-shard statement');
+
+	# a remembered task purged by retention: OR005 after one lookup
+	wait_until_tasks('the routed task is past the 1 s retention', "id = $id", "finished_at < now() - interval '1 second'");
+	cmp_ok(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHERE action = 'tasks_purged'"),
+		'>=', 1, 'the task is purged');
+	is(q1("SELECT count(*) FROM orch.tasks WHERE id = $id"), '0', 'the task is gone');
+	($out, $err) = in_session($sess,
+		"SET citus.multi_task_query_log_level = 'notice'; SELECT orch_heartbeat($id, '$tok')");
+	like($err, qr/ERROR:\s+OR005/, 'same session, orch_heartbeat of the purged task it remembered -> OR005');
+	is(multi_count($err), 1, '... after one lookup across the shards');
+	($out, $err) = in_session($sess, "SELECT orch_complete($id, '$tok')");
+	like($err, qr/ERROR:\s+OR005/, 'and orch_complete of it -> OR005');
+	in_session($sess, "SET citus.multi_task_query_log_level = 'error'");
+}
+
+# one worker down: the other tenant's work goes on
+{
+	my ($down) = grep {
+		$_->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') eq $node_of{$ta}
+	} @workers;
+	q1("SELECT orch_enqueue('route', jsonb_build_object('n', g), tenant => '$tb') FROM generate_series(1, 3) g");
+	$down->stop;
+	my ($out, $err) = in_session($sess,
+		"SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 1, tenant => '$tb')");
+	is($err, '', "with the worker of $ta stopped, a claim of $tb works") or diag($err);
+	my ($id, $tok) = split /:/, $out;
+	($out, $err) = in_session($sess, "SELECT orch_complete($id, '$tok')");
+	is("$out$err", 'completed', "with the worker of $ta stopped, the same session completes the $tb task");
+	my ($rc, $out2, $err2) = try_sql("SET ROLE cit_rb;\n"
+		  . "SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w-rb', 1)");
+	is($rc, 0, "with the worker of $ta stopped, a role bound to $tb claims") or diag($err2);
+	my ($id2, $tok2) = split /:/, $out2;
+	($rc, $out2, $err2) = try_sql("SET ROLE cit_rb;\nSELECT orch_complete($id2, '$tok2')");
+	is($out2, 'completed', "... and completes in a fresh session") or diag($err2);
+	($rc, $out2, $err2) = try_sql("SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 1, tenant => '$tb')");
+	my ($id3, $tok3) = split /:/, $out2;
+	($rc, $out2, $err2) = try_sql("SELECT orch_complete($id3, '$tok3')");
+	isnt($rc, 0, "... while a fresh unbound session's orch_complete fails (its lookup needs every shard)");
+	$down->start;
+	$sess->quit;
+	($rc, $out2, $err2) = try_sql("SELECT orch_complete($id3, '$tok3')");
+	is($out2, 'completed', "the worker of $ta back: the fresh session's orch_complete works") or diag($err2);
+	q1("SELECT orch_enqueue('route', '{}', tenant => '$ta')");
+	($rc, $out2, $err2) = try_sql("SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 1, tenant => '$ta')");
+	my ($id4, $tok4) = split /:/, $out2;
+	is(q1("SELECT orch_complete($id4, '$tok4')"), 'completed', "and $ta works again");
+}
 
 # ---------------------------------------------------------------------------
 # A worker added later: orch_distribute again gives it its id range
