@@ -214,6 +214,10 @@ CREATE TABLE orch.tasks (
     enqueue_event_id bigint,
     created_by       text,
     created_xact     bigint,
+    claim_event_id   bigint,
+    claimed_by       text,
+    claim_xact       bigint,
+    claim_waited     bigint,
     PRIMARY KEY (id, tenant_id)
 ) WITH (fillfactor = 80,
         autovacuum_vacuum_scale_factor = 0.02,
@@ -223,6 +227,8 @@ COMMENT ON TABLE orch.tasks IS
   'One row per task. state is guarded by the C lifecycle trigger; ready_at is set only while the task is claimable.';
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
   'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
+COMMENT ON COLUMN orch.tasks.claim_event_id IS
+  'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). The next claim writes it out as an orch.events row first.';
 COMMENT ON COLUMN orch.tasks.ready_at IS
   'When the task becomes claimable (run_at, retry_at, or the moment of resume/approval); NULL while not claimable. Maintained by the API; cleared by the trigger for executing and terminal states.';
 COMMENT ON COLUMN orch.tasks.retry_of IS 'The dead letter this task re-drives (orch_retry / orch_reprocess).';
@@ -345,11 +351,12 @@ CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catal
 CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
 CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
 CREATE INDEX tasks_created_xact_idx ON orch.tasks USING brin (created_xact) WITH (autosummarize = on);
+CREATE INDEX tasks_claim_xact_idx ON orch.tasks USING brin (claim_xact) WITH (autosummarize = on);
 
 -- The whole history of transitions and actions as users read it: the rows of
 -- orch.events, and the transitions recorded by another row instead of an
 -- event row of their own (a completion by orch_complete is its attempt
--- row, a plain enqueue its task row).  Same columns as orch.events; every reader of history (the
+-- row, a plain enqueue and a claim from the queue its task row).  Same columns as orch.events; every reader of history (the
 -- orch_events view, orch_history, orch_run_status, the metrics fold, the
 -- maintenance checks) reads it, never orch.events alone.  docs/storage.md.
 CREATE VIEW orch.history AS
@@ -367,9 +374,15 @@ SELECT t.enqueue_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'received'
        'enqueued'::text, t.created_by, NULL::integer, NULL::uuid, NULL::text, t.created_at, NULL::text,
        t.created_xact, NULL::interval
   FROM orch.tasks t
- WHERE t.enqueue_event_id IS NOT NULL;
+ WHERE t.enqueue_event_id IS NOT NULL
+UNION ALL
+SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'queued'::text, 'executing'::text,
+       'claimed'::text, t.claimed_by, t.attempts, t.lease_token, NULL::text, t.claimed_at, t.lease_owner,
+       t.claim_xact, pg_catalog.make_interval(secs => t.claim_waited OPERATOR(pg_catalog./) 1000000.0)
+  FROM orch.tasks t
+ WHERE t.claim_event_id IS NOT NULL;
 COMMENT ON VIEW orch.history IS
-  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row, an enqueue''s task row), with the columns of orch.events.';
+  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row, an enqueue''s and a claim''s task row), with the columns of orch.events.';
 
 CREATE TABLE orch.idempotency_keys (
     tenant_id   text NOT NULL DEFAULT 'default',
@@ -1641,7 +1654,8 @@ BEGIN
                -- (the history's ids: events, and the ids other rows record)
                event_floor = greatest(coalesce((SELECT max(id) FROM orch.events), 0),
                                       coalesce((SELECT max(event_id) FROM orch.attempts), 0),
-                                      coalesce((SELECT max(enqueue_event_id) FROM orch.tasks), 0)),
+                                      coalesce((SELECT max(enqueue_event_id) FROM orch.tasks), 0),
+                                      coalesce((SELECT max(claim_event_id) FROM orch.tasks), 0)),
                attempt_floor = coalesce((SELECT max(id) FROM orch.attempts), 0),
                refreshed_at = now()
           FROM (SELECT pg_current_snapshot() AS s) q
@@ -1684,6 +1698,14 @@ BEGIN
            AND (t.created_xact >= st.snap_xmax OR t.created_xact = ANY (st.snap_xip))
            AND t.created_xact IS DISTINCT FROM (SELECT own FROM cur)
            AND t.enqueue_event_id IS NOT NULL
+        UNION ALL
+        SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task', 'queued', 'executing',
+               'claimed', t.attempts, t.claimed_at, make_interval(secs => t.claim_waited / 1000000.0)
+          FROM orch.tasks t
+         WHERE t.claim_xact >= st.snap_xmin AND t.claim_event_id > st.event_floor
+           AND (t.claim_xact >= st.snap_xmax OR t.claim_xact = ANY (st.snap_xip))
+           AND t.claim_xact IS DISTINCT FROM (SELECT own FROM cur)
+           AND t.claim_event_id IS NOT NULL
     ),
     tev AS (
         SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,

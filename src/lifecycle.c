@@ -103,7 +103,12 @@ typedef struct TaskCols
 				lease_expires_at,
 				enqueue_event_id,	/* 0.8.0 on; 0 before */
 				created_by,
-				created_xact;
+				created_xact,
+				claim_event_id,	/* 0.8.0 on; 0 before */
+				claimed_by,
+				claim_xact,
+				claim_waited,
+				claimed_at;
 } TaskCols;
 
 static TaskCols task_cols = {InvalidOid};
@@ -169,6 +174,13 @@ load_task_cols(Relation rel)
 	task_cols.created_xact = Max(SPI_fnumber(td, "created_xact"), 0);
 	if (task_cols.created_by == 0 || task_cols.created_xact == 0)
 		task_cols.enqueue_event_id = 0;
+	task_cols.claim_event_id = Max(SPI_fnumber(td, "claim_event_id"), 0);
+	task_cols.claimed_by = Max(SPI_fnumber(td, "claimed_by"), 0);
+	task_cols.claim_xact = Max(SPI_fnumber(td, "claim_xact"), 0);
+	task_cols.claim_waited = Max(SPI_fnumber(td, "claim_waited"), 0);
+	task_cols.claimed_at = must_fnumber(td, "claimed_at");
+	if (task_cols.claimed_by == 0 || task_cols.claim_xact == 0 || task_cols.claim_waited == 0)
+		task_cols.claim_event_id = 0;
 	task_cols.relid = RelationGetRelid(rel);
 }
 
@@ -264,6 +276,50 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 	if (gated && (to == TS_EXECUTING || orch_state_is_terminal(to)))
 		return heap_modify_tuple_by_cols(newtup, td, 1, &col, &val, &null);
 	return newtup;
+}
+
+/*
+ * The event of the claim the task row records (a row with claim_event_id),
+ * written out as an event row before the row records another claim: its
+ * id, time, role, label, attempt, token, wait and transaction as derived.
+ */
+static void
+write_claim_event(HeapTuple oldtup, TupleDesc td, const char *tenant, int64 task_id,
+				  bool has_run, int64 run_id)
+{
+	bool		isnull;
+	Datum		id = heap_getattr(oldtup, task_cols.claim_event_id, td, &isnull);
+	OrchArgs	a = {0};
+	Datum		d;
+	int			nest;
+
+	if (isnull)
+		return;
+	orch_arg_int8(&a, DatumGetInt64(id));
+	orch_arg_text(&a, tenant);
+	orch_arg_int8(&a, task_id);
+	orch_arg(&a, INT8OID, Int64GetDatum(run_id), !has_run);
+	orch_arg_text(&a, get_text_col(oldtup, td, task_cols.claimed_by));
+	d = heap_getattr(oldtup, task_cols.attempts, td, &isnull);
+	orch_arg(&a, INT4OID, d, isnull);
+	d = heap_getattr(oldtup, task_cols.lease_token, td, &isnull);
+	orch_arg(&a, UUIDOID, d, isnull);
+	d = heap_getattr(oldtup, task_cols.claimed_at, td, &isnull);
+	orch_arg(&a, TIMESTAMPTZOID, d, isnull);
+	orch_arg_text(&a, get_text_col(oldtup, td, task_cols.lease_owner));
+	d = heap_getattr(oldtup, task_cols.claim_xact, td, &isnull);
+	orch_arg(&a, INT8OID, d, isnull);
+	d = heap_getattr(oldtup, task_cols.claim_waited, td, &isnull);
+	orch_arg(&a, INTERVALOID, isnull ? (Datum) 0 : IntervalPGetDatum(orch_usecs_interval(DatumGetInt64(d))), isnull);
+	nest = orch_pin_search_path();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	orch_args_sql(&a, "INSERT INTO orch.events (id, tenant_id, task_id, run_id, entity, from_state, to_state,"
+				  "   reason_code, actor, attempt, lease_token, at, label, xact, waited)"
+				  " VALUES ($1, $2, $3, $4, 'task', 'queued', 'executing', 'claimed', $5, $6, $7,"
+				  "   coalesce($8, now()), $9, $10, $11)", false, 0, SPI_OK_INSERT);
+	SPI_finish();
+	AtEOXact_GUC(true, nest);
 }
 
 /* The built-in task lifecycle on orch.tasks. */
@@ -480,6 +536,48 @@ task_trigger(TriggerData *trigdata)
 		if (!isnull)
 			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
+	/*
+	 * A claim.  The row records the event of its latest claim from the queue
+	 * (queued -> executing, reason claimed, labelled with the lease owner):
+	 * claim_event_id, claimed_by, claim_xact, claim_waited, read with the
+	 * columns only a claim sets (claimed_at, lease_owner, lease_token,
+	 * attempts); orch.history derives it.  A new claim first writes the
+	 * previous claim's event out as a row (its id, time and role kept), then
+	 * records its own, or, claimed otherwise (after a retry wait, a tool, a
+	 * confirmation), writes its event row and records none.
+	 */
+	if (task_cols.claim_event_id > 0 && (is_insert || (to == TS_EXECUTING && from != TS_EXECUTING)))
+	{
+		int			c[4] = {task_cols.claim_event_id, task_cols.claimed_by, task_cols.claim_xact,
+		task_cols.claim_waited};
+		Datum		v[4] = {0, 0, 0, 0};
+		bool		n[4] = {true, true, true, true};
+		char	   *owner = get_text_col(newtup, td, task_cols.lease_owner);
+		/* its label is the lease owner (orch_dequeue labels the claim with the worker) */
+		bool		derive = !is_insert && from == TS_QUEUED && strcmp(reason, "claimed") == 0 &&
+			orch_event_context()->note == NULL && token != NULL &&
+			(actor == NULL ? owner == NULL : (owner != NULL && strcmp(actor, owner) == 0));
+
+		if (!is_insert)
+			write_claim_event(oldtup, td, tenant, task_id, has_run, run_id);
+		if (derive)
+		{
+			Oid			seq = orch_relid("events_id_seq");
+
+			if (!OidIsValid(seq))
+				elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
+			v[0] = Int64GetDatum(nextval_internal(seq, false));
+			v[1] = CStringGetTextDatum(orch_current_actor());
+			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
+			v[3] = Int64GetDatum(waited_us);
+			n[0] = n[1] = n[2] = false;
+			n[3] = waited_us < 0;
+		}
+		newtup = heap_modify_tuple_by_cols(newtup, td, 4, c, v, n);
+		if (derive)
+			return newtup;
+	}
+
 	/*
 	 * A plain enqueue (received -> queued, reason enqueued, no label or
 	 * note): the task row records its event (orch.history derives it from

@@ -137,11 +137,12 @@ BEGIN
 END $$;
 
 -- starts(label pattern): the labels of the matching tasks in the order their
--- executions started, a task once per attempt; the tasks one batch claim
--- (one transaction) started at once in its hand-out order: priority, FIFO.
+-- executions started (the claiming transaction, xact), a task once per
+-- attempt; the tasks one batch claim (one transaction) started at once in
+-- its hand-out order: priority, FIFO.
 CREATE FUNCTION pg_temp.starts(pat text) RETURNS text LANGUAGE sql AS $$
-    SELECT string_agg(k.label, ' ' ORDER BY e.xmin::text::bigint, t.priority, t.created_at, t.id)
-      FROM orch.events e JOIN tk k ON k.id = e.task_id JOIN orch.tasks t ON t.id = e.task_id
+    SELECT string_agg(k.label, ' ' ORDER BY e.xact, t.priority, t.created_at, t.id)
+      FROM orch.history e JOIN tk k ON k.id = e.task_id JOIN orch.tasks t ON t.id = e.task_id
      WHERE e.to_state = 'executing' AND k.label LIKE pat
 $$;
 

@@ -1,7 +1,8 @@
 -- append (0.6.0): events and attempts are appended without SQL (heap
--- multi-insert, the executor's index routine).  From 0.8.0 a completion by
--- orch_complete / orch_complete_batch writes no event row: its attempt row
--- records it (event_id, actor, run_id; read through orch.history).  The rows are the same as
+-- multi-insert, the executor's index routine).  From 0.8.0 a plain
+-- enqueue, a claim from the queue and a completion by orch_complete /
+-- orch_complete_batch write no event row: the task row records the first
+-- two, the attempt row the third (read through orch.history).  The rows are the same as
 -- an INSERT writes; a table the direct write cannot serve exactly as an
 -- INSERT would (here: a trigger of yours on it) gets the SQL INSERT, so
 -- your trigger fires for every row.
@@ -122,13 +123,13 @@ DROP TABLE ap_mirror;
 DROP FUNCTION ap_mirror_event();
 
 -- 5. A stored generated column added to orch.events: the direct write steps
---    aside (the SQL INSERT computes it).  (A claim writes an event row; an
---    enqueue's is recorded by its task row.)
+--    aside (the SQL INSERT computes it).  (A cancel writes an event row; an
+--    enqueue's and a claim's are recorded by the task row.)
 ALTER TABLE orch.events ADD COLUMN ap_shout text GENERATED ALWAYS AS (upper(to_state)) STORED;
-SELECT orch_enqueue('ap_direct', '{"n": 6}') > 0 AS enqueued_sixth;
-SELECT count(*) AS claimed_sixth FROM orch_dequeue('ap_direct', 'ap-worker');
+SELECT orch_enqueue('ap_direct', '{"n": 6}') AS sixth \gset
+SELECT orch_cancel(:sixth) AS cancelled_sixth;
 SELECT ap_shout FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
 ALTER TABLE orch.events DROP COLUMN ap_shout;
-SELECT orch_enqueue('ap_direct', '{"n": 7}') > 0 AS enqueued_seventh;
-SELECT count(*) AS claimed_seventh FROM orch_dequeue('ap_direct', 'ap-worker');
+SELECT orch_enqueue('ap_direct', '{"n": 7}') AS seventh \gset
+SELECT orch_cancel(:seventh) AS cancelled_seventh;
 SELECT to_state FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);

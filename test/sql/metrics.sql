@@ -176,19 +176,21 @@ SELECT orch_create_queue('m_d') IS NOT NULL AS created;
 SELECT count(*) AS enqueued
   FROM orch_enqueue_batch('m_d', (SELECT array_agg(jsonb_build_object('i', g) ORDER BY g)
                                     FROM generate_series(1, 100) g));
-WITH c AS (SELECT * FROM orch_dequeue('m_d', 'm-worker', 100))
-SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS completed FROM c;
+CREATE TEMP TABLE m_d_claims AS SELECT * FROM orch_dequeue('m_d', 'm-worker', 100);
+-- a claim's wait is recorded by its task row (orch.history): rewritten while
+-- the tasks execute (a finished task cannot change)
+UPDATE orch.tasks t
+   SET claim_waited = CASE WHEN (t.payload ->> 'i')::int <= 50 THEN 0
+                           WHEN (t.payload ->> 'i')::int <= 90 THEN 10000000
+                           ELSE 3601000000 END
+ WHERE t.queue = 'm_d';
+SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS completed FROM m_d_claims;
 CREATE TEMP TABLE d_rows AS
 SELECT 'attempt' AS kind, a.id, a.xact FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'm_d'
 UNION ALL
 SELECT 'event', e.id, e.xact FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'm_d';
 UPDATE orch.attempts a SET started_at = a.finished_at - make_interval(secs => (t.payload ->> 'i')::int)
   FROM orch.tasks t WHERE t.id = a.task_id AND t.queue = 'm_d';
-UPDATE orch.events e
-   SET waited = CASE WHEN (t.payload ->> 'i')::int <= 50 THEN interval '0'
-                     WHEN (t.payload ->> 'i')::int <= 90 THEN interval '10 seconds'
-                     ELSE interval '3601 seconds' END
-  FROM orch.tasks t WHERE t.id = e.task_id AND t.queue = 'm_d' AND e.to_state = 'executing';
 -- the rewrite kept every row's xact
 SELECT count(*) AS rows, count(*) FILTER (WHERE x.xact IS DISTINCT FROM d.xact) AS xact_changed
   FROM d_rows d
