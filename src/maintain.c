@@ -266,6 +266,8 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query("SELECT count(*) FROM (SELECT 1 FROM orch.tasks"
 					" WHERE state IN ('received', 'awaiting_tool', 'awaiting_user_confirmation')"
 					"   AND ready_at IS NULL AND retry_at IS NULL AND updated_at < now() - $2"
+					/* a workflow approval waits for a person by design (its own timeout) */
+					"   AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
 					"   AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) s",
 					4, types, v, n);
 

@@ -224,8 +224,16 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
+	/*
+	 * The tasks behind workflow approvals wait in a queue but are never
+	 * claimed from it: they end with their gate (run_approvals.c), not with
+	 * the queue, and are neither counted nor cancelled here (cancelling one
+	 * would lock it before its run).
+	 */
 	orch_sql_once("SELECT count(*) FROM orch.tasks WHERE queue = $1"
-							  " AND state NOT IN ('completed', 'failed', 'cancelled')", 1, types, vals, NULL, false, 1, SPI_OK_SELECT);
+							  " AND state NOT IN ('completed', 'failed', 'cancelled')"
+							  " AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')",
+							  1, types, vals, NULL, false, 1, SPI_OK_SELECT);
 	live = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (live > 0 && !force)
 		ereport(ERROR,
@@ -263,6 +271,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 			orch_sql_once("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
 									  "   lease_token, claimed_at FROM orch.tasks"
 									  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
+									  "     AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
 									  "     AND " ORCH_TENANT_IN("tenant_id", "$2")
 									  "   FOR UPDATE),"
 									  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"

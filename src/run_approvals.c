@@ -19,11 +19,15 @@
  *
  *	  Lock order: the task is locked after its run, never before, by every
  *	  call that locks both (orch_approve, orch_reject, the run's end,
- *	  maintenance); so the run's end waits for its lock (it is never skipped
- *	  and never left open in a finished run) without a deadlock.
+ *	  orch_cancel_run, maintenance); so the run's end waits for its lock (it
+ *	  is never skipped and never left open in a finished run) without a
+ *	  deadlock.  orch_drop_queue leaves it alone (it ends with its gate).
+ *	  A 0.7.0 schema (the library serves it until ALTER EXTENSION UPDATE)
+ *	  gets no such task: its review queue would list it as a confirmation.
  *	  Its step key is the step's with ORCH_APPROVAL_SUFFIX ("gate:approval";
  *	  a compensation's: "step:compensate:approval"); it is never
- *	  claimable (ready_at stays NULL), orch_confirm and orch_cancel refuse
+ *	  claimable (claimed in the statement after its insert, before anything
+ *	  commits), orch_confirm and orch_cancel refuse
  *	  it (OR009: orch_approve / orch_reject decide it), and run progression
  *	  never reads it as a step's work.  Callers hold the run's row lock (the
  *	  run is busy: the task's transitions note nothing) and are connected to
@@ -129,7 +133,8 @@ orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 	orch_arg_text(&a, step);
 	if (orch_args_sql(&a, APPROVAL_TASK_CLAIM, false, 0, SPI_OK_INSERT) != 1)
 		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be claimed", id);
-	orch_args_sql(&a, APPROVAL_TASK_PARK, false, 0, SPI_OK_UPDATE);
+	if (orch_args_sql(&a, APPROVAL_TASK_PARK, false, 0, SPI_OK_UPDATE) != 1)
+		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be handed to a person", id);
 	orch_restore_event_context(saved);
 	return id;
 }
@@ -205,6 +210,10 @@ orch_run_cancel_approvals(RunRow *r, const char *reason)
 {
 	Datum		v[2];
 
+	/* as the steps' events read: another step's failure failed the run */
+	if (strcmp(reason, "step_failed") == 0 || strcmp(reason, "step_timed_out") == 0 ||
+		strcmp(reason, "compensation_required") == 0)
+		reason = "run_failed";
 	RUN_ARGS(v, r->id, r->tenant);
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 						  "   AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "'"

@@ -194,11 +194,12 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		return false;
 	if (strcmp(type, "human_approval") == 0)
 	{
-		/* the step waits for a human in its task (awaiting_user_confirmation) */
-		v[3] = Int64GetDatum(orch_run_open_approval(r, step, false));
+		/* the step waits for a human in its task (awaiting_user_confirmation; 0.8.0 on) */
+		v[3] = orch_schema_version() >= 800 ? Int64GetDatum(orch_run_open_approval(r, step, false)) : (Datum) 0;
 		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
 				" cap_at = " RUN_STEP_CAP_SQL ", task_id = $4"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v,
+				orch_schema_version() >= 800 ? NULL : "   n", false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "ready", "awaiting_approval", "approval_requested");
 		return false;
 	}

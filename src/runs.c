@@ -159,10 +159,14 @@ orch_runs_maintain(int limit)
 		Datum		lv[2];
 		RunRow		r;
 
-		/* the run's open tasks first, then the run (the lock order) */
+		/*
+		 * The run's open tasks first, then the run (the lock order); its
+		 * approval tasks after the run (run_approvals.c)
+		 */
 		RUN_ARGS(lv, ids[i], tenants[i]);
 		orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-				" AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
+				" AND state NOT IN ('completed', 'failed', 'cancelled')"
+				" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
 		/* a run a worker is progressing is left to it (and the next pass) */
 		orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 0 || !orch_lock_run(ids[i], tenants[i], &r))

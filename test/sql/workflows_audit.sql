@@ -394,3 +394,26 @@ SELECT pg_temp.complete1('au_cp');
 SELECT pg_temp.fail1('au_cp', 'NON_RETRYABLE');
 SELECT orch_reject(:a8, 'book', 'AU-51', 'carol', 'leave it');
 SELECT pg_temp.st(:a8), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a8 AND step_key LIKE 'book:%';
+
+-- i: another step's failure fails the run: the waiting gate's task is
+--    cancelled with run_failed, as the gate's own event reads
+SELECT orch_define('au_rf', '{"policies": {"queue": "au_rf"}, "steps": [
+    {"step_id": "gate", "type": "human_approval"},
+    {"step_id": "work", "handler": "work"}]}') AS version;
+SELECT orch_publish('au_rf', 1) IS NOT NULL AS published;
+SELECT orch_start('au_rf', '{}') AS a9 \gset
+SELECT pg_temp.fail1('au_rf', 'NON_RETRYABLE');
+SELECT pg_temp.st(:a9), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a9 AND step_key = 'gate:approval';
+SELECT what, to_state, reason_code FROM pg_temp.ev(:a9) WHERE what = 'gate';
+
+-- j: dropping the queue an approval waits in neither counts nor cancels its
+--    task (it is never claimed from there; it ends with its gate)
+SELECT orch_define('au_dq', '{"policies": {"queue": "au_dq"}, "steps": [
+    {"step_id": "gate", "type": "human_approval"}]}') AS version;
+SELECT orch_publish('au_dq', 1) IS NOT NULL AS published;
+SELECT orch_start('au_dq', '{}') AS a10 \gset
+SELECT orch_drop_queue('au_dq');
+SELECT count(*) AS queue_left FROM orch.queues WHERE name = 'au_dq';
+SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a10;
+SELECT orch_approve(:a10, 'gate', 'AU-60', 'dana');
+SELECT pg_temp.st(:a10), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a10;
