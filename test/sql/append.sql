@@ -133,3 +133,45 @@ ALTER TABLE orch.events DROP COLUMN ap_shout;
 SELECT orch_enqueue('ap_direct', '{"n": 7}') AS seventh \gset
 SELECT orch_cancel(:seventh) AS cancelled_seventh;
 SELECT to_state FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
+
+-- 6. The rows that record their own transitions (orch.history,
+--    docs/storage.md).  A retried task: enqueue and first claim recorded by
+--    the task row, written out as an event row (same id, time, role, label)
+--    when the task is claimed again after its retry wait; the completion
+--    recorded by the attempt row.  What orch_history reads does not change
+--    when the claim moves from the row to orch.events.
+SELECT orch_create_queue('ap_hist', '{"backoff": "fixed", "initial_delay": "0 seconds"}') IS NOT NULL AS created;
+SELECT orch_enqueue('ap_hist', '{"n": 1}') AS h1 \gset
+SELECT enqueue_event_id IS NOT NULL AS enqueue_recorded, created_by = current_user AS by_caller,
+       created_xact IS NOT NULL AS xact_recorded FROM orch.tasks WHERE id = :h1;
+CREATE TEMP TABLE ap_h1 AS SELECT * FROM orch_dequeue('ap_hist', 'ap-h-worker');
+SELECT claim_event_id IS NOT NULL AS claim_recorded, claim_waited >= 0 AS waited,
+       (SELECT count(*) FROM orch.events WHERE task_id = :h1) AS event_rows FROM orch.tasks WHERE id = :h1;
+CREATE TEMP TABLE ap_h1_before AS
+SELECT id, from_state, to_state, reason_code, actor, label, attempt, lease_token, at, xact, waited
+  FROM orch.history WHERE task_id = :h1;
+SELECT state FROM orch_fail((SELECT task_id FROM ap_h1), (SELECT lease_token FROM ap_h1), 'TRANSIENT', 'flaky');
+CREATE TEMP TABLE ap_h1b AS SELECT * FROM orch_dequeue('ap_hist', 'ap-h-worker');
+-- the first claim is an event row now, exactly as it read before
+SELECT count(*) AS first_claim_rows, bool_and(e.id = b.id AND e.at = b.at AND e.actor = b.actor
+         AND e.label = b.label AND e.attempt = b.attempt AND e.lease_token = b.lease_token
+         AND e.xact = b.xact AND e.waited IS NOT DISTINCT FROM b.waited) AS same
+  FROM orch.events e JOIN ap_h1_before b ON b.to_state = 'executing' AND e.id = b.id;
+SELECT orch_complete((SELECT task_id FROM ap_h1b), (SELECT lease_token FROM ap_h1b), '{}');
+SELECT from_state, to_state, reason_code, attempt, label,
+       CASE WHEN id IN (SELECT id FROM orch.events) THEN 'event row' ELSE 'recorded' END AS stored
+  FROM orch.history WHERE task_id = :h1 ORDER BY id;
+-- the ids increase with the transitions, as event ids always did
+SELECT bool_and(ok) AS ordered FROM (
+  SELECT id > lag(id) OVER (ORDER BY at, id) OR lag(id) OVER (ORDER BY at, id) IS NULL AS ok
+    FROM orch.history WHERE task_id = :h1) s;
+-- a raw INSERT cannot forge what a row records: the trigger sets it
+INSERT INTO orch.tasks (queue, state, payload, enqueue_event_id, created_by, claim_event_id, claimed_by)
+VALUES ('ap_hist', 'queued', '{"raw": true}', -5, 'mallory', -6, 'mallory') RETURNING id AS raw \gset
+SELECT enqueue_event_id > 0 AS enqueue_id_drawn, created_by = current_user AS role_recorded,
+       claim_event_id IS NULL AND claimed_by IS NULL AS no_claim FROM orch.tasks WHERE id = :raw;
+INSERT INTO orch.tasks (queue, state, payload, reason_code, enqueue_event_id, created_by)
+VALUES ('ap_hist', 'queued', '{"raw": 2}', 'imported', -7, 'mallory') RETURNING id AS raw2 \gset
+SELECT enqueue_event_id IS NULL AND created_by IS NULL AS nothing_recorded,
+       (SELECT count(*) FROM orch.events WHERE task_id = :raw2) AS event_rows
+  FROM orch.tasks WHERE id = :raw2;
