@@ -10,6 +10,7 @@
 #include "access/sysattr.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -422,4 +423,39 @@ const OrchEventContext *
 orch_event_context(void)
 {
 	return &ctx;
+}
+
+/* ----------------------------------------------------------------------
+ * Ids of the transitions a task or attempt row records itself (orch.history)
+ * ---------------------------------------------------------------------- */
+static Oid	event_seq = InvalidOid;
+static bool event_seq_registered = false;
+
+static void
+event_seq_reset(void)
+{
+	event_seq = InvalidOid;
+}
+
+/*
+ * The next id of orch.events_id_seq: the id of an event that a task row or
+ * an attempt row records instead of an orch.events row, in the same order as
+ * an event row's.  The sequence is looked up once, again after the schema
+ * changes.
+ */
+int64
+orch_next_event_id(void)
+{
+	if (!event_seq_registered)
+	{
+		orch_schema_on_reset(event_seq_reset);
+		event_seq_registered = true;
+	}
+	if (!OidIsValid(event_seq))
+	{
+		event_seq = orch_relid("events_id_seq");
+		if (!OidIsValid(event_seq))
+			elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
+	}
+	return nextval_internal(event_seq, false);
 }

@@ -11,7 +11,6 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -562,11 +561,7 @@ task_trigger(TriggerData *trigdata)
 			write_claim_event(oldtup, td, tenant, task_id, has_run, run_id);
 		if (derive)
 		{
-			Oid			seq = orch_relid("events_id_seq");
-
-			if (!OidIsValid(seq))
-				elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
-			v[0] = Int64GetDatum(nextval_internal(seq, false));
+			v[0] = Int64GetDatum(orch_next_event_id());
 			v[1] = CStringGetTextDatum(orch_current_actor());
 			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 			v[3] = Int64GetDatum(waited_us);
@@ -595,11 +590,7 @@ task_trigger(TriggerData *trigdata)
 
 		if (derive)
 		{
-			Oid			seq = orch_relid("events_id_seq");
-
-			if (!OidIsValid(seq))
-				elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
-			v[0] = Int64GetDatum(nextval_internal(seq, false));
+			v[0] = Int64GetDatum(orch_next_event_id());
 			v[1] = CStringGetTextDatum(orch_current_actor());
 			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 			n[0] = n[1] = n[2] = false;

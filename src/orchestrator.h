@@ -233,6 +233,7 @@ extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
 extern void orch_event_context_completion_in_attempt(void);
+extern int64 orch_next_event_id(void);
 
 typedef struct OrchEventContext
 {

@@ -7,7 +7,6 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
-#include "commands/sequence.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -233,10 +232,6 @@ record_completed_attempts(SPITupleTable *tt, int n, bool derived)
 	bool	   *nl = palloc(sizeof(bool) * ncols * n);
 	Datum		actor = CStringGetTextDatum(orch_current_actor());
 	Datum		at = TimestampTzGetDatum(GetCurrentTimestamp());
-	Oid			seq = derived ? orch_relid("events_id_seq") : InvalidOid;
-
-	if (derived && !OidIsValid(seq))
-		elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
 	for (int i = 0; i < n; i++)
 	{
 		Datum	   *r = v + i * ncols;
@@ -255,7 +250,7 @@ record_completed_attempts(SPITupleTable *tt, int n, bool derived)
 			rn[7] = rnl[6];
 			r[8] = actor;
 			rn[8] = false;
-			r[9] = Int64GetDatum(nextval_internal(seq, false));
+			r[9] = Int64GetDatum(orch_next_event_id());
 			rn[9] = false;
 			r[10] = at;
 			rn[10] = false;
