@@ -60,6 +60,132 @@ ALTER TABLE orch.attempts ADD COLUMN run_id bigint, ADD COLUMN actor text, ADD C
 ALTER TABLE orch.tasks ADD COLUMN enqueue_event_id bigint, ADD COLUMN created_by text,
     ADD COLUMN created_xact bigint, ADD COLUMN claim_event_id bigint, ADD COLUMN claimed_by text,
     ADD COLUMN claim_xact bigint, ADD COLUMN claim_waited bigint;
+
+-- History in time-range partitions (issue 20, docs/storage.md): orch.events
+-- and orch.attempts become partitioned tables.  Each existing table is kept
+-- whole as the partition of everything before this update (attached, not
+-- copied: the update builds one index on it, the new primary key) and is
+-- retired by orch_maintain like any other partition once past the
+-- retention; new rows go to the partitions orch_maintain creates ahead, or
+-- until its first pass to the DEFAULT partition.  The old table leaves the
+-- extension's members (it is dumped as a table of its own, then attached).
+DO $history$
+DECLARE
+    h record;
+    i record;
+BEGIN
+    FOR h IN SELECT * FROM (VALUES ('events', 'at'), ('attempts', 'finished_at')) AS x(tbl, key) LOOP
+        FOR i IN SELECT c.relname FROM pg_catalog.pg_index x
+                   JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) x.indexrelid
+                  WHERE x.indrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::regclass
+                    AND NOT x.indisprimary LOOP
+            EXECUTE pg_catalog.format('ALTER INDEX orch.%I RENAME TO %I', i.relname,
+                                      pg_catalog.replace(i.relname, h.tbl OPERATOR(pg_catalog.||) '_',
+                                                         h.tbl OPERATOR(pg_catalog.||) '_before_080_'));
+        END LOOP;
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I DROP CONSTRAINT %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_pkey');
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I RENAME TO %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080');
+        EXECUTE pg_catalog.format('ALTER EXTENSION orchestrator DROP TABLE orch.%I', h.tbl OPERATOR(pg_catalog.||) '_before_080');
+    END LOOP;
+END
+$history$;
+
+CREATE TABLE orch.attempts (
+    id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.attempts_id_seq'),
+    tenant_id    text NOT NULL DEFAULT 'default',
+    task_id      bigint NOT NULL,
+    attempt      integer NOT NULL,
+    worker       text,
+    lease_token  uuid,
+    started_at   timestamptz,
+    finished_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    outcome      text NOT NULL,
+    error_class  text,
+    error        text,
+    retry_at     timestamptz,
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
+    run_id       bigint,
+    actor        text,
+    event_id     bigint,
+    PRIMARY KEY (id, tenant_id, finished_at)
+) PARTITION BY RANGE (finished_at);
+CREATE TABLE orch.attempts_default PARTITION OF orch.attempts DEFAULT;
+COMMENT ON TABLE orch.attempts IS
+  'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
+
+CREATE TABLE orch.events (
+    id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.events_id_seq'),
+    tenant_id    text NOT NULL DEFAULT 'default',
+    task_id      bigint,
+    run_id       bigint,
+    entity       text NOT NULL DEFAULT 'task',
+    from_state   text,
+    to_state     text,
+    reason_code  text,
+    actor        text NOT NULL,
+    attempt      integer,
+    lease_token  uuid,
+    note         text,
+    at           timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    label        text,
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
+    waited       interval,
+    PRIMARY KEY (id, tenant_id, at)
+) PARTITION BY RANGE (at);
+CREATE TABLE orch.events_default PARTITION OF orch.events DEFAULT;
+COMMENT ON TABLE orch.events IS
+  'Append-only audit: one row per accepted state transition and per manual action. Only the extension owner may update or delete.';
+COMMENT ON COLUMN orch.events.actor IS
+  'The database role the action was taken for (current role outside the extension''s functions).';
+COMMENT ON COLUMN orch.events.label IS
+  'A name the caller supplied (worker id, approver name); never in place of actor.';
+COMMENT ON COLUMN orch.events.xact IS
+  'The top-level transaction that wrote the event (for orch.metrics_fold).';
+COMMENT ON COLUMN orch.events.waited IS
+  'On a claim (to_state executing): how long the task had been claimable.';
+
+-- the old tables attached (their rows are checked against the bound, which
+-- is past the newest of them), then the indexes (the old tables' own are
+-- attached, not built again)
+DO $attach$
+DECLARE
+    h record;
+    bound timestamptz;
+BEGIN
+    FOR h IN SELECT * FROM (VALUES ('events', 'at'), ('attempts', 'finished_at')) AS x(tbl, key) LOOP
+        EXECUTE pg_catalog.format('SELECT pg_catalog.max(%I) FROM orch.%I', h.key, h.tbl OPERATOR(pg_catalog.||) '_before_080')
+           INTO bound;
+        bound := pg_catalog.date_trunc('second', GREATEST(bound, pg_catalog.clock_timestamp()))
+                 OPERATOR(pg_catalog.+) interval '1 second';
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ATTACH PARTITION orch.%I FOR VALUES FROM (MINVALUE) TO (%L)',
+                                  h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080', bound);
+    END LOOP;
+END
+$attach$;
+CREATE INDEX attempts_task_idx ON orch.attempts (task_id);
+CREATE INDEX events_task_idx ON orch.events (task_id) WHERE task_id IS NOT NULL;
+CREATE INDEX events_run_idx ON orch.events (run_id, tenant_id) WHERE task_id IS NULL;
+CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
+CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
+CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
+SELECT pg_catalog.pg_extension_config_dump('orch.attempts_default', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.events_default', '');
+DO $rls$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['attempts', 'events', 'attempts_default', 'events_default'] LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
+            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
+    END LOOP;
+END
+$rls$;
+ALTER TABLE orch.attempts ALTER COLUMN worker SET STATISTICS 0, ALTER COLUMN error_class SET STATISTICS 0,
+    ALTER COLUMN error SET STATISTICS 0;
+ALTER TABLE orch.events ALTER COLUMN note SET STATISTICS 0, ALTER COLUMN label SET STATISTICS 0;
+REVOKE ALL ON orch.attempts, orch.events, orch.attempts_default, orch.events_default FROM PUBLIC;
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
   'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS

@@ -296,8 +296,13 @@ CREATE TABLE orch.attempts (
     run_id       bigint,
     actor        text,
     event_id     bigint,
-    PRIMARY KEY (id, tenant_id)
-);
+    PRIMARY KEY (id, tenant_id, finished_at)
+) PARTITION BY RANGE (finished_at);
+-- History is kept in time-range partitions that orch_maintain creates ahead
+-- and retires whole past the retention (docs/storage.md); a row no range
+-- partition takes (before the first pass, or one dated far back) waits in
+-- the DEFAULT partition.
+CREATE TABLE orch.attempts_default PARTITION OF orch.attempts DEFAULT;
 CREATE INDEX attempts_task_idx ON orch.attempts (task_id);
 COMMENT ON TABLE orch.attempts IS
   'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
@@ -326,8 +331,9 @@ CREATE TABLE orch.events (
     label        text,
     xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
     waited       interval,
-    PRIMARY KEY (id, tenant_id)
-);
+    PRIMARY KEY (id, tenant_id, at)
+) PARTITION BY RANGE (at);
+CREATE TABLE orch.events_default PARTITION OF orch.events DEFAULT;
 CREATE INDEX events_task_idx ON orch.events (task_id) WHERE task_id IS NOT NULL;
 COMMENT ON TABLE orch.events IS
   'Append-only audit: one row per accepted state transition and per manual action. Only the extension owner may update or delete.';
@@ -399,9 +405,11 @@ CREATE INDEX idempotency_keys_expiry_idx ON orch.idempotency_keys (expires_at);
 -- pg_dump keeps user data of extension tables.
 SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.tasks_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('orch.attempts', '');
+-- (history: its DEFAULT partitions; the range partitions orch_maintain
+-- creates are tables of their own, dumped with their data and attached)
+SELECT pg_catalog.pg_extension_config_dump('orch.attempts_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.attempts_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('orch.events', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.events_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.idempotency_keys', '');
 
@@ -2221,7 +2229,7 @@ DO $rls$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['tasks', 'attempts', 'events', 'idempotency_keys',
+    FOREACH t IN ARRAY ARRAY['tasks', 'attempts', 'events', 'attempts_default', 'events_default', 'idempotency_keys',
                              'commands', 'rate_window', 'concurrency_limits',
                              'runs', 'run_steps', 'approvals',
                              'gate_repairs', 'metric_totals', 'metric_minutes']

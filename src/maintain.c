@@ -123,16 +123,34 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 
 /* $4 (text[]): the tenants a statement acts on, NULL for all */
 
-/* Purging the finished tasks p: their attempts, events and keys with them */
-#define PURGE_TAIL \
+/*
+ * Purging the finished tasks p: their keys with them, and (history not
+ * partitioned: a 0.7.0 schema) their attempts and events.  Partitioned
+ * history is retired a partition at a time (history_partitions.c).
+ */
+#define PURGE_HISTORY \
 	" a AS (DELETE FROM orch.attempts a USING p WHERE a.task_id = p.id" \
 	"   AND a.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")," \
 	" e AS (DELETE FROM orch.events e USING p WHERE e.task_id = p.id" \
-	"   AND e.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4") ")," \
+	"   AND e.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4") "),"
+#define PURGE_TAIL \
 	" k AS (DELETE FROM orch.idempotency_keys k USING p" \
 	"   WHERE k.task_id = p.id AND k.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("k.tenant_id", "$4") ")" \
 	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id" \
 	"   AND " ORCH_TENANT_IN("t.tenant_id", "$4")
+
+/* Finished tasks past the retention ($3), in batches ($1), history as given */
+#define PURGE_TASKS(history) \
+	"WITH p AS (SELECT id, tenant_id FROM orch.tasks t" \
+	"   WHERE finished_at < now() - $3" \
+	"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4") \
+	/* a run still open needs its steps' tasks (map results, counts) */ \
+	"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r" \
+	"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4") \
+	"            AND r.state IN ('running', 'waiting_approval', 'paused')))" \
+	"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	history \
+	PURGE_TAIL
 
 static int64
 count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
@@ -245,14 +263,16 @@ static int
 maintain_tenants(int32 batch, Datum tenants, Action *acts)
 {
 	int			nacts = 0;
-	Oid			types[4] = {INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	Oid			types[5] = {INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID, BOOLOID};
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		partitioned = orch_history_partitioned();
 
 	v[0] = Int32GetDatum(batch);
 	v[1] = IntervalPGetDatum(orch_usecs_interval((int64) orch_stuck_after * USECS_PER_SEC));
 	v[2] = IntervalPGetDatum(orch_usecs_interval((int64) orch_retention * USECS_PER_SEC));
 	v[3] = tenants;
+	v[4] = BoolGetDatum(partitioned);
 	if (tenants == (Datum) 0)
 		n[3] = 'n';
 
@@ -292,18 +312,10 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 				(errmsg("orchestrator: " INT64_FORMAT " recently finished tasks have attempt or failure counters that disagree with orch.attempts",
 						acts[nacts - 1].count)));
 
-	/* 4. retention: finished tasks with their attempts and events */
+	/* 4. retention: finished tasks (with their attempts and events, unpartitioned) */
 	acts[nacts].name = "tasks_purged";
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
-		count_query("WITH p AS (SELECT id, tenant_id FROM orch.tasks t"
-					"   WHERE finished_at < now() - $3"
-					"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4")
-					/* a run still open needs its steps' tasks (map results, counts) */
-					"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r"
-					"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4")
-					"            AND r.state IN ('running', 'waiting_approval', 'paused')))"
-					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-					PURGE_TAIL,
+		count_query(partitioned ? PURGE_TASKS("") : PURGE_TASKS(PURGE_HISTORY),
 					4, types, v, n);
 
 	/*
@@ -320,19 +332,20 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
 					" s AS (DELETE FROM orch.run_steps s USING p"
 					"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
+					/* partitioned history: the run's events go with their partition */
 					" e AS (DELETE FROM orch.events e USING p"
-					"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
+					"   WHERE NOT $5 AND e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
 					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") "),"
 					" a AS (DELETE FROM orch.approvals a USING p"
 					"   WHERE a.run_id = p.id AND a.tenant_id = p.tenant_id"
 					"     AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
 					" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
 					"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
-					4, types, v, n);
+					5, types, v, n);
 
 	/* events of the user tables' state machines past the retention */
 	acts[nacts].name = "events_purged";
-	acts[nacts++].count = orch_retention <= 0 ? 0 :
+	acts[nacts++].count = orch_retention <= 0 || partitioned ? 0 :
 		count_query("DELETE FROM orch.events e USING"
 					" (SELECT id, tenant_id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
 					"    AND at < now() - $3 AND " ORCH_TENANT_IN("tenant_id", "$4") " ORDER BY at LIMIT $1) o"
@@ -430,6 +443,26 @@ orch_maintain(PG_FUNCTION_ARGS)
 			if (i == 0)
 				nacts += k;
 		}
+	}
+
+	/*
+	 * History partitions: created ahead, retired whole past the retention.
+	 * Last, so that the moment's exclusive lock a retirement takes is held
+	 * only until the pass commits.
+	 */
+	if (orch_history_partitioned())
+	{
+		int64		created,
+					dropped,
+					compacted;
+
+		orch_history_partitions_maintain(&created, &dropped, &compacted);
+		acts[nacts].name = "history_partitions_created";
+		acts[nacts++].count = created;
+		acts[nacts].name = "history_partitions_dropped";
+		acts[nacts++].count = dropped;
+		acts[nacts].name = "history_partitions_compacted";
+		acts[nacts++].count = compacted;
 	}
 
 	/* the pass's record: pg_cron's history then says what it did */

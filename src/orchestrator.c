@@ -64,10 +64,18 @@ _PG_init(void)
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("orchestrator.retention",
-							"How long finished tasks, their attempts and events are kept before orch_maintain purges them.",
+							"How long finished tasks, their attempts and events are kept before orch_maintain purges them (history: whole partitions, once every row of one is past it).",
 							"0 keeps everything.",
 							&orch_retention,
 							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.history_partition",
+							"The time each new partition of the history (orch.events, orch.attempts) covers.",
+							"0 derives it from the retention: a quarter of it, at least a minute and at most a day.  "
+							"orch_maintain creates partitions ahead and retires them whole once past the retention.",
+							&orch_history_partition,
+							0, 0, 31 * 24 * 3600,
 							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("orchestrator.stuck_after",

@@ -314,6 +314,7 @@ extern int	orch_max_batch_size;
 extern int	orch_max_step_input_size;
 extern bool orch_notify;
 extern int	orch_retention;
+extern int	orch_history_partition;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 
@@ -467,6 +468,10 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
 
 /* spi.c: are the tables distributed with Citus (once per transaction)? */
 extern bool orch_citus(void);
+
+/* history_partitions.c: history in time-range partitions, retired whole */
+extern bool orch_history_partitioned(void);
+extern void orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted);
 extern void orch_citus_forget(void);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
