@@ -130,7 +130,10 @@ rels AS (
       FROM pg_class c
      WHERE (c.oid IN (SELECT objid FROM members WHERE classid = 'pg_class'::regclass)
             OR c.relnamespace IN (SELECT oid FROM orchns))
-       AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')),
+       AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+       -- the history's range partitions are data (orch_maintain creates and
+       -- retires them; an update attaches the old table as one), not schema
+       AND NOT (c.relispartition AND c.oid NOT IN (SELECT objid FROM members WHERE classid = 'pg_class'::regclass))),
 -- standalone types: the members, and the types in orch that are not the row
 -- or array type of a relation (composite types: their attributes as columns)
 types AS (

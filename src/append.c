@@ -12,8 +12,10 @@
  *	  that the table lacks (an older schema) are left out.  When the table is
  *	  not a plain heap table that a direct write can serve (a trigger, a rule,
  *	  forced row security, a stored generated column, another table access
- *	  method, a partition, Citus installed), the caller falls back to its SQL
- *	  INSERT.
+ *	  method, Citus installed), the caller falls back to its SQL INSERT.  A
+ *	  partitioned table (the history, by time) is written directly when all
+ *	  the rows go to one partition of its own row layout, found as tuple
+ *	  routing finds it; otherwise through SQL too.
  */
 #include "postgres.h"
 
@@ -27,6 +29,10 @@
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "access/attmap.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
+#include "utils/partcache.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -41,6 +47,55 @@
 /* rows per multi-insert call; the slots are reused from chunk to chunk */
 #define STORE_CHUNK 128
 
+/*
+ * The partition of the partitioned table root that takes every one of the
+ * rows, by the value each gives its partition key (a single range key,
+ * which the caller must fill: orch.events.at, orch.attempts.finished_at),
+ * found as PostgreSQL's tuple routing finds it.  InvalidOid when the rows
+ * need more than one partition or the key is not given: the SQL INSERT
+ * routes those.
+ */
+static Oid
+single_partition(Relation root, int ncols, const char *const *cols,
+				 int nrows, const Datum *values, const bool *nulls)
+{
+	PartitionKey key = RelationGetPartitionKey(root);
+	PartitionDesc pd = RelationGetPartitionDesc(root, true);
+	PartitionBoundInfo bounds = pd->boundinfo;
+	const char *keyname;
+	int			keycol = -1;
+	int			part = -2;
+
+	if (key->strategy != PARTITION_STRATEGY_RANGE || key->partnatts != 1 ||
+		key->partattrs[0] == 0 || bounds == NULL)
+		return InvalidOid;
+	keyname = NameStr(TupleDescAttr(RelationGetDescr(root), key->partattrs[0] - 1)->attname);
+	for (int c = 0; c < ncols; c++)
+		if (strcmp(cols[c], keyname) == 0)
+			keycol = c;
+	if (keycol < 0)
+		return InvalidOid;
+	for (int i = 0; i < nrows; i++)
+	{
+		Datum		v = values[(size_t) i * ncols + keycol];
+		bool		equal;
+		int			offset,
+					p;
+
+		if (nulls[(size_t) i * ncols + keycol])
+			return InvalidOid;
+		offset = partition_range_datum_bsearch(key->partsupfunc, key->partcollation,
+											   bounds, 1, &v, &equal);
+		p = bounds->indexes[offset + 1];
+		if (p < 0)
+			p = bounds->default_index;
+		if (p < 0 || (part != -2 && p != part))
+			return InvalidOid;
+		part = p;
+	}
+	return pd->oids[part];
+}
+
 /* Can a direct write serve this relation exactly as an INSERT would? */
 static bool
 direct_write_possible(Relation rel)
@@ -51,8 +106,7 @@ direct_write_possible(Relation rel)
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
 		rel->trigdesc != NULL ||
 		rel->rd_rel->relhasrules ||
-		rel->rd_rel->relforcerowsecurity ||
-		rel->rd_rel->relispartition)
+		rel->rd_rel->relforcerowsecurity)
 		return false;
 	/* a distributed table is a shell on the coordinator: leave it to SQL */
 	return !orch_citus();
@@ -69,7 +123,8 @@ static bool
 append_rows(Oid relid, int ncols, const char *const *cols,
 			int nrows, const Datum *values, const bool *nulls)
 {
-	Relation	rel;
+	Relation	root,
+				rel;
 	TupleDesc	desc;
 	AttrNumber *attno;
 	EState	   *estate;
@@ -83,10 +138,36 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 
 	if (nrows <= 0)
 		return true;
-	rel = table_open(relid, RowExclusiveLock);
-	if (!direct_write_possible(rel))
+	root = table_open(relid, RowExclusiveLock);
+	rel = root;
+	if (root->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
 	{
-		table_close(rel, RowExclusiveLock);
+		/* history: the rows' one partition, of the parent's own row layout */
+		Oid			leaf = single_partition(root, ncols, cols, nrows, values, nulls);
+
+		if (!OidIsValid(leaf))
+		{
+			table_close(root, RowExclusiveLock);
+			return false;
+		}
+		rel = table_open(leaf, RowExclusiveLock);
+		if (build_attrmap_by_name_if_req(RelationGetDescr(root), RelationGetDescr(rel)) != NULL)
+		{
+			table_close(rel, RowExclusiveLock);
+			table_close(root, RowExclusiveLock);
+			return false;
+		}
+	}
+	else if (root->rd_rel->relispartition)
+	{
+		table_close(root, RowExclusiveLock);
+		return false;			/* a partition is written through its parent */
+	}
+	if (!direct_write_possible(rel) || (rel != root && !direct_write_possible(root)))
+	{
+		if (rel != root)
+			table_close(rel, RowExclusiveLock);
+		table_close(root, RowExclusiveLock);
 		return false;
 	}
 	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
@@ -129,7 +210,7 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 			filled = attno[c] == att->attnum;
 		if (filled)
 			continue;
-		def = build_column_default(rel, att->attnum);
+		def = build_column_default(root, att->attnum);	/* an INSERT's: the parent's */
 		if (def)
 			defaults[a] = ExecPrepareExpr((Expr *) def, estate);
 	}
@@ -187,7 +268,9 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 	FreeExecutorState(estate);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(work);
-	table_close(rel, NoLock);
+	if (rel != root)
+		table_close(rel, NoLock);
+	table_close(root, NoLock);
 	return true;
 }
 

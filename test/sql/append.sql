@@ -44,8 +44,9 @@ SELECT pg_temp.ap_run('ap_direct');
 CREATE TABLE ap_mirror (tbl text, task_id bigint, what text);
 CREATE FUNCTION ap_mirror_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    -- (fired inside the extension's functions: their search_path, so qualified)
-    INSERT INTO public.ap_mirror VALUES (TG_TABLE_NAME, NEW.task_id,
+    -- (fired inside the extension's functions: their search_path, so
+    -- qualified; on the partition the row went to: named by its parent)
+    INSERT INTO public.ap_mirror VALUES (pg_catalog.split_part(TG_TABLE_NAME, '_', 1), NEW.task_id,
         coalesce(to_jsonb(NEW) ->> 'to_state', to_jsonb(NEW) ->> 'outcome'));
     RETURN NEW;
 END $$;
