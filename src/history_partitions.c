@@ -339,7 +339,7 @@ step_retire(const HistoryTable *h, const Partition *p, TimestampTz cutoff, Times
 		total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		kept = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	}
-	if (kept == total)
+	if (kept == total && (total > 0 || p->is_default))
 		return STEP_NONE;		/* nothing past the retention (again) */
 	if (kept == 0 && !p->is_default)
 	{

@@ -1,0 +1,170 @@
+-- History in time-range partitions (0.8.0, docs/storage.md): orch.events and
+-- orch.attempts are partitioned by time; orch_maintain creates partitions
+-- ahead and retires them whole past the retention, dropping a partition
+-- none of whose rows is still needed and compacting one that still holds
+-- the history of a kept task or run.  No history row is deleted one by one.
+-- In a database of its own, so that the partitions are this test's alone.
+SET client_min_messages = warning;
+\set suite_db :DBNAME
+DROP DATABASE IF EXISTS orch_hp;
+CREATE DATABASE orch_hp;
+\c orch_hp
+SET client_min_messages = warning;
+CREATE EXTENSION orchestrator;
+RESET client_min_messages;
+\set VERBOSITY terse
+CREATE FUNCTION pg_temp.parts(parent text)
+RETURNS TABLE (part text, is_default boolean, lo timestamptz, hi timestamptz) LANGUAGE sql AS $$
+  SELECT c.relname::text, b.bound = 'DEFAULT',
+         CASE WHEN b.bound <> 'DEFAULT' AND b.bound NOT LIKE '%MINVALUE%'
+              THEN substring(b.bound FROM $r$FROM \('([^']*)'\)$r$)::timestamptz END,
+         CASE WHEN b.bound <> 'DEFAULT' THEN substring(b.bound FROM $r$TO \('([^']*)'\)$r$)::timestamptz END
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
+   WHERE i.inhparent = format('orch.%I', parent)::regclass
+$$;
+
+-- 1. A new install: both tables partitioned, only their DEFAULT partitions;
+--    a row written before the first pass goes there.
+SELECT c.relname, c.relkind, pg_get_partkeydef(c.oid) AS key
+  FROM pg_class c WHERE c.oid IN ('orch.events'::regclass, 'orch.attempts'::regclass) ORDER BY 1;
+SELECT parent, part, is_default FROM (VALUES ('events'), ('attempts')) v(parent), pg_temp.parts(parent) ORDER BY 1, 2;
+SELECT orch_enqueue('hp', '{"n": 0}') AS early \gset
+SELECT d.task_id, d.lease_token FROM orch_dequeue('hp', 'w') d \gset early_
+SELECT state, reason_code FROM orch_fail(:early_task_id, :'early_lease_token', 'NON_RETRYABLE', 'first try failed');
+SELECT tableoid::regclass AS went_to, count(*) FROM orch.events WHERE task_id = :early GROUP BY 1;
+SELECT tableoid::regclass AS went_to, count(*) FROM orch.attempts WHERE task_id = :early GROUP BY 1;
+
+-- 2. orch_maintain creates partitions ahead: the next windows of
+--    orchestrator.history_partition (here 2 s) after now, aligned, without
+--    gaps, the same for both tables; a second pass creates none while they
+--    still reach ahead.
+SET orchestrator.history_partition = 2;
+SELECT clock_timestamp() AS t0 \gset
+SELECT count > 0 AS created FROM orch_maintain() WHERE action = 'history_partitions_created';
+SELECT clock_timestamp() AS t1 \gset
+SELECT parent,
+       bool_and(hi - lo = interval '2 seconds') AS two_seconds_each,
+       bool_and(extract(epoch FROM lo)::numeric % 2 = 0) AS aligned,
+       min(lo) > :'t0' AND min(lo) <= :'t1'::timestamptz + interval '2 seconds' AS from_next_window,
+       max(hi) >= :'t0'::timestamptz + interval '8 seconds' AS four_ahead,
+       count(*) = extract(epoch FROM max(hi) - min(lo)) / 2 AS no_gaps
+  FROM (VALUES ('events'), ('attempts')) v(parent), pg_temp.parts(parent)
+ WHERE NOT is_default GROUP BY parent ORDER BY parent;
+-- a second pass goes on from the last one: still aligned, no gap, no overlap
+SELECT count(*) AS passes FROM orch_maintain() WHERE action = 'history_partitions_created';
+SELECT parent, bool_and(hi - lo = interval '2 seconds') AS two_seconds_each,
+       count(*) = extract(epoch FROM max(hi) - min(lo)) / 2 AS no_gaps
+  FROM (VALUES ('events'), ('attempts')) v(parent), pg_temp.parts(parent)
+ WHERE NOT is_default GROUP BY parent ORDER BY parent;
+-- a new partition has what its parent has: no statistics on the columns
+-- holding a tenant's own values, row-level security with the tenant policy
+SELECT min(part) AS a_partition FROM pg_temp.parts('events') WHERE NOT is_default \gset
+SELECT c.relrowsecurity,
+       (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid AND p.polname = 'tenant_isolation') AS policies,
+       (SELECT array_agg(a.attname ORDER BY a.attname) FROM pg_attribute a
+         WHERE a.attrelid = c.oid AND a.attnum > 0 AND a.attstattarget = 0) AS no_statistics,
+       has_table_privilege('orch_reader', c.oid, 'SELECT') AS reader_may_select
+  FROM pg_class c WHERE c.oid = format('orch.%I', :'a_partition')::regclass;
+-- rows go to the partition of their time, written directly or through SQL
+SELECT orch_enqueue('hp', jsonb_build_object('n', g)) > 0 AS enqueued FROM generate_series(1, 3) g;
+SELECT count(orch_complete(d.task_id, d.lease_token)) AS completed
+  FROM orch_dequeue('hp', 'w', 3) d WHERE d.task_id <> :early;
+SELECT count(*) AS attempts_in_range_partitions FROM orch.attempts
+ WHERE tableoid <> 'orch.attempts_default'::regclass;
+SELECT count(*) = 0 AS nothing_misplaced FROM (
+  SELECT a.finished_at, p.lo, p.hi FROM orch.attempts a
+    JOIN pg_temp.parts('attempts') p ON p.part = a.tableoid::regclass::text
+   WHERE NOT p.is_default AND NOT (a.finished_at >= p.lo AND a.finished_at < p.hi)) x;
+RESET orchestrator.history_partition;
+
+-- 3. Retirement.  Old ranges are made here (as orch_maintain made them, the
+--    time they cover long past): one holding only rows of tasks that no
+--    longer exist is dropped whole; one holding a live task's rows too is
+--    compacted to that task's rows; one whose rows are all still needed is
+--    left as it is.  Rows are written as the extension wrote them.
+CREATE TABLE orch.events_p20200101_000000 PARTITION OF orch.events
+    FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00');
+CREATE TABLE orch.events_p20200102_000000 PARTITION OF orch.events
+    FOR VALUES FROM ('2020-01-02 00:00+00') TO ('2020-01-03 00:00+00');
+CREATE TABLE orch.events_p20200103_000000 PARTITION OF orch.events
+    FOR VALUES FROM ('2020-01-03 00:00+00') TO ('2020-01-04 00:00+00');
+CREATE TABLE orch.attempts_p20200101_000000 PARTITION OF orch.attempts
+    FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00');
+SELECT orch_enqueue('hp', '{"n": "live"}') AS live \gset
+-- gone: a task purged long ago (id 999999); live: the task above
+INSERT INTO orch.events (task_id, from_state, to_state, reason_code, actor, at)
+SELECT t, 'queued', 'executing', 'claimed', 'postgres', '2020-01-01 12:00+00'::timestamptz + g * interval '1 minute'
+  FROM (VALUES (999999)) v(t), generate_series(1, 5) g;
+INSERT INTO orch.events (task_id, from_state, to_state, reason_code, actor, at)
+SELECT t, 'queued', 'executing', 'claimed', 'postgres', '2020-01-02 12:00+00'::timestamptz + g * interval '1 minute'
+  FROM (VALUES (999999), (:live)) v(t), generate_series(1, 5) g;
+INSERT INTO orch.events (task_id, from_state, to_state, reason_code, actor, at)
+SELECT :live, 'queued', 'executing', 'claimed', 'postgres', '2020-01-03 12:00+00'::timestamptz + g * interval '1 minute'
+  FROM generate_series(1, 3) g;
+INSERT INTO orch.attempts (task_id, attempt, outcome, finished_at)
+VALUES (999999, 1, 'completed', '2020-01-01 12:00+00'), (999998, 1, 'completed', '2020-01-01 13:00+00');
+-- the events of a run that no longer exists, and a user table's, go too
+INSERT INTO orch.events (run_id, entity, from_state, to_state, reason_code, actor, at)
+VALUES (424242, 'run', 'pending', 'running', 'started', 'postgres', '2020-01-01 12:30+00'),
+       (NULL, 'order', 'new', 'paid', 'paid', 'postgres', '2020-01-01 12:31+00');
+SELECT count(*) AS live_history_before FROM orch_history(:live) \gset
+SELECT :live_history_before AS live_history_before;
+SET orchestrator.retention = '30d';
+SELECT action, count FROM orch_maintain() WHERE action LIKE 'history_partitions_%' AND action <> 'history_partitions_created' ORDER BY 1;
+SELECT part FROM pg_temp.parts('events') WHERE part LIKE '%2020%'
+UNION ALL SELECT part FROM pg_temp.parts('attempts') WHERE part LIKE '%2020%' ORDER BY 1;
+SELECT tableoid::regclass AS part, task_id = :live AS live, count(*)
+  FROM orch.events WHERE at < '2021-01-01' GROUP BY 1, 2 ORDER BY 1, 2;
+SELECT count(*) = :live_history_before AS live_history_whole FROM orch_history(:live);
+-- nothing to do again: the compacted partition holds only needed rows
+SELECT action, count FROM orch_maintain() WHERE action LIKE 'history_partitions_%' AND action <> 'history_partitions_created' ORDER BY 1;
+-- once the live task is gone (finished and purged), its partitions go too
+SELECT d.task_id = :live AS claimed_live, orch_complete(d.task_id, d.lease_token) AS done
+  FROM orch_dequeue('hp', 'w') d;
+SET orchestrator.retention = 1;
+SELECT pg_sleep(1.1);
+SELECT clock_timestamp() AS before_pass \gset
+SELECT action, count > 0 AS some FROM orch_maintain()
+ WHERE action IN ('tasks_purged', 'history_partitions_dropped', 'history_partitions_compacted') ORDER BY 1;
+SELECT count(*) AS old_partitions_left FROM (
+  SELECT part FROM pg_temp.parts('events') UNION ALL SELECT part FROM pg_temp.parts('attempts')) p
+ WHERE part LIKE '%2020%';
+-- the DEFAULT partitions kept none of the purged tasks' rows
+SELECT (SELECT count(*) FROM orch.events_default) AS events_default_rows,
+       (SELECT count(*) FROM orch.attempts_default) AS attempts_default_rows;
+-- the history of a purged task is retired with its partition: what is
+-- left of it is in a range partition not yet past the retention
+SELECT count(*) AS orphans_in_retired_time FROM (
+  SELECT h.tableoid FROM orch.events h
+   WHERE NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = h.task_id)
+  UNION ALL
+  SELECT h.tableoid FROM orch.attempts h
+   WHERE NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = h.task_id)) o
+  JOIN (SELECT * FROM pg_temp.parts('events') UNION ALL SELECT * FROM pg_temp.parts('attempts')) p
+    ON p.part = o.tableoid::regclass::text
+ WHERE p.is_default OR p.hi <= :'before_pass'::timestamptz - interval '1 second';
+RESET orchestrator.retention;
+
+-- 4. Without a retention nothing is retired; bad settings are refused.
+CREATE TABLE orch.events_p20190101_000000 PARTITION OF orch.events
+    FOR VALUES FROM ('2019-01-01 00:00+00') TO ('2019-01-02 00:00+00');
+SET orchestrator.retention = 0;
+SELECT action, count FROM orch_maintain() WHERE action IN ('history_partitions_dropped', 'history_partitions_compacted') ORDER BY 1;
+SELECT count(*) AS kept_without_retention FROM pg_temp.parts('events') WHERE part = 'events_p20190101_000000';
+RESET orchestrator.retention;
+\set VERBOSITY sqlstate
+SET orchestrator.history_partition = -1;
+SET orchestrator.history_partition = '32d';
+\set VERBOSITY terse
+-- only a superuser sets it
+CREATE ROLE orch_hp_user;
+SET ROLE orch_hp_user;
+\set VERBOSITY sqlstate
+SET orchestrator.history_partition = 60;
+\set VERBOSITY terse
+RESET ROLE;
+DROP ROLE orch_hp_user;
+
+\c :suite_db
+DROP DATABASE orch_hp;
