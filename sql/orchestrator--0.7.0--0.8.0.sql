@@ -63,27 +63,26 @@ ALTER TABLE orch.tasks ADD COLUMN enqueue_event_id bigint, ADD COLUMN created_by
 
 -- History in time-range partitions (issue 20, docs/storage.md): orch.events
 -- and orch.attempts become partitioned tables.  Each existing table is kept
--- whole as the partition of everything before this update (attached, not
--- copied: the update builds one index on it, the new primary key) and is
--- retired by orch_maintain like any other partition once past the
--- retention; new rows go to the partitions orch_maintain creates ahead, or
--- until its first pass to the DEFAULT partition.  The old table leaves the
--- extension's members (it is dumped as a table of its own, then attached).
+-- whole, with its keys and indexes, as the partition of everything before
+-- this update (attached, not copied: the attach reads it once to check the
+-- bound) and is retired by orch_maintain like any other partition once past
+-- the retention; new rows go to the partitions orch_maintain creates ahead,
+-- or until its first pass to the DEFAULT partition.  The old table leaves
+-- the extension's members (a dump keeps it as a table of its own, attached
+-- on restore).
 DO $history$
 DECLARE
     h record;
     i record;
 BEGIN
-    FOR h IN SELECT * FROM (VALUES ('events', 'at'), ('attempts', 'finished_at')) AS x(tbl, key) LOOP
+    FOR h IN SELECT * FROM (VALUES ('events'), ('attempts')) AS x(tbl) LOOP
         FOR i IN SELECT c.relname FROM pg_catalog.pg_index x
                    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) x.indexrelid
-                  WHERE x.indrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::regclass
-                    AND NOT x.indisprimary LOOP
+                  WHERE x.indrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::regclass LOOP
             EXECUTE pg_catalog.format('ALTER INDEX orch.%I RENAME TO %I', i.relname,
                                       pg_catalog.replace(i.relname, h.tbl OPERATOR(pg_catalog.||) '_',
                                                          h.tbl OPERATOR(pg_catalog.||) '_before_080_'));
         END LOOP;
-        EXECUTE pg_catalog.format('ALTER TABLE orch.%I DROP CONSTRAINT %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_pkey');
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I RENAME TO %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080');
         EXECUTE pg_catalog.format('ALTER EXTENSION orchestrator DROP TABLE orch.%I', h.tbl OPERATOR(pg_catalog.||) '_before_080');
     END LOOP;
@@ -106,10 +105,9 @@ CREATE TABLE orch.attempts (
     xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
     run_id       bigint,
     actor        text,
-    event_id     bigint,
-    PRIMARY KEY (id, tenant_id, finished_at)
+    event_id     bigint
 ) PARTITION BY RANGE (finished_at);
-CREATE TABLE orch.attempts_default PARTITION OF orch.attempts DEFAULT;
+CREATE TABLE orch.attempts_default PARTITION OF orch.attempts (PRIMARY KEY (id, tenant_id)) DEFAULT;
 COMMENT ON TABLE orch.attempts IS
   'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
 
@@ -129,10 +127,9 @@ CREATE TABLE orch.events (
     at           timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     label        text,
     xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
-    waited       interval,
-    PRIMARY KEY (id, tenant_id, at)
+    waited       interval
 ) PARTITION BY RANGE (at);
-CREATE TABLE orch.events_default PARTITION OF orch.events DEFAULT;
+CREATE TABLE orch.events_default PARTITION OF orch.events (PRIMARY KEY (id, tenant_id)) DEFAULT;
 COMMENT ON TABLE orch.events IS
   'Append-only audit: one row per accepted state transition and per manual action. Only the extension owner may update or delete.';
 COMMENT ON COLUMN orch.events.actor IS
@@ -145,8 +142,8 @@ COMMENT ON COLUMN orch.events.waited IS
   'On a claim (to_state executing): how long the task had been claimable.';
 
 -- the old tables attached (their rows are checked against the bound, which
--- is past the newest of them), then the indexes (the old tables' own are
--- attached, not built again)
+-- is past the newest of them); the DEFAULT partitions' indexes, which every
+-- new partition copies
 DO $attach$
 DECLARE
     h record;
@@ -162,12 +159,12 @@ BEGIN
     END LOOP;
 END
 $attach$;
-CREATE INDEX attempts_task_idx ON orch.attempts (task_id);
-CREATE INDEX events_task_idx ON orch.events (task_id) WHERE task_id IS NOT NULL;
-CREATE INDEX events_run_idx ON orch.events (run_id, tenant_id) WHERE task_id IS NULL;
-CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
-CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
-CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
+CREATE INDEX attempts_task_idx ON orch.attempts_default (task_id);
+CREATE INDEX events_task_idx ON orch.events_default (task_id) WHERE task_id IS NOT NULL;
+CREATE INDEX events_run_idx ON orch.events_default (run_id, tenant_id) WHERE task_id IS NULL;
+CREATE INDEX events_other_idx ON orch.events_default (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
+CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact) WITH (autosummarize = on);
+CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (autosummarize = on);
 SELECT pg_catalog.pg_extension_config_dump('orch.attempts_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.events_default', '');
 DO $rls$

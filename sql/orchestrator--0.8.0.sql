@@ -295,15 +295,17 @@ CREATE TABLE orch.attempts (
     xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
     run_id       bigint,
     actor        text,
-    event_id     bigint,
-    PRIMARY KEY (id, tenant_id, finished_at)
+    event_id     bigint
 ) PARTITION BY RANGE (finished_at);
 -- History is kept in time-range partitions that orch_maintain creates ahead
 -- and retires whole past the retention (docs/storage.md); a row no range
 -- partition takes (before the first pass, or one dated far back) waits in
--- the DEFAULT partition.
-CREATE TABLE orch.attempts_default PARTITION OF orch.attempts DEFAULT;
-CREATE INDEX attempts_task_idx ON orch.attempts (task_id);
+-- the DEFAULT partition.  The keys and indexes are each partition's own,
+-- copied from the DEFAULT partition's (CREATE TABLE ... LIKE ... INCLUDING
+-- INDEXES): none on the parent, so that a dump restores a partition (a
+-- table of its own) with its indexes, as any table.
+CREATE TABLE orch.attempts_default PARTITION OF orch.attempts (PRIMARY KEY (id, tenant_id)) DEFAULT;
+CREATE INDEX attempts_task_idx ON orch.attempts_default (task_id);
 COMMENT ON TABLE orch.attempts IS
   'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
 COMMENT ON COLUMN orch.attempts.event_id IS
@@ -330,11 +332,10 @@ CREATE TABLE orch.events (
     at           timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     label        text,
     xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
-    waited       interval,
-    PRIMARY KEY (id, tenant_id, at)
+    waited       interval
 ) PARTITION BY RANGE (at);
-CREATE TABLE orch.events_default PARTITION OF orch.events DEFAULT;
-CREATE INDEX events_task_idx ON orch.events (task_id) WHERE task_id IS NOT NULL;
+CREATE TABLE orch.events_default PARTITION OF orch.events (PRIMARY KEY (id, tenant_id)) DEFAULT;
+CREATE INDEX events_task_idx ON orch.events_default (task_id) WHERE task_id IS NOT NULL;
 COMMENT ON TABLE orch.events IS
   'Append-only audit: one row per accepted state transition and per manual action. Only the extension owner may update or delete.';
 COMMENT ON COLUMN orch.events.actor IS
@@ -349,13 +350,13 @@ COMMENT ON COLUMN orch.events.waited IS
 -- and retention (task events are found through their tasks); the events of
 -- user tables' state machines by time, for retention.  Task events are in
 -- neither.
-CREATE INDEX events_run_idx ON orch.events (run_id, tenant_id) WHERE task_id IS NULL;
-CREATE INDEX events_other_idx ON orch.events (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
+CREATE INDEX events_run_idx ON orch.events_default (run_id, tenant_id) WHERE task_id IS NULL;
+CREATE INDEX events_other_idx ON orch.events_default (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
 -- Block-range indexes on the transaction that wrote a row (orch.metrics_fold):
 -- nearly free to maintain on append-only tables, and the fold reads only the
 -- recent ranges.
-CREATE INDEX events_xact_idx ON orch.events USING brin (xact) WITH (autosummarize = on);
-CREATE INDEX attempts_xact_idx ON orch.attempts USING brin (xact) WITH (autosummarize = on);
+CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact) WITH (autosummarize = on);
+CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (autosummarize = on);
 CREATE INDEX tasks_created_xact_idx ON orch.tasks USING brin (created_xact) WITH (autosummarize = on);
 CREATE INDEX tasks_claim_xact_idx ON orch.tasks USING brin (claim_xact) WITH (autosummarize = on);
 

@@ -213,11 +213,12 @@ copy_parent_settings(const char *table, const char *part)
 }
 
 /*
- * Create the partition [lo, hi) of orch.<table>.  Off Citus as a table of
- * its own first, its bound already a CHECK constraint, then attached: the
- * attach locks the parent only against DDL (SHARE UPDATE EXCLUSIVE) and
- * need not scan the new table.  Citus distributes a partition created with
- * PARTITION OF.
+ * Create the partition [lo, hi) of orch.<table>: a table of its own first,
+ * with the keys and indexes of the DEFAULT partition (the parent has none:
+ * a dump restores a partition with its own indexes, as any table) and its
+ * bound already a CHECK constraint, then attached.  The attach locks the
+ * parent only against DDL (SHARE UPDATE EXCLUSIVE) and need not scan the
+ * new table.
  */
 static void
 create_partition(const HistoryTable *h, TimestampTz lo, TimestampTz hi)
@@ -227,19 +228,13 @@ create_partition(const HistoryTable *h, TimestampTz lo, TimestampTz hi)
 	char	   *from = bound_literal(lo);
 	char	   *to = bound_literal(hi);
 
-	if (orch_citus())
-		ddl(psprintf("CREATE TABLE orch.%s PARTITION OF orch.%s FOR VALUES FROM (%s) TO (%s)",
-					 qname, h->table, from, to));
-	else
-	{
-		ddl(psprintf("CREATE TABLE orch.%s (LIKE orch.%s INCLUDING DEFAULTS INCLUDING STORAGE"
-					 " INCLUDING COMPRESSION)", qname, h->table));
-		ddl(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
-					 qname, h->key, from, h->key, to));
-		ddl(psprintf("ALTER TABLE orch.%s ATTACH PARTITION orch.%s FOR VALUES FROM (%s) TO (%s)",
-					 h->table, qname, from, to));
-		ddl(psprintf("ALTER TABLE orch.%s DROP CONSTRAINT orch_bound", qname));
-	}
+	ddl(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING INDEXES"
+				 " INCLUDING STORAGE INCLUDING COMPRESSION)", qname, h->table));
+	ddl(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
+				 qname, h->key, from, h->key, to));
+	ddl(psprintf("ALTER TABLE orch.%s ATTACH PARTITION orch.%s FOR VALUES FROM (%s) TO (%s)",
+				 h->table, qname, from, to));
+	ddl(psprintf("ALTER TABLE orch.%s DROP CONSTRAINT orch_bound", qname));
 	copy_parent_settings(h->table, name);
 }
 

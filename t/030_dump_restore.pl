@@ -76,6 +76,21 @@ my @conn = ('-h', $node->host, '-p', $node->port);
 sql('postgres', 'CREATE DATABASE src');
 sql('src', 'CREATE EXTENSION orchestrator');
 
+# History in the range partitions orch_maintain creates (here 1 s each,
+# four ahead) and in the DEFAULT partition: the rows written first go to
+# the range partitions, those written past them to the DEFAULT one.
+my $first_range = q{
+SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$FROM \('([^']*)'\)$r$)::timestamptz)
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'orch.attempts'::regclass AND NOT c.relname LIKE '%default'};
+sql('src', 'SET orchestrator.history_partition = 1; SELECT count(*) FROM orch_maintain()');
+for (my $i = 0; $i < 400; $i++)
+{
+	last if sql('src', "SELECT clock_timestamp() >= ($first_range)") eq 't';
+	usleep(25_000);
+}
+is(sql('src', "SELECT clock_timestamp() >= ($first_range)"), 't', 'src: the first range partition of the history has begun');
+
 sql('src', q{
 SELECT orch_create_queue('q_main', '{"lease": "1 hour", "max_attempts": 3, "idempotency_ttl": "24 hours"}');
 SELECT orch_create_queue('q_exec', '{"lease": "1 hour"}');
@@ -263,6 +278,21 @@ is( sql('src', q{SELECT string_agg(state, ',' ORDER BY state) FROM (SELECT DISTI
 	'awaiting_tool,awaiting_user_confirmation,cancelled,completed,executing,failed,queued,received',
 	'src: tasks in all 8 states');
 
+my $history_parts = q{
+SELECT string_agg(p, E'\n' ORDER BY p) FROM (
+  SELECT tableoid::regclass::text || ' ' || count(*) AS p FROM orch.attempts GROUP BY tableoid
+  UNION ALL
+  SELECT tableoid::regclass::text || ' ' || count(*) FROM orch.events GROUP BY tableoid
+  UNION ALL
+  SELECT c.relname || ' rls=' || c.relrowsecurity || ' policies='
+         || (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid)
+         || ' bound=' || pg_get_expr(c.relpartbound, c.oid)
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+   WHERE i.inhparent IN ('orch.attempts'::regclass, 'orch.events'::regclass)) x};
+my $src_history_parts = sql('src', $history_parts);
+like($src_history_parts, qr/^orch\.attempts_p\d{8}_\d{6} \d+$/m, 'src: attempt rows in a range partition of the history');
+like($src_history_parts, qr/^orch\.attempts_default \d+$/m, 'src: attempt rows in the DEFAULT partition');
+
 # ---------------------------------------------------------------------------
 # 2. Dump and restore, with the default commands
 # ---------------------------------------------------------------------------
@@ -366,6 +396,8 @@ for my $db (qw(dst dst2))
 	is(sql($db, 'SELECT string_agg(a::text, E\'\n\' ORDER BY id) FROM articles a'),
 		$src_articles, "$db: the user table articles has src's rows");
 	is(sql($db, $trigger_sql), $src_trigger, "$db: articles has the same state-machine trigger");
+	is(sql($db, $history_parts), $src_history_parts,
+		"$db: the history's partitions, with src's bounds, rows, row security and policies");
 }
 
 # ---------------------------------------------------------------------------

@@ -104,9 +104,14 @@ SELECT :live, 'queued', 'executing', 'claimed', 'postgres', '2020-01-03 12:00+00
   FROM generate_series(1, 3) g;
 INSERT INTO orch.attempts (task_id, attempt, outcome, finished_at)
 VALUES (999999, 1, 'completed', '2020-01-01 12:00+00'), (999998, 1, 'completed', '2020-01-01 13:00+00');
--- the events of a run that no longer exists, and a user table's, go too
+-- the events of a run that still exists stay; of one that no longer
+-- exists, and of a user table, go
+SELECT orch_publish('hp_wf', orch_define('hp_wf',
+  '{"steps": [{"step_id": "gate", "type": "human_approval", "timeout": "1 hour"}]}')) IS NOT NULL AS published;
+SELECT orch_start('hp_wf', '{}') AS run \gset
 INSERT INTO orch.events (run_id, entity, from_state, to_state, reason_code, actor, at)
-VALUES (424242, 'run', 'pending', 'running', 'started', 'postgres', '2020-01-01 12:30+00'),
+VALUES (:run, 'run', 'pending', 'running', 'started', 'postgres', '2020-01-01 12:29+00'),
+       (424242, 'run', 'pending', 'running', 'started', 'postgres', '2020-01-01 12:30+00'),
        (NULL, 'order', 'new', 'paid', 'paid', 'postgres', '2020-01-01 12:31+00');
 SELECT count(*) AS live_history_before FROM orch_history(:live) \gset
 SELECT :live_history_before AS live_history_before;
@@ -114,19 +119,20 @@ SET orchestrator.retention = '30d';
 SELECT action, count FROM orch_maintain() WHERE action LIKE 'history_partitions_%' AND action <> 'history_partitions_created' ORDER BY 1;
 SELECT part FROM pg_temp.parts('events') WHERE part LIKE '%2020%'
 UNION ALL SELECT part FROM pg_temp.parts('attempts') WHERE part LIKE '%2020%' ORDER BY 1;
-SELECT tableoid::regclass AS part, task_id = :live AS live, count(*)
-  FROM orch.events WHERE at < '2021-01-01' GROUP BY 1, 2 ORDER BY 1, 2;
+SELECT tableoid::regclass AS part, task_id = :live AS live, run_id = :run AS run, count(*)
+  FROM orch.events WHERE at < '2021-01-01' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 SELECT count(*) = :live_history_before AS live_history_whole FROM orch_history(:live);
 -- nothing to do again: the compacted partition holds only needed rows
 SELECT action, count FROM orch_maintain() WHERE action LIKE 'history_partitions_%' AND action <> 'history_partitions_created' ORDER BY 1;
 -- once the live task is gone (finished and purged), its partitions go too
 SELECT d.task_id = :live AS claimed_live, orch_complete(d.task_id, d.lease_token) AS done
   FROM orch_dequeue('hp', 'w') d;
+SELECT orch_cancel_run(:run, 'no longer needed') AS run_cancelled;
 SET orchestrator.retention = 1;
 SELECT pg_sleep(1.1);
 SELECT clock_timestamp() AS before_pass \gset
 SELECT action, count > 0 AS some FROM orch_maintain()
- WHERE action IN ('tasks_purged', 'history_partitions_dropped', 'history_partitions_compacted') ORDER BY 1;
+ WHERE action IN ('tasks_purged', 'runs_purged', 'history_partitions_dropped', 'history_partitions_compacted') ORDER BY 1;
 SELECT count(*) AS old_partitions_left FROM (
   SELECT part FROM pg_temp.parts('events') UNION ALL SELECT part FROM pg_temp.parts('attempts')) p
  WHERE part LIKE '%2020%';

@@ -48,7 +48,8 @@ RESET orchestrator.max_step_input_size;
 SET orchestrator.max_step_input_size = 0;
 SET orchestrator.max_step_input_size = '2GB';
 
--- 3. Retention takes a finished run with its steps, events and approvals;
+-- 3. Retention takes a finished run with its steps and approvals (its
+--    events leave with their partition of the history: history_partitions);
 --    the approval reference is single-use while the run is kept.
 SELECT orch_define('wsz_gate', '{"steps": [
     {"step_id": "gate", "type": "human_approval", "timeout": "1 hour"}]}') AS version;
@@ -70,7 +71,6 @@ SELECT (SELECT count FROM orch_maintain() WHERE action = 'runs_purged') >= 1 AS 
 RESET orchestrator.retention;
 SELECT (SELECT count(*) FROM orch.runs WHERE id = :g1) AS run_left,
        (SELECT count(*) FROM orch.run_steps WHERE run_id = :g1) AS steps_left,
-       (SELECT count(*) FROM orch.history WHERE run_id = :g1) AS events_left,
        (SELECT count(*) FROM orch.approvals WHERE run_id = :g1) AS approvals_left;
 -- free again: the reference now decides the second run
 SELECT orch_approve(:g2, 'gate', 'WSZ-REF-1', 'bob') AS decided;
