@@ -337,6 +337,7 @@ SELECT c.relname,
                   WHERE i.indrelid = c.oid AND i.indisprimary), '')
   FROM pg_class c
  WHERE c.relnamespace = 'orch'::regnamespace AND c.relkind IN ('r', 'p')
+   AND NOT c.relispartition   -- (read through their parent; each below)
  ORDER BY 1});
 my @sequences = split /\n/, sql('src', q{
 SELECT relname FROM pg_class WHERE relnamespace = 'orch'::regnamespace AND relkind = 'S' ORDER BY 1});
