@@ -62,6 +62,7 @@ if [ "$QUICK" = 1 ]; then
     RET_SECS=40         # each retention run (with and without)
     RET_KEEP=10         # seconds: orchestrator.retention during the retention run
     RET_EVERY=5         # seconds between orch_maintain passes
+    RET_PART=5          # seconds: orchestrator.history_partition during the retention run
 else
     ENQ_SECS=10
     PROC_JOBS=100000
@@ -83,6 +84,7 @@ else
     RET_SECS=180
     RET_KEEP=60
     RET_EVERY=10
+    RET_PART=15         # seconds: orchestrator.history_partition during the retention run
 fi
 REPS=${BENCH_REPS:-$REPS}
 RET_WORKERS=4
@@ -591,6 +593,9 @@ run_retention() {
         maint_pid=
         if [ "$mode" = on ]; then
             sql "ALTER DATABASE bench SET orchestrator.retention = '${RET_KEEP}s'" >/dev/null
+            # the history in partitions of RET_PART s: several retired (dropped
+            # whole) during the run, as a day-wide one is in a week's retention
+            sql "ALTER DATABASE bench SET orchestrator.history_partition = '${RET_PART}s'" >/dev/null
             ( while :; do sleep "$RET_EVERY"; "${PSQL[@]}" -d bench -At -c "SELECT orch_maintain(1000000)" >/dev/null 2>&1 || true; done ) &
             maint_pid=$!
             MAINT_PID=$maint_pid
@@ -602,6 +607,7 @@ run_retention() {
         t1=$(date +%s.%N)
         if [ -n "$maint_pid" ]; then kill "$maint_pid" 2>/dev/null || true; wait "$maint_pid" 2>/dev/null || true; MAINT_PID=; fi
         sql "ALTER DATABASE bench RESET orchestrator.retention" >/dev/null
+        sql "ALTER DATABASE bench RESET orchestrator.history_partition" >/dev/null
         pgbench_check "$out"
         left=$(sql "SELECT count(*) FROM orch.tasks WHERE state IN ('queued', 'executing')")
         purged=$(sql "SELECT $jobs - count(*) FROM orch.tasks")
@@ -1085,7 +1091,7 @@ report() {
                    "orchestrator", a[1], b[1], a[3], b[3], r, (r <= 2.0) ? "met" : "NOT met" }'
     fi
     if [ -n "${RET[off]:-}" ] && [ -n "${RET[on]:-}" ]; then
-        echo "retention (orchestrator; $RET_WORKERS workers claim one + complete for ${RET_SECS}s; retention ${RET_KEEP}s, orch_maintain every ${RET_EVERY}s):"
+        echo "retention (orchestrator; $RET_WORKERS workers claim one + complete for ${RET_SECS}s; retention ${RET_KEEP}s, history partitions of ${RET_PART}s, orch_maintain every ${RET_EVERY}s):"
         awk -v off="${RET[off]}" -v on="${RET[on]}" 'BEGIN {
             split(off, a, " "); split(on, b, " "); r = (a[1] > 0) ? b[1] / a[1] : 0;
             printf "  without %d jobs/s, with %d jobs/s (%d finished tasks purged during the run) = %.2fx   target >= 0.90x: %s\n",

@@ -230,12 +230,13 @@ create_partition(const HistoryTable *h, TimestampTz lo, TimestampTz hi)
 
 	ddl(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING INDEXES"
 				 " INCLUDING STORAGE INCLUDING COMPRESSION)", qname, h->table));
+	/* (before the attach: Citus distributes the table then, with these) */
+	copy_parent_settings(h->table, name);
 	ddl(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
 				 qname, h->key, from, h->key, to));
 	ddl(psprintf("ALTER TABLE orch.%s ATTACH PARTITION orch.%s FOR VALUES FROM (%s) TO (%s)",
 				 h->table, qname, from, to));
 	ddl(psprintf("ALTER TABLE orch.%s DROP CONSTRAINT orch_bound", qname));
-	copy_parent_settings(h->table, name);
 }
 
 /* What one partition step did */
