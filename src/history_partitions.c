@@ -365,6 +365,9 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 	*created = *dropped = *compacted = 0;
 	if (!orch_history_partitioned())
 		return;
+	/* one pass at a time keeps the partitions; another pass skips them */
+	if (!orch_xact_try_lock("history_partitions", "", NULL))
+		return;
 	for (int t = 0; t < lengthof(history_tables); t++)
 	{
 		const HistoryTable *h = &history_tables[t];
