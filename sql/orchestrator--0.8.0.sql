@@ -912,11 +912,19 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.* FROM orch.tasks x
+    SELECT x.id, x.tenant_id, x.queue, x.state, x.priority, x.payload, x.result, x.run_at,
+           x.ready_at, x.retry_at, x.attempts, x.failures, x.max_attempts, x.max_failures,
+           x.retry_policy, x.timeout, x.reason_code, x.last_error, x.last_error_class, CASE WHEN
+           (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
+           x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
+           x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
+           x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
+           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
+      FROM orch.tasks x
      WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
 $fn$;
 COMMENT ON FUNCTION orch.caller_tasks() IS
-  'The tasks of the caller''s tenants (none for an unbound caller): the bound branch of orch_tasks.';
+  'The tasks of the caller''s tenants (none for an unbound caller): the bound branch of orch_tasks. Lease tokens only for orch_admin.';
 
 CREATE VIEW orch_tasks AS
 SELECT t.id AS task_id, t.tenant_id, t.queue, t.state, t.priority, t.payload, t.result, t.run_at,
@@ -939,7 +947,8 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
+    SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker,
+           CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.started_at, x.finished_at,
            x.outcome, x.error_class, x.error, x.retry_at, x.xact,
            (SELECT t.correlation_id FROM orch.tasks t
                   WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
@@ -1479,7 +1488,10 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
+    SELECT x.id, x.tenant_id, x.task_id, x.run_id, x.entity, x.from_state, x.to_state, x.reason_code,
+           x.actor, x.attempt, CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END,
+           x.note, x.at, x.label, x.xact, x.waited,
+           coalesce((SELECT t.correlation_id FROM orch.tasks t
                     WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
                    (SELECT r.correlation_id FROM orch.runs r
                     WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id))

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5821);
+SELECT plan(5883);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -983,6 +983,20 @@ SELECT is(pg_temp.as_role(role, format('SELECT count(lease_token) FROM orch_hist
                ELSE '0' END,
           role || ': lease tokens in orch_history of a completed ta task')
   FROM tt_roles ORDER BY ord;
+-- the bound branches of the views (orch.caller_tasks and the others, which
+-- a reader may call directly) hand out no token to a non-admin either
+SELECT cmp_ok((SELECT count(lease_token) FROM orch.tasks WHERE tenant_id = t), '>', 0::bigint,
+              'fixture: tasks of ' || t || ' hold live lease tokens')
+  FROM unnest(ARRAY['ta', 'tb']) t;
+SELECT is(pg_temp.as_role(role, format('SELECT count(lease_token) FROM orch.caller_%s()', f)),
+          CASE WHEN kind = 'nobody' THEN '42501'
+               WHEN kind = 'admin' AND eff IS NOT NULL THEN
+                 (CASE f WHEN 'tasks' THEN (SELECT count(lease_token) FROM orch.tasks WHERE tenant_id = ANY (eff))
+                         WHEN 'attempts' THEN (SELECT count(lease_token) FROM orch.attempts WHERE tenant_id = ANY (eff))
+                         ELSE (SELECT count(lease_token) FROM orch.history WHERE tenant_id = ANY (eff)) END)::text
+               ELSE '0' END,
+          role || CASE WHEN kind = 'admin' THEN ' reads' ELSE ' does not read' END || ' the lease tokens of orch.caller_' || f || '()')
+  FROM tt_roles, unnest(ARRAY['tasks', 'attempts', 'events']) f ORDER BY ord, f;
 SELECT is(pg_temp.as_role(role, 'SELECT count(*) FROM orch_tasks WHERE to_jsonb(orch_tasks) ?| ARRAY[''lease_token'', ''token'']'),
           CASE WHEN kind = 'nobody' THEN '42501' ELSE '0' END,
           role || ': orch_tasks has no token column')
