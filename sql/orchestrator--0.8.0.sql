@@ -150,18 +150,24 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
     SELECT x.* FROM orch.tenant_bindings x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_tenant_bindings() IS
-  'The bindings of the caller''s tenants (none for an unbound caller): the bound branch of orch_tenant_bindings.';
+  'The bindings of the caller''s tenants (every row for an unbound caller): the bound branch of orch_tenant_bindings, and all of it on Citus.';
 
+-- What orch_tenant_bindings reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_tenant_bindings()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.tenant_bindings_rows AS
+SELECT x.* FROM orch.tenant_bindings x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_tenant_bindings()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_tenant_bindings AS
 SELECT coalesce(r.rolname::text, b.role::text) AS role, b.tenant_id, b.created_at
-  FROM (SELECT x.* FROM orch.tenant_bindings x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_tenant_bindings()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) b
+  FROM orch.tenant_bindings_rows b
   LEFT JOIN pg_catalog.pg_roles r
     ON r.oid OPERATOR(pg_catalog.=) b.role_oid
    AND b.cluster_id OPERATOR(pg_catalog.=) (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
@@ -661,21 +667,26 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
     SELECT x.* FROM orch.queues x
-     WHERE (SELECT orch.caller_tenants()) IS NOT NULL
-       AND (x.tenant_id OPERATOR(pg_catalog.=) 'default'
-            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
+     WHERE (SELECT orch.caller_tenants()) IS NULL
+        OR x.tenant_id OPERATOR(pg_catalog.=) 'default'
+        OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
 $fn$;
 COMMENT ON FUNCTION orch.caller_queues() IS
-  'The queues a bound caller sees: the shared ones (tenant default) and those its tenants'' enqueues created; none for an unbound caller. The bound branch of orch_queues.';
+  'The queues a bound caller sees: the shared ones (tenant default) and those its tenants'' enqueues created; every queue for an unbound caller. The bound branch of orch_queues, and all of it on Citus.';
 
+-- What orch_queues reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_queues()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.queues_rows AS
+SELECT x.* FROM orch.queues x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_queues()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_queues AS
 SELECT q.name AS queue, q.tenant_id, q.paused, orch_queue_settings(q.name) AS settings,
        q.created_at, q.updated_at
-  FROM (SELECT x.* FROM orch.queues x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_queues()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) q;
+  FROM orch.queues_rows q;
 COMMENT ON VIEW orch_queues IS
   'Queues with their effective settings (a bound role sees the shared queues and those its tenants created).';
 
@@ -921,22 +932,28 @@ AS $fn$
            x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
            x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
       FROM orch.tasks x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_tasks() IS
-  'The tasks of the caller''s tenants (none for an unbound caller): the bound branch of orch_tasks. Lease tokens only for orch_admin.';
+  'The tasks of the caller''s tenants (every row for an unbound caller): the bound branch of orch_tasks, and all of it on Citus. Lease tokens only for orch_admin.';
 
+-- What orch_tasks reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_tasks()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.tasks_rows AS
+SELECT x.* FROM orch.tasks x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_tasks()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_tasks AS
 SELECT t.id AS task_id, t.tenant_id, t.queue, t.state, t.priority, t.payload, t.result, t.run_at,
        t.retry_at, t.attempts, t.failures, t.max_attempts, t.max_failures, t.reason_code,
        t.last_error, t.last_error_class, t.lease_owner, t.lease_expires_at, t.claimed_at,
        t.wait_data, t.resume_data, t.idempotency_key, t.owner, t.concurrency_key, t.run_id,
        t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated, t.correlation_id
-  FROM (SELECT x.* FROM orch.tasks x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_tasks()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) t;
+  FROM orch.tasks_rows t;
 COMMENT ON VIEW orch_tasks IS 'Tasks for ad-hoc queries (lease tokens are not shown).';
 
 CREATE FUNCTION orch.caller_attempts()
@@ -953,24 +970,30 @@ AS $fn$
            (SELECT t.correlation_id FROM orch.tasks t
                   WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
       FROM orch.attempts x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_attempts() IS
-  'The attempts of the caller''s tenants, with their tasks'' correlation ids (none for an unbound caller): the bound branch of orch_attempts.';
+  'The attempts of the caller''s tenants, with their tasks'' correlation ids (every row for an unbound caller): the bound branch of orch_attempts, and all of it on Citus.';
 
+-- What orch_attempts reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_attempts()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.attempts_rows AS
+SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
+        x.outcome, x.error_class, x.error, x.retry_at, x.xact,
+         (SELECT t.correlation_id FROM orch.tasks t
+              WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
+  FROM orch.attempts x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_attempts()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_attempts AS
 SELECT a.id AS attempt_id, a.tenant_id, a.task_id, a.attempt, a.worker,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN a.lease_token END AS lease_token,
        a.started_at, a.finished_at, a.outcome, a.error_class, a.error, a.retry_at, a.correlation_id
-  FROM (SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.started_at, x.finished_at,
-                x.outcome, x.error_class, x.error, x.retry_at, x.xact,
-                 (SELECT t.correlation_id FROM orch.tasks t
-                      WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
-          FROM orch.attempts x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_attempts()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) a;
+  FROM orch.attempts_rows a;
 COMMENT ON VIEW orch_attempts IS
   'The append-only history of finished executions (lease tokens shown to orch_admin only).';
 
@@ -1025,19 +1048,25 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
     SELECT x.* FROM orch.commands x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_commands() IS
-  'The commands of the caller''s tenants (none for an unbound caller): the bound branch of orch_commands.';
+  'The commands of the caller''s tenants (every row for an unbound caller): the bound branch of orch_commands, and all of it on Citus.';
 
+-- What orch_commands reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_commands()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.commands_rows AS
+SELECT x.* FROM orch.commands x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_commands()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_commands AS
 SELECT c.id AS command_id, c.tenant_id, c.kind, c.idempotency_key, c.payload, c.origin_task_id,
        c.task_id, c.status, c.result, c.created_at, c.completed_at
-  FROM (SELECT x.* FROM orch.commands x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_commands()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) c;
+  FROM orch.commands_rows c;
 COMMENT ON VIEW orch_commands IS 'Recorded commands and their outcomes.';
 
 -- ---------------------------------------------------------------------------
@@ -1096,30 +1125,36 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
     SELECT x.* FROM orch.tasks x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
        AND x.state OPERATOR(pg_catalog.=) 'failed'
        AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
                                                       'compensation_required', 'not_safe_to_retry'])
        AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
 $fn$;
 COMMENT ON FUNCTION orch.caller_dead_letters() IS
-  'The dead letters of the caller''s tenants (none for an unbound caller): the bound branch of orch_dead_letters.';
+  'The dead letters of the caller''s tenants (every row for an unbound caller): the bound branch of orch_dead_letters, and all of it on Citus.';
 
 -- (The gates stand outside the subqueries with NOT EXISTS: Citus refuses
 -- the anti-join next to them.)
+-- What orch_dead_letters reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_dead_letters()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.dead_letters_rows AS
+SELECT * FROM (SELECT x.* FROM orch.tasks x
+                WHERE x.state OPERATOR(pg_catalog.=) 'failed'
+                  AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
+                                                                 'compensation_required', 'not_safe_to_retry'])
+                  AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) d
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_dead_letters()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_dead_letters AS
 SELECT t.id AS task_id, t.tenant_id, t.queue, t.reason_code AS reason, t.finished_at AS failed_at,
        t.last_error, t.last_error_class, t.attempts, t.failures, t.payload, t.priority,
        t.owner, t.created_at
-  FROM (SELECT * FROM (SELECT x.* FROM orch.tasks x
-                        WHERE x.state OPERATOR(pg_catalog.=) 'failed'
-                          AND x.reason_code OPERATOR(pg_catalog.=) ANY (ARRAY['max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
-                                                                         'compensation_required', 'not_safe_to_retry'])
-                          AND NOT EXISTS (SELECT 1 FROM orch.tasks r WHERE r.retry_of OPERATOR(pg_catalog.=) x.id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) d
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_dead_letters()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) t;
+  FROM orch.dead_letters_rows t;
 COMMENT ON VIEW orch_dead_letters IS
   'Tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY and were not re-driven yet.';
 
@@ -1213,10 +1248,25 @@ AS 'MODULE_PATHNAME', 'orch_validate_definition';
 COMMENT ON FUNCTION orch_validate_definition(jsonb) IS
   'Validates a workflow spec without storing it: returns nothing, or raises OR008 with the JSON path of the first problem in the detail.';
 
+-- What orch_definitions reads (orch.definitions_rows): the table on one
+-- node; on Citus, orch_distribute makes it read this function, which runs
+-- as the owner (a shard is read with the caller's rights).
+CREATE FUNCTION orch.caller_definitions()
+RETURNS SETOF orch.definitions
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.definitions x
+$fn$;
+COMMENT ON FUNCTION orch.caller_definitions() IS
+  'Every version of every workflow definition (shared by all tenants): what orch_definitions reads on Citus.';
+CREATE VIEW orch.definitions_rows AS
+SELECT x.* FROM orch.definitions x;
 CREATE VIEW orch_definitions AS
 SELECT d.name, d.version, d.status, d.content_hash, d.spec, d.created_at, d.created_by,
        d.published_at, d.deprecated_at, d.tenant_id, d.published_by
-  FROM orch.definitions d;
+  FROM orch.definitions_rows d;
 COMMENT ON VIEW orch_definitions IS
   'Every version of every workflow definition (shared by all tenants).';
 
@@ -1439,21 +1489,27 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
     SELECT x.* FROM orch.runs x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_runs() IS
-  'The workflow runs of the caller''s tenants (none for an unbound caller): the bound branch of orch_runs.';
+  'The workflow runs of the caller''s tenants (every row for an unbound caller): the bound branch of orch_runs, and all of it on Citus.';
 
+-- What orch_runs reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_runs()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.runs_rows AS
+SELECT x.* FROM orch.runs x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_runs()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_runs AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
        r.correlation_id, r.probe_pins, r.drift
-  FROM (SELECT x.* FROM orch.runs x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_runs()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) r;
+  FROM orch.runs_rows r;
 COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
 
 CREATE FUNCTION orch.caller_run_steps()
@@ -1463,19 +1519,25 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
     SELECT x.* FROM orch.run_steps x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_run_steps() IS
-  'The run steps of the caller''s tenants (none for an unbound caller): the bound branch of orch_run_steps.';
+  'The run steps of the caller''s tenants (every row for an unbound caller): the bound branch of orch_run_steps, and all of it on Citus.';
 
+-- What orch_run_steps reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_run_steps()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.run_steps_rows AS
+SELECT x.* FROM orch.run_steps x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_run_steps()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_run_steps AS
 SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
        s.wake_at, s.cap_at AS timeout_at, s.started_at, s.finished_at, s.comp_state AS compensation
-  FROM (SELECT x.* FROM orch.run_steps x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_run_steps()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) s;
+  FROM orch.run_steps_rows s;
 COMMENT ON VIEW orch_run_steps IS 'The steps of workflow runs (a bound role sees its tenants).';
 
 -- The audit trail (here: an event of a run shows the run's correlation id).
@@ -1496,25 +1558,31 @@ AS $fn$
                    (SELECT r.correlation_id FROM orch.runs r
                     WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id))
       FROM orch.history x
-     WHERE x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[])
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
 COMMENT ON FUNCTION orch.caller_events() IS
-  'The events of the caller''s tenants, with their tasks'' or runs'' correlation ids (none for an unbound caller): the bound branch of orch_events.';
+  'The events of the caller''s tenants, with their tasks'' or runs'' correlation ids (every row for an unbound caller): the bound branch of orch_events, and all of it on Citus.';
 
+-- What orch_events reads: every row for an unbound caller, the caller's tenants'
+-- otherwise.  On Citus, orch_distribute makes it read orch.caller_events()
+-- alone (a shard is read with the caller's rights, not the view owner's).
+CREATE VIEW orch.events_rows AS
+SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
+                       WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
+                      (SELECT r.correlation_id FROM orch.runs r
+                       WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) AS correlation_id
+  FROM orch.history x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_events()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
 CREATE VIEW orch_events AS
 SELECT e.id AS event_id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
        e.reason_code, e.actor, e.attempt,
        CASE WHEN (SELECT orch.caller_is_admin()) THEN e.lease_token END AS lease_token,
        e.note, e.at, e.label, e.correlation_id, e.waited
-  FROM (SELECT x.*, coalesce((SELECT t.correlation_id FROM orch.tasks t
-                               WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id),
-                              (SELECT r.correlation_id FROM orch.runs r
-                               WHERE r.id OPERATOR(pg_catalog.=) x.run_id AND r.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)) AS correlation_id
-          FROM orch.history x
-         WHERE (SELECT orch_caller_tenants()) IS NULL
-        UNION ALL
-        SELECT * FROM orch.caller_events()
-         WHERE (SELECT orch_caller_tenants()) IS NOT NULL) e;
+  FROM orch.events_rows e;
 COMMENT ON VIEW orch_events IS
   'The append-only audit trail (lease tokens shown to orch_admin only; a bound role sees its tenants).';
 
@@ -2211,10 +2279,26 @@ COMMENT ON VIEW orch_review_queue IS
 
 -- Maintenance acts on every tenant and its log counts them all: a role
 -- bound to tenants (which may not run orch_maintain either) reads no row.
+-- What orch_maintenance_log reads (orch.maintenance_log_rows): every pass
+-- for an unbound caller, none for a bound one; on Citus through the
+-- function (a shard is read with the caller's rights).
+CREATE FUNCTION orch.caller_maintenance_log()
+RETURNS SETOF orch.maintenance_log
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.maintenance_log x
+     WHERE (SELECT orch.caller_tenants()) IS NULL
+$fn$;
+COMMENT ON FUNCTION orch.caller_maintenance_log() IS
+  'Every maintenance pass for an unbound caller, none for a bound one: what orch_maintenance_log reads on Citus.';
+CREATE VIEW orch.maintenance_log_rows AS
+SELECT x.* FROM orch.maintenance_log x
+ WHERE (SELECT orch_caller_tenants()) IS NULL;
 CREATE VIEW orch_maintenance_log AS
 SELECT id, started_at, finished_at, finished_at OPERATOR(pg_catalog.-) started_at AS duration, actor, actions
-  FROM orch.maintenance_log
- WHERE (SELECT orch_caller_tenants()) IS NULL;
+  FROM orch.maintenance_log_rows;
 COMMENT ON VIEW orch_maintenance_log IS
   'One row per orch_maintain() pass: when, how long, by whom, and what it did (counts over every tenant: empty for a role bound to tenants).';
 
@@ -2351,7 +2435,8 @@ GRANT EXECUTE ON FUNCTION
     orch.open_tasks(), orch.dead_letter_counts(), orch.review_items(),
     orch.queue_stats(), orch.error_stats(),
     orch.caller_queues(), orch.caller_tasks(), orch.caller_attempts(), orch.caller_commands(),
-    orch.caller_dead_letters(), orch.caller_runs(), orch.caller_run_steps(), orch.caller_events()
+    orch.caller_dead_letters(), orch.caller_runs(), orch.caller_run_steps(), orch.caller_events(),
+    orch.caller_definitions(), orch.caller_maintenance_log()
   TO orch_reader;
 
 GRANT EXECUTE ON FUNCTION

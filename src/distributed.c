@@ -40,6 +40,18 @@ static const char *const reference_tables[] = {
 	"tenant_bindings", "definitions", "metric_state", "maintenance_log"
 };
 
+/*
+ * What the views over these tables read (orch.<name>_rows): on one node the
+ * table itself for an unbound caller, read with the view owner's rights;
+ * Citus reads a shard with the caller's rights, so on Citus they read
+ * orch.caller_<name>(), which runs as the owner and filters by the
+ * caller's tenants itself (every row for an unbound caller).
+ */
+static const char *const reader_views[] = {
+	"tenant_bindings", "queues", "tasks", "attempts", "commands", "dead_letters",
+	"runs", "run_steps", "events", "definitions", "maintenance_log"
+};
+
 /* Sequences whose values become ids: a disjoint range per node. */
 static const char *const id_sequences[] = {
 	"tasks_id_seq", "attempts_id_seq", "events_id_seq", "commands_id_seq",
@@ -185,6 +197,24 @@ orch_distribute(PG_FUNCTION_ARGS)
 			appendStringInfo(&sql, ", shard_count => %d", shard_count);
 		appendStringInfoChar(&sql, ')');
 		make_citus_table(rsinfo, t, sql.data, "distributed by tenant_id");
+	}
+
+	/*
+	 * The views, on every node: each has its own copy of the extension's,
+	 * which Citus leaves alone (on a worker, with its DDL propagation off
+	 * for the one transaction, as Citus applies its own DDL there).
+	 */
+	for (int i = 0; i < lengthof(reader_views); i++)
+	{
+		const char *v = reader_views[i];
+		char	   *cmd;
+
+		if (!OidIsValid(orch_relid(psprintf("%s_rows", v))))
+			continue;			/* a 0.7.0 schema */
+		cmd = psprintf("CREATE OR REPLACE VIEW orch.%s_rows AS SELECT * FROM orch.caller_%s()", v, v);
+		run(cmd);
+		run_on_workers(psprintf("BEGIN; SET LOCAL citus.enable_ddl_propagation TO off; %s; COMMIT", cmd));
+		emit(rsinfo, psprintf("orch.%s_rows", v), psprintf("reads through orch.caller_%s()", v));
 	}
 
 	/*

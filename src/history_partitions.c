@@ -147,6 +147,16 @@ read_partitions(const char *table, Partition **out)
 	return n;
 }
 
+/* t broken down in UTC */
+static void
+utc_parts(TimestampTz t, struct pg_tm *tm, fsec_t *fsec)
+{
+	if (timestamp2tm(t, NULL, tm, fsec, NULL, NULL) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+}
+
 /* A bound as an SQL literal, in UTC (whatever the session's TimeZone and DateStyle). */
 static char *
 bound_literal(TimestampTz t)
@@ -154,25 +164,20 @@ bound_literal(TimestampTz t)
 	struct pg_tm tm;
 	fsec_t		fsec;
 
-	if (timestamp2tm(t, NULL, &tm, &fsec, NULL, NULL) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("timestamp out of range")));
+	utc_parts(t, &tm, &fsec);
 	return psprintf("'%04d-%02d-%02d %02d:%02d:%02d.%06d+00'",
 					tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
 					(int) fsec);
 }
 
+/* orch.<table>_pYYYYMMDD_HHMMSS: named after its start, in UTC */
 static char *
 partition_name(const char *table, TimestampTz lo)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
 
-	if (timestamp2tm(lo, NULL, &tm, &fsec, NULL, NULL) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("timestamp out of range")));
+	utc_parts(lo, &tm, &fsec);
 	return psprintf("%s_p%04d%02d%02d_%02d%02d%02d", table,
 					tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }

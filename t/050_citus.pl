@@ -417,6 +417,34 @@ q1("SELECT orch_enqueue('perrow', '{}', tenant => '$tb')");
 }
 
 # ---------------------------------------------------------------------------
+# Every view, for roles that are not superusers (issue 23 item 2): a reader
+# bound to no tenant reads every row, as the superuser does; a bound one its
+# tenant's rows only.
+# ---------------------------------------------------------------------------
+q1("CREATE ROLE cit_ru LOGIN; GRANT orch_reader TO cit_ru");
+for my $view (qw(orch_tasks orch_events orch_attempts orch_queues orch_commands orch_dead_letters
+	orch_definitions orch_runs orch_run_steps orch_queue_stats orch_error_stats orch_durations
+	orch_review_queue orch_maintenance_log))
+{
+	is(sqlstate_of("SET ROLE cit_ru;\nSELECT count(*) FROM $view"), '00000', "unbound reader: $view is readable");
+	is(q1("SET ROLE cit_ru; SELECT count(*) FROM $view"), q1("SELECT count(*) FROM $view"),
+		"unbound reader: $view has what the superuser reads");
+	is(sqlstate_of("SET ROLE cit_rb;\nSELECT count(*) FROM $view"), '00000', "bound to $tb: $view is readable");
+}
+for my $view (qw(orch_tasks orch_events orch_attempts orch_commands orch_dead_letters orch_runs orch_run_steps))
+{
+	is(q1("SET ROLE cit_rb; SELECT count(*) FROM $view WHERE tenant_id <> '$tb'"), '0',
+		"bound to $tb: $view has no row of another tenant");
+}
+cmp_ok(q1("SET ROLE cit_ru; SELECT count(*) FROM orch_tasks WHERE tenant_id = '$ta'"), '>', 0,
+	"unbound reader: orch_tasks has the tasks of $ta");
+# a worker node reads the same (Citus took the views' change there)
+is($workers[0]->safe_psql('postgres', "SET ROLE cit_ru; SELECT count(*) FROM orch_tasks"),
+	q1("SELECT count(*) FROM orch_tasks"), 'unbound reader on a worker node: orch_tasks has every row');
+is(q1("SET ROLE cit_ru; SELECT count(lease_token) FROM orch_events"), '0',
+	'unbound reader (not orch_admin): no lease token in orch_events');
+
+# ---------------------------------------------------------------------------
 # A claim that recovers an expired lease first: still single-shard
 # ---------------------------------------------------------------------------
 q1(q{SELECT orch_create_queue('short', '{"initial_delay": "1 s", "max_delay": "1 s"}')});

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5883);
+SELECT plan(5953);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -328,7 +328,8 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
                     'orch.open_tasks', 'orch.dead_letter_counts', 'orch.review_items',
                     'orch.queue_stats', 'orch.error_stats', 'orch.caller_tenants',
                     'orch.caller_queues', 'orch.caller_tasks', 'orch.caller_attempts', 'orch.caller_commands',
-                    'orch.caller_dead_letters', 'orch.caller_runs', 'orch.caller_run_steps', 'orch.caller_events']) f
+                    'orch.caller_dead_letters', 'orch.caller_runs', 'orch.caller_run_steps', 'orch.caller_events',
+                    'orch.caller_definitions', 'orch.caller_maintenance_log']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
@@ -706,38 +707,44 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
     ('orch.error_stats', 'any', NULL, 'error statistics',
      'SELECT count(*) >= 0 FROM orch.error_stats()', NULL, '{"*": "00000:true"}'),
-    -- the bound branches of the views (0.8.0): the caller's tenants' rows,
-    -- none for an unbound caller
+    -- what the views read (0.8.0): the caller's tenants' rows, every row for
+    -- an unbound caller (the only branch on Citus)
     ('orch.caller_tenants', 'implicit', NULL, 'the caller''s tenants (in schema orch)',
      $q$SELECT coalesce(array_to_string(orch.caller_tenants(), ','), '<null>')$q$, NULL,
      '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:<null>"}'),
     ('orch.caller_tenant_bindings', 'implicit', NULL, 'the bindings of the callers tenants',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_tenant_bindings()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "*": "00000:default,ta,tb"}'),
     ('orch.caller_queues', 'implicit', NULL, 'the queues a bound caller sees',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_queues()$q$, NULL,
-     '{"ta": "00000:default", "tb": "00000:default", "ta,tb": "00000:default", "default,ta": "00000:default", "*": "00000:"}'),
+     '{"ta": "00000:default", "tb": "00000:default", "ta,tb": "00000:default", "default,ta": "00000:default", "*": "00000:default"}'),
     ('orch.caller_tasks', 'implicit', NULL, 'the callers tenants tasks',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_tasks()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
     ('orch.caller_attempts', 'implicit', NULL, 'the callers tenants attempts',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_attempts()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
     ('orch.caller_commands', 'implicit', NULL, 'the callers tenants commands',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_commands()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}'),
     ('orch.caller_dead_letters', 'implicit', NULL, 'the callers tenants dead letters',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_dead_letters()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
     ('orch.caller_runs', 'implicit', NULL, 'the callers tenants runs',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_runs()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}'),
     ('orch.caller_run_steps', 'implicit', NULL, 'the callers tenants run steps',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_run_steps()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}'),
     ('orch.caller_events', 'implicit', NULL, 'the callers tenants events',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_events()$q$, NULL,
-     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:"}'),
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
+    ('orch.caller_definitions', 'implicit', NULL, 'every workflow definition',
+     $q$SELECT count(*) > 0 FROM orch.caller_definitions()$q$, NULL,
+     '{"ta": "00000:true", "tb": "00000:true", "ta,tb": "00000:true", "default,ta": "00000:true", "*": "00000:true"}'),
+    ('orch.caller_maintenance_log', 'implicit', NULL, 'the maintenance passes',
+     $q$SELECT count(*) >= 0 FROM orch.caller_maintenance_log()$q$, NULL,
+     '{"ta": "00000:true", "tb": "00000:true", "ta,tb": "00000:true", "default,ta": "00000:true", "*": "00000:true"}'),
     ('orch.metrics_fold', 'any', NULL, 'call the fold directly',
      'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
     ('orch.task_step_type', 'any', NULL, 'call task_step_type directly',
@@ -983,17 +990,18 @@ SELECT is(pg_temp.as_role(role, format('SELECT count(lease_token) FROM orch_hist
                ELSE '0' END,
           role || ': lease tokens in orch_history of a completed ta task')
   FROM tt_roles ORDER BY ord;
--- the bound branches of the views (orch.caller_tasks and the others, which
--- a reader may call directly) hand out no token to a non-admin either
+-- what the views read through (orch.caller_tasks and the others, which a
+-- reader may call directly: every row for an unbound caller, the only
+-- branch on Citus) hands out no token to a non-admin either
 SELECT cmp_ok((SELECT count(lease_token) FROM orch.tasks WHERE tenant_id = t), '>', 0::bigint,
               'fixture: tasks of ' || t || ' hold live lease tokens')
   FROM unnest(ARRAY['ta', 'tb']) t;
 SELECT is(pg_temp.as_role(role, format('SELECT count(lease_token) FROM orch.caller_%s()', f)),
           CASE WHEN kind = 'nobody' THEN '42501'
-               WHEN kind = 'admin' AND eff IS NOT NULL THEN
-                 (CASE f WHEN 'tasks' THEN (SELECT count(lease_token) FROM orch.tasks WHERE tenant_id = ANY (eff))
-                         WHEN 'attempts' THEN (SELECT count(lease_token) FROM orch.attempts WHERE tenant_id = ANY (eff))
-                         ELSE (SELECT count(lease_token) FROM orch.history WHERE tenant_id = ANY (eff)) END)::text
+               WHEN kind = 'admin' THEN
+                 (CASE f WHEN 'tasks' THEN (SELECT count(lease_token) FROM orch.tasks WHERE eff IS NULL OR tenant_id = ANY (eff))
+                         WHEN 'attempts' THEN (SELECT count(lease_token) FROM orch.attempts WHERE eff IS NULL OR tenant_id = ANY (eff))
+                         ELSE (SELECT count(lease_token) FROM orch.history WHERE eff IS NULL OR tenant_id = ANY (eff)) END)::text
                ELSE '0' END,
           role || CASE WHEN kind = 'admin' THEN ' reads' ELSE ' does not read' END || ' the lease tokens of orch.caller_' || f || '()')
   FROM tt_roles, unnest(ARRAY['tasks', 'attempts', 'events']) f ORDER BY ord, f;
