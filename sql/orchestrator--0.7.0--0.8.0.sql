@@ -358,7 +358,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.* FROM orch.tasks x
+    SELECT x.id, x.tenant_id, x.queue, x.state, x.priority, x.payload, x.result, x.run_at,
+           x.ready_at, x.retry_at, x.attempts, x.failures, x.max_attempts, x.max_failures,
+           x.retry_policy, x.timeout, x.reason_code, x.last_error, x.last_error_class, CASE WHEN
+           (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
+           x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
+           x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
+           x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
+           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
+      FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
        AND x.state OPERATOR(pg_catalog.=) 'failed'

@@ -14,8 +14,9 @@
  *	  forced row security, a stored generated column, another table access
  *	  method, Citus installed), the caller falls back to its SQL INSERT.  A
  *	  partitioned table (the history, by time) is written directly when all
- *	  the rows go to one partition of its own row layout, found as tuple
- *	  routing finds it; otherwise through SQL too.
+ *	  the rows go to one range partition of its own row layout, found as
+ *	  tuple routing finds it; otherwise (the DEFAULT partition included)
+ *	  through SQL too.
  */
 #include "postgres.h"
 
@@ -52,8 +53,8 @@
  * rows, by the value each gives its partition key (a single range key,
  * which the caller must fill: orch.events.at, orch.attempts.finished_at),
  * found as PostgreSQL's tuple routing finds it.  InvalidOid when the rows
- * need more than one partition or the key is not given: the SQL INSERT
- * routes those.
+ * need more than one partition, the DEFAULT one, or the key is not given:
+ * the SQL INSERT routes those.
  */
 static Oid
 single_partition(Relation root, int ncols, const char *const *cols,
@@ -87,13 +88,29 @@ single_partition(Relation root, int ncols, const char *const *cols,
 		offset = partition_range_datum_bsearch(key->partsupfunc, key->partcollation,
 											   bounds, 1, &v, &equal);
 		p = bounds->indexes[offset + 1];
-		if (p < 0)
-			p = bounds->default_index;
+		/*
+		 * No range takes the row: the DEFAULT partition, whose bound a
+		 * concurrent ATTACH can narrow under us (tuple routing checks the
+		 * row against it again, the SQL INSERT does it).
+		 */
 		if (p < 0 || (part != -2 && p != part))
 			return InvalidOid;
 		part = p;
 	}
 	return pd->oids[part];
+}
+
+/*
+ * Can the direct write of a partition serve an INSERT into its parent?
+ * What the parent adds to the partition's own rules: its triggers (cloned
+ * to the partitions, but a statement trigger stays on the parent), rules,
+ * forced row security.
+ */
+static bool
+direct_parent_possible(Relation parent)
+{
+	return parent->trigdesc == NULL && !parent->rd_rel->relhasrules &&
+		!parent->rd_rel->relforcerowsecurity && !orch_citus();
 }
 
 /* Can a direct write serve this relation exactly as an INSERT would? */
@@ -163,7 +180,7 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 		table_close(root, RowExclusiveLock);
 		return false;			/* a partition is written through its parent */
 	}
-	if (!direct_write_possible(rel) || (rel != root && !direct_write_possible(root)))
+	if (!direct_write_possible(rel) || (rel != root && !direct_parent_possible(root)))
 	{
 		if (rel != root)
 			table_close(rel, RowExclusiveLock);

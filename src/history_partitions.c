@@ -11,9 +11,11 @@
  *
  *	  A partition is created as a table of its own and then attached, which
  *	  locks the parent only against other DDL, never against the inserts of
- *	  the hot path.  Dropping or truncating takes an exclusive lock for a
- *	  moment: it is tried with a short lock_timeout and left for the next
- *	  pass when busy, so that maintenance never queues writers behind it.
+ *	  the hot path.  Retiring locks the old partition only; the emptied
+ *	  partitions are dropped last, all at once under one exclusive lock of
+ *	  the parent (which a drop needs) held until the pass commits.  Every
+ *	  lock is tried with a short lock_timeout and left for the next pass when
+ *	  busy, so that maintenance never queues writers behind it for long.
  *	  docs/storage.md.
  */
 #include "postgres.h"
@@ -72,7 +74,7 @@ static const HistoryTable history_tables[] = {
 
 typedef struct Partition
 {
-	char	   *name;
+	char	   *name;			/* schema-qualified, quoted */
 	bool		is_default;
 	TimestampTz lo;				/* DT_NOBEGIN: MINVALUE */
 	TimestampTz hi;				/* DT_NOEND: MAXVALUE */
@@ -129,10 +131,11 @@ read_partitions(const char *table, Partition **out)
 
 		if (!HeapTupleIsValid(tup))
 			elog(ERROR, "orchestrator: cache lookup failed for relation %u", pd->oids[i]);
-		p[i].name = pstrdup(NameStr(((Form_pg_class) GETSTRUCT(tup))->relname));
+		p[i].name = quote_qualified_identifier(get_namespace_name(((Form_pg_class) GETSTRUCT(tup))->relnamespace),
+											   NameStr(((Form_pg_class) GETSTRUCT(tup))->relname));
 		d = SysCacheGetAttr(RELOID, tup, Anum_pg_class_relpartbound, &isnull);
 		if (isnull)
-			elog(ERROR, "orchestrator: partition \"%s\" has no bound", p[i].name);
+			elog(ERROR, "orchestrator: partition %s has no bound", p[i].name);
 		spec = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(d)));
 		ReleaseSysCache(tup);
 		p[i].is_default = spec->is_default;
@@ -247,7 +250,7 @@ create_partition(const HistoryTable *h, TimestampTz lo, TimestampTz hi)
 /* What one partition step did */
 typedef enum
 {
-	STEP_NONE, STEP_CREATED, STEP_DROPPED, STEP_COMPACTED
+	STEP_NONE, STEP_CREATED, STEP_EMPTIED, STEP_COMPACTED, STEP_DROPPED
 } StepResult;
 
 typedef StepResult (*StepFn) (const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz b);
@@ -291,8 +294,8 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, TimestampTz a
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 		ereport(e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
-				(errmsg("orchestrator: %s orch.%s was left for the next pass: %s",
-						what, p ? p->name : h->table, e->message)));
+				(errmsg("orchestrator: %s %s was left for the next pass: %s",
+						what, p ? p->name : psprintf("orch.%s", h->table), e->message)));
 		FreeErrorData(e);
 		r = STEP_NONE;
 	}
@@ -309,63 +312,99 @@ step_create(const HistoryTable *h, const Partition *p, TimestampTz lo, Timestamp
 
 /*
  * Retire partition p of h (a range past the retention, or the DEFAULT
- * partition, whose rows older than cutoff are past it).  Writers are held
- * off first (SHARE), so that no row lands in it between the count and the
- * drop or truncate: a recorded claim written out later keeps its old time.
+ * partition, whose rows older than cutoff are past it), locking the
+ * partition only, never its parent.  Writers are held off first (SHARE), so
+ * that no row lands in it between the count and the truncate: a recorded
+ * claim written out later keeps its old time.  A range none of whose rows
+ * is needed is emptied (TRUNCATE), and dropped at the end of the pass; one
+ * with needed rows is compacted when at least half of it is not needed (the
+ * DEFAULT partition, meant to stay small, whenever a row is not).
  */
 static StepResult
 step_retire(const HistoryTable *h, const Partition *p, TimestampTz cutoff, TimestampTz unused)
 {
-	const char *q = quote_identifier(p->name);
 	char	   *keep;
 	int64		total,
 				kept;
+	bool		isnull;
 
 	/* the DEFAULT partition: nothing to do unless a row in it is past the retention */
 	if (p->is_default &&
-		orch_sql_once(psprintf("SELECT 1 FROM orch.%s h WHERE h.%s < %s LIMIT 1",
-							   q, h->key, bound_literal(cutoff)),
+		orch_sql_once(psprintf("SELECT 1 FROM %s h WHERE h.%s < %s LIMIT 1",
+							   p->name, h->key, bound_literal(cutoff)),
 					  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) == 0)
 		return STEP_NONE;
-	ddl(psprintf("LOCK TABLE orch.%s IN SHARE MODE", q));
+	ddl(psprintf("LOCK TABLE %s IN SHARE MODE", p->name));
 	keep = p->is_default
 		? psprintf("(%s OR h.%s >= %s)", h->kept, h->key, bound_literal(cutoff))
 		: pstrdup(h->kept);
 	/* (not read-only: it must see the tasks this pass purged) */
-	orch_sql_once(psprintf("SELECT count(*), count(*) FILTER (WHERE %s) FROM orch.%s h", keep, q),
+	orch_sql_once(psprintf("SELECT count(*), count(*) FILTER (WHERE %s) FROM %s h", keep, p->name),
 				  0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT);
+	total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	kept = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (total == 0)
+		return p->is_default ? STEP_NONE : STEP_EMPTIED;
+	if (kept == total || (!p->is_default && kept > 0 && kept * 2 >= total))
+		return STEP_NONE;		/* nothing (or not enough) past the retention yet */
+	if (kept == 0)
 	{
-		bool		isnull;
-
-		total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		kept = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	}
-	if (kept == total && (total > 0 || p->is_default))
-		return STEP_NONE;		/* nothing past the retention (again) */
-	if (kept == 0 && !p->is_default)
-	{
-		ddl(psprintf("DROP TABLE orch.%s", q));
-		return STEP_DROPPED;
+		ddl(psprintf("TRUNCATE %s", p->name));
+		return p->is_default ? STEP_COMPACTED : STEP_EMPTIED;
 	}
 	/* the kept rows aside, the partition emptied whole, the rows back */
-	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM orch.%s h WHERE %s",
-				 q, keep));
-	ddl(psprintf("TRUNCATE orch.%s", q));
-	ddl(psprintf("INSERT INTO orch.%s SELECT * FROM pg_temp.orch_history_kept", q));
+	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
+				 p->name, keep));
+	ddl(psprintf("TRUNCATE %s", p->name));
+	ddl(psprintf("INSERT INTO %s SELECT * FROM pg_temp.orch_history_kept", p->name));
 	ddl("DROP TABLE pg_temp.orch_history_kept");
 	return STEP_COMPACTED;
 }
 
 /*
- * One pass over the history tables: partitions created ahead, then (with a
- * retention) the old ones retired.  Counts go to created, dropped and
- * compacted.  Caller is connected to SPI.
+ * Drop the emptied partitions of h (a, b unused; p: the first of n in the
+ * array the caller passes through the step's Partition pointer).  The
+ * parent is locked first (ACCESS EXCLUSIVE, as DROP needs it; the order the
+ * writers take), each partition checked still empty under it, and dropped.
+ */
+static const Partition *drop_list;
+static int	drop_count;
+
+static StepResult
+step_drop(const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz b)
+{
+	int			n = 0;
+
+	ddl(psprintf("LOCK TABLE orch.%s IN ACCESS EXCLUSIVE MODE", h->table));
+	for (int i = 0; i < drop_count; i++)
+	{
+		if (orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", drop_list[i].name),
+						  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) > 0)
+			continue;			/* written to since it was emptied: next pass */
+		ddl(psprintf("DROP TABLE %s", drop_list[i].name));
+		n++;
+	}
+	drop_count = n;
+	return n > 0 ? STEP_DROPPED : STEP_NONE;
+}
+
+/*
+ * One pass over the history tables: with a retention, the partitions past
+ * it retired (emptied or compacted, each locking only itself); then the
+ * partitions ahead created; last, the emptied ones dropped, for each table
+ * at once under one short lock of its parent, held until the pass commits.
+ * Counts go to created, dropped and compacted.  Caller is connected to SPI.
  */
 void
 orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz cutoff = now - (int64) orch_retention * USECS_PER_SEC;
 	int64		w = partition_width();
+	Partition  *parts[lengthof(history_tables)];
+	int			nparts[lengthof(history_tables)];
+	Partition  *empty[lengthof(history_tables)];
+	int			nempty[lengthof(history_tables)];
 
 	*created = *dropped = *compacted = 0;
 	if (!orch_history_partitioned())
@@ -373,18 +412,41 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 	/* one pass at a time keeps the partitions; another pass skips them */
 	if (!orch_xact_try_lock("history_partitions", "", NULL))
 		return;
+
 	for (int t = 0; t < lengthof(history_tables); t++)
 	{
 		const HistoryTable *h = &history_tables[t];
-		Partition  *parts;
-		int			n = read_partitions(h->table, &parts);
+
+		nparts[t] = read_partitions(h->table, &parts[t]);
+		empty[t] = palloc(sizeof(Partition) * Max(nparts[t], 1));
+		nempty[t] = 0;
+		if (orch_retention <= 0)
+			continue;
+		for (int i = 0; i < nparts[t]; i++)
+		{
+			Partition  *p = &parts[t][i];
+			StepResult	r;
+
+			if (!p->is_default && (p->hi == DT_NOEND || p->hi > cutoff))
+				continue;
+			r = guarded_step(step_retire, h, p, cutoff, 0, "retiring");
+			if (r == STEP_EMPTIED)
+				empty[t][nempty[t]++] = *p;
+			else if (r == STEP_COMPACTED)
+				(*compacted)++;
+		}
+	}
+
+	for (int t = 0; t < lengthof(history_tables); t++)
+	{
+		const HistoryTable *h = &history_tables[t];
 		TimestampTz last = DT_NOBEGIN;
 		TimestampTz start,
 					until = now + PARTITIONS_AHEAD * w;
 
-		for (int i = 0; i < n; i++)
-			if (!parts[i].is_default && parts[i].hi != DT_NOEND && parts[i].hi > last)
-				last = parts[i].hi;
+		for (int i = 0; i < nparts[t]; i++)
+			if (!parts[t][i].is_default && parts[t][i].hi != DT_NOEND && parts[t][i].hi > last)
+				last = parts[t][i].hi;
 		/*
 		 * Go on from the last partition; after a gap (no partitions yet, or
 		 * maintenance stopped for long) from the next window: the current
@@ -400,21 +462,16 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 			(*created)++;
 			start = end;
 		}
+	}
 
-		if (orch_retention <= 0)
+	for (int t = 0; t < lengthof(history_tables); t++)
+	{
+		if (nempty[t] == 0)
 			continue;
-		for (int i = 0; i < n; i++)
-		{
-			TimestampTz cutoff = now - (int64) orch_retention * USECS_PER_SEC;
-			StepResult	r;
-
-			if (!parts[i].is_default && (parts[i].hi == DT_NOEND || parts[i].hi > cutoff))
-				continue;
-			r = guarded_step(step_retire, h, &parts[i], cutoff, 0, "retiring");
-			if (r == STEP_DROPPED)
-				(*dropped)++;
-			else if (r == STEP_COMPACTED)
-				(*compacted)++;
-		}
+		drop_list = empty[t];
+		drop_count = nempty[t];
+		if (guarded_step(step_drop, &history_tables[t], NULL, 0, 0, "dropping the emptied partitions of") == STEP_DROPPED)
+			*dropped += drop_count;
+		drop_list = NULL;
 	}
 }

@@ -152,6 +152,30 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	history \
 	PURGE_TAIL
 
+/*
+ * Finished workflow runs past the retention, with their steps and the
+ * approvals given to them, and (history not partitioned) the run's own
+ * events: an approval reference is single-use for as long as the run that
+ * used it is kept.
+ */
+#define PURGE_RUN_EVENTS \
+	" e AS (DELETE FROM orch.events e USING p" \
+	"   WHERE e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL" \
+	"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") "),"
+#define PURGE_RUNS(history) \
+	"WITH p AS (SELECT id, tenant_id FROM orch.runs" \
+	"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')" \
+	"     AND " ORCH_TENANT_IN("tenant_id", "$4") \
+	"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" s AS (DELETE FROM orch.run_steps s USING p" \
+	"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") ")," \
+	history \
+	" a AS (DELETE FROM orch.approvals a USING p" \
+	"   WHERE a.run_id = p.id AND a.tenant_id = p.tenant_id" \
+	"     AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")" \
+	" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id" \
+	"   AND " ORCH_TENANT_IN("r.tenant_id", "$4")
+
 static int64
 count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 {
@@ -263,16 +287,15 @@ static int
 maintain_tenants(int32 batch, Datum tenants, Action *acts)
 {
 	int			nacts = 0;
-	Oid			types[5] = {INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID, BOOLOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[4] = {INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID};
+	Datum		v[4];
+	char		n[4] = {' ', ' ', ' ', ' '};
 	bool		partitioned = orch_history_partitioned();
 
 	v[0] = Int32GetDatum(batch);
 	v[1] = IntervalPGetDatum(orch_usecs_interval((int64) orch_stuck_after * USECS_PER_SEC));
 	v[2] = IntervalPGetDatum(orch_usecs_interval((int64) orch_retention * USECS_PER_SEC));
 	v[3] = tenants;
-	v[4] = BoolGetDatum(partitioned);
 	if (tenants == (Datum) 0)
 		n[3] = 'n';
 
@@ -318,30 +341,10 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query(partitioned ? PURGE_TASKS("") : PURGE_TASKS(PURGE_HISTORY),
 					4, types, v, n);
 
-	/*
-	 * Finished workflow runs past the retention, with their steps, the
-	 * run's own events (their tasks went with the tasks above) and the
-	 * approvals given to them: an approval reference is single-use for as
-	 * long as the run that used it is kept.
-	 */
+	/* finished workflow runs (PURGE_RUNS) */
 	acts[nacts].name = "runs_purged";
 	acts[nacts++].count = orch_retention <= 0 ? 0 :
-		count_query("WITH p AS (SELECT id, tenant_id FROM orch.runs"
-					"   WHERE finished_at < now() - $3 AND state IN ('succeeded', 'failed', 'canceled')"
-					"     AND " ORCH_TENANT_IN("tenant_id", "$4")
-					"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED),"
-					" s AS (DELETE FROM orch.run_steps s USING p"
-					"   WHERE s.run_id = p.id AND s.tenant_id = p.tenant_id AND " ORCH_TENANT_IN("s.tenant_id", "$4") "),"
-					/* partitioned history: the run's events go with their partition */
-					" e AS (DELETE FROM orch.events e USING p"
-					"   WHERE NOT $5 AND e.run_id = p.id AND e.tenant_id = p.tenant_id AND e.task_id IS NULL"
-					"     AND " ORCH_TENANT_IN("e.tenant_id", "$4") "),"
-					" a AS (DELETE FROM orch.approvals a USING p"
-					"   WHERE a.run_id = p.id AND a.tenant_id = p.tenant_id"
-					"     AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
-					" DELETE FROM orch.runs r USING p WHERE r.id = p.id AND r.tenant_id = p.tenant_id"
-					"   AND " ORCH_TENANT_IN("r.tenant_id", "$4"),
-					5, types, v, n);
+		count_query(partitioned ? PURGE_RUNS("") : PURGE_RUNS(PURGE_RUN_EVENTS), 4, types, v, n);
 
 	/* events of the user tables' state machines past the retention */
 	acts[nacts].name = "events_purged";

@@ -68,8 +68,28 @@ SELECT c.relrowsecurity,
   FROM pg_class c WHERE c.oid = format('orch.%I', :'a_partition')::regclass;
 -- rows go to the partition of their time, written directly or through SQL
 SELECT orch_enqueue('hp', jsonb_build_object('n', g)) > 0 AS enqueued FROM generate_series(1, 3) g;
-SELECT count(orch_complete(d.task_id, d.lease_token)) AS completed
-  FROM orch_dequeue('hp', 'w', 3) d WHERE d.task_id <> :early;
+CREATE TEMP TABLE hp_claimed AS SELECT * FROM orch_dequeue('hp', 'w', 3);
+CREATE EXTENSION IF NOT EXISTS pg_walinspect;
+-- (paced by state: the first range partition has begun)
+DO $$ BEGIN
+  WHILE clock_timestamp() < (SELECT min(lo) FROM pg_temp.parts('attempts') WHERE NOT is_default) LOOP
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END $$;
+SELECT pg_current_wal_insert_lsn() AS wal0 \gset
+SELECT orch_complete_batch((SELECT array_agg(task_id) FROM hp_claimed), (SELECT array_agg(lease_token) FROM hp_claimed))
+    AS completed;
+SELECT pg_current_wal_insert_lsn() AS wal1 \gset
+CHECKPOINT;
+-- written directly into their partition: one multi-insert record, no
+-- row-by-row INSERT of the SQL path
+SELECT count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') AS multi_inserts,
+       count(*) FILTER (WHERE w.block_ref ~ ('/' || pg_relation_filenode(p.oid::regclass) || ' ')) > 0 AS into_a_range_partition
+  FROM pg_get_wal_records_info(:'wal0', :'wal1') w,
+       LATERAL (SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'orch.attempts'::regclass AND c.relname <> 'attempts_default'
+                   AND EXISTS (SELECT 1 FROM orch.attempts a WHERE a.tableoid = c.oid)) p
+ WHERE w.resource_manager = 'Heap2';
 SELECT count(*) AS attempts_in_range_partitions FROM orch.attempts
  WHERE tableoid <> 'orch.attempts_default'::regclass;
 SELECT count(*) = 0 AS nothing_misplaced FROM (
@@ -81,8 +101,9 @@ RESET orchestrator.history_partition;
 -- 3. Retirement.  Old ranges are made here (as orch_maintain made them, the
 --    time they cover long past): one holding only rows of tasks that no
 --    longer exist is dropped whole; one holding a live task's rows too is
---    compacted to that task's rows; one whose rows are all still needed is
---    left as it is.  Rows are written as the extension wrote them.
+--    compacted to that task's rows once at least half of it is no longer
+--    needed; one whose rows are all still needed is left as it is.  Rows are
+--    written as the extension wrote them.
 CREATE TABLE orch.events_p20200101_000000 PARTITION OF orch.events
     FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00');
 CREATE TABLE orch.events_p20200102_000000 PARTITION OF orch.events
@@ -98,7 +119,7 @@ SELECT t, 'queued', 'executing', 'claimed', 'postgres', '2020-01-01 12:00+00'::t
   FROM (VALUES (999999)) v(t), generate_series(1, 5) g;
 INSERT INTO orch.events (task_id, from_state, to_state, reason_code, actor, at)
 SELECT t, 'queued', 'executing', 'claimed', 'postgres', '2020-01-02 12:00+00'::timestamptz + g * interval '1 minute'
-  FROM (VALUES (999999), (:live)) v(t), generate_series(1, 5) g;
+  FROM (VALUES (999999), (999998), (:live)) v(t), generate_series(1, 5) g;
 INSERT INTO orch.events (task_id, from_state, to_state, reason_code, actor, at)
 SELECT :live, 'queued', 'executing', 'claimed', 'postgres', '2020-01-03 12:00+00'::timestamptz + g * interval '1 minute'
   FROM generate_series(1, 3) g;
