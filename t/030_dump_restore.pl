@@ -83,6 +83,9 @@ my $first_range = q{
 SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$FROM \('([^']*)'\)$r$)::timestamptz)
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = 'orch.attempts'::regclass AND NOT c.relname LIKE '%default'};
+# (a job finished before the first pass: its history is in the DEFAULT one)
+sql('src', q{SELECT orch_enqueue('q_early', '{"n": 0}');
+             SELECT orch_complete(d.task_id, d.lease_token) FROM orch_dequeue('q_early', 'w-early') d});
 sql('src', 'SET orchestrator.history_partition = 1; SELECT count(*) FROM orch_maintain()');
 for (my $i = 0; $i < 400; $i++)
 {
@@ -623,7 +626,7 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		                             WHERE to_state = 'completed' AND entity = 'task' AND id > $max{events}}),
 		"$db: completed counter = src's + the completions after the restore");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
-	              SELECT state, count(*) AS n FROM orch.tasks GROUP BY state) s}),
+	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue <> 'q_early' GROUP BY state) s}),
 		'awaiting_user_confirmation=1 cancelled=1 completed=18 failed=3 queued=6',
 		"$db: final states: 18 completed (with the approval tasks of runs A and C), 3 failed, 1 cancelled, "
 		. "6 queued, 1 awaiting confirmation (run B's approval)");
