@@ -261,46 +261,43 @@ typedef StepResult (*StepFn) (const HistoryTable *h, const Partition *p, Timesta
  * next pass, and any failure is reported as a WARNING without stopping the
  * pass.  Returns STEP_NONE then.  Caller is connected to SPI.
  */
+typedef struct GuardedStep
+{
+	StepFn		fn;
+	const HistoryTable *h;
+	const Partition *p;
+	TimestampTz a,
+				b;
+	StepResult	result;
+} GuardedStep;
+
+static void
+run_step(void *arg)
+{
+	GuardedStep *g = (GuardedStep *) arg;
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", RETIRE_LOCK_TIMEOUT,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	g->result = g->fn(g->h, g->p, g->a, g->b);
+	/* (on an error the subtransaction's abort unwinds the setting) */
+	AtEOXact_GUC(true, nest);
+}
+
 static StepResult
 guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz b,
 			 const char *what)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	StepResult	r = STEP_NONE;
+	GuardedStep g = {fn, h, p, a, b, STEP_NONE};
+	ErrorData  *e = orch_subxact_try(run_step, &g);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		int			nest = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", RETIRE_LOCK_TIMEOUT,
-								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-		r = fn(h, p, a, b);
-		AtEOXact_GUC(true, nest);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *e;
-
-		MemoryContextSwitchTo(cxt);
-		e = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ereport(e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
-				(errmsg("orchestrator: %s %s was left for the next pass: %s",
-						what, p ? p->name : psprintf("orch.%s", h->table), e->message)));
-		FreeErrorData(e);
-		r = STEP_NONE;
-	}
-	PG_END_TRY();
-	return r;
+	if (e == NULL)
+		return g.result;
+	ereport(e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
+			(errmsg("orchestrator: %s %s was left for the next pass: %s",
+					what, p ? p->name : psprintf("orch.%s", h->table), e->message)));
+	FreeErrorData(e);
+	return STEP_NONE;
 }
 
 static StepResult

@@ -210,40 +210,25 @@ typedef struct Action
  * WARNING) must never stop the recovery work of the pass.  Caller is
  * connected to SPI.
  */
+static void
+fold_metrics_step(void *arg)
+{
+	*(int64 *) arg = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL);
+}
+
 static int64
 fold_metrics(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	int64		n = 0;
+	ErrorData  *e = orch_subxact_try(fold_metrics_step, &n);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		n = count_query("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *e;
-
-		MemoryContextSwitchTo(cxt);
-		e = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ereport(WARNING,
-				(errmsg("orchestrator: folding the metrics failed, the rest of the pass goes on: %s",
-						e->message)));
-		FreeErrorData(e);
-		n = 0;
-	}
-	PG_END_TRY();
-	return n;
+	if (e == NULL)
+		return n;
+	ereport(WARNING,
+			(errmsg("orchestrator: folding the metrics failed, the rest of the pass goes on: %s",
+					e->message)));
+	FreeErrorData(e);
+	return 0;
 }
 
 /*

@@ -9,12 +9,14 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
+#include "utils/resowner.h"
 
 #include "orchestrator.h"
 
@@ -440,4 +442,40 @@ uint64
 orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect)
 {
 	return orch_sql_once(sql, a->n, a->types, a->values, a->nulls, read_only, count, expect);
+}
+
+/*
+ * Run fn(arg) in an internal subtransaction: NULL when it succeeded (the
+ * subtransaction committed), else the error it raised, copied, with the
+ * subtransaction rolled back and the error state cleared.  For steps whose
+ * failure must not stop the rest of the work (a maintenance pass).  Caller
+ * is connected to SPI when fn uses it.
+ */
+ErrorData *
+orch_subxact_try(void (*fn) (void *arg), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *e = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_END_TRY();
+	return e;
 }
