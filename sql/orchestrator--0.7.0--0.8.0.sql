@@ -50,16 +50,17 @@ UPDATE orch.run_steps s
    AND s.step_id OPERATOR(pg_catalog.=) c.step_id AND s.state OPERATOR(pg_catalog.=) 'running';
 
 -- ---------------------------------------------------------------------------
--- Storage (issue 20): a completion by orch_complete is recorded by its
--- attempt row alone, a plain enqueue by its task row (no orch.events row);
+-- Storage (issue 20): a plain enqueue, a claim from the queue and a
+-- completion by orch_complete are recorded by the task row (no orch.events
+-- or orch.attempts row);
 -- orch.history is what every reader of history reads.  Existing events stay
 -- as they are.
 -- ---------------------------------------------------------------------------
-ALTER TABLE orch.attempts ADD COLUMN run_id bigint, ADD COLUMN actor text, ADD COLUMN event_id bigint;
 -- and a plain enqueue by its task row (no rewrite: the columns have no default)
 ALTER TABLE orch.tasks ADD COLUMN enqueue_event_id bigint, ADD COLUMN created_by text,
     ADD COLUMN created_xact bigint, ADD COLUMN claim_event_id bigint, ADD COLUMN claimed_by text,
-    ADD COLUMN claim_xact bigint, ADD COLUMN claim_waited bigint;
+    ADD COLUMN claim_xact bigint, ADD COLUMN claim_waited bigint, ADD COLUMN complete_event_id bigint,
+    ADD COLUMN complete_attempt_id bigint, ADD COLUMN completed_by text, ADD COLUMN complete_xact bigint;
 
 -- History in time-range partitions (issue 20, docs/storage.md): orch.events
 -- and orch.attempts become partitioned tables.  Each existing table is kept
@@ -102,14 +103,11 @@ CREATE TABLE orch.attempts (
     error_class  text,
     error        text,
     retry_at     timestamptz,
-    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
-    run_id       bigint,
-    actor        text,
-    event_id     bigint
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint
 ) PARTITION BY RANGE (finished_at);
 CREATE TABLE orch.attempts_default PARTITION OF orch.attempts (PRIMARY KEY (id, tenant_id)) DEFAULT;
 COMMENT ON TABLE orch.attempts IS
-  'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
+  'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation), except a completion by orch_complete, which its task row records (orch.attempt_history reads both).';
 
 CREATE TABLE orch.events (
     id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.events_id_seq'),
@@ -189,17 +187,14 @@ COMMENT ON COLUMN orch.tasks.claim_event_id IS
   'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). The next claim writes it out as an orch.events row first.';
 CREATE INDEX tasks_created_xact_idx ON orch.tasks USING brin (created_xact) WITH (autosummarize = on);
 CREATE INDEX tasks_claim_xact_idx ON orch.tasks USING brin (claim_xact) WITH (autosummarize = on);
-COMMENT ON COLUMN orch.attempts.event_id IS
-  'Set when the attempt row also records the task''s executing -> completed transition (orch_complete, orch_complete_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it.';
-COMMENT ON COLUMN orch.attempts.actor IS
-  'With event_id: the role the completion was made for (the event''s actor).';
-COMMENT ON COLUMN orch.attempts.run_id IS
-  'With event_id: the workflow run of the task (the event''s run_id).';
+CREATE INDEX tasks_complete_xact_idx ON orch.tasks USING brin (complete_xact) WITH (autosummarize = on);
+COMMENT ON COLUMN orch.tasks.complete_event_id IS
+  'Set by the lifecycle trigger when the row records its completion by orch_complete or orch_complete_batch (executing -> completed, reason completed): the id of that event in orch.history; with complete_attempt_id (the id of the completed attempt in orch.attempt_history, from orch.attempts_id_seq), completed_by (the role) and complete_xact (the completing transaction, for orch.metrics_fold). No orch.events or orch.attempts row is written for it.';
 
 -- The whole history of transitions and actions as users read it: the rows of
 -- orch.events, and the transitions recorded by another row instead of an
--- event row of their own (a completion by orch_complete is its attempt
--- row, a plain enqueue and a claim from the queue its task row).  Same columns as orch.events; every reader of history (the
+-- event row of their own (a plain enqueue, a claim from the queue and a
+-- completion by orch_complete are the task row's).  Same columns as orch.events; every reader of history (the
 -- orch_events view, orch_history, orch_run_status, the metrics fold, the
 -- maintenance checks) reads it, never orch.events alone.  docs/storage.md.
 CREATE VIEW orch.history AS
@@ -207,11 +202,11 @@ SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_stat
        e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.xact, e.waited
   FROM orch.events e
 UNION ALL
-SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task'::text, 'executing'::text, 'completed'::text,
-       'completed'::text, a.actor, a.attempt, a.lease_token, NULL::text, a.finished_at, a.worker,
-       a.xact, NULL::interval
-  FROM orch.attempts a
- WHERE a.event_id IS NOT NULL
+SELECT t.complete_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'executing'::text, 'completed'::text,
+       'completed'::text, t.completed_by, t.attempts, t.lease_token, NULL::text, t.finished_at, t.lease_owner,
+       t.complete_xact, NULL::interval
+  FROM orch.tasks t
+ WHERE t.complete_event_id IS NOT NULL
 UNION ALL
 SELECT t.enqueue_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'received'::text, 'queued'::text,
        'enqueued'::text, t.created_by, NULL::integer, NULL::uuid, NULL::text, t.created_at, NULL::text,
@@ -225,8 +220,26 @@ SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'queued'::te
   FROM orch.tasks t
  WHERE t.claim_event_id IS NOT NULL;
 COMMENT ON VIEW orch.history IS
-  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row, an enqueue''s and a claim''s task row), with the columns of orch.events.';
+  'Every transition and action (orch.events and the transitions a task row records: its enqueue, its latest claim from the queue, its completion by orch_complete), with the columns of orch.events.';
 REVOKE ALL ON orch.history FROM PUBLIC;
+
+-- Every finished execution as users read it: the rows of orch.attempts, and
+-- the completed attempt a task row records instead of an attempt row of its
+-- own (orch_complete, orch_complete_batch: the task keeps its attempt
+-- number, lease owner and token, claim and finish times).  Same columns as
+-- orch.attempts; every reader of attempts reads it.  docs/storage.md.
+CREATE VIEW orch.attempt_history AS
+SELECT a.id, a.tenant_id, a.task_id, a.attempt, a.worker, a.lease_token, a.started_at, a.finished_at,
+       a.outcome, a.error_class, a.error, a.retry_at, a.xact
+  FROM orch.attempts a
+UNION ALL
+SELECT t.complete_attempt_id, t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at,
+       t.finished_at, 'completed'::text, NULL::text, NULL::text, NULL::timestamptz, t.complete_xact
+  FROM orch.tasks t
+ WHERE t.complete_attempt_id IS NOT NULL;
+COMMENT ON VIEW orch.attempt_history IS
+  'Every finished execution (orch.attempts and the completed attempt a task row records), with the columns of orch.attempts.';
+REVOKE ALL ON orch.attempt_history FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- Tenant bindings survive a restore into another cluster (issue 18, item 6):
@@ -314,7 +327,8 @@ AS $fn$
            x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
            x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
            x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
+           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
+           x.complete_attempt_id, x.completed_by, x.complete_xact
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -334,7 +348,7 @@ AS $fn$
            x.outcome, x.error_class, x.error, x.retry_at, x.xact,
            (SELECT t.correlation_id FROM orch.tasks t
                   WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
-      FROM orch.attempts x
+      FROM orch.attempt_history x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
@@ -365,7 +379,8 @@ AS $fn$
            x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
            x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
            x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
+           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
+           x.complete_attempt_id, x.completed_by, x.complete_xact
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -487,7 +502,7 @@ SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.start
         x.outcome, x.error_class, x.error, x.retry_at, x.xact,
          (SELECT t.correlation_id FROM orch.tasks t
               WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
-  FROM orch.attempts x
+  FROM orch.attempt_history x
  WHERE (SELECT orch_caller_tenants()) IS NULL
 UNION ALL
 SELECT * FROM orch.caller_attempts()
@@ -1030,7 +1045,7 @@ BEGIN
                 SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
                        a.lease_token, a.outcome, a.error_class, a.error, NULL, a.worker,
                        a.id, 0
-                  FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
+                  FROM orch.attempt_history a WHERE a.task_id OPERATOR(pg_catalog.=) $1
                    AND (vis IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) h
          ORDER BY h.at, h.src, h.seq;
 END
@@ -1211,10 +1226,10 @@ BEGIN
                snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'),
                -- (the history's ids: events, and the ids other rows record)
                event_floor = greatest(coalesce((SELECT max(id) FROM orch.events), 0),
-                                      coalesce((SELECT max(event_id) FROM orch.attempts), 0),
+                                      coalesce((SELECT max(complete_event_id) FROM orch.tasks), 0),
                                       coalesce((SELECT max(enqueue_event_id) FROM orch.tasks), 0),
                                       coalesce((SELECT max(claim_event_id) FROM orch.tasks), 0)),
-               attempt_floor = coalesce((SELECT max(id) FROM orch.attempts), 0),
+               attempt_floor = coalesce((SELECT max(id) FROM orch.attempt_history), 0),
                refreshed_at = now()
           FROM (SELECT pg_current_snapshot() AS s) q
          WHERE m.id = 1;
@@ -1230,13 +1245,24 @@ BEGIN
                (pg_current_xact_id_if_assigned()::text)::bigint AS own
           FROM (SELECT pg_current_snapshot() AS s) q
     ),
+    -- the attempts, and the completed attempts task rows record (orch.attempt_history)
     at AS (
-        SELECT a.* FROM orch.attempts a
+        SELECT a.id, a.tenant_id, a.task_id, a.attempt, a.started_at, a.finished_at, a.outcome,
+               NULL::bigint AS event_id, NULL::bigint AS run_id
+          FROM orch.attempts a
          WHERE a.xact >= st.snap_xmin AND a.id > st.attempt_floor
            AND (a.xact >= st.snap_xmax OR a.xact = ANY (st.snap_xip))
            AND a.xact IS DISTINCT FROM (SELECT own FROM cur)
+        UNION ALL
+        SELECT t.complete_attempt_id, t.tenant_id, t.id, t.attempts, t.claimed_at, t.finished_at, 'completed',
+               t.complete_event_id, t.run_id
+          FROM orch.tasks t
+         WHERE t.complete_xact >= st.snap_xmin AND t.complete_attempt_id > st.attempt_floor
+           AND (t.complete_xact >= st.snap_xmax OR t.complete_xact = ANY (st.snap_xip))
+           AND t.complete_xact IS DISTINCT FROM (SELECT own FROM cur)
+           AND t.complete_attempt_id IS NOT NULL
     ),
-    -- the events, and the completions their attempt rows record (orch.history)
+    -- the events, and the transitions task rows record (orch.history)
     ev AS (
         SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
                e.reason_code, e.attempt, e.at, e.waited

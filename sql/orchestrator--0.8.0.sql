@@ -224,6 +224,10 @@ CREATE TABLE orch.tasks (
     claimed_by       text,
     claim_xact       bigint,
     claim_waited     bigint,
+    complete_event_id bigint,
+    complete_attempt_id bigint,
+    completed_by     text,
+    complete_xact    bigint,
     PRIMARY KEY (id, tenant_id)
 ) WITH (fillfactor = 80,
         autovacuum_vacuum_scale_factor = 0.02,
@@ -235,6 +239,8 @@ COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
   'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS
   'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). The next claim writes it out as an orch.events row first.';
+COMMENT ON COLUMN orch.tasks.complete_event_id IS
+  'Set by the lifecycle trigger when the row records its completion by orch_complete or orch_complete_batch (executing -> completed, reason completed): the id of that event in orch.history; with complete_attempt_id (the id of the completed attempt in orch.attempt_history, from orch.attempts_id_seq), completed_by (the role) and complete_xact (the completing transaction, for orch.metrics_fold). No orch.events or orch.attempts row is written for it.';
 COMMENT ON COLUMN orch.tasks.ready_at IS
   'When the task becomes claimable (run_at, retry_at, or the moment of resume/approval); NULL while not claimable. Maintained by the API; cleared by the trigger for executing and terminal states.';
 COMMENT ON COLUMN orch.tasks.retry_of IS 'The dead letter this task re-drives (orch_retry / orch_reprocess).';
@@ -298,10 +304,7 @@ CREATE TABLE orch.attempts (
     error_class  text,
     error        text,
     retry_at     timestamptz,
-    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint,
-    run_id       bigint,
-    actor        text,
-    event_id     bigint
+    xact         bigint DEFAULT (pg_catalog.pg_current_xact_id()::text)::bigint
 ) PARTITION BY RANGE (finished_at);
 -- History is kept in time-range partitions that orch_maintain creates ahead
 -- and retires whole past the retention (docs/storage.md); a row no range
@@ -313,13 +316,7 @@ CREATE TABLE orch.attempts (
 CREATE TABLE orch.attempts_default PARTITION OF orch.attempts (PRIMARY KEY (id, tenant_id)) DEFAULT;
 CREATE INDEX attempts_task_idx ON orch.attempts_default (task_id);
 COMMENT ON TABLE orch.attempts IS
-  'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation).';
-COMMENT ON COLUMN orch.attempts.event_id IS
-  'Set when the attempt row also records the task''s executing -> completed transition (orch_complete, orch_complete_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it.';
-COMMENT ON COLUMN orch.attempts.actor IS
-  'With event_id: the role the completion was made for (the event''s actor).';
-COMMENT ON COLUMN orch.attempts.run_id IS
-  'With event_id: the workflow run of the task (the event''s run_id).';
+  'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation), except a completion by orch_complete, which its task row records (orch.attempt_history reads both).';
 
 CREATE SEQUENCE orch.events_id_seq;
 CREATE TABLE orch.events (
@@ -365,11 +362,12 @@ CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact) WITH (auto
 CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (autosummarize = on);
 CREATE INDEX tasks_created_xact_idx ON orch.tasks USING brin (created_xact) WITH (autosummarize = on);
 CREATE INDEX tasks_claim_xact_idx ON orch.tasks USING brin (claim_xact) WITH (autosummarize = on);
+CREATE INDEX tasks_complete_xact_idx ON orch.tasks USING brin (complete_xact) WITH (autosummarize = on);
 
 -- The whole history of transitions and actions as users read it: the rows of
 -- orch.events, and the transitions recorded by another row instead of an
--- event row of their own (a completion by orch_complete is its attempt
--- row, a plain enqueue and a claim from the queue its task row).  Same columns as orch.events; every reader of history (the
+-- event row of their own (a plain enqueue, a claim from the queue and a
+-- completion by orch_complete are the task row's).  Same columns as orch.events; every reader of history (the
 -- orch_events view, orch_history, orch_run_status, the metrics fold, the
 -- maintenance checks) reads it, never orch.events alone.  docs/storage.md.
 CREATE VIEW orch.history AS
@@ -377,11 +375,11 @@ SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_stat
        e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.xact, e.waited
   FROM orch.events e
 UNION ALL
-SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task'::text, 'executing'::text, 'completed'::text,
-       'completed'::text, a.actor, a.attempt, a.lease_token, NULL::text, a.finished_at, a.worker,
-       a.xact, NULL::interval
-  FROM orch.attempts a
- WHERE a.event_id IS NOT NULL
+SELECT t.complete_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'executing'::text, 'completed'::text,
+       'completed'::text, t.completed_by, t.attempts, t.lease_token, NULL::text, t.finished_at, t.lease_owner,
+       t.complete_xact, NULL::interval
+  FROM orch.tasks t
+ WHERE t.complete_event_id IS NOT NULL
 UNION ALL
 SELECT t.enqueue_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'received'::text, 'queued'::text,
        'enqueued'::text, t.created_by, NULL::integer, NULL::uuid, NULL::text, t.created_at, NULL::text,
@@ -395,7 +393,24 @@ SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task'::text, 'queued'::te
   FROM orch.tasks t
  WHERE t.claim_event_id IS NOT NULL;
 COMMENT ON VIEW orch.history IS
-  'Every transition and action (orch.events and the transitions other rows record: a completion''s attempt row, an enqueue''s and a claim''s task row), with the columns of orch.events.';
+  'Every transition and action (orch.events and the transitions a task row records: its enqueue, its latest claim from the queue, its completion by orch_complete), with the columns of orch.events.';
+
+-- Every finished execution as users read it: the rows of orch.attempts, and
+-- the completed attempt a task row records instead of an attempt row of its
+-- own (orch_complete, orch_complete_batch: the task keeps its attempt
+-- number, lease owner and token, claim and finish times).  Same columns as
+-- orch.attempts; every reader of attempts reads it.  docs/storage.md.
+CREATE VIEW orch.attempt_history AS
+SELECT a.id, a.tenant_id, a.task_id, a.attempt, a.worker, a.lease_token, a.started_at, a.finished_at,
+       a.outcome, a.error_class, a.error, a.retry_at, a.xact
+  FROM orch.attempts a
+UNION ALL
+SELECT t.complete_attempt_id, t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at,
+       t.finished_at, 'completed'::text, NULL::text, NULL::text, NULL::timestamptz, t.complete_xact
+  FROM orch.tasks t
+ WHERE t.complete_attempt_id IS NOT NULL;
+COMMENT ON VIEW orch.attempt_history IS
+  'Every finished execution (orch.attempts and the completed attempt a task row records), with the columns of orch.attempts.';
 
 CREATE TABLE orch.idempotency_keys (
     tenant_id   text NOT NULL DEFAULT 'default',
@@ -490,7 +505,7 @@ BEGIN
                 SELECT a.finished_at, 'attempt', a.attempt, NULL, NULL, NULL, NULL,
                        a.lease_token, a.outcome, a.error_class, a.error, NULL, a.worker,
                        a.id, 0
-                  FROM orch.attempts a WHERE a.task_id OPERATOR(pg_catalog.=) $1
+                  FROM orch.attempt_history a WHERE a.task_id OPERATOR(pg_catalog.=) $1
                    AND (vis IS NULL OR a.tenant_id OPERATOR(pg_catalog.=) ANY (vis))) h
          ORDER BY h.at, h.src, h.seq;
 END
@@ -930,7 +945,8 @@ AS $fn$
            x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
            x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
            x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
+           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
+           x.complete_attempt_id, x.completed_by, x.complete_xact
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -969,7 +985,7 @@ AS $fn$
            x.outcome, x.error_class, x.error, x.retry_at, x.xact,
            (SELECT t.correlation_id FROM orch.tasks t
                   WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id)
-      FROM orch.attempts x
+      FROM orch.attempt_history x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
 $fn$;
@@ -984,7 +1000,7 @@ SELECT x.id, x.tenant_id, x.task_id, x.attempt, x.worker, x.lease_token, x.start
         x.outcome, x.error_class, x.error, x.retry_at, x.xact,
          (SELECT t.correlation_id FROM orch.tasks t
               WHERE t.id OPERATOR(pg_catalog.=) x.task_id AND t.tenant_id OPERATOR(pg_catalog.=) x.tenant_id) AS correlation_id
-  FROM orch.attempts x
+  FROM orch.attempt_history x
  WHERE (SELECT orch_caller_tenants()) IS NULL
 UNION ALL
 SELECT * FROM orch.caller_attempts()
@@ -1131,7 +1147,8 @@ AS $fn$
            x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
            x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
            x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited
+           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
+           x.complete_attempt_id, x.completed_by, x.complete_xact
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -1750,10 +1767,10 @@ BEGIN
                snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'),
                -- (the history's ids: events, and the ids other rows record)
                event_floor = greatest(coalesce((SELECT max(id) FROM orch.events), 0),
-                                      coalesce((SELECT max(event_id) FROM orch.attempts), 0),
+                                      coalesce((SELECT max(complete_event_id) FROM orch.tasks), 0),
                                       coalesce((SELECT max(enqueue_event_id) FROM orch.tasks), 0),
                                       coalesce((SELECT max(claim_event_id) FROM orch.tasks), 0)),
-               attempt_floor = coalesce((SELECT max(id) FROM orch.attempts), 0),
+               attempt_floor = coalesce((SELECT max(id) FROM orch.attempt_history), 0),
                refreshed_at = now()
           FROM (SELECT pg_current_snapshot() AS s) q
          WHERE m.id = 1;
@@ -1769,13 +1786,24 @@ BEGIN
                (pg_current_xact_id_if_assigned()::text)::bigint AS own
           FROM (SELECT pg_current_snapshot() AS s) q
     ),
+    -- the attempts, and the completed attempts task rows record (orch.attempt_history)
     at AS (
-        SELECT a.* FROM orch.attempts a
+        SELECT a.id, a.tenant_id, a.task_id, a.attempt, a.started_at, a.finished_at, a.outcome,
+               NULL::bigint AS event_id, NULL::bigint AS run_id
+          FROM orch.attempts a
          WHERE a.xact >= st.snap_xmin AND a.id > st.attempt_floor
            AND (a.xact >= st.snap_xmax OR a.xact = ANY (st.snap_xip))
            AND a.xact IS DISTINCT FROM (SELECT own FROM cur)
+        UNION ALL
+        SELECT t.complete_attempt_id, t.tenant_id, t.id, t.attempts, t.claimed_at, t.finished_at, 'completed',
+               t.complete_event_id, t.run_id
+          FROM orch.tasks t
+         WHERE t.complete_xact >= st.snap_xmin AND t.complete_attempt_id > st.attempt_floor
+           AND (t.complete_xact >= st.snap_xmax OR t.complete_xact = ANY (st.snap_xip))
+           AND t.complete_xact IS DISTINCT FROM (SELECT own FROM cur)
+           AND t.complete_attempt_id IS NOT NULL
     ),
-    -- the events, and the completions their attempt rows record (orch.history)
+    -- the events, and the transitions task rows record (orch.history)
     ev AS (
         SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
                e.reason_code, e.attempt, e.at, e.waited

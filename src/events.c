@@ -48,7 +48,7 @@ ctx_reset(void)
 	if (ctx.note)
 		pfree(ctx.note);
 	ctx.actor = ctx.note = NULL;
-	ctx.active = ctx.worker_actor = ctx.completion_in_attempt = false;
+	ctx.active = ctx.worker_actor = ctx.completion_in_task = false;
 }
 
 static void
@@ -95,7 +95,7 @@ orch_save_event_context(void)
 
 	c.active = ctx.active;
 	c.worker_actor = ctx.worker_actor;
-	c.completion_in_attempt = ctx.completion_in_attempt;
+	c.completion_in_task = ctx.completion_in_task;
 	c.actor = ctx.actor ? pstrdup(ctx.actor) : NULL;
 	c.note = ctx.note ? pstrdup(ctx.note) : NULL;
 	return c;
@@ -110,19 +110,20 @@ orch_restore_event_context(OrchEventContext c)
 		return;
 	}
 	orch_set_event_context_ext(c.actor, c.note, c.worker_actor);
-	ctx.completion_in_attempt = c.completion_in_attempt;
+	ctx.completion_in_task = c.completion_in_task;
 }
 
 /*
- * The call's completions (executing -> completed) are recorded by the
- * attempt rows it writes (orch.attempts.event_id, read through
- * orch.history): the task trigger buffers no event for them.  Cleared with
- * the context, and by any context set inside the call.
+ * The call's completions (executing -> completed) are recorded by the task
+ * rows themselves (complete_event_id and the columns with it, read through
+ * orch.history and orch.attempt_history): the task trigger sets those and
+ * buffers no event, and the call writes no attempt row.  Cleared with the
+ * context, and by any context set inside the call.
  */
 void
-orch_event_context_completion_in_attempt(void)
+orch_event_context_completion_in_task(void)
 {
-	ctx.completion_in_attempt = true;
+	ctx.completion_in_task = true;
 }
 
 /* ----------------------------------------------------------------------
@@ -426,36 +427,53 @@ orch_event_context(void)
 }
 
 /* ----------------------------------------------------------------------
- * Ids of the transitions a task or attempt row records itself (orch.history)
+ * Ids of what a task row records itself (orch.history, orch.attempt_history)
  * ---------------------------------------------------------------------- */
 static Oid	event_seq = InvalidOid;
-static bool event_seq_registered = false;
+static Oid	attempt_seq = InvalidOid;
+static bool seqs_registered = false;
 
 static void
-event_seq_reset(void)
+seqs_reset(void)
 {
-	event_seq = InvalidOid;
+	event_seq = attempt_seq = InvalidOid;
+}
+
+/* nextval of orch.<name>, the sequence looked up once (again after the schema changes) */
+static int64
+next_id(Oid *seq, const char *name)
+{
+	if (!seqs_registered)
+	{
+		orch_schema_on_reset(seqs_reset);
+		seqs_registered = true;
+	}
+	if (!OidIsValid(*seq))
+	{
+		*seq = orch_relid(name);
+		if (!OidIsValid(*seq))
+			elog(ERROR, "orchestrator: sequence orch.%s is missing", name);
+	}
+	return nextval_internal(*seq, false);
 }
 
 /*
- * The next id of orch.events_id_seq: the id of an event that a task row or
- * an attempt row records instead of an orch.events row, in the same order as
- * an event row's.  The sequence is looked up once, again after the schema
- * changes.
+ * The next id of orch.events_id_seq: the id of an event that a task row
+ * records instead of an orch.events row, in the same order as an event
+ * row's.
  */
 int64
 orch_next_event_id(void)
 {
-	if (!event_seq_registered)
-	{
-		orch_schema_on_reset(event_seq_reset);
-		event_seq_registered = true;
-	}
-	if (!OidIsValid(event_seq))
-	{
-		event_seq = orch_relid("events_id_seq");
-		if (!OidIsValid(event_seq))
-			elog(ERROR, "orchestrator: sequence orch.events_id_seq is missing");
-	}
-	return nextval_internal(event_seq, false);
+	return next_id(&event_seq, "events_id_seq");
+}
+
+/*
+ * The next id of orch.attempts_id_seq: the id of the completed attempt a
+ * task row records instead of an orch.attempts row.
+ */
+int64
+orch_next_attempt_id(void)
+{
+	return next_id(&attempt_seq, "attempts_id_seq");
 }

@@ -107,6 +107,10 @@ typedef struct TaskCols
 				claimed_by,
 				claim_xact,
 				claim_waited,
+				complete_event_id,	/* 0.8.0 on; 0 before */
+				complete_attempt_id,
+				completed_by,
+				complete_xact,
 				claimed_at;
 } TaskCols;
 
@@ -180,6 +184,12 @@ load_task_cols(Relation rel)
 	task_cols.claimed_at = must_fnumber(td, "claimed_at");
 	if (task_cols.claimed_by == 0 || task_cols.claim_xact == 0 || task_cols.claim_waited == 0)
 		task_cols.claim_event_id = 0;
+	task_cols.complete_event_id = Max(SPI_fnumber(td, "complete_event_id"), 0);
+	task_cols.complete_attempt_id = Max(SPI_fnumber(td, "complete_attempt_id"), 0);
+	task_cols.completed_by = Max(SPI_fnumber(td, "completed_by"), 0);
+	task_cols.complete_xact = Max(SPI_fnumber(td, "complete_xact"), 0);
+	if (task_cols.complete_attempt_id == 0 || task_cols.completed_by == 0 || task_cols.complete_xact == 0)
+		task_cols.complete_event_id = 0;
 	task_cols.relid = RelationGetRelid(rel);
 }
 
@@ -390,6 +400,28 @@ task_trigger(TriggerData *trigdata)
 	else if (to != TS_RECEIVED && to != TS_QUEUED && to != TS_FAILED)
 		orch_raise_invalid_transition(what, NULL, to_name);
 
+	/*
+	 * What only a completion by orch_complete records (below): nothing else
+	 * sets it, so that a raw INSERT or UPDATE cannot forge a completion (a
+	 * terminal row, the only kind that has it, cannot change).
+	 */
+	if (task_cols.complete_event_id > 0 &&
+		!(from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_task))
+	{
+		int			c[4] = {task_cols.complete_event_id, task_cols.complete_attempt_id,
+		task_cols.completed_by, task_cols.complete_xact};
+
+		for (int i = 0; i < 4; i++)
+			if (!heap_attisnull(newtup, c[i], td))
+			{
+				Datum		v[4] = {0, 0, 0, 0};
+				bool		n[4] = {true, true, true, true};
+
+				newtup = heap_modify_tuple_by_cols(newtup, td, 4, c, v, n);
+				break;
+			}
+	}
+
 	/* Derived columns: claimability, timestamps */
 	if (to == TS_EXECUTING || orch_state_is_terminal(to) || to == TS_RECEIVED)
 	{
@@ -599,9 +631,32 @@ task_trigger(TriggerData *trigdata)
 		if (derive)
 			return newtup;
 	}
-	/* a completion its attempt row records (orch_complete): no event row */
-	if (from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_attempt)
-		return newtup;
+	/*
+	 * A completion by orch_complete or orch_complete_batch: the row records
+	 * its event (complete_event_id, completed_by, complete_xact) and its
+	 * completed attempt (complete_attempt_id, with the attempt number, lease
+	 * owner and token and claim time the row keeps, and finished_at, set
+	 * here to the moment of completion: a claim in the same transaction is
+	 * later than its start).  orch.history and orch.attempt_history derive
+	 * them; no event or attempt row is written.  Nothing else sets these
+	 * columns, so no completion is derived for (nor forged by) a raw UPDATE.
+	 */
+	if (from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_task)
+	{
+		int			c[5] = {task_cols.complete_event_id, task_cols.complete_attempt_id,
+		task_cols.completed_by, task_cols.complete_xact, task_cols.finished_at};
+		Datum		v[5];
+		bool		n[5] = {false, false, false, false, false};
+
+		if (task_cols.complete_event_id == 0)
+			elog(ERROR, "orchestrator: orch.tasks has no complete_event_id column");
+		v[0] = Int64GetDatum(orch_next_event_id());
+		v[1] = Int64GetDatum(orch_next_attempt_id());
+		v[2] = CStringGetTextDatum(orch_current_actor());
+		v[3] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
+		v[4] = TimestampTzGetDatum(GetCurrentTimestamp());
+		return heap_modify_tuple_by_cols(newtup, td, 5, c, v, n);
+	}
 	if (orch_has_flush_trigger(rel))
 		orch_buffer_event("task", tenant, true, task_id, has_run, run_id,
 					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,

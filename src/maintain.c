@@ -36,9 +36,9 @@
 	"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4" \
 	"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL" \
 	"     AND " ORCH_TENANT_IN("e.tenant_id", "$4")
-#define COUNTER_CHECK \
+#define COUNTER_CHECK(ATTEMPTS) \
 	" AND t.state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4") \
-	" AND (t.attempts <> (SELECT count(*) FROM orch.attempts a" \
+	" AND (t.attempts <> (SELECT count(*) FROM " ATTEMPTS " a" \
 	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")" \
 	"   OR t.failures <> (SELECT count(*) FROM orch.attempts a" \
 	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") \
@@ -305,15 +305,15 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query(orch_schema_version() >= 800
 					? "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT
-					/* completions their attempt rows record (orch.history) */
-					"   UNION ALL SELECT a.task_id, a.tenant_id FROM orch.attempts a"
-					"   WHERE a.id > (SELECT coalesce(max(id), 0) FROM orch.attempts"
-					"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4"
-					"     AND a.event_id IS NOT NULL AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")"
-					COUNTER_CHECK
+					/* completions the task rows record (orch.history): the latest finished */
+					"   UNION ALL (SELECT c.id, c.tenant_id FROM orch.tasks c"
+					"   WHERE c.finished_at IS NOT NULL AND c.complete_event_id IS NOT NULL"
+					"     AND " ORCH_TENANT_IN("c.tenant_id", "$4")
+					"   ORDER BY c.finished_at DESC LIMIT $1 * 4))"
+					COUNTER_CHECK("orch.attempt_history")
 					: "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT ")"
-					COUNTER_CHECK,
+					COUNTER_CHECK("orch.attempts"),
 					4, types, v, n);
 	if (acts[nacts - 1].count > 0)
 		ereport(WARNING,

@@ -232,14 +232,15 @@ extern void orch_set_event_context(const char *actor, const char *note);
 extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
-extern void orch_event_context_completion_in_attempt(void);
+extern void orch_event_context_completion_in_task(void);
 extern int64 orch_next_event_id(void);
+extern int64 orch_next_attempt_id(void);
 
 typedef struct OrchEventContext
 {
 	bool		active;
 	bool		worker_actor;
-	bool		completion_in_attempt;	/* orch_event_context_completion_in_attempt */
+	bool		completion_in_task;	/* orch_event_context_completion_in_task */
 	char	   *actor;
 	char	   *note;
 } OrchEventContext;

@@ -379,9 +379,9 @@ orch_start(PG_FUNCTION_ARGS)
 /*
  * The run, its steps with their tasks and attempts, its approvals and events
  * ($1 run, $2 the caller's tenants); TASK_EVENTS: where its tasks' events
- * are (orch.history from 0.8.0 on).
+ * are (orch.history from 0.8.0 on); ATTEMPTS: its attempts (orch.attempt_history).
  */
-#define RUN_STATUS_SQL(TASK_EVENTS) \
+#define RUN_STATUS_SQL(TASK_EVENTS, ATTEMPTS) \
 	"SELECT jsonb_build_object(" \
 	"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id)," \
 	"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type," \
@@ -392,7 +392,8 @@ orch_start(PG_FUNCTION_ARGS)
 	"            'attempt_history', (SELECT coalesce(jsonb_agg(jsonb_build_object('attempt', a.attempt," \
 	"                 'worker', a.worker, 'outcome', a.outcome, 'error_class', a.error_class," \
 	"                 'error', a.error, 'started_at', a.started_at, 'finished_at', a.finished_at)" \
-	"                 ORDER BY a.id), '[]') FROM orch.attempts a WHERE a.task_id = t.id))" \
+	"                 ORDER BY a.id), '[]') FROM " ATTEMPTS " a" \
+	"                 WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id))" \
 	"            ORDER BY t.id), '[]') FROM orch.tasks t WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id" \
 	"            AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#'" \
 	"                 OR t.step_key = s.step_id || ':compensate'" \
@@ -430,7 +431,8 @@ orch_run_status(PG_FUNCTION_ARGS)
 	v[0] = PG_GETARG_DATUM(0);
 	orch_spi_caller_tenants(v, n, 1);
 	SPI_connect();
-	if (orch_sql(orch_schema_version() >= 800 ? RUN_STATUS_SQL("orch.history") : RUN_STATUS_SQL("orch.events"),
+	if (orch_sql(orch_schema_version() >= 800 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
+				 : RUN_STATUS_SQL("orch.events", "orch.attempts"),
 			2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),

@@ -200,68 +200,50 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 }
 
 /*
- * The attempt rows of tasks a statement just completed: its RETURNING rows
- * are (tenant_id, id, attempts, lease_owner, lease_token, claimed_at,
- * run_id).  With a 0.8.0 schema each row also records the completion
- * itself (derived: the task trigger wrote no event for it): its event id
- * from orch.events_id_seq, the role, the run, and the time as an event's.
- * Appended directly (append.c); through SQL when orch.attempts needs it.
- */
-/*
- * Does the attempt row of a completion record the completion itself?  From
- * 0.8.0 on, off Citus: on Citus the task trigger runs on the shard's node,
- * which does not see this call's event context, and writes the event row.
+ * Are a call's completions recorded by the task rows themselves (the
+ * trigger sets complete_event_id and the columns with it; no event row, no
+ * attempt row)?  From 0.8.0 on, off Citus: on Citus the task trigger runs on
+ * the shard's node, which does not see this call's event context; it writes
+ * the event row there, and the call the attempt row.
  */
 static bool
-completion_in_attempt(void)
+completion_in_task(void)
 {
 	return orch_schema_version() >= 800 && !orch_citus();
 }
 
-#define ATTEMPT_COLS 11
+/*
+ * The attempt rows of tasks a statement just completed, when the task rows
+ * do not record them (completion_in_task): its RETURNING rows are
+ * (tenant_id, id, attempts, lease_owner, lease_token, claimed_at).
+ * Appended directly (append.c); through SQL when orch.attempts needs it.
+ */
+#define ATTEMPT_COLS 7
 static void
-record_completed_attempts(SPITupleTable *tt, int n, bool derived)
+record_completed_attempts(SPITupleTable *tt, int n)
 {
-	/* 0.7.0 schema: the first six and outcome, as before */
 	static const char *const cols[ATTEMPT_COLS] = {"tenant_id", "task_id", "attempt", "worker",
-	"lease_token", "started_at", "outcome", "run_id", "actor", "event_id", "finished_at"};
+	"lease_token", "started_at", "outcome"};
 	static const Oid elem[ATTEMPT_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
-	TIMESTAMPTZOID, TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID};
-	int			ncols = derived ? ATTEMPT_COLS : 7;
-	Datum	   *v = palloc(sizeof(Datum) * ncols * n);
-	bool	   *nl = palloc(sizeof(bool) * ncols * n);
-	Datum		actor = CStringGetTextDatum(orch_current_actor());
-	Datum		at = TimestampTzGetDatum(GetCurrentTimestamp());
+	TIMESTAMPTZOID, TEXTOID};
+	Datum	   *v = palloc(sizeof(Datum) * ATTEMPT_COLS * n);
+	bool	   *nl = palloc(sizeof(bool) * ATTEMPT_COLS * n);
+
 	for (int i = 0; i < n; i++)
 	{
-		Datum	   *r = v + i * ncols;
-		bool	   *rn = nl + i * ncols;
-		Datum		rv[7];
-		bool		rnl[7];
+		Datum	   *r = v + i * ATTEMPT_COLS;
+		bool	   *rn = nl + i * ATTEMPT_COLS;
 
-		orch_spi_values(tt, i, 1, 7, rv, rnl);
-		memcpy(r, rv, sizeof(Datum) * 6);
-		memcpy(rn, rnl, sizeof(bool) * 6);
+		orch_spi_values(tt, i, 1, 6, r, rn);
 		r[6] = CStringGetTextDatum("completed");
 		rn[6] = false;
-		if (derived)
-		{
-			r[7] = rv[6];		/* run_id */
-			rn[7] = rnl[6];
-			r[8] = actor;
-			rn[8] = false;
-			r[9] = Int64GetDatum(orch_next_event_id());
-			rn[9] = false;
-			r[10] = at;
-			rn[10] = false;
-		}
 	}
-	if (!orch_table_append("attempts", ncols, cols, n, v, nl))
+	if (!orch_table_append("attempts", ATTEMPT_COLS, cols, n, v, nl))
 	{
 		Datum		args[ATTEMPT_COLS];
 		Oid			arr[ATTEMPT_COLS];
 
-		for (int c = 0; c < ncols; c++)
+		for (int c = 0; c < ATTEMPT_COLS; c++)
 		{
 			Datum	   *cv = palloc(sizeof(Datum) * n);
 			bool	   *cn = palloc(sizeof(bool) * n);
@@ -273,29 +255,20 @@ record_completed_attempts(SPITupleTable *tt, int n, bool derived)
 
 			for (int i = 0; i < n; i++)
 			{
-				cv[i] = v[i * ncols + c];
-				cn[i] = nl[i * ncols + c];
+				cv[i] = v[i * ATTEMPT_COLS + c];
+				cn[i] = nl[i * ATTEMPT_COLS + c];
 			}
 			get_typlenbyvalalign(elem[c], &typlen, &typbyval, &typalign);
 			arr[c] = get_array_type(elem[c]);
 			args[c] = PointerGetDatum(construct_md_array(cv, cn, 1, dims, lbs, elem[c],
 														 typlen, typbyval, typalign));
 		}
-		if (derived)
-			orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-								"   lease_token, started_at, outcome, run_id, actor, event_id, finished_at)"
-								" SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc, u.r, u.ac, u.e, u.f"
-								"   FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-								"     WITH ORDINALITY AS u(t, i, a, w, l, s, oc, r, ac, e, f, o)"
-								"  ORDER BY u.o",
-								ATTEMPT_COLS, arr), args, NULL, false, 0, SPI_OK_INSERT);
-		else
-			orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-								"   lease_token, started_at, outcome)"
-								" SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc"
-								"   FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY AS u(t, i, a, w, l, s, oc, o)"
-								"  ORDER BY u.o",
-								7, arr), args, NULL, false, 0, SPI_OK_INSERT);
+		orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+							"   lease_token, started_at, outcome)"
+							" SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc"
+							"   FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY AS u(t, i, a, w, l, s, oc, o)"
+							"  ORDER BY u.o",
+							ATTEMPT_COLS, arr), args, NULL, false, 0, SPI_OK_INSERT);
 	}
 	pfree(v);
 	pfree(nl);
@@ -423,7 +396,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	Oid			types[5] = {INT8OID, UUIDOID, JSONBOID, TEXTOID, TEXTARRAYOID};
 	Datum		v[5];
 	char		n[5] = {' ', ' ', ' ', ' ', ' '};
-	bool		derived;
+	bool		in_task;
 
 	v[0] = Int64GetDatum(id);
 	v[1] = UUIDPGetDatum(token);
@@ -434,20 +407,20 @@ orch_complete(PG_FUNCTION_ARGS)
 	v[3] = orch_text_datum("executing");
 
 	SPI_connect();
-	derived = completion_in_attempt();
+	in_task = completion_in_task();
 	if (!orch_scope_task(id))
 		orch_not_found("task", id);
 	orch_spi_caller_tenants(v, n, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
-	if (derived)
-		orch_event_context_completion_in_attempt();
-	/* Fast path: one statement fences and completes; then the attempt row */
+	if (in_task)
+		orch_event_context_completion_in_task();
+	/* One statement fences and completes (and, off Citus, records it all) */
 	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
 									  "   reason_code = 'completed'"
 									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
 									  "   AND lease_expires_at > statement_timestamp()"
 									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
-									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at, run_id",
+									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
 									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 	{
 		OrchTask	t;
@@ -457,7 +430,8 @@ orch_complete(PG_FUNCTION_ARGS)
 		check_lease(&t, token, "complete");
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
-	record_completed_attempts(SPI_tuptable, (int) SPI_processed, derived);
+	if (!in_task)
+		record_completed_attempts(SPI_tuptable, (int) SPI_processed);
 	orch_clear_event_context();
 	return finish_state("completed");
 }
@@ -485,7 +459,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	Datum		v[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			completed;
-	bool		derived;
+	bool		in_task;
 
 	orch_require_arg(fcinfo, 0, "task_ids");
 	orch_require_arg(fcinfo, 1, "lease_tokens");
@@ -548,9 +522,9 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
 	orch_set_event_context_ext(NULL, NULL, true);
-	derived = completion_in_attempt();
-	if (derived)
-		orch_event_context_completion_in_attempt();
+	in_task = completion_in_task();
+	if (in_task)
+		orch_event_context_completion_in_task();
 	completed = (int) orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
 									  "   reason_code = 'completed'"
 									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
@@ -558,7 +532,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
 									  "   AND t.lease_expires_at > statement_timestamp()"
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
-									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at, t.run_id",
+									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
 									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (completed != n)
 	{
@@ -582,7 +556,8 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		}
 		elog(ERROR, "orchestrator: batch complete lost track of a task");
 	}
-	record_completed_attempts(SPI_tuptable, completed, derived);
+	if (!in_task)
+		record_completed_attempts(SPI_tuptable, completed);
 	orch_clear_event_context();
 	orch_scope_clear();
 	SPI_finish();

@@ -1,8 +1,10 @@
 -- append (0.6.0): events and attempts are appended without SQL (heap
 -- multi-insert, the executor's index routine).  From 0.8.0 a plain
 -- enqueue, a claim from the queue and a completion by orch_complete /
--- orch_complete_batch write no event row: the task row records the first
--- two, the attempt row the third (read through orch.history).  The rows are the same as
+-- orch_complete_batch write no event row, and a completion no attempt row:
+-- the task row records them (read through orch.history and
+-- orch.attempt_history; attempt rows are appended directly on Citus, where
+-- the task row cannot record its completion).  The rows are the same as
 -- an INSERT writes; a table the direct write cannot serve exactly as an
 -- INSERT would (here: a trigger of yours on it) gets the SQL INSERT, so
 -- your trigger fires for every row.
@@ -53,7 +55,8 @@ END $$;
 CREATE TRIGGER ap_mirror AFTER INSERT ON orch.events FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
 CREATE TRIGGER ap_mirror AFTER INSERT ON orch.attempts FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
 SELECT pg_temp.ap_run('ap_sql');
--- the trigger saw every event and every attempt row of the queue
+-- the trigger saw every event and every attempt row of the queue (the
+-- completions are their task rows')
 SELECT tbl, what, count(*) FROM ap_mirror m JOIN orch.tasks t ON t.id = m.task_id
  WHERE t.queue = 'ap_sql' GROUP BY 1, 2 ORDER BY 1, 2;
 DROP TRIGGER ap_mirror ON orch.events;
@@ -78,10 +81,8 @@ SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, x.k
                                           'token', a.lease_token IS NOT NULL,
                                           'started', a.started_at IS NOT NULL, 'finished', a.finished_at IS NOT NULL,
                                           'outcome', a.outcome, 'class', a.error_class, 'error', a.error,
-                                          'retry_at', a.retry_at IS NOT NULL, 'xact', a.xact IS NOT NULL,
-                                          -- a completion the attempt row records (orch.history)
-                                          'event', a.event_id IS NOT NULL, 'actor', a.actor, 'run', a.run_id)
-                  FROM orch.attempts a WHERE a.task_id = t.id) x
+                                          'retry_at', a.retry_at IS NOT NULL, 'xact', a.xact IS NOT NULL)
+                  FROM orch.attempt_history a WHERE a.task_id = t.id) x
  WHERE t.queue IN ('ap_direct', 'ap_sql');
 SELECT kind, count(*) FILTER (WHERE queue = 'ap_direct') AS direct,
        count(*) FILTER (WHERE queue = 'ap_sql') AS via_sql
@@ -118,7 +119,7 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'orch_complete refused: %', SQLSTATE;
 END $$;
 SELECT count(*) AS events_after FROM orch.events WHERE task_id = (SELECT task_id FROM ap_fifth);
-SELECT count(*) AS attempts_after FROM orch.attempts WHERE task_id = (SELECT task_id FROM ap_fifth);
+SELECT count(*) AS attempts_after FROM orch.attempt_history WHERE task_id = (SELECT task_id FROM ap_fifth);
 
 DROP TABLE ap_mirror;
 DROP FUNCTION ap_mirror_event();
@@ -139,7 +140,7 @@ SELECT to_state FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
 --    docs/storage.md).  A retried task: enqueue and first claim recorded by
 --    the task row, written out as an event row (same id, time, role, label)
 --    when the task is claimed again after its retry wait; the completion
---    recorded by the attempt row.  What orch_history reads does not change
+--    and its attempt recorded by the task row too.  What orch_history reads does not change
 --    when the claim moves from the row to orch.events.
 SELECT orch_create_queue('ap_hist', '{"backoff": "fixed", "initial_delay": "0 seconds"}') IS NOT NULL AS created;
 SELECT orch_enqueue('ap_hist', '{"n": 1}') AS h1 \gset
@@ -176,3 +177,21 @@ VALUES ('ap_hist', 'queued', '{"raw": 2}', 'imported', -7, 'mallory') RETURNING 
 SELECT enqueue_event_id IS NULL AND created_by IS NULL AS nothing_recorded,
        (SELECT count(*) FROM orch.events WHERE task_id = :raw2) AS event_rows
   FROM orch.tasks WHERE id = :raw2;
+-- nor a completion: a raw INSERT or UPDATE of the columns only orch_complete sets
+INSERT INTO orch.tasks (queue, state, payload, complete_event_id, complete_attempt_id, completed_by, complete_xact)
+VALUES ('ap_hist', 'queued', '{"raw": 3}', -8, -9, 'mallory', 1) RETURNING id AS raw3 \gset
+SELECT complete_event_id IS NULL AND complete_attempt_id IS NULL AND completed_by IS NULL
+       AND complete_xact IS NULL AS no_completion FROM orch.tasks WHERE id = :raw3;
+UPDATE orch.tasks SET state = 'cancelled', complete_event_id = -8, complete_attempt_id = -9,
+       completed_by = 'mallory', complete_xact = 1 WHERE id = :raw3;
+SELECT state, complete_event_id IS NULL AND complete_attempt_id IS NULL AND completed_by IS NULL
+       AND complete_xact IS NULL AS no_completion,
+       (SELECT count(*) FROM orch.attempt_history WHERE task_id = :raw3) AS attempts
+  FROM orch.tasks WHERE id = :raw3;
+-- a completion by orch_complete: recorded by the task row, read as an event and an attempt
+SELECT complete_event_id > enqueue_event_id AS event_after_enqueue, completed_by = current_user AS by_caller,
+       complete_attempt_id > 0 AS attempt_id_drawn, complete_xact IS NOT NULL AS xact_recorded,
+       finished_at >= claimed_at AS finished_after_claim
+  FROM orch.tasks WHERE id = :h1;
+SELECT attempt, worker, outcome, started_at IS NOT NULL AS started, lease_token IS NOT NULL AS token
+  FROM orch.attempt_history WHERE task_id = :h1 ORDER BY id;

@@ -12,7 +12,7 @@ CREATE TEMP TABLE claimed AS SELECT task_id, lease_token FROM orch_dequeue('bat'
 SELECT count(*) AS claimed FROM claimed;
 CREATE TEMP VIEW snapshot AS
 SELECT (SELECT count(*) FROM orch.tasks WHERE queue = 'bat' AND state = 'completed') AS completed,
-       (SELECT count(*) FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'bat') AS attempts,
+       (SELECT count(*) FROM orch.attempt_history a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'bat') AS attempts,
        (SELECT count(*) FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'bat') AS events;
 SELECT * FROM snapshot;
 

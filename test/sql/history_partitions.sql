@@ -72,30 +72,36 @@ CREATE TEMP TABLE hp_claimed AS SELECT * FROM orch_dequeue('hp', 'w', 3);
 CREATE EXTENSION IF NOT EXISTS pg_walinspect;
 -- (paced by state: the first range partition has begun)
 DO $$ BEGIN
-  WHILE clock_timestamp() < (SELECT min(lo) FROM pg_temp.parts('attempts') WHERE NOT is_default) LOOP
+  WHILE clock_timestamp() < (SELECT min(lo) FROM pg_temp.parts('events') WHERE NOT is_default) LOOP
     PERFORM pg_sleep(0.05);
   END LOOP;
 END $$;
 SELECT pg_current_wal_insert_lsn() AS wal0 \gset
-SELECT orch_complete_batch((SELECT array_agg(task_id) FROM hp_claimed), (SELECT array_agg(lease_token) FROM hp_claimed))
-    AS completed;
+-- three failures, each with a retry: an event row and an attempt row each
+-- (a completion by orch_complete writes neither: its task row records it)
+SELECT count(*) AS failed FROM hp_claimed h, LATERAL orch_fail(h.task_id, h.lease_token, 'TRANSIENT', 'flaky') f
+ WHERE f.state = 'awaiting_tool';
 SELECT pg_current_wal_insert_lsn() AS wal1 \gset
 CHECKPOINT;
--- written directly into their partition: one multi-insert record, no
--- row-by-row INSERT of the SQL path
+-- the event rows are written directly into their partition: multi-insert
+-- records, no row-by-row INSERT of the SQL path
 SELECT count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') AS multi_inserts,
        count(*) FILTER (WHERE w.block_ref ~ ('/' || pg_relation_filenode(p.oid::regclass) || ' ')) > 0 AS into_a_range_partition
   FROM pg_get_wal_records_info(:'wal0', :'wal1') w,
        LATERAL (SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                 WHERE i.inhparent = 'orch.attempts'::regclass AND c.relname <> 'attempts_default'
-                   AND EXISTS (SELECT 1 FROM orch.attempts a WHERE a.tableoid = c.oid)) p
+                 WHERE i.inhparent = 'orch.events'::regclass AND c.relname <> 'events_default'
+                   AND EXISTS (SELECT 1 FROM orch.events e WHERE e.tableoid = c.oid)) p
  WHERE w.resource_manager = 'Heap2';
-SELECT count(*) AS attempts_in_range_partitions FROM orch.attempts
- WHERE tableoid <> 'orch.attempts_default'::regclass;
+SELECT (SELECT count(*) FROM orch.events WHERE tableoid <> 'orch.events_default'::regclass) AS events_in_range_partitions,
+       (SELECT count(*) FROM orch.attempts WHERE tableoid <> 'orch.attempts_default'::regclass) AS attempts_in_range_partitions;
 SELECT count(*) = 0 AS nothing_misplaced FROM (
   SELECT a.finished_at, p.lo, p.hi FROM orch.attempts a
     JOIN pg_temp.parts('attempts') p ON p.part = a.tableoid::regclass::text
-   WHERE NOT p.is_default AND NOT (a.finished_at >= p.lo AND a.finished_at < p.hi)) x;
+   WHERE NOT p.is_default AND NOT (a.finished_at >= p.lo AND a.finished_at < p.hi)
+  UNION ALL
+  SELECT e.at, p.lo, p.hi FROM orch.events e
+    JOIN pg_temp.parts('events') p ON p.part = e.tableoid::regclass::text
+   WHERE NOT p.is_default AND NOT (e.at >= p.lo AND e.at < p.hi)) x;
 RESET orchestrator.history_partition;
 
 -- 3. Retirement.  Old ranges are made here (as orch_maintain made them, the

@@ -101,7 +101,7 @@ SELECT t.task_id, t.tenant_id, t.queue, t.payload ->> 'n' AS n, t.state, t.reaso
 -- after maintain's own fold, in its transaction), a7 (2), a8, a9 (1 each),
 -- b1 (4), b2 (1), r1, r2 (1 each) = 13.
 SELECT orch_metrics_refresh() AS folded;
-SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) AS rows_written,
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempt_history) AS rows_written,
        folded_total FROM orch.metric_state;
 -- Live: default/m_a has a8 and a9 queued (a8 ready, a9 delayed), a7
 -- executing, a4 and a6 dead letters.  Totals: 9 enqueued; 7 claims (a1, a2,
@@ -186,15 +186,19 @@ UPDATE orch.tasks t
  WHERE t.queue = 'm_d';
 SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS completed FROM m_d_claims;
 CREATE TEMP TABLE d_rows AS
-SELECT 'attempt' AS kind, a.id, a.xact FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'm_d'
+SELECT 'attempt' AS kind, a.id, a.xact FROM orch.attempt_history a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'm_d'
 UNION ALL
 SELECT 'event', e.id, e.xact FROM orch.history e JOIN orch.tasks t ON t.id = e.task_id WHERE t.queue = 'm_d';
-UPDATE orch.attempts a SET started_at = a.finished_at - make_interval(secs => (t.payload ->> 'i')::int)
-  FROM orch.tasks t WHERE t.id = a.task_id AND t.queue = 'm_d';
+-- the completed attempts are recorded by the (finished, unchangeable) task
+-- rows: their start rewritten past the trigger
+SET session_replication_role = replica;
+UPDATE orch.tasks t SET claimed_at = t.finished_at - make_interval(secs => (t.payload ->> 'i')::int)
+ WHERE t.queue = 'm_d';
+RESET session_replication_role;
 -- the rewrite kept every row's xact
 SELECT count(*) AS rows, count(*) FILTER (WHERE x.xact IS DISTINCT FROM d.xact) AS xact_changed
   FROM d_rows d
-  JOIN (SELECT 'attempt' AS kind, id, xact FROM orch.attempts UNION ALL
+  JOIN (SELECT 'attempt' AS kind, id, xact FROM orch.attempt_history UNION ALL
         SELECT 'event', id, xact FROM orch.history) x USING (kind, id);
 -- 100 enqueue events + 100 claim events + 100 completion events + 100 attempts
 SELECT orch_metrics_refresh() AS folded;
@@ -272,7 +276,7 @@ SELECT orch_metrics_refresh() AS folded_after_rollback;
 UPDATE orch.events SET note = coalesce(note, '') WHERE tenant_id = 't3';
 SELECT orch_metrics_refresh() AS folded_after_update;
 SELECT * FROM pg_temp.prom('^orch_(tasks_enqueued|executions_started)_total\{tenant="t3"');
-SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) AS rows_written,
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempt_history) AS rows_written,
        folded_total FROM orch.metric_state;
 
 -- ---------------------------------------------------------------------------
@@ -436,7 +440,7 @@ SELECT length(correlation_id) AS chars FROM orch_tasks WHERE task_id = :k200;
 -- orch_retry_run's audit event on the old run (failed -> failed, reason
 -- "retried") is not a finish: w2 counts as failed once.
 SELECT orch_metrics_refresh() > 0 AS folded;
-SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempt_history) = folded_total AS all_rows_folded
   FROM orch.metric_state;
 SELECT * FROM pg_temp.prom('^orch_runs_finished_total');
 SELECT * FROM pg_temp.prom('^orch_(attempt_duration|queue_wait)_seconds_count\{tenant="default",queue="m_wfq"');
@@ -605,7 +609,7 @@ SELECT * FROM pg_temp.prom('^orch_(review_items|approvals_waiting|runs)\{tenant=
 -- runs finished: m_wf w1, w3 succeeded, w2, w4 failed (their re-runs add
 -- no finish: the "retried" event on a failed run is failed -> failed)
 SELECT * FROM pg_temp.prom('^orch_runs_finished_total');
-SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempts) = folded_total AS all_rows_folded_once
+SELECT (SELECT count(*) FROM orch.history) + (SELECT count(*) FROM orch.attempt_history) = folded_total AS all_rows_folded_once
   FROM orch.metric_state;
 -- 9. orch_duration_stats refuses a window it cannot answer.
 SELECT pg_temp.try($$SELECT count(*) FROM orch_duration_stats(NULL)$$) AS null_since,

@@ -330,7 +330,7 @@ SELECT attempt, outcome, label AS worker, actor IS NULL AS no_role_on_attempts F
 SELECT count(*) AS rows_out_of_time_order
   FROM (SELECT at, lag(at) OVER () AS prev FROM orch_history(:h_task)) h WHERE at < prev;
 SELECT count(*) = (SELECT count(*) FROM orch.history WHERE task_id = :h_task)
-                + (SELECT count(*) FROM orch.attempts WHERE task_id = :h_task) AS history_is_complete
+                + (SELECT count(*) FROM orch.attempt_history WHERE task_id = :h_task) AS history_is_complete
   FROM orch_history(:h_task);
 SELECT pg_temp.try('SELECT state FROM orch_status(-42)') AS status_unknown,
        pg_temp.try('SELECT count(*) FROM orch_history(-42)') AS history_unknown;
