@@ -45,7 +45,7 @@ sub snapshot
 {
 	my $task = shift // $id;
 	return sql(qq{SELECT row_to_json(t)::text FROM orch.tasks t WHERE id = $task})
-	  . ' attempts=' . sql(qq{SELECT count(*) FROM orch.attempts WHERE task_id = $task})
+	  . ' attempts=' . sql(qq{SELECT count(*) FROM orch.attempt_history WHERE task_id = $task})
 	  . ' events=' . sql(qq{SELECT count(*) FROM orch.history WHERE task_id = $task});
 }
 

@@ -83,9 +83,11 @@ my $first_range = q{
 SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$FROM \('([^']*)'\)$r$)::timestamptz)
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = 'orch.attempts'::regclass AND NOT c.relname LIKE '%default'};
-# (a job finished before the first pass: its history is in the DEFAULT one)
+# (a job failed before the first pass, to be retried: its history, an event
+# row and an attempt row, is in the DEFAULT one)
 sql('src', q{SELECT orch_enqueue('q_early', '{"n": 0}');
-             SELECT orch_complete(d.task_id, d.lease_token) FROM orch_dequeue('q_early', 'w-early') d});
+             SELECT f.state FROM orch_dequeue('q_early', 'w-early') d,
+                    LATERAL orch_fail(d.task_id, d.lease_token, 'TRANSIENT', 'early') f});
 sql('src', 'SET orchestrator.history_partition = 1; SELECT count(*) FROM orch_maintain()');
 for (my $i = 0; $i < 400; $i++)
 {
@@ -418,7 +420,10 @@ sub claim
 
 for my $db (qw(dst dst2))
 {
-	my %max = map { $_ => sql($db, "SELECT coalesce(max(id), 0) FROM orch.$_") }
+	# (the history's ids: the rows of orch.events and orch.attempts, and the
+	# transitions and attempts task rows record)
+	my %from = (events => 'history', attempts => 'attempt_history');
+	my %max = map { $_ => sql($db, "SELECT coalesce(max(id), 0) FROM orch." . ($from{$_} // $_)) }
 	  qw(tasks events attempts commands runs);
 	my $events0 = sql($db, 'SELECT count(*) FROM orch.history');
 	my $tasks0  = sql($db, 'SELECT count(*) FROM orch.tasks');
@@ -596,11 +601,11 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 	is( sql($db, "SELECT count(*) FROM orch.history WHERE id <= $max{events}"),
 		sql('src', "SELECT count(*) FROM orch.history"),
 		"$db: no event was added with a restored event id");
-	is( sql($db, "SELECT count(*) FROM orch.attempts WHERE id <= $max{attempts}"),
-		sql('src', "SELECT count(*) FROM orch.attempts"),
+	is( sql($db, "SELECT count(*) FROM orch.attempt_history WHERE id <= $max{attempts}"),
+		sql('src', "SELECT count(*) FROM orch.attempt_history"),
 		"$db: no attempt was added with a restored attempt id");
-	cmp_ok(sql($db, "SELECT count(*) FROM orch.attempts WHERE id > $max{attempts}"),
-		'>=', 8, "$db: the finished executions wrote new attempt rows");
+	cmp_ok(sql($db, "SELECT count(*) FROM orch.attempt_history WHERE id > $max{attempts}"),
+		'>=', 8, "$db: the finished executions recorded new attempts");
 	my $events1 = sql($db, 'SELECT count(*) FROM orch.history');
 	cmp_ok($events1, '>', $events0, "$db: the transitions after the restore wrote events");
 

@@ -29,7 +29,7 @@
 #   - attempts: 1..attempts per task, all but the last lease_expired, the
 #     last completed, failures = lease_expired attempts; some leases did
 #     expire (the kills interrupted executions);
-#   - no two executions of a step overlapped: (a) from orch.attempts alone,
+#   - no two executions of a step overlapped: (a) from the attempts alone,
 #     a later attempt never started before an earlier one finished, nor
 #     while the earlier one's lease was live (workers never heartbeat);
 #     (b) from exec_log, no two executions with live leases intersect and
@@ -165,7 +165,7 @@ my %c = %{ parse_counts(query($node, $db, <<EOS . task_invariants_sql($lease_iv)
 CREATE TEMP TABLE rr AS SELECT * FROM orch.runs WHERE definition = 'wf40_flow';
 CREATE TEMP TABLE rs AS SELECT s.* FROM orch.run_steps s JOIN rr ON rr.id = s.run_id AND rr.tenant_id = s.tenant_id;
 CREATE TEMP TABLE qt AS SELECT * FROM orch.tasks WHERE queue = '$queue' OR run_id IN (SELECT id FROM rr);
-CREATE TEMP TABLE qa AS SELECT a.* FROM orch.attempts a JOIN qt ON qt.id = a.task_id;
+CREATE TEMP TABLE qa AS SELECT a.* FROM orch.attempt_history a JOIN qt ON qt.id = a.task_id;
 CREATE TEMP TABLE qe AS SELECT e.* FROM orch.history e JOIN qt ON qt.id = e.task_id;
 CREATE TEMP TABLE re AS SELECT e.* FROM orch.history e JOIN rr ON rr.id = e.run_id
    WHERE e.entity IN ('run', 'run_step');

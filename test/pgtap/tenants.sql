@@ -776,7 +776,7 @@ CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
         SELECT tenant_id AS k, md5(string_agg(x, E'\n' ORDER BY x)) AS h FROM (
             SELECT tenant_id, 'T' || to_jsonb(t)::text AS x FROM orch.tasks t
             UNION ALL SELECT tenant_id, 'E' || to_jsonb(e)::text FROM orch.history e
-            UNION ALL SELECT tenant_id, 'A' || to_jsonb(a)::text FROM orch.attempts a
+            UNION ALL SELECT tenant_id, 'A' || to_jsonb(a)::text FROM orch.attempt_history a
             UNION ALL SELECT tenant_id, 'C' || to_jsonb(c)::text FROM orch.commands c
             UNION ALL SELECT tenant_id, 'I' || to_jsonb(i)::text FROM orch.idempotency_keys i
             UNION ALL SELECT tenant_id, 'R' || to_jsonb(r)::text FROM orch.rate_window r
@@ -888,7 +888,7 @@ CREATE TEMP TABLE tt_views (view text, raw text);
 INSERT INTO tt_views VALUES
     ('orch_tasks', 'SELECT tenant_id FROM orch.tasks'),
     ('orch_events', 'SELECT tenant_id FROM orch.history'),
-    ('orch_attempts', 'SELECT tenant_id FROM orch.attempts'),
+    ('orch_attempts', 'SELECT tenant_id FROM orch.attempt_history'),
     ('orch_commands', 'SELECT tenant_id FROM orch.commands'),
     ('orch_runs', 'SELECT tenant_id FROM orch.runs'),
     ('orch_run_steps', 'SELECT tenant_id FROM orch.run_steps'),
@@ -899,7 +899,7 @@ INSERT INTO tt_views VALUES
 SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.tasks WHERE state = 'failed'), 3::bigint,
           'fixture: dead letters of three tenants');
 SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.commands), 2::bigint, 'fixture: commands of two tenants');
-SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.attempts), 3::bigint, 'fixture: attempts of three tenants');
+SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.attempt_history), 3::bigint, 'fixture: attempts of three tenants');
 SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.runs), 2::bigint, 'fixture: runs of two tenants');
 SELECT is((SELECT count(DISTINCT tenant_id) FROM orch.run_steps), 2::bigint, 'fixture: run steps of two tenants');
 
@@ -979,7 +979,7 @@ SELECT is(pg_temp.as_role(role, 'SELECT count(lease_token) FROM orch_events'),
   FROM tt_roles ORDER BY ord;
 SELECT is(pg_temp.as_role(role, 'SELECT count(lease_token) FROM orch_attempts'),
           CASE WHEN kind = 'nobody' THEN '42501'
-               WHEN kind = 'admin' THEN (SELECT count(lease_token) FROM orch.attempts WHERE eff IS NULL OR tenant_id = ANY (eff))::text
+               WHEN kind = 'admin' THEN (SELECT count(lease_token) FROM orch.attempt_history WHERE eff IS NULL OR tenant_id = ANY (eff))::text
                ELSE '0' END,
           role || CASE WHEN kind = 'admin' THEN ' reads' ELSE ' does not read' END || ' the lease tokens of orch_attempts')
   FROM tt_roles ORDER BY ord;
@@ -1000,7 +1000,7 @@ SELECT is(pg_temp.as_role(role, format('SELECT count(lease_token) FROM orch.call
           CASE WHEN kind = 'nobody' THEN '42501'
                WHEN kind = 'admin' THEN
                  (CASE f WHEN 'tasks' THEN (SELECT count(lease_token) FROM orch.tasks WHERE eff IS NULL OR tenant_id = ANY (eff))
-                         WHEN 'attempts' THEN (SELECT count(lease_token) FROM orch.attempts WHERE eff IS NULL OR tenant_id = ANY (eff))
+                         WHEN 'attempts' THEN (SELECT count(lease_token) FROM orch.attempt_history WHERE eff IS NULL OR tenant_id = ANY (eff))
                          ELSE (SELECT count(lease_token) FROM orch.history WHERE eff IS NULL OR tenant_id = ANY (eff)) END)::text
                ELSE '0' END,
           role || CASE WHEN kind = 'admin' THEN ' reads' ELSE ' does not read' END || ' the lease tokens of orch.caller_' || f || '()')
@@ -1045,7 +1045,7 @@ SELECT results_eq(
              ('queued', 'executing', 't_worker_a', 'worker-A1', 'ta'),
              ('executing', 'completed', 't_worker_a', 'worker-A1', 'ta')$$,
     'events: actor is the role after SET ROLE (not session_user), label the worker name');
-SELECT is((SELECT worker FROM orch.attempts WHERE task_id = (SELECT task_id FROM tt_actor WHERE what = 'enqueued')),
+SELECT is((SELECT worker FROM orch.attempt_history WHERE task_id = (SELECT task_id FROM tt_actor WHERE what = 'enqueued')),
           'worker-A1', 'the attempt records the worker name');
 SELECT is((SELECT lease_owner FROM orch.tasks WHERE id = (SELECT task_id FROM tt_actor WHERE what = 'enqueued')),
           'worker-A1', 'the task records the worker name as its lease owner');
