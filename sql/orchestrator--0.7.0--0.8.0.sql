@@ -805,9 +805,10 @@ BEGIN
 END
 $stats$;
 
--- A tenant's claims read only its own claimable rows (issue 18 item 3).
+-- A tenant's claims read only its own claimable rows (issue 18 item 3);
+-- the default tenant's read tasks_claim_idx (issue 20).
 CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
-    WHERE ready_at IS NOT NULL;
+    WHERE ready_at IS NOT NULL AND tenant_id OPERATOR(pg_catalog.<>) 'default';
 
 -- Issue 21 item 6: a step whose task waits for its next attempt reads
 -- retrying (seed 001 section 3.2).

@@ -62,6 +62,15 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 #define RUN_FILTER_CITUS RUN_FILTER_BY("$5")
 
 /*
+ * tasks_tenant_claim_idx holds the claimable tasks of every tenant but the
+ * default one (the tenant of an installation without tenants, whose claims
+ * read tasks_claim_idx): a claim for another tenant says so in its text,
+ * for the planner to use that index with a parameter for the tenant.
+ */
+#define NOT_DEFAULT(COL) " AND " COL " <> '" ORCH_DEFAULT_TENANT "'"
+#define is_default_tenant(T) (strcmp((T), ORCH_DEFAULT_TENANT) == 0)
+
+/*
  * The claim.  The ids are picked in an ARRAY() sub-select so that the cached
  * generic plan stays an index scan (a join against a LIMIT $n sub-query
  * would be planned for 10% of the table).
@@ -82,18 +91,27 @@ PG_FUNCTION_INFO_V1(orch_dequeue);
 /*
  * The claim of a caller bound to several tenants: each tenant's best rows
  * are read from its own range of tasks_tenant_claim_idx (at most $2 each,
- * locked), and the best $2 of those claimed, so that no tenant's backlog
- * is read by another's claim.  Rows locked and not chosen are free again
- * when the claim's transaction ends.
+ * locked; the default tenant's, when it is one of them, from
+ * tasks_claim_idx), and the best $2 of those claimed, so that no tenant's
+ * backlog is read by another's claim.  Rows locked and not chosen are free
+ * again when the claim's transaction ends.
  */
 #define CLAIM_TENANTS_SQL \
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " CLAIM_SET \
-	"  WHERE t.id = ANY (ARRAY(SELECT x.id FROM pg_catalog.unnest($5::text[]) AS w(tenant)," \
-	"     LATERAL (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
-	"       WHERE c.queue = $1 AND c.tenant_id = w.tenant AND c.ready_at <= now()" RUN_FILTER \
+	"  WHERE t.id = ANY (ARRAY(SELECT x.id FROM (" \
+	"     SELECT y.id, y.priority, y.created_at FROM pg_catalog.unnest($5::text[]) AS w(tenant)," \
+	"      LATERAL (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
+	"       WHERE c.queue = $1 AND c.tenant_id = w.tenant" NOT_DEFAULT("c.tenant_id") \
+	"         AND c.ready_at <= now()" RUN_FILTER \
 	"       ORDER BY c.priority, c.created_at, c.id" \
-	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) x" \
+	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) y" \
+	"     UNION ALL" \
+	"     SELECT z.id, z.priority, z.created_at FROM (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
+	"       WHERE '" ORCH_DEFAULT_TENANT "' = ANY ($5) AND c.queue = $1" \
+	"         AND c.tenant_id = '" ORCH_DEFAULT_TENANT "' AND c.ready_at <= now()" RUN_FILTER \
+	"       ORDER BY c.priority, c.created_at, c.id" \
+	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) z) x" \
 	"     ORDER BY x.priority, x.created_at, x.id LIMIT $2)) AND t.tenant_id = ANY ($5)" \
 	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
@@ -149,7 +167,7 @@ probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, b
 /*
  * One window of a limited claim's candidates, in claim order after the last
  * one ($4, $5, $6; $7 for the first).  One tenant's claim reads its own range
- * of tasks_tenant_claim_idx.
+ * of tasks_tenant_claim_idx (the default tenant's: tasks_claim_idx).
  */
 #define LIMITED_WINDOW_SQL(TENANT_COND) \
 	"SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t" \
@@ -219,8 +237,19 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	bool		one_tenant = !all_tenants &&
 		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(tenants)),
 					   ARR_DIMS(DatumGetArrayTypeP(tenants))) == 1;
+	bool		default_only = false;
 	SPIPlanPtr	plan;
 
+	if (one_tenant)
+	{
+		Datum	   *elems;
+		bool	   *enulls;
+		int			ne;
+
+		deconstruct_array(DatumGetArrayTypeP(tenants), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &enulls, &ne);
+		default_only = ne == 1 && !enulls[0] && is_default_tenant(TextDatumGetCString(elems[0]));
+	}
 	orch_require_read_committed();
 	if (qs->queue_limit > 0)
 	{
@@ -269,8 +298,10 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			cv[5] = Int64GetDatum(0);
 		}
 		/* keyset pagination: each window starts after the last one */
-		if (one_tenant)
+		if (one_tenant && default_only)
 			plan = orch_plan(LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]"), 7, ctypes);
+		else if (one_tenant)
+			plan = orch_plan(LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id")), 7, ctypes);
 		else
 			plan = orch_plan(LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3")), 7, ctypes);
 		got = orch_exec(plan, cv, cn, false, 0, SPI_OK_SELECT);
@@ -519,8 +550,12 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		memcpy(cv, v, sizeof(Datum) * 5);
 		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
 		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-		orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-														  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+		if (is_default_tenant(tenant))
+			orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+											  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+		else
+			orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+											  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
 		/* the claimed tasks' calls by id go straight to the tenant's shard */
 		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
 		orch_clear_event_context();
@@ -536,10 +571,10 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		SPI_finish();
 		return (Datum) 0;
 	}
-	if (tenant)
-	{
+	if (tenant && is_default_tenant(tenant))
 		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
-	}
+	else if (tenant)
+		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"), " AND t.tenant_id = $5", RUN_FILTER), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
 	else if (!all_tenants)
 	{
 		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
