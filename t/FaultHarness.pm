@@ -67,7 +67,7 @@
 #      intersect;
 #   b) an accepted execution whose orch_complete ran at or after its
 #      lease_expires_at (it completed without a live lease);
-#   c) from orch.attempts alone (which also covers claims whose worker died
+#   c) from the attempts alone (which also covers claims whose worker died
 #      before writing exec_log): attempt k+1 of a task claimed before attempt
 #      k's lease expired (started_at(k+1) < lease_expires_at(k), where the
 #      lease is exec_log's lease_expires_at or else started_at(k) + lease;
@@ -792,7 +792,7 @@ CREATE TEMP TABLE acked (n int, task_id bigint);
 INSERT INTO acked VALUES $ack_values;
 DELETE FROM acked WHERE n IS NULL;
 CREATE TEMP TABLE qt AS SELECT * FROM orch.tasks WHERE queue = '$q';
-CREATE TEMP TABLE qa AS SELECT a.* FROM orch.attempts a JOIN qt ON qt.id = a.task_id;
+CREATE TEMP TABLE qa AS SELECT a.* FROM orch.attempt_history a JOIN qt ON qt.id = a.task_id;
 CREATE TEMP TABLE qe AS SELECT e.* FROM orch.history e JOIN qt ON qt.id = e.task_id;
 CREATE INDEX ON qt (id); CREATE INDEX ON qt (idempotency_key);
 CREATE INDEX ON qa (task_id); CREATE INDEX ON qe (task_id);
