@@ -305,11 +305,15 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 		count_query(orch_schema_version() >= 800
 					? "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT
-					/* completions the task rows record (orch.history): the latest finished */
-					"   UNION ALL (SELECT c.id, c.tenant_id FROM orch.tasks c"
-					"   WHERE c.finished_at IS NOT NULL AND c.complete_event_id IS NOT NULL"
-					"     AND " ORCH_TENANT_IN("c.tenant_id", "$4")
-					"   ORDER BY c.finished_at DESC LIMIT $1 * 4))"
+					/*
+					 * completions the task rows record (orch.history): of the
+					 * latest finished tasks (bounded whatever they are: on
+					 * Citus none records its completion)
+					 */
+					"   UNION ALL SELECT c.id, c.tenant_id FROM (SELECT f.id, f.tenant_id, f.complete_event_id"
+					"     FROM orch.tasks f WHERE f.finished_at IS NOT NULL"
+					"       AND " ORCH_TENANT_IN("f.tenant_id", "$4")
+					"     ORDER BY f.finished_at DESC LIMIT $1 * 4) c WHERE c.complete_event_id IS NOT NULL)"
 					COUNTER_CHECK("orch.attempt_history")
 					: "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT ")"

@@ -213,30 +213,65 @@ completion_in_task(void)
 }
 
 /*
- * The attempt rows of tasks a statement just completed, when the task rows
- * do not record them (completion_in_task): its RETURNING rows are
- * (tenant_id, id, attempts, lease_owner, lease_token, claimed_at).
- * Appended directly (append.c); through SQL when orch.attempts needs it.
+ * The completion statements (the task's own, then a batch's): RETURNING
+ * (tenant_id, id, attempts, lease_owner, lease_token, claimed_at), and with
+ * completion_in_task the complete_attempt_id the trigger set.
+ */
+#define COMPLETE_SQL(MORE) \
+	"UPDATE orch.tasks SET state = 'completed', result = $3, reason_code = 'completed'" \
+	" WHERE id = $1 AND lease_token = $2 AND state = $4" \
+	"   AND lease_expires_at > statement_timestamp()" \
+	"   AND " ORCH_TENANT_IN("tenant_id", "$5") \
+	" RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at" MORE
+#define COMPLETE_BATCH_SQL(MORE) \
+	"UPDATE orch.tasks t SET state = 'completed', result = r.result, reason_code = 'completed'" \
+	" FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))" \
+	"   AS r(id, tok, result)" \
+	" WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4" \
+	"   AND t.lease_expires_at > statement_timestamp()" \
+	"   AND " ORCH_TENANT_IN("t.tenant_id", "$5") \
+	" RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at" MORE
+
+/*
+ * The attempt rows of the tasks a completion statement just completed that
+ * their rows do not record: all of them without completion_in_task (on
+ * Citus, on a 0.7.0 schema); with it, only those whose complete_attempt_id
+ * came back empty (the lifecycle trigger did not run: triggers disabled,
+ * session_replication_role = replica), so that no completion goes
+ * unrecorded.  Appended directly (append.c); through SQL when orch.attempts
+ * needs it.
  */
 #define ATTEMPT_COLS 7
+#define SPI_attisnull_row(TT, ROW, COL) \
+	heap_attisnull((TT)->vals[ROW], (COL), (TT)->tupdesc)
 static void
-record_completed_attempts(SPITupleTable *tt, int n)
+record_completed_attempts(SPITupleTable *tt, int rows, bool in_task)
 {
 	static const char *const cols[ATTEMPT_COLS] = {"tenant_id", "task_id", "attempt", "worker",
 	"lease_token", "started_at", "outcome"};
 	static const Oid elem[ATTEMPT_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
 	TIMESTAMPTZOID, TEXTOID};
-	Datum	   *v = palloc(sizeof(Datum) * ATTEMPT_COLS * n);
-	bool	   *nl = palloc(sizeof(bool) * ATTEMPT_COLS * n);
+	Datum	   *v = palloc(sizeof(Datum) * ATTEMPT_COLS * Max(rows, 1));
+	bool	   *nl = palloc(sizeof(bool) * ATTEMPT_COLS * Max(rows, 1));
+	int			n = 0;
 
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < rows; i++)
 	{
-		Datum	   *r = v + i * ATTEMPT_COLS;
-		bool	   *rn = nl + i * ATTEMPT_COLS;
+		Datum	   *r = v + n * ATTEMPT_COLS;
+		bool	   *rn = nl + n * ATTEMPT_COLS;
 
+		if (in_task && !SPI_attisnull_row(tt, i, 7))
+			continue;
 		orch_spi_values(tt, i, 1, 6, r, rn);
 		r[6] = CStringGetTextDatum("completed");
 		rn[6] = false;
+		n++;
+	}
+	if (n == 0)
+	{
+		pfree(v);
+		pfree(nl);
+		return;
 	}
 	if (!orch_table_append("attempts", ATTEMPT_COLS, cols, n, v, nl))
 	{
@@ -415,13 +450,9 @@ orch_complete(PG_FUNCTION_ARGS)
 	if (in_task)
 		orch_event_context_completion_in_task();
 	/* One statement fences and completes (and, off Citus, records it all) */
-	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = 'completed', result = $3,"
-									  "   reason_code = 'completed'"
-									  " WHERE id = $1 AND lease_token = $2 AND state = $4"
-									  "   AND lease_expires_at > statement_timestamp()"
-									  "   AND " ORCH_TENANT_IN("tenant_id", "$5")
-									  " RETURNING tenant_id, id, attempts, lease_owner, lease_token, claimed_at",
-									  5, types), v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
+	if (orch_exec(in_task ? orch_plan(COMPLETE_SQL(", complete_attempt_id"), 5, types)
+				  : orch_plan(COMPLETE_SQL(""), 5, types),
+				  v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 	{
 		OrchTask	t;
 
@@ -430,8 +461,7 @@ orch_complete(PG_FUNCTION_ARGS)
 		check_lease(&t, token, "complete");
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
-	if (!in_task)
-		record_completed_attempts(SPI_tuptable, (int) SPI_processed);
+	record_completed_attempts(SPI_tuptable, (int) SPI_processed, in_task);
 	orch_clear_event_context();
 	return finish_state("completed");
 }
@@ -525,15 +555,9 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	in_task = completion_in_task();
 	if (in_task)
 		orch_event_context_completion_in_task();
-	completed = (int) orch_exec(orch_plan("UPDATE orch.tasks t SET state = 'completed', result = r.result,"
-									  "   reason_code = 'completed'"
-									  " FROM unnest($1, $2, coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))"
-									  "   AS r(id, tok, result)"
-									  " WHERE t.id = r.id AND t.lease_token = r.tok AND t.state = $4"
-									  "   AND t.lease_expires_at > statement_timestamp()"
-									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$5")
-									  " RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at",
-									  5, types), v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
+	completed = (int) orch_exec(in_task ? orch_plan(COMPLETE_BATCH_SQL(", t.complete_attempt_id"), 5, types)
+								: orch_plan(COMPLETE_BATCH_SQL(""), 5, types),
+								v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
 	if (completed != n)
 	{
 		/* say why for the first task that did not complete; all is undone */
@@ -556,8 +580,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		}
 		elog(ERROR, "orchestrator: batch complete lost track of a task");
 	}
-	if (!in_task)
-		record_completed_attempts(SPI_tuptable, completed);
+	record_completed_attempts(SPI_tuptable, completed, in_task);
 	orch_clear_event_context();
 	orch_scope_clear();
 	SPI_finish();

@@ -195,3 +195,13 @@ SELECT complete_event_id > enqueue_event_id AS event_after_enqueue, completed_by
   FROM orch.tasks WHERE id = :h1;
 SELECT attempt, worker, outcome, started_at IS NOT NULL AS started, lease_token IS NOT NULL AS token
   FROM orch.attempt_history WHERE task_id = :h1 ORDER BY id;
+-- the trigger did not run (session_replication_role = replica): the call
+-- writes the attempt row itself, and it is read once
+SELECT orch_create_queue('ap_rep') IS NOT NULL AS created;
+SELECT orch_enqueue('ap_rep', '{"n": 1}') > 0 AS enqueued;
+CREATE TEMP TABLE ap_rep AS SELECT * FROM orch_dequeue('ap_rep', 'ap-rep-worker');
+SET session_replication_role = replica;
+SELECT orch_complete(task_id, lease_token) AS completed FROM ap_rep;
+RESET session_replication_role;
+SELECT a.outcome, a.worker, (SELECT count(*) FROM orch.attempt_history h WHERE h.task_id = r.task_id) AS attempts_read
+  FROM orch.attempts a JOIN ap_rep r ON r.task_id = a.task_id;
