@@ -298,10 +298,11 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			cv[5] = Int64GetDatum(0);
 		}
 		/* keyset pagination: each window starts after the last one */
-		if (one_tenant && default_only)
-			plan = orch_plan(LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]"), 7, ctypes);
-		else if (one_tenant)
-			plan = orch_plan(LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id")), 7, ctypes);
+		if (one_tenant)
+			plan = orch_plan(default_only
+							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]")
+							 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id")),
+							 7, ctypes);
 		else
 			plan = orch_plan(LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3")), 7, ctypes);
 		got = orch_exec(plan, cv, cn, false, 0, SPI_OK_SELECT);
@@ -550,12 +551,12 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		memcpy(cv, v, sizeof(Datum) * 5);
 		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
 		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-		if (is_default_tenant(tenant))
-			orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-											  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
-		else
-			orch_exec(orch_plan(CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-											  " AND t.tenant_id = $5", RUN_FILTER_CITUS), 6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+		orch_exec(orch_plan(is_default_tenant(tenant)
+							? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+											" AND t.tenant_id = $5", RUN_FILTER_CITUS)
+							: CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+											" AND t.tenant_id = $5", RUN_FILTER_CITUS),
+							6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
 		/* the claimed tasks' calls by id go straight to the tenant's shard */
 		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
 		orch_clear_event_context();
@@ -571,10 +572,12 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		SPI_finish();
 		return (Datum) 0;
 	}
-	if (tenant && is_default_tenant(tenant))
-		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
-	else if (tenant)
-		orch_exec(orch_plan(CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"), " AND t.tenant_id = $5", RUN_FILTER), 5, types), v, NULL, false, 0, SPI_OK_SELECT);
+	if (tenant)
+		orch_exec(orch_plan(is_default_tenant(tenant)
+							? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER)
+							: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+										" AND t.tenant_id = $5", RUN_FILTER),
+							5, types), v, NULL, false, 0, SPI_OK_SELECT);
 	else if (!all_tenants)
 	{
 		Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};

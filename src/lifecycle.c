@@ -344,6 +344,9 @@ task_trigger(TriggerData *trigdata)
 	char	   *to_name;
 	TaskState	from = TS_INVALID,
 				to;
+	/* a completion this row records, and its columns (finished_at last) */
+	bool		records_completion;
+	int			complete_cols[5];
 	int64		task_id;
 	bool		isnull;
 	int			ncols = 0;
@@ -405,19 +408,22 @@ task_trigger(TriggerData *trigdata)
 	 * sets it, so that a raw INSERT or UPDATE cannot forge a completion (a
 	 * terminal row, the only kind that has it, cannot change).
 	 */
-	if (task_cols.complete_event_id > 0 &&
-		!(from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_task))
+	records_completion = from == TS_EXECUTING && to == TS_COMPLETED &&
+		orch_event_context()->completion_in_task;
+	complete_cols[0] = task_cols.complete_event_id;
+	complete_cols[1] = task_cols.complete_attempt_id;
+	complete_cols[2] = task_cols.completed_by;
+	complete_cols[3] = task_cols.complete_xact;
+	complete_cols[4] = task_cols.finished_at;
+	if (task_cols.complete_event_id > 0 && !records_completion)
 	{
-		int			c[4] = {task_cols.complete_event_id, task_cols.complete_attempt_id,
-		task_cols.completed_by, task_cols.complete_xact};
-
 		for (int i = 0; i < 4; i++)
-			if (!heap_attisnull(newtup, c[i], td))
+			if (!heap_attisnull(newtup, complete_cols[i], td))
 			{
 				Datum		v[4] = {0, 0, 0, 0};
 				bool		n[4] = {true, true, true, true};
 
-				newtup = heap_modify_tuple_by_cols(newtup, td, 4, c, v, n);
+				newtup = heap_modify_tuple_by_cols(newtup, td, 4, complete_cols, v, n);
 				break;
 			}
 	}
@@ -641,10 +647,8 @@ task_trigger(TriggerData *trigdata)
 	 * them; no event or attempt row is written.  Nothing else sets these
 	 * columns, so no completion is derived for (nor forged by) a raw UPDATE.
 	 */
-	if (from == TS_EXECUTING && to == TS_COMPLETED && orch_event_context()->completion_in_task)
+	if (records_completion)
 	{
-		int			c[5] = {task_cols.complete_event_id, task_cols.complete_attempt_id,
-		task_cols.completed_by, task_cols.complete_xact, task_cols.finished_at};
 		Datum		v[5];
 		bool		n[5] = {false, false, false, false, false};
 
@@ -655,7 +659,7 @@ task_trigger(TriggerData *trigdata)
 		v[2] = CStringGetTextDatum(orch_current_actor());
 		v[3] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 		v[4] = TimestampTzGetDatum(GetCurrentTimestamp());
-		return heap_modify_tuple_by_cols(newtup, td, 5, c, v, n);
+		return heap_modify_tuple_by_cols(newtup, td, 5, complete_cols, v, n);
 	}
 	if (orch_has_flush_trigger(rel))
 		orch_buffer_event("task", tenant, true, task_id, has_run, run_id,
