@@ -144,8 +144,8 @@ SELECT count(*) AS live_history_before FROM orch_history(:live) \gset
 SELECT :live_history_before AS live_history_before;
 SET orchestrator.retention = '30d';
 SELECT action, count FROM orch_maintain() WHERE action LIKE 'history_partitions_%' AND action <> 'history_partitions_created' ORDER BY 1;
-SELECT part FROM pg_temp.parts('events') WHERE part LIKE '%2020%'
-UNION ALL SELECT part FROM pg_temp.parts('attempts') WHERE part LIKE '%2020%' ORDER BY 1;
+SELECT part FROM pg_temp.parts('events') WHERE part LIKE '%\_p2020%'
+UNION ALL SELECT part FROM pg_temp.parts('attempts') WHERE part LIKE '%\_p2020%' ORDER BY 1;
 SELECT tableoid::regclass AS part, task_id = :live AS live, run_id = :run AS run, count(*)
   FROM orch.events WHERE at < '2021-01-01' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 SELECT count(*) = :live_history_before AS live_history_whole FROM orch_history(:live);
@@ -162,7 +162,7 @@ SELECT action, count > 0 AS some FROM orch_maintain()
  WHERE action IN ('tasks_purged', 'runs_purged', 'history_partitions_dropped', 'history_partitions_compacted') ORDER BY 1;
 SELECT count(*) AS old_partitions_left FROM (
   SELECT part FROM pg_temp.parts('events') UNION ALL SELECT part FROM pg_temp.parts('attempts')) p
- WHERE part LIKE '%2020%';
+ WHERE part LIKE '%\_p2020%';
 -- the DEFAULT partitions kept none of the purged tasks' rows
 SELECT (SELECT count(*) FROM orch.events_default) AS events_default_rows,
        (SELECT count(*) FROM orch.attempts_default) AS attempts_default_rows;
