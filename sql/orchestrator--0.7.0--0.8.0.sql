@@ -1168,6 +1168,17 @@ CREATE INDEX tasks_run_open_idx ON orch.tasks (run_id, tenant_id)
     WHERE run_id IS NOT NULL AND state OPERATOR(pg_catalog.<>) ALL (ARRAY['completed', 'failed', 'cancelled'])
       AND step_key OPERATOR(pg_catalog.!~~) '%:approval';
 
+-- On Citus: marks a run as acted on by the calling transaction in the
+-- backend that holds the run's shard (where its tasks' triggers note runs to
+-- progress), so that the tasks a run call changes itself do not progress
+-- the run a second time there.  Internal: the run calls run it through a
+-- query routed to the run's shard; no role is granted it.
+CREATE FUNCTION orch.run_busy_on_shard(run_id bigint, busy boolean)
+RETURNS boolean
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
+REVOKE ALL ON FUNCTION orch.run_busy_on_shard(bigint, boolean) FROM PUBLIC;
+
 -- 0.8.0: a human_approval step is backed by a task ("step:approval"),
 -- labelled in the metrics with its step's type.
 CREATE OR REPLACE FUNCTION orch.task_step_type(run_id bigint, tenant text, step_key text)

@@ -1700,6 +1700,16 @@ AS 'MODULE_PATHNAME', 'orch_histogram_quantile';
 COMMENT ON FUNCTION orch.histogram_quantile(double precision, text[], bigint[]) IS
   'The q-quantile of a histogram given as bucket upper bounds and counts, interpolated linearly within its bucket (as PromQL histogram_quantile).';
 
+-- On Citus: marks a run as acted on by the calling transaction in the
+-- backend that holds the run's shard (where its tasks' triggers note runs to
+-- progress), so that the tasks a run call changes itself do not progress
+-- the run a second time there.  Internal: the run calls run it through a
+-- query routed to the run's shard; no role is granted it.
+CREATE FUNCTION orch.run_busy_on_shard(run_id bigint, busy boolean)
+RETURNS boolean
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
+
 -- The step type a task's metrics are labelled with.
 CREATE FUNCTION orch.task_step_type(run_id bigint, tenant text, step_key text)
 RETURNS text

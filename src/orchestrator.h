@@ -235,6 +235,7 @@ extern void orch_clear_event_context(void);
 extern void orch_event_context_completion_in_task(void);
 extern int64 orch_next_event_id(void);
 extern int64 orch_next_attempt_id(void);
+extern int64 orch_next_step_done_seq(void);
 
 typedef struct OrchEventContext
 {
@@ -292,6 +293,7 @@ extern void orch_spi_scope_tenants(Datum *values, char *nulls, int i);
 extern bool orch_scope_task(int64 id);
 extern bool orch_scope_tasks(Datum ids);
 extern bool orch_scope_command(int64 id);
+extern bool orch_scope_run(int64 id);
 extern bool orch_scope_lookup_again(int64 id);
 extern void orch_require_one_tenant(const char *tenant, const char *what);
 
@@ -300,7 +302,8 @@ typedef enum OrchRouteKind
 {
 	ORCH_ROUTE_NONE = 0,
 	ORCH_ROUTE_TASK,			/* orch.tasks */
-	ORCH_ROUTE_COMMAND			/* orch.commands */
+	ORCH_ROUTE_COMMAND,			/* orch.commands */
+	ORCH_ROUTE_RUN				/* orch.runs */
 } OrchRouteKind;
 extern void orch_route_note(OrchRouteKind kind, int64 id, const char *tenant);
 extern void orch_route_note_rows(OrchRouteKind kind, SPITupleTable *tt, uint64 n,
@@ -409,6 +412,8 @@ extern void orch_arg(OrchArgs *a, Oid type, Datum value, bool isnull);
 extern void orch_arg_text(OrchArgs *a, const char *s);
 extern void orch_arg_int8(OrchArgs *a, int64 v);
 extern void orch_arg_int4(OrchArgs *a, int32 v);
+/* the clock now (clock_timestamp()) as a timestamptz value */
+extern void orch_arg_clock(OrchArgs *a);
 /* orch_sql / orch_sql_once with the parameters of a */
 extern void orch_spi_values(SPITupleTable *tt, uint64 row, int first, int n,
 							Datum *values, bool *nulls);

@@ -38,6 +38,7 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/uuid.h"
 
 #include "run_internal.h"
 
@@ -69,11 +70,13 @@
 /*
  * Claimed by worker "orchestrator" (queued -> executing) and its attempt
  * handed to a human at once (the attempt row; executing ->
- * awaiting_user_confirmation follows).  $1 task, $2 tenant.
+ * awaiting_user_confirmation follows).  $1 task, $2 tenant, $4 its lease
+ * token (drawn by the caller: Citus refuses gen_random_uuid() in an UPDATE
+ * it routes).
  */
 #define APPROVAL_TASK_CLAIM \
 	"WITH u AS (UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
-	"   lease_token = gen_random_uuid(), lease_owner = 'orchestrator'," \
+	"   lease_token = $4, lease_owner = 'orchestrator'," \
 	"   lease_expires_at = statement_timestamp(), claimed_at = statement_timestamp()," \
 	"   reason_code = 'claimed'" \
 	"  WHERE t.id = $1 AND t.tenant_id = $2 AND t.state = 'queued'" \
@@ -84,8 +87,8 @@
 #define APPROVAL_TASK_PARK \
 	"UPDATE orch.tasks t SET state = 'awaiting_user_confirmation', reason_code = 'approval_requested'," \
 	"  ready_at = NULL, retry_at = NULL, resume_data = NULL," \
-	"  wait_data = jsonb_build_object('run_id', t.run_id, 'step_id', $3," \
-	"    'decide', format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', t.run_id, $3))" \
+	"  wait_data = jsonb_build_object('run_id', $5::bigint, 'step_id', $3," \
+	"    'decide', format('SELECT orch_approve(%s, %L, <approval_ref>) or orch_reject(...)', $5::bigint, $3))" \
 	" WHERE t.id = $1 AND t.tenant_id = $2"
 
 /* The task's step key: the step's, or its compensation's, with the suffix */
@@ -124,13 +127,16 @@ orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 			 step, r->id);
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	if (orch_auto_create_queues && !orch_load_queue(queue, &qs, NULL))
+	/* on Citus orch_start created it (a reference table is not written on a shard) */
+	if (orch_auto_create_queues && !orch_citus() && !orch_load_queue(queue, &qs, NULL))
 		orch_ensure_queue(queue);
 
 	a.n = 0;
 	orch_arg_int8(&a, id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, step);
+	orch_arg(&a, UUIDOID, UUIDPGetDatum(orch_new_uuid()), false);
+	orch_arg_int8(&a, r->id);	/* $5: the park's (values, not columns, for Citus) */
 	if (orch_args_sql(&a, APPROVAL_TASK_CLAIM, false, 0, SPI_OK_INSERT) != 1)
 		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be claimed", id);
 	if (orch_args_sql(&a, APPROVAL_TASK_PARK, false, 0, SPI_OK_UPDATE) != 1)
@@ -168,12 +174,13 @@ orch_run_settle_approval(RunRow *r, const char *step, bool compensation, Approva
 	orch_arg_text(&a, r->tenant);
 	orch_arg(&a, JSONBOID, decision ? JsonbPGetDatum(decision) : (Datum) 0, decision == NULL);
 	orch_arg_text(&a, orch_current_actor());
+	orch_arg(&a, UUIDOID, UUIDPGetDatum(orch_new_uuid()), false);	/* the approver's lease token */
 	switch (outcome)
 	{
 		case APPROVAL_APPROVED:
 			/* the approver takes the task (a second attempt) and completes it */
 			orch_args_sql(&a, "UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1,"
-						  "   lease_token = gen_random_uuid(), lease_owner = $4,"
+						  "   lease_token = $5, lease_owner = $4,"
 						  "   lease_expires_at = statement_timestamp(), claimed_at = statement_timestamp(),"
 						  "   reason_code = 'confirmation_approved', resume_data = $3"
 						  " WHERE t.id = $1 AND t.tenant_id = $2", false, 0, SPI_OK_UPDATE);
@@ -218,5 +225,5 @@ orch_run_cancel_approvals(RunRow *r, const char *reason)
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 						  "   AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "'"
 						  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
-						  2, orch_run_types, v, NULL, reason);
+						  2, orch_run_types, v, NULL, r->tenant, reason);
 }

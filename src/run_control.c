@@ -293,8 +293,12 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	SPI_connect();
 	/*
 	 * The run's open tasks first (the lock order), then the run; its approval
-	 * task after the run (run_approvals.c).
+	 * task after the run (run_approvals.c).  On Citus, on the run's shard.
 	 */
+	if (!orch_scope_run(run_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
 	v[0] = Int64GetDatum(run_id);
 	v[1] = (Datum) 0;
 	orch_spi_caller_tenants(v, n, 2);
@@ -313,7 +317,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	/* the tasks are locked already (above): none is skipped */
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-					 2, orch_run_types, v, NULL, "run_canceled");
+					 2, orch_run_types, v, NULL, r.tenant, "run_canceled");
 	orch_set_event_context(NULL, reason);
 	orch_run_close_open_steps(&r, "run_canceled", true);
 	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);

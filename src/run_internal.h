@@ -57,7 +57,7 @@ extern void orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb
 extern void orch_step_event(RunRow *r, const char *step, const char *from, const char *to,
 					   const char *reason);
 extern int	orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
-							 const char *nulls, const char *reason);
+							 const char *nulls, const char *tenant, const char *reason);
 extern void orch_run_end_failed(RunRow *r, const char *reason);
 
 /*
@@ -88,6 +88,9 @@ typedef struct RunDone
 } RunDone;
 extern int64 orch_run_busy_begin(int64 run_id);
 extern void orch_run_busy_end(int64 prev);
+extern void orch_run_busy_on_shard_begin(RunRow *r);
+extern void orch_run_flush_enter(void);
+extern void orch_run_flush_leave(void);
 extern bool orch_run_notes_pending(void);
 extern void orch_run_notes_sort(void);
 extern bool orch_run_notes_next(RunNote *out);
@@ -118,17 +121,25 @@ extern char *orch_run_decide(RunRow *r, const char *step, Jsonb *result);
 extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 
 /* run_steps.c */
-/* The step's soft cap (its timeout) from now, or NULL (an expression on orch.run_steps) */
-#define RUN_STEP_CAP_SQL \
-	"CASE WHEN spec ? 'timeout' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'timeout')" \
-	"  WHEN 'number' THEN make_interval(secs => (spec ->> 'timeout')::float8)" \
-	"  ELSE (spec ->> 'timeout')::interval END) END"
+/*
+ * An interval a step's spec gives under KEY (a number of seconds or an
+ * interval string, as validated), or NULL: read where the step is listed,
+ * because Citus refuses a stable function of a column (the text's cast to
+ * interval) in an UPDATE it routes to a shard.
+ */
+#define RUN_SPEC_INTERVAL(SPEC, KEY) RUN_JSON_INTERVAL("(" SPEC " -> '" KEY "')")
+/* The same of a jsonb value J (a number of seconds or a string), or NULL */
+#define RUN_JSON_INTERVAL(J) \
+	"CASE WHEN jsonb_typeof(" J ") = 'number' THEN make_interval(secs => (" J " #>> '{}')::float8)" \
+	"  WHEN jsonb_typeof(" J ") = 'string' THEN (" J " #>> '{}')::interval END"
 
 /* run_step_tasks.c: the tasks of steps */
+/* now + after (NULL: no cap) as the next parameter: a step's soft cap */
+extern void orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after);
 /* The error of a step whose queue does not exist (and is not created) */
 #define STEP_NO_QUEUE "its queue does not exist and orchestrator.auto_create_queues is off"
 #define STEP_TOO_LARGE "its input (the run's input and its dependencies' outputs) is over orchestrator.max_step_input_size"
-extern char *orch_run_start_step_task(RunRow *r, const char *step);
+extern char *orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout);
 extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation);
 extern int orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb *items);
 extern void orch_run_progress(RunRow *r);

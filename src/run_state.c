@@ -23,6 +23,7 @@
 #include "run_internal.h"
 
 PG_FUNCTION_INFO_V1(orch_run_lifecycle);
+PG_FUNCTION_INFO_V1(orch_run_busy_on_shard);
 
 /* ----------------------------------------------------------------------
  * The run lifecycle, enforced by a C trigger for
@@ -197,10 +198,12 @@ void
 orch_lock_run_or_not_found(int64 run_id, RunRow *r)
 {
 	orch_run_busy_begin(run_id);
-	if (!orch_lock_run(run_id, NULL, r))
+	/* on Citus: scoped to the run's tenant first (its shard) */
+	if (!orch_scope_run(run_id) || !orch_lock_run(run_id, orch_scoped_tenant(), r))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
+	orch_run_busy_on_shard_begin(r);
 }
 
 /* ----------------------------------------------------------------------
@@ -215,10 +218,39 @@ static List *run_notes = NIL;
  */
 static int64 busy_run = 0;
 
+static void run_busy_on_shard(int64 run_id, const char *tenant, bool busy);
+
+/*
+ * On Citus, the run also marked busy in the backend that holds its shard
+ * (orch_run_busy_on_shard_begin), and its tenant; until the mark is lifted.
+ */
+static int64 shard_busy_run = 0;
+static char *shard_busy_tenant = NULL;
+
+/*
+ * Inside the statement-end flush (runs.c): the runs progressed there are
+ * noted by the triggers of this backend's own statements (on Citus, on the
+ * tenant's shard: this backend is the one to mark), so no shard is told.
+ */
+static bool in_flush = false;
+
+void
+orch_run_flush_enter(void)
+{
+	in_flush = true;
+}
+
+void
+orch_run_flush_leave(void)
+{
+	in_flush = false;
+}
+
 static void
 notes_reset(bool xact_end)
 {
 	busy_run = 0;
+	shard_busy_run = 0;			/* the shard's backend forgets it too */
 }
 
 static OrchXactLists notes_state = {{&run_notes}, notes_reset};
@@ -238,7 +270,57 @@ orch_run_busy_begin(int64 run_id)
 void
 orch_run_busy_end(int64 prev)
 {
+	if (shard_busy_run != 0 && shard_busy_run != prev)
+	{
+		run_busy_on_shard(shard_busy_run, shard_busy_tenant, false);
+		shard_busy_run = 0;
+	}
 	busy_run = prev;
+}
+
+/*
+ * On Citus, a run's tasks are changed on its shard, where their trigger
+ * notes the run for progression at statement end, in the backend Citus
+ * uses for that shard in this transaction: the busy mark of this backend
+ * does not reach it.  Mark the run there too (orch.run_busy_on_shard, in a
+ * query routed to the run's shard, which Citus runs on the connection that
+ * locked the run); orch_run_busy_end lifts it.  The run r is locked.
+ */
+static void
+run_busy_on_shard(int64 run_id, const char *tenant, bool busy)
+{
+	OrchArgs	a = {0};
+
+	orch_arg_int8(&a, run_id);
+	orch_arg_text(&a, tenant);
+	orch_arg(&a, BOOLOID, BoolGetDatum(busy), false);
+	orch_args_sql(&a, "SELECT orch.run_busy_on_shard(id, $3) FROM orch.runs WHERE id = $1 AND tenant_id = $2",
+				  false, 0, SPI_OK_SELECT);
+}
+
+void
+orch_run_busy_on_shard_begin(RunRow *r)
+{
+	if (in_flush || shard_busy_run == r->id || !orch_citus() || orch_schema_version() < 800)
+		return;
+	if (shard_busy_run != 0)
+		run_busy_on_shard(shard_busy_run, shard_busy_tenant, false);
+	run_busy_on_shard(r->id, r->tenant, true);
+	shard_busy_run = r->id;
+	shard_busy_tenant = MemoryContextStrdup(TopTransactionContext, r->tenant);
+}
+
+/* orch.run_busy_on_shard(run_id, busy): the mark, in this backend */
+Datum
+orch_run_busy_on_shard(PG_FUNCTION_ARGS)
+{
+	int64		run_id = PG_GETARG_INT64(0);
+
+	if (PG_GETARG_BOOL(1))
+		orch_run_busy_begin(run_id);
+	else if (busy_run == run_id)
+		busy_run = 0;
+	PG_RETURN_BOOL(true);
 }
 
 /*
@@ -432,11 +514,13 @@ orch_json_object1(const char *k1, const char *v1, const char *k2, const char *ra
 /*
  * Cancel the tasks whose ids ids_sql selects (and locks) with the reason;
  * an executing one ends its attempt as "cancelled", as orch_cancel records
- * it.  ids_sql's parameters are $1..$nargs; the reason is $nargs+1.
+ * it.  ids_sql's parameters are $1..$nargs; the reason is $nargs+1.  The
+ * tasks are the tenant's (a run's), or with tenant NULL those of every
+ * tenant, on Citus of the one the call is scoped to (maintenance).
  */
 int
 orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
-				 const char *reason)
+				 const char *tenant, const char *reason)
 {
 	Oid		   *t = palloc(sizeof(Oid) * (nargs + 2));
 	Datum	   *v = palloc(sizeof(Datum) * (nargs + 2));
@@ -452,9 +536,11 @@ orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 		memcpy(n, nulls, nargs);
 	t[nargs] = TEXTOID;
 	v[nargs] = orch_text_datum(reason);
-	/* all tenants; on Citus the one the call is scoped to */
 	t[nargs + 1] = TEXTARRAYOID;
-	orch_spi_scope_tenants(v, n, nargs + 1);
+	if (tenant != NULL)
+		v[nargs + 1] = orch_text_array1(tenant);
+	else
+		orch_spi_scope_tenants(v, n, nargs + 1);
 	saved = orch_save_event_context();
 	orch_set_event_context(NULL, reason);
 	orch_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"

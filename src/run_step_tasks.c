@@ -11,6 +11,7 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 #include "run_internal.h"
 
@@ -34,19 +35,25 @@
 	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
 	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
 /*
- * A task step's payload: the run's input and its dependencies' outputs.
- * Inserted only when it is at most $6 bytes (orchestrator.max_step_input_size):
- * else nothing is inserted and the caller fails the step (STEP_TOO_LARGE).
+ * A task step's payload (pl.p): the run's input and its dependencies'
+ * outputs, in a lateral sub-select over the dependencies (one row: an
+ * aggregate), correlated on the step's run and tenant and naming the
+ * tenant ($2): Citus pushes an INSERT ... SELECT down when its tables join
+ * on the tenant, and routes the SELECT alone to one shard when each names
+ * it.  Inserted only when it is at most $6 bytes
+ * (orchestrator.max_step_input_size): else nothing is inserted and the
+ * caller fails the step (STEP_TOO_LARGE).
  */
 #define STEP_TASK_PAYLOAD \
-	"jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'," \
-	"    'input', r.input," \
-	"    'deps', (SELECT coalesce(jsonb_object_agg(x.step_id, x.output), '{}') FROM orch.run_steps x" \
-	"             WHERE x.run_id = $1 AND x.tenant_id = $2 AND x.step_id = ANY (s.deps))))"
+	"  CROSS JOIN LATERAL (SELECT jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3," \
+	"    'handler', s.spec ->> 'handler', 'input', r.input," \
+	"    'deps', coalesce(jsonb_object_agg(x.step_id, x.output), '{}'))) AS p" \
+	"   FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.tenant_id = $2" \
+	"     AND x.step_id = ANY (s.deps)) pl"
 #define STEP_TASK_INSERT \
 	STEP_TASK_COLUMNS \
 	STEP_TASK_SELECT("pl.p", "$4") \
-	"  CROSS JOIN LATERAL (SELECT " STEP_TASK_PAYLOAD " AS p) pl" \
+	STEP_TASK_PAYLOAD \
 	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 < 0" \
 	"   AND pg_catalog.pg_column_size(pl.p) <= $6"
 
@@ -107,7 +114,8 @@ step_queue_ready(RunRow *r, const char *step, bool compensation)
 		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
 	if (!orch_load_queue(queue, &qs, NULL))
 	{
-		if (!orch_auto_create_queues)
+		/* on Citus orch_start created it (a reference table is not written on a shard) */
+		if (!orch_auto_create_queues || orch_citus())
 			return false;
 		orch_ensure_queue(queue);
 	}
@@ -198,8 +206,9 @@ step_too_large(RunRow *r, const char *step)
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, step);
-	orch_args_sql(&a, "SELECT pg_catalog.pg_column_size(" STEP_TASK_PAYLOAD ")"
+	orch_args_sql(&a, "SELECT pg_catalog.pg_column_size(pl.p)"
 				  " FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
+				  STEP_TASK_PAYLOAD
 				  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 1, SPI_OK_SELECT);
 	size = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
 	/* nothing was inserted for another reason: that cannot happen */
@@ -210,18 +219,30 @@ step_too_large(RunRow *r, const char *step)
 					size, orch_max_step_input_size);
 }
 
+/* now + after (NULL: no cap) as the next parameter: a step's soft cap */
+void
+orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after)
+{
+	orch_arg(a, TIMESTAMPTZOID,
+			 after ? DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
+										 IntervalPGetDatum(after)) : (Datum) 0,
+			 after == NULL);
+}
+
 /*
  * Start a task step: its task and the step running with it, in one
- * statement.  When the step's queue does not exist yet it is created on the
- * way (orchestrator.auto_create_queues); else nothing is started and it
+ * statement, its soft cap timeout from now (NULL: none).  When the step's
+ * queue does not exist yet it is created on the way
+ * (orchestrator.auto_create_queues); else nothing is started and it
  * returns the error the caller fails the step with (STEP_NO_QUEUE, or
  * STEP_TOO_LARGE when the step's input is over
  * orchestrator.max_step_input_size); NULL when it started.
  */
 char *
-orch_run_start_step_task(RunRow *r, const char *step)
+orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout)
 {
 	OrchArgs	a = {0};
+	TimestampTz now = GetCurrentTimestamp();
 	int64		id;
 
 	orch_arg_int8(&a, r->id);
@@ -230,9 +251,11 @@ orch_run_start_step_task(RunRow *r, const char *step)
 	orch_arg_text(&a, step);	/* the step key */
 	orch_arg_int4(&a, -1);		/* no map item */
 	orch_arg_int4(&a, orch_max_step_input_size);
+	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+	orch_arg_step_cap(&a, now, timeout);
 	if (orch_args_sql(&a, "WITH t AS (" STEP_TASK_INSERT " RETURNING id)"
-					  " UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(),"
-					  "   task_id = (SELECT id FROM t), cap_at = " RUN_STEP_CAP_SQL
+					  " UPDATE orch.run_steps SET state = 'running', started_at = $7,"
+					  "   task_id = (SELECT id FROM t), cap_at = $8"
 					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)",
 					  false, 0, SPI_OK_UPDATE) > 0)
 		return NULL;
@@ -244,8 +267,10 @@ orch_run_start_step_task(RunRow *r, const char *step)
 		return step_too_large(r, step);
 	a.n = 3;
 	orch_arg_int8(&a, id);
-	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), task_id = $4,"
-				  " cap_at = " RUN_STEP_CAP_SQL
+	now = GetCurrentTimestamp();
+	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+	orch_arg_step_cap(&a, now, timeout);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $5, task_id = $4, cap_at = $6"
 				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 	return NULL;
 }

@@ -42,10 +42,12 @@ take_edges(RunRow *r, const char *step, const char *outcome)
 					 " FROM orch.run_steps s"
 					 " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
 					 "   AND t.run_id = $1 AND t.tenant_id = $2"
-					 "   AND t.step_id IN (SELECT jsonb_array_elements_text(CASE jsonb_typeof(s.spec -> '%s')"
-					 "        WHEN 'array' THEN s.spec -> '%s' WHEN 'string' THEN jsonb_build_array(s.spec -> '%s')"
+					 /* a searched CASE: Citus deparses a simple one wrongly here */
+					 "   AND t.step_id IN (SELECT jsonb_array_elements_text(CASE"
+					 "        WHEN jsonb_typeof(s.spec -> '%s') = 'array' THEN s.spec -> '%s'"
+					 "        WHEN jsonb_typeof(s.spec -> '%s') = 'string' THEN jsonb_build_array(s.spec -> '%s')"
 					 "        ELSE '[]' END))",
-					 outcome, outcome, outcome), 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
+					 outcome, outcome, outcome, outcome), 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
 }
 
 /* Does the step have an edge for this outcome? */
@@ -65,13 +67,15 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 }
 
 /*
- * What a step's success writes (output: its SQL), and whether it has
- * on_success edges to take (RETURNING).
+ * What a step's success writes (output: its SQL; NOW and SEQ: parameters
+ * with the clock and the next orch.run_steps_done_seq, see
+ * arg_now_and_done_seq), and whether it has on_success edges to take
+ * (RETURNING).
  */
-#define STEP_SUCCEEDED_SET(OUTPUT) \
-	"state = 'succeeded', output = " OUTPUT ", finished_at = clock_timestamp()," \
+#define STEP_SUCCEEDED_SET(OUTPUT, NOW, SEQ) \
+	"state = 'succeeded', output = " OUTPUT ", finished_at = " NOW "," \
 	" wake_at = NULL, cap_at = NULL," \
-	" done_seq = nextval('orch.run_steps_done_seq')," \
+	" done_seq = " SEQ "," \
 	" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
 #define STEP_SUCCEEDED_RETURNING \
 	" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')"
@@ -97,9 +101,9 @@ output_mismatch(Jsonb *schema, Jsonb *output)
 void
 orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
 {
-	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID};
-	Datum		v[6];
-	char		n[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID};
+	Datum		v[8];
+	char		n[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		has_success_edges;
 	bool		isnull;
 
@@ -110,10 +114,12 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 		n[3] = 'n';
 	orch_spi_text(v, n, 4, chosen);
 	v[5] = orch_text_datum(from);
+	v[6] = TimestampTzGetDatum(GetCurrentTimestamp());
+	v[7] = Int64GetDatum(orch_next_step_done_seq());
 	/* only from the state it was in: a step closed meanwhile stays closed */
-	if (orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4")
+	if (orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4", "$7", "$8")
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
-			STEP_SUCCEEDED_RETURNING, 6, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
+			STEP_SUCCEEDED_RETURNING, 8, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
@@ -152,7 +158,7 @@ map_fill(RunRow *r, const char *step, bool recount)
 	if (recount)
 		orch_sql("UPDATE orch.run_steps s SET (items_next, items_done) ="
 				" (SELECT count(*), count(*) FILTER (WHERE t.state = 'completed') FROM orch.tasks t"
-				"   WHERE t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
+				"   WHERE t.run_id = s.run_id AND t.tenant_id = $2"
 				"     AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
 	if (orch_sql("SELECT s.items_total, s.items_next, s.items_done,"
@@ -179,12 +185,14 @@ map_fill(RunRow *r, const char *step, bool recount)
  * invalid map, a wait with no timestamp): then other steps may be ready.
  */
 static bool
-start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_handler)
+start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_handler,
+		   const Interval *timeout)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID};
 	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
+	OrchArgs	a = {0};
+	TimestampTz now;
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = orch_text_datum(step);
@@ -195,11 +203,18 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	if (strcmp(type, "human_approval") == 0)
 	{
 		/* the step waits for a human in its task (awaiting_user_confirmation; 0.8.0 on) */
-		v[3] = orch_schema_version() >= 800 ? Int64GetDatum(orch_run_open_approval(r, step, false)) : (Datum) 0;
-		orch_sql("UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = clock_timestamp(),"
-				" cap_at = " RUN_STEP_CAP_SQL ", task_id = $4"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v,
-				orch_schema_version() >= 800 ? NULL : "   n", false, 0, SPI_OK_UPDATE);
+		int64		task = orch_schema_version() >= 800 ? orch_run_open_approval(r, step, false) : 0;
+
+		orch_arg_int8(&a, r->id);
+		orch_arg_text(&a, r->tenant);
+		orch_arg_text(&a, step);
+		orch_arg(&a, INT8OID, Int64GetDatum(task), task == 0);
+		now = GetCurrentTimestamp();
+		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+		orch_arg_step_cap(&a, now, timeout);
+		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = $5,"
+					  " cap_at = $6, task_id = $4"
+					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "ready", "awaiting_approval", "approval_requested");
 		return false;
 	}
@@ -207,36 +222,47 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 	{
 		char	   *until;
 		Jsonb	   *at = NULL;
+		Interval   *duration = NULL;
+		TimestampTz wake = 0;
+		bool		wake_ok = true;
 
-		orch_sql("SELECT spec ->> 'until_path' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+		orch_sql("SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration")
+				 " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				 3, types, v, NULL, false, 0, SPI_OK_SELECT);
 		until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		{
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+			if (!isnull)
+			{
+				duration = palloc(sizeof(Interval));
+				*duration = *DatumGetIntervalP(d);
+			}
+		}
 		if (until)
 			at = orch_run_context_value(r, orch_run_context(r, NULL), until);
-		v[4] = at ? JsonbPGetDatum(at) : (Datum) 0;
-		if (!at)
-			n[4] = 'n';
+		/* the input names the time: a finite timestamp, or the step fails */
+		if (until)
+			wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
+		now = GetCurrentTimestamp();
+		orch_arg_int8(&a, r->id);
+		orch_arg_text(&a, r->tenant);
+		orch_arg_text(&a, step);
+		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+		orch_arg_step_cap(&a, now, timeout);
+		/* a duration from now, else the input's time (NULL: it names none) */
+		if (duration)
+			orch_arg_step_cap(&a, now, duration);
+		else
+			orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(wake), !(until && wake_ok));
+		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'waiting', started_at = $4, cap_at = $5, wake_at = $6"
+					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+		orch_step_event(r, step, "ready", "waiting", "wait_started");
+		if (until && !wake_ok)
 		{
-			TimestampTz wake = 0;
-			bool		wake_ok = true;
-
-			/* the input names the time: a finite timestamp, or the step fails */
-			if (until)
-				wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
-			v[4] = TimestampTzGetDatum(wake);
-			n[4] = (until && wake_ok) ? ' ' : 'n';
-			orch_sql("UPDATE orch.run_steps SET state = 'waiting', started_at = clock_timestamp(), cap_at = " RUN_STEP_CAP_SQL ","
-					" wake_at = CASE WHEN spec ? 'duration' THEN clock_timestamp() + (CASE jsonb_typeof(spec -> 'duration')"
-					"       WHEN 'number' THEN make_interval(secs => (spec ->> 'duration')::float8)"
-					"       ELSE (spec ->> 'duration')::interval END)"
-					"   ELSE $5 END"
-					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL", 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE);
-			orch_step_event(r, step, "ready", "waiting", "wait_started");
-			if (until && !wake_ok)
-			{
-				orch_run_step_failed(r, step, "failed",
-								psprintf("%s does not name a timestamp in the input", until), false);
-				return true;
-			}
+			orch_run_step_failed(r, step, "failed",
+								 psprintf("%s does not name a timestamp in the input", until), false);
+			return true;
 		}
 		return false;
 	}
@@ -246,8 +272,12 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		{
 			char	   *chosen = orch_run_decide(r, step, NULL);
 
-			orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp()"
-					" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+			orch_arg_int8(&a, r->id);
+			orch_arg_text(&a, r->tenant);
+			orch_arg_text(&a, step);
+			orch_arg_clock(&a);
+			orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $4"
+						  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 			if (chosen == NULL)
 				orch_run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
 			else
@@ -263,6 +293,8 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		char	   *over;
 		Jsonb	   *items;
 		Jsonb	   *schema;
+		bool		is_array;
+		int			count;
 
 		orch_sql("SELECT spec -> 'map' ->> 'over', spec -> 'output_schema' FROM orch.run_steps"
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
@@ -274,19 +306,24 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		}
 		items = orch_run_context_value(r, orch_run_context(r, NULL), over);
 
-		v[4] = items ? JsonbPGetDatum(items) : (Datum) 0;
-		if (!items)
-			n[4] = 'n';
-		orch_sql("UPDATE orch.run_steps SET state = 'running', started_at = clock_timestamp(), cap_at = " RUN_STEP_CAP_SQL ","
-				" items = $5, items_total = jsonb_array_length(CASE jsonb_typeof($5) WHEN 'array' THEN $5 END)"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
-				" RETURNING jsonb_typeof(items), jsonb_array_length(CASE jsonb_typeof(items) WHEN 'array' THEN items ELSE '[]' END)", 5, types, (Datum[]) {v[0], v[1], v[2], (Datum) 0, v[4]}, (char[]) {' ', ' ', ' ', 'n', n[4]}, false, 0, SPI_OK_UPDATE_RETURNING);
+		/* an array of items (counted here: one text on one node and on Citus) */
+		is_array = items != NULL && JB_ROOT_IS_ARRAY(items) && !JB_ROOT_IS_SCALAR(items);
+		count = is_array ? (int) JB_ROOT_COUNT(items) : 0;
+		orch_arg_int8(&a, r->id);
+		orch_arg_text(&a, r->tenant);
+		orch_arg_text(&a, step);
+		orch_arg(&a, JSONBOID, items ? JsonbPGetDatum(items) : (Datum) 0, items == NULL);
+		now = GetCurrentTimestamp();
+		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+		orch_arg_step_cap(&a, now, timeout);
+		orch_arg(&a, INT4OID, Int32GetDatum(count), !is_array);
+		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $5, cap_at = $6,"
+					  " items = $4, items_total = $7"
+					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+					  false, 0, SPI_OK_UPDATE);
 		{
-			char	   *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-			int			count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-
 			orch_step_event(r, step, "ready", "running", "step_started");
-			if (kind == NULL || strcmp(kind, "array") != 0)
+			if (!is_array)
 			{
 				orch_run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
 				return true;
@@ -314,7 +351,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		return false;
 	}
 	{
-		char	   *error = orch_run_start_step_task(r, step);
+		char	   *error = orch_run_start_step_task(r, step, timeout);
 
 		if (error)
 		{
@@ -343,7 +380,7 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') AND step_key NOT LIKE '%:compensate'"
 					 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-					 2, orch_run_types, v, NULL, reason);
+					 2, orch_run_types, v, NULL, r->tenant, reason);
 }
 
 
@@ -356,8 +393,8 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 void
 orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, BOOLOID};
-	Datum		v[3];
+	Oid			types[4] = {INT8OID, TEXTOID, BOOLOID, TIMESTAMPTZOID};
+	Datum		v[4];
 	int			n;
 	char	  **steps;
 	char	  **from;
@@ -365,6 +402,7 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = BoolGetDatum(cancel_compensations);
+	v[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 	n = (int) orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			"   AND (state IN ('pending', 'ready', 'running', 'retrying', 'awaiting_approval', 'waiting')"
 			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE),"
@@ -373,13 +411,13 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 			"                WHEN s.state IN ('running', 'retrying', 'awaiting_approval', 'waiting') THEN 'canceled'"
 			"                ELSE s.state END,"
 			"   finished_at = CASE WHEN s.state IN ('pending', 'ready', 'running', 'retrying', 'awaiting_approval', 'waiting')"
-			"                 THEN clock_timestamp() ELSE s.finished_at END,"
+			"                 THEN $4 ELSE s.finished_at END,"
 			"   wake_at = NULL, cap_at = NULL,"
 			"   comp_state = CASE WHEN $3 AND s.comp_state IN ('running', 'awaiting_approval', 'pending')"
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
 			" RETURNING s.step_id, o.state AS from_state, s.state, s.ord)"
-			" SELECT step_id, from_state, state FROM u ORDER BY ord", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+			" SELECT step_id, from_state, state FROM u ORDER BY ord", 4, types, v, NULL, false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	from = orch_spi_column(2);
 	to = orch_spi_column(3);
@@ -455,9 +493,9 @@ static void
 step_failed(RunRow *r, const char *step, const char *state, const char *error,
 			bool compensation_required, const char *event_reason)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		v[6];
+	char		n[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	bool		handled = false;
 	bool		isnull;
 
@@ -465,11 +503,12 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
 	v[2] = orch_text_datum(step);
 	v[3] = orch_text_datum(state);
 	orch_spi_text(v, n, 4, error);
+	v[5] = TimestampTzGetDatum(GetCurrentTimestamp());
 	orch_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
 			"   FOR UPDATE)"
-			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = clock_timestamp(),"
+			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = $6,"
 			"   wake_at = NULL, cap_at = NULL FROM o"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", 5, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", 6, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
 	orch_step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
 			   state, event_reason ? event_reason :
 			   strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
@@ -503,22 +542,32 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
  * ---------------------------------------------------------------------- */
 #define TERMINAL_STEP "('succeeded', 'failed', 'timed_out', 'skipped', 'canceled')"
 
-/* A pending step that can run now */
+/*
+ * A pending step that can run now: its dependencies are among the run's
+ * steps in the join's states (array containment rather than a join with
+ * unnest(deps), which Citus cannot deparse for a shard).  These conditions
+ * are for statements whose $1 and $2 are the run and its tenant: every
+ * sub-select names the tenant as that value, which lets Citus route the
+ * whole statement to the tenant's shard (a correlation on s.tenant_id
+ * would not).  Every CASE is a searched one: Citus deparses a simple CASE
+ * (CASE x WHEN ...) in an UPDATE it sends to a shard as a comparison of the
+ * wrong types.
+ */
+#define DEPS_IN(STATES) \
+	"s.deps <@ (SELECT coalesce(array_agg(x.step_id), '{}') FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = $2 AND x.step_id = ANY (s.deps)" \
+	"       AND x.state IN " STATES ")"
 #define CAN_RUN \
-	"(NOT s.needs_edge OR s.edge_taken) AND CASE s.join_policy" \
-	"  WHEN 'all_finished' THEN NOT EXISTS (SELECT 1 FROM unnest(s.deps) d(id) LEFT JOIN orch.run_steps x" \
-	"     ON x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = d.id" \
-	"     WHERE x.state IS NULL OR x.state NOT IN " TERMINAL_STEP ")" \
-	"  WHEN 'any' THEN cardinality(s.deps) = 0 OR EXISTS (SELECT 1 FROM orch.run_steps x" \
-	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = ANY (s.deps) AND x.state = 'succeeded')" \
-	"  ELSE NOT EXISTS (SELECT 1 FROM unnest(s.deps) d(id) LEFT JOIN orch.run_steps x" \
-	"     ON x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = d.id" \
-	"     WHERE x.state IS DISTINCT FROM 'succeeded') END"
+	"(NOT s.needs_edge OR s.edge_taken) AND CASE" \
+	"  WHEN s.join_policy = 'all_finished' THEN " DEPS_IN(TERMINAL_STEP) \
+	"  WHEN s.join_policy = 'any' THEN cardinality(s.deps) = 0 OR EXISTS (SELECT 1 FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = $2 AND x.step_id = ANY (s.deps) AND x.state = 'succeeded')" \
+	"  ELSE " DEPS_IN("('succeeded')") " END"
 
 /* A pending step's edge was not taken and cannot be any more */
 #define EDGE_NOT_TAKEN \
 	"(s.needs_edge AND NOT s.edge_taken AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
-	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND s.step_id = ANY (x.out_edges)" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges)" \
 	"       AND x.state NOT IN " TERMINAL_STEP "))"
 
 /*
@@ -530,21 +579,24 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
  */
 #define SKIP_REASON \
 	"CASE WHEN " EDGE_NOT_TAKEN " THEN CASE WHEN EXISTS (SELECT 1 FROM orch.run_steps x" \
-	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.type = 'decision'" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = $2 AND x.type = 'decision'" \
 	"       AND x.spec -> 'targets' ? s.step_id) THEN 'branch_not_taken' ELSE 'route_not_taken' END" \
-	"  WHEN EXISTS (SELECT 1 FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id" \
+	"  WHEN EXISTS (SELECT 1 FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = $2" \
 	"     AND x.step_id = ANY (s.deps) AND x.state IN ('failed', 'timed_out', 'canceled'))" \
 	"    THEN 'dependency_failed' ELSE 'dependency_skipped' END"
+
+/* A listed step's soft cap: its timeout (an interval, or NULL) */
+#define STEP_TIMEOUT RUN_SPEC_INTERVAL("s.spec", "timeout")
 
 /* A pending step that never will: its edge was not taken, or its join cannot hold */
 #define CANNOT_RUN \
 	EDGE_NOT_TAKEN \
-	" OR CASE s.join_policy" \
-	"  WHEN 'all_finished' THEN false" \
-	"  WHEN 'any' THEN cardinality(s.deps) > 0 AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
-	"     WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.step_id = ANY (s.deps)" \
+	" OR CASE" \
+	"  WHEN s.join_policy = 'all_finished' THEN false" \
+	"  WHEN s.join_policy = 'any' THEN cardinality(s.deps) > 0 AND NOT EXISTS (SELECT 1 FROM orch.run_steps x" \
+	"     WHERE x.run_id = s.run_id AND x.tenant_id = $2 AND x.step_id = ANY (s.deps)" \
 	"       AND x.state NOT IN ('failed', 'timed_out', 'skipped', 'canceled'))" \
-	"  ELSE EXISTS (SELECT 1 FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id" \
+	"  ELSE EXISTS (SELECT 1 FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = $2" \
 	"     AND x.step_id = ANY (s.deps) AND x.state IN ('failed', 'timed_out', 'skipped', 'canceled')) END"
 
 /* The run's open work is done: it succeeds (or, compensating, moves on). */
@@ -645,7 +697,7 @@ collect_outcomes(RunRow *r)
 	nrows = (int) orch_sql("SELECT s.step_id, CASE"
 			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
 			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
-			"         WHERE a.task_id = t.id AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
+			"         WHERE a.task_id = t.id AND a.tenant_id = $2 AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
 			"     ELSE 'failed' END"
 			"   WHEN count(*) = count(*) FILTER (WHERE t.state = 'completed')"
 			"        AND count(*) = coalesce(s.items_total, 1)"
@@ -754,7 +806,7 @@ collect_outcomes(RunRow *r)
 			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 							 "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
 							 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-							 3, orch_run_types, v, NULL, "map_item_failed");
+							 3, orch_run_types, v, NULL, r->tenant, "map_item_failed");
 			orch_run_step_failed(r, steps[i], states[i], errors[i],
 								classes[i] != NULL && strstr(classes[i], "COMPENSATION_REQUIRED") != NULL);
 		}
@@ -794,7 +846,7 @@ collect_outcomes(RunRow *r)
 			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 							 "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
 							 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-							 3, orch_run_types, v, NULL, "step_timed_out");
+							 3, orch_run_types, v, NULL, r->tenant, "step_timed_out");
 			orch_run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
 		}
 	}
@@ -802,7 +854,7 @@ collect_outcomes(RunRow *r)
 	/* compensation tasks */
 	if (strcmp(r->phase, "compensating") == 0 && !orch_run_terminal(r->state))
 	{
-		nrows = (int) orch_sql("UPDATE orch.run_steps s SET comp_state = CASE t.state WHEN 'completed' THEN 'done' ELSE 'failed' END"
+		nrows = (int) orch_sql("UPDATE orch.run_steps s SET comp_state = CASE WHEN t.state = 'completed' THEN 'done' ELSE 'failed' END"
 				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
 				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
@@ -864,6 +916,7 @@ orch_run_advance(RunRow *r)
 {
 	int64		prev = orch_run_busy_begin(r->id);
 
+	orch_run_busy_on_shard_begin(r);
 	advance_steps(r);
 	orch_run_busy_end(prev);
 }
@@ -885,6 +938,7 @@ advance_steps(RunRow *r)
 		char	  **types;
 		bool	   *is_map;
 		bool	   *has_handler;
+		Interval  **timeouts;
 		bool		wrote;
 		int			nmoved;
 		char	  **moved;
@@ -919,11 +973,11 @@ advance_steps(RunRow *r)
 			bool		must_skip = false;
 
 			orch_sql("SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
-					"   (" CANNOT_RUN ") FROM orch.run_steps s"
+					"   (" CANNOT_RUN "), " STEP_TIMEOUT " FROM orch.run_steps s"
 					"  WHERE " PENDING_CANDIDATE " AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
 					" UNION ALL"
-					" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord, false FROM orch.run_steps"
-					"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
+					" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, false, " STEP_TIMEOUT
+					"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
 					" ORDER BY ord", 2, (Oid[]) {INT8OID, TEXTOID}, v, NULL, false, 0, SPI_OK_SELECT);
 			for (uint64 k = 0; k < SPI_processed && !must_skip; k++)
 				must_skip = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
@@ -932,22 +986,26 @@ advance_steps(RunRow *r)
 		}
 		orch_sql("WITH u AS (UPDATE orch.run_steps s SET"
 				"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
-				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN clock_timestamp() END"
+				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN $4 END"
 				"  WHERE " PENDING_CANDIDATE
 				"    AND ((" CANNOT_RUN ") OR ($3 AND (" CAN_RUN ")))"
 				"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
 				"    s.spec ? 'handler' AS has_handler, s.ord,"
 				/* the reason of its event: why skipped, or ready in a paused run */
-				"    CASE s.state WHEN 'skipped' THEN " SKIP_REASON " ELSE 'step_ready' END AS reason)"
-				" SELECT step_id, state, type, is_map, has_handler, ord, reason FROM u"
+				"    CASE WHEN s.state = 'skipped' THEN " SKIP_REASON " ELSE 'step_ready' END AS reason,"
+				/* read as an interval out here: Citus refuses a stable function in RETURNING */
+				"    s.spec -> 'timeout' AS timeout)"
+				" SELECT step_id, state, type, is_map, has_handler, ord, reason, " RUN_JSON_INTERVAL("timeout") " FROM u"
 				" UNION ALL"
-				" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL FROM orch.run_steps s"
-				"  WHERE NOT $3 AND " PENDING_CANDIDATE
+				" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
+				"  FROM orch.run_steps s WHERE NOT $3 AND " PENDING_CANDIDATE
 				"    AND NOT (" CANNOT_RUN ") AND (" CAN_RUN ")"
 				" UNION ALL"
-				" SELECT step_id, state, type, spec ? 'map', spec ? 'handler', ord, NULL FROM orch.run_steps"
-				"  WHERE run_id = $1 AND tenant_id = $2 AND state = 'ready'"
-				" ORDER BY ord", 3, (Oid[]) {INT8OID, TEXTOID, BOOLOID}, (Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED)}, NULL, false, 0, SPI_OK_SELECT);
+				" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
+				"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
+				" ORDER BY ord", 4, (Oid[]) {INT8OID, TEXTOID, BOOLOID, TIMESTAMPTZOID},
+				(Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED), TimestampTzGetDatum(GetCurrentTimestamp())},
+				NULL, false, 0, SPI_OK_SELECT);
 		wrote = true;
 listed:
 		/* a skipped step may let its dependants be settled in another round */
@@ -958,6 +1016,7 @@ listed:
 		types = palloc(sizeof(char *) * (SPI_processed + 1));
 		is_map = palloc(sizeof(bool) * (SPI_processed + 1));
 		has_handler = palloc(sizeof(bool) * (SPI_processed + 1));
+		timeouts = palloc(sizeof(Interval *) * (SPI_processed + 1));
 		moved = palloc(sizeof(char *) * (SPI_processed + 1));
 		moved_to = palloc(sizeof(char *) * (SPI_processed + 1));
 		moved_why = palloc(sizeof(char *) * (SPI_processed + 1));
@@ -984,6 +1043,16 @@ listed:
 			types[nready] = SPI_getvalue(tup, td, 3);
 			is_map[nready] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
 			has_handler[nready] = DatumGetBool(SPI_getbinval(tup, td, 5, &isnull));
+			{
+				Datum		d = SPI_getbinval(tup, td, 8, &isnull);
+
+				timeouts[nready] = NULL;
+				if (!isnull)
+				{
+					timeouts[nready] = palloc(sizeof(Interval));
+					*timeouts[nready] = *DatumGetIntervalP(d);
+				}
+			}
 			nready++;
 		}
 		/* the events of the steps the UPDATE moved, written with one insert */
@@ -1008,7 +1077,7 @@ listed:
 		for (int i = 0; i < nready && !orch_run_terminal(r->state) && r->state != RS_PAUSED &&
 			 strcmp(r->phase, "compensating") != 0; i++)
 		{
-			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i]))
+			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i], timeouts[i]))
 				changed++;
 			else if (strcmp(types[i], "human_approval") == 0 || strcmp(types[i], "wait") == 0)
 				started_other = true;
@@ -1039,6 +1108,7 @@ orch_run_progress(RunRow *r)
 		return;
 	/* the tasks it changes itself need no second pass */
 	prev = orch_run_busy_begin(r->id);
+	orch_run_busy_on_shard_begin(r);
 	if (r->past_deadline && strcmp(r->phase, "compensating") != 0)
 		fail_run(r, "deadline_exceeded", NULL, "the run's deadline passed");
 	else
@@ -1050,11 +1120,11 @@ orch_run_progress(RunRow *r)
 }
 
 
-/* Nothing for the general path's second look: no timer or soft cap due */
-#define NO_TIMER_DUE \
+/* Nothing for the general path's second look: no timer or soft cap due by NOW */
+#define NO_TIMER_DUE(NOW) \
 	" NOT EXISTS (SELECT 1 FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2" \
-	"     AND ((o.state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND o.cap_at <= clock_timestamp())" \
-	"       OR (o.state = 'waiting' AND o.wake_at <= clock_timestamp())))"
+	"     AND ((o.state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND o.cap_at <= " NOW ")" \
+	"       OR (o.state = 'waiting' AND o.wake_at <= " NOW ")))"
 
 /*
  * One completed item of a running map step: counted; the step succeeds when
@@ -1067,8 +1137,8 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 {
 	const char *hash = strchr(step_key, '#');
 	char	   *step = pnstrdup(step_key, hash - step_key);
-	Datum		v[5];
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, INT8OID, TEXTOID};
+	Datum		v[6];
+	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID};
 	bool		isnull;
 	bool		has_edges;
 
@@ -1076,13 +1146,14 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 	v[2] = orch_text_datum(step);
 	v[3] = Int64GetDatum(task_id);
 	v[4] = orch_text_datum(step_key);
+	v[5] = TimestampTzGetDatum(GetCurrentTimestamp());
 	if (orch_sql("UPDATE orch.run_steps s SET items_done = s.items_done + 1"
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.items_total IS NOT NULL AND s.type <> 'decision'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.run_id = $1 AND t.step_key = $5"
-			"   AND t.state = 'completed' AND" NO_TIMER_DUE
-			" RETURNING s.items_done >= s.items_total, s.spec ? 'output_schema'", 5, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+			"   AND t.state = 'completed' AND" NO_TIMER_DUE("$6")
+			" RETURNING s.items_done >= s.items_total, s.spec ? 'output_schema'", 6, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 		return false;
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 	{
@@ -1093,11 +1164,14 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
 		return false;
 	/* the last one: the results, in item order, read once */
+	v[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	v[4] = Int64GetDatum(orch_next_step_done_seq());
 	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET(
 			"(SELECT jsonb_agg(t.result ORDER BY split_part(t.step_key, '#', 2)::int) FROM orch.tasks t"
-			"  WHERE t.run_id = $1 AND t.tenant_id = $2 AND left(t.step_key, length($3) + 1) = $3 || '#')")
+			"  WHERE t.run_id = $1 AND t.tenant_id = $2 AND left(t.step_key, length($3) + 1) = $3 || '#')",
+			"$4", "$5")
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
-			STEP_SUCCEEDED_RETURNING, 3, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+			STEP_SUCCEEDED_RETURNING, 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID}, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	has_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
 	orch_step_event(r, step, "running", "succeeded", "step_succeeded");
@@ -1134,14 +1208,16 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 		orch_run_progress(r);
 		return false;
 	}
-	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result")
+	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result", "$5", "$6")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
 			"   AND NOT s.spec ? 'output_schema'"
-			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed' AND" NO_TIMER_DUE
-			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID}, (Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step_key),
-				Int64GetDatum(task_id)}, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed' AND" NO_TIMER_DUE("$5")
+			STEP_SUCCEEDED_RETURNING, 6, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INT8OID},
+			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step_key),
+				Int64GetDatum(task_id), TimestampTzGetDatum(GetCurrentTimestamp()), Int64GetDatum(orch_next_step_done_seq())},
+			NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 	{
 		orch_run_progress(r);
 		return false;
@@ -1171,8 +1247,8 @@ orch_run_create_steps(RunRow *r)
 			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), x.step,"
 			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
 			"   coalesce(x.step ->> 'join', 'all_succeeded'),"
-			"   ARRAY(SELECT jsonb_array_elements_text(CASE jsonb_typeof(x.step -> k.key)"
-			"          WHEN 'array' THEN x.step -> k.key WHEN 'string' THEN jsonb_build_array(x.step -> k.key)"
+			"   ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.step -> k.key) = 'array' THEN x.step -> k.key"
+			"          WHEN jsonb_typeof(x.step -> k.key) = 'string' THEN jsonb_build_array(x.step -> k.key)"
 			"          ELSE '[]' END)"
 			"         FROM (VALUES ('on_success'), ('on_failure'), ('on_timeout'), ('targets')) k(key))"
 			" FROM orch.runs r JOIN orch.definitions d"

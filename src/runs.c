@@ -56,6 +56,7 @@ orch_runs_flush(void)
 		return;
 	orch_xact_lists_use(&runs_state);
 	runs_flushing = true;
+	orch_run_flush_enter();
 	/* the events of the progression go in with one INSERT at its end */
 	orch_events_defer();
 	deferred = true;
@@ -104,6 +105,7 @@ orch_runs_flush(void)
 	PG_FINALLY();
 	{
 		runs_flushing = false;
+		orch_run_flush_leave();
 		if (deferred)
 			orch_events_undefer(false);
 	}
@@ -175,6 +177,7 @@ orch_runs_maintain(int limit)
 		{
 			int64		prev = orch_run_busy_begin(r.id);
 
+			orch_run_busy_on_shard_begin(&r);
 			orch_run_progress(&r);
 			orch_run_busy_end(prev);
 		}
@@ -194,12 +197,45 @@ orch_runs_maintain(int limit)
 						 "       OR (r.phase = 'compensating' AND t2.step_key NOT LIKE '%:compensate'))"
 						 "     AND ($2::text[] IS NULL OR (t2.tenant_id = ANY ($2) AND r.tenant_id = ANY ($2)))"
 						 "   ORDER BY t2.id LIMIT $1 FOR UPDATE OF t2 SKIP LOCKED",
-						 2, types, v, vn, "run_finished");
+						 2, types, v, vn, NULL, "run_finished");
 }
 
 /* ----------------------------------------------------------------------
  * orch_start(name, input, version, idempotency_key, tenant, pins) -> run id
  * ---------------------------------------------------------------------- */
+/*
+ * On Citus, the queues the run's steps will use, created now when missing
+ * (orchestrator.auto_create_queues): a step starts in the trigger of the
+ * statement that finished the step before it, on the tenant's shard, where
+ * the queues (a reference table, written on every node) cannot be written.
+ * A task step's or map's queue, a human approval's (APPROVAL_DEFAULT_QUEUE
+ * last), and a compensation's.
+ */
+static void
+ensure_step_queues(Datum spec)
+{
+	Oid			types[1] = {JSONBOID};
+	Datum		v[1];
+	char	  **queues;
+	uint64		n;
+
+	if (!orch_citus() || !orch_auto_create_queues)
+		return;
+	v[0] = spec;
+	n = orch_sql("SELECT DISTINCT v.q FROM jsonb_array_elements($1 -> 'steps') st(s),"
+				 "  LATERAL (VALUES"
+				 "    (CASE WHEN s ? 'handler' OR s ? 'map' OR s ->> 'type' = 'human_approval'"
+				 "       THEN coalesce(s ->> 'queue', $1 -> 'policies' ->> 'queue',"
+				 "                     CASE WHEN s ->> 'type' = 'human_approval' THEN 'approvals' END) END),"
+				 "    (CASE WHEN s ? 'compensation' THEN coalesce(s -> 'compensation' ->> 'queue', s ->> 'queue',"
+				 "       $1 -> 'policies' ->> 'queue', 'approvals') END)) v(q)"
+				 " WHERE v.q IS NOT NULL AND NOT EXISTS (SELECT 1 FROM orch.queues qq WHERE qq.name = v.q)",
+				 1, types, v, NULL, false, 0, SPI_OK_SELECT);
+	queues = orch_spi_column(1);
+	for (uint64 i = 0; i < n; i++)
+		orch_ensure_queue(queues[i]);
+}
+
 /*
  * The run's input against the definition's input_schema (json_schema.c):
  * 22023 naming the path of the first mismatch.  Without a "type" of its
@@ -241,10 +277,12 @@ orch_start(PG_FUNCTION_ARGS)
 	Datum		fv[2];
 	char		fn[2] = {' ', ' '};
 	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
-	Oid			types[11] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
-	TEXTOID, INT4OID, TEXTOID, JSONBOID};
-	Datum		v[11];
-	char		n[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
+	TEXTOID, INT4OID, TEXTOID, JSONBOID, INTERVALOID};
+	Datum		v[12];
+	char		n[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		deadline;
+	bool		no_deadline;
 	Jsonb	   *probe_pins;
 	char	   *publisher;
 	int32		version;
@@ -256,12 +294,11 @@ orch_start(PG_FUNCTION_ARGS)
 
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "input");
-	if (orch_citus())
+	if (orch_citus() && orch_schema_version() < 800)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("workflow runs are not supported on Citus yet"),
-				 errdetail("The orchestrator's tables are distributed with Citus; run progression still joins rows that Citus cannot route to one shard."),
-				 errhint("Run workflows on an orchestrator whose tables are not distributed; tasks run on Citus (README, Scale-out).")));
+				 errmsg("workflow runs on Citus need the 0.8.0 schema"),
+				 errhint("Run ALTER EXTENSION orchestrator UPDATE, then orch_distribute() again.")));
 	name = orch_text_arg(fcinfo, 0);
 	input = orch_jsonb_arg(fcinfo, 1, "input");
 	if (key != NULL && (key[0] == '\0' || strlen(key) > 512))
@@ -279,7 +316,9 @@ orch_start(PG_FUNCTION_ARGS)
 	fv[1] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	if (PG_ARGISNULL(2))
 		fn[1] = 'n';
-	if (orch_exec(orch_plan("SELECT version, spec, content_hash, published_by FROM orch.definitions"
+	if (orch_exec(orch_plan("SELECT version, spec, content_hash, published_by,"
+									  "  " RUN_SPEC_INTERVAL("spec -> 'policies'", "deadline")
+									  " FROM orch.definitions"
 									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
 									  "   AND ($2::int IS NULL OR version = $2)"
 									  " ORDER BY version DESC LIMIT 1",
@@ -295,6 +334,14 @@ orch_start(PG_FUNCTION_ARGS)
 	hash = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
 	check_input(DatumGetJsonbP(spec), input);
 	publisher = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
+	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &no_deadline);
+	if (!no_deadline)
+	{
+		Interval   *iv = palloc(sizeof(Interval));
+
+		*iv = *DatumGetIntervalP(deadline);
+		deadline = IntervalPGetDatum(iv);
+	}
 
 	v[0] = orch_text_datum(tenant);
 	v[1] = orch_text_datum(name);
@@ -312,20 +359,17 @@ orch_start(PG_FUNCTION_ARGS)
 	orch_spi_text(v, n, 9, corr);
 	v[10] = (Datum) 0;			/* probe_pins: below, once the run is new */
 	n[10] = 'n';
+	v[11] = deadline;
+	n[11] = no_deadline ? 'n' : ' ';
 	orch_set_event_context(NULL, NULL);
 	/* one run per key: a concurrent start with the key waits here, then sees it */
 	if (orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
 			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
-			 " SELECT $1, $2, $3, $4, 'running', $5,"
+			 " VALUES ($1, $2, $3, $4, 'running', $5,"
 			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
-			 "   $7, $8,"
-			 "   now() + CASE jsonb_typeof(d.spec -> 'policies' -> 'deadline')"
-			 "     WHEN 'number' THEN make_interval(secs => (d.spec -> 'policies' ->> 'deadline')::float8)"
-			 "     WHEN 'string' THEN (d.spec -> 'policies' ->> 'deadline')::interval END,"
-			 "   'started', $10, $11"
-			 " FROM orch.definitions d WHERE d.name = $2 AND d.version = $3 AND d.tenant_id = 'default'"
+			 "   $7, $8, now() + $12, 'started', $10, $11)"
 			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-			 " RETURNING id", 11, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
+			 " RETURNING id", 12, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
 	{
 		/* the key names an existing run: the same request returns it */
 		int64		existing;
@@ -346,6 +390,7 @@ orch_start(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(existing);
 	}
 	r.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	orch_route_note(ORCH_ROUTE_RUN, r.id, tenant);	/* on Citus: its calls by id go to its shard */
 	/*
 	 * The drift probes pinned, as the publisher, for a new run only (a
 	 * replay of its key returned above without running them); one that
@@ -363,6 +408,7 @@ orch_start(PG_FUNCTION_ARGS)
 		orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
 				 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
 	}
+	ensure_step_queues(spec);
 	r.tenant = tenant;
 	r.state = RS_RUNNING;
 	r.phase = "forward";
@@ -429,8 +475,10 @@ orch_run_status(PG_FUNCTION_ARGS)
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	v[0] = PG_GETARG_DATUM(0);
-	orch_spi_caller_tenants(v, n, 1);
 	SPI_connect();
+	/* on Citus: the run's shard (a run that is not found is reported below) */
+	(void) orch_scope_run(DatumGetInt64(v[0]));
+	orch_spi_caller_tenants(v, n, 1);
 	if (orch_sql(orch_schema_version() >= 800 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
 				 : RUN_STATUS_SQL("orch.events", "orch.attempts"),
 			2, types, v, n, false, 0, SPI_OK_SELECT) == 0)

@@ -17,6 +17,7 @@
 #include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "orchestrator.h"
 
@@ -430,6 +431,17 @@ void
 orch_arg_int4(OrchArgs *a, int32 v)
 {
 	orch_arg(a, INT4OID, Int32GetDatum(v), false);
+}
+
+/*
+ * The clock now, as clock_timestamp() would give it in the statement: a
+ * value, because Citus refuses a volatile function in most UPDATEs it
+ * routes to a shard (the same text then serves one node and Citus).
+ */
+void
+orch_arg_clock(OrchArgs *a)
+{
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(GetCurrentTimestamp()), false);
 }
 
 uint64

@@ -503,7 +503,7 @@ scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * On Citus, scope the call to the tenant of the rows ids (a bigint[]) of
- * kind's table (orch.tasks or orch.commands): one lookup across the shards,
+ * kind's table (orch.tasks, orch.commands or orch.runs): one lookup across the shards,
  * without a lock, filtered by the caller's own tenants.  Rows of several
  * tenants are refused (0A000): a call that fences and finishes them must
  * lock them on one shard.  Rows not found leave the call unscoped; its own
@@ -526,7 +526,8 @@ scope_by_ids(OrchRouteKind kind, Datum ids, const int64 *one)
 	orch_spi_caller_tenants(v, n, 1);
 	if (orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
 									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
-									   kind == ORCH_ROUTE_TASK ? "orch.tasks" : "orch.commands"),
+									   kind == ORCH_ROUTE_TASK ? "orch.tasks" :
+									   kind == ORCH_ROUTE_RUN ? "orch.runs" : "orch.commands"),
 					  2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
 		return false;
 	if (SPI_processed > 1)
@@ -655,6 +656,13 @@ bool
 orch_scope_command(int64 id)
 {
 	return !orch_citus() || scope_rows(ORCH_ROUTE_COMMAND, one_id(id), &id);
+}
+
+/* orch_scope_tasks for one workflow run */
+bool
+orch_scope_run(int64 id)
+{
+	return !orch_citus() || scope_rows(ORCH_ROUTE_RUN, one_id(id), &id);
 }
 
 /*
