@@ -42,9 +42,16 @@
 # per tenant), await_tool / resume, await_confirmation / confirm, commands
 # (replay by key, result recorded in the command's tenant), and
 # orch_drop_queue(force) cancelling the open tasks of both tenants.
-# Workflow definitions publish; orch_start is refused (0A000: runs are not
-# supported on Citus yet).  In a database with Citus installed but the
-# tables left local, a workflow runs and a claim needs no tenant.
+# Workflows (issue 23 item 5): a run with a task step, a map step, a human
+# approval (approved by a role bound to no tenant, from a fresh session),
+# a decision and a skipped branch runs to success in each tenant, its start
+# and its step completions single-shard; a saga compensates in its tenant;
+# orch_cancel_run cancels the open task and moves the run once; a role
+# bound to one tenant starts and works its runs and gets OR005 for another
+# tenant's; steps finished through a worker node progress the run; a run
+# past its deadline fails in orch_maintain.  In a database with Citus
+# installed but the tables left local, a workflow runs and a claim needs no
+# tenant.
 #
 # A role bound to one tenant (not a superuser) reads only its tenant through
 # orch_status, orch_history, the statistics views and the Prometheus text.
@@ -530,12 +537,176 @@ $sess{$_}->quit for keys %sess;
 q1("SELECT orch_drop_queue('cached', true)");
 
 # ---------------------------------------------------------------------------
-# Workflows: definitions work; runs are refused (not supported on Citus yet)
+# Workflows on Citus (issue 23 item 5): a run's rows are on its tenant's
+# shard; its progression runs there, in the trigger of the statement that
+# finished a step's task.  Each step below is claimed and finished in a
+# transaction of its own (a task a step's completion enqueues on a worker
+# carries that worker's clock, so a claim in the same transaction, whose
+# clock is the coordinator's, may not see it yet).
 # ---------------------------------------------------------------------------
 q1(q{SELECT orch_define('wf', '{"steps": [{"step_id": "a", "queue": "wq", "handler": "a"}]}')});
 like(q1(q{SELECT orch_publish('wf', 1)}), qr/^[0-9a-f]{64}$/, 'orch_publish on Citus returns the content hash');
-is(sqlstate_of("SELECT orch_start('wf', '{}', tenant => '$ta')"), '0A000',
-	'orch_start on Citus -> 0A000 (workflow runs are not supported on Citus yet)');
+q1(q{SELECT orch_define('wf_full', '{"steps": [
+    {"step_id": "fetch", "queue": "wq", "handler": "fetch", "compensation": {"handler": "unfetch", "queue": "wq_undo"}},
+    {"step_id": "each", "queue": "wq", "handler": "resize", "depends_on": ["fetch"], "map": {"over": "$.input.items"}},
+    {"step_id": "gate", "type": "human_approval", "depends_on": ["each"], "timeout": "1 hour"},
+    {"step_id": "route", "type": "decision", "depends_on": ["gate"], "targets": ["big", "small"],
+     "rules": [{"when": {"path": "$.steps.fetch.output.size", "op": "ge", "value": 10}, "then": "big"}],
+     "default": "small"},
+    {"step_id": "big", "queue": "wq", "handler": "big"},
+    {"step_id": "small", "queue": "wq", "handler": "small"}]}')});
+q1(q{SELECT orch_publish('wf_full', 1)});
+q1(q{SELECT orch_define('wf_saga', '{"steps": [
+    {"step_id": "reserve", "queue": "wq", "handler": "reserve", "compensation": {"handler": "release", "queue": "wq_undo"}},
+    {"step_id": "charge", "queue": "wq", "handler": "charge", "depends_on": ["reserve"], "retry_policy": {"max_attempts": 1}}]}')});
+q1(q{SELECT orch_publish('wf_saga', 1)});
+q1(q{SELECT orch_define('wf_late', '{"policies": {"deadline": "1 second"},
+    "steps": [{"step_id": "slow", "queue": "wq", "handler": "slow"}]}')});
+q1(q{SELECT orch_publish('wf_late', 1)});
+q1("CREATE ROLE cit_ap LOGIN; GRANT orch_reader, orch_approver, orch_producer TO cit_ap");
+
+# claim one task of queue q for tenant t and finish it: complete with result
+# (a JSON text), or fail with class cls; its step key, or '(nothing)'
+sub work_step
+{
+	my ($q, $t, %o) = @_;
+	my $node = $o{node} // $coord;
+	my $who = $o{role} ? "SET ROLE $o{role}; " : '';
+	my $tenant = $o{role} ? '' : ", tenant => '$t'";
+	my $out = $node->safe_psql('postgres',
+		"${who}SELECT task_id || ' ' || lease_token || ' ' || step_key FROM orch_dequeue('$q', 'wf-w'$tenant)");
+	return '(nothing)' if $out eq '';
+	my ($id, $tok, $key) = split / /, $out;
+	if ($o{cls})
+	{
+		$node->safe_psql('postgres', "${who}SELECT orch_fail($id, '$tok', '$o{cls}', 'failed: $o{cls}')");
+	}
+	else
+	{
+		my $res = $o{result} // '{}';
+		$node->safe_psql('postgres', "${who}SELECT orch_complete($id, '$tok', '$res')");
+	}
+	return $key;
+}
+
+# run state: steps with their states (and compensation states)
+sub run_st
+{
+	my ($run, $t) = @_;
+	return q1("SELECT r.state || ': ' || string_agg(s.step_id || '=' || s.state || coalesce('+' || s.comp_state, ''),"
+		  . " ' ' ORDER BY s.ord) FROM orch.runs r JOIN orch.run_steps s ON s.run_id = r.id AND s.tenant_id = r.tenant_id"
+		  . " WHERE r.id = $run AND r.tenant_id = '$t' GROUP BY r.state");
+}
+
+my %run;
+for my $t ($ta, $tb)
+{
+	# a run, its start and its first step's completion: single-shard statements only
+	my ($rc, $out, $err) = try_sql(
+		"SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT orch_start('wf_full', '{\"items\": [\"x\", \"y\"]}', tenant => '$t');");
+	is($rc, 0, "$t: orch_start on Citus runs no multi-shard statement") or diag($err);
+	$run{$t} = $out;
+	is(q1("SELECT tenant_id || '/' || state FROM orch.runs WHERE id = $run{$t}"), "$t/running",
+		"$t: the run is stored under its tenant");
+	is(q1("SELECT count(*) FROM orch_queues WHERE queue IN ('wq', 'wq_undo', 'approvals')"), '3',
+		"$t: orch_start created the queues its steps use");
+	# claimed and completed in one session (which knows the task's tenant)
+	($rc, $out, $err) = try_sql(
+		"SET citus.multi_task_query_log_level = 'error';\n"
+		  . "SELECT task_id AS id, lease_token AS tok FROM orch_dequeue('wq', 'w', tenant => '$t') \\gset\n"
+		  . "SELECT orch_complete(:id, :'tok', '{\"size\": 12}');");
+	is($rc, 0, "$t: claiming and completing a step's task (the run progresses on its shard)"
+		  . " runs no multi-shard statement") or diag($err);
+	is(run_st($run{$t}, $t),
+		'running: fetch=succeeded+armed each=running gate=pending route=pending big=pending small=pending',
+		"$t: the map step started after fetch");
+	is(join(' ', sort(work_step('wq', $t), work_step('wq', $t))), 'each#0 each#1', "$t: the map's two items");
+	is(run_st($run{$t}, $t),
+		'waiting_approval: fetch=succeeded+armed each=succeeded gate=awaiting_approval route=pending big=pending small=pending',
+		"$t: the run waits for the approval");
+	is(q1("SELECT output FROM orch.run_steps WHERE run_id = $run{$t} AND tenant_id = '$t' AND step_id = 'each'"),
+		'[{}, {}]', "$t: the map's output, in item order");
+}
+# the approver (a role bound to no tenant) approves from a fresh session:
+# the run is found by its id on its shard
+for my $t ($ta, $tb)
+{
+	is(q1("SET ROLE cit_ap; SELECT orch_approve($run{$t}, 'gate', 'ref-$t', 'ops', 'fine')"), 'running',
+		"$t: orch_approve as an approver bound to no tenant");
+	is(work_step('wq', $t), 'big', "$t: the decision chose big (fetch's size is 12)");
+	is(run_st($run{$t}, $t),
+		'succeeded: fetch=succeeded+armed each=succeeded gate=succeeded route=succeeded big=succeeded small=skipped',
+		"$t: the run succeeded");
+	my $status = q1("SELECT orch_run_status($run{$t}) -> 'run' ->> 'state'");
+	is($status, 'succeeded', "$t: orch_run_status");
+	is(q1("SELECT count(*) FROM orch.events WHERE run_id = $run{$t} AND tenant_id = '$t'"
+			  . " AND entity = 'run' AND to_state = 'succeeded'"), '1', "$t: one run event to succeeded");
+}
+
+# a failure compensates in reverse completion order, on the tenant's shard
+for my $t ($ta, $tb)
+{
+	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$t')");
+	is(work_step('wq', $t), 'reserve', "$t: saga: reserve");
+	is(work_step('wq', $t, cls => 'NON_RETRYABLE'), 'charge', "$t: saga: charge fails for good");
+	is(run_st($r, $t), 'running: reserve=succeeded+running charge=failed', "$t: saga: compensating");
+	is(work_step('wq_undo', $t), 'reserve:compensate', "$t: saga: the compensation task");
+	is(run_st($r, $t), 'failed: reserve=succeeded+done charge=failed', "$t: saga: failed, compensated");
+}
+
+# cancelling a run cancels its open task once: the task's trigger on the
+# shard does not progress the run a second time
+{
+	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$ta')");
+	my $task = q1("SELECT task_id FROM orch_dequeue('wq', 'w', tenant => '$ta')");
+	is(q1("SET ROLE cit_ap; SELECT orch_cancel_run($r, 'withdrawn')"), 'canceled',
+		"$ta: orch_cancel_run (a role bound to no tenant, a fresh session)");
+	is(q1("SELECT state || '/' || reason_code FROM orch.tasks WHERE id = $task AND tenant_id = '$ta'"),
+		'cancelled/run_canceled', "$ta: its open task is cancelled");
+	is(q1("SELECT string_agg(coalesce(from_state, '') || '>' || to_state, ' ' ORDER BY id) FROM orch.events"
+			  . " WHERE run_id = $r AND tenant_id = '$ta' AND entity = 'run'"),
+		'>running running>canceled', "$ta: the run went to canceled once");
+	is(q1("SELECT orch_cancel_run($r)"), 'canceled', "$ta: orch_cancel_run again: idempotent");
+}
+
+# a role bound to one tenant starts and works its runs, and cannot reach
+# another tenant's
+{
+	my $r = q1("SET ROLE cit_rb; SELECT orch_start('wf_saga', '{}')");
+	is(q1("SELECT tenant_id FROM orch.runs WHERE id = $r"), $tb, "bound to $tb: orch_start runs in its tenant");
+	is(work_step('wq', $tb, role => 'cit_rb'), 'reserve', "bound to $tb: claims and completes its step");
+	is(work_step('wq', $tb, role => 'cit_rb'), 'charge', "bound to $tb: the next step");
+	is(run_st($r, $tb), 'succeeded: reserve=succeeded+armed charge=succeeded', "bound to $tb: the run succeeded");
+	is(sqlstate_of("SET ROLE cit_rb;\nSELECT orch_run_status($run{$ta})"), 'OR005',
+		"bound to $tb: orch_run_status of a $ta run -> OR005");
+	is(sqlstate_of("SET ROLE cit_rb;\nSELECT orch_cancel_run($run{$ta})"), 'OR005',
+		"bound to $tb: orch_cancel_run of a $ta run -> OR005");
+	is(q1("SET ROLE cit_rb; SELECT count(*) FROM orch_runs WHERE tenant_id <> '$tb'"), '0',
+		"bound to $tb: orch_runs shows its own runs only");
+}
+
+# a step's task finished on a worker node (Citus MX) progresses the run there
+{
+	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$tb')");
+	is(work_step('wq', $tb, node => $workers[0]), 'reserve', "$tb: a step completed through a worker node");
+	is(work_step('wq', $tb, node => $workers[1]), 'charge', "$tb: the next through the other worker node");
+	is(run_st($r, $tb), 'succeeded: reserve=succeeded+armed charge=succeeded', "$tb: the run succeeded");
+}
+
+# maintenance, tenant by tenant: a run past its deadline fails, its open
+# task is cancelled
+{
+	my $r = q1("SELECT orch_start('wf_late', '{}', tenant => '$tb')");
+	$coord->poll_query_until('postgres',
+		"SELECT deadline_at <= now() FROM orch.runs WHERE id = $r AND tenant_id = '$tb'")
+	  or die 'gave up waiting for the deadline';
+	q1('SELECT * FROM orch_maintain()');
+	is(q1("SELECT state || '/' || reason_code FROM orch.runs WHERE id = $r AND tenant_id = '$tb'"),
+		'failed/deadline_exceeded', "$tb: orch_maintain fails a run past its deadline");
+	is(q1("SELECT state FROM orch.tasks WHERE run_id = $r AND tenant_id = '$tb'"), 'cancelled',
+		"$tb: its open task is cancelled");
+}
 
 is(sqlstate_of('SELECT orch_metrics_refresh()'), '0A000',
 	'orch_metrics_refresh on Citus -> 0A000 (metrics are not folded on Citus yet)');
