@@ -46,7 +46,8 @@
 # approval (approved by a role bound to no tenant, from a fresh session),
 # a decision and a skipped branch runs to success in each tenant, its start
 # and its step completions single-shard; a saga compensates in its tenant;
-# orch_cancel_run cancels the open task and moves the run once; a role
+# orch_cancel_run cancels the open task and moves the run once; pause,
+# resume, orch_retry_run and orch_reject work by id; a role
 # bound to one tenant starts and works its runs and gets OR005 for another
 # tenant's; steps finished through a worker node progress the run; a run
 # past its deadline fails in orch_maintain.  In a database with Citus
@@ -560,6 +561,9 @@ q1(q{SELECT orch_define('wf_saga', '{"steps": [
     {"step_id": "reserve", "queue": "wq", "handler": "reserve", "compensation": {"handler": "release", "queue": "wq_undo"}},
     {"step_id": "charge", "queue": "wq", "handler": "charge", "depends_on": ["reserve"], "retry_policy": {"max_attempts": 1}}]}')});
 q1(q{SELECT orch_publish('wf_saga', 1)});
+q1(q{SELECT orch_define('wf_one', '{"steps": [
+    {"step_id": "one", "queue": "wq", "handler": "one", "retry_policy": {"max_attempts": 1}}]}')});
+q1(q{SELECT orch_publish('wf_one', 1)});
 q1(q{SELECT orch_define('wf_late', '{"policies": {"deadline": "1 second"},
     "steps": [{"step_id": "slow", "queue": "wq", "handler": "slow"}]}')});
 q1(q{SELECT orch_publish('wf_late', 1)});
@@ -668,6 +672,35 @@ for my $t ($ta, $tb)
 			  . " WHERE run_id = $r AND tenant_id = '$ta' AND entity = 'run'"),
 		'>running running>canceled', "$ta: the run went to canceled once");
 	is(q1("SELECT orch_cancel_run($r)"), 'canceled', "$ta: orch_cancel_run again: idempotent");
+}
+
+# pause, resume, a failed run retried, and an approval rejected, by id
+{
+	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$tb')");
+	is(q1("SELECT orch_pause_run($r)"), 'paused', "$tb: orch_pause_run");
+	is(work_step('wq', $tb), '(nothing)', "$tb: a paused run's step task is not handed out");
+	is(q1("SELECT orch_resume_run($r)"), 'running', "$tb: orch_resume_run");
+	is(work_step('wq', $tb), 'reserve', "$tb: resumed: reserve");
+	is(work_step('wq', $tb, cls => 'NON_RETRYABLE'), 'charge', "$tb: charge fails");
+	is(work_step('wq_undo', $tb), 'reserve:compensate', "$tb: compensated");
+	is(q1("SELECT state FROM orch.runs WHERE id = $r AND tenant_id = '$tb'"), 'failed', "$tb: the saga failed");
+
+	my $o = q1("SELECT orch_start('wf_one', '{}', tenant => '$tb')");
+	is(work_step('wq', $tb, cls => 'NON_RETRYABLE'), 'one', "$tb: a run's only step fails");
+	my $r2 = q1("SELECT orch_retry_run($o)");
+	is(q1("SELECT tenant_id || '/' || state FROM orch.runs WHERE id = $r2"), "$tb/running",
+		"$tb: orch_retry_run starts the retry in the run's tenant");
+	is(work_step('wq', $tb), 'one', "$tb: the retry runs the step again");
+	is(run_st($r2, $tb), 'succeeded: one=succeeded', "$tb: the retry succeeded");
+
+	my $g = q1("SELECT orch_start('wf_full', '{\"items\": []}', tenant => '$ta')");
+	is(work_step('wq', $ta, result => '{"size": 1}'), 'fetch', "$ta: fetch (an empty map follows)");
+	is(q1("SET ROLE cit_ap; SELECT orch_reject($g, 'gate', 'no-$ta', 'ops', 'not now')"), 'running',
+		"$ta: orch_reject as an approver bound to no tenant");
+	is(work_step('wq_undo', $ta), 'fetch:compensate', "$ta: the rejection failed the run: fetch is compensated");
+	is(run_st($g, $ta),
+		'failed: fetch=succeeded+done each=succeeded gate=failed route=skipped big=skipped small=skipped',
+		"$ta: the run failed at the rejected approval");
 }
 
 # a role bound to one tenant starts and works its runs, and cannot reach
