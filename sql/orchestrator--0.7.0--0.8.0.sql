@@ -1176,6 +1176,8 @@ CREATE INDEX tasks_run_open_idx ON orch.tasks (run_id, tenant_id)
 CREATE FUNCTION orch.run_busy_on_shard(run_id bigint, busy boolean)
 RETURNS boolean
 LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
 AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
 REVOKE ALL ON FUNCTION orch.run_busy_on_shard(bigint, boolean) FROM PUBLIC;
 

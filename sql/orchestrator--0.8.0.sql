@@ -1708,6 +1708,8 @@ COMMENT ON FUNCTION orch.histogram_quantile(double precision, text[], bigint[]) 
 CREATE FUNCTION orch.run_busy_on_shard(run_id bigint, busy boolean)
 RETURNS boolean
 LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
 AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
 
 -- The step type a task's metrics are labelled with.

@@ -431,13 +431,12 @@ orch_event_context(void)
  * ---------------------------------------------------------------------- */
 static Oid	event_seq = InvalidOid;
 static Oid	attempt_seq = InvalidOid;
-static Oid	done_seq = InvalidOid;
 static bool seqs_registered = false;
 
 static void
 seqs_reset(void)
 {
-	event_seq = attempt_seq = done_seq = InvalidOid;
+	event_seq = attempt_seq = InvalidOid;
 }
 
 /* nextval of orch.<name>, the sequence looked up once (again after the schema changes) */
@@ -477,15 +476,4 @@ int64
 orch_next_attempt_id(void)
 {
 	return next_id(&attempt_seq, "attempts_id_seq");
-}
-
-/*
- * The next value of orch.run_steps_done_seq (a step's place in completion
- * order, which compensation reverses): drawn here, not by nextval() in the
- * UPDATE, which Citus refuses in a statement it routes to a shard.
- */
-int64
-orch_next_step_done_seq(void)
-{
-	return next_id(&done_seq, "run_steps_done_seq");
 }

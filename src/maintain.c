@@ -413,6 +413,8 @@ orch_maintain(PG_FUNCTION_ARGS)
 						" UNION SELECT tenant_id FROM orch.idempotency_keys GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.rate_window GROUP BY 1"
 						" UNION SELECT tenant_id FROM orch.gate_repairs GROUP BY 1"
+						/* runs: waits, caps and deadlines due, and the retention of finished ones */
+						" UNION SELECT tenant_id FROM orch.runs GROUP BY 1"
 						" UNION SELECT 'default'"
 						" ORDER BY 1", 0, NULL, NULL, NULL, true, 0, SPI_OK_SELECT);
 		tenant_names = palloc(sizeof(char *) * (ntenants + 1));

@@ -235,7 +235,6 @@ extern void orch_clear_event_context(void);
 extern void orch_event_context_completion_in_task(void);
 extern int64 orch_next_event_id(void);
 extern int64 orch_next_attempt_id(void);
-extern int64 orch_next_step_done_seq(void);
 
 typedef struct OrchEventContext
 {

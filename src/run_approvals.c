@@ -42,8 +42,6 @@
 
 #include "run_internal.h"
 
-/* Where the task goes: the step's queue, else the run policy's, else this */
-#define APPROVAL_DEFAULT_QUEUE "approvals"
 
 /*
  * The task, queued (the trigger writes received -> queued); $1 run, $2

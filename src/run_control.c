@@ -26,11 +26,12 @@ PG_FUNCTION_INFO_V1(orch_resume_run);
 PG_FUNCTION_INFO_V1(orch_cancel_run);
 PG_FUNCTION_INFO_V1(orch_retry_run);
 
-/* End a run call (its busy mark, SPI) and return the run's state name. */
+/* End a run call (its busy mark, its tenant scope, SPI) and return the run's state name. */
 static Datum
 run_call_result(const char *state)
 {
 	orch_run_busy_end(0);
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
@@ -371,6 +372,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	nr.phase = "forward";
 	nr.reason = NULL;
 	nr.past_deadline = false;
+	orch_run_ensure_step_queues(&nr);
 	v[2] = Int64GetDatum(nr.id);
 	/* completed steps keep their outputs; everything else runs again */
 	orch_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
@@ -395,6 +397,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	orch_run_advance(&nr);
 	orch_clear_event_context();
 	orch_run_busy_end(0);
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_INT64(nr.id);
 }

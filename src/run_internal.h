@@ -134,10 +134,15 @@ extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 	"  WHEN jsonb_typeof(" J ") = 'string' THEN (" J " #>> '{}')::interval END"
 
 /* run_step_tasks.c: the tasks of steps */
+/* Where an approval's task goes: the step's queue, else the run policy's, else this */
+#define APPROVAL_DEFAULT_QUEUE "approvals"
+extern void orch_run_ensure_step_queues(RunRow *r);
 /* now + after (NULL: no cap) as the next parameter: a step's soft cap */
 extern void orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after);
 /* The error of a step whose queue does not exist (and is not created) */
 #define STEP_NO_QUEUE "its queue does not exist and orchestrator.auto_create_queues is off"
+/* the same on Citus, where a step's queue is created only by orch_start (and orch_retry_run) */
+#define STEP_NO_QUEUE_CITUS "its queue does not exist (on Citus a run's queues are created when it starts; create it with orch_create_queue)"
 #define STEP_TOO_LARGE "its input (the run's input and its dependencies' outputs) is over orchestrator.max_step_input_size"
 extern char *orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout);
 extern int64 orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation);

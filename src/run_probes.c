@@ -650,6 +650,7 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 			/* the same acknowledgement again, nothing new to acknowledge: no change */
 			state = orch_run_state_names[r.state];
 			orch_run_busy_end(0);
+			orch_scope_clear();
 			SPI_finish();
 			PG_RETURN_TEXT_P(cstring_to_text(state));
 		}
@@ -691,6 +692,7 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 	orch_write_run_event(r.tenant, r.id, "run", state, state, "drift_acknowledged", NULL);
 	orch_clear_event_context();
 	orch_run_busy_end(0);
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }

@@ -227,6 +227,10 @@ static void run_busy_on_shard(int64 run_id, const char *tenant, bool busy);
 static int64 shard_busy_run = 0;
 static char *shard_busy_tenant = NULL;
 
+/* the mark it replaced (a run call that acts on a second run: orch_retry_run) */
+static int64 shard_outer_run = 0;
+static char *shard_outer_tenant = NULL;
+
 /*
  * Inside the statement-end flush (runs.c): the runs progressed there are
  * noted by the triggers of this backend's own statements (on Citus, on the
@@ -250,7 +254,7 @@ static void
 notes_reset(bool xact_end)
 {
 	busy_run = 0;
-	shard_busy_run = 0;			/* the shard's backend forgets it too */
+	shard_busy_run = shard_outer_run = 0;	/* the shard's backend forgets them too */
 }
 
 static OrchXactLists notes_state = {{&run_notes}, notes_reset};
@@ -274,6 +278,14 @@ orch_run_busy_end(int64 prev)
 	{
 		run_busy_on_shard(shard_busy_run, shard_busy_tenant, false);
 		shard_busy_run = 0;
+		/* back to the run it replaced: marked there again */
+		if (shard_outer_run != 0 && shard_outer_run == prev)
+		{
+			run_busy_on_shard(shard_outer_run, shard_outer_tenant, true);
+			shard_busy_run = shard_outer_run;
+			shard_busy_tenant = shard_outer_tenant;
+		}
+		shard_outer_run = 0;
 	}
 	busy_run = prev;
 }
@@ -304,7 +316,11 @@ orch_run_busy_on_shard_begin(RunRow *r)
 	if (in_flush || shard_busy_run == r->id || !orch_citus() || orch_schema_version() < 800)
 		return;
 	if (shard_busy_run != 0)
+	{
 		run_busy_on_shard(shard_busy_run, shard_busy_tenant, false);
+		shard_outer_run = shard_busy_run;
+		shard_outer_tenant = shard_busy_tenant;
+	}
 	run_busy_on_shard(r->id, r->tenant, true);
 	shard_busy_run = r->id;
 	shard_busy_tenant = MemoryContextStrdup(TopTransactionContext, r->tenant);

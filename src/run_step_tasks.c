@@ -123,6 +123,44 @@ step_queue_ready(RunRow *r, const char *step, bool compensation)
 }
 
 /*
+ * On Citus, the queues run r's steps will use, created now when missing
+ * (orchestrator.auto_create_queues), by orch_start and orch_retry_run: a
+ * step starts in the trigger of the statement that finished the step
+ * before it, on the tenant's shard, where the queues (a reference table,
+ * written on every node) cannot be written.  A task step's or a map's
+ * queue, a human approval's (APPROVAL_DEFAULT_QUEUE last), a
+ * compensation's, and a compensation approval's.
+ */
+void
+orch_run_ensure_step_queues(RunRow *r)
+{
+	OrchArgs	a = {0};
+	char	  **queues;
+	uint64		n;
+
+	if (!orch_citus() || !orch_auto_create_queues)
+		return;
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	n = orch_args_sql(&a, "SELECT DISTINCT v.q FROM orch.runs r JOIN orch.definitions d"
+					  "   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
+					  "  jsonb_array_elements(d.spec -> 'steps') st(s),"
+					  "  LATERAL (VALUES"
+					  "    (CASE WHEN s ? 'handler' OR s ? 'map' OR s ->> 'type' = 'human_approval'"
+					  "       THEN coalesce(s ->> 'queue', d.spec -> 'policies' ->> 'queue',"
+					  "                     CASE WHEN s ->> 'type' = 'human_approval' THEN '" APPROVAL_DEFAULT_QUEUE "' END) END),"
+					  "    (CASE WHEN s ? 'compensation' THEN coalesce(s -> 'compensation' ->> 'queue', s ->> 'queue',"
+					  "       d.spec -> 'policies' ->> 'queue',"
+					  "       CASE WHEN s -> 'compensation' ->> 'mode' = 'approval' THEN '" APPROVAL_DEFAULT_QUEUE "' END) END)) v(q)"
+					  " WHERE r.id = $1 AND r.tenant_id = $2 AND v.q IS NOT NULL"
+					  "   AND NOT EXISTS (SELECT 1 FROM orch.queues qq WHERE qq.name = v.q)",
+					  false, 0, SPI_OK_SELECT);
+	queues = orch_spi_column(1);
+	for (uint64 i = 0; i < n; i++)
+		orch_ensure_queue(queues[i]);
+}
+
+/*
  * Enqueue the task of a step, or its compensation task; -1: no queue; -2:
  * the step's input is over orchestrator.max_step_input_size.
  */
@@ -262,7 +300,7 @@ orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout)
 	/* its queue does not exist yet, or its input is too large */
 	id = orch_run_enqueue_step_task(r, step, false);
 	if (id == -1)
-		return STEP_NO_QUEUE;
+		return orch_citus() && orch_auto_create_queues ? STEP_NO_QUEUE_CITUS : STEP_NO_QUEUE;
 	if (id == -2)
 		return step_too_large(r, step);
 	a.n = 3;

@@ -67,15 +67,19 @@ has_edge(RunRow *r, const char *step, const char *outcome)
 }
 
 /*
- * What a step's success writes (output: its SQL; NOW and SEQ: parameters
- * with the clock and the next orch.run_steps_done_seq, see
- * arg_now_and_done_seq), and whether it has on_success edges to take
- * (RETURNING).
+ * What a step's success writes (output: its SQL; NOW: a parameter with the
+ * clock), and whether it has on_success edges to take (RETURNING); for a
+ * statement whose $1 and $2 are the run and its tenant.  done_seq, the
+ * step's place in the run's completion order (which compensation
+ * reverses), counts in the run (the run is locked): one sequence would
+ * number steps by the node that settled them on Citus, where each node
+ * draws ids from its own range.
  */
-#define STEP_SUCCEEDED_SET(OUTPUT, NOW, SEQ) \
+#define STEP_SUCCEEDED_SET(OUTPUT, NOW) \
 	"state = 'succeeded', output = " OUTPUT ", finished_at = " NOW "," \
 	" wake_at = NULL, cap_at = NULL," \
-	" done_seq = " SEQ "," \
+	" done_seq = (SELECT coalesce(max(d.done_seq), 0) + 1 FROM orch.run_steps d" \
+	"             WHERE d.run_id = $1 AND d.tenant_id = $2)," \
 	" comp_state = CASE WHEN spec ? 'compensation' THEN 'armed' END"
 #define STEP_SUCCEEDED_RETURNING \
 	" RETURNING jsonb_typeof(spec -> 'on_success') IN ('string', 'array')"
@@ -101,9 +105,9 @@ output_mismatch(Jsonb *schema, Jsonb *output)
 void
 orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
 {
-	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-	Datum		v[8];
-	char		n[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[7] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		v[7];
+	char		n[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		has_success_edges;
 	bool		isnull;
 
@@ -115,11 +119,10 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 	orch_spi_text(v, n, 4, chosen);
 	v[5] = orch_text_datum(from);
 	v[6] = TimestampTzGetDatum(GetCurrentTimestamp());
-	v[7] = Int64GetDatum(orch_next_step_done_seq());
 	/* only from the state it was in: a step closed meanwhile stays closed */
-	if (orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4", "$7", "$8")
+	if (orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4", "$7")
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
-			STEP_SUCCEEDED_RETURNING, 8, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
+			STEP_SUCCEEDED_RETURNING, 7, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
@@ -176,7 +179,8 @@ map_fill(RunRow *r, const char *step, bool recount)
 		return;
 	items = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull));
 	if (orch_run_enqueue_map_items(r, step, next, upto, items) < 0)
-		orch_run_step_failed(r, step, "failed", STEP_NO_QUEUE, false);
+		orch_run_step_failed(r, step, "failed",
+							 orch_citus() && orch_auto_create_queues ? STEP_NO_QUEUE_CITUS : STEP_NO_QUEUE, false);
 }
 
 /*
@@ -1165,13 +1169,12 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 		return false;
 	/* the last one: the results, in item order, read once */
 	v[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-	v[4] = Int64GetDatum(orch_next_step_done_seq());
 	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET(
 			"(SELECT jsonb_agg(t.result ORDER BY split_part(t.step_key, '#', 2)::int) FROM orch.tasks t"
 			"  WHERE t.run_id = $1 AND t.tenant_id = $2 AND left(t.step_key, length($3) + 1) = $3 || '#')",
-			"$4", "$5")
+			"$4")
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
-			STEP_SUCCEEDED_RETURNING, 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID}, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
 	has_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
 	orch_step_event(r, step, "running", "succeeded", "step_succeeded");
@@ -1208,15 +1211,15 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 		orch_run_progress(r);
 		return false;
 	}
-	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result", "$5", "$6")
+	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result", "$5")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
 			"   AND NOT s.spec ? 'output_schema'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed' AND" NO_TIMER_DUE("$5")
-			STEP_SUCCEEDED_RETURNING, 6, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INT8OID},
+			STEP_SUCCEEDED_RETURNING, 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID},
 			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step_key),
-				Int64GetDatum(task_id), TimestampTzGetDatum(GetCurrentTimestamp()), Int64GetDatum(orch_next_step_done_seq())},
+				Int64GetDatum(task_id), TimestampTzGetDatum(GetCurrentTimestamp())},
 			NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 	{
 		orch_run_progress(r);

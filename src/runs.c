@@ -204,39 +204,6 @@ orch_runs_maintain(int limit)
  * orch_start(name, input, version, idempotency_key, tenant, pins) -> run id
  * ---------------------------------------------------------------------- */
 /*
- * On Citus, the queues the run's steps will use, created now when missing
- * (orchestrator.auto_create_queues): a step starts in the trigger of the
- * statement that finished the step before it, on the tenant's shard, where
- * the queues (a reference table, written on every node) cannot be written.
- * A task step's or map's queue, a human approval's (APPROVAL_DEFAULT_QUEUE
- * last), and a compensation's.
- */
-static void
-ensure_step_queues(Datum spec)
-{
-	Oid			types[1] = {JSONBOID};
-	Datum		v[1];
-	char	  **queues;
-	uint64		n;
-
-	if (!orch_citus() || !orch_auto_create_queues)
-		return;
-	v[0] = spec;
-	n = orch_sql("SELECT DISTINCT v.q FROM jsonb_array_elements($1 -> 'steps') st(s),"
-				 "  LATERAL (VALUES"
-				 "    (CASE WHEN s ? 'handler' OR s ? 'map' OR s ->> 'type' = 'human_approval'"
-				 "       THEN coalesce(s ->> 'queue', $1 -> 'policies' ->> 'queue',"
-				 "                     CASE WHEN s ->> 'type' = 'human_approval' THEN 'approvals' END) END),"
-				 "    (CASE WHEN s ? 'compensation' THEN coalesce(s -> 'compensation' ->> 'queue', s ->> 'queue',"
-				 "       $1 -> 'policies' ->> 'queue', 'approvals') END)) v(q)"
-				 " WHERE v.q IS NOT NULL AND NOT EXISTS (SELECT 1 FROM orch.queues qq WHERE qq.name = v.q)",
-				 1, types, v, NULL, false, 0, SPI_OK_SELECT);
-	queues = orch_spi_column(1);
-	for (uint64 i = 0; i < n; i++)
-		orch_ensure_queue(queues[i]);
-}
-
-/*
  * The run's input against the definition's input_schema (json_schema.c):
  * 22023 naming the path of the first mismatch.  Without a "type" of its
  * own, input_schema describes an object (as before 0.8.0).
@@ -408,8 +375,8 @@ orch_start(PG_FUNCTION_ARGS)
 		orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
 				 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
 	}
-	ensure_step_queues(spec);
 	r.tenant = tenant;
+	orch_run_ensure_step_queues(&r);
 	r.state = RS_RUNNING;
 	r.phase = "forward";
 	r.reason = NULL;
@@ -491,6 +458,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 		out = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		MemoryContextSwitchTo(spi);
 	}
+	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_JSONB_P(out);
 }

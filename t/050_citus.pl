@@ -727,6 +727,36 @@ for my $t ($ta, $tb)
 	is(run_st($r, $tb), 'succeeded: reserve=succeeded+armed charge=succeeded', "$tb: the run succeeded");
 }
 
+# compensation in reverse completion order: two compensable steps, then a
+# failure (the order is counted in the run, whichever node settled a step)
+{
+	q1(q{SELECT orch_define('wf_two', '{"steps": [
+	    {"step_id": "one", "queue": "wq", "handler": "one", "compensation": {"handler": "undo1", "queue": "wq_undo"}},
+	    {"step_id": "two", "queue": "wq", "handler": "two", "depends_on": ["one"],
+	     "compensation": {"handler": "undo2", "queue": "wq_undo"}},
+	    {"step_id": "three", "queue": "wq", "handler": "three", "depends_on": ["two"], "retry_policy": {"max_attempts": 1}}]}')});
+	q1(q{SELECT orch_publish('wf_two', 1)});
+	my $r = q1("SELECT orch_start('wf_two', '{}', tenant => '$ta')");
+	is(join(' ', work_step('wq', $ta), work_step('wq', $ta), work_step('wq', $ta, cls => 'NON_RETRYABLE')),
+		'one two three', "$ta: two compensable steps, then a failure");
+	is(join(' ', work_step('wq_undo', $ta), work_step('wq_undo', $ta)), 'two:compensate one:compensate',
+		"$ta: compensated in reverse completion order");
+	is(run_st($r, $ta), 'failed: one=succeeded+done two=succeeded+done three=failed', "$ta: failed, compensated");
+}
+
+# maintenance visits a tenant that has runs and no task: its wait ends
+{
+	q1(q{SELECT orch_define('wf_wait', '{"steps": [{"step_id": "w", "type": "wait", "duration": 1}]}')});
+	q1(q{SELECT orch_publish('wf_wait', 1)});
+	my $r = q1("SELECT orch_start('wf_wait', '{}', tenant => 'only_runs')");
+	is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id = 'only_runs'"), '0', 'only_runs: a run and no task');
+	$coord->poll_query_until('postgres',
+		"SELECT wake_at <= now() FROM orch.run_steps WHERE run_id = $r AND tenant_id = 'only_runs'")
+	  or die 'gave up waiting for the wait step';
+	q1('SELECT * FROM orch_maintain()');
+	is(run_st($r, 'only_runs'), 'succeeded: w=succeeded', 'only_runs: orch_maintain ended its wait');
+}
+
 # maintenance, tenant by tenant: a run past its deadline fails, its open
 # task is cancelled
 {

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5953);
+SELECT plan(5993);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -749,6 +749,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
     ('orch.task_step_type', 'any', NULL, 'call task_step_type directly',
      $q$SELECT orch.task_step_type(NULL, 'ta', 's')$q$, NULL, '{"*": "42501"}'),
+    ('orch.run_busy_on_shard', 'any', NULL, 'call run_busy_on_shard directly',
+     'SELECT orch.run_busy_on_shard(1, true)', NULL, '{"*": "42501"}'),
     ('orch.histogram_le', 'any', NULL, 'call histogram_le directly',
      'SELECT orch.histogram_le(1)', NULL, '{"*": "42501"}'),
     ('orch.histogram_quantile', 'any', NULL, 'call histogram_quantile directly',
