@@ -372,7 +372,16 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	nr.phase = "forward";
 	nr.reason = NULL;
 	nr.past_deadline = false;
-	orch_run_ensure_step_queues(&nr);
+	if (orch_citus())
+	{
+		/* the queues the retry needs (its definition: a reference table) */
+		if (orch_sql("SELECT d.spec FROM orch.definitions d WHERE d.tenant_id = 'default'"
+					 "   AND (d.name, d.version) = (SELECT definition, version FROM orch.runs"
+					 "                               WHERE id = $1 AND tenant_id = $2)",
+					 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 1)
+			orch_run_ensure_step_queues(DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0],
+																		 SPI_tuptable->tupdesc, 1, &isnull)));
+	}
 	v[2] = Int64GetDatum(nr.id);
 	/* completed steps keep their outputs; everything else runs again */
 	orch_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"

@@ -136,7 +136,7 @@ extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 /* run_step_tasks.c: the tasks of steps */
 /* Where an approval's task goes: the step's queue, else the run policy's, else this */
 #define APPROVAL_DEFAULT_QUEUE "approvals"
-extern void orch_run_ensure_step_queues(RunRow *r);
+extern void orch_run_ensure_step_queues(Jsonb *spec);
 /* now + after (NULL: no cap) as the next parameter: a step's soft cap */
 extern void orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after);
 /* The error of a step whose queue does not exist (and is not created) */

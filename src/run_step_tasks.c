@@ -123,16 +123,17 @@ step_queue_ready(RunRow *r, const char *step, bool compensation)
 }
 
 /*
- * On Citus, the queues run r's steps will use, created now when missing
- * (orchestrator.auto_create_queues), by orch_start and orch_retry_run: a
- * step starts in the trigger of the statement that finished the step
- * before it, on the tenant's shard, where the queues (a reference table,
- * written on every node) cannot be written.  A task step's or a map's
- * queue, a human approval's (APPROVAL_DEFAULT_QUEUE last), a
- * compensation's, and a compensation approval's.
+ * On Citus, the queues the steps of a run of definition spec will use,
+ * created now when missing (orchestrator.auto_create_queues), by orch_start
+ * and orch_retry_run: a step starts in the trigger of the statement that
+ * finished the step before it, on the tenant's shard, where the queues (a
+ * reference table, written on every node) cannot be written.  A task
+ * step's or a map's queue, a human approval's (APPROVAL_DEFAULT_QUEUE
+ * last), a compensation's, and a compensation approval's.  Read from the
+ * spec and the queues (a reference table: read where the call runs).
  */
 void
-orch_run_ensure_step_queues(RunRow *r)
+orch_run_ensure_step_queues(Jsonb *spec)
 {
 	OrchArgs	a = {0};
 	char	  **queues;
@@ -140,20 +141,16 @@ orch_run_ensure_step_queues(RunRow *r)
 
 	if (!orch_citus() || !orch_auto_create_queues)
 		return;
-	orch_arg_int8(&a, r->id);
-	orch_arg_text(&a, r->tenant);
-	n = orch_args_sql(&a, "SELECT DISTINCT v.q FROM orch.runs r JOIN orch.definitions d"
-					  "   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
-					  "  jsonb_array_elements(d.spec -> 'steps') st(s),"
+	orch_arg(&a, JSONBOID, JsonbPGetDatum(spec), false);
+	n = orch_args_sql(&a, "SELECT DISTINCT v.q FROM jsonb_array_elements($1 -> 'steps') st(s),"
 					  "  LATERAL (VALUES"
 					  "    (CASE WHEN s ? 'handler' OR s ? 'map' OR s ->> 'type' = 'human_approval'"
-					  "       THEN coalesce(s ->> 'queue', d.spec -> 'policies' ->> 'queue',"
+					  "       THEN coalesce(s ->> 'queue', $1 -> 'policies' ->> 'queue',"
 					  "                     CASE WHEN s ->> 'type' = 'human_approval' THEN '" APPROVAL_DEFAULT_QUEUE "' END) END),"
 					  "    (CASE WHEN s ? 'compensation' THEN coalesce(s -> 'compensation' ->> 'queue', s ->> 'queue',"
-					  "       d.spec -> 'policies' ->> 'queue',"
+					  "       $1 -> 'policies' ->> 'queue',"
 					  "       CASE WHEN s -> 'compensation' ->> 'mode' = 'approval' THEN '" APPROVAL_DEFAULT_QUEUE "' END) END)) v(q)"
-					  " WHERE r.id = $1 AND r.tenant_id = $2 AND v.q IS NOT NULL"
-					  "   AND NOT EXISTS (SELECT 1 FROM orch.queues qq WHERE qq.name = v.q)",
+					  " WHERE v.q IS NOT NULL AND NOT EXISTS (SELECT 1 FROM orch.queues qq WHERE qq.name = v.q)",
 					  false, 0, SPI_OK_SELECT);
 	queues = orch_spi_column(1);
 	for (uint64 i = 0; i < n; i++)

@@ -375,8 +375,8 @@ orch_start(PG_FUNCTION_ARGS)
 		orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
 				 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
 	}
+	orch_run_ensure_step_queues(DatumGetJsonbP(spec));
 	r.tenant = tenant;
-	orch_run_ensure_step_queues(&r);
 	r.state = RS_RUNNING;
 	r.phase = "forward";
 	r.reason = NULL;
