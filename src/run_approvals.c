@@ -42,7 +42,6 @@
 
 #include "run_internal.h"
 
-
 /*
  * The task, queued (the trigger writes received -> queued); $1 run, $2
  * tenant, $3 step, $4 its step key, $5 whether it is a compensation's
