@@ -217,6 +217,7 @@ static List *run_notes = NIL;
  * changes itself (cancellations) need no second pass of progression.
  */
 static int64 busy_run = 0;
+static int	busy_level = 0;			/* the (sub)transaction level it was set at */
 
 static void run_busy_on_shard(int64 run_id, const char *tenant, bool busy);
 
@@ -226,6 +227,7 @@ static void run_busy_on_shard(int64 run_id, const char *tenant, bool busy);
  */
 static int64 shard_busy_run = 0;
 static char *shard_busy_tenant = NULL;
+static int	shard_busy_level = 0;
 
 /* the mark it replaced (a run call that acts on a second run: orch_retry_run) */
 static int64 shard_outer_run = 0;
@@ -250,11 +252,20 @@ orch_run_flush_leave(void)
 	in_flush = false;
 }
 
+/*
+ * At the transaction's end every mark goes; when a subtransaction aborts,
+ * the marks set inside it (the shard's backend rolls back the same
+ * subtransaction and forgets its mark the same way).
+ */
 static void
 notes_reset(bool xact_end)
 {
-	busy_run = 0;
-	shard_busy_run = shard_outer_run = 0;	/* the shard's backend forgets them too */
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (xact_end || busy_level >= level)
+		busy_run = 0;
+	if (xact_end || shard_busy_level >= level)
+		shard_busy_run = shard_outer_run = 0;
 }
 
 static OrchXactLists notes_state = {{&run_notes}, notes_reset};
@@ -268,6 +279,7 @@ orch_run_busy_begin(int64 run_id)
 	orch_xact_lists_use(&notes_state);
 
 	busy_run = run_id;
+	busy_level = GetCurrentTransactionNestLevel();
 	return prev;
 }
 
@@ -284,10 +296,12 @@ orch_run_busy_end(int64 prev)
 			run_busy_on_shard(shard_outer_run, shard_outer_tenant, true);
 			shard_busy_run = shard_outer_run;
 			shard_busy_tenant = shard_outer_tenant;
+			shard_busy_level = GetCurrentTransactionNestLevel();
 		}
 		shard_outer_run = 0;
 	}
 	busy_run = prev;
+	busy_level = GetCurrentTransactionNestLevel();
 }
 
 /*
@@ -324,6 +338,7 @@ orch_run_busy_on_shard_begin(RunRow *r)
 	run_busy_on_shard(r->id, r->tenant, true);
 	shard_busy_run = r->id;
 	shard_busy_tenant = MemoryContextStrdup(TopTransactionContext, r->tenant);
+	shard_busy_level = GetCurrentTransactionNestLevel();
 }
 
 /* orch.run_busy_on_shard(run_id, busy): the mark, in this backend */
