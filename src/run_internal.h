@@ -89,7 +89,7 @@ typedef struct RunDone
 extern int64 orch_run_busy_begin(int64 run_id);
 extern void orch_run_busy_end(int64 prev);
 extern void orch_run_busy_on_shard_begin(RunRow *r);
-extern void orch_run_flush_enter(void);
+extern bool orch_run_flush_enter(void);
 extern void orch_run_flush_leave(void);
 extern bool orch_run_notes_pending(void);
 extern void orch_run_notes_sort(void);
@@ -137,6 +137,7 @@ extern bool orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out);
 /* Where an approval's task goes: the step's queue, else the run policy's, else this */
 #define APPROVAL_DEFAULT_QUEUE "approvals"
 extern void orch_run_ensure_step_queues(Jsonb *spec);
+extern char *orch_run_step_no_queue(void);
 /* now + after (NULL: no cap) as the next parameter: a step's soft cap */
 extern void orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after);
 /* The error of a step whose queue does not exist (and is not created) */

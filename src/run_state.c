@@ -234,16 +234,22 @@ static int64 shard_outer_run = 0;
 static char *shard_outer_tenant = NULL;
 
 /*
- * Inside the statement-end flush (runs.c): the runs progressed there are
- * noted by the triggers of this backend's own statements (on Citus, on the
- * tenant's shard: this backend is the one to mark), so no shard is told.
+ * Set while the statement-end flush (runs.c) progresses the noted runs: the
+ * flush does not run again from its own statements, and tells no shard of
+ * its busy marks (the runs it progresses were noted by the triggers of this
+ * backend's own statements: on Citus, on the tenant's shard, so this
+ * backend is the one to mark).
  */
 static bool in_flush = false;
 
-void
+/* Begin the flush; false when one is running already */
+bool
 orch_run_flush_enter(void)
 {
+	if (in_flush)
+		return false;
 	in_flush = true;
+	return true;
 }
 
 void
@@ -262,6 +268,8 @@ notes_reset(bool xact_end)
 {
 	int			level = GetCurrentTransactionNestLevel();
 
+	if (xact_end)
+		in_flush = false;
 	if (xact_end || busy_level >= level)
 		busy_run = 0;
 	if (xact_end || shard_busy_level >= level)

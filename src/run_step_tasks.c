@@ -254,6 +254,13 @@ step_too_large(RunRow *r, const char *step)
 					size, orch_max_step_input_size);
 }
 
+/* The error of a step whose queue does not exist (and is not created here) */
+char *
+orch_run_step_no_queue(void)
+{
+	return orch_citus() && orch_auto_create_queues ? STEP_NO_QUEUE_CITUS : STEP_NO_QUEUE;
+}
+
 /* now + after (NULL: no cap) as the next parameter: a step's soft cap */
 void
 orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after)
@@ -277,7 +284,7 @@ char *
 orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout)
 {
 	OrchArgs	a = {0};
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 	int64		id;
 
 	orch_arg_int8(&a, r->id);
@@ -286,7 +293,7 @@ orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout)
 	orch_arg_text(&a, step);	/* the step key */
 	orch_arg_int4(&a, -1);		/* no map item */
 	orch_arg_int4(&a, orch_max_step_input_size);
-	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+	now = orch_arg_clock(&a);
 	orch_arg_step_cap(&a, now, timeout);
 	if (orch_args_sql(&a, "WITH t AS (" STEP_TASK_INSERT " RETURNING id)"
 					  " UPDATE orch.run_steps SET state = 'running', started_at = $7,"
@@ -297,13 +304,12 @@ orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout)
 	/* its queue does not exist yet, or its input is too large */
 	id = orch_run_enqueue_step_task(r, step, false);
 	if (id == -1)
-		return orch_citus() && orch_auto_create_queues ? STEP_NO_QUEUE_CITUS : STEP_NO_QUEUE;
+		return orch_run_step_no_queue();
 	if (id == -2)
 		return step_too_large(r, step);
 	a.n = 3;
 	orch_arg_int8(&a, id);
-	now = GetCurrentTimestamp();
-	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+	now = orch_arg_clock(&a);
 	orch_arg_step_cap(&a, now, timeout);
 	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $5, task_id = $4, cap_at = $6"
 				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);

@@ -179,8 +179,7 @@ map_fill(RunRow *r, const char *step, bool recount)
 		return;
 	items = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull));
 	if (orch_run_enqueue_map_items(r, step, next, upto, items) < 0)
-		orch_run_step_failed(r, step, "failed",
-							 orch_citus() && orch_auto_create_queues ? STEP_NO_QUEUE_CITUS : STEP_NO_QUEUE, false);
+		orch_run_step_failed(r, step, "failed", orch_run_step_no_queue(), false);
 }
 
 /*
@@ -213,8 +212,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		orch_arg_text(&a, r->tenant);
 		orch_arg_text(&a, step);
 		orch_arg(&a, INT8OID, Int64GetDatum(task), task == 0);
-		now = GetCurrentTimestamp();
-		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+		now = orch_arg_clock(&a);
 		orch_arg_step_cap(&a, now, timeout);
 		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = $5,"
 					  " cap_at = $6, task_id = $4"
@@ -248,11 +246,10 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		/* the input names the time: a finite timestamp, or the step fails */
 		if (until)
 			wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
-		now = GetCurrentTimestamp();
 		orch_arg_int8(&a, r->id);
 		orch_arg_text(&a, r->tenant);
 		orch_arg_text(&a, step);
-		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+		now = orch_arg_clock(&a);
 		orch_arg_step_cap(&a, now, timeout);
 		/* a duration from now, else the input's time (NULL: it names none) */
 		if (duration)
@@ -317,8 +314,7 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		orch_arg_text(&a, r->tenant);
 		orch_arg_text(&a, step);
 		orch_arg(&a, JSONBOID, items ? JsonbPGetDatum(items) : (Datum) 0, items == NULL);
-		now = GetCurrentTimestamp();
-		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+		now = orch_arg_clock(&a);
 		orch_arg_step_cap(&a, now, timeout);
 		orch_arg(&a, INT4OID, Int32GetDatum(count), !is_array);
 		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $5, cap_at = $6,"

@@ -34,17 +34,6 @@
 PG_FUNCTION_INFO_V1(orch_start);
 PG_FUNCTION_INFO_V1(orch_run_status);
 
-/* Set while runs noted by the task trigger progress (orch_runs_flush) */
-static bool runs_flushing = false;
-
-static void
-runs_reset(bool xact_end)
-{
-	runs_flushing = false;
-}
-
-static OrchXactLists runs_state = {{NULL}, runs_reset};
-
 /* At statement end (statement_end.c): progress the noted runs. */
 void
 orch_runs_flush(void)
@@ -52,11 +41,9 @@ orch_runs_flush(void)
 	volatile bool deferred;
 	RunNote		note;
 
-	if (runs_flushing || !orch_run_notes_pending())
+	/* not again from the statements of the progression itself */
+	if (!orch_run_notes_pending() || !orch_run_flush_enter())
 		return;
-	orch_xact_lists_use(&runs_state);
-	runs_flushing = true;
-	orch_run_flush_enter();
 	/* the events of the progression go in with one INSERT at its end */
 	orch_events_defer();
 	deferred = true;
@@ -104,7 +91,6 @@ orch_runs_flush(void)
 	}
 	PG_FINALLY();
 	{
-		runs_flushing = false;
 		orch_run_flush_leave();
 		if (deferred)
 			orch_events_undefer(false);

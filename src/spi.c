@@ -437,11 +437,15 @@ orch_arg_int4(OrchArgs *a, int32 v)
  * The clock now, as clock_timestamp() would give it in the statement: a
  * value, because Citus refuses a volatile function in most UPDATEs it
  * routes to a shard (the same text then serves one node and Citus).
+ * Returns it, for values computed from it.
  */
-void
+TimestampTz
 orch_arg_clock(OrchArgs *a)
 {
-	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	TimestampTz now = GetCurrentTimestamp();
+
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+	return now;
 }
 
 uint64
