@@ -1181,109 +1181,111 @@ SET jit = off
 AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
 REVOKE ALL ON FUNCTION orch.run_busy_on_shard(bigint, boolean) FROM PUBLIC;
 
--- 0.8.0: a human_approval step is backed by a task ("step:approval"),
--- labelled in the metrics with its step's type.
-CREATE OR REPLACE FUNCTION orch.task_step_type(run_id bigint, tenant text, step_key text)
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, orch, pg_temp
-AS $fn$
-    SELECT CASE
-        WHEN $1 IS NULL THEN 'task'
-        -- a compensation's task, and the task of the approval it waits for
-        WHEN $3 LIKE '%:compensate' OR $3 LIKE '%:compensate:approval' THEN 'compensation'
-        -- a map item ("step#i") and a human_approval step's task ("step:approval")
-        -- are labelled with their step's type
-        ELSE coalesce((SELECT s.type FROM orch.run_steps s
-                        WHERE s.run_id = $1 AND s.tenant_id = $2
-                          AND s.step_id = split_part(split_part($3, '#', 1), ':', 1)), 'task')
-    END
-$fn$;
+-- The metrics fold labels step types itself (it reads the run steps of
+-- the shard it folds on Citus): orch.task_step_type goes.
+DROP FUNCTION orch.task_step_type(bigint, text, text);
 
--- The metrics fold reads the completions their attempt rows record (orch.history).
-CREATE OR REPLACE FUNCTION orch.metrics_fold()
+-- The metrics fold (0.6.0: about twice as fast per task folded as 0.5.0's,
+-- same counts): the step type is looked up for workflow tasks only, the
+-- attempt of an event only for retries and failures, and the rows are
+-- summed per minute once (the totals add up the minutes, not the rows).
+-- The fold reads the recent part of events and attempts only, through
+-- their block-range indexes (xact >= the last snapshot's xmin).  The
+-- planner cannot cost a BRIN scan well (without correlation statistics, as
+-- after an upgrade, when old rows have no xact, it assumes every range
+-- matches), so sequential scans are ruled out for the fold; its other
+-- reads are primary-key lookups.  Its statement is planned with its values
+-- (EXECUTE).  No parallel workers and no JIT: the scans are short (and the
+-- cost of a ruled-out scan would look worth compiling).
+--
+-- orch.metrics_fold_on folds one set of tables, in this order: tasks,
+-- events, attempts, runs, run_steps, metric_totals, metric_minutes and
+-- (or NULL) maintenance_log; its state is the row state_id of the table
+-- state.  On one node orch.metrics_fold() folds the tables themselves, its
+-- state in orch.metric_state.  On Citus orch.metrics_fold_shard() folds one
+-- group of co-located shards on the node that holds them (0.8.0), its state
+-- in that node's orch.metric_shard_state: transaction ids are only
+-- comparable on one node, so the fold runs where the rows are, and counts
+-- only rows whose ids are in that node's range (rows a shard move brought
+-- from another node were counted there).  Rows whose id is at most id_hi
+-- and above the state's floors are counted.
+CREATE FUNCTION orch.metrics_fold_on(tables regclass[], state regclass, state_id bigint, id_hi bigint)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, orch, pg_temp
-SET plan_cache_mode = force_custom_plan
 SET enable_seqscan = off
 SET max_parallel_workers_per_gather = 0
 SET enable_sort = off
 SET jit = off
 AS $fn$
 DECLARE
-    st      orch.metric_state;
-    cur_max bigint;
+    st      record;
+    s       pg_snapshot;
+    own     bigint;
     folded  bigint;
+    locked  bigint;
+    -- a row counts when its transaction committed after the last fold's
+    -- snapshot and before this one's (not this transaction: its rows are
+    -- the next fold's), and its id is above the floor and in the range
+    cond    constant text := '%1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
+                             ' AND %1$s < $4 AND %1$s <> ALL ($5) AND %1$s IS DISTINCT FROM $6'
+                             ' AND %2$s > %3$s AND %2$s <= $9';
 BEGIN
-    -- The first fold starts from nothing: every row with an xact counts.
-    -- (Looked for first: an insert would wait for a fold in progress.)
-    IF NOT EXISTS (SELECT 1 FROM orch.metric_state) THEN
-        INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
-    END IF;
     -- One fold at a time; a caller that finds one running leaves it to it.
-    -- The lock is taken before the fold's own statement, so that statement's
-    -- snapshot sees the state the previous fold committed.
-    SELECT * INTO st FROM orch.metric_state WHERE id = 1 FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
+    -- The snapshot is taken after the lock, so that it sees the state the
+    -- previous fold committed; the fold's statement counts exactly the rows
+    -- this snapshot sees as committed.
+    EXECUTE format('SELECT * FROM %s WHERE id = $1 FOR UPDATE SKIP LOCKED', state) INTO st USING state_id;
+    GET DIAGNOSTICS locked = ROW_COUNT;
+    IF locked = 0 THEN
         RETURN 0;
     END IF;
+    s := pg_current_snapshot();
+    own := (pg_current_xact_id_if_assigned()::text)::bigint;
 
     -- Restored into a cluster whose transaction counter is behind the one
     -- the state was taken in: the ids cannot be compared, so start afresh
     -- from the rows present (the rows restored are not counted again).
-    cur_max := (pg_snapshot_xmax(pg_current_snapshot())::text)::bigint;
-    IF cur_max < st.snap_xmax THEN
-        UPDATE orch.metric_state m
-           SET snap_xmin = (pg_snapshot_xmin(s)::text)::bigint,
-               snap_xmax = (pg_snapshot_xmax(s)::text)::bigint,
-               snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'),
-               -- (the history's ids: events, and the ids other rows record)
-               event_floor = greatest(coalesce((SELECT max(id) FROM orch.events), 0),
-                                      coalesce((SELECT max(complete_event_id) FROM orch.tasks), 0),
-                                      coalesce((SELECT max(enqueue_event_id) FROM orch.tasks), 0),
-                                      coalesce((SELECT max(claim_event_id) FROM orch.tasks), 0)),
-               attempt_floor = coalesce((SELECT max(id) FROM orch.attempt_history), 0),
-               refreshed_at = now()
-          FROM (SELECT pg_current_snapshot() AS s) q
-         WHERE m.id = 1;
+    IF (pg_snapshot_xmax(s)::text)::bigint < st.snap_xmax THEN
+        EXECUTE format(
+            'UPDATE %9$s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3, refreshed_at = now(),'
+            -- (the history's ids: events, and the ids task rows record)
+            '   event_floor = greatest(m.event_floor,'
+            '     (SELECT max(id) FROM %2$s WHERE id <= $4),'
+            '     (SELECT max(complete_event_id) FROM %1$s WHERE complete_event_id <= $4),'
+            '     (SELECT max(enqueue_event_id) FROM %1$s WHERE enqueue_event_id <= $4),'
+            '     (SELECT max(claim_event_id) FROM %1$s WHERE claim_event_id <= $4)),'
+            '   attempt_floor = greatest(m.attempt_floor,'
+            '     (SELECT max(id) FROM %3$s WHERE id <= $4),'
+            '     (SELECT max(complete_attempt_id) FROM %1$s WHERE complete_attempt_id <= $4))'
+            ' WHERE m.id = $5',
+            tables[1], tables[2], tables[3], NULL, NULL, NULL, NULL, NULL, state)
+        USING (pg_snapshot_xmin(s)::text)::bigint, (pg_snapshot_xmax(s)::text)::bigint,
+              coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[]),
+              id_hi, state_id;
         RETURN 0;
     END IF;
 
-    WITH cur AS (
-        -- This statement's snapshot; our own transaction's rows are left
-        -- for the next fold (they become visible to it as committed).
-        SELECT (pg_snapshot_xmin(s)::text)::bigint AS xmin,
-               (pg_snapshot_xmax(s)::text)::bigint AS xmax,
-               coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}') AS xip,
-               (pg_current_xact_id_if_assigned()::text)::bigint AS own
-          FROM (SELECT pg_current_snapshot() AS s) q
-    ),
+    EXECUTE format($q$
+    WITH
     -- the attempts, and the completed attempts task rows record (orch.attempt_history)
     at AS (
         SELECT a.id, a.tenant_id, a.task_id, a.attempt, a.started_at, a.finished_at, a.outcome,
                NULL::bigint AS event_id, NULL::bigint AS run_id
-          FROM orch.attempts a
-         WHERE a.xact >= st.snap_xmin AND a.id > st.attempt_floor
-           AND (a.xact >= st.snap_xmax OR a.xact = ANY (st.snap_xip))
-           AND a.xact IS DISTINCT FROM (SELECT own FROM cur)
+          FROM %3$s a
+         WHERE %9$s
         UNION ALL
         SELECT t.complete_attempt_id, t.tenant_id, t.id, t.attempts, t.claimed_at, t.finished_at, 'completed',
                t.complete_event_id, t.run_id
-          FROM orch.tasks t
-         WHERE t.complete_xact >= st.snap_xmin AND t.complete_attempt_id > st.attempt_floor
-           AND (t.complete_xact >= st.snap_xmax OR t.complete_xact = ANY (st.snap_xip))
-           AND t.complete_xact IS DISTINCT FROM (SELECT own FROM cur)
-           AND t.complete_attempt_id IS NOT NULL
+          FROM %1$s t
+         WHERE %10$s AND t.complete_attempt_id IS NOT NULL
     ),
     -- the events, and the transitions task rows record (orch.history)
     ev AS (
         SELECT e.id, e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,
                e.reason_code, e.attempt, e.at, e.waited
-          FROM orch.events e
-         WHERE e.xact >= st.snap_xmin AND e.id > st.event_floor
-           AND (e.xact >= st.snap_xmax OR e.xact = ANY (st.snap_xip))
-           AND e.xact IS DISTINCT FROM (SELECT own FROM cur)
+          FROM %2$s e
+         WHERE %11$s
         UNION ALL
         SELECT a.event_id, a.tenant_id, a.task_id, a.run_id, 'task', 'executing', 'completed',
                'completed', a.attempt, a.finished_at, NULL::interval
@@ -1291,50 +1293,59 @@ BEGIN
         UNION ALL
         SELECT t.enqueue_event_id, t.tenant_id, t.id, t.run_id, 'task', 'received', 'queued',
                'enqueued', NULL::integer, t.created_at, NULL::interval
-          FROM orch.tasks t
-         WHERE t.created_xact >= st.snap_xmin AND t.enqueue_event_id > st.event_floor
-           AND (t.created_xact >= st.snap_xmax OR t.created_xact = ANY (st.snap_xip))
-           AND t.created_xact IS DISTINCT FROM (SELECT own FROM cur)
-           AND t.enqueue_event_id IS NOT NULL
+          FROM %1$s t
+         WHERE %12$s AND t.enqueue_event_id IS NOT NULL
         UNION ALL
         SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task', 'queued', 'executing',
                'claimed', t.attempts, t.claimed_at, make_interval(secs => t.claim_waited / 1000000.0)
-          FROM orch.tasks t
-         WHERE t.claim_xact >= st.snap_xmin AND t.claim_event_id > st.event_floor
-           AND (t.claim_xact >= st.snap_xmax OR t.claim_xact = ANY (st.snap_xip))
-           AND t.claim_xact IS DISTINCT FROM (SELECT own FROM cur)
-           AND t.claim_event_id IS NOT NULL
+          FROM %1$s t
+         WHERE %13$s AND t.claim_event_id IS NOT NULL
+    ),
+    keys AS (
+        SELECT task_id, tenant_id FROM ev WHERE entity = 'task'
+        UNION SELECT task_id, tenant_id FROM at
+    ),
+    -- a task with its metrics' labels: its queue and step type
+    tk AS (
+        SELECT t.id, t.tenant_id, t.queue,
+               CASE WHEN t.run_id IS NULL THEN 'task'
+                    -- a compensation's task, and the task of the approval it waits for
+                    WHEN t.step_key LIKE '%%:compensate' OR t.step_key LIKE '%%:compensate:approval' THEN 'compensation'
+                    -- a map item ("step#i") and a human_approval step's task
+                    -- ("step:approval") are labelled with their step's type
+                    ELSE coalesce((SELECT s.type FROM %5$s s
+                                    WHERE s.run_id = t.run_id AND s.tenant_id = t.tenant_id
+                                      AND s.step_id = split_part(split_part(t.step_key, '#', 1), ':', 1)), 'task')
+               END AS step_type
+          FROM keys k JOIN %1$s t ON t.id = k.task_id AND t.tenant_id = k.tenant_id
     ),
     tev AS (
         SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,
                -- an insert: the task's first event (its from_state is NULL or 'received')
                (e.from_state IS NULL
                 OR (e.from_state = 'received'
-                    AND NOT EXISTS (SELECT 1 FROM orch.events p
+                    AND NOT EXISTS (SELECT 1 FROM %2$s p
                                      WHERE p.task_id = e.task_id AND p.tenant_id = e.tenant_id
                                        AND p.id < e.id))) AS inserted,
-               CASE WHEN t.run_id IS NULL THEN 'task'
-                    ELSE orch.task_step_type(t.run_id, t.tenant_id, t.step_key) END AS step_type,
+               t.step_type,
                -- the attempt's error class and retry: for retries and failures only
                CASE WHEN e.from_state = 'executing' AND e.to_state IN ('awaiting_tool', 'failed')
-                    THEN (SELECT a.error_class FROM orch.attempts a
+                    THEN (SELECT a.error_class FROM %3$s a
                            WHERE a.task_id = e.task_id AND a.tenant_id = e.tenant_id
                              AND a.attempt = e.attempt LIMIT 1) END AS error_class,
                CASE WHEN e.from_state = 'executing' AND e.to_state = 'awaiting_tool'
-                    THEN EXISTS (SELECT 1 FROM orch.attempts a
+                    THEN EXISTS (SELECT 1 FROM %3$s a
                                   WHERE a.task_id = e.task_id AND a.tenant_id = e.tenant_id
                                     AND a.attempt = e.attempt AND a.retry_at IS NOT NULL)
                     ELSE false END AS retried
           FROM ev e
-          JOIN orch.tasks t ON t.id = e.task_id AND t.tenant_id = e.tenant_id
+          JOIN tk t ON t.id = e.task_id AND t.tenant_id = e.tenant_id
          WHERE e.entity = 'task'
     ),
     tat AS (
         SELECT a.tenant_id, t.queue, a.finished_at AS at, a.outcome,
-               extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds,
-               CASE WHEN t.run_id IS NULL THEN 'task'
-                    ELSE orch.task_step_type(t.run_id, t.tenant_id, t.step_key) END AS step_type
-          FROM at a JOIN orch.tasks t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
+               extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, t.step_type
+          FROM at a JOIN tk t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
     ),
     d (at, tenant_id, queue, metric, l1, l2, value) AS (
         SELECT at, tenant_id, queue, 'enqueued', '', '', 1::bigint FROM tev WHERE inserted
@@ -1367,16 +1378,10 @@ BEGIN
           FROM tat WHERE seconds IS NOT NULL
         UNION ALL
         SELECT e.at, e.tenant_id, r.definition, 'run_finished', e.to_state, '', 1
-          FROM ev e JOIN orch.runs r ON r.id = e.run_id AND r.tenant_id = e.tenant_id
+          FROM ev e JOIN %4$s r ON r.id = e.run_id AND r.tenant_id = e.tenant_id
          WHERE e.entity = 'run' AND e.to_state IN ('succeeded', 'failed', 'canceled')
            AND e.from_state IS DISTINCT FROM e.to_state
-        UNION ALL
-        -- orch_maintain passes (a pass's own record is folded by the next)
-        SELECT l.started_at, '', '', 'maintenance_runs', '', '', 1
-          FROM orch.maintenance_log l
-         WHERE l.xact >= st.snap_xmin
-           AND (l.xact >= st.snap_xmax OR l.xact = ANY (st.snap_xip))
-           AND l.xact IS DISTINCT FROM (SELECT own FROM cur)
+        %8$s
     ),
     -- summed per minute once; the totals add up the minutes
     agg AS (
@@ -1384,38 +1389,153 @@ BEGIN
           FROM d GROUP BY 1, 2, 3, 4, 5, 6
     ),
     per_minute AS (
-        INSERT INTO orch.metric_minutes AS m (minute, tenant_id, queue, metric, l1, l2, value)
+        INSERT INTO %7$s AS m (minute, tenant_id, queue, metric, l1, l2, value)
         SELECT minute, tenant_id, queue, metric, l1, l2, value FROM agg
         ON CONFLICT (minute, tenant_id, queue, metric, l1, l2)
         DO UPDATE SET value = m.value + excluded.value
         RETURNING 1
     ),
     totals AS (
-        INSERT INTO orch.metric_totals AS m (tenant_id, queue, metric, l1, l2, value)
+        INSERT INTO %6$s AS m (tenant_id, queue, metric, l1, l2, value)
         SELECT tenant_id, queue, metric, l1, l2, sum(value)
           FROM agg GROUP BY 1, 2, 3, 4, 5
         ON CONFLICT (tenant_id, queue, metric, l1, l2)
         DO UPDATE SET value = m.value + excluded.value
         RETURNING 1
-    ),
-    n AS (
-        SELECT (SELECT count(*) FROM ev) + (SELECT count(*) FROM at) AS rows,
-               (SELECT count(*) FROM per_minute) + (SELECT count(*) FROM totals) AS written
     )
-    UPDATE orch.metric_state m
-       SET snap_xmin = CASE WHEN c.own IS NOT NULL THEN least(c.xmin, c.own) ELSE c.xmin END,
-           snap_xmax = c.xmax,
-           snap_xip = CASE WHEN c.own IS NOT NULL AND c.own < c.xmax THEN c.xip || c.own ELSE c.xip END,
-           refreshed_at = now(),
-           folded_total = m.folded_total + n.rows
-      FROM cur c, n
-     WHERE m.id = 1
-    RETURNING n.rows INTO folded;
+    SELECT (SELECT count(*) FROM ev) + (SELECT count(*) FROM at)
+           + 0 * ((SELECT count(*) FROM per_minute) + (SELECT count(*) FROM totals))
+    $q$,
+        tables[1], tables[2], tables[3], tables[4], tables[5], tables[6], tables[7],
+        -- orch_maintain passes (a pass's own record is folded by the next)
+        CASE WHEN tables[8] IS NOT NULL THEN
+            format('UNION ALL SELECT l.started_at, %L, %L, %L, %L, %L, 1 FROM %s l WHERE ',
+                   '', '', 'maintenance_runs', '', '', tables[8])
+            || format(cond, 'l.xact', '0', '-1') END,
+        format(cond, 'a.xact', 'a.id', '$8'),
+        format(cond, 't.complete_xact', 't.complete_attempt_id', '$8'),
+        format(cond, 'e.xact', 'e.id', '$7'),
+        format(cond, 't.created_xact', 't.enqueue_event_id', '$7'),
+        format(cond, 't.claim_xact', 't.claim_event_id', '$7'))
+    INTO folded
+    USING st.snap_xmin, st.snap_xmax, st.snap_xip,
+          (pg_snapshot_xmax(s)::text)::bigint,
+          coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[]),
+          own, st.event_floor, st.attempt_floor, id_hi;
 
-    DELETE FROM orch.metric_minutes WHERE minute < now() - interval '2 days';
+    -- This transaction's rows are the next fold's.
+    EXECUTE format('UPDATE %s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3, refreshed_at = now(),'
+                   ' folded_total = m.folded_total + $4 WHERE m.id = $5', state)
+    USING CASE WHEN own IS NOT NULL THEN least((pg_snapshot_xmin(s)::text)::bigint, own)
+               ELSE (pg_snapshot_xmin(s)::text)::bigint END,
+          (pg_snapshot_xmax(s)::text)::bigint,
+          coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[])
+            || CASE WHEN own IS NOT NULL AND own < (pg_snapshot_xmax(s)::text)::bigint THEN ARRAY[own] ELSE '{}'::bigint[] END,
+          folded, state_id;
+
+    EXECUTE format('DELETE FROM %s WHERE minute < now() - interval ''2 days''', tables[7]);
     RETURN folded;
 END
 $fn$;
+COMMENT ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint) IS
+  'Adds the events and attempts of one set of tables committed since the fold''s last snapshot (kept in a state table) to their counter tables; returns how many rows it read.';
+
+CREATE OR REPLACE FUNCTION orch.metrics_fold()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+BEGIN
+    -- The first fold starts from nothing: every row with an xact counts.
+    -- (Looked for first: an insert would wait for a fold in progress.)
+    IF NOT EXISTS (SELECT 1 FROM orch.metric_state) THEN
+        INSERT INTO orch.metric_state (snap_xmin, snap_xmax) VALUES (0, 0) ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN orch.metrics_fold_on('{orch.tasks, orch.events, orch.attempts, orch.runs, orch.run_steps,'
+                                ' orch.metric_totals, orch.metric_minutes, orch.maintenance_log}',
+                                'orch.metric_state', 1, 9223372036854775807);
+END
+$fn$;
+COMMENT ON FUNCTION orch.metrics_fold() IS
+  'Adds the events and attempts committed since the last fold to orch.metric_totals and orch.metric_minutes; returns how many rows it read.';
+
+-- On Citus, where each node folds the shards it holds (see above): one row
+-- per shard group of orch.tasks, on that node only (never distributed).
+CREATE TABLE orch.metric_shard_state (
+    id             bigint PRIMARY KEY,
+    tenant_id      text NOT NULL DEFAULT 'default',
+    snap_xmin      bigint NOT NULL,
+    snap_xmax      bigint NOT NULL,
+    snap_xip       bigint[] NOT NULL DEFAULT '{}',
+    event_floor    bigint NOT NULL DEFAULT 0,
+    attempt_floor  bigint NOT NULL DEFAULT 0,
+    refreshed_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    folded_total   bigint NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE orch.metric_shard_state IS
+  'On Citus: where orch.metrics_fold_shard stopped for each orch.tasks shard on this node (id: the shard id); the same columns as orch.metric_state.';
+
+-- On Citus: stamps a history row written through the coordinator with the
+-- transaction and an id of the node that holds its shard (orch_distribute
+-- puts it on orch.events and orch.attempts; see orch.metrics_fold_on).
+CREATE FUNCTION orch.stamp_on_node()
+RETURNS trigger
+LANGUAGE C
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_stamp_on_node';
+COMMENT ON FUNCTION orch.stamp_on_node() IS
+  'On Citus, BEFORE INSERT on the history tables (TG_ARGV: the id sequence): the row''s xact and id become this node''s.';
+
+-- On Citus: the fold of one shard group, run on the node that holds it
+-- (orch_maintain and orch_metrics_refresh call it on every shard of
+-- orch.tasks through run_command_on_shards).  Its first fold counts the
+-- rows in this node's id range from the start, except on the coordinator,
+-- whose rows from before orch_distribute were folded on one node: there it
+-- starts from where that fold stopped.
+CREATE FUNCTION orch.metrics_fold_shard(tasks_shard text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    sid    bigint := (regexp_match(tasks_shard, '_([0-9]+)$'))[1]::bigint;
+    g      bigint;
+    names  regclass[];
+BEGIN
+    SELECT groupid INTO g FROM pg_dist_local_group;
+    IF sid IS NULL OR NOT EXISTS (SELECT 1 FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+                                   WHERE s.shardid = sid AND s.logicalrelid = 'orch.tasks'::regclass
+                                     AND p.groupid = g) THEN
+        RAISE EXCEPTION '"%" is not a shard of orch.tasks on this node', tasks_shard
+              USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- its co-located shards, in the order of orch.metrics_fold_on
+    SELECT array_agg(shard_name(m.logicalrelid, m.shardid)::regclass ORDER BY k.ord) INTO names
+      FROM pg_dist_shard t
+      JOIN pg_dist_shard m ON m.shardminvalue = t.shardminvalue
+      JOIN unnest('{orch.tasks, orch.events, orch.attempts, orch.runs, orch.run_steps,'
+                  ' orch.metric_totals, orch.metric_minutes}'::regclass[]) WITH ORDINALITY k (rel, ord)
+        ON k.rel = m.logicalrelid
+     WHERE t.shardid = sid;
+    IF NOT EXISTS (SELECT 1 FROM orch.metric_shard_state WHERE id = sid) THEN
+        INSERT INTO orch.metric_shard_state (id, snap_xmin, snap_xmax, snap_xip, event_floor, attempt_floor)
+        SELECT sid, coalesce(m.snap_xmin, 0), coalesce(m.snap_xmax, 0), coalesce(m.snap_xip, '{}'),
+               greatest(m.event_floor, g << 48), greatest(m.attempt_floor, g << 48)
+          FROM (SELECT 1) x LEFT JOIN orch.metric_state m ON g = 0
+        ON CONFLICT DO NOTHING;
+    END IF;
+    -- the shards are written here, not through their distributed tables
+    PERFORM set_config('citus.enable_manual_changes_to_shards', 'on', true);
+    RETURN orch.metrics_fold_on(names || NULL::regclass, 'orch.metric_shard_state', sid, ((g + 1) << 48) - 1);
+END
+$fn$;
+COMMENT ON FUNCTION orch.metrics_fold_shard(text) IS
+  'On Citus: folds the events and attempts of one orch.tasks shard group on the node that holds it into its co-located metric shards; returns how many rows it read.';
+REVOKE ALL ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint),
+    orch.metrics_fold_shard(text), orch.stamp_on_node() FROM PUBLIC;
+REVOKE ALL ON orch.metric_shard_state FROM PUBLIC;
 
 REVOKE ALL ON orch.tenant_bindings_rows, orch.queues_rows, orch.tasks_rows, orch.attempts_rows,
     orch.commands_rows, orch.dead_letters_rows, orch.runs_rows, orch.run_steps_rows, orch.events_rows,

@@ -1,16 +1,21 @@
 /*
  * distributed.c
  *	  orch_distribute(), which distributes the extension's tables with
- *	  Citus by tenant_id and makes their ids unique across the nodes.
+ *	  Citus by tenant_id and makes their ids unique across the nodes, and
+ *	  the trigger that stamps history rows with the node they are written
+ *	  on (orch.stamp_on_node).
  *	  Whether they are distributed is known to spi.c (orch_citus); the
  *	  tenant a call is scoped to there, to tenant.c.
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "commands/sequence.h"
+#include "commands/trigger.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -22,6 +27,7 @@
 #include "orchestrator.h"
 
 PG_FUNCTION_INFO_V1(orch_distribute);
+PG_FUNCTION_INFO_V1(orch_stamp_on_node);
 
 /* ----------------------------------------------------------------------
  * orch_distribute(shard_count integer DEFAULT NULL) -> TABLE(object, action)
@@ -56,6 +62,11 @@ static const char *const reader_views[] = {
 static const char *const id_sequences[] = {
 	"tasks_id_seq", "attempts_id_seq", "events_id_seq", "commands_id_seq",
 	"runs_id_seq", "run_steps_done_seq", "maintenance_log_id_seq"
+};
+
+/* History tables stamped by orch.stamp_on_node, with their id sequence. */
+static const char *const stamped_tables[][2] = {
+	{"events", "events_id_seq"}, {"attempts", "attempts_id_seq"}
 };
 
 static void
@@ -111,6 +122,13 @@ citus_method(const char *name)
 											 SPI_tuptable->tupdesc, 1, &isnull))[0];
 }
 
+/* orch.tasks and orch.runs: their row triggers are the lifecycles */
+static bool
+has_row_triggers(const char *t)
+{
+	return strcmp(t, "tasks") == 0 || strcmp(t, "runs") == 0;
+}
+
 /*
  * Make orch.<t> a Citus table with create_call (a create_*_table call),
  * then drop the local copy the conversion leaves behind.  A table that is
@@ -127,7 +145,17 @@ make_citus_table(ReturnSetInfo *rsinfo, const char *t, const char *create_call, 
 		emit(rsinfo, psprintf("orch.%s", t), "already a Citus table");
 		return;
 	}
+	/*
+	 * The rows already stored are copied into the shards as they are: the
+	 * lifecycle triggers (copied to the shards with the table) are off
+	 * during the copy, so that they neither check nor derive anything, nor
+	 * write events, for rows that only move.
+	 */
+	if (has_row_triggers(t))
+		run(psprintf("ALTER TABLE orch.%s DISABLE TRIGGER USER", t));
 	run(create_call);
+	if (has_row_triggers(t))
+		run(psprintf("ALTER TABLE orch.%s ENABLE TRIGGER USER", t));
 	run(psprintf("SELECT truncate_local_data_after_distributing_table('orch.%s')", t));
 	emit(rsinfo, psprintf("orch.%s", t), done);
 }
@@ -167,6 +195,44 @@ orch_distribute(PG_FUNCTION_ARGS)
 	initStringInfo(&sql);
 
 	/*
+	 * Ids unique across nodes (first: the copy below runs on the workers in
+	 * this transaction, which the commands sent to them here would wait for): the extension's sequences exist on every
+	 * node (CREATE EXTENSION ran there) and Citus leaves an extension's
+	 * sequences alone, so each worker would count from 1.  Each node other
+	 * than the coordinator counts in its own range: group id << 48, as
+	 * Citus does for the sequences of the tables it creates.
+	 */
+	resetStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "DO $do$ DECLARE g bigint; s text; BEGIN"
+						   " SELECT groupid INTO g FROM pg_dist_local_group;"
+						   " FOREACH s IN ARRAY ARRAY[");
+	for (int i = 0, k = 0; i < lengthof(id_sequences); i++)
+	{
+		if (!OidIsValid(orch_relid(id_sequences[i])))
+			continue;
+		appendStringInfo(&sql, "%s'orch.%s'", k++ > 0 ? ", " : "", id_sequences[i]);
+	}
+	appendStringInfoString(&sql,
+						   "]::text[] LOOP"
+						   " IF pg_catalog.pg_sequence_last_value(s::regclass) >= (g << 48) THEN CONTINUE; END IF;"
+						   " EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s RESTART %s', s,"
+						   "   (g << 48) + 1, ((g + 1) << 48) - 1, (g << 48) + 1, (g << 48) + 1);"
+						   " END LOOP; END $do$");
+	run_on_workers(sql.data);
+	/* the coordinator (group 0) counts below the first worker's range */
+	for (int i = 0; i < lengthof(id_sequences); i++)
+	{
+		if (!OidIsValid(orch_relid(id_sequences[i])))
+			continue;
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "ALTER SEQUENCE orch.%s MAXVALUE %lld", id_sequences[i],
+						 (long long) ((INT64CONST(1) << 48) - 1));
+		run(sql.data);
+	}
+	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
+
+	/*
 	 * The state-machine tables reference each other: Citus converts a table
 	 * with a foreign key to a reference table through a path that collides
 	 * with the extension's copy on the workers.  The key only guards
@@ -180,6 +246,15 @@ orch_distribute(PG_FUNCTION_ARGS)
 					   " DROP CONSTRAINT IF EXISTS state_transitions_machine_fkey");
 		emit(rsinfo, "orch.state_transitions", "foreign key to orch.state_machines dropped");
 	}
+
+	/*
+	 * What committed before is folded here, on one node: on Citus each node
+	 * folds only the rows written on it (in its id range), and on the
+	 * coordinator starts where this fold stops.
+	 */
+	if (citus_method("tasks") == '\0')
+		run("SELECT orch.metrics_fold()");
+
 
 	for (int i = 0; i < lengthof(reference_tables); i++)
 		make_citus_table(rsinfo, reference_tables[i],
@@ -217,42 +292,26 @@ orch_distribute(PG_FUNCTION_ARGS)
 		emit(rsinfo, psprintf("orch.%s_rows", v), psprintf("reads through orch.caller_%s()", v));
 	}
 
+
 	/*
-	 * Ids unique across nodes: the extension's sequences exist on every
-	 * node (CREATE EXTENSION ran there) and Citus leaves an extension's
-	 * sequences alone, so each worker would count from 1.  Each node other
-	 * than the coordinator counts in its own range: group id << 48, as
-	 * Citus does for the sequences of the tables it creates.
+	 * History rows written through the coordinator carry its transaction id
+	 * and an id of its range (Citus computes an INSERT's defaults there):
+	 * each shard stamps them with its own node's, as the rows the shards'
+	 * triggers write are, so that each node's metrics fold can count what
+	 * committed there (orch.metrics_fold_shard).
 	 */
-	resetStringInfo(&sql);
-	appendStringInfoString(&sql,
-						   "DO $do$ DECLARE g bigint; s text; BEGIN"
-						   " SELECT groupid INTO g FROM pg_dist_local_group;"
-						   " FOREACH s IN ARRAY ARRAY[");
-	for (int i = 0, k = 0; i < lengthof(id_sequences); i++)
+	for (int i = 0; i < lengthof(stamped_tables); i++)
 	{
-		if (!OidIsValid(orch_relid(id_sequences[i])))
+		const char *t = stamped_tables[i][0];
+
+		if (orch_sql_once(psprintf("SELECT 1 FROM pg_trigger WHERE tgrelid = 'orch.%s'::regclass"
+								   " AND tgname = 'stamp_on_node'", t),
+						  0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) > 0)
 			continue;
-		appendStringInfo(&sql, "%s'orch.%s'", k++ > 0 ? ", " : "", id_sequences[i]);
+		run(psprintf("CREATE TRIGGER stamp_on_node BEFORE INSERT ON orch.%s"
+					 " FOR EACH ROW EXECUTE FUNCTION orch.stamp_on_node('%s')", t, stamped_tables[i][1]));
+		emit(rsinfo, psprintf("orch.%s", t), "rows stamped with the node they are written on");
 	}
-	appendStringInfoString(&sql,
-						   "]::text[] LOOP"
-						   " IF pg_catalog.pg_sequence_last_value(s::regclass) >= (g << 48) THEN CONTINUE; END IF;"
-						   " EXECUTE format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START %s RESTART %s', s,"
-						   "   (g << 48) + 1, ((g + 1) << 48) - 1, (g << 48) + 1, (g << 48) + 1);"
-						   " END LOOP; END $do$");
-	run_on_workers(sql.data);
-	/* the coordinator (group 0) counts below the first worker's range */
-	for (int i = 0; i < lengthof(id_sequences); i++)
-	{
-		if (!OidIsValid(orch_relid(id_sequences[i])))
-			continue;
-		resetStringInfo(&sql);
-		appendStringInfo(&sql, "ALTER SEQUENCE orch.%s MAXVALUE %lld", id_sequences[i],
-						 (long long) ((INT64CONST(1) << 48) - 1));
-		run(sql.data);
-	}
-	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
 
 	/*
 	 * Not delegated with create_distributed_function: Citus 13.2.2 crashes
@@ -265,4 +324,73 @@ orch_distribute(PG_FUNCTION_ARGS)
 	/* the rest of this transaction works on distributed tables */
 	orch_citus_forget();
 	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------------
+ * orch.stamp_on_node(sequence) trigger, BEFORE INSERT FOR EACH ROW
+ *	  On Citus, on the shards of orch.events and orch.attempts: the row's
+ *	  xact becomes this node's transaction, and an id outside this node's
+ *	  range (group id << 48, orch_distribute) is replaced by the next of
+ *	  orch.<sequence> here.  The ids are of history rows nothing else refers
+ *	  to by them; the ones task rows record are taken on the shard already.
+ * ---------------------------------------------------------------------- */
+
+/* This node's Citus group (pg_dist_local_group), read once per backend. */
+static int64 local_group = -1;
+
+Datum
+orch_stamp_on_node(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	td;
+	int			cols[2];
+	Datum		v[2];
+	bool		n[2] = {false, false};
+	bool		isnull;
+	int64		id,
+				lo,
+				hi;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
+		trigdata->tg_trigger->tgnargs != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("orch.stamp_on_node must run as a BEFORE INSERT row trigger with the id sequence as its argument")));
+	td = RelationGetDescr(trigdata->tg_relation);
+	cols[0] = SPI_fnumber(td, "id");
+	cols[1] = SPI_fnumber(td, "xact");
+	if (cols[0] <= 0 || cols[1] <= 0)
+		elog(ERROR, "orchestrator: %s has no id or xact column", RelationGetRelationName(trigdata->tg_relation));
+
+	if (local_group < 0)
+	{
+		SPI_connect();
+		if (orch_sql_once("SELECT groupid::bigint FROM pg_catalog.pg_dist_local_group", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("orch.stamp_on_node needs Citus on this node")));
+		local_group = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_finish();
+	}
+	lo = local_group << 48;
+	hi = ((local_group + 1) << 48) - 1;
+
+	id = DatumGetInt64(heap_getattr(trigdata->tg_trigtuple, cols[0], td, &isnull));
+	if (isnull || id <= lo || id > hi)
+	{
+		Oid			seq = orch_relid(trigdata->tg_trigger->tgargs[0]);
+
+		if (!OidIsValid(seq))
+			elog(ERROR, "orchestrator: sequence orch.%s is missing", trigdata->tg_trigger->tgargs[0]);
+		id = nextval_internal(seq, false);
+		if (id <= lo || id > hi)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("orch.%s gives ids outside this node's range", trigdata->tg_trigger->tgargs[0]),
+					 errhint("Run orch_distribute() on the coordinator after adding a node.")));
+	}
+	v[0] = Int64GetDatum(id);
+	v[1] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
+	return PointerGetDatum(heap_modify_tuple_by_cols(trigdata->tg_trigtuple, td, 2, cols, v, n));
 }

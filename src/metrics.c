@@ -12,6 +12,7 @@
 
 #include <math.h>
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -144,30 +145,75 @@ orch_histogram_quantile(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Fold what committed since the last fold into the counters; returns how
+ * many history rows were read.  On one node orch.metrics_fold() does it.  On
+ * Citus every shard group of orch.tasks is folded on the node that holds it
+ * (orch.metrics_fold_shard, each in its own transaction there, through
+ * run_command_on_shards): a shard whose node does not answer is left for
+ * the next fold (a WARNING says so), the others are folded.  When every
+ * shard was folded, the coordinator notes when (orch.metric_state's
+ * refreshed_at, which orch_queue_stats shows as metrics_as_of).
+ * Caller is connected to SPI.
+ */
+int64
+orch_metrics_fold_now(void)
+{
+	bool		isnull;
+	Datum		d;
+	int64		folded;
+	int64		failed;
+
+	if (!orch_citus())
+	{
+		if (orch_sql_once("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) != 1)
+			elog(ERROR, "orchestrator: metrics fold failed");
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		return isnull ? 0 : DatumGetInt64(d);
+	}
+	orch_sql_once("SELECT coalesce(sum(result::bigint) FILTER (WHERE success), 0)::bigint,"
+				  " count(*) FILTER (WHERE NOT success), min(result) FILTER (WHERE NOT success)"
+				  " FROM run_command_on_shards('orch.tasks', 'SELECT orch.metrics_fold_shard(''%s'')')",
+				  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT);
+	folded = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	failed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (failed > 0)
+	{
+		/*
+		 * The counters are not complete as of now: metrics_as_of stays at
+		 * the last fold that reached every shard (and orch.metric_state, a
+		 * reference table, could not be written with a node down anyway).
+		 */
+		ereport(WARNING,
+				(errmsg("orchestrator: the metrics of " INT64_FORMAT " shards of orch.tasks were not folded", failed),
+				 errdetail("%s", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)),
+				 errhint("Their nodes' rows are folded by the next fold that reaches them; none is lost or counted twice.")));
+		return folded;
+	}
+	/* (values, not functions: Citus's rule for an upsert's SET) */
+	orch_sql_once("INSERT INTO orch.metric_state AS m (snap_xmin, snap_xmax, refreshed_at) VALUES (0, 0, $2)"
+				  " ON CONFLICT (id) DO UPDATE SET refreshed_at = $2, folded_total = m.folded_total + $1",
+				  2, (Oid[]) {INT8OID, TIMESTAMPTZOID},
+				  (Datum[]) {Int64GetDatum(folded), TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())},
+				  NULL, false, 0, SPI_OK_INSERT);
+	return folded;
+}
+
+/*
  * orch_metrics_refresh() -> bigint
- *	  Runs the fold now (orch.metrics_fold): the rows of every tenant, so a
- *	  role bound to tenants may not (42501; the count would tell it how busy
- *	  the others are).
+ *	  Runs the fold now: the rows of every tenant, so a role bound to
+ *	  tenants may not (42501; the count would tell it how busy the others
+ *	  are).
  */
 Datum
 orch_metrics_refresh(PG_FUNCTION_ARGS)
 {
-	bool		isnull;
-	Datum		n;
+	int64		n;
 
 	orch_require_unrestricted("orch_metrics_refresh");
 	SPI_connect();
-	if (orch_citus())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("metrics are not folded on Citus yet"),
-				 errdetail("The fold reads every tenant's events at once, which Citus cannot run as one query on distributed tables."),
-				 errhint("orch_maintain skips the fold on Citus; the task tables and orch_queue_stats's state counts are exact.")));
-	if (orch_sql_once("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) != 1)
-		elog(ERROR, "orchestrator: metrics fold failed");
-	n = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	n = orch_metrics_fold_now();
 	SPI_finish();
-	PG_RETURN_INT64(isnull ? 0 : DatumGetInt64(n));
+	PG_RETURN_INT64(n);
 }
 
 /* ----------------------------------------------------------------------

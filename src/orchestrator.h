@@ -476,6 +476,9 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
 /* spi.c: are the tables distributed with Citus (once per transaction)? */
 extern bool orch_citus(void);
 
+/* metrics.c: fold the history into the counters (on Citus, on every shard) */
+extern int64 orch_metrics_fold_now(void);
+
 /* history_partitions.c: history in time-range partitions, retired whole */
 extern bool orch_history_partitioned(void);
 extern void orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted);

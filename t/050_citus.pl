@@ -54,6 +54,16 @@
 # installed but the tables left local, a workflow runs and a claim needs no
 # tenant.
 #
+# Metrics (issue 23 item 5): rows stored before orch_distribute move into
+# the shards unchanged; every node folds the shards it holds: after tasks
+# are enqueued, claimed, completed and failed in two tenants on different
+# workers, each counter is exact, a second fold (orch_metrics_refresh,
+# orch_maintain) adds nothing, the rows from before the distribution are
+# counted once, a bound role gets 42501 from orch_metrics_refresh and its
+# own counters in the Prometheus text; with one worker stopped the fold
+# counts the other worker's rows and warns, and the stopped worker's rows
+# are counted once it is back.
+#
 # A role bound to one tenant (not a superuser) reads only its tenant through
 # orch_status, orch_history, the statistics views and the Prometheus text.
 #
@@ -147,6 +157,16 @@ for my $w (@workers)
 		q1("SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'"),
 		'CREATE EXTENSION on the coordinator created the extension on ' . $w->name);
 }
+# Work from before the distribution, partly folded into the metrics on one
+# node: its rows move into the shards as they are (no lifecycle trigger
+# rewrites them on the way), and each is counted once (below)
+q1(q{SELECT orch_create_queue('pre')});
+q1(q{SELECT count(orch_enqueue('pre', '{}', tenant => 'pre')) FROM generate_series(1, 2)});
+q1('SELECT orch_metrics_refresh()');
+q1(q{SELECT orch_enqueue('pre', '{}', tenant => 'pre')});
+my $pre_rows_sql = q{SELECT string_agg(concat_ws('/', id, state, enqueue_event_id, created_xact, created_at), ','
+                       ORDER BY id) FROM orch.tasks WHERE tenant_id = 'pre'};
+my $pre_rows = q1($pre_rows_sql);
 like(q1(q{SELECT string_agg(object || ': ' || action, E'\n') FROM orch_distribute(8)}),
 	qr/orch\.tasks: distributed by tenant_id/, 'orch_distribute distributes orch.tasks');
 is(q1(q{SELECT string_agg(logicalrelid::text || '=' || partmethod::text, ',' ORDER BY logicalrelid::text)
@@ -163,6 +183,7 @@ is(q1(q{SELECT count(*) FROM orch_distribute() WHERE action = 'already a Citus t
 	q1(q{SELECT count(*) FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid
 	      WHERE logicalrelid::text LIKE 'orch.%' AND NOT c.relispartition}),
 	'orch_distribute called again leaves every table as it is');
+is(q1($pre_rows_sql), $pre_rows, 'the tasks stored before orch_distribute are in the shards as they were');
 is(q1('SHOW citus.enable_unsafe_triggers'), 'off',
 	'no Citus setting was needed (orch_distribute sets what it needs for itself)');
 
@@ -423,6 +444,58 @@ q1("SELECT orch_enqueue('perrow', '{}', tenant => '$tb')");
 	my $all = q1("SELECT orch_metrics_prometheus()");
 	like($all, qr/tenant="\Q$ta\E"/, "unbound (superuser): the series of $ta are there");
 }
+
+# ---------------------------------------------------------------------------
+# Metrics folded on every node (issue 23 item 5): each node folds the shards
+# it holds, in its own transaction ids; every transition is counted once,
+# whether a shard's trigger or a call through the coordinator wrote it
+# ---------------------------------------------------------------------------
+q1("CREATE ROLE cit_adm LOGIN; GRANT orch_admin TO cit_adm");
+q1(q{SELECT orch_create_queue('mq', '{"initial_delay": "1 h"}')});
+my $mtotal = sub {
+	my ($t, $m, $l1, $queue) = @_;
+	return q1("SELECT coalesce(sum(value), 0) FROM orch.metric_totals WHERE tenant_id = '$t'"
+		  . " AND queue = '" . ($queue // 'mq') . "' AND metric = '$m'" . (defined $l1 ? " AND l1 = '$l1'" : ''));
+};
+my $mq_counts = sub {
+	my ($t) = @_;
+	return join(',', map { $mtotal->($t, @$_) } (['enqueued'], ['started'], ['finished', 'completed'],
+		['retry', 'TRANSIENT'], ['attempt', 'completed'], ['attempt', 'failed']));
+};
+for my $t ($ta, $tb)
+{
+	q1("SELECT count(orch_enqueue('mq', jsonb_build_object('n', g), tenant => '$t')) FROM generate_series(1, 4) g");
+	q1("SELECT count(orch_complete(task_id, lease_token)) FROM orch_dequeue('mq', 'w', 2, tenant => '$t')");
+	q1("SELECT f.state FROM orch_dequeue('mq', 'w', 1, tenant => '$t') d,"
+		  . " LATERAL orch_fail(d.task_id, d.lease_token, 'TRANSIENT', 'x') f");
+}
+cmp_ok(q1('SET ROLE cit_adm; SELECT orch_metrics_refresh()'), '>', 0,
+	'orch_metrics_refresh on Citus, as an orch_admin that is not a superuser, folds the new rows');
+for my $t ($ta, $tb)
+{
+	is($mq_counts->($t), '4,3,2,1,2,1',
+		"$t: enqueued 4, started 3, completed 2, one TRANSIENT retry, attempts 2 completed and 1 failed: each counted once");
+}
+is($mtotal->('pre', 'enqueued', undef, 'pre'), '3',
+	'the tasks enqueued before orch_distribute are counted once (two folded on one node, one on its worker)');
+q1('SELECT orch_metrics_refresh()');
+q1('SELECT count(*) FROM orch_maintain()');
+is($mq_counts->($ta) . ' ' . $mq_counts->($tb), '4,3,2,1,2,1 4,3,2,1,2,1',
+	'folded again (orch_metrics_refresh, orch_maintain): nothing is counted twice');
+cmp_ok($mtotal->('', 'maintenance_runs', undef, ''), '>=', 1, 'an orch_maintain pass counts itself');
+is(q1(q{SELECT count(*) FROM run_command_on_shards('orch.tasks',
+          $$SELECT 1 FROM orch.metric_shard_state WHERE id = (regexp_match('%s', '_([0-9]+)$'))[1]::bigint$$)
+         WHERE success AND result = '1'}), '8', 'each of the 8 shards keeps its fold state on the node that holds it');
+is(sqlstate_of("SET ROLE cit_rb; SELECT orch_metrics_refresh()"), '42501',
+	"a role bound to $tb may not run the fold of every tenant");
+{
+	my $m = q1("SET ROLE cit_rb; SELECT orch_metrics_prometheus()");
+	like($m, qr/^orch_tasks_enqueued_total\{tenant="\Q$tb\E",queue="mq"\} 4$/m,
+		"bound to $tb: its folded counters in the Prometheus text");
+	unlike($m, qr/tenant="\Q$ta\E"/, "bound to $tb: and none of $ta");
+}
+isnt(q1(q{SELECT metrics_as_of FROM orch_queue_stats WHERE queue = 'mq' LIMIT 1}), '',
+	'orch_queue_stats says when the counters were folded');
 
 # ---------------------------------------------------------------------------
 # Every view, for roles that are not superusers (issue 23 item 2): a reader
@@ -771,8 +844,7 @@ for my $t ($ta, $tb)
 		"$tb: its open task is cancelled");
 }
 
-is(sqlstate_of('SELECT orch_metrics_refresh()'), '0A000',
-	'orch_metrics_refresh on Citus -> 0A000 (metrics are not folded on Citus yet)');
+is(sqlstate_of('SELECT orch_metrics_refresh()'), '00000', 'orch_metrics_refresh works on Citus');
 
 # ---------------------------------------------------------------------------
 # Reading: status, history, the views, the Prometheus text
@@ -932,7 +1004,15 @@ for my $t ($ta, $tb)
 		$_->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') eq $node_of{$ta}
 	} @workers;
 	q1("SELECT orch_enqueue('route', jsonb_build_object('n', g), tenant => '$tb') FROM generate_series(1, 3) g");
+	q1("SELECT orch_enqueue('mq', '{}', tenant => '$_')") for ($ta, $tb);
+	my $as_of = q1('SELECT refreshed_at FROM orch.metric_state');
 	$down->stop;
+	my ($frc, $fout, $ferr) = try_sql('SELECT orch_metrics_refresh()');
+	is($frc, 0, "with the worker of $ta stopped, orch_metrics_refresh folds what it can") or diag($ferr);
+	like($ferr, qr/WARNING:.*shards of orch\.tasks were not folded/, '... and warns of the shards it could not reach');
+	is($mtotal->($tb, 'enqueued'), '5', "... ${tb}'s new task is counted (${ta}'s counters are on the stopped worker)");
+	is(q1('SELECT refreshed_at FROM orch.metric_state'), $as_of,
+		'... and metrics_as_of stays at the last fold that reached every shard');
 	my ($out, $err) = in_session($sess,
 		"SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 1, tenant => '$tb')");
 	is($err, '', "with the worker of $ta stopped, a claim of $tb works") or diag($err);
@@ -951,6 +1031,10 @@ for my $t ($ta, $tb)
 	isnt($rc, 0, "... while a fresh unbound session's orch_complete fails (its lookup needs every shard)");
 	$down->start;
 	$sess->quit;
+	q1('SELECT orch_metrics_refresh()');
+	is($mtotal->($tb, 'enqueued') . ' ' . $mtotal->($ta, 'enqueued'), '5 5',
+		"the worker of $ta back: its task is counted by the next fold, and ${tb}'s not again");
+	isnt(q1('SELECT refreshed_at FROM orch.metric_state'), $as_of, '... and metrics_as_of moves on');
 	($rc, $out2, $err2) = try_sql("SELECT orch_complete($id3, '$tok3')");
 	is($out2, 'completed', "the worker of $ta back: the fresh session's orch_complete works") or diag($err2);
 	q1("SELECT orch_enqueue('route', '{}', tenant => '$ta')");

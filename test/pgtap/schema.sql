@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(177);
+SELECT plan(182);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -19,7 +19,7 @@ SELECT has_table('orch', t, 'table orch.' || t || ' exists')
   FROM unnest(ARRAY['queues', 'tasks', 'attempts', 'events', 'idempotency_keys',
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
                     'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals',
-                    'metric_state', 'metric_totals', 'metric_minutes', 'maintenance_log']) t;
+                    'metric_state', 'metric_shard_state', 'metric_totals', 'metric_minutes', 'maintenance_log']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
                     'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps',
@@ -54,7 +54,8 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 -- concurrency_limits, tenant_bindings, gate_repairs, the workflow
 -- definitions, which all tenants share under tenant 'default', and the
 -- metrics fold's state and the maintenance log (0.5.0), which are about the
--- whole installation) are exempt.
+-- whole installation, and the fold state of each shard on Citus (0.8.0),
+-- which stays on its node) are exempt.
 -- gate_repairs, a reference table, still carries tenant_id in its key
 -- (a deferred key decision is per tenant); so does definitions.
 -- (the history's partitions, 0.8.0, are in it: they carry the keys)
@@ -63,7 +64,7 @@ SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND NOT (c.relispartition AND c.relname !~ '_default$')
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
-                         'gate_repairs', 'definitions', 'metric_state', 'maintenance_log');
+                         'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables WHERE NOT partition),
           ARRAY['approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes', 'metric_totals',
                 'rate_window', 'run_steps', 'runs', 'tasks'],
@@ -181,8 +182,7 @@ SELECT is(
     (SELECT coalesce(array_agg(sig ORDER BY sig), '{}') FROM ext_functions f
       WHERE (SELECT prorettype FROM pg_proc WHERE oid = f.oid) <> 'trigger'::regtype
         AND sig NOT IN ('orch.tenant_visible(text)', 'orch.caller_is_admin()', 'orch.histogram_le(double precision)',
-                        'orch.histogram_quantile(double precision,text[],bigint[])',
-                        'orch.task_step_type(bigint,text,text)')
+                        'orch.histogram_quantile(double precision,text[],bigint[])')
         AND NOT ('jit=off' = ANY (coalesce(f.proconfig, '{}')))),
     '{}'::text[], 'every function of the extension but the triggers and per-row helpers runs with jit = off');
 SELECT is((SELECT count(*) FROM ext_functions WHERE 'jit=off' = ANY (coalesce(proconfig, '{}'))) >= 50, true,

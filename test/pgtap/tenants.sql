@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(5993);
+SELECT plan(6073);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -747,8 +747,12 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      '{"ta": "00000:true", "tb": "00000:true", "ta,tb": "00000:true", "default,ta": "00000:true", "*": "00000:true"}'),
     ('orch.metrics_fold', 'any', NULL, 'call the fold directly',
      'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
-    ('orch.task_step_type', 'any', NULL, 'call task_step_type directly',
-     $q$SELECT orch.task_step_type(NULL, 'ta', 's')$q$, NULL, '{"*": "42501"}'),
+    ('orch.metrics_fold_on', 'any', NULL, 'call metrics_fold_on directly',
+     $q$SELECT orch.metrics_fold_on('{orch.tasks}', 'orch.metric_state', 1, 1)$q$, NULL, '{"*": "42501"}'),
+    ('orch.metrics_fold_shard', 'any', NULL, 'call metrics_fold_shard directly',
+     $q$SELECT orch.metrics_fold_shard('orch.tasks_1')$q$, NULL, '{"*": "42501"}'),
+    ('orch.stamp_on_node', 'any', NULL, 'call stamp_on_node directly',
+     'SELECT orch.stamp_on_node()', NULL, '{"*": "42501"}'),
     ('orch.run_busy_on_shard', 'any', NULL, 'call run_busy_on_shard directly',
      'SELECT orch.run_busy_on_shard(1, true)', NULL, '{"*": "42501"}'),
     ('orch.histogram_le', 'any', NULL, 'call histogram_le directly',
