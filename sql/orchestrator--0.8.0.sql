@@ -1828,24 +1828,6 @@ BEGIN
           FROM %1$s t
          WHERE %13$s AND t.claim_event_id IS NOT NULL
     ),
-    keys AS (
-        SELECT task_id, tenant_id FROM ev WHERE entity = 'task'
-        UNION SELECT task_id, tenant_id FROM at
-    ),
-    -- a task with its metrics' labels: its queue and step type
-    tk AS (
-        SELECT t.id, t.tenant_id, t.queue,
-               CASE WHEN t.run_id IS NULL THEN 'task'
-                    -- a compensation's task, and the task of the approval it waits for
-                    WHEN t.step_key LIKE '%%:compensate' OR t.step_key LIKE '%%:compensate:approval' THEN 'compensation'
-                    -- a map item ("step#i") and a human_approval step's task
-                    -- ("step:approval") are labelled with their step's type
-                    ELSE coalesce((SELECT s.type FROM %5$s s
-                                    WHERE s.run_id = t.run_id AND s.tenant_id = t.tenant_id
-                                      AND s.step_id = split_part(split_part(t.step_key, '#', 1), ':', 1)), 'task')
-               END AS step_type
-          FROM keys k JOIN %1$s t ON t.id = k.task_id AND t.tenant_id = k.tenant_id
-    ),
     tev AS (
         SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,
                -- an insert: the task's first event (its from_state is NULL or 'received')
@@ -1854,7 +1836,7 @@ BEGIN
                     AND NOT EXISTS (SELECT 1 FROM %2$s p
                                      WHERE p.task_id = e.task_id AND p.tenant_id = e.tenant_id
                                        AND p.id < e.id))) AS inserted,
-               t.step_type,
+               %14$s AS step_type,
                -- the attempt's error class and retry: for retries and failures only
                CASE WHEN e.from_state = 'executing' AND e.to_state IN ('awaiting_tool', 'failed')
                     THEN (SELECT a.error_class FROM %3$s a
@@ -1866,13 +1848,14 @@ BEGIN
                                     AND a.attempt = e.attempt AND a.retry_at IS NOT NULL)
                     ELSE false END AS retried
           FROM ev e
-          JOIN tk t ON t.id = e.task_id AND t.tenant_id = e.tenant_id
+          JOIN %1$s t ON t.id = e.task_id AND t.tenant_id = e.tenant_id
          WHERE e.entity = 'task'
     ),
     tat AS (
         SELECT a.tenant_id, t.queue, a.finished_at AS at, a.outcome,
-               extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, t.step_type
-          FROM at a JOIN tk t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
+               extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds,
+               %14$s AS step_type
+          FROM at a JOIN %1$s t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
     ),
     d (at, tenant_id, queue, metric, l1, l2, value) AS (
         SELECT at, tenant_id, queue, 'enqueued', '', '', 1::bigint FROM tev WHERE inserted
@@ -1943,7 +1926,17 @@ BEGIN
         format(cond, 't.complete_xact', 't.complete_attempt_id', '$8'),
         format(cond, 'e.xact', 'e.id', '$7'),
         format(cond, 't.created_xact', 't.enqueue_event_id', '$7'),
-        format(cond, 't.claim_xact', 't.claim_event_id', '$7'))
+        format(cond, 't.claim_xact', 't.claim_event_id', '$7'),
+        -- the step type a task t's metrics are labelled with
+        format($s$CASE WHEN t.run_id IS NULL THEN 'task'
+                    -- a compensation's task, and the task of the approval it waits for
+                    WHEN t.step_key LIKE '%%:compensate' OR t.step_key LIKE '%%:compensate:approval' THEN 'compensation'
+                    -- a map item ("step#i") and a human_approval step's task
+                    -- ("step:approval") are labelled with their step's type
+                    ELSE coalesce((SELECT s.type FROM %s s
+                                    WHERE s.run_id = t.run_id AND s.tenant_id = t.tenant_id
+                                      AND s.step_id = split_part(split_part(t.step_key, '#', 1), ':', 1)), 'task')
+               END$s$, tables[5]))
     INTO folded
     USING st.snap_xmin, st.snap_xmax, st.snap_xip,
           (pg_snapshot_xmax(s)::text)::bigint,
