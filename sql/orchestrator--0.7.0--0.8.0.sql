@@ -1485,8 +1485,10 @@ COMMENT ON FUNCTION orch.stamp_on_node() IS
 -- orch.tasks through run_command_on_shards).  Its first fold counts the
 -- rows in this node's id range from the start, except on the coordinator,
 -- whose rows from before orch_distribute were folded on one node: there it
--- starts from where that fold stopped.
-CREATE FUNCTION orch.metrics_fold_shard(tasks_shard text)
+-- starts from where that fold stopped.  With from_now, a first fold starts
+-- from the rows present instead, counting none of them (the update of a
+-- distributed installation: docs/citus-upgrade-0.7.0-0.8.0.sql).
+CREATE FUNCTION orch.metrics_fold_shard(tasks_shard text, from_now boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, orch, pg_temp
@@ -1513,10 +1515,14 @@ BEGIN
         ON k.rel = m.logicalrelid
      WHERE t.shardid = sid;
     IF NOT EXISTS (SELECT 1 FROM orch.metric_shard_state WHERE id = sid) THEN
+        -- (from_now: a state "ahead of this node", which orch.metrics_fold_on
+        -- resets to the present, as after a restore)
         INSERT INTO orch.metric_shard_state (id, snap_xmin, snap_xmax, snap_xip, event_floor, attempt_floor)
-        SELECT sid, coalesce(m.snap_xmin, 0), coalesce(m.snap_xmax, 0), coalesce(m.snap_xip, '{}'),
+        SELECT sid, coalesce(m.snap_xmin, 0),
+               CASE WHEN from_now THEN 9223372036854775807 ELSE coalesce(m.snap_xmax, 0) END,
+               coalesce(m.snap_xip, '{}'),
                greatest(m.event_floor, g << 48), greatest(m.attempt_floor, g << 48)
-          FROM (SELECT 1) x LEFT JOIN orch.metric_state m ON g = 0
+          FROM (SELECT 1) x LEFT JOIN orch.metric_state m ON g = 0 AND NOT from_now
         ON CONFLICT DO NOTHING;
     END IF;
     -- the shards are written here, not through their distributed tables
@@ -1524,10 +1530,10 @@ BEGIN
     RETURN orch.metrics_fold_on(names || NULL::regclass, 'orch.metric_shard_state', sid, ((g + 1) << 48) - 1);
 END
 $fn$;
-COMMENT ON FUNCTION orch.metrics_fold_shard(text) IS
+COMMENT ON FUNCTION orch.metrics_fold_shard(text, boolean) IS
   'On Citus: folds the events and attempts of one orch.tasks shard group on the node that holds it into its co-located metric shards; returns how many rows it read.';
 REVOKE ALL ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint),
-    orch.metrics_fold_shard(text), orch.stamp_on_node() FROM PUBLIC;
+    orch.metrics_fold_shard(text, boolean), orch.stamp_on_node() FROM PUBLIC;
 REVOKE ALL ON orch.metric_shard_state FROM PUBLIC;
 
 REVOKE ALL ON orch.tenant_bindings_rows, orch.queues_rows, orch.tasks_rows, orch.attempts_rows,

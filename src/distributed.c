@@ -298,9 +298,10 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 * and an id of its range (Citus computes an INSERT's defaults there):
 	 * each shard stamps them with its own node's, as the rows the shards'
 	 * triggers write are, so that each node's metrics fold can count what
-	 * committed there (orch.metrics_fold_shard).
+	 * committed there (orch.metrics_fold_shard).  (A schema before 0.8.0
+	 * has neither.)
 	 */
-	for (int i = 0; i < lengthof(stamped_tables); i++)
+	for (int i = 0; i < lengthof(stamped_tables) && orch_schema_version() >= 800; i++)
 	{
 		const char *t = stamped_tables[i][0];
 

@@ -152,8 +152,9 @@ orch_histogram_quantile(PG_FUNCTION_ARGS)
  * run_command_on_shards): a shard whose node does not answer is left for
  * the next fold (a WARNING says so), the others are folded.  When every
  * shard was folded, the coordinator notes when (orch.metric_state's
- * refreshed_at, which orch_queue_stats shows as metrics_as_of).
- * Caller is connected to SPI.
+ * refreshed_at, which orch_queue_stats shows as metrics_as_of).  A
+ * schema distributed before 0.8.0 has no shard fold: 0A000.  Caller is
+ * connected to SPI.
  */
 int64
 orch_metrics_fold_now(void)
@@ -170,6 +171,12 @@ orch_metrics_fold_now(void)
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		return isnull ? 0 : DatumGetInt64(d);
 	}
+	if (orch_schema_version() < 800)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("metrics on Citus need the 0.8.0 schema"),
+				 errdetail("This installation's tables were distributed at an earlier version, which folds no metrics there."),
+				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (README, Upgrading a distributed installation).")));
 	orch_sql_once("SELECT coalesce(sum(result::bigint) FILTER (WHERE success), 0)::bigint,"
 				  " count(*) FILTER (WHERE NOT success), min(result) FILTER (WHERE NOT success)"
 				  " FROM run_command_on_shards('orch.tasks', 'SELECT orch.metrics_fold_shard(''%s'')')",

@@ -252,7 +252,7 @@ orch_start(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("workflow runs on Citus need the 0.8.0 schema"),
 				 errdetail("This installation's tables were distributed at an earlier version."),
-				 errhint("A distributed installation cannot be updated in place yet (README, Upgrading a distributed installation); install 0.8.0 and distribute it.")));
+				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (README, Upgrading a distributed installation).")));
 	name = orch_text_arg(fcinfo, 0);
 	input = orch_jsonb_arg(fcinfo, 1, "input");
 	if (key != NULL && (key[0] == '\0' || strlen(key) > 512))

@@ -74,11 +74,20 @@
 #
 # A worker added later gets its id range from orch_distribute called again.
 #
+# A distributed 0.7.0 installation (three tenants, tasks in every state, a
+# task enqueued through a worker, a lease held) updated with
+# docs/citus-upgrade-0.7.0-0.8.0.sql: the script refuses, naming it and
+# changing nothing, while a view of the user depends on the extension; then
+# it runs, and every task, event, attempt and idempotency key is as it was,
+# the held lease completes, a key replays, the worker's ids go on past the
+# stored ones, no id repeats, and the counters count from the update on.
+#
 # Ids: a task enqueued through a worker takes that worker's id range
 # (group id << 48), and no two tasks or events share an id.
 use strict;
 use warnings;
 
+use File::Basename;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -1062,6 +1071,88 @@ ok($id3 >= ($g3 << 48) && $id3 < (($g3 + 1) << 48),
 	"after orch_distribute again, the new worker takes ids from its own range ($id3)");
 is(q1('SELECT count(*) - count(DISTINCT id) FROM orch.tasks'), '0', 'still no two tasks share an id');
 push @workers, $w3;
+
+# ---------------------------------------------------------------------------
+# A distributed 0.7.0 installation updated to 0.8.0 with the shipped script
+# (docs/citus-upgrade-0.7.0-0.8.0.sql): every row kept, leases and keys
+# still honoured, ids never reused, distributed again (issue 23 item 5)
+# ---------------------------------------------------------------------------
+{
+	my @uw = @workers[0 .. 1];
+	my $script = dirname(__FILE__) . '/../docs/citus-upgrade-0.7.0-0.8.0.sql';
+	$coord->safe_psql('postgres', 'CREATE DATABASE upg');
+	for my $w (@uw)
+	{
+		$w->safe_psql('postgres', 'CREATE DATABASE upg');
+		$w->safe_psql('upg', 'CREATE EXTENSION citus');
+	}
+	my $u = sub { return $coord->safe_psql('upg', $_[0]); };
+	$u->('CREATE EXTENSION citus');
+	$u->(sprintf("SELECT citus_set_coordinator_host('%s', %d)", $coord->host, $coord->port));
+	$u->(sprintf("SELECT citus_add_node('%s', %d)", $_->host, $_->port)) for @uw;
+	$u->(q{CREATE EXTENSION orchestrator VERSION '0.7.0'});
+	$u->('SELECT count(*) FROM orch_distribute(4)');
+	$u->(q{SELECT orch_create_queue('q', '{"initial_delay": "1 h"}')});
+	$u->(q{SELECT count(orch_enqueue('q', jsonb_build_object('i', g), idempotency_key => 'k' || g,
+	                                  tenant => 'u' || (g % 3))) FROM generate_series(1, 30) g});
+	# a task enqueued through a worker: an id of that worker's range
+	my $wid = $uw[0]->safe_psql('upg', q{SELECT orch_enqueue('q', '{"via": "worker"}', tenant => 'u1')});
+	$u->(q{SELECT count(orch_complete(task_id, lease_token)) FROM orch_dequeue('q', 'w', 3, tenant => 'u1')});
+	$u->(q{SELECT count(f.state) FROM orch_dequeue('q', 'w', 2, tenant => 'u0') d,
+	         LATERAL orch_fail(d.task_id, d.lease_token, 'TRANSIENT', 'boom') f});
+	$u->(q{SELECT count(f.state) FROM orch_dequeue('q', 'w', 1, tenant => 'u2') d,
+	         LATERAL orch_fail(d.task_id, d.lease_token, 'NON_RETRYABLE', 'bad') f});
+	my ($held_id, $held_tok) = split /\|/,
+	  $u->(q{SELECT task_id || '|' || lease_token FROM orch_dequeue('q', 'w', 1, lease => '1 hour', tenant => 'u2')});
+	my $k5 = $u->(q{SELECT id FROM orch.tasks WHERE idempotency_key = 'k5'});
+	my %digest_sql = (
+		tasks => q{SELECT md5(string_agg(concat_ws('/', id, tenant_id, state, attempts, failures, lease_token,
+		              payload, idempotency_key, run_at, lease_expires_at), ',' ORDER BY id)) FROM orch.tasks},
+		events => q{SELECT md5(string_agg(concat_ws('/', id, tenant_id, task_id, from_state, to_state, reason_code,
+		               attempt, at), ',' ORDER BY id)) FROM orch.events},
+		attempts => q{SELECT md5(string_agg(concat_ws('/', id, tenant_id, task_id, attempt, outcome, error_class,
+		                 finished_at), ',' ORDER BY id)) FROM orch.attempts},
+		keys => q{SELECT md5(string_agg(concat_ws('/', tenant_id, key, task_id), ',' ORDER BY tenant_id, key))
+		           FROM orch.idempotency_keys});
+	my %before = map { $_ => $u->($digest_sql{$_}) } keys %digest_sql;
+
+	# an object of the user's that depends on the extension: the script
+	# stops in its first transaction, names it, and changes nothing
+	$u->('CREATE VIEW public.my_tasks AS SELECT task_id FROM orch_tasks');
+	my ($rc, $out, $err) = $coord->psql('upg', '', extra_params => ['-v', 'ON_ERROR_STOP=1', '-f', $script]);
+	isnt($rc, 0, 'the update script stops when an object of the user depends on the extension');
+	like($err, qr/objects of your own depend on the orchestrator: rule _RETURN on view my_tasks/,
+		'... and names it');
+	is($u->(q{SELECT extversion || ' ' || (SELECT count(*) FROM pg_namespace WHERE nspname = 'orch_upgrade')
+	           FROM pg_extension WHERE extname = 'orchestrator'}), '0.7.0 0', '... having changed nothing');
+	$u->('DROP VIEW public.my_tasks');
+
+	($rc, $out, $err) = $coord->psql('upg', '', extra_params => ['-v', 'ON_ERROR_STOP=1', '-f', $script]);
+	is($rc, 0, 'the update script runs') or diag($err);
+	is($u->(q{SELECT extversion FROM pg_extension WHERE extname = 'orchestrator'}), '0.8.0', 'the installation is at 0.8.0');
+	is($u->(q{SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'orch.tasks'::regclass}), '4',
+		'orch.tasks is distributed again, with its 4 shards');
+	is($u->(q{SELECT count(*) FROM pg_namespace WHERE nspname = 'orch_upgrade'}), '0', 'the copy of the rows is gone');
+	is($u->($digest_sql{$_}), $before{$_}, "every row of $_ as it was") for sort keys %digest_sql;
+	is($u->("SELECT orch_complete($held_id, '$held_tok')"), 'completed',
+		'a task claimed before the update completes with its lease token');
+	is($u->(q{SELECT orch_enqueue('q', '{"i": 5}', idempotency_key => 'k5', tenant => 'u2')}), $k5,
+		'an idempotency key from before the update replays its task');
+	my $wid2 = $uw[0]->safe_psql('upg', q{SELECT orch_enqueue('q', '{"via": "worker"}', tenant => 'u1')});
+	ok($wid2 > $wid && ($wid2 >> 48) == ($wid >> 48),
+		"the worker goes on in its id range past the ids stored ($wid2 > $wid)");
+	$u->(q{SELECT count(orch_enqueue('q', '{}', tenant => 'u' || g)) FROM generate_series(0, 2) g});
+	$u->(q{SELECT count(orch_complete(task_id, lease_token)) FROM orch_dequeue('q', 'w', 2, tenant => 'u0')});
+	is($u->(q{SELECT (SELECT count(*) - count(DISTINCT id) FROM orch.tasks)
+	               + (SELECT count(*) - count(DISTINCT id) FROM orch.events)
+	               + (SELECT count(*) - count(DISTINCT id) FROM orch.attempts)}), '0',
+		'no two tasks, events or attempts share an id');
+	$u->('SELECT orch_metrics_refresh()');
+	is($u->(q{SELECT string_agg(tenant_id || ':' || metric || '=' || value, ',' ORDER BY tenant_id, metric)
+	           FROM orch.metric_totals WHERE queue = 'q' AND metric IN ('enqueued', 'started')}),
+		'u0:enqueued=1,u0:started=2,u1:enqueued=2,u2:enqueued=1',
+		'the counters count from the update on (0.7.0 folded none on Citus)');
+}
 
 # ---------------------------------------------------------------------------
 # Citus installed, tables not distributed: everything as on a single node
