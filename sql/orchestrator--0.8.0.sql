@@ -1774,22 +1774,24 @@ BEGIN
     -- the state was taken in: the ids cannot be compared, so start afresh
     -- from the rows present (the rows restored are not counted again).
     IF (pg_snapshot_xmax(s)::text)::bigint < st.snap_xmax THEN
+        -- (the snapshot taken by this statement, with the floors it sees)
         EXECUTE format(
-            'UPDATE %9$s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3, refreshed_at = now(),'
+            'UPDATE %9$s m SET snap_xmin = (pg_snapshot_xmin(q.s)::text)::bigint,'
+            '   snap_xmax = (pg_snapshot_xmax(q.s)::text)::bigint,'
+            '   snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(q.s) x), ''{}''),'
+            '   refreshed_at = now(),'
             -- (the history's ids: events, and the ids task rows record)
             '   event_floor = greatest(m.event_floor,'
-            '     (SELECT max(id) FROM %2$s WHERE id <= $4),'
-            '     (SELECT max(complete_event_id) FROM %1$s WHERE complete_event_id <= $4),'
-            '     (SELECT max(enqueue_event_id) FROM %1$s WHERE enqueue_event_id <= $4),'
-            '     (SELECT max(claim_event_id) FROM %1$s WHERE claim_event_id <= $4)),'
+            '     (SELECT max(id) FROM %2$s WHERE id <= $1),'
+            '     (SELECT max(complete_event_id) FROM %1$s WHERE complete_event_id <= $1),'
+            '     (SELECT max(enqueue_event_id) FROM %1$s WHERE enqueue_event_id <= $1),'
+            '     (SELECT max(claim_event_id) FROM %1$s WHERE claim_event_id <= $1)),'
             '   attempt_floor = greatest(m.attempt_floor,'
-            '     (SELECT max(id) FROM %3$s WHERE id <= $4),'
-            '     (SELECT max(complete_attempt_id) FROM %1$s WHERE complete_attempt_id <= $4))'
-            ' WHERE m.id = $5',
+            '     (SELECT max(id) FROM %3$s WHERE id <= $1),'
+            '     (SELECT max(complete_attempt_id) FROM %1$s WHERE complete_attempt_id <= $1))'
+            ' FROM (SELECT pg_current_snapshot() AS s) q WHERE m.id = $2',
             tables[1], tables[2], tables[3], NULL, NULL, NULL, NULL, NULL, state)
-        USING (pg_snapshot_xmin(s)::text)::bigint, (pg_snapshot_xmax(s)::text)::bigint,
-              coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[]),
-              id_hi, state_id;
+        USING id_hi, state_id;
         RETURN 0;
     END IF;
 

@@ -253,7 +253,17 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 * coordinator starts where this fold stops.
 	 */
 	if (citus_method("tasks") == '\0')
+	{
+		/*
+		 * Nothing is written between this fold and the copy (a row
+		 * committed in between would reach a worker with an id of the
+		 * coordinator's range, which no node counts), and a fold running
+		 * now is waited for rather than skipped.
+		 */
+		run("LOCK TABLE orch.tasks, orch.events, orch.attempts, orch.runs IN SHARE MODE");
+		run("LOCK TABLE orch.metric_state IN EXCLUSIVE MODE");
 		run("SELECT orch.metrics_fold()");
+	}
 
 
 	for (int i = 0; i < lengthof(reference_tables); i++)
@@ -294,9 +304,10 @@ orch_distribute(PG_FUNCTION_ARGS)
 
 
 	/*
-	 * History rows written through the coordinator carry its transaction id
-	 * and an id of its range (Citus computes an INSERT's defaults there):
-	 * each shard stamps them with its own node's, as the rows the shards'
+	 * History rows written through the coordinator would carry its
+	 * transaction id and an id of its range (Citus computes an INSERT's
+	 * defaults there): xact loses its default, and each shard stamps the
+	 * rows written without one with its own node's, as the rows the shards'
 	 * triggers write are, so that each node's metrics fold can count what
 	 * committed there (orch.metrics_fold_shard).  (A schema before 0.8.0
 	 * has neither.)
@@ -309,6 +320,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 								   " AND tgname = 'stamp_on_node'", t),
 						  0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) > 0)
 			continue;
+		run(psprintf("ALTER TABLE orch.%s ALTER COLUMN xact DROP DEFAULT", t));
 		run(psprintf("CREATE TRIGGER stamp_on_node BEFORE INSERT ON orch.%s"
 					 " FOR EACH ROW EXECUTE FUNCTION orch.stamp_on_node('%s')", t, stamped_tables[i][1]));
 		emit(rsinfo, psprintf("orch.%s", t), "rows stamped with the node they are written on");
@@ -329,11 +341,12 @@ orch_distribute(PG_FUNCTION_ARGS)
 
 /* ----------------------------------------------------------------------
  * orch.stamp_on_node(sequence) trigger, BEFORE INSERT FOR EACH ROW
- *	  On Citus, on the shards of orch.events and orch.attempts: the row's
- *	  xact becomes this node's transaction, and an id outside this node's
- *	  range (group id << 48, orch_distribute) is replaced by the next of
- *	  orch.<sequence> here.  The ids are of history rows nothing else refers
- *	  to by them; the ones task rows record are taken on the shard already.
+ *	  On Citus, on the shards of orch.events and orch.attempts: a row
+ *	  written without a transaction id gets this node's, and an id outside
+ *	  this node's range (group id << 48, orch_distribute) is replaced by the
+ *	  next of orch.<sequence> here.  The ids are of history rows nothing
+ *	  else refers to by them; the ones task rows record are taken on the
+ *	  shard already.
  * ---------------------------------------------------------------------- */
 
 /* This node's Citus group (pg_dist_local_group), read once per backend. */
@@ -366,6 +379,10 @@ orch_stamp_on_node(PG_FUNCTION_ARGS)
 
 	if (local_group < 0)
 	{
+		if (!OidIsValid(get_extension_oid("citus", true)))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("orch.stamp_on_node needs Citus on this node")));
 		SPI_connect();
 		if (orch_sql_once("SELECT groupid::bigint FROM pg_catalog.pg_dist_local_group", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) != 1)
 			ereport(ERROR,
@@ -376,6 +393,17 @@ orch_stamp_on_node(PG_FUNCTION_ARGS)
 	}
 	lo = local_group << 48;
 	hi = ((local_group + 1) << 48) - 1;
+
+	/*
+	 * A row that names its transaction (the claim a task row recorded,
+	 * written out at the next claim; a row history compaction moves) keeps
+	 * it, with its id: it was written, and counted, where that transaction
+	 * ran.  On Citus xact has no default (orch_distribute drops it), so a
+	 * NULL is a row a statement writes now, here or through the coordinator.
+	 */
+	(void) heap_getattr(trigdata->tg_trigtuple, cols[1], td, &isnull);
+	if (!isnull)
+		return PointerGetDatum(trigdata->tg_trigtuple);
 
 	id = DatumGetInt64(heap_getattr(trigdata->tg_trigtuple, cols[0], td, &isnull));
 	if (isnull || id <= lo || id > hi)

@@ -193,7 +193,7 @@ orch_metrics_fold_now(void)
 		ereport(WARNING,
 				(errmsg("orchestrator: the metrics of " INT64_FORMAT " shards of orch.tasks were not folded", failed),
 				 errdetail("%s", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)),
-				 errhint("Their nodes' rows are folded by the next fold that reaches them; none is lost or counted twice.")));
+				 errhint("Their nodes' rows are folded by the next fold that reaches them.")));
 		return folded;
 	}
 	/* (values, not functions: Citus's rule for an upsert's SET) */

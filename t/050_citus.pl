@@ -72,6 +72,11 @@
 # on a worker node, and changes nothing; a by-id call made on a worker node
 # works as on the coordinator.
 #
+# Under load (a claim-and-complete loop per tenant), the worker of one tenant
+# stopped: the other tenant's work goes on to the end during the outage; once
+# the worker is back, leases are recovered and every task is completed
+# exactly once, none lost.
+#
 # A worker added later gets its id range from orch_distribute called again.
 #
 # A distributed 0.7.0 installation (three tenants, tasks in every state, a
@@ -503,6 +508,20 @@ is(sqlstate_of("SET ROLE cit_rb; SELECT orch_metrics_refresh()"), '42501',
 		"bound to $tb: its folded counters in the Prometheus text");
 	unlike($m, qr/tenant="\Q$ta\E"/, "bound to $tb: and none of $ta");
 }
+# a task claimed, folded, retried and claimed again: its first claim, which
+# the task row recorded, is written out as an event at the second claim
+# (with the transaction it was made in) and is not counted again
+q1(q{SELECT orch_create_queue('mq2', '{"initial_delay": "1 s", "max_delay": "1 s"}')});
+q1("SELECT orch_enqueue('mq2', '{}', tenant => '$ta')");
+my ($rid, $rtok) = split /\|/, q1("SELECT task_id || '|' || lease_token FROM orch_dequeue('mq2', 'w', 1, tenant => '$ta')");
+q1('SELECT orch_metrics_refresh()');
+q1("SELECT state FROM orch_fail($rid, '$rtok', 'TRANSIENT', 'again')");
+wait_until_tasks('the retry is due', "id = $rid AND tenant_id = '$ta'", 'retry_at <= now()');
+is(q1("SELECT count(orch_complete(task_id, lease_token)) FROM orch_dequeue('mq2', 'w', 1, tenant => '$ta')"), '1',
+	"$ta: the retried task is claimed again (and completed)");
+q1('SELECT orch_metrics_refresh()');
+is($mtotal->($ta, 'started', undef, 'mq2'), '2',
+	'two claims, two started: the first claim, written out at the second, is not counted again');
 isnt(q1(q{SELECT metrics_as_of FROM orch_queue_stats WHERE queue = 'mq' LIMIT 1}), '',
 	'orch_queue_stats says when the counters were folded');
 
@@ -1050,6 +1069,99 @@ for my $t ($ta, $tb)
 	($rc, $out2, $err2) = try_sql("SELECT task_id || ':' || lease_token FROM orch_dequeue('route', 'w', 1, tenant => '$ta')");
 	my ($id4, $tok4) = split /:/, $out2;
 	is(q1("SELECT orch_complete($id4, '$tok4')"), 'completed', "and $ta works again");
+}
+
+# ---------------------------------------------------------------------------
+# A worker stopped under load (issue 23 item 6): a session per tenant claims
+# and completes in a loop (claim and completion in transactions of their
+# own, as a worker does); the worker of one tenant is stopped while both
+# are working.  The other tenant's work goes on: tasks enqueued during the
+# outage are all done before it ends.  Once the worker is back, its leases
+# are recovered and everything finishes: every task completed exactly once,
+# none lost.  Paced by state: the fault lands once both have work done and
+# work left; the outage lasts until the other tenant has finished.
+# ---------------------------------------------------------------------------
+{
+	my ($down) = grep {
+		$_->safe_psql('postgres', 'SELECT groupid FROM pg_dist_local_group') eq $node_of{$ta}
+	} @workers;
+	q1(q{SELECT orch_create_queue('load', '{"lease": "3 s", "max_attempts": 10,
+	                                        "initial_delay": "1 s", "max_delay": "1 s"}')});
+	q1("CREATE TABLE public.cit_load_ctl (tenant text PRIMARY KEY, stop boolean NOT NULL DEFAULT false);"
+		  . " INSERT INTO public.cit_load_ctl VALUES ('$ta'), ('$tb')");
+	q1(<<'EOSQL');
+CREATE PROCEDURE public.cit_load(t text, w text) LANGUAGE plpgsql AS $p$
+DECLARE
+    r record;
+BEGIN
+    LOOP
+        SELECT d.task_id, d.lease_token INTO r FROM orch_dequeue('load', w, 1, tenant => t) d;
+        COMMIT;
+        IF r.task_id IS NOT NULL THEN
+            PERFORM orch_complete(r.task_id, r.lease_token);
+            COMMIT;
+        ELSE
+            EXIT WHEN (SELECT c.stop FROM public.cit_load_ctl c WHERE c.tenant = t)
+                  AND NOT EXISTS (SELECT 1 FROM orch.tasks x WHERE x.tenant_id = t AND x.queue = 'load'
+                                     AND x.state <> 'completed');
+            PERFORM pg_sleep(0.02);
+        END IF;
+    END LOOP;
+END
+$p$
+EOSQL
+	for my $t ($ta, $tb)
+	{
+		q1("SELECT count(orch_enqueue('load', jsonb_build_object('n', g), tenant => '$t')) FROM generate_series(1, 400) g");
+	}
+	my $count = sub {
+		my ($t, $cond) = @_;
+		return q1("SELECT count(*) FROM orch.tasks WHERE tenant_id = '$t' AND queue = 'load' AND $cond");
+	};
+	my %ls = map { $_ => $coord->background_psql('postgres', on_error_stop => 0) } ($ta, $tb);
+	$ls{$_}->query_until(qr/started/, "\\echo started\nCALL public.cit_load('$_', 'w-$_');\n") for ($ta, $tb);
+	for my $t ($ta, $tb)
+	{
+		$coord->poll_query_until('postgres', "SELECT count(*) >= 20 FROM orch.tasks"
+			  . " WHERE tenant_id = '$t' AND queue = 'load' AND state = 'completed'")
+		  or die "gave up waiting for $t to work";
+	}
+	cmp_ok($count->($ta, "state <> 'completed'"), '>', 0, "${ta} has work left when its worker stops");
+	$down->stop;
+	my $b_at_stop = $count->($tb, "state = 'completed'");
+	q1("SELECT count(orch_enqueue('load', jsonb_build_object('n', g), tenant => '$tb')) FROM generate_series(401, 450) g");
+	$coord->poll_query_until('postgres', "SELECT count(*) = 0 FROM orch.tasks"
+		  . " WHERE tenant_id = '$tb' AND queue = 'load' AND state <> 'completed'")
+	  or die "gave up waiting for $tb to finish during the outage";
+	cmp_ok($count->($tb, "state = 'completed'") - $b_at_stop, '>=', 50,
+		"the worker of $ta stopped under load: ${tb}'s work goes on (the tasks enqueued during the outage are done)");
+	is($count->($tb, "state = 'completed'"), '450', "... ${tb} has finished all its 450 tasks while the worker is down");
+	$down->start;
+	# the tenant's session lost its worker mid-loop; its leases run out and
+	# are recovered (as after any worker crash), then it works again
+	like($ls{$ta}->query("SELECT 1") . $ls{$ta}->{stderr}, qr/ERROR/, "${ta}'s session got an error while its worker was down");
+	q1("UPDATE public.cit_load_ctl SET stop = true");
+	# (orch_maintain as a statement of its own, every 0.2 s until none is
+	# left, within the TAP timeout)
+	for (my $i = 0;; $i++)
+	{
+		q1('SELECT count(*) FROM orch_maintain()');
+		last if $count->($ta, "state = 'executing'") eq '0';
+		die "gave up waiting for ${ta}'s leases to be recovered" if $i > 5 * $PostgreSQL::Test::Utils::timeout_default;
+		select(undef, undef, undef, 0.2);
+	}
+	$ls{$ta}->{stderr} = '';
+	$ls{$ta}->query("CALL public.cit_load('$ta', 'w-$ta')");
+	is($ls{$ta}->{stderr}, '', "${ta} works again once its worker is back");
+	$ls{$tb}->query('SELECT 1');
+	$_->quit for values %ls;
+	is($count->($ta, "state = 'completed'") . ' ' . $count->($tb, "state = 'completed'"), '400 450',
+		'every task of both tenants is completed (none lost)');
+	is(q1(q{SELECT count(*) FROM (SELECT a.task_id FROM orch.attempt_history a
+	          JOIN orch.tasks t ON t.id = a.task_id AND t.tenant_id = a.tenant_id
+	         WHERE t.queue = 'load' AND a.outcome = 'completed'
+	         GROUP BY a.task_id, a.tenant_id HAVING count(*) = 1) s}), '850',
+		'each was completed exactly once (one completed attempt each, none twice)');
 }
 
 # ---------------------------------------------------------------------------
