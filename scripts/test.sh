@@ -284,6 +284,8 @@ if [ ${#tap_files[@]} -gt 0 ]; then
     TAPDIR=$TESTROOT/tap
     mkdir -p "$TAPDIR"
     cp -r t "$TAPDIR/t"
+    # (t/050_citus.pl runs the update script docs/citus-upgrade-0.7.0-0.8.0.sql)
+    cp -r docs "$TAPDIR/docs"
     chown -R postgres:postgres "$TAPDIR"
     for f in "${tap_files[@]}"; do
         name=$(basename "$f" .pl)

@@ -72,6 +72,13 @@
 # on a worker node, and changes nothing; a by-id call made on a worker node
 # works as on the coordinator.
 #
+# The rest of the API: queue settings (read on a worker node), pause and
+# resume, orch_reprocess, a concurrency limit, the retry decision,
+# definitions (validate, read, deprecate), drift probes run at the gate on
+# the worker and orch_acknowledge_drift, orch_caller_tenants and
+# orch_unbind_tenant, a state machine on a table of the user's, and the
+# pg_cron schedule when pg_cron is installed.
+#
 # Under load (a claim-and-complete loop per tenant), the worker of one tenant
 # stopped: the other tenant's work goes on to the end during the outage; once
 # the worker is back, leases are recovered and every task is completed
@@ -112,16 +119,24 @@ $coord->stop;
 
 my @workers = map { PostgreSQL::Test::Cluster->new("worker$_") } (1, 2);
 $_->init for @workers;
+# pg_cron on the coordinator too, when it is installed (orch_schedule_maintenance)
+my $pkglibdir = `pg_config --pkglibdir`;
+chomp $pkglibdir;
+my $have_cron = -e "$pkglibdir/pg_cron.so";
 for my $node ($coord, @workers)
 {
+	my $preload = ($node == $coord && $have_cron) ? 'citus,pg_cron' : 'citus';
 	$node->append_conf('postgresql.conf', <<EOC);
-shared_preload_libraries = 'citus'
+shared_preload_libraries = '$preload'
 max_connections = 60
 log_statement = none
 EOC
+	$node->append_conf('postgresql.conf', "cron.database_name = 'postgres'\n") if $preload =~ /pg_cron/;
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
 }
+# (not on the workers: they do not load it)
+$coord->safe_psql('postgres', 'SET citus.enable_ddl_propagation = off; CREATE EXTENSION pg_cron') if $have_cron;
 $coord->safe_psql('postgres', sprintf(
 	"SELECT citus_set_coordinator_host('%s', %d)", $coord->host, $coord->port));
 $coord->safe_psql('postgres', sprintf(
@@ -1162,6 +1177,95 @@ EOSQL
 	         WHERE t.queue = 'load' AND a.outcome = 'completed'
 	         GROUP BY a.task_id, a.tenant_id HAVING count(*) = 1) s}), '850',
 		'each was completed exactly once (one completed attempt each, none twice)');
+}
+
+# ---------------------------------------------------------------------------
+# The rest of the API on Citus, so that "What works on Citus" lists it all:
+# queue settings, pause and resume, a concurrency limit, the retry decision,
+# orch_reprocess, definitions (validate, read, deprecate), a workflow's drift
+# probes (run on the worker at the gate) and orch_acknowledge_drift, tenant
+# bindings, a state machine on a table of the user's, and the pg_cron
+# schedule (when pg_cron is installed)
+# ---------------------------------------------------------------------------
+{
+	q1(q{SELECT orch_create_queue('sw', '{"initial_delay": "1 s", "max_delay": "1 s"}')});
+	is(q1(q{SELECT orch_configure_queue('sw', '{"max_attempts": 3}') ->> 'max_attempts'}), '3', 'orch_configure_queue');
+	is($workers[0]->safe_psql('postgres', q{SELECT orch_queue_settings('sw') ->> 'max_attempts'}), '3',
+		'orch_queue_settings on a worker node reads the new setting');
+	q1("SELECT orch_enqueue('sw', '{}', tenant => '$ta')");
+	q1(q{SELECT orch_pause_queue('sw')});
+	is(q1("SELECT count(*) FROM orch_dequeue('sw', 'w', 1, tenant => '$ta')"), '0', 'orch_pause_queue: nothing is claimed');
+	q1(q{SELECT orch_resume_queue('sw')});
+	my ($id, $tok) = split /\|/, q1("SELECT task_id || '|' || lease_token FROM orch_dequeue('sw', 'w', 1, tenant => '$ta')");
+	ok(defined $tok, 'orch_resume_queue: claimed again');
+	is(q1("SELECT reason_code FROM orch_fail($id, '$tok', 'NON_RETRYABLE', 'bad')"), 'non_retryable', 'a dead letter');
+	is(q1(q{SELECT count(*) FROM orch_reprocess(queue => 'sw', reason_code => 'non_retryable')}), '1',
+		'orch_reprocess re-drives it');
+	is(q1("SELECT count(*) FROM orch.tasks WHERE tenant_id = '$ta' AND queue = 'sw' AND state = 'queued'"), '1',
+		'... as a new task in its tenant');
+	q1(q{SELECT orch_set_concurrency_limit('sw', 'k1', 2)});
+	is(q1(q{SELECT max_running FROM orch.concurrency_limits WHERE queue = 'sw' AND key = 'k1'}), '2',
+		'orch_set_concurrency_limit');
+	is(q1(q{SELECT decision || ' ' || reason_code FROM orch_retry_decision('TRANSIENT', 1, 1)}), 'retry retry_scheduled',
+		'orch_retry_decision');
+
+	# definitions
+	is(sqlstate_of(q{SELECT orch_validate_definition('{"steps": [{"step_id": "a", "queue": "sw", "handler": "h"}]}')}),
+		'00000', 'orch_validate_definition accepts a valid spec');
+	is(sqlstate_of(q{SELECT orch_validate_definition('{"steps": []}')}), 'OR008', '... and refuses an empty one (OR008)');
+	q1(q{SELECT orch_define('sw_def', '{"steps": [{"step_id": "a", "queue": "sw", "handler": "h"}]}')});
+	q1(q{SELECT orch_publish('sw_def', 1)});
+	is(q1(q{SELECT status FROM orch_definition('sw_def')}), 'published', 'orch_definition');
+	q1(q{SELECT orch_deprecate('sw_def', 1)});
+	is(q1(q{SELECT status FROM orch_definition('sw_def', 1)}), 'deprecated', 'orch_deprecate');
+
+	# drift probes: a function of the user's over a reference table, run as
+	# the publisher where the run progresses (the worker, at the gate)
+	q1(q{CREATE TABLE public.knobs (v int NOT NULL); SELECT create_reference_table('public.knobs');
+	     INSERT INTO public.knobs VALUES (1);
+	     CREATE FUNCTION public.knob() RETURNS int LANGUAGE sql STABLE AS 'SELECT v FROM public.knobs'});
+	q1(q{SELECT orch_define('sw_drift', '{"probes": {"k": "public.knob()"}, "steps": [
+	       {"step_id": "prep", "queue": "sw", "handler": "prep"},
+	       {"step_id": "gate", "type": "human_approval", "depends_on": ["prep"]}]}')});
+	q1(q{SELECT orch_publish('sw_drift', 1)});
+	my $run = q1("SELECT orch_start('sw_drift', '{}', tenant => '$tb')");
+	q1(q{UPDATE public.knobs SET v = 2});
+	is(q1("SELECT count(orch_complete(task_id, lease_token)) FROM orch_dequeue('sw', 'w', 1, tenant => '$tb')"), '1',
+		"$tb: the run's first step completed");
+	is(q1("SELECT state || ' ' || reason_code FROM orch_runs WHERE run_id = $run"), 'paused drift_detected',
+		'the probe changed before the gate: the run stops on drift (probe run on the worker)');
+	is(q1("SELECT orch_acknowledge_drift($run, 'sw-ack-1', 'alice', 'knob turned')"), 'paused',
+		'orch_acknowledge_drift re-pins it');
+	q1("SELECT orch_resume_run($run)");
+	is(q1("SELECT orch_approve($run, 'gate', 'sw-gate-1')"), 'succeeded', 'then the gate is approved and the run succeeds');
+
+	# tenant bindings
+	is(q1("SET ROLE cit_rm; SELECT string_agg(t, ',' ORDER BY t) FROM unnest(orch_caller_tenants()) t"), "$tb,zeta",
+		'orch_caller_tenants');
+	is(q1("SELECT orch_unbind_tenant('cit_rm', 'zeta')"), 't', 'orch_unbind_tenant');
+	is(q1("SET ROLE cit_rm; SELECT string_agg(t, ',' ORDER BY t) FROM unnest(orch_caller_tenants()) t"), $tb,
+		'... the binding is gone');
+
+	# a state machine on a (local) table of the user's: its events go to the
+	# distributed history, under tenant default
+	q1(q{CREATE TABLE public.articles (id int PRIMARY KEY, status text NOT NULL)});
+	q1(q{SELECT orch_create_state_machine('article', '{"draft": ["published"], "published": []}', '{draft}')});
+	q1(q{SELECT orch_attach_state_machine('public.articles', 'status', 'article')});
+	q1(q{INSERT INTO public.articles VALUES (1, 'draft'); UPDATE public.articles SET status = 'published' WHERE id = 1});
+	is(sqlstate_of(q{UPDATE public.articles SET status = 'draft' WHERE id = 1}), 'OR002',
+		'a state machine on a table of the user\'s: a change from a terminal state -> OR002');
+	is(sqlstate_of(q{INSERT INTO public.articles VALUES (2, 'published')}), 'OR001', '... a start outside initial -> OR001');
+	is(q1(q{SELECT string_agg(coalesce(from_state, '-') || '>' || to_state, ',' ORDER BY event_id)
+	          FROM orch_events WHERE entity = 'public.articles'}), '->draft,draft>published',
+		'... and its events are in the history');
+
+	# the pg_cron schedule, on the coordinator
+	SKIP:
+	{
+		skip 'pg_cron is not installed for this server', 2 unless $have_cron;
+		like(q1('SELECT orch_schedule_maintenance()'), qr/^\d+$/, 'orch_schedule_maintenance on the coordinator');
+		is(q1('SELECT orch_unschedule_maintenance()'), 't', 'orch_unschedule_maintenance');
+	}
 }
 
 # ---------------------------------------------------------------------------
