@@ -195,12 +195,13 @@ orch_distribute(PG_FUNCTION_ARGS)
 	initStringInfo(&sql);
 
 	/*
-	 * Ids unique across nodes (first: the copy below runs on the workers in
-	 * this transaction, which the commands sent to them here would wait for): the extension's sequences exist on every
+	 * Ids unique across nodes: the extension's sequences exist on every
 	 * node (CREATE EXTENSION ran there) and Citus leaves an extension's
 	 * sequences alone, so each worker would count from 1.  Each node other
 	 * than the coordinator counts in its own range: group id << 48, as
-	 * Citus does for the sequences of the tables it creates.
+	 * Citus does for the sequences of the tables it creates.  First: the
+	 * copy of the rows below holds the workers' sequences in this
+	 * transaction, which these commands (sent outside it) would wait for.
 	 */
 	resetStringInfo(&sql);
 	appendStringInfoString(&sql,
@@ -265,7 +266,6 @@ orch_distribute(PG_FUNCTION_ARGS)
 		run("SELECT orch.metrics_fold()");
 	}
 
-
 	for (int i = 0; i < lengthof(reference_tables); i++)
 		make_citus_table(rsinfo, reference_tables[i],
 						 psprintf("SELECT create_reference_table('orch.%s')", reference_tables[i]),
@@ -301,7 +301,6 @@ orch_distribute(PG_FUNCTION_ARGS)
 		run_on_workers(psprintf("BEGIN; SET LOCAL citus.enable_ddl_propagation TO off; %s; COMMIT", cmd));
 		emit(rsinfo, psprintf("orch.%s_rows", v), psprintf("reads through orch.caller_%s()", v));
 	}
-
 
 	/*
 	 * History rows written through the coordinator would carry its
