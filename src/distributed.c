@@ -348,8 +348,13 @@ orch_distribute(PG_FUNCTION_ARGS)
  *	  shard already.
  * ---------------------------------------------------------------------- */
 
-/* This node's Citus group (pg_dist_local_group), read once per backend. */
+/*
+ * This node's Citus group (pg_dist_local_group), read once per transaction
+ * (a node removed and added again gets a new group; Citus keeps its
+ * connections' backends).
+ */
 static int64 local_group = -1;
+static LocalTransactionId local_group_lxid = InvalidLocalTransactionId;
 
 Datum
 orch_stamp_on_node(PG_FUNCTION_ARGS)
@@ -376,7 +381,7 @@ orch_stamp_on_node(PG_FUNCTION_ARGS)
 	if (cols[0] <= 0 || cols[1] <= 0)
 		elog(ERROR, "orchestrator: %s has no id or xact column", RelationGetRelationName(trigdata->tg_relation));
 
-	if (local_group < 0)
+	if (local_group < 0 || local_group_lxid != MyProc->lxid)
 	{
 		if (!OidIsValid(get_extension_oid("citus", true)))
 			ereport(ERROR,
@@ -388,6 +393,7 @@ orch_stamp_on_node(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("orch.stamp_on_node needs Citus on this node")));
 		local_group = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		local_group_lxid = MyProc->lxid;
 		SPI_finish();
 	}
 	lo = local_group << 48;
