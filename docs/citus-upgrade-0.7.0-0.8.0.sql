@@ -154,8 +154,8 @@ BEGIN
            AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
         EXECUTE pg_catalog.format('INSERT INTO orch.%I (%s) SELECT %s FROM orch_upgrade.%I', t, cols, cols, t);
     END LOOP;
-    -- the coordinator's sequences go on from where they were (and past
-    -- every id of the coordinator's range already stored)
+    -- the coordinator's sequences go on from where they were (every id of
+    -- the coordinator's range stored came from them)
     FOR t IN SELECT s.name FROM orch_upgrade."(sequences)" s WHERE s.last_value IS NOT NULL
     LOOP
         PERFORM pg_catalog.setval(pg_catalog.format('orch.%I', t)::pg_catalog.regclass,
