@@ -178,13 +178,16 @@ COMMIT;
 -- 3. Distributed again, with the same shard count; each worker's sequences
 --    past the ids of its range that the rows hold (ids are never reused).
 -- ---------------------------------------------------------------------------
--- The update made the old history tables partitions of the new ones
--- (orch.events_before_080, orch.attempts_before_080); on the workers, where
+-- The update made the old history, run, step and approval tables partitions
+-- of the new ones (orch.events_before_080, orch.attempts_before_080,
+-- orch.runs_before_080, orch.run_steps_before_080,
+-- orch.approvals_before_080); on the workers, where
 -- the extension's tables are empty copies, those are empty too, and would
 -- collide with the partitions Citus creates there: they go.
 SELECT pg_catalog.bool_and(success) AS worker_copies_dropped
   FROM pg_catalog.run_command_on_workers(
-       'DROP TABLE IF EXISTS orch.events_before_080, orch.attempts_before_080');
+       'DROP TABLE IF EXISTS orch.events_before_080, orch.attempts_before_080, orch.runs_before_080,'
+       ' orch.run_steps_before_080, orch.approvals_before_080');
 BEGIN;
 SELECT pg_catalog.count(*) AS objects FROM orch_distribute((SELECT shard_count FROM orch_upgrade."(shards)"));
 SELECT pg_catalog.bool_and(success) AS worker_sequences_set

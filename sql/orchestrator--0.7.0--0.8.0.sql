@@ -4,6 +4,117 @@
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.8.0'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
+-- Runs, their steps and their approvals in partitions by run id (issue 20,
+-- docs/storage.md), retired whole by orch_maintain like the history.  First,
+-- before anything else of this update touches them, so that what follows
+-- applies to the new tables.  Each existing table is kept whole, with its
+-- keys and indexes, as the partition of every run up to now (attached, not
+-- copied: the attach reads it once to check the bound); its trigger goes (the
+-- new parent's is cloned onto it) and it leaves the extension's members (a
+-- dump keeps it as a table of its own, attached on restore).  What must be
+-- unique across partitions moves to tables of its own: the idempotency keys
+-- of runs (orch.run_keys) and the approval references (orch.approval_refs).
+-- ---------------------------------------------------------------------------
+DO $runs$
+DECLARE
+    h record;
+    i record;
+BEGIN
+    FOR h IN SELECT * FROM (VALUES ('runs', 'id'), ('run_steps', 'run_id'), ('approvals', 'run_id')) AS x(tbl, key) LOOP
+        FOR i IN SELECT c.relname FROM pg_catalog.pg_index x
+                   JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) x.indexrelid
+                  WHERE x.indrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::regclass LOOP
+            EXECUTE pg_catalog.format('ALTER INDEX orch.%I RENAME TO %I', i.relname,
+                                      pg_catalog.replace(i.relname, h.tbl OPERATOR(pg_catalog.||) '_',
+                                                         h.tbl OPERATOR(pg_catalog.||) '_before_080_'));
+        END LOOP;
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I RENAME TO %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080');
+        EXECUTE pg_catalog.format('ALTER EXTENSION orchestrator DROP TABLE orch.%I', h.tbl OPERATOR(pg_catalog.||) '_before_080');
+        EXECUTE pg_catalog.format('CREATE TABLE orch.%I (LIKE orch.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
+                                  ' INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (%I)',
+                                  h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080', h.key);
+    END LOOP;
+END
+$runs$;
+DROP TRIGGER runs_lifecycle ON orch.runs_before_080;
+CREATE TABLE orch.runs_default PARTITION OF orch.runs (PRIMARY KEY (id, tenant_id)) DEFAULT;
+CREATE INDEX runs_open_idx ON orch.runs_default (deadline_at)
+    WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'waiting_approval', 'paused']);
+CREATE INDEX runs_retry_of_idx ON orch.runs_default (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
+CREATE INDEX runs_correlation_idx ON orch.runs_default (correlation_id) WHERE correlation_id IS NOT NULL;
+CREATE INDEX runs_failed_idx ON orch.runs_default (finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+CREATE TABLE orch.run_steps_default PARTITION OF orch.run_steps (PRIMARY KEY (run_id, step_id, tenant_id))
+    DEFAULT WITH (fillfactor = 70);
+CREATE INDEX run_steps_timer_idx ON orch.run_steps_default (least(wake_at, cap_at))
+    WHERE wake_at IS NOT NULL OR cap_at IS NOT NULL;
+CREATE TABLE orch.approvals_default PARTITION OF orch.approvals (PRIMARY KEY (approval_ref, tenant_id)) DEFAULT;
+-- the old tables attached: every run up to now (and any id a start holds)
+DO $attach_runs$
+DECLARE
+    h record;
+    bound bigint;
+BEGIN
+    SELECT GREATEST(pg_catalog.max(m), pg_catalog.pg_sequence_last_value('orch.runs_id_seq'::pg_catalog.regclass), 0)
+           OPERATOR(pg_catalog.+) 1
+      INTO bound
+      FROM (SELECT pg_catalog.max(id) FROM orch.runs_before_080
+            UNION ALL SELECT pg_catalog.max(run_id) FROM orch.run_steps_before_080
+            UNION ALL SELECT pg_catalog.max(run_id) FROM orch.approvals_before_080) x(m);
+    FOR h IN SELECT * FROM (VALUES ('runs'), ('run_steps'), ('approvals')) AS x(tbl) LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ATTACH PARTITION orch.%I FOR VALUES FROM (MINVALUE) TO (%s)',
+                                  h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080', bound);
+    END LOOP;
+END
+$attach_runs$;
+CREATE TRIGGER runs_lifecycle
+    BEFORE INSERT OR UPDATE ON orch.runs
+    FOR EACH ROW EXECUTE FUNCTION orch_run_lifecycle();
+CREATE TABLE orch.run_keys (
+    tenant_id       text NOT NULL DEFAULT 'default',
+    idempotency_key text NOT NULL,
+    run_id          bigint NOT NULL,
+    PRIMARY KEY (tenant_id, idempotency_key)
+);
+COMMENT ON TABLE orch.run_keys IS
+  'The idempotency keys of the kept runs (orch_start): one run per key and tenant; retired with its run.';
+INSERT INTO orch.run_keys (tenant_id, idempotency_key, run_id)
+SELECT r.tenant_id, r.idempotency_key, r.id FROM orch.runs r WHERE r.idempotency_key IS NOT NULL;
+CREATE TABLE orch.approval_refs (
+    approval_ref text NOT NULL,
+    tenant_id    text NOT NULL DEFAULT 'default',
+    run_id       bigint NOT NULL,
+    PRIMARY KEY (approval_ref, tenant_id)
+);
+COMMENT ON TABLE orch.approval_refs IS
+  'The approval references in use (orch_approve, orch_reject, orch_acknowledge_drift): single-use across every partition of orch.approvals; retired with the run they were given to.';
+INSERT INTO orch.approval_refs (approval_ref, tenant_id, run_id)
+SELECT a.approval_ref, a.tenant_id, a.run_id FROM orch.approvals a;
+COMMENT ON TABLE orch.runs IS
+  'Workflow runs: a pinned definition version (name, version, content hash), the input, pins, state (running, waiting_approval, paused, succeeded, failed, canceled; C trigger run_lifecycle) and phase (forward, compensating).';
+COMMENT ON TABLE orch.run_steps IS
+  'The steps of a run: their state, the task(s) executing them, outputs, timers and compensation state.';
+SELECT pg_catalog.pg_extension_config_dump('orch.runs_default', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_steps_default', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.approvals_default', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.approval_refs', '');
+DO $rls_runs$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['runs', 'run_steps', 'approvals', 'runs_default', 'run_steps_default',
+                             'approvals_default', 'run_keys', 'approval_refs'] LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
+            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
+    END LOOP;
+END
+$rls_runs$;
+REVOKE ALL ON orch.runs, orch.run_steps, orch.approvals, orch.runs_default, orch.run_steps_default,
+    orch.approvals_default, orch.run_keys, orch.approval_refs FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
 -- One AFTER ... FOR EACH STATEMENT trigger on orch.tasks calls, in order, the
 -- audit writer, admission and workflow progress (it replaces tasks_events
 -- and tasks_gate, which did the same in two halves).  The library keeps
@@ -790,17 +901,20 @@ BEGIN
             ('runs', 'correlation_id'),
             ('run_steps', 'items'), ('run_steps', 'output'), ('run_steps', 'error'),
             ('approvals', 'approval_ref'), ('approvals', 'label'), ('approvals', 'note'),
+            ('run_keys', 'idempotency_key'), ('approval_refs', 'approval_ref'),
             ('metric_totals', 'l1'), ('metric_totals', 'l2'),
             ('metric_minutes', 'l1'), ('metric_minutes', 'l2')) AS x(tbl, col)
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I ALTER COLUMN %I SET STATISTICS 0', c.tbl, c.col);
         -- and forget what ANALYZE collected under 0.7.0
+        -- (of the table and each of its partitions)
         DELETE FROM pg_catalog.pg_statistic s
-         WHERE s.starelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', c.tbl)::regclass
-           AND s.staattnum OPERATOR(pg_catalog.=)
-               (SELECT a.attnum FROM pg_catalog.pg_attribute a
-                 WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', c.tbl)::regclass
-                   AND a.attname OPERATOR(pg_catalog.=) c.col);
+         USING pg_catalog.pg_partition_tree(pg_catalog.format('orch.%I', c.tbl)::regclass) p,
+               pg_catalog.pg_attribute a
+         WHERE s.starelid OPERATOR(pg_catalog.=) p.relid
+           AND a.attrelid OPERATOR(pg_catalog.=) p.relid
+           AND a.attname OPERATOR(pg_catalog.=) c.col
+           AND s.staattnum OPERATOR(pg_catalog.=) a.attnum;
     END LOOP;
 END
 $stats$;
@@ -820,8 +934,10 @@ ALTER TABLE orch.run_steps ADD CONSTRAINT run_steps_state_check
 -- Retention purges a finished run's approvals with it (issue 21 item 7,
 -- issue 20): an approval reference is single-use as long as its run is kept.
 COMMENT ON TABLE orch.approvals IS
-  'Human decisions on approval steps: an approval reference is single-use (OR009) and bound to one run and step, for as long as that run is kept (retention purges a finished run with its approvals).';
-CREATE INDEX approvals_run_idx ON orch.approvals (run_id, tenant_id);
+  'Human decisions on approval steps: an approval reference is single-use (OR009, through orch.approval_refs) and bound to one run and step, for as long as that run is kept (retired with its run).';
+-- (on each partition: the parent has no indexes)
+CREATE INDEX approvals_run_idx ON orch.approvals_default (run_id, tenant_id);
+CREATE INDEX approvals_before_080_run_idx ON orch.approvals_before_080 (run_id, tenant_id);
 
 -- Tenant isolation on Citus (issue 23 item 1): the functions behind the
 -- task views, the statistics and the metrics read the caller's tenants

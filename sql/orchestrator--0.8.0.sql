@@ -1326,19 +1326,34 @@ CREATE TABLE orch.runs (
     finished_at     timestamptz,
     correlation_id  text,
     probe_pins      jsonb,
-    drift           jsonb,
-    PRIMARY KEY (id, tenant_id)
-);
-CREATE UNIQUE INDEX runs_idempotency_idx ON orch.runs (tenant_id, idempotency_key)
-    WHERE idempotency_key IS NOT NULL;
-CREATE INDEX runs_open_idx ON orch.runs (deadline_at)
+    drift           jsonb
+) PARTITION BY RANGE (id);
+-- Runs, their steps and the approvals given to them are kept in partitions
+-- by run id (range on id / run_id, plus a DEFAULT partition each), created
+-- ahead and retired whole by orch_maintain once every run in them finished
+-- longer ago than the retention (history_partitions.c, docs/storage.md).
+-- The parents have no indexes: each partition has its own, copied from the
+-- DEFAULT partition's.  A run's id is unique across partitions (each id has
+-- one partition); what must be unique across them has a small table of its
+-- own: the idempotency keys of runs (orch.run_keys) and the approval
+-- references in use (orch.approval_refs).  A retry is unique per run under
+-- the original run's row lock (orch_retry_run).
+CREATE TABLE orch.runs_default PARTITION OF orch.runs (PRIMARY KEY (id, tenant_id)) DEFAULT;
+CREATE INDEX runs_open_idx ON orch.runs_default (deadline_at)
     WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'waiting_approval', 'paused']);
-CREATE UNIQUE INDEX runs_retry_of_idx ON orch.runs (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
--- Correlation ids; finished runs by time, for retention; failed runs listed
--- without scanning finished history.
-CREATE INDEX runs_correlation_idx ON orch.runs (correlation_id) WHERE correlation_id IS NOT NULL;
-CREATE INDEX runs_finished_idx ON orch.runs (finished_at) WHERE finished_at IS NOT NULL;
-CREATE INDEX runs_failed_idx ON orch.runs (finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+CREATE INDEX runs_retry_of_idx ON orch.runs_default (retry_of, tenant_id) WHERE retry_of IS NOT NULL;
+-- Correlation ids; failed runs listed without scanning finished history.
+CREATE INDEX runs_correlation_idx ON orch.runs_default (correlation_id) WHERE correlation_id IS NOT NULL;
+CREATE INDEX runs_failed_idx ON orch.runs_default (finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+-- One run per idempotency key and tenant, for as long as the run is kept.
+CREATE TABLE orch.run_keys (
+    tenant_id       text NOT NULL DEFAULT 'default',
+    idempotency_key text NOT NULL,
+    run_id          bigint NOT NULL,
+    PRIMARY KEY (tenant_id, idempotency_key)
+);
+COMMENT ON TABLE orch.run_keys IS
+  'The idempotency keys of the kept runs (orch_start): one run per key and tenant; retired with its run.';
 COMMENT ON TABLE orch.runs IS
   'Workflow runs: a pinned definition version (name, version, content hash), the input, pins, state (running, waiting_approval, paused, succeeded, failed, canceled; C trigger run_lifecycle) and phase (forward, compensating).';
 
@@ -1372,12 +1387,14 @@ CREATE TABLE orch.run_steps (
     -- a map step's items: how many, how many have a task, how many completed
     items_total  integer,
     items_next   integer NOT NULL DEFAULT 0,
-    items_done   integer NOT NULL DEFAULT 0,
-    PRIMARY KEY (run_id, step_id, tenant_id)
-) WITH (fillfactor = 70);
+    items_done   integer NOT NULL DEFAULT 0
+) PARTITION BY RANGE (run_id);
+-- (fillfactor: every partition gets the DEFAULT partition's settings)
+CREATE TABLE orch.run_steps_default PARTITION OF orch.run_steps (PRIMARY KEY (run_id, step_id, tenant_id))
+    DEFAULT WITH (fillfactor = 70);
 -- Timers and soft caps; no state in the predicate, so that a step's state
 -- changes are HOT updates (fillfactor 70 leaves them room).
-CREATE INDEX run_steps_timer_idx ON orch.run_steps (least(wake_at, cap_at))
+CREATE INDEX run_steps_timer_idx ON orch.run_steps_default (least(wake_at, cap_at))
     WHERE wake_at IS NOT NULL OR cap_at IS NOT NULL;
 CREATE SEQUENCE orch.run_steps_done_seq;
 COMMENT ON TABLE orch.run_steps IS
@@ -1392,13 +1409,23 @@ CREATE TABLE orch.approvals (
     actor        text NOT NULL,
     label        text,
     note         text,
-    decided_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    decided_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+) PARTITION BY RANGE (run_id);
+CREATE TABLE orch.approvals_default PARTITION OF orch.approvals (PRIMARY KEY (approval_ref, tenant_id)) DEFAULT;
+COMMENT ON TABLE orch.approvals IS
+  'Human decisions on approval steps: an approval reference is single-use (OR009, through orch.approval_refs) and bound to one run and step, for as long as that run is kept (retired with its run).';
+-- A run's approvals (orch_run_status).
+CREATE INDEX approvals_run_idx ON orch.approvals_default (run_id, tenant_id);
+-- The approval references in use: one decision per reference and tenant, for
+-- as long as the run it was given to is kept.
+CREATE TABLE orch.approval_refs (
+    approval_ref text NOT NULL,
+    tenant_id    text NOT NULL DEFAULT 'default',
+    run_id       bigint NOT NULL,
     PRIMARY KEY (approval_ref, tenant_id)
 );
-COMMENT ON TABLE orch.approvals IS
-  'Human decisions on approval steps: an approval reference is single-use (OR009) and bound to one run and step, for as long as that run is kept (retention purges a finished run with its approvals).';
--- Retention finds a purged run's approvals.
-CREATE INDEX approvals_run_idx ON orch.approvals (run_id, tenant_id);
+COMMENT ON TABLE orch.approval_refs IS
+  'The approval references in use (orch_approve, orch_reject, orch_acknowledge_drift): single-use across every partition of orch.approvals; retired with the run they were given to.';
 
 COMMENT ON COLUMN orch.definitions.published_by IS
   'The role that published the version: its drift probes run with this role''s rights.';
@@ -1406,11 +1433,13 @@ COMMENT ON COLUMN orch.runs.probe_pins IS
   'The values of the definition''s drift probes pinned at start (or at the last acknowledged drift): probe name -> text or null.';
 COMMENT ON COLUMN orch.runs.drift IS
   'The unacknowledged drift that stopped the run: probe name -> {"pinned": ..., "live": ...}; NULL when none.';
-SELECT pg_catalog.pg_extension_config_dump('orch.runs', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.runs_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.runs_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('orch.run_steps', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.run_steps_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.run_steps_done_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('orch.approvals', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.approvals_default', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.approval_refs', '');
 
 CREATE FUNCTION orch_run_lifecycle()
 RETURNS trigger
@@ -2480,7 +2509,8 @@ DECLARE
 BEGIN
     FOREACH t IN ARRAY ARRAY['tasks', 'attempts', 'events', 'attempts_default', 'events_default', 'idempotency_keys',
                              'commands', 'rate_window', 'concurrency_limits',
-                             'runs', 'run_steps', 'approvals',
+                             'runs', 'run_steps', 'approvals', 'runs_default', 'run_steps_default',
+                             'approvals_default', 'run_keys', 'approval_refs',
                              'gate_repairs', 'metric_totals', 'metric_minutes']
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
@@ -2518,6 +2548,7 @@ BEGIN
             ('runs', 'correlation_id'),
             ('run_steps', 'items'), ('run_steps', 'output'), ('run_steps', 'error'),
             ('approvals', 'approval_ref'), ('approvals', 'label'), ('approvals', 'note'),
+            ('run_keys', 'idempotency_key'), ('approval_refs', 'approval_ref'),
             ('metric_totals', 'l1'), ('metric_totals', 'l2'),
             ('metric_minutes', 'l1'), ('metric_minutes', 'l2')) AS x(tbl, col)
     LOOP

@@ -37,7 +37,7 @@ PG_FUNCTION_INFO_V1(orch_stamp_on_node);
 static const char *const distributed_tables[] = {
 	"tasks", "attempts", "events", "idempotency_keys", "commands",
 	"rate_window", "gate_repairs", "runs", "run_steps", "approvals",
-	"metric_totals", "metric_minutes"
+	"metric_totals", "metric_minutes", "run_keys", "approval_refs"
 };
 
 /* Small tables every node reads: Citus reference tables. */

@@ -1,13 +1,19 @@
 /*
  * history_partitions.c
  *	  The history tables (orch.events, orch.attempts) are partitioned by time
- *	  (range on at / finished_at, plus a DEFAULT partition).  orch_maintain
- *	  creates the partitions ahead of time and retires them whole once they
- *	  are past orchestrator.retention: a partition none of whose rows is
- *	  still needed is dropped; one that still holds the history of tasks or
- *	  runs that are kept (live, or finished within the retention) is
- *	  compacted, its kept rows copied aside, the partition truncated and the
- *	  rows put back.  No history row is ever deleted one by one.
+ *	  (range on at / finished_at), the workflow tables (orch.runs,
+ *	  orch.run_steps, orch.approvals) by run id (range on id / run_id); each
+ *	  has a DEFAULT partition too.  orch_maintain creates the partitions
+ *	  ahead (of now; of the run ids allocated, as many ids each as runs
+ *	  started in a partition width of time lately) and retires them whole
+ *	  once past orchestrator.retention: a partition none of whose rows is
+ *	  still needed is dropped; one that still holds rows that are kept (the
+ *	  history of tasks or runs that are kept; runs open or finished within
+ *	  the retention, with their steps and approvals) is compacted, its kept
+ *	  rows copied aside, the partition truncated and the rows put back.  No
+ *	  row is ever deleted one by one, but for the narrow rows that keep a
+ *	  run's idempotency key and its approval references unique across
+ *	  partitions (orch.run_keys, orch.approval_refs), which leave with it.
  *
  *	  A partition is created as a table of its own and then attached, which
  *	  locks the parent only against other DDL, never against the inserts of
@@ -49,35 +55,74 @@ int			orch_history_partition = 0;
 /* how long a drop or truncate waits for its lock before it is left for later */
 #define RETIRE_LOCK_TIMEOUT "200ms"
 
+/* partitions of run ids kept ready ahead of the ids allocated */
+#define RUN_PARTITIONS_AHEAD 2
+/* the fewest run ids a partition covers */
+#define RUN_PARTITION_MIN_IDS 1000
+/* ids left between those allocated and a new partition after a gap */
+#define RUN_PARTITION_MARGIN 100
+
+/* A row of orch.run_steps or orch.approvals is needed while its run is kept */
+#define RUN_KEPT \
+	"EXISTS (SELECT 1 FROM orch.runs r WHERE r.id = h.run_id AND r.tenant_id = h.tenant_id)"
+/* A partition of them is looked at once its newest run started before the cutoff */
+#define RUN_READY \
+	"SELECT coalesce((SELECT r.created_at < %1$s FROM orch.runs r" \
+	"   WHERE r.id = (SELECT max(h.run_id) FROM %2$s h) LIMIT 1), true)"
+
 /*
- * A history table: its partition key, and which of its rows are still
- * needed ("h" is the row): the history of a task that still exists (live,
- * or finished but not yet purged), of a run that still exists.  Events of
- * user tables' state machines are needed for the retention only.
+ * A partitioned table: its partition key (by_id: a run id, else a time);
+ * which of its rows are still needed ("h" is the row, %1$s the retention's
+ * cutoff as a literal): the history of a task that still exists (live, or
+ * finished but not yet purged), of a run that still exists, a run open or
+ * finished within the retention, the steps and approvals of a run that
+ * still exists (events of user tables' state machines are needed for the
+ * retention only); for a range of run ids, when to look at it at all (%1$s
+ * the cutoff, %2$s the partition); and the narrow rows that keep something
+ * unique across partitions and leave with the rows retired (%1$s the
+ * partition, %2$s the rows kept).  Runs come first: their steps, approvals
+ * and events are needed for as long as they are kept.
  */
 typedef struct HistoryTable
 {
 	const char *table;
 	const char *key;
+	bool		by_id;
 	const char *kept;
+	const char *ready;
+	const char *unique_rows;
 } HistoryTable;
 
 static const HistoryTable history_tables[] = {
-	{"events", "at",
+	{"runs", "id", true,
+		"(h.finished_at IS NULL OR h.finished_at >= %1$s)",
+		"SELECT coalesce((SELECT h.created_at < %1$s FROM %2$s h ORDER BY h.id DESC LIMIT 1), true)",
+		"DELETE FROM orch.run_keys k USING %1$s h WHERE h.idempotency_key IS NOT NULL"
+		"   AND k.tenant_id = h.tenant_id AND k.idempotency_key = h.idempotency_key AND k.run_id = h.id"
+		"   AND NOT %2$s"},
+	{"run_steps", "run_id", true, RUN_KEPT, RUN_READY, NULL},
+	{"approvals", "run_id", true, RUN_KEPT, RUN_READY,
+		"DELETE FROM orch.approval_refs f USING %1$s h"
+		"   WHERE f.approval_ref = h.approval_ref AND f.tenant_id = h.tenant_id AND f.run_id = h.run_id"
+		"   AND NOT %2$s"},
+	{"events", "at", false,
 		"((h.task_id IS NOT NULL AND EXISTS (SELECT 1 FROM orch.tasks t"
 		"    WHERE t.id = h.task_id AND t.tenant_id = h.tenant_id))"
 		" OR (h.task_id IS NULL AND h.run_id IS NOT NULL AND EXISTS (SELECT 1 FROM orch.runs r"
-		"    WHERE r.id = h.run_id AND r.tenant_id = h.tenant_id)))"},
-	{"attempts", "finished_at",
-		"(EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = h.task_id AND t.tenant_id = h.tenant_id))"},
+		"    WHERE r.id = h.run_id AND r.tenant_id = h.tenant_id)))",
+		NULL, NULL},
+	{"attempts", "finished_at", false,
+		"(EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = h.task_id AND t.tenant_id = h.tenant_id))",
+		NULL, NULL},
 };
 
+/* Bounds: times, or run ids; PG_INT64_MIN / MAX (DT_NOBEGIN / DT_NOEND) are MINVALUE / MAXVALUE */
 typedef struct Partition
 {
 	char	   *name;			/* schema-qualified, quoted */
 	bool		is_default;
-	TimestampTz lo;				/* DT_NOBEGIN: MINVALUE */
-	TimestampTz hi;				/* DT_NOEND: MAXVALUE */
+	int64		lo;
+	int64		hi;
 } Partition;
 
 /* Is this schema's history partitioned (0.8.0 on)? */
@@ -85,6 +130,15 @@ bool
 orch_history_partitioned(void)
 {
 	Oid			relid = orch_relid("events");
+
+	return OidIsValid(relid) && get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE;
+}
+
+/* Are this schema's runs, steps and approvals partitioned (0.8.0 on, after the update's first step)? */
+bool
+orch_runs_partitioned(void)
+{
+	Oid			relid = orch_relid("runs");
 
 	return OidIsValid(relid) && get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE;
 }
@@ -103,14 +157,15 @@ partition_width(void)
 	return secs * USECS_PER_SEC;
 }
 
-static TimestampTz
+static int64
 bound_value(PartitionRangeDatum *d)
 {
 	if (d->kind == PARTITION_RANGE_DATUM_MINVALUE)
-		return DT_NOBEGIN;
+		return PG_INT64_MIN;
 	if (d->kind == PARTITION_RANGE_DATUM_MAXVALUE)
-		return DT_NOEND;
-	return DatumGetTimestampTz(castNode(Const, d->value)->constvalue);
+		return PG_INT64_MAX;
+	/* (a timestamptz and a bigint are both an int64 datum) */
+	return DatumGetInt64(castNode(Const, d->value)->constvalue);
 }
 
 /* The partitions of orch.<table>, with their bounds, from the catalog. */
@@ -160,9 +215,9 @@ utc_parts(TimestampTz t, struct pg_tm *tm, fsec_t *fsec)
 				 errmsg("timestamp out of range")));
 }
 
-/* A bound as an SQL literal, in UTC (whatever the session's TimeZone and DateStyle). */
+/* A time as an SQL literal, in UTC (whatever the session's TimeZone and DateStyle). */
 static char *
-bound_literal(TimestampTz t)
+time_literal(TimestampTz t)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
@@ -173,15 +228,24 @@ bound_literal(TimestampTz t)
 					(int) fsec);
 }
 
-/* orch.<table>_pYYYYMMDD_HHMMSS: named after its start, in UTC */
+/* A bound of h as an SQL literal */
 static char *
-partition_name(const char *table, TimestampTz lo)
+bound_literal(const HistoryTable *h, int64 v)
+{
+	return h->by_id ? psprintf(INT64_FORMAT, v) : time_literal(v);
+}
+
+/* orch.<table>_pYYYYMMDD_HHMMSS (its start, in UTC), orch.<table>_p<first id> */
+static char *
+partition_name(const HistoryTable *h, int64 lo)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
 
+	if (h->by_id)
+		return psprintf("%s_p" INT64_FORMAT, h->table, lo);
 	utc_parts(lo, &tm, &fsec);
-	return psprintf("%s_p%04d%02d%02d_%02d%02d%02d", table,
+	return psprintf("%s_p%04d%02d%02d_%02d%02d%02d", h->table,
 					tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
@@ -189,6 +253,18 @@ static void
 ddl(const char *sql)
 {
 	orch_sql_once(sql, 0, NULL, NULL, NULL, false, 0, ORCH_SPI_ANY);
+}
+
+/* One value of a one-row query (caller connected to SPI); isnull when none. */
+static Datum
+query_value(const char *sql, bool *isnull)
+{
+	if (orch_sql_once(sql, 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) == 0)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
 }
 
 /*
@@ -222,22 +298,28 @@ copy_parent_settings(const char *table, const char *part)
 
 /*
  * Create the partition [lo, hi) of orch.<table>: a table of its own first,
- * with the keys and indexes of the DEFAULT partition (the parent has none:
- * a dump restores a partition with its own indexes, as any table) and its
- * bound already a CHECK constraint, then attached.  The attach locks the
- * parent only against DDL (SHARE UPDATE EXCLUSIVE) and need not scan the
- * new table.
+ * with the keys, indexes, checks and storage settings of the DEFAULT
+ * partition (the parent has no indexes: a dump restores a partition with
+ * its own indexes, as any table) and its bound already a CHECK constraint,
+ * then attached.  The attach locks the parent only against DDL (SHARE
+ * UPDATE EXCLUSIVE), need not scan the new table, and gives it the
+ * parent's row triggers (orch.runs: the run lifecycle).
  */
 static void
-create_partition(const HistoryTable *h, TimestampTz lo, TimestampTz hi)
+create_partition(const HistoryTable *h, int64 lo, int64 hi)
 {
-	char	   *name = partition_name(h->table, lo);
+	char	   *name = partition_name(h, lo);
 	const char *qname = quote_identifier(name);
-	char	   *from = bound_literal(lo);
-	char	   *to = bound_literal(hi);
+	char	   *from = bound_literal(h, lo);
+	char	   *to = bound_literal(h, hi);
+	bool		isnull;
+	Datum		options;
 
-	ddl(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING INDEXES"
-				 " INCLUDING STORAGE INCLUDING COMPRESSION)", qname, h->table));
+	options = query_value(psprintf("SELECT pg_catalog.array_to_string(c.reloptions, ', ') FROM pg_catalog.pg_class c"
+								   " WHERE c.oid = 'orch.%s_default'::regclass", h->table), &isnull);
+	ddl(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+				 " INCLUDING INDEXES INCLUDING STORAGE INCLUDING COMPRESSION)%s%s%s", qname, h->table,
+				 isnull ? "" : " WITH (", isnull ? "" : TextDatumGetCString(options), isnull ? "" : ")"));
 	/* (before the attach: Citus distributes the table then, with these) */
 	copy_parent_settings(h->table, name);
 	ddl(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
@@ -253,7 +335,7 @@ typedef enum
 	STEP_NONE, STEP_CREATED, STEP_EMPTIED, STEP_COMPACTED, STEP_DROPPED
 } StepResult;
 
-typedef StepResult (*StepFn) (const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz b);
+typedef StepResult (*StepFn) (const HistoryTable *h, const Partition *p, int64 a, int64 b);
 
 /*
  * Run one step in a subtransaction with a short lock_timeout: a lock it
@@ -266,7 +348,7 @@ typedef struct GuardedStep
 	StepFn		fn;
 	const HistoryTable *h;
 	const Partition *p;
-	TimestampTz a,
+	int64		a,
 				b;
 	StepResult	result;
 } GuardedStep;
@@ -280,12 +362,12 @@ run_step(void *arg)
 	(void) set_config_option("lock_timeout", RETIRE_LOCK_TIMEOUT,
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	g->result = g->fn(g->h, g->p, g->a, g->b);
-	/* (on an error the subtransaction's abort unwinds the setting) */
+	/* (on an error the subtransaction's abort unwinds the settings) */
 	AtEOXact_GUC(true, nest);
 }
 
 static StepResult
-guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz b,
+guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int64 b,
 			 const char *what)
 {
 	GuardedStep g = {fn, h, p, a, b, STEP_NONE};
@@ -301,58 +383,78 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, TimestampTz a
 }
 
 static StepResult
-step_create(const HistoryTable *h, const Partition *p, TimestampTz lo, TimestampTz hi)
+step_create(const HistoryTable *h, const Partition *p, int64 lo, int64 hi)
 {
 	create_partition(h, lo, hi);
 	return STEP_CREATED;
 }
 
+/* The rows the last successful retire step removed */
+static int64 step_removed;
+
 /*
  * Retire partition p of h (a range past the retention, or the DEFAULT
- * partition, whose rows older than cutoff are past it), locking the
- * partition only, never its parent.  Writers are held off first (SHARE), so
- * that no row lands in it between the count and the truncate: a recorded
- * claim written out later keeps its old time.  A range none of whose rows
- * is needed is emptied (TRUNCATE), and dropped at the end of the pass; one
- * with needed rows is compacted when at least half of it is not needed (the
- * DEFAULT partition, meant to stay small, whenever a row is not).
+ * partition), locking the partition only, never its parent.  Writers are
+ * held off first (SHARE), so that no row lands in it between the count and
+ * the truncate: a recorded claim written out later keeps its old time.  A
+ * range none of whose rows is needed is emptied (TRUNCATE), and dropped at
+ * the end of the pass; one with needed rows is compacted when at least half
+ * of it is not needed (the DEFAULT partition, meant to stay small, and a
+ * range of run ids still receiving new runs, which is never dropped,
+ * whenever a row is not; the latter only once no run started in it within
+ * the retention).  The rows that keep a retired run's key and approval
+ * references unique go first.  A run put back is loaded as it was: no
+ * lifecycle check, no event (the trigger's restore mode, row_security off;
+ * maintenance runs as the tables' owner, whom no policy binds).
  */
 static StepResult
-step_retire(const HistoryTable *h, const Partition *p, TimestampTz cutoff, TimestampTz unused)
+step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 receiving)
 {
+	char	   *lit = time_literal(cutoff);
+	char	   *kept = psprintf(h->kept, lit);
 	char	   *keep;
 	int64		total,
-				kept;
+				nkept;
 	bool		isnull;
 
 	/* the DEFAULT partition: nothing to do unless a row in it is past the retention */
 	if (p->is_default &&
-		orch_sql_once(psprintf("SELECT 1 FROM %s h WHERE h.%s < %s LIMIT 1",
-							   p->name, h->key, bound_literal(cutoff)),
+		orch_sql_once(h->by_id
+					  ? psprintf("SELECT 1 FROM %s h WHERE NOT %s LIMIT 1", p->name, kept)
+					  : psprintf("SELECT 1 FROM %s h WHERE h.%s < %s LIMIT 1", p->name, h->key, lit),
 					  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) == 0)
 		return STEP_NONE;
+	/* a range of run ids: not before its newest run started before the cutoff */
+	if (!p->is_default && h->ready != NULL &&
+		!DatumGetBool(query_value(psprintf(h->ready, lit, p->name), &isnull)))
+		return STEP_NONE;
 	ddl(psprintf("LOCK TABLE %s IN SHARE MODE", p->name));
-	keep = p->is_default
-		? psprintf("(%s OR h.%s >= %s)", h->kept, h->key, bound_literal(cutoff))
-		: pstrdup(h->kept);
-	/* (not read-only: it must see the tasks this pass purged) */
+	keep = p->is_default && !h->by_id
+		? psprintf("(%s OR h.%s >= %s)", kept, h->key, lit)
+		: kept;
+	/* (not read-only: it must see the tasks and runs this pass retired) */
 	orch_sql_once(psprintf("SELECT count(*), count(*) FILTER (WHERE %s) FROM %s h", keep, p->name),
 				  0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT);
 	total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	kept = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	nkept = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	step_removed = total - nkept;
 	if (total == 0)
-		return p->is_default ? STEP_NONE : STEP_EMPTIED;
-	if (kept == total || (!p->is_default && kept > 0 && kept * 2 >= total))
+		return p->is_default || receiving ? STEP_NONE : STEP_EMPTIED;
+	if (nkept == total || (!p->is_default && !receiving && nkept > 0 && nkept * 2 >= total))
 		return STEP_NONE;		/* nothing (or not enough) past the retention yet */
-	if (kept == 0)
+	if (h->unique_rows != NULL)
+		ddl(psprintf(h->unique_rows, p->name, keep));
+	if (nkept == 0)
 	{
 		ddl(psprintf("TRUNCATE %s", p->name));
-		return p->is_default ? STEP_COMPACTED : STEP_EMPTIED;
+		return p->is_default || receiving ? STEP_COMPACTED : STEP_EMPTIED;
 	}
 	/* the kept rows aside, the partition emptied whole, the rows back */
 	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
 				 p->name, keep));
 	ddl(psprintf("TRUNCATE %s", p->name));
+	(void) set_config_option("row_security", "off",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	ddl(psprintf("INSERT INTO %s SELECT * FROM pg_temp.orch_history_kept", p->name));
 	ddl("DROP TABLE pg_temp.orch_history_kept");
 	return STEP_COMPACTED;
@@ -368,7 +470,7 @@ static const Partition *drop_list;
 static int	drop_count;
 
 static StepResult
-step_drop(const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz b)
+step_drop(const HistoryTable *h, const Partition *p, int64 a, int64 b)
 {
 	int			n = 0;
 
@@ -385,38 +487,135 @@ step_drop(const HistoryTable *h, const Partition *p, TimestampTz a, TimestampTz 
 	return n > 0 ? STEP_DROPPED : STEP_NONE;
 }
 
+/* The run ids allocated so far (0: none) */
+static int64
+run_ids_allocated(void)
+{
+	bool		isnull;
+	Datum		v = query_value("SELECT pg_catalog.pg_sequence_last_value('orch.runs_id_seq'::pg_catalog.regclass)",
+								&isnull);
+
+	return isnull ? 0 : DatumGetInt64(v);
+}
+
 /*
- * One pass over the history tables: with a retention, the partitions past
- * it retired (emptied or compacted, each locking only itself); then the
- * partitions ahead created; last, the emptied ones dropped, for each table
- * at once under one short lock of its parent, held until the pass commits.
- * Counts go to created, dropped and compacted.  Caller is connected to SPI.
+ * How many run ids a new partition covers: as many as runs started in one
+ * partition width of time lately, measured from the first run of the range
+ * that holds the newest ids (or of the last thousand ids) to the newest id,
+ * at least RUN_PARTITION_MIN_IDS.
+ */
+static int64
+run_partition_ids(const Partition *parts, int n, int64 allocated, TimestampTz now, int64 width)
+{
+	int64		from = Max(allocated - RUN_PARTITION_MIN_IDS, 0);
+	int64		first;
+	TimestampTz started;
+	double		ids;
+
+	for (int i = 0; i < n; i++)
+		if (!parts[i].is_default && parts[i].lo <= allocated && allocated < parts[i].hi &&
+			parts[i].lo > PG_INT64_MIN)
+			from = parts[i].lo;
+	if (orch_sql_once(psprintf("SELECT h.id, h.created_at FROM orch.runs h WHERE h.id >= " INT64_FORMAT
+							   " AND h.id <= " INT64_FORMAT " ORDER BY h.id LIMIT 1", from, allocated),
+					  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) == 0)
+		return RUN_PARTITION_MIN_IDS;
+	{
+		bool		isnull;
+
+		first = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		started = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	if (now - started < USECS_PER_SEC)
+		return RUN_PARTITION_MIN_IDS;
+	ids = (double) (allocated - first) * (double) width / (double) (now - started);
+	if (ids >= (double) (INT64CONST(1) << 40))
+		return INT64CONST(1) << 40;
+	return Max((int64) ids, RUN_PARTITION_MIN_IDS);
+}
+
+/*
+ * Create the partitions of h ahead: of now by time, of the ids allocated by
+ * run id.  Goes on from the last partition; after a gap (no partitions yet,
+ * or maintenance stopped for long) from the next window: the current one
+ * may already have rows in the DEFAULT partition.
+ */
+static int64
+create_ahead(const HistoryTable *h, const Partition *parts, int n, TimestampTz now, int64 width,
+			 int64 allocated, int64 ids)
+{
+	int64		last = PG_INT64_MIN;
+	int64		start,
+				until;
+	int64		created = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!parts[i].is_default && parts[i].hi != PG_INT64_MAX && parts[i].hi > last)
+			last = parts[i].hi;
+	if (h->by_id)
+	{
+		start = last > allocated ? last
+			: allocated + 1 + (allocated > 0 ? RUN_PARTITION_MARGIN : 0);
+		until = allocated + RUN_PARTITIONS_AHEAD * ids;
+	}
+	else
+	{
+		start = last > now ? last : (now / width + 1) * width;
+		until = now + PARTITIONS_AHEAD * width;
+	}
+	while (start < until)
+	{
+		int64		end = h->by_id ? start + ids : (start / width + 1) * width;
+
+		if (guarded_step(step_create, h, NULL, start, end, "creating a partition of") != STEP_CREATED)
+			break;
+		created++;
+		start = end;
+	}
+	return created;
+}
+
+/*
+ * One pass over the partitioned tables: with a retention, the partitions
+ * past it retired (emptied or compacted, each locking only itself; a range
+ * of run ids once every id in it is allocated); then the partitions ahead
+ * created; last, the emptied ones dropped, for each table at once under one
+ * short lock of its parent, held until the pass commits.  Counts go to
+ * created, dropped and compacted, the runs retired to runs_retired.  Caller
+ * is connected to SPI.
  */
 void
-orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted)
+orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted, int64 *runs_retired)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz cutoff = now - (int64) orch_retention * USECS_PER_SEC;
 	int64		w = partition_width();
+	int64		allocated;
+	int64		ids = RUN_PARTITION_MIN_IDS;
 	Partition  *parts[lengthof(history_tables)];
 	int			nparts[lengthof(history_tables)];
 	Partition  *empty[lengthof(history_tables)];
 	int			nempty[lengthof(history_tables)];
 
-	*created = *dropped = *compacted = 0;
+	*created = *dropped = *compacted = *runs_retired = 0;
 	if (!orch_history_partitioned())
 		return;
 	/* one pass at a time keeps the partitions; another pass skips them */
 	if (!orch_xact_try_lock("history_partitions", "", NULL))
 		return;
+	allocated = run_ids_allocated();
 
 	for (int t = 0; t < lengthof(history_tables); t++)
 	{
 		const HistoryTable *h = &history_tables[t];
 
+		nparts[t] = 0;
+		empty[t] = NULL;
+		nempty[t] = 0;
+		if (h->by_id && !orch_runs_partitioned())
+			continue;
 		nparts[t] = read_partitions(h->table, &parts[t]);
 		empty[t] = palloc(sizeof(Partition) * Max(nparts[t], 1));
-		nempty[t] = 0;
 		if (orch_retention <= 0)
 			continue;
 		for (int i = 0; i < nparts[t]; i++)
@@ -424,41 +623,33 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 			Partition  *p = &parts[t][i];
 			StepResult	r;
 
-			if (!p->is_default && (p->hi == DT_NOEND || p->hi > cutoff))
+			bool		receiving;
+
+			if (!p->is_default &&
+				(h->by_id ? p->lo > allocated : p->hi == PG_INT64_MAX || p->hi > cutoff))
 				continue;
-			r = guarded_step(step_retire, h, p, cutoff, 0, "retiring");
+			/* a range of run ids not all allocated yet is compacted, never dropped */
+			receiving = !p->is_default && h->by_id && (p->hi == PG_INT64_MAX || p->hi > allocated + 1);
+			step_removed = 0;
+			r = guarded_step(step_retire, h, p, cutoff, receiving, "retiring");
 			if (r == STEP_EMPTIED)
 				empty[t][nempty[t]++] = *p;
 			else if (r == STEP_COMPACTED)
 				(*compacted)++;
+			if ((r == STEP_EMPTIED || r == STEP_COMPACTED) && strcmp(h->table, "runs") == 0)
+				*runs_retired += step_removed;
 		}
 	}
 
 	for (int t = 0; t < lengthof(history_tables); t++)
 	{
 		const HistoryTable *h = &history_tables[t];
-		TimestampTz last = DT_NOBEGIN;
-		TimestampTz start,
-					until = now + PARTITIONS_AHEAD * w;
 
-		for (int i = 0; i < nparts[t]; i++)
-			if (!parts[t][i].is_default && parts[t][i].hi != DT_NOEND && parts[t][i].hi > last)
-				last = parts[t][i].hi;
-		/*
-		 * Go on from the last partition; after a gap (no partitions yet, or
-		 * maintenance stopped for long) from the next window: the current
-		 * one may already have rows in the DEFAULT partition.
-		 */
-		start = last > now ? last : (now / w + 1) * w;
-		while (start < until)
-		{
-			TimestampTz end = (start / w + 1) * w;
-
-			if (guarded_step(step_create, h, NULL, start, end, "creating a partition of") != STEP_CREATED)
-				break;
-			(*created)++;
-			start = end;
-		}
+		if (empty[t] == NULL)
+			continue;
+		if (h->by_id && t == 0)
+			ids = run_partition_ids(parts[t], nparts[t], allocated, now, w);
+		*created += create_ahead(h, parts[t], nparts[t], now, w, allocated, ids);
 	}
 
 	for (int t = 0; t < lengthof(history_tables); t++)

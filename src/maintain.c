@@ -156,7 +156,9 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
  * Finished workflow runs past the retention, with their steps and the
  * approvals given to them, and (history not partitioned) the run's own
  * events: an approval reference is single-use for as long as the run that
- * used it is kept.
+ * used it is kept.  Row by row for a 0.7.0 schema only (during the
+ * update): from 0.8.0 on they are retired with their partitions
+ * (history_partitions.c).
  */
 #define PURGE_RUN_EVENTS \
 	" e AS (DELETE FROM orch.events e USING p" \
@@ -349,7 +351,8 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 
 	/* finished workflow runs (PURGE_RUNS) */
 	acts[nacts].name = "runs_purged";
-	acts[nacts++].count = orch_retention <= 0 ? 0 :
+	/* (partitioned: retired with their partitions, counted after the pass's partition step) */
+	acts[nacts++].count = orch_retention <= 0 || orch_runs_partitioned() ? 0 :
 		count_query(partitioned ? PURGE_RUNS("") : PURGE_RUNS(PURGE_RUN_EVENTS), 4, types, v, n);
 
 	/* events of the user tables' state machines past the retention */
@@ -465,9 +468,13 @@ orch_maintain(PG_FUNCTION_ARGS)
 	{
 		int64		created,
 					dropped,
-					compacted;
+					compacted,
+					runs_retired;
 
-		orch_history_partitions_maintain(&created, &dropped, &compacted);
+		orch_history_partitions_maintain(&created, &dropped, &compacted, &runs_retired);
+		for (int i = 0; i < nacts; i++)
+			if (strcmp(acts[i].name, "runs_purged") == 0)
+				acts[i].count += runs_retired;
 		acts[nacts].name = "history_partitions_created";
 		acts[nacts++].count = created;
 		acts[nacts].name = "history_partitions_dropped";

@@ -481,7 +481,9 @@ extern int64 orch_metrics_fold_now(void);
 
 /* history_partitions.c: history in time-range partitions, retired whole */
 extern bool orch_history_partitioned(void);
-extern void orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted);
+extern bool orch_runs_partitioned(void);
+extern void orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacted,
+											 int64 *runs_retired);
 extern void orch_citus_forget(void);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */

@@ -224,3 +224,36 @@ orch_run_cancel_approvals(RunRow *r, const char *reason)
 						  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
 						  2, orch_run_types, v, NULL, r->tenant, reason);
 }
+
+/*
+ * Record a decision given under an approval reference (orch_approve,
+ * orch_reject, orch_acknowledge_drift; the step is DRIFT_STEP then): false,
+ * recording nothing, when the reference is in use already.  A reference is
+ * single-use across every partition of orch.approvals through its row in
+ * orch.approval_refs, which a concurrent use of it waits for and then wins
+ * or loses on; both leave with the run (a 0.7.0 schema: the key of
+ * orch.approvals itself).  Caller is connected to SPI and holds the run.
+ */
+bool
+orch_run_record_approval(const RunRow *r, const char *ref, const char *step, bool approved,
+						 const char *label, const char *note)
+{
+	OrchArgs	a = {0};
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, ref);
+	if (orch_schema_version() >= 800 &&
+		orch_args_sql(&a, "INSERT INTO orch.approval_refs (approval_ref, tenant_id, run_id)"
+					  " VALUES ($3, $2, $1) ON CONFLICT DO NOTHING", false, 0, SPI_OK_INSERT) == 0)
+		return false;
+	orch_arg_text(&a, step);
+	orch_arg(&a, BOOLOID, BoolGetDatum(approved), false);
+	orch_arg_text(&a, orch_current_actor());
+	orch_arg_text(&a, label);
+	orch_arg_text(&a, note);
+	return orch_args_sql(&a, "INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved,"
+						 "   actor, label, note)"
+						 " VALUES ($3, $2, $1, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+						 false, 0, SPI_OK_INSERT) > 0;
+}

@@ -146,8 +146,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("step \"%s\" of run " INT64_FORMAT " is not awaiting approval (it is \"%s\")",
 						step, run_id, state)));
 	/* a concurrent use of the reference for another run wins or loses here */
-	if (orch_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
-			" VALUES ($4, $2, $1, $3, $5, $6, $7, $8) ON CONFLICT DO NOTHING", 8, types, v, n, false, 0, SPI_OK_INSERT) == 0)
+	if (!orch_run_record_approval(&r, ref, step, approve, label, note))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("approval reference \"%s\" was already used", ref),

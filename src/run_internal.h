@@ -113,6 +113,8 @@ extern int64 orch_run_open_approval(RunRow *r, const char *step, bool compensati
 extern void orch_run_settle_approval(RunRow *r, const char *step, bool compensation,
 									 ApprovalOutcome outcome, Jsonb *decision);
 extern void orch_run_cancel_approvals(RunRow *r, const char *reason);
+extern bool orch_run_record_approval(const RunRow *r, const char *ref, const char *step, bool approved,
+									 const char *label, const char *note);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);

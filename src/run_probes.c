@@ -677,9 +677,7 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 	v[6] = JsonbPGetDatum(live);
 	n[6] = ' ';
 	/* a concurrent use of the reference wins or loses here */
-	if (orch_sql("INSERT INTO orch.approvals (approval_ref, tenant_id, run_id, step_id, approved, actor, label, note)"
-				 " VALUES ($3, $2, $1, '" DRIFT_STEP "', true, $4, $5, $6) ON CONFLICT DO NOTHING",
-				 6, types, v, n, false, 0, SPI_OK_INSERT) == 0)
+	if (!orch_run_record_approval(&r, ref, DRIFT_STEP, true, label, note))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("approval reference \"%s\" was already used", ref),

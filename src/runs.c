@@ -230,10 +230,11 @@ orch_start(PG_FUNCTION_ARGS)
 	Datum		fv[2];
 	char		fn[2] = {' ', ' '};
 	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
-	Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
-	TEXTOID, INT4OID, TEXTOID, JSONBOID, INTERVALOID};
-	Datum		v[12];
-	char		n[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[13] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
+	TEXTOID, INT4OID, TEXTOID, JSONBOID, INTERVALOID, INT8OID};
+	Datum		v[13];
+	char		n[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n'};
+	bool		keys_table = orch_schema_version() >= 800;
 	Datum		deadline;
 	bool		no_deadline;
 	Jsonb	   *probe_pins;
@@ -316,21 +317,49 @@ orch_start(PG_FUNCTION_ARGS)
 	v[11] = deadline;
 	n[11] = no_deadline ? 'n' : ' ';
 	orch_set_event_context(NULL, NULL);
-	/* one run per key: a concurrent start with the key waits here, then sees it */
-	if (orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
-			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
-			 " VALUES ($1, $2, $3, $4, 'running', $5,"
-			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
-			 "   $7, $8, now() + $12, 'started', $10, $11)"
-			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-			 " RETURNING id", 12, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
+
+	/*
+	 * One run per key: the key's row (orch.run_keys: runs are partitioned,
+	 * so no index of theirs is unique across partitions) takes the run's id
+	 * first; a concurrent start with the key waits here, then sees it.  (A
+	 * 0.7.0 schema keeps the key unique in orch.runs itself.)
+	 */
+	if (key != NULL && keys_table &&
+		orch_sql("INSERT INTO orch.run_keys (tenant_id, idempotency_key, run_id)"
+				 " VALUES ($1, $7, nextval('orch.runs_id_seq')) ON CONFLICT DO NOTHING RETURNING run_id",
+				 7, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) > 0)
+	{
+		v[12] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		n[12] = ' ';
+	}
+	if ((key != NULL && keys_table && n[12] == 'n') ||
+		orch_sql(keys_table
+				 ? "INSERT INTO orch.runs (id, tenant_id, definition, version, content_hash, state, input, pins,"
+				 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
+				 " VALUES (coalesce($13, nextval('orch.runs_id_seq')), $1, $2, $3, $4, 'running', $5,"
+				 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
+				 "   $7, $8, now() + $12, 'started', $10, $11)"
+				 " RETURNING id"
+				 : "INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+				 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
+				 " VALUES ($1, $2, $3, $4, 'running', $5,"
+				 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
+				 "   $7, $8, now() + $12, 'started', $10, $11)"
+				 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+				 " RETURNING id", keys_table ? 13 : 12, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
 	{
 		/* the key names an existing run: the same request returns it */
 		int64		existing;
 
-		if (orch_sql("SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
-				" AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
-				" FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7", 9, types, v, n, false, 0, SPI_OK_SELECT) == 0)
+		if (orch_sql(keys_table
+					 ? "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
+					 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
+					 " FROM orch.runs WHERE tenant_id = $1"
+					 "   AND id = (SELECT k.run_id FROM orch.run_keys k WHERE k.tenant_id = $1 AND k.idempotency_key = $7)"
+					 : "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
+					 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
+					 " FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7",
+					 9, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 			elog(ERROR, "orchestrator: run with idempotency key \"%s\" vanished", key);
 		existing = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))

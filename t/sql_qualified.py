@@ -290,7 +290,9 @@ class Checker:
                         self.calls.add(w)   # the extension's own function: see OWN below
                     else:
                         self.flag(base, t, "unqualified function %s()" % t[1], "pg_catalog.%s" % t[1])
-                if w in ("like", "ilike", "similar", "between"):
+                if w == "like" and prev[1] == "(" and self.like_clause(toks, k):
+                    pass      # CREATE TABLE t (LIKE source INCLUDING ...): no operator
+                elif w in ("like", "ilike", "similar", "between"):
                     self.flag(base, t, "%s resolves an operator through search_path" % t[1].upper())
                 if w == "distinct" and nxt[0] == "ident" and low(nxt) == "from":
                     self.flag(base, t, "IS DISTINCT FROM resolves = through search_path")
@@ -320,6 +322,17 @@ class Checker:
                     continue          # WITH (storage_param = ...)
                 self.flag(base, t, "operator %s not written OPERATOR(pg_catalog.%s)" % (op, op),
                           "OPERATOR(pg_catalog.%s)" % op)
+
+    @staticmethod
+    def like_clause(toks, k):
+        """Is the LIKE at toks[k] (after "(") CREATE TABLE's table-like clause:
+        a table name, then INCLUDING/EXCLUDING options or the closing ")"?"""
+        j = k + 1
+        while j < len(toks) and (toks[j][0] == "ident" or toks[j][1] in (".", "%")):
+            j += 1
+            if j < len(toks) and low(toks[j]) in ("including", "excluding"):
+                return True
+        return j < len(toks) and toks[j][1] == ")" and j > k + 1
 
     def body_of(self, st):
         for k, t in enumerate(st):

@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(182);
+SELECT plan(186);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -66,22 +66,27 @@ SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
                          'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables WHERE NOT partition),
-          ARRAY['approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes', 'metric_totals',
-                'rate_window', 'run_steps', 'runs', 'tasks'],
-          'the distributed tables are approvals, attempts, commands, events, idempotency_keys, metric_minutes, metric_totals, rate_window, run_steps, runs, tasks');
+          ARRAY['approval_refs', 'approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes',
+                'metric_totals', 'rate_window', 'run_keys', 'run_steps', 'runs', 'tasks'],
+          'the distributed tables are approval_refs, approvals, attempts, commands, events, idempotency_keys, metric_minutes, metric_totals, rate_window, run_keys, run_steps, runs, tasks');
 SELECT has_pk('orch', t, 'orch.' || t || ' has a primary key')
-  FROM unnest(ARRAY['attempts_default', 'commands', 'events_default', 'idempotency_keys', 'tasks', 'runs', 'run_steps', 'approvals']) t;
--- the history (0.8.0): partitioned by time, each partition with its own keys
+  FROM unnest(ARRAY['attempts_default', 'commands', 'events_default', 'idempotency_keys', 'tasks', 'runs_default',
+                    'run_steps_default', 'approvals_default', 'run_keys', 'approval_refs']) t;
+-- the history (0.8.0): partitioned by time, each partition with its own
+-- keys; runs, their steps and approvals (0.8.0) by run id
 SELECT is((SELECT array_agg(c.relname || ' ' || pg_get_partkeydef(c.oid) ORDER BY c.relname)
              FROM pg_class c WHERE c.relnamespace = 'orch'::regnamespace AND c.relkind = 'p'),
-          ARRAY['attempts RANGE (finished_at)', 'events RANGE (at)'],
-          'orch.events and orch.attempts are partitioned by time, and no other table');
+          ARRAY['approvals RANGE (run_id)', 'attempts RANGE (finished_at)', 'events RANGE (at)',
+                'run_steps RANGE (run_id)', 'runs RANGE (id)'],
+          'orch.events and orch.attempts are partitioned by time, orch.runs, orch.run_steps and orch.approvals by run id, and no other table');
 SELECT col_is_pk('orch', t, ARRAY['id', 'tenant_id'], 'orch.' || t || ' is keyed by (id, tenant_id)')
   FROM unnest(ARRAY['attempts_default', 'events_default']) t;
 SELECT col_is_pk('orch', 'tasks', ARRAY['id', 'tenant_id'], 'orch.tasks is keyed by (id, tenant_id)');
-SELECT col_is_pk('orch', 'runs', ARRAY['id', 'tenant_id'], 'orch.runs is keyed by (id, tenant_id)');
-SELECT col_is_pk('orch', 'run_steps', ARRAY['run_id', 'step_id', 'tenant_id'], 'orch.run_steps is keyed by (run_id, step_id, tenant_id)');
-SELECT col_is_pk('orch', 'approvals', ARRAY['approval_ref', 'tenant_id'], 'orch.approvals is keyed by (approval_ref, tenant_id)');
+SELECT col_is_pk('orch', 'runs_default', ARRAY['id', 'tenant_id'], 'orch.runs_default is keyed by (id, tenant_id)');
+SELECT col_is_pk('orch', 'run_steps_default', ARRAY['run_id', 'step_id', 'tenant_id'], 'orch.run_steps_default is keyed by (run_id, step_id, tenant_id)');
+SELECT col_is_pk('orch', 'approvals_default', ARRAY['approval_ref', 'tenant_id'], 'orch.approvals_default is keyed by (approval_ref, tenant_id)');
+SELECT col_is_pk('orch', 'run_keys', ARRAY['tenant_id', 'idempotency_key'], 'orch.run_keys is keyed by (tenant_id, idempotency_key): one run per key across the partitions of orch.runs');
+SELECT col_is_pk('orch', 'approval_refs', ARRAY['approval_ref', 'tenant_id'], 'orch.approval_refs is keyed by (approval_ref, tenant_id): a reference is single-use across the partitions of orch.approvals');
 SELECT col_is_pk('orch', 'gate_repairs', ARRAY['queue', 'key', 'tenant_id'], 'orch.gate_repairs is keyed by (queue, key, tenant_id)');
 SELECT col_is_pk('orch', 'definitions', ARRAY['name', 'version', 'tenant_id'], 'orch.definitions is keyed by (name, version, tenant_id)');
 SELECT is(

@@ -218,6 +218,8 @@ BEGIN
     SET LOCAL enable_seqscan = on;
     RETURN p::text;
 END $$;
+-- (index: a pattern; runs and their steps are partitioned, each partition
+-- with its own key index: runs_default_pkey, runs_p<first id>_pkey)
 CREATE TEMP TABLE idx (ord serial, q text, index text);
 INSERT INTO idx (q, index) VALUES
     (format('SELECT * FROM orch_tasks WHERE task_id = %s', (SELECT id FROM fx WHERE name = 'ta_task')), 'tasks_pkey'),
@@ -225,8 +227,8 @@ INSERT INTO idx (q, index) VALUES
     (format('SELECT * FROM orch_events WHERE task_id = %s', (SELECT id FROM fx WHERE name = 'ta_dead')), 'events_task_idx'),
     (format('SELECT * FROM orch_attempts WHERE task_id = %s', (SELECT id FROM fx WHERE name = 'ta_dead')), 'attempts_task_idx'),
     (format('SELECT * FROM orch_commands WHERE command_id = %s', (SELECT id FROM fx WHERE name = 'ta_cmd')), 'commands_pkey'),
-    (format('SELECT * FROM orch_runs WHERE run_id = %s', (SELECT id FROM fx WHERE name = 'ta_run')), 'runs_pkey'),
-    (format('SELECT * FROM orch_run_steps WHERE run_id = %s', (SELECT id FROM fx WHERE name = 'ta_run')), 'run_steps_pkey'),
+    (format('SELECT * FROM orch_runs WHERE run_id = %s', (SELECT id FROM fx WHERE name = 'ta_run')), 'runs_\w+_pkey'),
+    (format('SELECT * FROM orch_run_steps WHERE run_id = %s', (SELECT id FROM fx WHERE name = 'ta_run')), 'run_steps_\w+_pkey'),
     (format('SELECT * FROM orch_dead_letters WHERE task_id = %s', (SELECT id FROM fx WHERE name = 'ta_dead')), 'tasks_pkey'),
     ('SELECT * FROM orch_queues WHERE queue = ''tx_q''', 'queues_pkey');
 SELECT ok(pg_temp.plan_noseq('tx_u', i.q) ~ ('"Index Name": "' || i.index || '"'),

@@ -86,7 +86,10 @@ SELECT action, count FROM orch_maintain() WHERE action IN ('tasks_purged', 'runs
 RESET orchestrator.retention;
 SELECT (SELECT count(*) FROM orch.runs WHERE id = :run_done) AS done_run,
        (SELECT count(*) FROM orch.run_steps WHERE run_id = :run_done) AS done_steps,
-       (SELECT count(*) FROM orch.history WHERE run_id = :run_done) AS done_events,
+       -- (its events leave with their partition of the history: those in
+       -- the DEFAULT partition now, those of a range up to one width later)
+       (SELECT count(*) FROM orch.events WHERE run_id = :run_done
+          AND tableoid = 'orch.events_default'::regclass) AS done_default_events,
        (SELECT count(*) FROM orch.tasks WHERE run_id = :run_done) AS done_tasks;
 SELECT (SELECT state FROM orch.runs WHERE id = :run_open) AS open_run,
        (SELECT count(*) FROM orch.run_steps WHERE run_id = :run_open) AS open_steps,
