@@ -91,6 +91,7 @@ typedef struct HistoryTable
 	const char *kept;
 	const char *ready;
 	const char *unique_rows;
+	bool		triggers;		/* has row triggers (orch.runs: the run lifecycle) */
 } HistoryTable;
 
 static const HistoryTable history_tables[] = {
@@ -99,21 +100,21 @@ static const HistoryTable history_tables[] = {
 		"SELECT coalesce((SELECT h.created_at < %1$s FROM %2$s h ORDER BY h.id DESC LIMIT 1), true)",
 		"DELETE FROM orch.run_keys k USING %1$s h WHERE h.idempotency_key IS NOT NULL"
 		"   AND k.tenant_id = h.tenant_id AND k.idempotency_key = h.idempotency_key AND k.run_id = h.id"
-		"   AND NOT %2$s"},
-	{"run_steps", "run_id", true, RUN_KEPT, RUN_READY, NULL},
+		"   AND NOT %2$s", true},
+	{"run_steps", "run_id", true, RUN_KEPT, RUN_READY, NULL, false},
 	{"approvals", "run_id", true, RUN_KEPT, RUN_READY,
 		"DELETE FROM orch.approval_refs f USING %1$s h"
 		"   WHERE f.approval_ref = h.approval_ref AND f.tenant_id = h.tenant_id AND f.run_id = h.run_id"
-		"   AND NOT %2$s"},
+		"   AND NOT %2$s", false},
 	{"events", "at", false,
 		"((h.task_id IS NOT NULL AND EXISTS (SELECT 1 FROM orch.tasks t"
 		"    WHERE t.id = h.task_id AND t.tenant_id = h.tenant_id))"
 		" OR (h.task_id IS NULL AND h.run_id IS NOT NULL AND EXISTS (SELECT 1 FROM orch.runs r"
 		"    WHERE r.id = h.run_id AND r.tenant_id = h.tenant_id)))",
-		NULL, NULL},
+		NULL, NULL, false},
 	{"attempts", "finished_at", false,
 		"(EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = h.task_id AND t.tenant_id = h.tenant_id))",
-		NULL, NULL},
+		NULL, NULL, false},
 };
 
 /* Bounds: times, or run ids; PG_INT64_MIN / MAX (DT_NOBEGIN / DT_NOEND) are MINVALUE / MAXVALUE */
@@ -404,8 +405,8 @@ static int64 step_removed;
  * whenever a row is not; the latter only once no run started in it within
  * the retention).  The rows that keep a retired run's key and approval
  * references unique go first.  A run put back is loaded as it was: no
- * lifecycle check, no event (the trigger's restore mode, row_security off;
- * maintenance runs as the tables' owner, whom no policy binds).
+ * lifecycle check, no event (its partition's row triggers are off for the
+ * moment, which Citus applies to the shards too).
  */
 static StepResult
 step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 receiving)
@@ -453,9 +454,13 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
 				 p->name, keep));
 	ddl(psprintf("TRUNCATE %s", p->name));
-	(void) set_config_option("row_security", "off",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (h->triggers && orch_citus())
+		ddl("SET LOCAL citus.enable_unsafe_triggers = on");	/* (until the step's end) */
+	if (h->triggers)
+		ddl(psprintf("ALTER TABLE %s DISABLE TRIGGER USER", p->name));
 	ddl(psprintf("INSERT INTO %s SELECT * FROM pg_temp.orch_history_kept", p->name));
+	if (h->triggers)
+		ddl(psprintf("ALTER TABLE %s ENABLE TRIGGER USER", p->name));
 	ddl("DROP TABLE pg_temp.orch_history_kept");
 	return STEP_COMPACTED;
 }

@@ -262,8 +262,8 @@ is(sql('src', "SELECT run_id FROM orch.tasks WHERE id = $t_run_c"), $run_c, "src
 sql('src', "SELECT orch_complete($t_run_c, '$tok_run_c', '{\"prepared\": \"C\"}')");
 is(sql('src', "SELECT orch_approve($run_c, 'sign_off', 'ref-C', 'carol', 'fine')"),
 	'succeeded', 'src: run C approved, it succeeded');
-# run B: its step task stays queued
-my $run_b = sql('src', q{SELECT orch_start('wf_dr', '{"doc": "B"}')});
+# run B: its step task stays queued (started under an idempotency key: orch.run_keys)
+my $run_b = sql('src', q{SELECT orch_start('wf_dr', '{"doc": "B"}', idempotency_key => 'dr-B')});
 my $t_run_b = sql('src', "SELECT id FROM orch.tasks WHERE run_id = $run_b");
 is( sql('src', "SELECT string_agg(run_id || '=' || state, ',' ORDER BY run_id) FROM orch_runs"),
 	join(',', sort { $a cmp $b } ("$run_a=waiting_approval", "$run_b=running", "$run_c=succeeded")),
@@ -591,6 +591,9 @@ for my $db (qw(dst dst2))
 	                      || jsonb_array_length(s -> 'steps')
 	               FROM orch_run_status($run_c) AS f(s)}),
 		'succeeded ref-C 2', "$db: orch_run_status of run C (restored as it was)");
+	# run B's key still names it (orch.run_keys restored)
+	is(sql($db, q{SELECT orch_start('wf_dr', '{"doc": "B"}', idempotency_key => 'dr-B')}),
+		$run_b, "$db: run B's idempotency key replays to run B");
 	# a new run gets a new id
 	my $new_run = sql($db, q{SELECT orch_start('wf_dr', '{"doc": "new"}')});
 	cmp_ok($new_run, '>', $max{runs}, "$db: a new run's id is above every restored run id");

@@ -1273,6 +1273,36 @@ EOSQL
 }
 
 # ---------------------------------------------------------------------------
+# Runs retired with their partition of run ids (issue 20): a finished run
+# past the retention goes with its steps and its idempotency key (its range
+# compacted through the shards, the lifecycle trigger off for the rows put
+# back); an open run of the same range stays as it was, with no event added
+# ---------------------------------------------------------------------------
+{
+	my $done = q1("SELECT orch_start('wf', '{}', idempotency_key => 'cit-ret', tenant => '$ta')");
+	my $open = q1("SELECT orch_start('wf', '{}', tenant => '$tb')");
+	is(q1("SELECT orch_cancel_run($done, 'retire me')"), 'canceled', 'retirement: a finished run and an open one');
+	my $open_before = run_st($open, $tb);
+	my $open_events = q1("SELECT count(*) FROM orch.events WHERE run_id = $open AND task_id IS NULL");
+	$coord->poll_query_until('postgres',
+		"SELECT bool_and(coalesce(finished_at, created_at) < now() - interval '1 second')"
+		  . " FROM orch.runs WHERE id IN ($done, $open)")
+	  or die 'gave up waiting for the runs to age past 1 s';
+	cmp_ok(q1("SET orchestrator.retention = '1s'; SELECT count FROM orch_maintain() WHERE action = 'runs_purged'"),
+		'>=', 1, 'retirement: orch_maintain retires the finished run on Citus');
+	is(q1("SELECT (SELECT count(*) FROM orch.runs WHERE id = $done) || ' ' ||"
+		  . " (SELECT count(*) FROM orch.run_steps WHERE run_id = $done) || ' ' ||"
+		  . " (SELECT count(*) FROM orch.run_keys WHERE run_id = $done)"), '0 0 0',
+		'retirement: the finished run is gone with its steps and its key');
+	is(run_st($open, $tb), $open_before, 'retirement: the open run of the same range stays as it was');
+	is(q1("SELECT count(*) FROM orch.events WHERE run_id = $open AND task_id IS NULL"), $open_events,
+		'retirement: ... and no event was written for it');
+	isnt(q1("SELECT orch_start('wf', '{}', idempotency_key => 'cit-ret', tenant => '$ta')"), $done,
+		'retirement: the key is free again: it starts a new run');
+	q1("SELECT orch_cancel_run($open, 'done')");
+}
+
+# ---------------------------------------------------------------------------
 # A worker added later: orch_distribute again gives it its id range
 # ---------------------------------------------------------------------------
 my $w3 = PostgreSQL::Test::Cluster->new('worker3');

@@ -199,5 +199,106 @@ SET orchestrator.history_partition = 60;
 RESET ROLE;
 DROP ROLE orch_hp_user;
 
+-- 5. Runs, their steps and approvals (0.8.0) are partitioned by run id.
+--    orch_maintain keeps two ranges ahead of the ids allocated, the same
+--    for the three tables; each has the DEFAULT partition's keys, indexes,
+--    checks and settings, and the run lifecycle trigger.  A range is looked
+--    at once its newest run started before the retention's cutoff; every
+--    id in it allocated, it is dropped when no run in it is kept (open, or
+--    finished within the retention), else compacted once at least half of
+--    it is not; with it go the runs' idempotency keys and approval
+--    references (orch.run_keys, orch.approval_refs), free again.
+CREATE FUNCTION pg_temp.id_parts(parent text)
+RETURNS TABLE (part text, is_default boolean, lo bigint, hi bigint) LANGUAGE sql AS $$
+  SELECT c.relname::text, b.bound = 'DEFAULT',
+         CASE WHEN b.bound <> 'DEFAULT' AND b.bound NOT LIKE '%MINVALUE%'
+              THEN substring(b.bound FROM $r$FROM \('([^']*)'\)$r$)::bigint END,
+         CASE WHEN b.bound <> 'DEFAULT' THEN substring(b.bound FROM $r$TO \('([^']*)'\)$r$)::bigint END
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
+   WHERE i.inhparent = format('orch.%I', parent)::regclass
+$$;
+SELECT c.relname, pg_get_partkeydef(c.oid) AS key
+  FROM pg_class c WHERE c.oid IN ('orch.runs'::regclass, 'orch.run_steps'::regclass, 'orch.approvals'::regclass)
+ ORDER BY 1;
+SELECT last_value AS allocated FROM orch.runs_id_seq \gset
+SELECT parent, count(*) >= 2 AS ahead, max(hi) >= :allocated + 2000 AS two_ranges_ahead,
+       count(*) = count(DISTINCT (lo, hi)) AS distinct_ranges,
+       bool_and(hi - lo >= 1000) AS at_least_1000_ids
+  FROM (VALUES ('runs'), ('run_steps'), ('approvals')) v(parent), pg_temp.id_parts(parent)
+ WHERE NOT is_default GROUP BY parent ORDER BY parent;
+SELECT count(DISTINCT array[lo, hi]) = (SELECT count(*) FROM pg_temp.id_parts('runs') WHERE NOT is_default)
+       AS same_ranges_for_all_three
+  FROM (VALUES ('runs'), ('run_steps'), ('approvals')) v(parent), pg_temp.id_parts(parent) WHERE NOT is_default;
+SELECT p.part LIKE 'run\_steps\_p%' AS steps, c.reloptions,
+       (SELECT count(*) FROM pg_index x WHERE x.indrelid = c.oid) AS indexes,
+       (SELECT count(*) FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'c') AS checks,
+       c.relrowsecurity AS rls
+  FROM (SELECT part FROM pg_temp.id_parts('runs') WHERE NOT is_default ORDER BY lo LIMIT 1) r,
+       LATERAL (VALUES (r.part), (replace(r.part, 'runs_', 'run_steps_'))) p(part)
+  JOIN pg_class c ON c.oid = ('orch.' || p.part)::regclass ORDER BY 1;
+SELECT count(*) AS lifecycle_triggers FROM pg_trigger t JOIN pg_temp.id_parts('runs') p
+    ON t.tgrelid = ('orch.' || p.part)::regclass WHERE t.tgname = 'runs_lifecycle';
+-- two ranges made here, as orch_maintain would have made them, filled with
+-- runs: A finished, B open, C finished with an approval and a key in the
+-- first; D open in the second
+SELECT setval('orch.runs_id_seq', 900000) IS NOT NULL AS moved;
+CREATE TABLE orch.runs_p900001 PARTITION OF orch.runs FOR VALUES FROM (900001) TO (900011);
+CREATE TABLE orch.run_steps_p900001 PARTITION OF orch.run_steps FOR VALUES FROM (900001) TO (900011);
+CREATE TABLE orch.approvals_p900001 PARTITION OF orch.approvals FOR VALUES FROM (900001) TO (900011);
+CREATE TABLE orch.runs_p900011 PARTITION OF orch.runs FOR VALUES FROM (900011) TO (900021);
+CREATE TABLE orch.run_steps_p900011 PARTITION OF orch.run_steps FOR VALUES FROM (900011) TO (900021);
+CREATE TABLE orch.approvals_p900011 PARTITION OF orch.approvals FOR VALUES FROM (900011) TO (900021);
+SELECT orch_start('hp_wf', '{"r": "A"}') AS run_a \gset
+SELECT orch_start('hp_wf', '{"r": "B"}') AS run_b \gset
+SELECT orch_start('hp_wf', '{"r": "C"}', idempotency_key => 'hp-key') AS run_c \gset
+SELECT orch_cancel_run(:run_a, 'not needed') AS a;
+SELECT orch_approve(:run_c, 'gate', 'HP-REF', 'alice') AS c;
+SELECT setval('orch.runs_id_seq', 900010) IS NOT NULL AS first_range_allocated;
+SELECT orch_start('hp_wf', '{"r": "D"}') AS run_d \gset
+SELECT tableoid::regclass AS part, count(*) FROM orch.runs WHERE id IN (:run_a, :run_b, :run_c, :run_d)
+ GROUP BY 1 ORDER BY 1;
+-- while kept, the key names run C and the reference is used
+SELECT orch_start('hp_wf', '{"r": "C"}', idempotency_key => 'hp-key') = :run_c AS key_replays;
+DO $$ BEGIN
+    PERFORM orch_approve(currval('orch.runs_id_seq') - 1, 'gate', 'HP-REF', 'bob');
+EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'reference in use: %', SQLSTATE;
+END $$;
+SELECT count(*) AS b_run_events FROM orch.events WHERE run_id = :run_b AND task_id IS NULL \gset
+SET orchestrator.retention = '1s';
+SELECT pg_sleep(1.1);
+-- A and C (2 of 3) are past the retention: the first range is compacted to
+-- B; the second (D open) is left as it is
+SELECT action, count FROM orch_maintain()
+ WHERE action IN ('runs_purged', 'history_partitions_compacted') ORDER BY 1;
+SELECT (SELECT count(*) FROM orch.runs WHERE id IN (:run_a, :run_c)) AS a_c_left,
+       (SELECT count(*) FROM orch.run_steps WHERE run_id IN (:run_a, :run_c)) AS their_steps,
+       (SELECT count(*) FROM orch.approvals WHERE run_id = :run_c) AS c_approvals,
+       (SELECT count(*) FROM orch.run_keys WHERE run_id = :run_c) AS c_key,
+       (SELECT count(*) FROM orch.approval_refs WHERE run_id = :run_c) AS c_reference;
+-- B is whole, as it was: its row, steps and task, no event added by the move
+SELECT r.state, (SELECT count(*) FROM orch.run_steps s WHERE s.run_id = r.id) AS steps,
+       (SELECT count(*) FROM orch.events e WHERE e.run_id = r.id AND e.task_id IS NULL) = :b_run_events AS same_events,
+       (SELECT s -> 'run' ->> 'state' FROM orch_run_status(r.id) AS f(s)) AS status
+  FROM orch.runs r WHERE r.id = :run_b;
+-- the key and the reference are free again
+SELECT orch_start('hp_wf', '{"r": "C2"}', idempotency_key => 'hp-key') <> :run_c AS key_starts_a_new_run;
+SELECT orch_approve(:run_b, 'gate', 'HP-REF', 'bob') AS b_approved;
+-- B and D finished: the first range (all allocated) is dropped, the second
+-- (still receiving ids) emptied and kept
+SELECT orch_cancel_run(:run_d, 'not needed') AS d;
+SELECT orch_cancel_run(r.id, 'not needed') AS c2 FROM orch.runs r WHERE r.idempotency_key = 'hp-key';
+SELECT pg_sleep(1.1);
+SELECT count > 0 AS purged FROM orch_maintain() WHERE action = 'runs_purged';
+SELECT parent, string_agg(part, ', ' ORDER BY part) AS left
+  FROM (VALUES ('runs'), ('run_steps'), ('approvals')) v(parent), pg_temp.id_parts(parent)
+ WHERE part LIKE '%\_p9000%' GROUP BY parent ORDER BY parent;
+SELECT (SELECT count(*) FROM orch.runs WHERE id >= 900001) AS runs_left,
+       (SELECT count(*) FROM orch.run_steps WHERE run_id >= 900001) AS steps_left,
+       (SELECT count(*) FROM orch.approvals WHERE run_id >= 900001) AS approvals_left,
+       (SELECT count(*) FROM orch.approval_refs WHERE run_id >= 900001) AS references_left,
+       (SELECT count(*) FROM orch.run_keys WHERE run_id >= 900001) AS keys_left;
+RESET orchestrator.retention;
+
 \c :suite_db
 DROP DATABASE orch_hp;
