@@ -27,13 +27,19 @@
 
 /*
  * Maintenance check 3: tasks finished recently (their terminal transition
- * among the last $1 * 4 events) whose attempt or failure counters disagree
- * with their attempt rows.
+ * among the last events, or the latest finished tasks whose row records
+ * the completion) whose attempt or failure counters disagree with their
+ * attempt rows.  A sample of the newest: four times the pass's batch, at
+ * most COUNTER_CHECK_MAX (a pass with a large batch, meant to purge much,
+ * must not check hundreds of thousands of tasks, each against every
+ * partition of the history).
  */
+#define COUNTER_CHECK_MAX "4000"
+#define COUNTER_CHECK_SAMPLE "LEAST($1 * 4, " COUNTER_CHECK_MAX ")"
 #define COUNTER_CHECK_RECENT \
 	" WHERE (t.id, t.tenant_id) IN (SELECT e.task_id, e.tenant_id FROM orch.events e" \
 	"   WHERE e.id > (SELECT coalesce(max(id), 0) FROM orch.events" \
-	"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - $1 * 4" \
+	"                 WHERE " ORCH_TENANT_IN("tenant_id", "$4") ") - " COUNTER_CHECK_SAMPLE \
 	"     AND e.to_state IN ('completed', 'failed', 'cancelled') AND e.task_id IS NOT NULL" \
 	"     AND " ORCH_TENANT_IN("e.tenant_id", "$4")
 #define COUNTER_CHECK(ATTEMPTS) \
@@ -332,7 +338,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					"   UNION ALL SELECT c.id, c.tenant_id FROM (SELECT f.id, f.tenant_id, f.complete_event_id"
 					"     FROM orch.tasks f WHERE f.finished_at IS NOT NULL"
 					"       AND " ORCH_TENANT_IN("f.tenant_id", "$4")
-					"     ORDER BY f.finished_at DESC LIMIT $1 * 4) c WHERE c.complete_event_id IS NOT NULL)"
+					"     ORDER BY f.finished_at DESC LIMIT " COUNTER_CHECK_SAMPLE ") c WHERE c.complete_event_id IS NOT NULL)"
 					COUNTER_CHECK("orch.attempt_history")
 					: "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT ")"
