@@ -48,19 +48,28 @@ CREATE TABLE orch.run_steps_default PARTITION OF orch.run_steps (PRIMARY KEY (ru
 CREATE INDEX run_steps_timer_idx ON orch.run_steps_default (least(wake_at, cap_at))
     WHERE wake_at IS NOT NULL OR cap_at IS NOT NULL;
 CREATE TABLE orch.approvals_default PARTITION OF orch.approvals (PRIMARY KEY (approval_ref, tenant_id)) DEFAULT;
--- the old tables attached: every run up to now (and any id a start holds)
+-- the old tables attached: every run id this node's sequence gave out.
+-- Rows of higher ids (on Citus, docs/citus-upgrade-0.7.0-0.8.0.sql, the
+-- runs started on a worker node, in that node's id range) move to the
+-- DEFAULT partitions, where later runs of their range go too: the first
+-- range must not reach into ids still to come.
 DO $attach_runs$
 DECLARE
     h record;
     bound bigint;
+    cols text;
 BEGIN
-    SELECT GREATEST(pg_catalog.max(m), pg_catalog.pg_sequence_last_value('orch.runs_id_seq'::pg_catalog.regclass), 0)
-           OPERATOR(pg_catalog.+) 1
-      INTO bound
-      FROM (SELECT pg_catalog.max(id) FROM orch.runs_before_080
-            UNION ALL SELECT pg_catalog.max(run_id) FROM orch.run_steps_before_080
-            UNION ALL SELECT pg_catalog.max(run_id) FROM orch.approvals_before_080) x(m);
-    FOR h IN SELECT * FROM (VALUES ('runs'), ('run_steps'), ('approvals')) AS x(tbl) LOOP
+    bound := coalesce(pg_catalog.pg_sequence_last_value('orch.runs_id_seq'::pg_catalog.regclass), 0)
+             OPERATOR(pg_catalog.+) 1;
+    FOR h IN SELECT * FROM (VALUES ('runs', 'id'), ('run_steps', 'run_id'), ('approvals', 'run_id')) AS x(tbl, key) LOOP
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
+          FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::pg_catalog.regclass
+           AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
+        EXECUTE pg_catalog.format('WITH moved AS (DELETE FROM orch.%I WHERE %I OPERATOR(pg_catalog.>=) %s RETURNING %s)'
+                                  ' INSERT INTO orch.%I (%s) SELECT %s FROM moved',
+                                  h.tbl OPERATOR(pg_catalog.||) '_before_080', h.key, bound, cols,
+                                  h.tbl OPERATOR(pg_catalog.||) '_default', cols, cols);
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I ATTACH PARTITION orch.%I FOR VALUES FROM (MINVALUE) TO (%s)',
                                   h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080', bound);
     END LOOP;

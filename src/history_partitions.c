@@ -29,6 +29,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "datatype/timestamp.h"
@@ -454,8 +455,11 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
 				 p->name, keep));
 	ddl(psprintf("TRUNCATE %s", p->name));
+	/* (Citus: needed to change a trigger; saved, so that run_step's end restores it) */
 	if (h->triggers && orch_citus())
-		ddl("SET LOCAL citus.enable_unsafe_triggers = on");	/* (until the step's end) */
+		(void) set_config_option("citus.enable_unsafe_triggers", "on",
+								 superuser() ? PGC_SUSET : PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	if (h->triggers)
 		ddl(psprintf("ALTER TABLE %s DISABLE TRIGGER USER", p->name));
 	ddl(psprintf("INSERT INTO %s SELECT * FROM pg_temp.orch_history_kept", p->name));
@@ -474,19 +478,39 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 static const Partition *drop_list;
 static int	drop_count;
 
+static void
+drop_one(void *arg)
+{
+	const Partition *p = (const Partition *) arg;
+
+	if (orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name),
+					  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("written to since it was emptied")));
+	ddl(psprintf("DROP TABLE %s", p->name));
+}
+
 static StepResult
 step_drop(const HistoryTable *h, const Partition *p, int64 a, int64 b)
 {
 	int			n = 0;
 
 	ddl(psprintf("LOCK TABLE orch.%s IN ACCESS EXCLUSIVE MODE", h->table));
+	/* each on its own: one that cannot go (an object of the user's on it) stops no other */
 	for (int i = 0; i < drop_count; i++)
 	{
-		if (orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", drop_list[i].name),
-						  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) > 0)
-			continue;			/* written to since it was emptied: next pass */
-		ddl(psprintf("DROP TABLE %s", drop_list[i].name));
-		n++;
+		ErrorData  *e = orch_subxact_try(drop_one, (void *) &drop_list[i]);
+
+		if (e == NULL)
+		{
+			n++;
+			continue;
+		}
+		ereport(e->sqlerrcode == ERRCODE_OBJECT_IN_USE ? LOG : WARNING,
+				(errmsg("orchestrator: dropping %s was left for the next pass: %s",
+						drop_list[i].name, e->message)));
+		FreeErrorData(e);
 	}
 	drop_count = n;
 	return n > 0 ? STEP_DROPPED : STEP_NONE;
@@ -559,8 +583,13 @@ create_ahead(const HistoryTable *h, const Partition *parts, int n, TimestampTz n
 			last = parts[i].hi;
 	if (h->by_id)
 	{
-		start = last > allocated ? last
-			: allocated + 1 + (allocated > 0 ? RUN_PARTITION_MARGIN : 0);
+		/*
+		 * On from the last range, but above the ids allocated with a
+		 * margin: the runs started since the read (or, after a gap, since
+		 * the ranges ran out) are in the DEFAULT partition, which a new
+		 * range must not cover (the attach would fail).
+		 */
+		start = Max(last, allocated + 1 + (allocated > 0 ? Max(RUN_PARTITION_MARGIN, ids / 4) : 0));
 		until = allocated + RUN_PARTITIONS_AHEAD * ids;
 	}
 	else
@@ -653,7 +682,11 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 		if (empty[t] == NULL)
 			continue;
 		if (h->by_id && t == 0)
+		{
+			/* (read again: runs started during the retirement) */
+			allocated = run_ids_allocated();
 			ids = run_partition_ids(parts[t], nparts[t], allocated, now, w);
+		}
 		*created += create_ahead(h, parts[t], nparts[t], now, w, allocated, ids);
 	}
 

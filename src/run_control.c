@@ -357,6 +357,16 @@ orch_retry_run(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was already retried", r.id)));
+
+	/*
+	 * One retry per run: no index is unique across the partitions of
+	 * orch.runs, so the original run's row says it.  Its row lock orders
+	 * concurrent retries; this update (the row unchanged: the run stays
+	 * terminal) makes a retry whose snapshot is older than another's fail
+	 * to serialize (REPEATABLE READ, SERIALIZABLE) instead of missing it.
+	 */
+	orch_sql("UPDATE orch.runs SET state = state WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0,
+			 SPI_OK_UPDATE);
 	orch_set_event_context(NULL, NULL);
 	/* the new run keeps the correlation id */
 	/* the probes keep the original run's pins: drift since then stops the next gate */

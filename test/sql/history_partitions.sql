@@ -292,7 +292,7 @@ SELECT pg_sleep(1.1);
 SELECT count > 0 AS purged FROM orch_maintain() WHERE action = 'runs_purged';
 SELECT parent, string_agg(part, ', ' ORDER BY part) AS left
   FROM (VALUES ('runs'), ('run_steps'), ('approvals')) v(parent), pg_temp.id_parts(parent)
- WHERE part LIKE '%\_p9000%' GROUP BY parent ORDER BY parent;
+ WHERE part LIKE ANY (ARRAY['%\_p900001', '%\_p900011']) GROUP BY parent ORDER BY parent;
 SELECT (SELECT count(*) FROM orch.runs WHERE id >= 900001) AS runs_left,
        (SELECT count(*) FROM orch.run_steps WHERE run_id >= 900001) AS steps_left,
        (SELECT count(*) FROM orch.approvals WHERE run_id >= 900001) AS approvals_left,

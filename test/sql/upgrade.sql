@@ -85,6 +85,36 @@ SELECT payload ->> 'n' AS n, state, gated, ready_at IS NOT NULL AS claimable
 SELECT from_state, to_state, reason_code FROM orch.history
  WHERE task_id = (SELECT task_id FROM up8_claim) ORDER BY id;
 SELECT count(*) AS claimed FROM orch_dequeue('stale_keys', 'w', 10);
+-- 0.7.0 -> 0.8.0 with runs (issue 20): the run tables become partitioned by
+-- run id, each old table the first range (every id the sequence gave out),
+-- attached whole; a run of a higher id (on Citus: one started on a worker,
+-- in that node's range) moves to the DEFAULT partition with its steps and
+-- approvals; the keys and references are copied into their own tables and
+-- keep working.
+DROP EXTENSION orchestrator CASCADE;
+CREATE EXTENSION orchestrator VERSION '0.7.0';
+INSERT INTO orch.runs (definition, version, content_hash, state, input, pins, idempotency_key, created_by)
+VALUES ('up8_wf', 1, 'h', 'running', '{}', '{}', 'up8-key', 'postgres'),
+       ('up8_wf', 1, 'h', 'running', '{}', '{}', NULL, 'postgres');
+INSERT INTO orch.runs (id, definition, version, content_hash, state, input, pins, created_by)
+VALUES (281474976710657, 'up8_wf', 1, 'h', 'running', '{}', '{}', 'postgres');
+INSERT INTO orch.run_steps (run_id, step_id, ord, type, spec)
+SELECT id, 'gate', 0, 'human_approval', '{}' FROM orch.runs;
+INSERT INTO orch.approvals (approval_ref, run_id, step_id, approved, actor)
+VALUES ('up8-ref', 1, 'gate', true, 'alice'), ('up8-ref-w', 281474976710657, 'gate', true, 'bob');
+ALTER EXTENSION orchestrator UPDATE;
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound,
+       (SELECT count(*) FROM orch.runs r WHERE r.tableoid = c.oid) AS runs
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'orch.runs'::regclass ORDER BY 1;
+SELECT tableoid::regclass AS part, count(*) FROM orch.run_steps GROUP BY 1 ORDER BY 1;
+SELECT tableoid::regclass AS part, approval_ref FROM orch.approvals ORDER BY 2;
+SELECT tenant_id, idempotency_key, run_id FROM orch.run_keys;
+SELECT approval_ref, run_id FROM orch.approval_refs ORDER BY 1;
+SELECT tgrelid::regclass AS has_lifecycle FROM pg_trigger WHERE tgname = 'runs_lifecycle' ORDER BY 1;
+-- the views read the new tables, every run
+SELECT count(*) AS runs_listed FROM orch_runs;
+SELECT count(*) AS steps_listed FROM orch_run_steps;
 -- 0.5.0 -> 0.6.0: the functions run without JIT (a generic plan costed
 -- without its LIMIT crossed jit_above_cost with a large backlog).
 DROP EXTENSION orchestrator CASCADE;
