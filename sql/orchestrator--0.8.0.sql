@@ -1336,8 +1336,8 @@ CREATE TABLE orch.runs (
 -- DEFAULT partition's.  A run's id is unique across partitions (each id has
 -- one partition); what must be unique across them has a small table of its
 -- own: the idempotency keys of runs (orch.run_keys) and the approval
--- references in use (orch.approval_refs).  A retry is unique per run under
--- the original run's row lock (orch_retry_run).
+-- references in use (orch.approval_refs).  A retry is unique per run:
+-- orch_retry_run locks the original run's row and updates it.
 CREATE TABLE orch.runs_default PARTITION OF orch.runs (PRIMARY KEY (id, tenant_id)) DEFAULT;
 CREATE INDEX runs_open_idx ON orch.runs_default (deadline_at)
     WHERE state OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'waiting_approval', 'paused']);
