@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(186);
+SELECT plan(206);
 
 -- Tables.
 SELECT has_schema('orch');
