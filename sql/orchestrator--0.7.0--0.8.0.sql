@@ -4,23 +4,28 @@
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.8.0'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
--- Runs, their steps and their approvals in partitions by run id (issue 20,
--- docs/storage.md), retired whole by orch_maintain like the history.  First,
--- before anything else of this update touches them, so that what follows
--- applies to the new tables.  Each existing table is kept whole, with its
--- keys and indexes, as the partition of every run up to now (attached, not
--- copied: the attach reads it once to check the bound); its trigger goes (the
--- new parent's is cloned onto it) and it leaves the extension's members (a
--- dump keeps it as a table of its own, attached on restore).  What must be
--- unique across partitions moves to tables of its own: the idempotency keys
--- of runs (orch.run_keys) and the approval references (orch.approval_refs).
+-- The tables that become partitioned (issue 20, docs/storage.md): the
+-- history by time (orch.events, orch.attempts, below), the runs, their
+-- steps and their approvals by run id (here), each retired whole by
+-- orch_maintain.  First, before anything else of this update touches them,
+-- so that what follows applies to the new tables.  Each existing table is
+-- kept whole, with its keys and indexes, as the first partition (attached,
+-- not copied: the attach reads it once to check the bound); it is renamed
+-- *_before_080 with its indexes and leaves the extension's members (a dump
+-- keeps it as a table of its own, attached on restore).  The run tables'
+-- new parents are made like them here (the history's, with 0.8.0's
+-- columns, below); the old runs table's trigger goes (the new parent's is
+-- cloned onto it).  What must be unique across partitions moves to tables
+-- of its own: the idempotency keys of runs (orch.run_keys) and the approval
+-- references (orch.approval_refs).
 -- ---------------------------------------------------------------------------
-DO $runs$
+DO $before_080$
 DECLARE
     h record;
     i record;
 BEGIN
-    FOR h IN SELECT * FROM (VALUES ('runs', 'id'), ('run_steps', 'run_id'), ('approvals', 'run_id')) AS x(tbl, key) LOOP
+    FOR h IN SELECT * FROM (VALUES ('events', NULL), ('attempts', NULL), ('runs', 'id'), ('run_steps', 'run_id'),
+                                   ('approvals', 'run_id')) AS x(tbl, key) LOOP
         FOR i IN SELECT c.relname FROM pg_catalog.pg_index x
                    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) x.indexrelid
                   WHERE x.indrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::regclass LOOP
@@ -30,12 +35,14 @@ BEGIN
         END LOOP;
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I RENAME TO %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080');
         EXECUTE pg_catalog.format('ALTER EXTENSION orchestrator DROP TABLE orch.%I', h.tbl OPERATOR(pg_catalog.||) '_before_080');
-        EXECUTE pg_catalog.format('CREATE TABLE orch.%I (LIKE orch.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
-                                  ' INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (%I)',
-                                  h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080', h.key);
+        IF h.key IS NOT NULL THEN
+            EXECUTE pg_catalog.format('CREATE TABLE orch.%I (LIKE orch.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
+                                      ' INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (%I)',
+                                      h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080', h.key);
+        END IF;
     END LOOP;
 END
-$runs$;
+$before_080$;
 DROP TRIGGER runs_lifecycle ON orch.runs_before_080;
 CREATE TABLE orch.runs_default PARTITION OF orch.runs (PRIMARY KEY (id, tenant_id)) DEFAULT;
 CREATE INDEX runs_open_idx ON orch.runs_default (deadline_at)
@@ -107,21 +114,6 @@ SELECT pg_catalog.pg_extension_config_dump('orch.run_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.run_steps_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.approvals_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.approval_refs', '');
-DO $rls_runs$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['runs', 'run_steps', 'approvals', 'runs_default', 'run_steps_default',
-                             'approvals_default', 'run_keys', 'approval_refs'] LOOP
-        EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE pg_catalog.format(
-            'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
-            ' WITH CHECK (orch.tenant_visible(tenant_id))', t);
-    END LOOP;
-END
-$rls_runs$;
-REVOKE ALL ON orch.runs, orch.run_steps, orch.approvals, orch.runs_default, orch.run_steps_default,
-    orch.approvals_default, orch.run_keys, orch.approval_refs FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- One AFTER ... FOR EACH STATEMENT trigger on orch.tasks calls, in order, the
@@ -183,32 +175,12 @@ ALTER TABLE orch.tasks ADD COLUMN enqueue_event_id bigint, ADD COLUMN created_by
     ADD COLUMN complete_attempt_id bigint, ADD COLUMN completed_by text, ADD COLUMN complete_xact bigint;
 
 -- History in time-range partitions (issue 20, docs/storage.md): orch.events
--- and orch.attempts become partitioned tables.  Each existing table is kept
--- whole, with its keys and indexes, as the partition of everything before
--- this update (attached, not copied: the attach reads it once to check the
--- bound) and is retired by orch_maintain like any other partition once past
--- the retention; new rows go to the partitions orch_maintain creates ahead,
--- or until its first pass to the DEFAULT partition.  The old table leaves
--- the extension's members (a dump keeps it as a table of its own, attached
--- on restore).
-DO $history$
-DECLARE
-    h record;
-    i record;
-BEGIN
-    FOR h IN SELECT * FROM (VALUES ('events'), ('attempts')) AS x(tbl) LOOP
-        FOR i IN SELECT c.relname FROM pg_catalog.pg_index x
-                   JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) x.indexrelid
-                  WHERE x.indrelid OPERATOR(pg_catalog.=) pg_catalog.format('orch.%I', h.tbl)::regclass LOOP
-            EXECUTE pg_catalog.format('ALTER INDEX orch.%I RENAME TO %I', i.relname,
-                                      pg_catalog.replace(i.relname, h.tbl OPERATOR(pg_catalog.||) '_',
-                                                         h.tbl OPERATOR(pg_catalog.||) '_before_080_'));
-        END LOOP;
-        EXECUTE pg_catalog.format('ALTER TABLE orch.%I RENAME TO %I', h.tbl, h.tbl OPERATOR(pg_catalog.||) '_before_080');
-        EXECUTE pg_catalog.format('ALTER EXTENSION orchestrator DROP TABLE orch.%I', h.tbl OPERATOR(pg_catalog.||) '_before_080');
-    END LOOP;
-END
-$history$;
+-- and orch.attempts become partitioned tables.  Each existing table (renamed
+-- *_before_080 at the top of this update) is kept whole, with its keys and
+-- indexes, as the partition of everything before this update and is retired
+-- by orch_maintain like any other partition once past the retention; new
+-- rows go to the partitions orch_maintain creates ahead, or until its first
+-- pass to the DEFAULT partition.
 
 CREATE TABLE orch.attempts (
     id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.attempts_id_seq'),
@@ -289,7 +261,9 @@ DO $rls$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['attempts', 'events', 'attempts_default', 'events_default'] LOOP
+    FOREACH t IN ARRAY ARRAY['attempts', 'events', 'attempts_default', 'events_default',
+                             'runs', 'run_steps', 'approvals', 'runs_default', 'run_steps_default',
+                             'approvals_default', 'run_keys', 'approval_refs'] LOOP
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE pg_catalog.format(
             'CREATE POLICY tenant_isolation ON orch.%I USING (orch.tenant_visible(tenant_id))'
@@ -300,7 +274,9 @@ $rls$;
 ALTER TABLE orch.attempts ALTER COLUMN worker SET STATISTICS 0, ALTER COLUMN error_class SET STATISTICS 0,
     ALTER COLUMN error SET STATISTICS 0;
 ALTER TABLE orch.events ALTER COLUMN note SET STATISTICS 0, ALTER COLUMN label SET STATISTICS 0;
-REVOKE ALL ON orch.attempts, orch.events, orch.attempts_default, orch.events_default FROM PUBLIC;
+REVOKE ALL ON orch.attempts, orch.events, orch.attempts_default, orch.events_default,
+    orch.runs, orch.run_steps, orch.approvals, orch.runs_default, orch.run_steps_default,
+    orch.approvals_default, orch.run_keys, orch.approval_refs FROM PUBLIC;
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
   'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS
