@@ -281,9 +281,10 @@ COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
   'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS
   'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). The next claim writes it out as an orch.events row first.';
-CREATE INDEX tasks_created_xact_idx ON orch.tasks USING brin (created_xact) WITH (autosummarize = on);
-CREATE INDEX tasks_claim_xact_idx ON orch.tasks USING brin (claim_xact) WITH (autosummarize = on);
-CREATE INDEX tasks_complete_xact_idx ON orch.tasks USING brin (complete_xact) WITH (autosummarize = on);
+-- One block-range index for the three transitions the task row records (a
+-- multi-column BRIN answers a condition on any one of its columns): one
+-- index to open and one summary to widen per write, not three.
+CREATE INDEX tasks_xact_idx ON orch.tasks USING brin (created_xact, claim_xact, complete_xact) WITH (autosummarize = on);
 COMMENT ON COLUMN orch.tasks.complete_event_id IS
   'Set by the lifecycle trigger when the row records its completion by orch_complete or orch_complete_batch (executing -> completed, reason completed): the id of that event in orch.history; with complete_attempt_id (the id of the completed attempt in orch.attempt_history, from orch.attempts_id_seq), completed_by (the role) and complete_xact (the completing transaction, for orch.metrics_fold). No orch.events or orch.attempts row is written for it.';
 

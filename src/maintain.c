@@ -154,7 +154,7 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r" \
 	"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4") \
 	"            AND r.state IN ('running', 'waiting_approval', 'paused')))" \
-	"   ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	"   ORDER BY finished_at LIMIT $1)," \
 	history \
 	PURGE_TAIL
 
@@ -349,9 +349,15 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 				(errmsg("orchestrator: " INT64_FORMAT " recently finished tasks have attempt or failure counters that disagree with orch.attempts",
 						acts[nacts - 1].count)));
 
-	/* 4. retention: finished tasks (with their attempts and events, unpartitioned) */
+	/*
+	 * 4. retention: finished tasks (with their attempts and events,
+	 * unpartitioned).  A finished task never changes again, so they are
+	 * deleted without locking them first (a lock is a WAL record and a page
+	 * write per row); one pass purges at a time, and another pass, which
+	 * would wait for its deletes, leaves the purge to it.
+	 */
 	acts[nacts].name = "tasks_purged";
-	acts[nacts++].count = orch_retention <= 0 ? 0 :
+	acts[nacts++].count = orch_retention <= 0 || !orch_xact_try_lock("purge", "tasks", NULL) ? 0 :
 		count_query(partitioned ? PURGE_TASKS("") : PURGE_TASKS(PURGE_HISTORY),
 					4, types, v, n);
 
