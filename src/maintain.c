@@ -145,8 +145,12 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	" DELETE FROM orch.tasks t USING p WHERE t.id = p.id AND t.tenant_id = p.tenant_id" \
 	"   AND " ORCH_TENANT_IN("t.tenant_id", "$4")
 
-/* Finished tasks past the retention ($3), in batches ($1), history as given */
-#define PURGE_TASKS(history) \
+/*
+ * Finished tasks past the retention ($3), in batches ($1), history as given;
+ * LOCK: how they are picked (unlocked, or skipping those another
+ * transaction holds)
+ */
+#define PURGE_TASKS(history, LOCK) \
 	"WITH p AS (SELECT id, tenant_id FROM orch.tasks t" \
 	"   WHERE finished_at < now() - $3" \
 	"     AND state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4") \
@@ -154,9 +158,12 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	"     AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM orch.runs r" \
 	"          WHERE r.id = t.run_id AND r.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("r.tenant_id", "$4") \
 	"            AND r.state IN ('running', 'waiting_approval', 'paused')))" \
-	"   ORDER BY finished_at LIMIT $1)," \
+	"   ORDER BY finished_at LIMIT $1" LOCK ")," \
 	history \
 	PURGE_TAIL
+#define PURGE_SKIP_LOCKED " FOR UPDATE SKIP LOCKED"
+/* how long the unlocked purge waits for a row another transaction holds */
+#define PURGE_LOCK_TIMEOUT "500ms"
 
 /*
  * Finished workflow runs past the retention, with their steps and the
@@ -205,6 +212,57 @@ count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 		return isnull ? 0 : DatumGetInt64(d);
 	}
 	return (int64) processed;
+}
+
+/* The unlocked purge, in a subtransaction with a short lock_timeout */
+typedef struct PurgeStep
+{
+	const char *sql;
+	Oid		   *types;
+	Datum	   *v;
+	const char *nulls;
+	int64		count;
+} PurgeStep;
+
+static void
+purge_unlocked(void *arg)
+{
+	PurgeStep  *p = (PurgeStep *) arg;
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", PURGE_LOCK_TIMEOUT,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	p->count = count_query(p->sql, 4, p->types, p->v, p->nulls);
+	/* (on an error the subtransaction's abort unwinds the setting) */
+	AtEOXact_GUC(true, nest);
+}
+
+/*
+ * Purge finished tasks past the retention.  A finished task never changes
+ * again, so they are deleted without locking them first (a lock is one more
+ * WAL record and page write per row).  Only a transaction that holds one
+ * locked (a re-drive of a dead letter, still open) makes the delete wait:
+ * then, after a short wait, the batch is picked again skipping the rows
+ * held, as a purge that locks, so that maintenance never waits for a
+ * user's transaction.  The caller holds the pass's purge lock (one pass
+ * purges at a time: another, which would wait for its deletes, leaves the
+ * purge to it).  Caller is connected to SPI.
+ */
+static int64
+purge_tasks(bool partitioned, Oid *types, Datum *v, const char *nulls)
+{
+	PurgeStep	p = {partitioned ? PURGE_TASKS("", "") : PURGE_TASKS(PURGE_HISTORY, ""),
+					 types, v, nulls, 0};
+	ErrorData  *e = orch_subxact_try(purge_unlocked, &p);
+
+	if (e == NULL)
+		return p.count;
+	if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(e);
+	FreeErrorData(e);
+	return count_query(partitioned ? PURGE_TASKS("", PURGE_SKIP_LOCKED)
+					   : PURGE_TASKS(PURGE_HISTORY, PURGE_SKIP_LOCKED),
+					   4, types, v, nulls);
 }
 
 typedef struct Action
@@ -349,17 +407,10 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 				(errmsg("orchestrator: " INT64_FORMAT " recently finished tasks have attempt or failure counters that disagree with orch.attempts",
 						acts[nacts - 1].count)));
 
-	/*
-	 * 4. retention: finished tasks (with their attempts and events,
-	 * unpartitioned).  A finished task never changes again, so they are
-	 * deleted without locking them first (a lock is a WAL record and a page
-	 * write per row); one pass purges at a time, and another pass, which
-	 * would wait for its deletes, leaves the purge to it.
-	 */
+	/* 4. retention: finished tasks (with their attempts and events, unpartitioned) */
 	acts[nacts].name = "tasks_purged";
 	acts[nacts++].count = orch_retention <= 0 || !orch_xact_try_lock("purge", "tasks", NULL) ? 0 :
-		count_query(partitioned ? PURGE_TASKS("") : PURGE_TASKS(PURGE_HISTORY),
-					4, types, v, n);
+		purge_tasks(partitioned, types, v, n);
 
 	/* finished workflow runs (PURGE_RUNS) */
 	acts[nacts].name = "runs_purged";

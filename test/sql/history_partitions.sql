@@ -268,9 +268,12 @@ SELECT count(*) AS b_run_events FROM orch.events WHERE run_id = :run_b AND task_
 SET orchestrator.retention = '1s';
 SELECT pg_sleep(1.1);
 -- A and C (2 of 3) are past the retention: the first range is compacted to
--- B; the second (D open) is left as it is
-SELECT action, count FROM orch_maintain()
- WHERE action IN ('runs_purged', 'history_partitions_compacted') ORDER BY 1;
+-- B; the second (D open) is left as it is (the runs' and the steps' ranges
+-- compacted; a time partition of the events may be compacted in the same
+-- pass, when one written here has ended before the cutoff by then)
+SELECT string_agg(action || ' ' || CASE WHEN action = 'runs_purged' THEN count::text
+                                        ELSE (count >= 2)::text END, ', ' ORDER BY action) AS pass
+  FROM orch_maintain() WHERE action IN ('runs_purged', 'history_partitions_compacted');
 SELECT (SELECT count(*) FROM orch.runs WHERE id IN (:run_a, :run_c)) AS a_c_left,
        (SELECT count(*) FROM orch.run_steps WHERE run_id IN (:run_a, :run_c)) AS their_steps,
        (SELECT count(*) FROM orch.approvals WHERE run_id = :run_c) AS c_approvals,
