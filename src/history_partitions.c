@@ -359,13 +359,8 @@ static void
 run_step(void *arg)
 {
 	GuardedStep *g = (GuardedStep *) arg;
-	int			nest = NewGUCNestLevel();
 
-	(void) set_config_option("lock_timeout", RETIRE_LOCK_TIMEOUT,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	g->result = g->fn(g->h, g->p, g->a, g->b);
-	/* (on an error the subtransaction's abort unwinds the settings) */
-	AtEOXact_GUC(true, nest);
 }
 
 static StepResult
@@ -373,7 +368,7 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int6
 			 const char *what)
 {
 	GuardedStep g = {fn, h, p, a, b, STEP_NONE};
-	ErrorData  *e = orch_subxact_try(run_step, &g);
+	ErrorData  *e = orch_subxact_try_waiting(run_step, &g, RETIRE_LOCK_TIMEOUT);
 
 	if (e == NULL)
 		return g.result;
@@ -455,7 +450,7 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
 				 p->name, keep));
 	ddl(psprintf("TRUNCATE %s", p->name));
-	/* (Citus: needed to change a trigger; saved, so that run_step's end restores it) */
+	/* (Citus: needed to change a trigger; saved, so that the step's end restores it) */
 	if (h->triggers && orch_citus())
 		(void) set_config_option("citus.enable_unsafe_triggers", "on",
 								 superuser() ? PGC_SUSET : PGC_USERSET, PGC_S_SESSION,

@@ -214,7 +214,7 @@ count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 	return (int64) processed;
 }
 
-/* The unlocked purge, in a subtransaction with a short lock_timeout */
+/* The unlocked purge (run with a short lock_timeout) */
 typedef struct PurgeStep
 {
 	const char *sql;
@@ -228,13 +228,8 @@ static void
 purge_unlocked(void *arg)
 {
 	PurgeStep  *p = (PurgeStep *) arg;
-	int			nest = NewGUCNestLevel();
 
-	(void) set_config_option("lock_timeout", PURGE_LOCK_TIMEOUT,
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	p->count = count_query(p->sql, 4, p->types, p->v, p->nulls);
-	/* (on an error the subtransaction's abort unwinds the setting) */
-	AtEOXact_GUC(true, nest);
 }
 
 /*
@@ -253,7 +248,7 @@ purge_tasks(bool partitioned, Oid *types, Datum *v, const char *nulls)
 {
 	PurgeStep	p = {partitioned ? PURGE_TASKS("", "") : PURGE_TASKS(PURGE_HISTORY, ""),
 					 types, v, nulls, 0};
-	ErrorData  *e = orch_subxact_try(purge_unlocked, &p);
+	ErrorData  *e = orch_subxact_try_waiting(purge_unlocked, &p, PURGE_LOCK_TIMEOUT);
 
 	if (e == NULL)
 		return p.count;

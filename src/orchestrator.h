@@ -420,6 +420,8 @@ extern char **orch_spi_column(int col);	/* a text column of the last result */
 extern uint64 orch_args_sql(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
 /* fn(arg) in a subtransaction: NULL, or the error it raised (rolled back) */
 extern ErrorData *orch_subxact_try(void (*fn) (void *arg), void *arg);
+extern ErrorData *orch_subxact_try_waiting(void (*fn) (void *arg), void *arg,
+										   const char *lock_timeout);
 extern uint64 orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
 /* tenant.c: the caller's tenants, the scoped tenant as the next parameter */
 extern void orch_arg_caller_tenants(OrchArgs *a);	/* text[], NULL: every tenant */

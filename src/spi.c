@@ -495,3 +495,39 @@ orch_subxact_try(void (*fn) (void *arg), void *arg)
 	PG_END_TRY();
 	return e;
 }
+
+/* fn with lock_timeout set (and any setting fn changes restored after) */
+typedef struct WaitingCall
+{
+	void		(*fn) (void *arg);
+	void	   *arg;
+	const char *lock_timeout;
+} WaitingCall;
+
+static void
+call_waiting(void *arg)
+{
+	WaitingCall *c = (WaitingCall *) arg;
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", c->lock_timeout,
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	c->fn(c->arg);
+	/* (on an error the subtransaction's abort unwinds the settings) */
+	AtEOXact_GUC(true, nest);
+}
+
+/*
+ * orch_subxact_try with a short lock_timeout: a lock fn cannot get within
+ * it ends fn with ERRCODE_LOCK_NOT_AVAILABLE, for the caller to leave the
+ * work for later or do it another way, so that maintenance never queues
+ * behind a user's transaction.  Settings fn changes with GUC_ACTION_SAVE
+ * are restored when it returns.
+ */
+ErrorData *
+orch_subxact_try_waiting(void (*fn) (void *arg), void *arg, const char *lock_timeout)
+{
+	WaitingCall c = {fn, arg, lock_timeout};
+
+	return orch_subxact_try(call_waiting, &c);
+}
