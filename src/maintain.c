@@ -162,6 +162,9 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 	history \
 	PURGE_TAIL
 #define PURGE_SKIP_LOCKED " FOR UPDATE SKIP LOCKED"
+/* the purge for this schema: history not partitioned (0.7.0) goes with its tasks */
+#define PURGE_TASKS_FOR(partitioned, LOCK) \
+	((partitioned) ? PURGE_TASKS("", LOCK) : PURGE_TASKS(PURGE_HISTORY, LOCK))
 /* how long the unlocked purge waits for a row another transaction holds */
 #define PURGE_LOCK_TIMEOUT "500ms"
 
@@ -246,8 +249,7 @@ purge_unlocked(void *arg)
 static int64
 purge_tasks(bool partitioned, Oid *types, Datum *v, const char *nulls)
 {
-	PurgeStep	p = {partitioned ? PURGE_TASKS("", "") : PURGE_TASKS(PURGE_HISTORY, ""),
-					 types, v, nulls, 0};
+	PurgeStep	p = {PURGE_TASKS_FOR(partitioned, ""), types, v, nulls, 0};
 	ErrorData  *e = orch_subxact_try_waiting(purge_unlocked, &p, PURGE_LOCK_TIMEOUT);
 
 	if (e == NULL)
@@ -255,9 +257,7 @@ purge_tasks(bool partitioned, Oid *types, Datum *v, const char *nulls)
 	if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 		ReThrowError(e);
 	FreeErrorData(e);
-	return count_query(partitioned ? PURGE_TASKS("", PURGE_SKIP_LOCKED)
-					   : PURGE_TASKS(PURGE_HISTORY, PURGE_SKIP_LOCKED),
-					   4, types, v, nulls);
+	return count_query(PURGE_TASKS_FOR(partitioned, PURGE_SKIP_LOCKED), 4, types, v, nulls);
 }
 
 typedef struct Action
