@@ -116,6 +116,297 @@ SELECT pg_catalog.pg_extension_config_dump('orch.approvals_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.approval_refs', '');
 
 -- ---------------------------------------------------------------------------
+-- The task row in the order its writes want (issue 20, docs/storage.md, *The
+-- task row*): a claim and a completion each rewrite the row, and the WAL
+-- record of a row updated in place holds only the bytes between the prefix
+-- and the suffix the two versions share, so what never changes after the
+-- enqueue comes first.  PostgreSQL cannot reorder the columns of a table, so
+-- orch.tasks is made again with 0.8.0's columns in that order and its rows
+-- copied (one pass over the table, which this update holds exclusively
+-- meanwhile).  Everything the old table carried is made again as it was:
+-- its indexes, constraints, triggers (and whether each is enabled), row
+-- security and policies, settings, privileges, comments, column statistics
+-- targets and options, replica identity, publications and statistics
+-- objects; the extension's views that read it are pointed at the new table
+-- with CREATE OR REPLACE, so they keep their identity (and a view of yours
+-- on orch_tasks is kept).  An object of yours that depends on orch.tasks
+-- itself (a view, a foreign key, a function of its row type) stops the
+-- update before anything changes, named: drop it and create it again after.
+-- ---------------------------------------------------------------------------
+DO $tasks_080$
+DECLARE
+    old     pg_catalog.oid := 'orch.tasks'::pg_catalog.regclass;
+    ext     pg_catalog.oid := (SELECT e.oid FROM pg_catalog.pg_extension e
+                                WHERE e.extname OPERATOR(pg_catalog.=) 'orchestrator');
+    own     text;
+    cols    text;
+    later   text[] := '{}';
+    views   text[];
+    stmt    text;
+BEGIN
+    -- objects not of the extension that depend on the table or its row type,
+    -- other than the table's own parts (a policy, trigger, index, constraint
+    -- or default of orch.tasks is made again below)
+    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(o.classid, o.objid, 0), '; ')
+      INTO own
+      FROM (SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                        THEN 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid ELSE d.classid END AS classid,
+                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                        THEN (SELECT r.ev_class FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+                        ELSE d.objid END AS objid
+              FROM pg_catalog.pg_depend d
+             WHERE d.deptype OPERATOR(pg_catalog.=) 'n'
+               AND ((d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                     AND d.refobjid OPERATOR(pg_catalog.=) old)
+                    OR (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+                        AND d.refobjid OPERATOR(pg_catalog.=)
+                            (SELECT c.reltype FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) old)))
+               AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_policy'::pg_catalog.regclass
+                        AND (SELECT p.polrelid FROM pg_catalog.pg_policy p
+                              WHERE p.oid OPERATOR(pg_catalog.=) d.objid) OPERATOR(pg_catalog.=) old)
+               AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
+                        AND (SELECT t.tgrelid FROM pg_catalog.pg_trigger t
+                              WHERE t.oid OPERATOR(pg_catalog.=) d.objid) OPERATOR(pg_catalog.=) old)
+               AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+                        AND (SELECT c.conrelid FROM pg_catalog.pg_constraint c
+                              WHERE c.oid OPERATOR(pg_catalog.=) d.objid) OPERATOR(pg_catalog.=) old)
+               AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass
+                        AND (SELECT s.stxrelid FROM pg_catalog.pg_statistic_ext s
+                              WHERE s.oid OPERATOR(pg_catalog.=) d.objid) OPERATOR(pg_catalog.=) old)
+               AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                        AND EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+                                     WHERE i.indexrelid OPERATOR(pg_catalog.=) d.objid
+                                       AND i.indrelid OPERATOR(pg_catalog.=) old))) o
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend e
+                        WHERE e.classid OPERATOR(pg_catalog.=) o.classid AND e.objid OPERATOR(pg_catalog.=) o.objid
+                          AND e.deptype OPERATOR(pg_catalog.=) 'e' AND e.refobjid OPERATOR(pg_catalog.=) ext)
+       AND NOT (o.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND o.objid OPERATOR(pg_catalog.=) old);
+    IF own IS NOT NULL THEN
+        RAISE EXCEPTION 'orchestrator 0.8.0 makes orch.tasks again, and objects not of the extension depend on it: %', own
+            USING ERRCODE := 'dependent_objects_still_exist',
+                  HINT := 'Drop them, update, and create them again (orch_tasks, the view, is kept).';
+    END IF;
+
+    -- What the old table carries, as statements to run on the new one once
+    -- the old is gone (its index and constraint names are free then).
+    SELECT pg_catalog.array_agg(pg_catalog.pg_get_indexdef(i.indexrelid) ORDER BY i.indexrelid) INTO later
+      FROM pg_catalog.pg_index i
+     WHERE i.indrelid OPERATOR(pg_catalog.=) old
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
+                        WHERE c.conindid OPERATOR(pg_catalog.=) i.indexrelid
+                          AND c.conrelid OPERATOR(pg_catalog.=) old);
+    later := coalesce(later, '{}');
+    -- constraints other than the primary key (NOT NULL and defaults are the
+    -- new table's own)
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(
+               pg_catalog.format('ALTER TABLE orch.tasks ADD CONSTRAINT %I %s', c.conname,
+                                 pg_catalog.pg_get_constraintdef(c.oid)) ORDER BY c.oid), '{}')
+      INTO later
+      FROM pg_catalog.pg_constraint c
+     WHERE c.conrelid OPERATOR(pg_catalog.=) old AND c.contype OPERATOR(pg_catalog.<>) 'p';
+    -- triggers, and the state of those not simply enabled
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(s ORDER BY o, n), '{}') INTO later
+      FROM (SELECT t.oid AS o, 1 AS n, pg_catalog.pg_get_triggerdef(t.oid) AS s
+              FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) old AND NOT t.tgisinternal
+            UNION ALL
+            SELECT t.oid, 2, pg_catalog.format('ALTER TABLE orch.tasks %s TRIGGER %I',
+                             CASE WHEN t.tgenabled OPERATOR(pg_catalog.=) 'D' THEN 'DISABLE'
+                                  WHEN t.tgenabled OPERATOR(pg_catalog.=) 'R' THEN 'ENABLE REPLICA'
+                                  ELSE 'ENABLE ALWAYS' END, t.tgname)
+              FROM pg_catalog.pg_trigger t
+             WHERE t.tgrelid OPERATOR(pg_catalog.=) old AND NOT t.tgisinternal
+               AND t.tgenabled OPERATOR(pg_catalog.<>) 'O') x;
+    -- row security and its policies
+    SELECT later OPERATOR(pg_catalog.||) ARRAY[
+               CASE WHEN c.relrowsecurity THEN 'ALTER TABLE orch.tasks ENABLE ROW LEVEL SECURITY'
+                    ELSE 'ALTER TABLE orch.tasks DISABLE ROW LEVEL SECURITY' END,
+               CASE WHEN c.relforcerowsecurity THEN 'ALTER TABLE orch.tasks FORCE ROW LEVEL SECURITY'
+                    ELSE 'ALTER TABLE orch.tasks NO FORCE ROW LEVEL SECURITY' END,
+               -- (the old table's settings over the new one's)
+               CASE WHEN c.reloptions IS NOT NULL
+                    THEN pg_catalog.format('ALTER TABLE orch.tasks SET (%s)',
+                                           pg_catalog.array_to_string(c.reloptions, ', '))
+                    ELSE 'SELECT' END,
+               CASE WHEN c.relreplident OPERATOR(pg_catalog.=) 'f' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY FULL'
+                    WHEN c.relreplident OPERATOR(pg_catalog.=) 'n' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY NOTHING'
+                    WHEN c.relreplident OPERATOR(pg_catalog.=) 'i' THEN pg_catalog.format('ALTER TABLE orch.tasks REPLICA IDENTITY USING INDEX %I',
+                                   (SELECT r.relname FROM pg_catalog.pg_index i
+                                      JOIN pg_catalog.pg_class r ON r.oid OPERATOR(pg_catalog.=) i.indexrelid
+                                     WHERE i.indrelid OPERATOR(pg_catalog.=) old AND i.indisreplident))
+                    ELSE 'ALTER TABLE orch.tasks REPLICA IDENTITY DEFAULT' END,
+               pg_catalog.format('COMMENT ON TABLE orch.tasks IS %L', pg_catalog.obj_description(old, 'pg_class'))]
+      INTO later
+      FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) old;
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(pg_catalog.format(
+               'CREATE POLICY %I ON orch.tasks AS %s FOR %s TO %s%s%s', p.polname,
+               CASE WHEN p.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END,
+               CASE WHEN p.polcmd OPERATOR(pg_catalog.=) 'r' THEN 'SELECT'
+                    WHEN p.polcmd OPERATOR(pg_catalog.=) 'a' THEN 'INSERT'
+                    WHEN p.polcmd OPERATOR(pg_catalog.=) 'w' THEN 'UPDATE'
+                    WHEN p.polcmd OPERATOR(pg_catalog.=) 'd' THEN 'DELETE' ELSE 'ALL' END,
+               (SELECT pg_catalog.string_agg(CASE WHEN r OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                                  ELSE pg_catalog.quote_ident(r::pg_catalog.regrole::text) END, ', ')
+                  FROM pg_catalog.unnest(p.polroles) r),
+               ' USING (' OPERATOR(pg_catalog.||) pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+                          OPERATOR(pg_catalog.||) ')',
+               ' WITH CHECK (' OPERATOR(pg_catalog.||) pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid)
+                               OPERATOR(pg_catalog.||) ')') ORDER BY p.oid), '{}')
+      INTO later
+      FROM pg_catalog.pg_policy p WHERE p.polrelid OPERATOR(pg_catalog.=) old;
+    -- privileges granted on the table (the owner's are the new table's own;
+    -- PUBLIC's are revoked first, as the install does)
+    later := later OPERATOR(pg_catalog.||) 'REVOKE ALL ON orch.tasks FROM PUBLIC'::text;
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(pg_catalog.format(
+               'GRANT %s ON orch.tasks TO %s%s', a.privilege_type,
+               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(a.grantee::pg_catalog.regrole::text) END,
+               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)), '{}')
+      INTO later
+      FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+     WHERE c.oid OPERATOR(pg_catalog.=) old AND a.grantee OPERATOR(pg_catalog.<>) c.relowner;
+    -- each column's comment, statistics target and options, by name
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(s ORDER BY n, k), '{}') INTO later
+      FROM (SELECT a.attnum AS n, 1 AS k, pg_catalog.format('COMMENT ON COLUMN orch.tasks.%I IS %L', a.attname,
+                          pg_catalog.col_description(old, a.attnum)) AS s
+              FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid OPERATOR(pg_catalog.=) old AND a.attnum OPERATOR(pg_catalog.>) 0
+               AND NOT a.attisdropped AND pg_catalog.col_description(old, a.attnum) IS NOT NULL
+            UNION ALL
+            SELECT a.attnum, 2, pg_catalog.format('ALTER TABLE orch.tasks ALTER COLUMN %I SET STATISTICS %s',
+                                                  a.attname, a.attstattarget)
+              FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid OPERATOR(pg_catalog.=) old AND a.attnum OPERATOR(pg_catalog.>) 0
+               AND NOT a.attisdropped AND a.attstattarget OPERATOR(pg_catalog.>=) 0
+            UNION ALL
+            SELECT a.attnum, 3, pg_catalog.format('ALTER TABLE orch.tasks ALTER COLUMN %I SET (%s)',
+                                                  a.attname, pg_catalog.array_to_string(a.attoptions, ', '))
+              FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid OPERATOR(pg_catalog.=) old AND a.attnum OPERATOR(pg_catalog.>) 0
+               AND NOT a.attisdropped AND a.attoptions IS NOT NULL) x;
+    -- publications (with a publication's row filter and column list) and
+    -- extended statistics
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(pg_catalog.format(
+               'ALTER PUBLICATION %I ADD TABLE orch.tasks%s%s', p.pubname,
+               ' (' OPERATOR(pg_catalog.||) (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ')
+                                               FROM pg_catalog.pg_attribute a
+                                              WHERE a.attrelid OPERATOR(pg_catalog.=) old
+                                                AND a.attnum OPERATOR(pg_catalog.=) ANY (r.prattrs))
+                    OPERATOR(pg_catalog.||) ')',
+               ' WHERE (' OPERATOR(pg_catalog.||) pg_catalog.pg_get_expr(r.prqual, r.prrelid)
+                          OPERATOR(pg_catalog.||) ')')), '{}')
+      INTO later
+      FROM pg_catalog.pg_publication_rel r
+      JOIN pg_catalog.pg_publication p ON p.oid OPERATOR(pg_catalog.=) r.prpubid
+     WHERE r.prrelid OPERATOR(pg_catalog.=) old;
+    SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(
+               pg_catalog.pg_get_statisticsobjdef(s.oid) ORDER BY s.oid), '{}')
+      INTO later
+      FROM pg_catalog.pg_statistic_ext s WHERE s.stxrelid OPERATOR(pg_catalog.=) old;
+
+    -- The views that read the table (the check above found the extension's
+    -- only), as they are now: made again on the new table by name.
+    SELECT pg_catalog.array_agg(pg_catalog.format('CREATE OR REPLACE VIEW %s%s AS %s', c.oid::pg_catalog.regclass,
+               ' WITH (' OPERATOR(pg_catalog.||) pg_catalog.array_to_string(c.reloptions, ', ') OPERATOR(pg_catalog.||) ')',
+               pg_catalog.pg_get_viewdef(c.oid)) ORDER BY c.oid)
+      INTO views
+      FROM pg_catalog.pg_class c
+     WHERE c.relkind OPERATOR(pg_catalog.=) 'v'
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                     JOIN pg_catalog.pg_rewrite r ON r.oid OPERATOR(pg_catalog.=) d.objid
+                    WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                      AND r.ev_class OPERATOR(pg_catalog.=) c.oid
+                      AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                      AND d.refobjid OPERATOR(pg_catalog.=) old);
+
+    -- the old table, and its primary key's name, out of the way
+    EXECUTE pg_catalog.format('ALTER INDEX orch.%I RENAME TO tasks_before_080_pkey',
+                              (SELECT r.relname FROM pg_catalog.pg_constraint c
+                                 JOIN pg_catalog.pg_class r ON r.oid OPERATOR(pg_catalog.=) c.conindid
+                                WHERE c.conrelid OPERATOR(pg_catalog.=) old
+                                  AND c.contype OPERATOR(pg_catalog.=) 'p'));
+    ALTER TABLE orch.tasks RENAME TO tasks_before_080;
+    CREATE TABLE orch.tasks (
+        -- what a task is, written once when it is enqueued (the claim and the
+        -- completion log none of it: the unchanged prefix of the row)
+        id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.tasks_id_seq'),
+        tenant_id        text NOT NULL DEFAULT 'default',
+        queue            text NOT NULL,
+        priority         integer NOT NULL DEFAULT 0,
+        payload          jsonb NOT NULL,
+        run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+        created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+        created_by       text,
+        created_xact     bigint,
+        enqueue_event_id bigint,
+        max_attempts     integer,
+        max_failures     integer,
+        retry_policy     jsonb,
+        timeout          interval,
+        idempotency_key  text,
+        owner            text,
+        concurrency_key  text,
+        run_id           bigint,
+        step_key         text,
+        retry_of         bigint,
+        correlation_id   text,
+        gated            boolean NOT NULL DEFAULT false,
+        -- what a claim writes and a completion leaves as it is
+        ready_at         timestamptz,
+        attempts         integer NOT NULL DEFAULT 0,
+        lease_token      uuid,
+        lease_owner      text,
+        claimed_at       timestamptz,
+        claim_event_id   bigint,
+        claimed_by       text,
+        claim_xact       bigint,
+        claim_waited     bigint,
+        -- what every transition writes
+        state            text NOT NULL,
+        reason_code      text,
+        updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+        lease_expires_at timestamptz,
+        -- what a completion writes
+        finished_at      timestamptz,
+        result           jsonb,
+        complete_event_id bigint,
+        complete_attempt_id bigint,
+        completed_by     text,
+        complete_xact    bigint,
+        -- what only retries, failures and waits write
+        retry_at         timestamptz,
+        failures         integer NOT NULL DEFAULT 0,
+        last_error       text,
+        last_error_class text,
+        wait_data        jsonb,
+        resume_data      jsonb,
+        PRIMARY KEY (id, tenant_id)
+    ) WITH (fillfactor = 80,
+            autovacuum_vacuum_scale_factor = 0.02,
+            autovacuum_vacuum_insert_scale_factor = 0.05,
+            autovacuum_analyze_scale_factor = 0.02);
+    -- the rows, every column the old table has (the new columns start empty)
+    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid OPERATOR(pg_catalog.=) old AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
+    EXECUTE pg_catalog.format('INSERT INTO orch.tasks (%s) SELECT %s FROM orch.tasks_before_080', cols, cols);
+    -- the views, pointed at the new table (same columns: CREATE OR REPLACE
+    -- keeps each view's identity, and what depends on it)
+    FOREACH stmt IN ARRAY coalesce(views, '{}') LOOP
+        EXECUTE stmt;
+    END LOOP;
+    -- (out of the extension first: that also takes it off the tables a dump
+    -- keeps the rows of, where the new table goes below)
+    ALTER EXTENSION orchestrator DROP TABLE orch.tasks_before_080;
+    DROP TABLE orch.tasks_before_080;
+    FOREACH stmt IN ARRAY later LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$tasks_080$;
+SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
+
+-- ---------------------------------------------------------------------------
 -- One AFTER ... FOR EACH STATEMENT trigger on orch.tasks calls, in order, the
 -- audit writer, admission and workflow progress (it replaces tasks_events
 -- and tasks_gate, which did the same in two halves).  The library keeps
@@ -168,11 +459,8 @@ UPDATE orch.run_steps s
 -- orch.history is what every reader of history reads.  Existing events stay
 -- as they are.
 -- ---------------------------------------------------------------------------
--- and a plain enqueue by its task row (no rewrite: the columns have no default)
-ALTER TABLE orch.tasks ADD COLUMN enqueue_event_id bigint, ADD COLUMN created_by text,
-    ADD COLUMN created_xact bigint, ADD COLUMN claim_event_id bigint, ADD COLUMN claimed_by text,
-    ADD COLUMN claim_xact bigint, ADD COLUMN claim_waited bigint, ADD COLUMN complete_event_id bigint,
-    ADD COLUMN complete_attempt_id bigint, ADD COLUMN completed_by text, ADD COLUMN complete_xact bigint;
+-- (the task row's columns for them were made with the table, at the top of
+-- this update)
 
 -- History in time-range partitions (issue 20, docs/storage.md): orch.events
 -- and orch.attempts become partitioned tables.  Each existing table (renamed
@@ -417,15 +705,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.queue, x.state, x.priority, x.payload, x.result, x.run_at,
-           x.ready_at, x.retry_at, x.attempts, x.failures, x.max_attempts, x.max_failures,
-           x.retry_policy, x.timeout, x.reason_code, x.last_error, x.last_error_class, CASE WHEN
-           (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
-           x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
-           x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
-           x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
-           x.complete_attempt_id, x.completed_by, x.complete_xact
+    SELECT x.id, x.tenant_id, x.queue, x.priority, x.payload, x.run_at, x.created_at, x.created_by,
+           x.created_xact, x.enqueue_event_id, x.max_attempts, x.max_failures, x.retry_policy,
+           x.timeout, x.idempotency_key, x.owner, x.concurrency_key, x.run_id, x.step_key,
+           x.retry_of, x.correlation_id, x.gated, x.ready_at, x.attempts,
+           CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
+           x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
+           x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
+           x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
+           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -469,15 +757,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.queue, x.state, x.priority, x.payload, x.result, x.run_at,
-           x.ready_at, x.retry_at, x.attempts, x.failures, x.max_attempts, x.max_failures,
-           x.retry_policy, x.timeout, x.reason_code, x.last_error, x.last_error_class, CASE WHEN
-           (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
-           x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
-           x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
-           x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
-           x.complete_attempt_id, x.completed_by, x.complete_xact
+    SELECT x.id, x.tenant_id, x.queue, x.priority, x.payload, x.run_at, x.created_at, x.created_by,
+           x.created_xact, x.enqueue_event_id, x.max_attempts, x.max_failures, x.retry_policy,
+           x.timeout, x.idempotency_key, x.owner, x.concurrency_key, x.run_id, x.step_key,
+           x.retry_of, x.correlation_id, x.gated, x.ready_at, x.attempts,
+           CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
+           x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
+           x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
+           x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
+           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))

@@ -180,54 +180,68 @@ COMMENT ON VIEW orch_tenant_bindings IS
 CREATE SEQUENCE orch.tasks_id_seq;
 -- Churn settings: tasks are updated several times in their life; leave room
 -- for HOT updates and vacuum often.  attempts/events are insert-only.
+-- The columns are in the order the row's writes want (docs/storage.md, *The
+-- task row*): a claim and a completion each rewrite the row, and the WAL
+-- record of a row updated in place holds only the bytes between the prefix
+-- and the suffix the two versions share.  What never changes after the
+-- enqueue (the payload with it) comes first, then what a claim
+-- writes, what every transition writes, what a completion writes, and what
+-- only the unhappy paths write: a claim logs the claim's columns and the
+-- transition's, a completion the transition's and its own.
 CREATE TABLE orch.tasks (
+    -- what a task is, written once when it is enqueued (the claim and the
+    -- completion log none of it: the unchanged prefix of the row)
     id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.tasks_id_seq'),
     tenant_id        text NOT NULL DEFAULT 'default',
     queue            text NOT NULL,
-    state            text NOT NULL,
     priority         integer NOT NULL DEFAULT 0,
     payload          jsonb NOT NULL,
-    result           jsonb,
     run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    ready_at         timestamptz,
-    retry_at         timestamptz,
-    attempts         integer NOT NULL DEFAULT 0,
-    failures         integer NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by       text,
+    created_xact     bigint,
+    enqueue_event_id bigint,
     max_attempts     integer,
     max_failures     integer,
     retry_policy     jsonb,
     timeout          interval,
-    reason_code      text,
-    last_error       text,
-    last_error_class text,
-    lease_token      uuid,
-    lease_owner      text,
-    lease_expires_at timestamptz,
-    claimed_at       timestamptz,
-    wait_data        jsonb,
-    resume_data      jsonb,
     idempotency_key  text,
     owner            text,
     concurrency_key  text,
     run_id           bigint,
     step_key         text,
-    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    finished_at      timestamptz,
     retry_of         bigint,
-    gated            boolean NOT NULL DEFAULT false,
     correlation_id   text,
-    enqueue_event_id bigint,
-    created_by       text,
-    created_xact     bigint,
+    gated            boolean NOT NULL DEFAULT false,
+    -- what a claim writes and a completion leaves as it is
+    ready_at         timestamptz,
+    attempts         integer NOT NULL DEFAULT 0,
+    lease_token      uuid,
+    lease_owner      text,
+    claimed_at       timestamptz,
     claim_event_id   bigint,
     claimed_by       text,
     claim_xact       bigint,
     claim_waited     bigint,
+    -- what every transition writes
+    state            text NOT NULL,
+    reason_code      text,
+    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    lease_expires_at timestamptz,
+    -- what a completion writes
+    finished_at      timestamptz,
+    result           jsonb,
     complete_event_id bigint,
     complete_attempt_id bigint,
     completed_by     text,
     complete_xact    bigint,
+    -- what only retries, failures and waits write
+    retry_at         timestamptz,
+    failures         integer NOT NULL DEFAULT 0,
+    last_error       text,
+    last_error_class text,
+    wait_data        jsonb,
+    resume_data      jsonb,
     PRIMARY KEY (id, tenant_id)
 ) WITH (fillfactor = 80,
         autovacuum_vacuum_scale_factor = 0.02,
@@ -941,15 +955,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.queue, x.state, x.priority, x.payload, x.result, x.run_at,
-           x.ready_at, x.retry_at, x.attempts, x.failures, x.max_attempts, x.max_failures,
-           x.retry_policy, x.timeout, x.reason_code, x.last_error, x.last_error_class, CASE WHEN
-           (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
-           x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
-           x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
-           x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
-           x.complete_attempt_id, x.completed_by, x.complete_xact
+    SELECT x.id, x.tenant_id, x.queue, x.priority, x.payload, x.run_at, x.created_at, x.created_by,
+           x.created_xact, x.enqueue_event_id, x.max_attempts, x.max_failures, x.retry_policy,
+           x.timeout, x.idempotency_key, x.owner, x.concurrency_key, x.run_id, x.step_key,
+           x.retry_of, x.correlation_id, x.gated, x.ready_at, x.attempts,
+           CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
+           x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
+           x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
+           x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
+           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -1143,15 +1157,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.queue, x.state, x.priority, x.payload, x.result, x.run_at,
-           x.ready_at, x.retry_at, x.attempts, x.failures, x.max_attempts, x.max_failures,
-           x.retry_policy, x.timeout, x.reason_code, x.last_error, x.last_error_class, CASE WHEN
-           (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
-           x.lease_expires_at, x.claimed_at, x.wait_data, x.resume_data, x.idempotency_key, x.owner,
-           x.concurrency_key, x.run_id, x.step_key, x.created_at, x.updated_at, x.finished_at,
-           x.retry_of, x.gated, x.correlation_id, x.enqueue_event_id, x.created_by, x.created_xact,
-           x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.complete_event_id,
-           x.complete_attempt_id, x.completed_by, x.complete_xact
+    SELECT x.id, x.tenant_id, x.queue, x.priority, x.payload, x.run_at, x.created_at, x.created_by,
+           x.created_xact, x.enqueue_event_id, x.max_attempts, x.max_failures, x.retry_policy,
+           x.timeout, x.idempotency_key, x.owner, x.concurrency_key, x.run_id, x.step_key,
+           x.retry_of, x.correlation_id, x.gated, x.ready_at, x.attempts,
+           CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
+           x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
+           x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
+           x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
+           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))

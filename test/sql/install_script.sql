@@ -22,7 +22,7 @@ CREATE TEMP TABLE fp_from_010 AS TABLE orch_catalog_fingerprint;
 -- (a column that an update added with a default keeps it as a "missing
 -- value": not in the fingerprint; here it shows which script ran)
 SELECT attname, atthasmissing FROM pg_attribute
- WHERE attrelid = 'orch.tasks'::regclass AND attname = 'gated';
+ WHERE attrelid = 'orch.state_transitions'::regclass AND attname = 'tenant_id';
 DROP EXTENSION orchestrator CASCADE;
 
 -- From 0.6.0 (installed through 0.1.0 and its updates, in one statement).
@@ -41,7 +41,7 @@ DROP EXTENSION orchestrator CASCADE;
 CREATE EXTENSION orchestrator;
 SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
 SELECT attname, atthasmissing FROM pg_attribute
- WHERE attrelid = 'orch.tasks'::regclass AND attname = 'gated';
+ WHERE attrelid = 'orch.state_transitions'::regclass AND attname = 'tenant_id';
 CREATE TEMP TABLE fp_full AS TABLE orch_catalog_fingerprint;
 
 -- Not vacuous: every kind of line, and many lines.

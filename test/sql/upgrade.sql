@@ -40,6 +40,33 @@ SELECT count(*) FROM orch_dequeue('live', 'w-new', 10);
 \set VERBOSITY terse
 \i :abs_srcdir/sql/upgrade_live.inc
 -- a fresh install of the default version has the same objects as the updated one
+-- (and orch.tasks, made again by 0.7.0 -> 0.8.0 with its columns in the
+-- order the row's writes want, is the same table column by column, with
+-- the same indexes, triggers, policies, settings, privileges and comments)
+CREATE FUNCTION pg_temp.tasks_shape() RETURNS TABLE (k text, v text) LANGUAGE sql AS $$
+SELECT 'column ' || a.attnum, concat_ws(' ', a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                                        pg_get_expr(d.adbin, d.adrelid), a.attstattarget,
+                                        col_description(a.attrelid, a.attnum))
+  FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ WHERE a.attrelid = 'orch.tasks'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL SELECT 'index', pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'orch.tasks'::regclass
+UNION ALL SELECT 'constraint', conname || ' ' || pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE conrelid = 'orch.tasks'::regclass
+UNION ALL SELECT 'trigger', pg_get_triggerdef(oid) || ' ' || tgenabled::text
+  FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND NOT tgisinternal
+UNION ALL SELECT 'policy', concat_ws(' ', polname, polcmd, polpermissive, polroles, pg_get_expr(polqual, polrelid),
+                                     pg_get_expr(polwithcheck, polrelid))
+  FROM pg_policy WHERE polrelid = 'orch.tasks'::regclass
+UNION ALL SELECT 'table', concat_ws(' ', relrowsecurity, relforcerowsecurity, reloptions, relacl, relreplident,
+                                    obj_description(oid, 'pg_class'))
+  FROM pg_class WHERE oid = 'orch.tasks'::regclass
+UNION ALL SELECT 'dumped', count(*)::text
+  FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'orchestrator' AND c = 'orch.tasks'::regclass
+UNION ALL SELECT 'dumped tables gone', count(*)::text
+  FROM pg_extension e, unnest(e.extconfig) c
+ WHERE e.extname = 'orchestrator' AND NOT EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = c)
+$$;
+CREATE TEMP TABLE updated_tasks AS SELECT * FROM pg_temp.tasks_shape();
 CREATE TEMP TABLE updated_objs AS
 SELECT pg_describe_object(classid, objid, objsubid) AS obj
   FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
@@ -59,6 +86,11 @@ SELECT obj AS only_in_one FROM (
       AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'orchestrator')
    EXCEPT
    SELECT obj FROM updated_objs)) d ORDER BY 1;
+SELECT count(*) AS tasks_shape_rows FROM updated_tasks;
+SELECT k, v AS only_in_one FROM (
+  (SELECT * FROM updated_tasks EXCEPT SELECT * FROM pg_temp.tasks_shape())
+  UNION ALL
+  (SELECT * FROM pg_temp.tasks_shape() EXCEPT SELECT * FROM updated_tasks)) d ORDER BY 1, 2;
 -- roles survive DROP EXTENSION and are reused
 SELECT count(*) AS orch_roles FROM pg_roles
  WHERE rolname IN ('orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader');
@@ -72,8 +104,45 @@ SELECT orch_create_queue('stale_keys', '{"concurrency_key_limit": 1}') IS NOT NU
 SELECT orch_enqueue('stale_keys', '{"n": 1}', concurrency_key => 'k') > 0 AS first;
 -- a claim made under 0.7.0 completes under 0.8.0
 CREATE TEMP TABLE up8_claim AS SELECT task_id, lease_token FROM orch_dequeue('stale_keys', 'w', 1);
+-- orch.tasks is made again by the update: a view of one's own on the table
+-- itself stops it before anything changes (2BP01, named) ...
+CREATE VIEW up8_raw AS SELECT id, state FROM orch.tasks;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+ALTER EXTENSION orchestrator UPDATE;
+\set SHOW_CONTEXT errors
+\set VERBOSITY terse
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+SELECT count(*) AS raw_rows FROM up8_raw;
+DROP VIEW up8_raw;
+-- ... while a view on orch_tasks, an index and a disabled trigger of one's
+-- own on orch.tasks, a column's statistics target and a publication are kept
+CREATE VIEW up8_mine AS SELECT task_id, state, gated FROM orch_tasks;
+CREATE INDEX up8_payload_idx ON orch.tasks ((payload ->> 'n'));
+CREATE FUNCTION up8_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER up8_noop BEFORE UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION up8_noop();
+ALTER TABLE orch.tasks DISABLE TRIGGER up8_noop;
+ALTER TABLE orch.tasks ALTER COLUMN queue SET STATISTICS 500;
+SET client_min_messages = error;
+CREATE PUBLICATION up8_pub FOR TABLE orch.tasks;
+SET client_min_messages = warning;
 ALTER EXTENSION orchestrator UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
+-- (the row's columns in their 0.8.0 order: the payload before the state)
+SELECT (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'payload')
+     < (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'state') AS reordered;
+SELECT task_id, state, gated FROM up8_mine ORDER BY 1;
+SELECT indexrelid::regclass AS own_index FROM pg_index
+ WHERE indrelid = 'orch.tasks'::regclass AND indexrelid = 'orch.up8_payload_idx'::regclass;
+SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND tgname = 'up8_noop';
+SELECT attstattarget FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'queue';
+SELECT pubname, schemaname, tablename FROM pg_publication_tables WHERE pubname = 'up8_pub';
+DROP PUBLICATION up8_pub;
+DROP TRIGGER up8_noop ON orch.tasks;
+DROP FUNCTION up8_noop();
+DROP INDEX orch.up8_payload_idx;
+ALTER TABLE orch.tasks ALTER COLUMN queue SET STATISTICS -1;
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND NOT tgisinternal ORDER BY 1;
 SELECT orch_enqueue('stale_keys', '{"n": 2}', concurrency_key => 'k') > 0 AS second;
 SELECT payload ->> 'n' AS n, state, gated, ready_at IS NOT NULL AS claimable
