@@ -256,7 +256,7 @@ BEGIN
       FROM pg_catalog.pg_policy p WHERE p.polrelid OPERATOR(pg_catalog.=) old;
     -- privileges granted on the table (the owner's are the new table's own;
     -- PUBLIC's are revoked first, as the install does)
-    later := later OPERATOR(pg_catalog.||) 'REVOKE ALL ON orch.tasks FROM PUBLIC'::text;
+    later := pg_catalog.array_append(later, 'REVOKE ALL ON orch.tasks FROM PUBLIC');
     SELECT later OPERATOR(pg_catalog.||) coalesce(pg_catalog.array_agg(pg_catalog.format(
                'GRANT %s ON orch.tasks TO %s%s', a.privilege_type,
                CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
@@ -571,8 +571,21 @@ COMMENT ON COLUMN orch.tasks.claim_event_id IS
   'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). The next claim writes it out as an orch.events row first.';
 -- One block-range index for the three transitions the task row records (a
 -- multi-column BRIN answers a condition on any one of its columns): one
--- index to open and one summary to widen per write, not three.
-CREATE INDEX tasks_xact_idx ON orch.tasks USING brin (created_xact, claim_xact, complete_xact) WITH (autosummarize = on);
+-- index to open and one summary to widen per write, not three.  It holds
+-- each transaction id in blocks of 1,024 (xact >> 10), not the id itself:
+-- a write whose id is above its range's summary widens it (one WAL record),
+-- and a task row is written where there is room, in ranges summarized long
+-- ago, so with exact ids nearly every enqueue, claim and completion
+-- widened one; in blocks, a range's summary widens once per 1,024
+-- transactions.  An empty column counts as 0: PostgreSQL 15 writes a
+-- range's summary again for every NULL added to a column of which the
+-- range holds only NULLs (every enqueue, into ranges no claim has reached
+-- yet).  The metrics fold asks for the block too (and rechecks the exact
+-- id), so it reads the ranges written since its last snapshot, a block
+-- earlier at most.
+CREATE INDEX tasks_xact_idx ON orch.tasks USING brin ((coalesce(created_xact, 0) OPERATOR(pg_catalog.>>) 10),
+    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10))
+    WITH (autosummarize = on);
 COMMENT ON COLUMN orch.tasks.complete_event_id IS
   'Set by the lifecycle trigger when the row records its completion by orch_complete or orch_complete_batch (executing -> completed, reason completed): the id of that event in orch.history; with complete_attempt_id (the id of the completed attempt in orch.attempt_history, from orch.attempts_id_seq), completed_by (the role) and complete_xact (the completing transaction, for orch.metrics_fold). No orch.events or orch.attempts row is written for it.';
 
@@ -1617,7 +1630,9 @@ DECLARE
     -- a row counts when its transaction committed after the last fold's
     -- snapshot and before this one's (not this transaction: its rows are
     -- the next fold's), and its id is above the floor and in the range
-    cond    constant text := '%1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
+    -- (the first condition, on the id's block of 1,024, is what the task
+    -- rows' tasks_xact_idx answers; the others are exact)
+    cond    constant text := '(coalesce(%1$s, 0) >> 10) >= ($1 >> 10) AND %1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
                              ' AND %1$s < $4 AND %1$s <> ALL ($5) AND %1$s IS DISTINCT FROM $6'
                              ' AND %2$s > %3$s AND %2$s <= $9';
 BEGIN

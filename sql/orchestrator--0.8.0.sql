@@ -378,8 +378,21 @@ CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact) WITH (auto
 CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (autosummarize = on);
 -- One block-range index for the three transitions the task row records (a
 -- multi-column BRIN answers a condition on any one of its columns): one
--- index to open and one summary to widen per write, not three.
-CREATE INDEX tasks_xact_idx ON orch.tasks USING brin (created_xact, claim_xact, complete_xact) WITH (autosummarize = on);
+-- index to open and one summary to widen per write, not three.  It holds
+-- each transaction id in blocks of 1,024 (xact >> 10), not the id itself:
+-- a write whose id is above its range's summary widens it (one WAL record),
+-- and a task row is written where there is room, in ranges summarized long
+-- ago, so with exact ids nearly every enqueue, claim and completion
+-- widened one; in blocks, a range's summary widens once per 1,024
+-- transactions.  An empty column counts as 0: PostgreSQL 15 writes a
+-- range's summary again for every NULL added to a column of which the
+-- range holds only NULLs (every enqueue, into ranges no claim has reached
+-- yet).  The metrics fold asks for the block too (and rechecks the exact
+-- id), so it reads the ranges written since its last snapshot, a block
+-- earlier at most.
+CREATE INDEX tasks_xact_idx ON orch.tasks USING brin ((coalesce(created_xact, 0) OPERATOR(pg_catalog.>>) 10),
+    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10))
+    WITH (autosummarize = on);
 
 -- The whole history of transitions and actions as users read it: the rows of
 -- orch.events, and the transitions recorded by another row instead of an
@@ -1798,7 +1811,9 @@ DECLARE
     -- a row counts when its transaction committed after the last fold's
     -- snapshot and before this one's (not this transaction: its rows are
     -- the next fold's), and its id is above the floor and in the range
-    cond    constant text := '%1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
+    -- (the first condition, on the id's block of 1,024, is what the task
+    -- rows' tasks_xact_idx answers; the others are exact)
+    cond    constant text := '(coalesce(%1$s, 0) >> 10) >= ($1 >> 10) AND %1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
                              ' AND %1$s < $4 AND %1$s <> ALL ($5) AND %1$s IS DISTINCT FROM $6'
                              ' AND %2$s > %3$s AND %2$s <= $9';
 BEGIN

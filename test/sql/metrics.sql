@@ -626,6 +626,33 @@ SELECT orch_retry(:rd) AS rd2 \gset
 SELECT task_id = :rd2 AS is_copy, retry_of = :rd AS of_dead_letter, correlation_id
   FROM orch_tasks WHERE task_id = :rd2;
 
+-- 11. The fold finds the transitions task rows record through
+-- tasks_xact_idx, which holds each transaction id's block of 1,024 (a write
+-- widens a range's summary once per block, not once per transaction); the
+-- fold's condition on a task row's transaction (the block, then the exact
+-- id) is answered by it, for each of the three.
+CREATE FUNCTION pg_temp.plan_text(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r text;
+    s text := '';
+BEGIN
+    FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
+        s := s || r || E'\n';
+    END LOOP;
+    RETURN s;
+END
+$$;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF)
+SELECT count(*) FROM orch.tasks t
+ WHERE (coalesce(t.claim_xact, 0) >> 10) >= (1000::bigint >> 10) AND t.claim_xact >= 1000;
+SELECT count(*) AS plans_on_the_brin FROM (VALUES ('created_xact'), ('claim_xact'), ('complete_xact')) c(col),
+       LATERAL (SELECT pg_temp.plan_text(format(
+           'SELECT 1 FROM orch.tasks t WHERE (coalesce(t.%1$I, 0) >> 10) >= (5000::bigint >> 10) AND t.%1$I >= 5000',
+           c.col)) AS p) x
+ WHERE x.p LIKE '%Bitmap Index Scan on tasks_xact_idx%Index Cond: ((COALESCE(' || c.col || ', %) >> 10) >= %';
+RESET enable_seqscan;
+
 -- back to the suite's database; the test's own goes
 \c :suite_db
 SET client_min_messages = warning;
