@@ -217,24 +217,21 @@ BEGIN
               FROM pg_catalog.pg_trigger t
              WHERE t.tgrelid OPERATOR(pg_catalog.=) old AND NOT t.tgisinternal
                AND t.tgenabled OPERATOR(pg_catalog.<>) 'O') x;
-    -- row security and its policies
+    -- row security and its policies (a NULL: nothing to change on the new
+    -- table, whose settings are the defaults and 0.8.0's)
     SELECT later OPERATOR(pg_catalog.||) ARRAY[
-               CASE WHEN c.relrowsecurity THEN 'ALTER TABLE orch.tasks ENABLE ROW LEVEL SECURITY'
-                    ELSE 'ALTER TABLE orch.tasks DISABLE ROW LEVEL SECURITY' END,
-               CASE WHEN c.relforcerowsecurity THEN 'ALTER TABLE orch.tasks FORCE ROW LEVEL SECURITY'
-                    ELSE 'ALTER TABLE orch.tasks NO FORCE ROW LEVEL SECURITY' END,
+               CASE WHEN c.relrowsecurity THEN 'ALTER TABLE orch.tasks ENABLE ROW LEVEL SECURITY' END,
+               CASE WHEN c.relforcerowsecurity THEN 'ALTER TABLE orch.tasks FORCE ROW LEVEL SECURITY' END,
                -- (the old table's settings over the new one's)
                CASE WHEN c.reloptions IS NOT NULL
                     THEN pg_catalog.format('ALTER TABLE orch.tasks SET (%s)',
-                                           pg_catalog.array_to_string(c.reloptions, ', '))
-                    ELSE 'SELECT' END,
+                                           pg_catalog.array_to_string(c.reloptions, ', ')) END,
                CASE WHEN c.relreplident OPERATOR(pg_catalog.=) 'f' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY FULL'
                     WHEN c.relreplident OPERATOR(pg_catalog.=) 'n' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY NOTHING'
                     WHEN c.relreplident OPERATOR(pg_catalog.=) 'i' THEN pg_catalog.format('ALTER TABLE orch.tasks REPLICA IDENTITY USING INDEX %I',
                                    (SELECT r.relname FROM pg_catalog.pg_index i
                                       JOIN pg_catalog.pg_class r ON r.oid OPERATOR(pg_catalog.=) i.indexrelid
-                                     WHERE i.indrelid OPERATOR(pg_catalog.=) old AND i.indisreplident))
-                    ELSE 'ALTER TABLE orch.tasks REPLICA IDENTITY DEFAULT' END,
+                                     WHERE i.indrelid OPERATOR(pg_catalog.=) old AND i.indisreplident)) END,
                pg_catalog.format('COMMENT ON TABLE orch.tasks IS %L', pg_catalog.obj_description(old, 'pg_class'))]
       INTO later
       FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) old;
@@ -399,7 +396,7 @@ BEGIN
     -- keeps the rows of, where the new table goes below)
     ALTER EXTENSION orchestrator DROP TABLE orch.tasks_before_080;
     DROP TABLE orch.tasks_before_080;
-    FOREACH stmt IN ARRAY later LOOP
+    FOREACH stmt IN ARRAY pg_catalog.array_remove(later, NULL) LOOP
         EXECUTE stmt;
     END LOOP;
 END
