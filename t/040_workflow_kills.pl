@@ -111,17 +111,26 @@ $run->start;
 
 # kill -9 a worker process that holds a step task claimed and is working on
 # it (its execution is logged and the task is still executing under its
-# token); when none is, a random one
+# token), waiting for one to be (a loaded machine may have every worker
+# between tasks, or restarting after the last kill, at the moment a fault
+# is due); when none is within the bound, a random one
 my $mid_task_kills = 0;
 sub kill_mid_task
 {
 	my ($r) = @_;
-	my $names = FaultHarness::try_query($node, $db,
-		"SELECT string_agg(DISTINCT l.worker, ' ') FROM exec_log l JOIN orch.tasks t"
-		  . " ON t.id = l.task_id AND t.lease_token = l.lease_token WHERE t.state = 'executing'", 30)
-	  // '';
-	my %busy = map { $_ => 1 } split ' ', $names;
-	my @pids = grep { $busy{ $r->{procs}{$_}{name} // '' } } $r->worker_pids;
+	my @pids;
+	my $until = time + 10;
+	while (1)
+	{
+		my $names = FaultHarness::try_query($node, $db,
+			"SELECT string_agg(DISTINCT l.worker, ' ') FROM exec_log l JOIN orch.tasks t"
+			  . " ON t.id = l.task_id AND t.lease_token = l.lease_token WHERE t.state = 'executing'", 30)
+		  // '';
+		my %busy = map { $_ => 1 } split ' ', $names;
+		@pids = grep { $busy{ $r->{procs}{$_}{name} // '' } } $r->worker_pids;
+		last if @pids || time > $until;
+		Time::HiRes::sleep(0.05);
+	}
 	if (@pids)
 	{
 		my $pid = $pids[ int(rand(@pids)) ];
