@@ -222,10 +222,11 @@ BEGIN
     SELECT later OPERATOR(pg_catalog.||) ARRAY[
                CASE WHEN c.relrowsecurity THEN 'ALTER TABLE orch.tasks ENABLE ROW LEVEL SECURITY' END,
                CASE WHEN c.relforcerowsecurity THEN 'ALTER TABLE orch.tasks FORCE ROW LEVEL SECURITY' END,
-               -- (the old table's settings over the new one's)
-               CASE WHEN c.reloptions IS NOT NULL
+               -- (the old table's settings over the new one's; 0.7.0's own
+               -- fillfactor of 80 is not carried: 0.8.0's is 50)
+               CASE WHEN pg_catalog.cardinality(pg_catalog.array_remove(c.reloptions, 'fillfactor=80')) OPERATOR(pg_catalog.>) 0
                     THEN pg_catalog.format('ALTER TABLE orch.tasks SET (%s)',
-                                           pg_catalog.array_to_string(c.reloptions, ', ')) END,
+                                           pg_catalog.array_to_string(pg_catalog.array_remove(c.reloptions, 'fillfactor=80'), ', ')) END,
                CASE WHEN c.relreplident OPERATOR(pg_catalog.=) 'f' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY FULL'
                     WHEN c.relreplident OPERATOR(pg_catalog.=) 'n' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY NOTHING'
                     WHEN c.relreplident OPERATOR(pg_catalog.=) 'i' THEN pg_catalog.format('ALTER TABLE orch.tasks REPLICA IDENTITY USING INDEX %I',
@@ -378,7 +379,7 @@ BEGIN
         wait_data        jsonb,
         resume_data      jsonb,
         PRIMARY KEY (id, tenant_id)
-    ) WITH (fillfactor = 80,
+    ) WITH (fillfactor = 50,
             autovacuum_vacuum_scale_factor = 0.02,
             autovacuum_vacuum_insert_scale_factor = 0.05,
             autovacuum_analyze_scale_factor = 0.02);

@@ -178,8 +178,11 @@ COMMENT ON VIEW orch_tenant_bindings IS
 -- Tasks and their history
 -- ---------------------------------------------------------------------------
 CREATE SEQUENCE orch.tasks_id_seq;
--- Churn settings: tasks are updated several times in their life; leave room
--- for HOT updates and vacuum often.  attempts/events are insert-only.
+-- Churn settings: tasks are updated several times in their life; vacuum
+-- often.  A fillfactor of 50 leaves each page room for new versions of
+-- most rows an insert put there: claims of 100 and their batch completion
+-- mostly update on the same page (a shorter WAL record, and no lock record
+-- for a version moved to another page); docs/storage.md, *The task row*.
 -- The columns are in the order the row's writes want (docs/storage.md, *The
 -- task row*): a claim and a completion each rewrite the row, and the WAL
 -- record of a row updated in place holds only the bytes between the prefix
@@ -243,7 +246,7 @@ CREATE TABLE orch.tasks (
     wait_data        jsonb,
     resume_data      jsonb,
     PRIMARY KEY (id, tenant_id)
-) WITH (fillfactor = 80,
+) WITH (fillfactor = 50,
         autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05,
         autovacuum_analyze_scale_factor = 0.02);

@@ -117,13 +117,16 @@ SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
 SELECT count(*) AS raw_rows FROM up8_raw;
 DROP VIEW up8_raw;
 -- ... while a view on orch_tasks, an index and a disabled trigger of one's
--- own on orch.tasks, a column's statistics target and a publication are kept
+-- own on orch.tasks, a column's statistics target, a publication and a
+-- fillfactor of one's own are kept (0.7.0's own fillfactor of 80 is not: the
+-- shape comparison above holds the updated table to 0.8.0's 50)
 CREATE VIEW up8_mine AS SELECT task_id, state, gated FROM orch_tasks;
 CREATE INDEX up8_payload_idx ON orch.tasks ((payload ->> 'n'));
 CREATE FUNCTION up8_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
 CREATE TRIGGER up8_noop BEFORE UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION up8_noop();
 ALTER TABLE orch.tasks DISABLE TRIGGER up8_noop;
 ALTER TABLE orch.tasks ALTER COLUMN queue SET STATISTICS 500;
+ALTER TABLE orch.tasks SET (fillfactor = 90);
 SET client_min_messages = error;
 CREATE PUBLICATION up8_pub FOR TABLE orch.tasks;
 SET client_min_messages = warning;
@@ -138,11 +141,13 @@ SELECT indexrelid::regclass AS own_index FROM pg_index
 SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND tgname = 'up8_noop';
 SELECT attstattarget FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'queue';
 SELECT pubname, schemaname, tablename FROM pg_publication_tables WHERE pubname = 'up8_pub';
+SELECT reloptions FROM pg_class WHERE oid = 'orch.tasks'::regclass;
 DROP PUBLICATION up8_pub;
 DROP TRIGGER up8_noop ON orch.tasks;
 DROP FUNCTION up8_noop();
 DROP INDEX orch.up8_payload_idx;
 ALTER TABLE orch.tasks ALTER COLUMN queue SET STATISTICS -1;
+ALTER TABLE orch.tasks SET (fillfactor = 50);
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND NOT tgisinternal ORDER BY 1;
 SELECT orch_enqueue('stale_keys', '{"n": 2}', concurrency_key => 'k') > 0 AS second;
 SELECT payload ->> 'n' AS n, state, gated, ready_at IS NOT NULL AS claimable
