@@ -17,6 +17,8 @@
 #                           the median of the repetitions
 #   BENCH_SKIP_BUILD=1      do not run make / make install
 #   BENCH_PROC_CAP=SECONDS  cap of each processing run (default 60, quick 12)
+#   BENCH_RET_RATE=N        jobs/s the retention runs' backlog is sized for
+#                           (pre-load = N x the run's seconds; default 6000)
 #   BENCH_PROFILE=1         load pg_stat_statements (track=all) and print the
 #                           top statements after each run (changes the
 #                           settings for both sides; not for headline numbers)
@@ -88,6 +90,7 @@ else
 fi
 REPS=${BENCH_REPS:-$REPS}
 RET_WORKERS=4
+RET_RATE=${BENCH_RET_RATE:-6000}   # jobs/s: the retention runs pre-load RET_SECS times this
 DECAY_RETENTION=5       # seconds: orchestrator.retention during the no-decay run (short: purging runs in every round, the first too)
 DECAY_WORKERS=4
 KEYS=1000               # distinct concurrency keys (limit 1 each)
@@ -582,8 +585,11 @@ declare -A RET          # RET[mode] = "jobs/s purged"
 run_retention() {
     local mode n out t0 t1 left purged maint_pid jobs
     want orchestrator || return 0
-    # enough that the workers never run dry: a generous multiple of 0.7.0's rate
-    jobs=$(( RET_SECS * 2500 ))
+    # enough that the workers never run dry: a generous multiple of the rate
+    # of 4 workers (BENCH_RET_RATE jobs/s; at 2500, the default until
+    # 2dc1380, a machine with fast commits processed the backlog before the
+    # window ended, and the ratio said nothing)
+    jobs=$(( RET_SECS * RET_RATE ))
     for mode in off on; do
         reset_all
         log "retention $mode: $RET_WORKERS workers, ${RET_SECS}s"

@@ -580,10 +580,14 @@ COMMENT ON COLUMN orch.tasks.claim_event_id IS
 -- range holds only NULLs (every enqueue, into ranges no claim has reached
 -- yet).  The metrics fold asks for the block too (and rechecks the exact
 -- id), so it reads the ranges written since its last snapshot, a block
--- earlier at most.
+-- earlier at most.  No autosummarize: an autovacuum worker that summarizes
+-- a new range takes the table's SHARE UPDATE EXCLUSIVE lock, and waiting for
+-- it cancels a VACUUM of orch.tasks in progress (PostgreSQL cancels an
+-- autovacuum that blocks anyone for deadlock_timeout); on a busy table
+-- every VACUUM was cancelled so, and the table bloated without bound.
+-- VACUUM summarizes the new ranges itself; until then a scan reads them.
 CREATE INDEX tasks_xact_idx ON orch.tasks USING brin ((coalesce(created_xact, 0) OPERATOR(pg_catalog.>>) 10),
-    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10))
-    WITH (autosummarize = on);
+    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10));
 COMMENT ON COLUMN orch.tasks.complete_event_id IS
   'Set by the lifecycle trigger when the row records its completion by orch_complete or orch_complete_batch (executing -> completed, reason completed): the id of that event in orch.history; with complete_attempt_id (the id of the completed attempt in orch.attempt_history, from orch.attempts_id_seq), completed_by (the role) and complete_xact (the completing transaction, for orch.metrics_fold). No orch.events or orch.attempts row is written for it.';
 

@@ -392,10 +392,14 @@ CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (
 -- range holds only NULLs (every enqueue, into ranges no claim has reached
 -- yet).  The metrics fold asks for the block too (and rechecks the exact
 -- id), so it reads the ranges written since its last snapshot, a block
--- earlier at most.
+-- earlier at most.  No autosummarize: an autovacuum worker that summarizes
+-- a new range takes the table's SHARE UPDATE EXCLUSIVE lock, and waiting for
+-- it cancels a VACUUM of orch.tasks in progress (PostgreSQL cancels an
+-- autovacuum that blocks anyone for deadlock_timeout); on a busy table
+-- every VACUUM was cancelled so, and the table bloated without bound.
+-- VACUUM summarizes the new ranges itself; until then a scan reads them.
 CREATE INDEX tasks_xact_idx ON orch.tasks USING brin ((coalesce(created_xact, 0) OPERATOR(pg_catalog.>>) 10),
-    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10))
-    WITH (autosummarize = on);
+    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10));
 
 -- The whole history of transitions and actions as users read it: the rows of
 -- orch.events, and the transitions recorded by another row instead of an
