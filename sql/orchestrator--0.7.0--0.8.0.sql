@@ -222,11 +222,14 @@ BEGIN
     SELECT later OPERATOR(pg_catalog.||) ARRAY[
                CASE WHEN c.relrowsecurity THEN 'ALTER TABLE orch.tasks ENABLE ROW LEVEL SECURITY' END,
                CASE WHEN c.relforcerowsecurity THEN 'ALTER TABLE orch.tasks FORCE ROW LEVEL SECURITY' END,
-               -- (the old table's settings over the new one's; 0.7.0's own
-               -- fillfactor of 80 is not carried: 0.8.0's is 50)
-               CASE WHEN pg_catalog.cardinality(pg_catalog.array_remove(c.reloptions, 'fillfactor=80')) OPERATOR(pg_catalog.>) 0
-                    THEN pg_catalog.format('ALTER TABLE orch.tasks SET (%s)',
-                                           pg_catalog.array_to_string(pg_catalog.array_remove(c.reloptions, 'fillfactor=80'), ', ')) END,
+               -- (the storage settings the user set: 0.7.0's own are not
+               -- carried, the new table has 0.8.0's; a NULL when none)
+               (SELECT 'ALTER TABLE orch.tasks SET (' OPERATOR(pg_catalog.||)
+                       pg_catalog.string_agg(r.o, ', ' ORDER BY r.n) OPERATOR(pg_catalog.||) ')'
+                  FROM pg_catalog.unnest(c.reloptions) WITH ORDINALITY AS r(o, n)
+                 WHERE r.o OPERATOR(pg_catalog.<>) ALL (ARRAY['fillfactor=80', 'autovacuum_vacuum_scale_factor=0.02',
+                                                              'autovacuum_vacuum_insert_scale_factor=0.05',
+                                                              'autovacuum_analyze_scale_factor=0.02'])),
                CASE WHEN c.relreplident OPERATOR(pg_catalog.=) 'f' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY FULL'
                     WHEN c.relreplident OPERATOR(pg_catalog.=) 'n' THEN 'ALTER TABLE orch.tasks REPLICA IDENTITY NOTHING'
                     WHEN c.relreplident OPERATOR(pg_catalog.=) 'i' THEN pg_catalog.format('ALTER TABLE orch.tasks REPLICA IDENTITY USING INDEX %I',
