@@ -542,8 +542,13 @@ CREATE INDEX attempts_task_idx ON orch.attempts_default (task_id);
 CREATE INDEX events_task_idx ON orch.events_default (task_id) WHERE task_id IS NOT NULL;
 CREATE INDEX events_run_idx ON orch.events_default (run_id, tenant_id) WHERE task_id IS NULL;
 CREATE INDEX events_other_idx ON orch.events_default (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
-CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact) WITH (autosummarize = on);
-CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (autosummarize = on);
+-- No autosummarize on the history's block-range indexes (the install
+-- script says why): the DEFAULT partitions' are made without it, and the
+-- old tables' (now their first partitions) lose it.
+CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact);
+CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact);
+ALTER INDEX IF EXISTS orch.events_before_080_xact_idx RESET (autosummarize);
+ALTER INDEX IF EXISTS orch.attempts_before_080_xact_idx RESET (autosummarize);
 SELECT pg_catalog.pg_extension_config_dump('orch.attempts_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.events_default', '');
 DO $rls$

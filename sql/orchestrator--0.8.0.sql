@@ -376,9 +376,12 @@ CREATE INDEX events_run_idx ON orch.events_default (run_id, tenant_id) WHERE tas
 CREATE INDEX events_other_idx ON orch.events_default (at) WHERE entity OPERATOR(pg_catalog.<>) ALL (ARRAY['task', 'run', 'run_step']);
 -- Block-range indexes on the transaction that wrote a row (orch.metrics_fold):
 -- nearly free to maintain on append-only tables, and the fold reads only the
--- recent ranges.
-CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact) WITH (autosummarize = on);
-CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact) WITH (autosummarize = on);
+-- recent ranges.  No autosummarize (as tasks_xact_idx below): its autovacuum
+-- work item takes the partition's SHARE UPDATE EXCLUSIVE lock and cancels a
+-- VACUUM of it in progress; VACUUM summarizes new ranges itself, and until
+-- then the fold reads them whole.  The range partitions copy these options.
+CREATE INDEX events_xact_idx ON orch.events_default USING brin (xact);
+CREATE INDEX attempts_xact_idx ON orch.attempts_default USING brin (xact);
 -- One block-range index for the three transitions the task row records (a
 -- multi-column BRIN answers a condition on any one of its columns): one
 -- index to open and one summary to widen per write, not three.  It holds

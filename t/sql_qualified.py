@@ -40,7 +40,7 @@ substring position trim overlay over filter within check key unique include
 where and or not as using on select returning table by set with when then
 else if elsif while return perform execute from join lateral grouping
 variadic distinct is case query foreach loop into default references
-primary foreign partition null raise exception
+primary foreign partition null raise exception reset
 notice info warning strict case elsif union intersect except limit offset
 order group having window range rows groups preceding following exclude
 conflict do nothing update delete insert create alter drop grant revoke to

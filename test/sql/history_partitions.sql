@@ -102,6 +102,18 @@ SELECT count(*) = 0 AS nothing_misplaced FROM (
   SELECT e.at, p.lo, p.hi FROM orch.events e
     JOIN pg_temp.parts('events') p ON p.part = e.tableoid::regclass::text
    WHERE NOT p.is_default AND NOT (e.at >= p.lo AND e.at < p.hi)) x;
+-- no block-range index of the history summarizes ranges on its own (no
+-- autosummarize: its autovacuum work item takes the partition's SHARE
+-- UPDATE EXCLUSIVE lock and cancels a VACUUM of it in progress); the range
+-- partitions orch_maintain made copy the DEFAULT partitions' options
+SELECT count(*) FILTER (WHERE t.relname NOT LIKE '%\_default') > 0 AS range_partitions_seen,
+       count(*) FILTER (WHERE c.reloptions IS NOT NULL) AS brins_with_options
+  FROM pg_inherits i
+  JOIN pg_class t ON t.oid = i.inhrelid
+  JOIN pg_index x ON x.indrelid = t.oid
+  JOIN pg_class c ON c.oid = x.indexrelid
+ WHERE i.inhparent IN ('orch.events'::regclass, 'orch.attempts'::regclass)
+   AND c.relam = (SELECT oid FROM pg_am WHERE amname = 'brin');
 RESET orchestrator.history_partition;
 
 -- 3. Retirement.  Old ranges are made here (as orch_maintain made them, the

@@ -186,6 +186,11 @@ SELECT tableoid::regclass AS part, approval_ref FROM orch.approvals ORDER BY 2;
 SELECT tenant_id, idempotency_key, run_id FROM orch.run_keys;
 SELECT approval_ref, run_id FROM orch.approval_refs ORDER BY 1;
 SELECT tgrelid::regclass AS has_lifecycle FROM pg_trigger WHERE tgname = 'runs_lifecycle' ORDER BY 1;
+-- the old history tables, now the first partitions, keep their block-range
+-- indexes on the writing transaction, without 0.7.0's autosummarize
+SELECT c.relname, c.reloptions FROM pg_class c
+ WHERE c.relnamespace = 'orch'::regnamespace
+   AND c.relname IN ('events_before_080_xact_idx', 'attempts_before_080_xact_idx') ORDER BY 1;
 -- the views read the new tables, every run
 SELECT count(*) AS runs_listed FROM orch_runs;
 SELECT count(*) AS steps_listed FROM orch_run_steps;
