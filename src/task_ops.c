@@ -466,6 +466,16 @@ orch_complete(PG_FUNCTION_ARGS)
 	return finish_state("completed");
 }
 
+/* ascending bigints, for qsort */
+static int
+int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
 /* ----------------------------------------------------------------------
  * orch_complete_batch(task_ids bigint[], lease_tokens uuid[], results jsonb[])
  *	  -> integer
@@ -490,6 +500,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	int			completed;
 	bool		in_task;
+	int64	   *sorted;
 
 	orch_require_arg(fcinfo, 0, "task_ids");
 	orch_require_arg(fcinfo, 1, "lease_tokens");
@@ -503,10 +514,8 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("task_ids and lease_tokens must have the same length"),
 				 errdetail("There are %d task ids and %d lease tokens.", n, ntok)));
-	if (n > 10000)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("at most 10000 tasks can be completed in one call")));
+	/* a task twice: found in sorted order, in n log n (n is up to the cap) */
+	sorted = palloc(sizeof(int64) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		if (id_nulls[i] || tok_nulls[i])
@@ -514,13 +523,15 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("task_ids and lease_tokens must not contain nulls"),
 					 errdetail("Element %d is null.", i + 1)));
-		for (int j = 0; j < i; j++)
-			if (DatumGetInt64(ids[j]) == DatumGetInt64(ids[i]))
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("task " INT64_FORMAT " appears twice in task_ids",
-								DatumGetInt64(ids[i]))));
+		sorted[i] = DatumGetInt64(ids[i]);
 	}
+	qsort(sorted, n, sizeof(int64), int64_cmp);
+	for (int i = 1; i < n; i++)
+		if (sorted[i] == sorted[i - 1])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("task " INT64_FORMAT " appears twice in task_ids", sorted[i])));
+	pfree(sorted);
 	if (!PG_ARGISNULL(2))
 	{
 		ArrayType  *res_a = PG_GETARG_ARRAYTYPE_P(2);

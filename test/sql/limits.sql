@@ -53,6 +53,13 @@ SELECT pg_temp.msg($$SELECT count(*) FROM orch_dequeue('lim_b', 'w', 11)$$) AS c
 CREATE TEMP TABLE lim_claims AS SELECT task_id, lease_token FROM orch_dequeue('lim_b', 'w', 10);
 SELECT pg_temp.msg($$SELECT orch_complete_batch(array_agg(task_id) || ARRAY[1::bigint], array_agg(lease_token) || gen_random_uuid()) FROM lim_claims$$) AS complete_11;
 SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS complete_10 FROM lim_claims;
+-- the cap is the setting's, not a fixed 10,000: raised, a completion of
+-- 10,001 tasks is taken (and fails only on its first unknown task, OR005);
+-- a task twice is found among them (22023, naming it)
+SET orchestrator.max_batch_size = 20000;
+SELECT pg_temp.msg($$SELECT orch_complete_batch(array_agg(-g::bigint), array_agg(gen_random_uuid())) FROM generate_series(1, 10001) g$$) AS complete_10001;
+SELECT pg_temp.msg($$SELECT orch_complete_batch(array_agg(CASE WHEN g = 20000 THEN 7 ELSE g END::bigint), array_agg(gen_random_uuid())) FROM generate_series(1, 20000) g$$) AS complete_twice;
+SET orchestrator.max_batch_size = 10;
 -- a map step over more items fails the step, with the count in its error
 SELECT orch_define('lim_map', '{"steps": [
     {"step_id": "each", "queue": "lim_m", "handler": "h", "map": {"over": "$.input.items"}}]}') IS NOT NULL AS defined;
