@@ -80,12 +80,6 @@ emit(ReturnSetInfo *rsinfo, const char *object, const char *action)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 }
 
-static void
-run(const char *sql)
-{
-	orch_sql_once(sql, 0, NULL, NULL, NULL, false, 0, ORCH_SPI_ANY);
-}
-
 /* Run cmd on every worker (run_command_on_workers); any failure is an error. */
 static void
 run_on_workers(const char *cmd)
@@ -152,11 +146,11 @@ make_citus_table(ReturnSetInfo *rsinfo, const char *t, const char *create_call, 
 	 * write events, for rows that only move.
 	 */
 	if (has_row_triggers(t))
-		run(psprintf("ALTER TABLE orch.%s DISABLE TRIGGER USER", t));
-	run(create_call);
+		orch_sql_command(psprintf("ALTER TABLE orch.%s DISABLE TRIGGER USER", t));
+	orch_sql_command(create_call);
 	if (has_row_triggers(t))
-		run(psprintf("ALTER TABLE orch.%s ENABLE TRIGGER USER", t));
-	run(psprintf("SELECT truncate_local_data_after_distributing_table('orch.%s')", t));
+		orch_sql_command(psprintf("ALTER TABLE orch.%s ENABLE TRIGGER USER", t));
+	orch_sql_command(psprintf("SELECT truncate_local_data_after_distributing_table('orch.%s')", t));
 	emit(rsinfo, psprintf("orch.%s", t), done);
 }
 
@@ -185,7 +179,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 * its sense: the rows they write (events) are the same tenant's, on a
 	 * co-located shard.  For this transaction only.
 	 */
-	run("SET LOCAL citus.enable_unsafe_triggers = on");
+	orch_sql_command("SET LOCAL citus.enable_unsafe_triggers = on");
 
 	if (orch_sql_once("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
@@ -229,7 +223,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 		resetStringInfo(&sql);
 		appendStringInfo(&sql, "ALTER SEQUENCE orch.%s MAXVALUE %lld", id_sequences[i],
 						 (long long) ((INT64CONST(1) << 48) - 1));
-		run(sql.data);
+		orch_sql_command(sql.data);
 	}
 	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
 
@@ -242,7 +236,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 */
 	if (citus_method("state_transitions") == '\0')
 	{
-		run("ALTER TABLE orch.state_transitions DROP CONSTRAINT IF EXISTS state_transitions_machine_fkey");
+		orch_sql_command("ALTER TABLE orch.state_transitions DROP CONSTRAINT IF EXISTS state_transitions_machine_fkey");
 		run_on_workers("ALTER TABLE orch.state_transitions"
 					   " DROP CONSTRAINT IF EXISTS state_transitions_machine_fkey");
 		emit(rsinfo, "orch.state_transitions", "foreign key to orch.state_machines dropped");
@@ -261,9 +255,9 @@ orch_distribute(PG_FUNCTION_ARGS)
 		 * coordinator's range, which no node counts), and a fold running
 		 * now is waited for rather than skipped.
 		 */
-		run("LOCK TABLE orch.tasks, orch.events, orch.attempts, orch.runs IN SHARE MODE");
-		run("LOCK TABLE orch.metric_state IN EXCLUSIVE MODE");
-		run("SELECT orch.metrics_fold()");
+		orch_sql_command("LOCK TABLE orch.tasks, orch.events, orch.attempts, orch.runs IN SHARE MODE");
+		orch_sql_command("LOCK TABLE orch.metric_state IN EXCLUSIVE MODE");
+		orch_sql_command("SELECT orch.metrics_fold()");
 	}
 
 	for (int i = 0; i < lengthof(reference_tables); i++)
@@ -297,7 +291,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 		if (!OidIsValid(orch_relid(psprintf("%s_rows", v))))
 			continue;			/* a 0.7.0 schema */
 		cmd = psprintf("CREATE OR REPLACE VIEW orch.%s_rows AS SELECT * FROM orch.caller_%s()", v, v);
-		run(cmd);
+		orch_sql_command(cmd);
 		run_on_workers(psprintf("BEGIN; SET LOCAL citus.enable_ddl_propagation TO off; %s; COMMIT", cmd));
 		emit(rsinfo, psprintf("orch.%s_rows", v), psprintf("reads through orch.caller_%s()", v));
 	}
@@ -319,8 +313,8 @@ orch_distribute(PG_FUNCTION_ARGS)
 								   " AND tgname = 'stamp_on_node'", t),
 						  0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) > 0)
 			continue;
-		run(psprintf("ALTER TABLE orch.%s ALTER COLUMN xact DROP DEFAULT", t));
-		run(psprintf("CREATE TRIGGER stamp_on_node BEFORE INSERT ON orch.%s"
+		orch_sql_command(psprintf("ALTER TABLE orch.%s ALTER COLUMN xact DROP DEFAULT", t));
+		orch_sql_command(psprintf("CREATE TRIGGER stamp_on_node BEFORE INSERT ON orch.%s"
 					 " FOR EACH ROW EXECUTE FUNCTION orch.stamp_on_node('%s')", t, stamped_tables[i][1]));
 		emit(rsinfo, psprintf("orch.%s", t), "rows stamped with the node they are written on");
 	}

@@ -251,12 +251,6 @@ partition_name(const HistoryTable *h, int64 lo)
 					tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-static void
-ddl(const char *sql)
-{
-	orch_sql_once(sql, 0, NULL, NULL, NULL, false, 0, ORCH_SPI_ANY);
-}
-
 /* One value of a one-row query (caller connected to SPI); isnull when none. */
 static Datum
 query_value(const char *sql, bool *isnull)
@@ -289,12 +283,12 @@ copy_parent_settings(const char *table, const char *part)
 					  1, types, v, NULL, true, 0, SPI_OK_SELECT);
 	cols = orch_spi_column(1);
 	for (uint64 i = 0; i < n; i++)
-		ddl(psprintf("ALTER TABLE orch.%s ALTER COLUMN %s SET STATISTICS 0",
+		orch_sql_command(psprintf("ALTER TABLE orch.%s ALTER COLUMN %s SET STATISTICS 0",
 					 quote_identifier(part), quote_identifier(cols[i])));
 	if (orch_citus())
 		return;					/* Citus keeps its shards' policies itself */
-	ddl(psprintf("ALTER TABLE orch.%s ENABLE ROW LEVEL SECURITY", quote_identifier(part)));
-	ddl(psprintf("CREATE POLICY tenant_isolation ON orch.%s USING (orch.tenant_visible(tenant_id))"
+	orch_sql_command(psprintf("ALTER TABLE orch.%s ENABLE ROW LEVEL SECURITY", quote_identifier(part)));
+	orch_sql_command(psprintf("CREATE POLICY tenant_isolation ON orch.%s USING (orch.tenant_visible(tenant_id))"
 				 " WITH CHECK (orch.tenant_visible(tenant_id))", quote_identifier(part)));
 }
 
@@ -319,16 +313,16 @@ create_partition(const HistoryTable *h, int64 lo, int64 hi)
 
 	options = query_value(psprintf("SELECT pg_catalog.array_to_string(c.reloptions, ', ') FROM pg_catalog.pg_class c"
 								   " WHERE c.oid = 'orch.%s_default'::regclass", h->table), &isnull);
-	ddl(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+	orch_sql_command(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
 				 " INCLUDING INDEXES INCLUDING STORAGE INCLUDING COMPRESSION)%s%s%s", qname, h->table,
 				 isnull ? "" : " WITH (", isnull ? "" : TextDatumGetCString(options), isnull ? "" : ")"));
 	/* (before the attach: Citus distributes the table then, with these) */
 	copy_parent_settings(h->table, name);
-	ddl(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
+	orch_sql_command(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
 				 qname, h->key, from, h->key, to));
-	ddl(psprintf("ALTER TABLE orch.%s ATTACH PARTITION orch.%s FOR VALUES FROM (%s) TO (%s)",
+	orch_sql_command(psprintf("ALTER TABLE orch.%s ATTACH PARTITION orch.%s FOR VALUES FROM (%s) TO (%s)",
 				 h->table, qname, from, to));
-	ddl(psprintf("ALTER TABLE orch.%s DROP CONSTRAINT orch_bound", qname));
+	orch_sql_command(psprintf("ALTER TABLE orch.%s DROP CONSTRAINT orch_bound", qname));
 }
 
 /* What one partition step did */
@@ -425,7 +419,7 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	if (!p->is_default && h->ready != NULL &&
 		!DatumGetBool(query_value(psprintf(h->ready, lit, p->name), &isnull)))
 		return STEP_NONE;
-	ddl(psprintf("LOCK TABLE %s IN SHARE MODE", p->name));
+	orch_sql_command(psprintf("LOCK TABLE %s IN SHARE MODE", p->name));
 	keep = p->is_default && !h->by_id
 		? psprintf("(%s OR h.%s >= %s)", kept, h->key, lit)
 		: kept;
@@ -440,27 +434,27 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	if (nkept == total || (!p->is_default && !receiving && nkept > 0 && nkept * 2 >= total))
 		return STEP_NONE;		/* nothing (or not enough) past the retention yet */
 	if (h->unique_rows != NULL)
-		ddl(psprintf(h->unique_rows, p->name, keep));
+		orch_sql_command(psprintf(h->unique_rows, p->name, keep));
 	if (nkept == 0)
 	{
-		ddl(psprintf("TRUNCATE %s", p->name));
+		orch_sql_command(psprintf("TRUNCATE %s", p->name));
 		return p->is_default || receiving ? STEP_COMPACTED : STEP_EMPTIED;
 	}
 	/* the kept rows aside, the partition emptied whole, the rows back */
-	ddl(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
+	orch_sql_command(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
 				 p->name, keep));
-	ddl(psprintf("TRUNCATE %s", p->name));
+	orch_sql_command(psprintf("TRUNCATE %s", p->name));
 	/* (Citus: needed to change a trigger; saved, so that the step's end restores it) */
 	if (h->triggers && orch_citus())
 		(void) set_config_option("citus.enable_unsafe_triggers", "on",
 								 superuser() ? PGC_SUSET : PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
 	if (h->triggers)
-		ddl(psprintf("ALTER TABLE %s DISABLE TRIGGER USER", p->name));
-	ddl(psprintf("INSERT INTO %s SELECT * FROM pg_temp.orch_history_kept", p->name));
+		orch_sql_command(psprintf("ALTER TABLE %s DISABLE TRIGGER USER", p->name));
+	orch_sql_command(psprintf("INSERT INTO %s SELECT * FROM pg_temp.orch_history_kept", p->name));
 	if (h->triggers)
-		ddl(psprintf("ALTER TABLE %s ENABLE TRIGGER USER", p->name));
-	ddl("DROP TABLE pg_temp.orch_history_kept");
+		orch_sql_command(psprintf("ALTER TABLE %s ENABLE TRIGGER USER", p->name));
+	orch_sql_command("DROP TABLE pg_temp.orch_history_kept");
 	return STEP_COMPACTED;
 }
 
@@ -483,7 +477,7 @@ drop_one(void *arg)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("written to since it was emptied")));
-	ddl(psprintf("DROP TABLE %s", p->name));
+	orch_sql_command(psprintf("DROP TABLE %s", p->name));
 }
 
 static StepResult
@@ -491,7 +485,7 @@ step_drop(const HistoryTable *h, const Partition *p, int64 a, int64 b)
 {
 	int			n = 0;
 
-	ddl(psprintf("LOCK TABLE orch.%s IN ACCESS EXCLUSIVE MODE", h->table));
+	orch_sql_command(psprintf("LOCK TABLE orch.%s IN ACCESS EXCLUSIVE MODE", h->table));
 	/* each on its own: one that cannot go (an object of the user's on it) stops no other */
 	for (int i = 0; i < drop_count; i++)
 	{

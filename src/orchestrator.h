@@ -392,6 +392,8 @@ extern uint64 orch_sql(const char *sql, int nargs, const Oid *types, Datum *valu
 					   const char *nulls, bool read_only, long count, int expect);
 extern uint64 orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
 							const char *nulls, bool read_only, long count, int expect);
+/* A statement without parameters whose result is not read (DDL, a command) */
+extern void orch_sql_command(const char *sql);
 
 /*
  * A statement's parameters, added in order ($1, $2, ...): a NULL string is

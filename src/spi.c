@@ -290,6 +290,13 @@ orch_sql_once(const char *sql, int nargs, const Oid *types, Datum *values,
 	return SPI_processed;
 }
 
+/* A statement without parameters whose result is not read: DDL, a command. */
+void
+orch_sql_command(const char *sql)
+{
+	(void) orch_sql_once(sql, 0, NULL, NULL, NULL, false, 0, ORCH_SPI_ANY);
+}
+
 /* Set SPI argument i to the text s, or to SQL NULL when s is NULL. */
 void
 orch_spi_text(Datum *values, char *nulls, int i, const char *s)
