@@ -471,8 +471,8 @@ orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int
  * Run fn(arg) in an internal subtransaction: NULL when it succeeded (the
  * subtransaction committed), else the error it raised, copied, with the
  * subtransaction rolled back and the error state cleared.  For steps whose
- * failure must not stop the rest of the work (a maintenance pass).  Caller
- * is connected to SPI when fn uses it.
+ * failure must not stop the rest of the work (a maintenance pass); a cancel
+ * is raised again.  Caller is connected to SPI when fn uses it.
  */
 ErrorData *
 orch_subxact_try(void (*fn) (void *arg), void *arg)
@@ -498,6 +498,12 @@ orch_subxact_try(void (*fn) (void *arg), void *arg)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
+		/*
+		 * A cancel (the user's, pg_cancel_backend, statement_timeout) stops
+		 * the caller too, as it does through PL/pgSQL's WHEN OTHERS.
+		 */
+		if (e->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(e);
 	}
 	PG_END_TRY();
 	return e;
