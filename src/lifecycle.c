@@ -218,6 +218,82 @@ get_text_col(HeapTuple tup, TupleDesc td, int attno)
 }
 
 /*
+ * The new row as the trigger reads and sets it: its columns taken apart
+ * once (a late column of the wide row read with heap_getattr walks every
+ * column before it), set in place, and the row formed again once, when
+ * something was set.
+ */
+typedef struct NewRow
+{
+	HeapTuple	tup;			/* the row as received, or as last formed */
+	TupleDesc	td;
+	Datum	   *values;
+	bool	   *nulls;
+	bool		changed;		/* values differ from tup */
+} NewRow;
+
+static void
+row_read(NewRow *r, HeapTuple tup, TupleDesc td)
+{
+	r->tup = tup;
+	r->td = td;
+	if (r->values == NULL)
+	{
+		r->values = palloc(td->natts * sizeof(Datum));
+		r->nulls = palloc(td->natts * sizeof(bool));
+	}
+	heap_deform_tuple(tup, td, r->values, r->nulls);
+	r->changed = false;
+}
+
+static inline Datum
+row_get(NewRow *r, int col, bool *isnull)
+{
+	*isnull = r->nulls[col - 1];
+	return r->values[col - 1];
+}
+
+static inline bool
+row_isnull(NewRow *r, int col)
+{
+	return r->nulls[col - 1];
+}
+
+static char *
+row_text(NewRow *r, int col)
+{
+	return r->nulls[col - 1] ? NULL : TextDatumGetCString(r->values[col - 1]);
+}
+
+static inline void
+row_set(NewRow *r, int col, Datum value, bool isnull)
+{
+	if (col < 1 || col > r->td->natts)
+		elog(ERROR, "orchestrator: task trigger set column %d of %d", col, r->td->natts);
+	r->values[col - 1] = value;
+	r->nulls[col - 1] = isnull;
+	r->changed = true;
+}
+
+/* The row with what was set, formed once (its identity kept). */
+static HeapTuple
+row_form(NewRow *r)
+{
+	HeapTuple	tup;
+
+	if (!r->changed)
+		return r->tup;
+	tup = heap_form_tuple(r->td, r->values, r->nulls);
+	tup->t_data->t_ctid = r->tup->t_data->t_ctid;
+	tup->t_self = r->tup->t_self;
+	tup->t_tableOid = r->tup->t_tableOid;
+	/* the values still point into the row received, which stays */
+	r->tup = tup;
+	r->changed = false;
+	return tup;
+}
+
+/*
  * Concurrency keys (admission.c): a keyed task entering its key's slot set
  * (executing or claimable) must find a free slot, else it waits gated; one
  * leaving it releases a slot, filled at the end of the statement.
@@ -349,10 +425,7 @@ task_trigger(TriggerData *trigdata)
 	int			complete_cols[5];
 	int64		task_id;
 	bool		isnull;
-	int			ncols = 0;
-	int			cols[8];
-	Datum		vals[8];
-	bool		nulls[8];
+	NewRow		row = {0};
 	char		what[64];
 	char	   *reason;
 	char	   *tenant;
@@ -378,10 +451,11 @@ task_trigger(TriggerData *trigdata)
 		return newtup;
 
 	load_task_cols(rel);
-	task_id = DatumGetInt64(heap_getattr(newtup, task_cols.id, td, &isnull));
+	row_read(&row, newtup, td);
+	task_id = DatumGetInt64(row_get(&row, task_cols.id, &isnull));
 	snprintf(what, sizeof(what), "task " INT64_FORMAT, task_id);
 
-	to_name = get_text_col(newtup, td, task_cols.state);
+	to_name = row_text(&row, task_cols.state);
 	to = to_name ? orch_state_from_name(to_name) : TS_INVALID;
 
 	if (!is_insert)
@@ -418,60 +492,33 @@ task_trigger(TriggerData *trigdata)
 	if (task_cols.complete_event_id > 0 && !records_completion)
 	{
 		for (int i = 0; i < 4; i++)
-			if (!heap_attisnull(newtup, complete_cols[i], td))
-			{
-				Datum		v[4] = {0, 0, 0, 0};
-				bool		n[4] = {true, true, true, true};
-
-				newtup = heap_modify_tuple_by_cols(newtup, td, 4, complete_cols, v, n);
-				break;
-			}
+			if (!row_isnull(&row, complete_cols[i]))
+				row_set(&row, complete_cols[i], (Datum) 0, true);
 	}
 
 	/* Derived columns: claimability, timestamps */
 	if (to == TS_EXECUTING || orch_state_is_terminal(to) || to == TS_RECEIVED)
+		row_set(&row, task_cols.ready_at, (Datum) 0, true);
+	else if (to == TS_QUEUED && from != TS_QUEUED && row_isnull(&row, task_cols.ready_at))
 	{
-		cols[ncols] = task_cols.ready_at;
-		vals[ncols] = (Datum) 0;
-		nulls[ncols++] = true;
-	}
-	else if (to == TS_QUEUED && from != TS_QUEUED)
-	{
-		heap_getattr(newtup, task_cols.ready_at, td, &isnull);
-		if (isnull)
-		{
-			cols[ncols] = task_cols.ready_at;
-			vals[ncols] = heap_getattr(newtup, task_cols.run_at, td, &nulls[ncols]);
-			ncols++;
-		}
+		d = row_get(&row, task_cols.run_at, &isnull);
+		row_set(&row, task_cols.ready_at, d, isnull);
 	}
 	if (!is_insert)
-	{
-		cols[ncols] = task_cols.updated_at;
-		vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-		nulls[ncols++] = false;
-	}
+		row_set(&row, task_cols.updated_at,
+				TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
 	if (orch_state_is_terminal(to) && to != from)
-	{
-		cols[ncols] = task_cols.finished_at;
-		vals[ncols] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-		nulls[ncols++] = false;
-	}
+		row_set(&row, task_cols.finished_at,
+				TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
 	/*
 	 * An attempt ends: its lease is gone, and what was handed to it (a tool
 	 * result, a confirmation) was consumed and is not handed to the next.
 	 */
 	if (from == TS_EXECUTING && to != TS_EXECUTING)
 	{
-		cols[ncols] = task_cols.lease_expires_at;
-		vals[ncols] = (Datum) 0;
-		nulls[ncols++] = true;
-		cols[ncols] = task_cols.resume_data;
-		vals[ncols] = (Datum) 0;
-		nulls[ncols++] = true;
+		row_set(&row, task_cols.lease_expires_at, (Datum) 0, true);
+		row_set(&row, task_cols.resume_data, (Datum) 0, true);
 	}
-	if (ncols > 0)
-		newtup = heap_modify_tuple_by_cols(newtup, td, ncols, cols, vals, nulls);
 
 	/*
 	 * Not due yet (queued for later, or waiting to retry): not claimable
@@ -480,40 +527,33 @@ task_trigger(TriggerData *trigdata)
 	 */
 	if (to == TS_QUEUED || to == TS_AWAITING_TOOL)
 	{
-		Datum		r = heap_getattr(newtup, task_cols.ready_at, td, &isnull);
+		Datum		r = row_get(&row, task_cols.ready_at, &isnull);
 
 		if (!isnull && DatumGetTimestampTz(r) > GetCurrentTransactionStartTimestamp())
-		{
-			int			c = task_cols.ready_at;
-			Datum		nv = (Datum) 0;
-			bool		nn = true;
-
-			newtup = heap_modify_tuple_by_cols(newtup, td, 1, &c, &nv, &nn);
-		}
+			row_set(&row, task_cols.ready_at, (Datum) 0, true);
 	}
 
-	/* the admission gate */
+	/*
+	 * The admission gate, for a keyed task (one without a key passes as it
+	 * is): it reads and sets the formed row.
+	 */
+	if (!row_isnull(&row, task_cols.concurrency_key))
 	{
-		bool		keyless;
+		/* the gate runs SQL (the function pins no search_path) */
+		int			nest = orch_pin_search_path();
+		HeapTuple	formed = row_form(&row);
+		HeapTuple	gated = task_gate(formed, oldtup, td, from, to, task_id);
 
-		heap_getattr(newtup, task_cols.concurrency_key, td, &keyless);
-		if (keyless)
-			newtup = task_gate(newtup, oldtup, td, from, to, task_id);
-		else
-		{
-			/* a keyed task: the gate runs SQL (the function pins no search_path) */
-			int			nest = orch_pin_search_path();
-
-			newtup = task_gate(newtup, oldtup, td, from, to, task_id);
-			AtEOXact_GUC(true, nest);
-		}
+		AtEOXact_GUC(true, nest);
+		if (gated != formed)
+			row_read(&row, gated, td);
 	}
 
 	/* A self-transition writes no event */
 	if (!is_insert && from == to)
-		return newtup;
+		return row_form(&row);
 
-	reason = get_text_col(newtup, td, task_cols.reason_code);
+	reason = row_text(&row, task_cols.reason_code);
 	if (!is_insert)
 	{
 		char	   *old_reason = get_text_col(oldtup, td, task_cols.reason_code);
@@ -525,12 +565,12 @@ task_trigger(TriggerData *trigdata)
 	}
 	else if (reason == NULL)
 		reason = "enqueued";
-	tenant = get_text_col(newtup, td, task_cols.tenant_id);
-	attempt = DatumGetInt32(heap_getattr(newtup, task_cols.attempts, td, &isnull));
-	d = heap_getattr(newtup, task_cols.lease_token, td, &isnull);
+	tenant = row_text(&row, task_cols.tenant_id);
+	attempt = DatumGetInt32(row_get(&row, task_cols.attempts, &isnull));
+	d = row_get(&row, task_cols.lease_token, &isnull);
 	if (!isnull)
 		token = DatumGetUUIDP(d);
-	d = heap_getattr(newtup, task_cols.run_id, td, &isnull);
+	d = row_get(&row, task_cols.run_id, &isnull);
 	has_run = !isnull;
 	if (has_run)
 		run_id = DatumGetInt64(d);
@@ -540,7 +580,7 @@ task_trigger(TriggerData *trigdata)
 	 * (told which task completed, the usual case has a shorter path).
 	 */
 	if (has_run && orch_state_is_terminal(to) && to != from)
-		orch_runs_note(run_id, tenant, task_id, get_text_col(newtup, td, task_cols.step_key),
+		orch_runs_note(run_id, tenant, task_id, row_text(&row, task_cols.step_key),
 					   to == TS_COMPLETED);
 
 	/*
@@ -551,11 +591,11 @@ task_trigger(TriggerData *trigdata)
 	 */
 	else if (has_run &&
 			 ((from == TS_EXECUTING && to == TS_AWAITING_TOOL &&
-			   !heap_attisnull(newtup, task_cols.retry_at, td)) ||
+			   !row_isnull(&row, task_cols.retry_at)) ||
 			  (from == TS_AWAITING_TOOL && to == TS_EXECUTING &&
 			   !heap_attisnull(oldtup, task_cols.retry_at, td))))
 	{
-		char	   *key = get_text_col(newtup, td, task_cols.step_key);
+		char	   *key = row_text(&row, task_cols.step_key);
 
 		if (key != NULL && strchr(key, '#') == NULL && strchr(key, ':') == NULL)
 			orch_runs_note_retry(run_id, tenant);
@@ -563,7 +603,7 @@ task_trigger(TriggerData *trigdata)
 
 	actor = orch_event_context()->actor;
 	if (actor == NULL && orch_event_context()->worker_actor)
-		actor = get_text_col(newtup, td, task_cols.lease_owner);
+		actor = row_text(&row, task_cols.lease_owner);
 
 	/* a claim: how long the task had been claimable (queue wait metrics) */
 	waited_us = -1;
@@ -589,7 +629,7 @@ task_trigger(TriggerData *trigdata)
 		task_cols.claim_waited};
 		Datum		v[4] = {0, 0, 0, 0};
 		bool		n[4] = {true, true, true, true};
-		char	   *owner = get_text_col(newtup, td, task_cols.lease_owner);
+		char	   *owner = row_text(&row, task_cols.lease_owner);
 		/* its label is the lease owner (orch_dequeue labels the claim with the worker) */
 		bool		derive = !is_insert && from == TS_QUEUED && strcmp(reason, "claimed") == 0 &&
 			orch_event_context()->note == NULL && token != NULL &&
@@ -606,9 +646,10 @@ task_trigger(TriggerData *trigdata)
 			n[0] = n[1] = n[2] = false;
 			n[3] = waited_us < 0;
 		}
-		newtup = heap_modify_tuple_by_cols(newtup, td, 4, c, v, n);
+		for (int i = 0; i < 4; i++)
+			row_set(&row, c[i], v[i], n[i]);
 		if (derive)
-			return newtup;
+			return row_form(&row);
 	}
 
 	/*
@@ -633,9 +674,10 @@ task_trigger(TriggerData *trigdata)
 			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 			n[0] = n[1] = n[2] = false;
 		}
-		newtup = heap_modify_tuple_by_cols(newtup, td, 3, c, v, n);
+		for (int i = 0; i < 3; i++)
+			row_set(&row, c[i], v[i], n[i]);
 		if (derive)
-			return newtup;
+			return row_form(&row);
 	}
 	/*
 	 * A completion by orch_complete or orch_complete_batch: the row records
@@ -659,7 +701,9 @@ task_trigger(TriggerData *trigdata)
 		v[2] = CStringGetTextDatum(orch_current_actor());
 		v[3] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 		v[4] = TimestampTzGetDatum(GetCurrentTimestamp());
-		return heap_modify_tuple_by_cols(newtup, td, 5, complete_cols, v, n);
+		for (int i = 0; i < 5; i++)
+			row_set(&row, complete_cols[i], v[i], n[i]);
+		return row_form(&row);
 	}
 	if (orch_has_flush_trigger(rel))
 		orch_buffer_event("task", tenant, true, task_id, has_run, run_id,
@@ -674,7 +718,7 @@ task_trigger(TriggerData *trigdata)
 						 to_name, reason, actor, attempt, token, orch_event_context()->note, waited_us);
 		AtEOXact_GUC(true, nest);
 	}
-	return newtup;
+	return row_form(&row);
 }
 
 Datum
