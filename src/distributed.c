@@ -315,7 +315,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 			continue;
 		orch_sql_command(psprintf("ALTER TABLE orch.%s ALTER COLUMN xact DROP DEFAULT", t));
 		orch_sql_command(psprintf("CREATE TRIGGER stamp_on_node BEFORE INSERT ON orch.%s"
-					 " FOR EACH ROW EXECUTE FUNCTION orch.stamp_on_node('%s')", t, stamped_tables[i][1]));
+								  " FOR EACH ROW EXECUTE FUNCTION orch.stamp_on_node('%s')", t, stamped_tables[i][1]));
 		emit(rsinfo, psprintf("orch.%s", t), "rows stamped with the node they are written on");
 	}
 

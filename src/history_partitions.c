@@ -284,12 +284,12 @@ copy_parent_settings(const char *table, const char *part)
 	cols = orch_spi_column(1);
 	for (uint64 i = 0; i < n; i++)
 		orch_sql_command(psprintf("ALTER TABLE orch.%s ALTER COLUMN %s SET STATISTICS 0",
-					 quote_identifier(part), quote_identifier(cols[i])));
+								  quote_identifier(part), quote_identifier(cols[i])));
 	if (orch_citus())
 		return;					/* Citus keeps its shards' policies itself */
 	orch_sql_command(psprintf("ALTER TABLE orch.%s ENABLE ROW LEVEL SECURITY", quote_identifier(part)));
 	orch_sql_command(psprintf("CREATE POLICY tenant_isolation ON orch.%s USING (orch.tenant_visible(tenant_id))"
-				 " WITH CHECK (orch.tenant_visible(tenant_id))", quote_identifier(part)));
+							  " WITH CHECK (orch.tenant_visible(tenant_id))", quote_identifier(part)));
 }
 
 /*
@@ -314,14 +314,14 @@ create_partition(const HistoryTable *h, int64 lo, int64 hi)
 	options = query_value(psprintf("SELECT pg_catalog.array_to_string(c.reloptions, ', ') FROM pg_catalog.pg_class c"
 								   " WHERE c.oid = 'orch.%s_default'::regclass", h->table), &isnull);
 	orch_sql_command(psprintf("CREATE TABLE orch.%s (LIKE orch.%s_default INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
-				 " INCLUDING INDEXES INCLUDING STORAGE INCLUDING COMPRESSION)%s%s%s", qname, h->table,
-				 isnull ? "" : " WITH (", isnull ? "" : TextDatumGetCString(options), isnull ? "" : ")"));
+							  " INCLUDING INDEXES INCLUDING STORAGE INCLUDING COMPRESSION)%s%s%s", qname, h->table,
+							  isnull ? "" : " WITH (", isnull ? "" : TextDatumGetCString(options), isnull ? "" : ")"));
 	/* (before the attach: Citus distributes the table then, with these) */
 	copy_parent_settings(h->table, name);
 	orch_sql_command(psprintf("ALTER TABLE orch.%s ADD CONSTRAINT orch_bound CHECK (%s >= %s AND %s < %s)",
-				 qname, h->key, from, h->key, to));
+							  qname, h->key, from, h->key, to));
 	orch_sql_command(psprintf("ALTER TABLE orch.%s ATTACH PARTITION orch.%s FOR VALUES FROM (%s) TO (%s)",
-				 h->table, qname, from, to));
+							  h->table, qname, from, to));
 	orch_sql_command(psprintf("ALTER TABLE orch.%s DROP CONSTRAINT orch_bound", qname));
 }
 
@@ -442,7 +442,7 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	}
 	/* the kept rows aside, the partition emptied whole, the rows back */
 	orch_sql_command(psprintf("CREATE TEMP TABLE orch_history_kept ON COMMIT DROP AS SELECT * FROM %s h WHERE %s",
-				 p->name, keep));
+							  p->name, keep));
 	orch_sql_command(psprintf("TRUNCATE %s", p->name));
 	/* (Citus: needed to change a trigger; saved, so that the step's end restores it) */
 	if (h->triggers && orch_citus())
