@@ -249,6 +249,7 @@ row_read(NewRow *r, HeapTuple tup, TupleDesc td)
 static inline Datum
 row_get(NewRow *r, int col, bool *isnull)
 {
+	Assert(col >= 1 && col <= r->td->natts);
 	*isnull = r->nulls[col - 1];
 	return r->values[col - 1];
 }
@@ -256,12 +257,14 @@ row_get(NewRow *r, int col, bool *isnull)
 static inline bool
 row_isnull(NewRow *r, int col)
 {
+	Assert(col >= 1 && col <= r->td->natts);
 	return r->nulls[col - 1];
 }
 
 static char *
 row_text(NewRow *r, int col)
 {
+	Assert(col >= 1 && col <= r->td->natts);
 	return r->nulls[col - 1] ? NULL : TextDatumGetCString(r->values[col - 1]);
 }
 
@@ -287,7 +290,7 @@ row_form(NewRow *r)
 	tup->t_data->t_ctid = r->tup->t_data->t_ctid;
 	tup->t_self = r->tup->t_self;
 	tup->t_tableOid = r->tup->t_tableOid;
-	/* the values still point into the row received, which stays */
+	/* the values still point into the row last read, which stays */
 	r->tup = tup;
 	r->changed = false;
 	return tup;
