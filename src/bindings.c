@@ -57,8 +57,7 @@ refresh_bindings(int64 cluster)
 	char	  **tenants;
 
 	orch_arg_int8(&a, cluster);
-	orch_sql_once("LOCK TABLE orch.tenant_bindings IN SHARE ROW EXCLUSIVE MODE",
-				  0, NULL, NULL, NULL, false, 0, ORCH_SPI_ANY);
+	orch_sql_command("LOCK TABLE orch.tenant_bindings IN SHARE ROW EXCLUSIVE MODE");
 	n = orch_args_sql_once(&a, "DELETE FROM orch.tenant_bindings b"
 						   " WHERE b.cluster_id = $1"
 						   "   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = b.role_oid)"

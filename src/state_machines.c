@@ -365,7 +365,7 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 					 quote_qualified_identifier(nspname, relname),
 					 quote_identifier(get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid))),
 					 quote_literal_cstr(column), quote_literal_cstr(machine));
-	orch_sql_once(sql.data, 0, NULL, NULL, NULL, false, 0, SPI_OK_UTILITY);
+	orch_sql_command(sql.data);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
