@@ -301,35 +301,29 @@ row_form(NewRow *r)
  * (executing or claimable) must find a free slot, else it waits gated; one
  * leaving it releases a slot, filled at the end of the statement.
  */
-static HeapTuple
-task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
+static void
+task_gate(NewRow *row, HeapTuple oldtup, TupleDesc td, TaskState from,
 		  TaskState to, int64 task_id)
 {
 	bool		isnull;
-	Datum		kd = heap_getattr(newtup, task_cols.concurrency_key, td, &isnull);
-	char	   *key;
+	char	   *key = row_text(row, task_cols.concurrency_key);
 	char	   *queue;
 	char	   *tenant;
 	bool		in_old = false;
 	bool		in_new;
 	bool		gated;
-	int			col = task_cols.gated;
-	Datum		val = BoolGetDatum(false);
-	bool		null = false;
 
-	if (isnull)
-		return newtup;
-	key = TextDatumGetCString(kd);
-	queue = get_text_col(newtup, td, task_cols.queue);
-	tenant = get_text_col(newtup, td, task_cols.tenant_id);
+	if (key == NULL)
+		return;
+	queue = row_text(row, task_cols.queue);
+	tenant = row_text(row, task_cols.tenant_id);
 	if (oldtup != NULL)
 	{
 		heap_getattr(oldtup, task_cols.ready_at, td, &isnull);
 		in_old = (from == TS_EXECUTING) || !isnull;
 	}
-	heap_getattr(newtup, task_cols.ready_at, td, &isnull);
-	in_new = (to == TS_EXECUTING) || !isnull;
-	gated = DatumGetBool(heap_getattr(newtup, task_cols.gated, td, &isnull));
+	in_new = (to == TS_EXECUTING) || !row_isnull(row, task_cols.ready_at);
+	gated = DatumGetBool(row_get(row, task_cols.gated, &isnull));
 
 	/*
 	 * An attempt that ends in a state that is claimable at once (a retry due
@@ -339,31 +333,26 @@ task_gate(HeapTuple newtup, HeapTuple oldtup, TupleDesc td, TaskState from,
 	 */
 	if (from == TS_EXECUTING && in_new && to != TS_EXECUTING && !orch_gate_promoting)
 	{
-		int			cs[2] = {task_cols.ready_at, task_cols.gated};
-		Datum		vs[2] = {(Datum) 0, BoolGetDatum(true)};
-		bool		ns[2] = {true, false};
-
 		orch_gate_note_release(queue, key, tenant);
-		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
+		row_set(row, task_cols.ready_at, (Datum) 0, true);
+		row_set(row, task_cols.gated, BoolGetDatum(true), false);
+		return;
 	}
 	if (in_new && !in_old && to != TS_EXECUTING && !orch_gate_promoting &&
 		!orch_gate_admit(queue, key, tenant, task_id,
-						 DatumGetInt32(heap_getattr(newtup, task_cols.priority, td, &isnull)),
-						 DatumGetTimestampTz(heap_getattr(newtup, task_cols.created_at, td, &isnull)),
+						 DatumGetInt32(row_get(row, task_cols.priority, &isnull)),
+						 DatumGetTimestampTz(row_get(row, task_cols.created_at, &isnull)),
 						 orch_event_context()->active))
 	{
 		/* wait for a slot, outside the claim index */
-		int			cs[2] = {task_cols.ready_at, task_cols.gated};
-		Datum		vs[2] = {(Datum) 0, BoolGetDatum(true)};
-		bool		ns[2] = {true, false};
-
-		return heap_modify_tuple_by_cols(newtup, td, 2, cs, vs, ns);
+		row_set(row, task_cols.ready_at, (Datum) 0, true);
+		row_set(row, task_cols.gated, BoolGetDatum(true), false);
+		return;
 	}
 	if (in_old && !in_new && !orch_gate_handover)
 		orch_gate_note_release(queue, key, tenant);
 	if (gated && (to == TS_EXECUTING || orch_state_is_terminal(to)))
-		return heap_modify_tuple_by_cols(newtup, td, 1, &col, &val, &null);
-	return newtup;
+		row_set(row, task_cols.gated, BoolGetDatum(false), false);
 }
 
 /*
@@ -536,20 +525,14 @@ task_trigger(TriggerData *trigdata)
 			row_set(&row, task_cols.ready_at, (Datum) 0, true);
 	}
 
-	/*
-	 * The admission gate, for a keyed task (one without a key passes as it
-	 * is): it reads and sets the formed row.
-	 */
+	/* the admission gate, for a keyed task (one without a key passes it) */
 	if (!row_isnull(&row, task_cols.concurrency_key))
 	{
 		/* the gate runs SQL (the function pins no search_path) */
 		int			nest = orch_pin_search_path();
-		HeapTuple	formed = row_form(&row);
-		HeapTuple	gated = task_gate(formed, oldtup, td, from, to, task_id);
 
+		task_gate(&row, oldtup, td, from, to, task_id);
 		AtEOXact_GUC(true, nest);
-		if (gated != formed)
-			row_read(&row, gated, td);
 	}
 
 	/* A self-transition writes no event */
