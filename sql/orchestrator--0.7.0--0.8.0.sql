@@ -1960,6 +1960,19 @@ REVOKE ALL ON orch.tenant_bindings_rows, orch.queues_rows, orch.tasks_rows, orch
 REVOKE ALL ON FUNCTION orch.caller_definitions(), orch.caller_maintenance_log() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION orch.caller_definitions(), orch.caller_maintenance_log() TO orch_reader;
 
+-- Whether a claim may hand out a workflow step's task now (its run running,
+-- within its deadline, or a compensation): asked by the claim statements of
+-- orch_dequeue of the step tasks they come by only (src/dequeue.c).
+CREATE FUNCTION orch.step_claimable(run_id bigint, tenant text, step_key text)
+RETURNS boolean
+LANGUAGE C STABLE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_step_claimable';
+COMMENT ON FUNCTION orch.step_claimable(bigint, text, text) IS
+  'Internal, for orch_dequeue: may a claim hand out this task now (true for a plain task; for a workflow step''s task, while its run is running within its deadline, or for a compensation)?';
+REVOKE ALL ON FUNCTION orch.step_claimable(bigint, text, text) FROM PUBLIC;
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

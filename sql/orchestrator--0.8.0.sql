@@ -872,6 +872,18 @@ AS 'MODULE_PATHNAME', 'orch_dequeue';
 COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text) IS
   'Claims up to batch eligible tasks (priority, then FIFO) with a lease; never hands one task to two workers.';
 
+-- Whether a claim may hand out a workflow step's task now (its run running,
+-- within its deadline, or a compensation): asked by the claim statements of
+-- orch_dequeue of the step tasks they come by only (src/dequeue.c).
+CREATE FUNCTION orch.step_claimable(run_id bigint, tenant text, step_key text)
+RETURNS boolean
+LANGUAGE C STABLE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_step_claimable';
+COMMENT ON FUNCTION orch.step_claimable(bigint, text, text) IS
+  'Internal, for orch_dequeue: may a claim hand out this task now (true for a plain task; for a workflow step''s task, while its run is running within its deadline, or for a compensation)?';
+
 CREATE FUNCTION orch_complete(task_id bigint, lease_token uuid, result jsonb DEFAULT NULL)
 RETURNS text
 LANGUAGE C VOLATILE SECURITY DEFINER

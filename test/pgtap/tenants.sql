@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(6073);
+SELECT plan(6113);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -755,6 +755,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      'SELECT orch.stamp_on_node()', NULL, '{"*": "42501"}'),
     ('orch.run_busy_on_shard', 'any', NULL, 'call run_busy_on_shard directly',
      'SELECT orch.run_busy_on_shard(1, true)', NULL, '{"*": "42501"}'),
+    ('orch.step_claimable', 'any', NULL, 'call step_claimable directly (it tells whether a run is running)',
+     $q$SELECT orch.step_claimable(1, 'ta', NULL)$q$, NULL, '{"*": "42501"}'),
     ('orch.histogram_le', 'any', NULL, 'call histogram_le directly',
      'SELECT orch.histogram_le(1)', NULL, '{"*": "42501"}'),
     ('orch.histogram_quantile', 'any', NULL, 'call histogram_quantile directly',
