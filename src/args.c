@@ -211,6 +211,41 @@ orch_interval_usecs(Interval *iv)
 	return (int64) us;
 }
 
+/* The text of an interval, to microseconds (orch_try_interval_text) */
+typedef struct IntervalText
+{
+	const char *text;
+	int64		usecs;
+} IntervalText;
+
+static void
+interval_text_usecs(void *arg)
+{
+	IntervalText *p = (IntervalText *) arg;
+	Interval   *iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(p->text),
+														   ObjectIdGetDatum(InvalidOid),
+														   Int32GetDatum(-1)));
+
+	p->usecs = orch_interval_usecs(iv);
+}
+
+/*
+ * The text of an interval ('5 seconds') read from a JSON value (a queue's
+ * settings, a workflow definition) as microseconds: NULL and *usecs set when
+ * it is one, else the data exception interval_in or orch_interval_usecs
+ * raised, for the caller to report where the value was.  A cancel or any
+ * other error propagates.
+ */
+ErrorData *
+orch_try_interval_text(const char *text, int64 *usecs)
+{
+	IntervalText p = {text, 0};
+	ErrorData  *ed = orch_try_data_exception(interval_text_usecs, &p);
+
+	*usecs = p.usecs;
+	return ed;
+}
+
 Interval *
 orch_usecs_interval(int64 usecs)
 {

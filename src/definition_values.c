@@ -68,41 +68,6 @@ orch_def_fail_from(const char *path, ErrorData *ed)
 	pg_unreachable();
 }
 
-typedef void (*OrchDefProbe) (void *arg);
-
-/*
- * Run a check of another module (queue names, retry policies, intervals)
- * that reports a bad value by raising a data exception (SQLSTATE class 22),
- * and return that error, or NULL when the value passed.  Only pure
- * computations (no locks, buffers or catalog writes) are run this way, so no
- * subtransaction is needed; any other error (cancel, out of memory)
- * propagates unchanged.
- */
-static ErrorData *
-orch_def_try(OrchDefProbe probe, void *arg)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ErrorData  *volatile caught = NULL;
-
-	PG_TRY();
-	{
-		probe(arg);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *ed;
-
-		MemoryContextSwitchTo(cxt);
-		ed = CopyErrorData();
-		if (ERRCODE_TO_CATEGORY(ed->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
-			PG_RE_THROW();
-		FlushErrorState();
-		caught = ed;
-	}
-	PG_END_TRY();
-	return caught;
-}
-
 /* A user string quoted for a message, cut at DEF_SHOW_LEN bytes */
 char *
 orch_def_show(const char *s, int len)
@@ -315,24 +280,6 @@ orch_def_check_int(JsonbValue *v, const char *path, const char *key, int32 min)
 	return DatumGetInt32(DirectFunctionCall1(numeric_int4, NumericGetDatum(n)));
 }
 
-typedef struct IntervalProbe
-{
-	const char *text;
-	int64		usecs;
-} IntervalProbe;
-
-static void
-orch_def_probe_interval(void *arg)
-{
-	IntervalProbe *p = (IntervalProbe *) arg;
-	Interval   *iv;
-
-	iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(p->text),
-											   ObjectIdGetDatum(InvalidOid),
-											   Int32GetDatum(-1)));
-	p->usecs = orch_interval_usecs(iv);	/* 22023 when out of range */
-}
-
 /*
  * An interval: a string PostgreSQL reads as an interval ('90 seconds',
  * '1 day 02:00', 'PT5M') or a number of seconds; positive and at most 100
@@ -358,14 +305,10 @@ orch_def_check_interval(JsonbValue *v, const char *path, const char *key)
 	}
 	else if (v->type == jbvString)
 	{
-		IntervalProbe p;
-		ErrorData  *ed;
+		ErrorData  *ed = orch_try_interval_text(pnstrdup(v->val.string.val, v->val.string.len), &us);
 
-		p.text = pnstrdup(v->val.string.val, v->val.string.len);
-		p.usecs = 0;
-		if ((ed = orch_def_try(orch_def_probe_interval, &p)) != NULL)
+		if (ed != NULL)
 			orch_def_fail_from(path, ed);
-		us = p.usecs;
 		if (us > ORCH_MAX_INTERVAL)
 			orch_def_fail(path, NULL, "%s must be at most 100 years (36500 days)", key);
 	}
@@ -393,7 +336,7 @@ orch_def_check_queue(JsonbValue *v, const char *path, const char *key)
 	if (v->type != jbvString)
 		orch_def_fail(path, NULL, "%s must be a queue name (a string), not %s", key, orch_def_kind(v));
 	q = pnstrdup(v->val.string.val, v->val.string.len);
-	if ((ed = orch_def_try(orch_def_probe_queue, q)) != NULL)
+	if ((ed = orch_try_data_exception(orch_def_probe_queue, q)) != NULL)
 		orch_def_fail_from(path, ed);
 }
 
@@ -418,7 +361,7 @@ orch_def_check_retry_policy(JsonbValue *v, const char *path)
 
 	if (!orch_def_is_object(v))
 		orch_def_fail(path, NULL, "retry_policy must be an object, not %s", orch_def_kind(v));
-	if ((ed = orch_def_try(orch_def_probe_retry_policy, JsonbValueToJsonb(v))) != NULL)
+	if ((ed = orch_try_data_exception(orch_def_probe_retry_policy, JsonbValueToJsonb(v))) != NULL)
 		orch_def_fail_from(path, ed);
 	safety = orch_def_get(v->val.binary.data, "retry_safety");
 	if (safety != NULL && safety->type != jbvString)

@@ -246,40 +246,37 @@ iso8601_shape(const char *s)
  * the worker's call that made it due.  Without a zone it is read in the
  * session's TimeZone.
  */
+/* timestamptz_in of a string (orch_parse_timestamp_safely) */
+typedef struct TimestampText
+{
+	const char *text;
+	TimestampTz value;
+} TimestampText;
+
+static void
+timestamp_text_value(void *arg)
+{
+	TimestampText *p = (TimestampText *) arg;
+
+	p->value = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(p->text),
+													   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+}
+
 bool
 orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out)
 {
 	JsonbValue	jv;
-	char	   *str;
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		ok = false;
+	TimestampText p;
 
 	if (!JsonbExtractScalar(&j->root, &jv) || jv.type != jbvString)
 		return false;
-	str = pnstrdup(jv.val.string.val, jv.val.string.len);
-	if (!iso8601_shape(str))
+	p.text = pnstrdup(jv.val.string.val, jv.val.string.len);
+	p.value = 0;
+	if (!iso8601_shape(p.text))
 		return false;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
-	{
-		*out = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(str),
-													   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
-		ok = !TIMESTAMP_NOT_FINITE(*out);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcxt);
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	/* a value timestamptz_in refuses (a data exception) is not one; a cancel goes on */
+	if (orch_try_data_exception(timestamp_text_value, &p) != NULL)
+		return false;
+	*out = p.value;
+	return !TIMESTAMP_NOT_FINITE(p.value);
 }

@@ -122,30 +122,13 @@ setting_interval(const char *key, JsonbValue *v, bool allow_zero)
 	}
 	else if (v->type == jbvString)
 	{
-		char	   *s = pnstrdup(v->val.string.val, v->val.string.len);
-		MemoryContext oldcxt = CurrentMemoryContext;
-		Interval   *iv = NULL;
+		ErrorData  *ed = orch_try_interval_text(pnstrdup(v->val.string.val, v->val.string.len), &us);
 
-		PG_TRY();
-		{
-			iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(s),
-													   ObjectIdGetDatum(InvalidOid),
-													   Int32GetDatum(-1)));
-		}
-		PG_CATCH();
-		{
-			ErrorData  *ed;
-
-			MemoryContextSwitchTo(oldcxt);
-			ed = CopyErrorData();
-			FlushErrorState();
+		if (ed != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid value for setting \"%s\"", key),
 					 errdetail("%s", ed->message)));
-		}
-		PG_END_TRY();
-		us = orch_interval_usecs(iv);
 	}
 	else
 		bad_setting(key, "an interval or a number of seconds");

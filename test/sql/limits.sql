@@ -85,6 +85,11 @@ SELECT task_id AS h1, lease_token AS htok FROM orch_dequeue('lim_h', 'w') \gset
 SELECT pg_temp.msg(format($$SELECT orch_heartbeat(%s, %L, interval '200 years')$$, :h1, :'htok')) AS extend_200y;
 SELECT pg_temp.msg($$SELECT orch_create_queue('lim_s', '{"max_attempts": 1e400}')$$) AS huge_number;
 SELECT pg_temp.sqlstate_of($$SELECT orch_create_queue('lim_s', '{"lease": 1e400}')$$) AS huge_lease_setting;
+-- an interval as text: one interval_in refuses, and one it takes but too
+-- large for microseconds, are each the setting's 22023 (only data
+-- exceptions are caught while the text is read: orch_try_interval_text)
+SELECT pg_temp.msg($$SELECT orch_create_queue('lim_s', '{"lease": "soon"}')$$) AS lease_text_bad;
+SELECT pg_temp.msg($$SELECT orch_create_queue('lim_s', '{"lease": "1000000 years"}')$$) AS lease_text_huge;
 
 -- a lease is judged by the statement's time: inside a transaction that
 -- began before the lease ran out, an expired lease cannot complete
