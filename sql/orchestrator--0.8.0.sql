@@ -878,6 +878,9 @@ COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text) IS
 CREATE FUNCTION orch.step_claimable(run_id bigint, tenant text, step_key text)
 RETURNS boolean
 LANGUAGE C STABLE
+-- a query of its own: costed so that the claims' cheaper conditions (due
+-- yet? the tenant, the window) are tested first
+COST 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS 'MODULE_PATHNAME', 'orch_step_claimable';

@@ -240,12 +240,6 @@ iso8601_shape(const char *s)
 	return *p == '\0';
 }
 
-/*
- * A JSON string holding an ISO 8601 timestamp (iso8601_shape) as a finite
- * timestamp, or false: a bad value in a run's input fails the step, never
- * the worker's call that made it due.  Without a zone it is read in the
- * session's TimeZone.
- */
 /* timestamptz_in of a string (orch_parse_timestamp_safely) */
 typedef struct TimestampText
 {
@@ -262,6 +256,12 @@ timestamp_text_value(void *arg)
 													   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
 }
 
+/*
+ * A JSON string holding an ISO 8601 timestamp (iso8601_shape) as a finite
+ * timestamp, or false: a bad value in a run's input fails the step, never
+ * the worker's call that made it due.  Without a zone it is read in the
+ * session's TimeZone.
+ */
 bool
 orch_parse_timestamp_safely(Jsonb *j, TimestampTz *out)
 {

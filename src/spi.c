@@ -533,7 +533,10 @@ orch_try_data_exception(void (*fn) (void *arg), void *arg)
 		MemoryContextSwitchTo(cxt);
 		ed = CopyErrorData();
 		if (ERRCODE_TO_CATEGORY(ed->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
+		{
+			FreeErrorData(ed);
 			PG_RE_THROW();
+		}
 		FlushErrorState();
 		caught = ed;
 	}
