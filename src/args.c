@@ -2,7 +2,8 @@
  * args.c
  *	  Argument checks and value conversions every SQL-callable function
  *	  shares: required arguments, text and correlation ids, intervals,
- *	  payload size, uuids, text datums, the not-found error.
+ *	  payload size, uuids, text datums, the not-found error, and the catch
+ *	  of the data exception a value's conversion raises.
  */
 #include "postgres.h"
 
@@ -209,6 +210,41 @@ orch_interval_usecs(Interval *iv)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("interval out of range")));
 	return (int64) us;
+}
+
+/*
+ * Run fn(arg), a pure computation (no locks, buffers, catalog or SPI work)
+ * that reports a bad value by raising a data exception (SQLSTATE class 22):
+ * NULL when the value passed, else that error, copied, with the error state
+ * cleared.  Such work needs no subtransaction; any other error (a cancel,
+ * out of memory) propagates unchanged.
+ */
+ErrorData *
+orch_try_data_exception(void (*fn) (void *arg), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ErrorData  *volatile caught = NULL;
+
+	PG_TRY();
+	{
+		fn(arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *ed;
+
+		MemoryContextSwitchTo(cxt);
+		ed = CopyErrorData();
+		if (ERRCODE_TO_CATEGORY(ed->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
+		{
+			FreeErrorData(ed);
+			PG_RE_THROW();
+		}
+		FlushErrorState();
+		caught = ed;
+	}
+	PG_END_TRY();
+	return caught;
 }
 
 /* The text of an interval, to microseconds (orch_try_interval_text) */

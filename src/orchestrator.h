@@ -335,6 +335,7 @@ extern void orch_check_name(const char *name, const char *what);
 extern char *orch_correlation_arg(FunctionCallInfo fcinfo, int argno);
 extern char *orch_approval_ref_arg(FunctionCallInfo fcinfo, int argno);
 extern int64 orch_interval_usecs(Interval *iv);
+extern ErrorData *orch_try_data_exception(void (*fn) (void *arg), void *arg);
 extern ErrorData *orch_try_interval_text(const char *text, int64 *usecs);
 extern Interval *orch_usecs_interval(int64 usecs);
 extern void orch_check_payload_size(Jsonb *j, const char *what);
@@ -423,7 +424,6 @@ extern char **orch_spi_column(int col);	/* a text column of the last result */
 extern uint64 orch_args_sql(OrchArgs *a, const char *sql, bool read_only, long count, int expect);
 /* fn(arg) in a subtransaction: NULL, or the error it raised (rolled back) */
 extern ErrorData *orch_subxact_try(void (*fn) (void *arg), void *arg);
-extern ErrorData *orch_try_data_exception(void (*fn) (void *arg), void *arg);
 extern ErrorData *orch_subxact_try_waiting(void (*fn) (void *arg), void *arg,
 										   const char *lock_timeout);
 extern uint64 orch_args_sql_once(OrchArgs *a, const char *sql, bool read_only, long count, int expect);

@@ -509,41 +509,6 @@ orch_subxact_try(void (*fn) (void *arg), void *arg)
 	return e;
 }
 
-/*
- * Run fn(arg), a pure computation (no locks, buffers, catalog or SPI work)
- * that reports a bad value by raising a data exception (SQLSTATE class 22):
- * NULL when the value passed, else that error, copied, with the error state
- * cleared.  Such work needs no subtransaction; any other error (a cancel,
- * out of memory) propagates unchanged.
- */
-ErrorData *
-orch_try_data_exception(void (*fn) (void *arg), void *arg)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ErrorData  *volatile caught = NULL;
-
-	PG_TRY();
-	{
-		fn(arg);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *ed;
-
-		MemoryContextSwitchTo(cxt);
-		ed = CopyErrorData();
-		if (ERRCODE_TO_CATEGORY(ed->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
-		{
-			FreeErrorData(ed);
-			PG_RE_THROW();
-		}
-		FlushErrorState();
-		caught = ed;
-	}
-	PG_END_TRY();
-	return caught;
-}
-
 /* fn with lock_timeout set (and any setting fn changes restored after) */
 typedef struct WaitingCall
 {
