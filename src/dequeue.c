@@ -60,11 +60,12 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  * row is read), whether or not a step task came by: about 3 us per partition
  * and claim, 15% of a single claim's time with 13 partitions.
  */
+#define RUN_CLAIMABLE(RUN_ID, RUN_TENANT, STEP_KEY) \
+	"r.id = " RUN_ID " AND r.tenant_id = " RUN_TENANT " AND r.state = 'running'" \
+	" AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
+	"      OR " STEP_KEY " LIKE '%:compensate')"
 #define STEP_CLAIMABLE_SQL \
-	"SELECT 1 FROM orch.runs r" \
-	" WHERE r.id = $1 AND r.tenant_id = $2 AND r.state = 'running'" \
-	"   AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
-	"        OR $3 LIKE '%:compensate')"
+	"SELECT 1 FROM orch.runs r WHERE " RUN_CLAIMABLE("$1", "$2", "$3")
 #define RUN_FILTER_ON(T) \
 	" AND (" T ".run_id IS NULL OR orch.step_claimable(" T ".run_id, " T ".tenant_id, " T ".step_key))"
 
@@ -76,10 +77,8 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  * partitioned).
  */
 #define RUN_SUBQUERY_ON(T, RUN_TENANT) \
-	" AND (" T ".run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r" \
-	"      WHERE r.id = " T ".run_id AND r.tenant_id = " RUN_TENANT " AND r.state = 'running'" \
-	"        AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
-	"             OR " T ".step_key LIKE '%:compensate')))"
+	" AND (" T ".run_id IS NULL OR EXISTS (SELECT 1 FROM orch.runs r WHERE " \
+	RUN_CLAIMABLE(T ".run_id", RUN_TENANT, T ".step_key") "))"
 #define RUN_FILTER_CITUS RUN_SUBQUERY_ON("c", "$5")
 
 #define RUN_FILTER_070(T) RUN_SUBQUERY_ON(T, T ".tenant_id")
