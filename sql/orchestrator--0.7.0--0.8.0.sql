@@ -572,30 +572,9 @@ REVOKE ALL ON orch.attempts, orch.events, orch.attempts_default, orch.events_def
     orch.runs, orch.run_steps, orch.approvals, orch.runs_default, orch.run_steps_default,
     orch.approvals_default, orch.run_keys, orch.approval_refs FROM PUBLIC;
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
-  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
+  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued, by orch_enqueue or orch_enqueue_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS
-  'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). The next claim writes it out as an orch.events row first.';
--- One block-range index for the three transitions the task row records (a
--- multi-column BRIN answers a condition on any one of its columns): one
--- index to open and one summary to widen per write, not three.  It holds
--- each transaction id in blocks of 1,024 (xact >> 10), not the id itself:
--- a write whose id is above its range's summary widens it (one WAL record),
--- and a task row is written where there is room, in ranges summarized long
--- ago, so with exact ids nearly every enqueue, claim and completion
--- widened one; in blocks, a range's summary widens once per 1,024
--- transactions.  An empty column counts as 0: PostgreSQL 15 writes a
--- range's summary again for every NULL added to a column of which the
--- range holds only NULLs (every enqueue, into ranges no claim has reached
--- yet).  The metrics fold asks for the block too (and rechecks the exact
--- id), so it reads the ranges written since its last snapshot, a block
--- earlier at most.  No autosummarize: an autovacuum worker that summarizes
--- a new range takes the table's SHARE UPDATE EXCLUSIVE lock, and waiting for
--- it cancels a VACUUM of orch.tasks in progress (PostgreSQL cancels an
--- autovacuum that blocks anyone for deadlock_timeout); on a busy table
--- every VACUUM was cancelled so, and the table bloated without bound.
--- VACUUM summarizes the new ranges itself; until then a scan reads them.
-CREATE INDEX tasks_xact_idx ON orch.tasks USING brin ((coalesce(created_xact, 0) OPERATOR(pg_catalog.>>) 10),
-    (coalesce(claim_xact, 0) OPERATOR(pg_catalog.>>) 10), (coalesce(complete_xact, 0) OPERATOR(pg_catalog.>>) 10));
+  'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). Kept while the task is executing and when it records its completion; a task leaving executing otherwise writes it out as an orch.events row.';
 COMMENT ON COLUMN orch.tasks.complete_event_id IS
   'Set by the lifecycle trigger when the row records its completion by orch_complete or orch_complete_batch (executing -> completed, reason completed): the id of that event in orch.history; with complete_attempt_id (the id of the completed attempt in orch.attempt_history, from orch.attempts_id_seq), completed_by (the role) and complete_xact (the completing transaction, for orch.metrics_fold). No orch.events or orch.attempts row is written for it.';
 
@@ -1598,6 +1577,30 @@ REVOKE ALL ON FUNCTION orch.run_busy_on_shard(bigint, boolean) FROM PUBLIC;
 -- the shard it folds on Citus): orch.task_step_type goes.
 DROP FUNCTION orch.task_step_type(bigint, text, text);
 
+ALTER TABLE orch.metric_state ADD COLUMN mark_xact bigint[] NOT NULL DEFAULT '{}',
+    ADD COLUMN mark_task bigint[] NOT NULL DEFAULT '{}',
+    ADD COLUMN mark_time timestamptz[] NOT NULL DEFAULT '{}';
+COMMENT ON TABLE orch.metric_state IS
+  'Where orch.metrics_fold stopped: the snapshot (xmin, xmax, in-progress ids) of its last pass, the event/attempt ids below which rows predate the counters, and the marks of its recent passes (orch.metrics_mark: transaction id, task id, time) from which the next pass reads task rows.';
+
+-- Marks of where the metrics fold may start reading task rows (see
+-- orch.metrics_fold_on): the clock a fold published last, which a completion
+-- a task row records is never stamped before (a time in microseconds since
+-- 2000-01-01, as a timestamptz; not set: none yet).
+CREATE SEQUENCE orch.metrics_clock;
+REVOKE ALL ON SEQUENCE orch.metrics_clock FROM PUBLIC;
+COMMENT ON SEQUENCE orch.metrics_clock IS
+  'The last moment orch.metrics_mark() published (microseconds since 2000-01-01 UTC): a completion a task row records is stamped no earlier.';
+
+CREATE FUNCTION orch.metrics_mark(OUT mark_xact bigint, OUT mark_task bigint, OUT mark_time timestamptz)
+RETURNS record
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, orch, pg_temp
+AS 'MODULE_PATHNAME', 'orch_metrics_mark';
+COMMENT ON FUNCTION orch.metrics_mark() IS
+  'For orch.metrics_fold: the last task id drawn and the clock (published in orch.metrics_clock), read before mark_xact, the next transaction id: a transaction with an id of at least mark_xact enqueues tasks with higher ids and completes them no earlier.';
+REVOKE ALL ON FUNCTION orch.metrics_mark() FROM PUBLIC;
+
 -- The metrics fold (0.6.0: about twice as fast per task folded as 0.5.0's,
 -- same counts): the step type is looked up for workflow tasks only, the
 -- attempt of an event only for retries and failures, and the rows are
@@ -1640,11 +1643,17 @@ DECLARE
     -- a row counts when its transaction committed after the last fold's
     -- snapshot and before this one's (not this transaction: its rows are
     -- the next fold's), and its id is above the floor and in the range
-    -- (the first condition, on the id's block of 1,024, is what the task
-    -- rows' tasks_xact_idx answers; the others are exact)
-    cond    constant text := '(coalesce(%1$s, 0) >> 10) >= ($1 >> 10) AND %1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
+    cond    constant text := '%1$s >= $1 AND (%1$s >= $2 OR %1$s = ANY ($3))'
                              ' AND %1$s < $4 AND %1$s <> ALL ($5) AND %1$s IS DISTINCT FROM $6'
                              ' AND %2$s > %3$s AND %2$s <= $9';
+    -- the enqueues and completions task rows record: on one node only (on
+    -- Citus the trigger, on the shard's node, writes their event rows)
+    derived constant boolean := state = 'orch.metric_state'::regclass;
+    mark    record;
+    m       integer;
+    -- where the task rows this fold has to read start (orch.metrics_mark)
+    task_floor  bigint := 0;
+    time_floor  timestamptz := '-infinity';
 BEGIN
     -- One fold at a time; a caller that finds one running leaves it to it.
     -- The snapshot is taken after the lock, so that it sees the state the
@@ -1667,7 +1676,7 @@ BEGIN
             'UPDATE %9$s m SET snap_xmin = (pg_snapshot_xmin(q.s)::text)::bigint,'
             '   snap_xmax = (pg_snapshot_xmax(q.s)::text)::bigint,'
             '   snap_xip = coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(q.s) x), ''{}''),'
-            '   refreshed_at = now(),'
+            '   refreshed_at = now(),%10$s'
             -- (the history's ids: events, and the ids task rows record)
             '   event_floor = greatest(m.event_floor,'
             '     (SELECT max(id) FROM %2$s WHERE id <= $1),'
@@ -1678,9 +1687,25 @@ BEGIN
             '     (SELECT max(id) FROM %3$s WHERE id <= $1),'
             '     (SELECT max(complete_attempt_id) FROM %1$s WHERE complete_attempt_id <= $1))'
             ' FROM (SELECT pg_current_snapshot() AS s) q WHERE m.id = $2',
-            tables[1], tables[2], tables[3], NULL, NULL, NULL, NULL, NULL, state)
+            tables[1], tables[2], tables[3], NULL, NULL, NULL, NULL, NULL, state,
+            CASE WHEN derived THEN '   mark_xact = ''{}'', mark_task = ''{}'', mark_time = ''{}'',' ELSE '' END)
         USING id_hi, state_id;
         RETURN 0;
+    END IF;
+
+    -- The task rows to read for the enqueues and completions they record:
+    -- those of the transactions not counted yet (at least the last
+    -- snapshot's xmin) have task ids above, and completion times at or
+    -- after, the last mark taken before those transactions' ids were
+    -- assigned (no mark: all of them).  Then this fold's mark, for the
+    -- next folds.
+    IF derived THEN
+        m := (SELECT max(i) FROM generate_subscripts(st.mark_xact, 1) i WHERE st.mark_xact[i] <= st.snap_xmin);
+        IF m IS NOT NULL THEN
+            task_floor := st.mark_task[m];
+            time_floor := st.mark_time[m];
+        END IF;
+        SELECT * INTO mark FROM orch.metrics_mark();
     END IF;
 
     EXECUTE format($q$
@@ -1713,10 +1738,17 @@ BEGIN
           FROM %1$s t
          WHERE %12$s AND t.enqueue_event_id IS NOT NULL
         UNION ALL
+        -- a claim is recorded by an executing row, or by a row that records
+        -- its completion (the task leaving executing otherwise writes it out)
         SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task', 'queued', 'executing',
                'claimed', t.attempts, t.claimed_at, make_interval(secs => t.claim_waited / 1000000.0)
           FROM %1$s t
-         WHERE %13$s AND t.claim_event_id IS NOT NULL
+         WHERE t.state = 'executing' AND %13$s AND t.claim_event_id IS NOT NULL
+        UNION ALL
+        SELECT t.claim_event_id, t.tenant_id, t.id, t.run_id, 'task', 'queued', 'executing',
+               'claimed', t.attempts, t.claimed_at, make_interval(secs => t.claim_waited / 1000000.0)
+          FROM %1$s t
+         WHERE %15$s AND t.complete_event_id IS NOT NULL AND %13$s AND t.claim_event_id IS NOT NULL
     ),
     tev AS (
         SELECT e.tenant_id, t.queue, e.from_state, e.to_state, e.reason_code, e.at, e.waited,
@@ -1813,9 +1845,12 @@ BEGIN
                    '', '', 'maintenance_runs', '', '', tables[8])
             || format(cond, 'l.xact', '0', '-1') END,
         format(cond, 'a.xact', 'a.id', '$8'),
-        format(cond, 't.complete_xact', 't.complete_attempt_id', '$8'),
+        -- (completions: by the finished index, enqueues: by the primary key)
+        CASE WHEN derived THEN 't.finished_at >= $10 AND ' || format(cond, 't.complete_xact', 't.complete_attempt_id', '$8')
+             ELSE 'false' END,
         format(cond, 'e.xact', 'e.id', '$7'),
-        format(cond, 't.created_xact', 't.enqueue_event_id', '$7'),
+        CASE WHEN derived THEN 't.id > $11 AND ' || format(cond, 't.created_xact', 't.enqueue_event_id', '$7')
+             ELSE 'false' END,
         format(cond, 't.claim_xact', 't.claim_event_id', '$7'),
         -- the step type a task t's metrics are labelled with
         format($s$CASE WHEN t.run_id IS NULL THEN 'task'
@@ -1826,12 +1861,13 @@ BEGIN
                     ELSE coalesce((SELECT s.type FROM %s s
                                     WHERE s.run_id = t.run_id AND s.tenant_id = t.tenant_id
                                       AND s.step_id = split_part(split_part(t.step_key, '#', 1), ':', 1)), 'task')
-               END$s$, tables[5]))
+               END$s$, tables[5]),
+        CASE WHEN derived THEN 't.finished_at >= $10' ELSE 'false' END)
     INTO folded
     USING st.snap_xmin, st.snap_xmax, st.snap_xip,
           (pg_snapshot_xmax(s)::text)::bigint,
           coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[]),
-          own, st.event_floor, st.attempt_floor, id_hi;
+          own, st.event_floor, st.attempt_floor, id_hi, time_floor, task_floor;
 
     -- This transaction's rows are the next fold's.
     EXECUTE format('UPDATE %s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3, refreshed_at = now(),'
@@ -1842,6 +1878,17 @@ BEGIN
           coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[])
             || CASE WHEN own IS NOT NULL AND own < (pg_snapshot_xmax(s)::text)::bigint THEN ARRAY[own] ELSE '{}'::bigint[] END,
           folded, state_id;
+    -- The marks the next folds may start from: the last one at or below
+    -- the xmin just stored (which only grows), the later ones, this one.
+    IF derived THEN
+        UPDATE orch.metric_state ms
+           SET mark_xact = ms.mark_xact[coalesce(k.i, 1):] || mark.mark_xact,
+               mark_task = ms.mark_task[coalesce(k.i, 1):] || mark.mark_task,
+               mark_time = ms.mark_time[coalesce(k.i, 1):] || mark.mark_time
+          FROM (SELECT max(i) AS i FROM orch.metric_state x, generate_subscripts(x.mark_xact, 1) i
+                 WHERE x.id = state_id AND x.mark_xact[i] <= x.snap_xmin) k
+         WHERE ms.id = state_id;
+    END IF;
 
     EXECUTE format('DELETE FROM %s WHERE minute < now() - interval ''2 days''', tables[7]);
     RETURN folded;

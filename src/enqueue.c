@@ -370,6 +370,7 @@ orch_enqueue(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	orch_set_event_context(NULL, NULL);
+	orch_event_context_enqueue_in_task();
 	prepare_queue(&o);
 	id = enqueue_one(&o, payload, key);
 	orch_clear_event_context();
@@ -429,6 +430,7 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	orch_set_event_context(NULL, NULL);
+	orch_event_context_enqueue_in_task();
 	prepare_queue(&o);
 	if (kelems != NULL || o.qs.rate_count > 0)
 	{

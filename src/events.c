@@ -48,7 +48,7 @@ ctx_reset(void)
 	if (ctx.note)
 		pfree(ctx.note);
 	ctx.actor = ctx.note = NULL;
-	ctx.active = ctx.worker_actor = ctx.completion_in_task = false;
+	ctx.active = ctx.worker_actor = ctx.completion_in_task = ctx.enqueue_in_task = false;
 }
 
 static void
@@ -96,6 +96,7 @@ orch_save_event_context(void)
 	c.active = ctx.active;
 	c.worker_actor = ctx.worker_actor;
 	c.completion_in_task = ctx.completion_in_task;
+	c.enqueue_in_task = ctx.enqueue_in_task;
 	c.actor = ctx.actor ? pstrdup(ctx.actor) : NULL;
 	c.note = ctx.note ? pstrdup(ctx.note) : NULL;
 	return c;
@@ -111,6 +112,7 @@ orch_restore_event_context(OrchEventContext c)
 	}
 	orch_set_event_context_ext(c.actor, c.note, c.worker_actor);
 	ctx.completion_in_task = c.completion_in_task;
+	ctx.enqueue_in_task = c.enqueue_in_task;
 }
 
 /*
@@ -124,6 +126,27 @@ void
 orch_event_context_completion_in_task(void)
 {
 	ctx.completion_in_task = true;
+}
+
+/*
+ * The call's enqueues (received -> queued, reason enqueued) are recorded by
+ * the task rows themselves (enqueue_event_id, created_by, created_xact; no
+ * event row): orch_enqueue and orch_enqueue_batch, from 0.8.0 on and off
+ * Citus (where the trigger runs on the shard's node, which does not see
+ * this context).  The transaction's id is assigned here, before the call
+ * draws any task id: orch.metrics_fold finds the enqueues it has not
+ * counted by task id above the last id drawn before the transaction ids it
+ * has not counted were assigned (orch.metrics_mark), which holds only for
+ * ids drawn after their transaction's id.  Not in a read-only transaction
+ * or on a standby, where the insert fails with its own error.
+ */
+void
+orch_event_context_enqueue_in_task(void)
+{
+	if (orch_schema_version() < 800 || orch_citus() || XactReadOnly || RecoveryInProgress())
+		return;
+	(void) GetTopTransactionId();
+	ctx.enqueue_in_task = true;
 }
 
 /* ----------------------------------------------------------------------
@@ -431,17 +454,19 @@ orch_event_context(void)
  * ---------------------------------------------------------------------- */
 static Oid	event_seq = InvalidOid;
 static Oid	attempt_seq = InvalidOid;
+static Oid	clock_seq = InvalidOid;
+static Oid	task_seq = InvalidOid;
 static bool seqs_registered = false;
 
 static void
 seqs_reset(void)
 {
-	event_seq = attempt_seq = InvalidOid;
+	event_seq = attempt_seq = clock_seq = task_seq = InvalidOid;
 }
 
-/* nextval of orch.<name>, the sequence looked up once (again after the schema changes) */
-static int64
-next_id(Oid *seq, const char *name)
+/* orch.<name>, a sequence looked up once (again after the schema changes) */
+static Oid
+seq_oid(Oid *seq, const char *name)
 {
 	if (!seqs_registered)
 	{
@@ -454,7 +479,64 @@ next_id(Oid *seq, const char *name)
 		if (!OidIsValid(*seq))
 			elog(ERROR, "orchestrator: sequence orch.%s is missing", name);
 	}
-	return nextval_internal(*seq, false);
+	return *seq;
+}
+
+/* nextval of orch.<name> */
+static int64
+next_id(Oid *seq, const char *name)
+{
+	return nextval_internal(seq_oid(seq, name), false);
+}
+
+/*
+ * The last value orch.<name> gave out (0 if none yet), the sequence looked
+ * up once as next_id's; read as pg_sequence_last_value() reads it (the
+ * caller's privilege on the sequence checked there).
+ */
+static int64
+sequence_last(Oid *seq, const char *name)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		d;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = ObjectIdGetDatum(seq_oid(seq, name));
+	fcinfo->args[0].isnull = false;
+	d = pg_sequence_last_value(fcinfo);
+	return fcinfo->isnull ? 0 : DatumGetInt64(d);
+}
+
+/* The last task id orch.tasks_id_seq gave out (0 if none yet) */
+int64
+orch_last_task_id(void)
+{
+	return sequence_last(&task_seq, "tasks_id_seq");
+}
+
+/*
+ * The moment a completion the task row records is stamped with: the clock,
+ * or the last mark orch.metrics_mark() published (orch.metrics_clock) if the
+ * clock reads earlier (it was set back).  orch.metrics_fold finds the
+ * completions it has not counted by finished_at from the mark published
+ * before the transaction ids it has not counted were assigned; the
+ * transaction's id is assigned before the mark is read (the completion's
+ * UPDATE locked the row), so that holds whatever the clock does.
+ */
+TimestampTz
+orch_metrics_clock(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	(void) GetTopTransactionId();
+	return Max(now, orch_metrics_clock_mark());
+}
+
+/* The last mark orch.metrics_mark() published (0 if none yet) */
+TimestampTz
+orch_metrics_clock_mark(void)
+{
+	return (TimestampTz) sequence_last(&clock_seq, "metrics_clock");
 }
 
 /*

@@ -600,14 +600,32 @@ task_trigger(TriggerData *trigdata)
 			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
 	/*
-	 * A claim.  The row records the event of its latest claim from the queue
+	 * The task leaves executing other than by a completion it records (a
+	 * retry wait, a tool, a confirmation, a failure, a cancel, a lease
+	 * recovery): the claim the row records is written out as an event row
+	 * now (its id, time, role and transaction kept) and the row records none,
+	 * so that a recorded claim is only ever on an executing row or on a row
+	 * that records its completion: where orch.metrics_fold looks for them.
+	 */
+	if (task_cols.claim_event_id > 0 && from == TS_EXECUTING && !records_completion &&
+		!heap_attisnull(oldtup, task_cols.claim_event_id, td))
+	{
+		write_claim_event(oldtup, td, tenant, task_id, has_run, run_id);
+		row_set(&row, task_cols.claim_event_id, (Datum) 0, true);
+		row_set(&row, task_cols.claimed_by, (Datum) 0, true);
+		row_set(&row, task_cols.claim_xact, (Datum) 0, true);
+		row_set(&row, task_cols.claim_waited, (Datum) 0, true);
+	}
+
+	/*
+	 * A claim.  The row records the event of its claim from the queue
 	 * (queued -> executing, reason claimed, labelled with the lease owner):
 	 * claim_event_id, claimed_by, claim_xact, claim_waited, read with the
 	 * columns only a claim sets (claimed_at, lease_owner, lease_token,
-	 * attempts); orch.history derives it.  A new claim first writes the
-	 * previous claim's event out as a row (its id, time and role kept), then
-	 * records its own, or, claimed otherwise (after a retry wait, a tool, a
-	 * confirmation), writes its event row and records none.
+	 * attempts); orch.history derives it.  Claimed otherwise (after a retry
+	 * wait, a tool, a confirmation), the claim writes its event row and
+	 * records none.  A claim recorded before (the task left executing with
+	 * the lifecycle trigger off) is written out first.
 	 */
 	if (task_cols.claim_event_id > 0 && (is_insert || (to == TS_EXECUTING && from != TS_EXECUTING)))
 	{
@@ -639,11 +657,12 @@ task_trigger(TriggerData *trigdata)
 	}
 
 	/*
-	 * A plain enqueue (received -> queued, reason enqueued, no label or
-	 * note): the task row records its event (orch.history derives it from
-	 * enqueue_event_id, created_by, created_at and created_xact), and no
-	 * event row is written.  Any other insert records nothing there, so
-	 * that no event is derived for it (nor forged by a raw INSERT).
+	 * A plain enqueue by orch_enqueue or orch_enqueue_batch (received ->
+	 * queued, reason enqueued, no label or note): the task row records its
+	 * event (orch.history derives it from enqueue_event_id, created_by,
+	 * created_at and created_xact), and no event row is written.  Any other
+	 * insert (a raw INSERT among them) records nothing there and writes its
+	 * event row, so that no event is derived for it, nor forged.
 	 */
 	if (is_insert && task_cols.enqueue_event_id > 0)
 	{
@@ -651,7 +670,8 @@ task_trigger(TriggerData *trigdata)
 		Datum		v[3] = {0, 0, 0};
 		bool		n[3] = {true, true, true};
 		bool		derive = to == TS_QUEUED && strcmp(reason, "enqueued") == 0 &&
-			actor == NULL && orch_event_context()->note == NULL;
+			actor == NULL && orch_event_context()->note == NULL &&
+			orch_event_context()->enqueue_in_task;
 
 		if (derive)
 		{
@@ -686,7 +706,7 @@ task_trigger(TriggerData *trigdata)
 		v[1] = Int64GetDatum(orch_next_attempt_id());
 		v[2] = CStringGetTextDatum(orch_current_actor());
 		v[3] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
-		v[4] = TimestampTzGetDatum(GetCurrentTimestamp());
+		v[4] = TimestampTzGetDatum(orch_metrics_clock());
 		for (int i = 0; i < 5; i++)
 			row_set(&row, complete_cols[i], v[i], n[i]);
 		return row_form(&row);

@@ -12,7 +12,10 @@
 
 #include <math.h>
 
+#include "access/transam.h"
 #include "access/xact.h"
+#include "funcapi.h"
+#include "storage/lmgr.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -24,6 +27,7 @@ PG_FUNCTION_INFO_V1(orch_histogram_le);
 PG_FUNCTION_INFO_V1(orch_histogram_quantile);
 PG_FUNCTION_INFO_V1(orch_metrics_prometheus);
 PG_FUNCTION_INFO_V1(orch_metrics_refresh);
+PG_FUNCTION_INFO_V1(orch_metrics_mark);
 
 /* Bucket upper bounds in seconds; a last bucket, +Inf, takes the rest. */
 static const double bucket_bounds[] = {
@@ -531,4 +535,49 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 	SPI_finish();
 	result = cstring_to_text_with_len(buf.data, buf.len);
 	PG_RETURN_TEXT_P(result);
+}
+
+/*
+ * orch.metrics_mark() -> (mark_xact bigint, mark_task bigint, mark_time timestamptz)
+ *	  Where orch.metrics_fold may start looking for the transitions task rows
+ *	  record (docs/storage.md, *The metrics fold*).  Reads the last task id
+ *	  drawn (mark_task) and the clock (mark_time), publishes the clock in
+ *	  orch.metrics_clock unless it holds a later moment, and then reads the
+ *	  next transaction id to be assigned (mark_xact).  A transaction whose id
+ *	  is at least mark_xact got it after all of that, so:
+ *	  - its enqueues by orch_enqueue and orch_enqueue_batch have task ids
+ *	    above mark_task (they assign the transaction's id before they draw
+ *	    task ids);
+ *	  - its completions by orch_complete and orch_complete_batch, and those
+ *	    of the tasks it claimed, have a finished_at of at least mark_time
+ *	    (a completion stamps the later of the clock and orch.metrics_clock,
+ *	    read after its transaction's id was assigned: orch_metrics_clock).
+ *	  The publication is serialized on the sequence, so that the clock it
+ *	  holds never goes back.  Internal to the fold: no role is granted it.
+ */
+Datum
+orch_metrics_mark(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		v[3];
+	bool		n[3] = {false, false, false};
+	TimestampTz now = GetCurrentTimestamp();
+	int64		last_task = orch_last_task_id();
+	Oid			clock = orch_relid("metrics_clock");
+	FullTransactionId next;
+
+	if (!OidIsValid(clock))
+		elog(ERROR, "orchestrator: sequence orch.metrics_clock is missing");
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "orchestrator: metrics_mark must return a record");
+	LockRelationOid(clock, ShareUpdateExclusiveLock);
+	if (now > orch_metrics_clock_mark())
+		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(clock), Int64GetDatum((int64) now));
+	UnlockRelationOid(clock, ShareUpdateExclusiveLock);
+	next = ReadNextFullTransactionId();
+
+	v[0] = Int64GetDatum((int64) U64FromFullTransactionId(next));
+	v[1] = Int64GetDatum(last_task);
+	v[2] = TimestampTzGetDatum(now);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), v, n)));
 }

@@ -233,14 +233,19 @@ extern void orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
 extern void orch_clear_event_context(void);
 extern void orch_event_context_completion_in_task(void);
+extern void orch_event_context_enqueue_in_task(void);
 extern int64 orch_next_event_id(void);
 extern int64 orch_next_attempt_id(void);
+extern int64 orch_last_task_id(void);
+extern TimestampTz orch_metrics_clock(void);
+extern TimestampTz orch_metrics_clock_mark(void);
 
 typedef struct OrchEventContext
 {
 	bool		active;
 	bool		worker_actor;
 	bool		completion_in_task;	/* orch_event_context_completion_in_task */
+	bool		enqueue_in_task;	/* orch_event_context_enqueue_in_task */
 	char	   *actor;
 	char	   *note;
 } OrchEventContext;

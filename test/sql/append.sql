@@ -56,7 +56,8 @@ CREATE TRIGGER ap_mirror AFTER INSERT ON orch.events FOR EACH ROW EXECUTE FUNCTI
 CREATE TRIGGER ap_mirror AFTER INSERT ON orch.attempts FOR EACH ROW EXECUTE FUNCTION ap_mirror_event();
 SELECT pg_temp.ap_run('ap_sql');
 -- the trigger saw every event and every attempt row of the queue (the
--- completions are their task rows')
+-- completions are their task rows'; the claim of the failed attempt was
+-- written out as its task left executing)
 SELECT tbl, what, count(*) FROM ap_mirror m JOIN orch.tasks t ON t.id = m.task_id
  WHERE t.queue = 'ap_sql' GROUP BY 1, 2 ORDER BY 1, 2;
 DROP TRIGGER ap_mirror ON orch.events;
@@ -138,10 +139,11 @@ SELECT to_state FROM orch.events WHERE id = (SELECT max(id) FROM orch.events);
 
 -- 6. The rows that record their own transitions (orch.history,
 --    docs/storage.md).  A retried task: enqueue and first claim recorded by
---    the task row, written out as an event row (same id, time, role, label)
---    when the task is claimed again after its retry wait; the completion
---    and its attempt recorded by the task row too.  What orch_history reads does not change
---    when the claim moves from the row to orch.events.
+--    the task row, the claim written out as an event row (same id, time,
+--    role, label) when the task leaves executing for its retry wait; the
+--    completion and its attempt recorded by the task row too.  What
+--    orch_history reads does not change when the claim moves from the row
+--    to orch.events.
 SELECT orch_create_queue('ap_hist', '{"backoff": "fixed", "initial_delay": "0 seconds"}') IS NOT NULL AS created;
 SELECT orch_enqueue('ap_hist', '{"n": 1}') AS h1 \gset
 SELECT enqueue_event_id IS NOT NULL AS enqueue_recorded, created_by = current_user AS by_caller,
@@ -153,6 +155,11 @@ CREATE TEMP TABLE ap_h1_before AS
 SELECT id, from_state, to_state, reason_code, actor, label, attempt, lease_token, at, xact, waited
   FROM orch.history WHERE task_id = :h1;
 SELECT state FROM orch_fail((SELECT task_id FROM ap_h1), (SELECT lease_token FROM ap_h1), 'TRANSIENT', 'flaky');
+-- written out as the task left executing: the row records no claim now
+SELECT claim_event_id IS NULL AND claimed_by IS NULL AND claim_xact IS NULL AND claim_waited IS NULL AS no_claim,
+       (SELECT count(*) FROM orch.events e JOIN ap_h1_before b ON b.to_state = 'executing' AND e.id = b.id)
+         AS claim_rows
+  FROM orch.tasks WHERE id = :h1;
 CREATE TEMP TABLE ap_h1b AS SELECT * FROM orch_dequeue('ap_hist', 'ap-h-worker');
 -- the first claim is an event row now, exactly as it read before
 SELECT count(*) AS first_claim_rows, bool_and(e.id = b.id AND e.at = b.at AND e.actor = b.actor
@@ -167,11 +174,17 @@ SELECT from_state, to_state, reason_code, attempt, label,
 SELECT bool_and(ok) AS ordered FROM (
   SELECT id > lag(id) OVER (ORDER BY at, id) OR lag(id) OVER (ORDER BY at, id) IS NULL AS ok
     FROM orch.history WHERE task_id = :h1) s;
--- a raw INSERT cannot forge what a row records: the trigger sets it
+-- a raw INSERT cannot forge what a row records: only orch_enqueue and
+-- orch_enqueue_batch have their enqueue recorded by the row; a raw INSERT's
+-- is an event row (with the role that inserted), and what it put in those
+-- columns is cleared
 INSERT INTO orch.tasks (queue, state, payload, enqueue_event_id, created_by, claim_event_id, claimed_by)
 VALUES ('ap_hist', 'queued', '{"raw": true}', -5, 'mallory', -6, 'mallory') RETURNING id AS raw \gset
-SELECT enqueue_event_id > 0 AS enqueue_id_drawn, created_by = current_user AS role_recorded,
-       claim_event_id IS NULL AND claimed_by IS NULL AS no_claim FROM orch.tasks WHERE id = :raw;
+SELECT enqueue_event_id IS NULL AND created_by IS NULL AS nothing_recorded,
+       claim_event_id IS NULL AND claimed_by IS NULL AS no_claim,
+       (SELECT count(*) FROM orch.events WHERE task_id = :raw AND reason_code = 'enqueued'
+           AND actor = current_user) AS event_rows
+  FROM orch.tasks WHERE id = :raw;
 INSERT INTO orch.tasks (queue, state, payload, reason_code, enqueue_event_id, created_by)
 VALUES ('ap_hist', 'queued', '{"raw": 2}', 'imported', -7, 'mallory') RETURNING id AS raw2 \gset
 SELECT enqueue_event_id IS NULL AND created_by IS NULL AS nothing_recorded,

@@ -175,9 +175,15 @@ SELECT action, count > 0 AS some FROM orch_maintain()
 SELECT count(*) AS old_partitions_left FROM (
   SELECT part FROM pg_temp.parts('events') UNION ALL SELECT part FROM pg_temp.parts('attempts')) p
  WHERE part LIKE '%\_p2020%';
--- the DEFAULT partitions kept none of the purged tasks' rows
-SELECT (SELECT count(*) FROM orch.events_default) AS events_default_rows,
-       (SELECT count(*) FROM orch.attempts_default) AS attempts_default_rows;
+-- the DEFAULT partitions kept none of the purged tasks' rows (what is left
+-- there is the claims of the tasks still waiting to retry, written out as
+-- they left executing, at the time of their claim: before the first range)
+SELECT (SELECT count(*) FROM orch.events_default e
+         WHERE NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = e.task_id)) AS events_default_rows,
+       (SELECT count(*) FROM orch.attempts_default a
+         WHERE NOT EXISTS (SELECT 1 FROM orch.tasks t WHERE t.id = a.task_id)) AS attempts_default_rows,
+       (SELECT count(*) FROM orch.events_default e JOIN orch.tasks t ON t.id = e.task_id
+         WHERE t.state = 'awaiting_tool' AND e.to_state = 'executing') AS waiting_tasks_claims;
 -- the history of a purged task is retired with its partition: what is
 -- left of it is in a range partition not yet past the retention
 SELECT count(*) AS orphans_in_retired_time FROM (

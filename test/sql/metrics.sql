@@ -626,11 +626,13 @@ SELECT orch_retry(:rd) AS rd2 \gset
 SELECT task_id = :rd2 AS is_copy, retry_of = :rd AS of_dead_letter, correlation_id
   FROM orch_tasks WHERE task_id = :rd2;
 
--- 11. The fold finds the transitions task rows record through
--- tasks_xact_idx, which holds each transaction id's block of 1,024 (a write
--- widens a range's summary once per block, not once per transaction); the
--- fold's condition on a task row's transaction (the block, then the exact
--- id) is answered by it, for each of the three.
+-- 11. The fold finds the transitions task rows record without an index of
+-- their own (docs/storage.md, *The metrics fold*): from the mark of an
+-- earlier fold (orch.metrics_mark), enqueues by task id through the primary
+-- key, completions and the claims of completed rows by finished_at through
+-- the finished index, the other claims among the executing rows through the
+-- lease index.
+SELECT to_regclass('orch.tasks_xact_idx') IS NULL AS no_xact_index;
 CREATE FUNCTION pg_temp.plan_text(q text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     r text;
@@ -643,29 +645,44 @@ BEGIN
 END
 $$;
 SET enable_seqscan = off;
-EXPLAIN (COSTS OFF)
-SELECT count(*) FROM orch.tasks t
- WHERE (coalesce(t.claim_xact, 0) >> 10) >= (1000::bigint >> 10) AND t.claim_xact >= 1000;
-SELECT count(*) AS plans_on_the_brin FROM (VALUES ('created_xact'), ('claim_xact'), ('complete_xact')) c(col),
-       LATERAL (SELECT pg_temp.plan_text(format(
-           'SELECT 1 FROM orch.tasks t WHERE (coalesce(t.%1$I, 0) >> 10) >= (5000::bigint >> 10) AND t.%1$I >= 5000',
-           c.col)) AS p) x
- WHERE x.p LIKE '%Bitmap Index Scan on tasks_xact_idx%Index Cond: ((COALESCE(' || c.col || ', %) >> 10) >= %';
--- tasks_xact_idx summarizes no range on its own (no autosummarize: the
--- autovacuum work item that would take the table's SHARE UPDATE EXCLUSIVE
--- lock for it cancels a VACUUM of orch.tasks in progress, and on a busy
--- table every VACUUM was cancelled); a range VACUUM has not summarized yet
--- is read whole, so the index finds every row written since
-SELECT reloptions AS xact_idx_options FROM pg_class WHERE oid = 'orch.tasks_xact_idx'::regclass;
-SELECT count(*) AS via_brin FROM orch.tasks t
- WHERE (coalesce(t.claim_xact, 0) >> 10) >= 0 AND t.claim_xact >= 0;
+SELECT x.part, x.p ~ ('(Index Scan using ' || x.idx || ' on tasks|Bitmap Index Scan on ' || x.idx || ')') AS through_its_index,
+       x.p ~ 'Seq Scan' AS reads_all FROM (VALUES
+    ('enqueues', 'tasks_pkey', 'SELECT 1 FROM orch.tasks t WHERE t.id > 1000 AND t.created_xact >= 1000 AND t.enqueue_event_id IS NOT NULL'),
+    ('completions', 'tasks_finished_idx', 'SELECT 1 FROM orch.tasks t WHERE t.finished_at >= now() AND t.complete_xact >= 1000 AND t.complete_attempt_id IS NOT NULL'),
+    ('executing claims', 'tasks_lease_idx', 'SELECT 1 FROM orch.tasks t WHERE t.state = ''executing'' AND t.claim_xact >= 1000 AND t.claim_event_id IS NOT NULL')
+  ) v(part, idx, q), LATERAL (SELECT v.part, v.idx, pg_temp.plan_text(v.q) AS p) x ORDER BY 1;
 RESET enable_seqscan;
-SET enable_bitmapscan = off;
-SET enable_indexscan = off;
-SELECT count(*) AS via_seqscan FROM orch.tasks t
- WHERE (coalesce(t.claim_xact, 0) >> 10) >= 0 AND t.claim_xact >= 0;
-RESET enable_bitmapscan;
-RESET enable_indexscan;
+-- the fold keeps the marks the next folds may start from (the last one at
+-- or below its stored xmin, and the later ones), and the last mark's
+-- clock is what orch.metrics_clock holds
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT cardinality(mark_xact) BETWEEN 1 AND 3 AS marks_kept,
+       cardinality(mark_xact) = cardinality(mark_task) AND cardinality(mark_xact) = cardinality(mark_time) AS aligned,
+       mark_xact[1] <= snap_xmin AS first_at_or_below_xmin,
+       mark_task[cardinality(mark_task)] = (SELECT last_value FROM orch.tasks_id_seq) AS last_task_id,
+       extract(epoch FROM mark_time[cardinality(mark_time)] - '2000-01-01 00:00:00+00')::numeric * 1000000
+         = (SELECT last_value FROM orch.metrics_clock) AS clock_published
+  FROM orch.metric_state;
+-- A completion is stamped no earlier than the last mark published: with
+-- the clock published an hour ahead (as if the system clock had been set
+-- back an hour since), the completion's finished_at is that moment, and
+-- the next fold counts it once.
+SELECT orch_create_queue('m_clock') IS NOT NULL AS created;
+SELECT orch_enqueue('m_clock', '{}') AS mc \gset
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT setval('orch.metrics_clock',
+              (extract(epoch FROM now() + interval '1 hour' - '2000-01-01 00:00:00+00') * 1000000)::bigint) > 0 AS ahead;
+SELECT d.task_id = :mc AS claimed, orch_complete(d.task_id, d.lease_token) AS completed
+  FROM orch_dequeue('m_clock', 'w') d;
+SELECT finished_at >= now() + interval '59 minutes' AS stamped_with_the_mark, complete_event_id IS NOT NULL AS recorded
+  FROM orch.tasks WHERE id = :mc;
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT metric, l1, value FROM orch.metric_totals WHERE queue = 'm_clock' AND metric NOT LIKE '%\_sum' ORDER BY 1, 2;
+-- a fold does not publish a clock earlier than the one published
+SELECT (SELECT last_value FROM orch.metrics_clock) >
+       (extract(epoch FROM now() + interval '59 minutes' - '2000-01-01 00:00:00+00') * 1000000)::bigint AS still_ahead;
 
 -- back to the suite's database; the test's own goes
 \c :suite_db
