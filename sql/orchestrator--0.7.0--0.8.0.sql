@@ -1596,6 +1596,7 @@ CREATE FUNCTION orch.metrics_mark(OUT mark_xact bigint, OUT mark_task bigint, OU
 RETURNS record
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
 AS 'MODULE_PATHNAME', 'orch_metrics_mark';
 COMMENT ON FUNCTION orch.metrics_mark() IS
   'For orch.metrics_fold: the last task id drawn and the clock (published in orch.metrics_clock), read before mark_xact, the next transaction id: a transaction with an id of at least mark_xact enqueues tasks with higher ids and completes them no earlier.';

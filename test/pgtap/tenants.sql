@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(6113);
+SELECT plan(6153);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -749,6 +749,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
     ('orch.metrics_fold_on', 'any', NULL, 'call metrics_fold_on directly',
      $q$SELECT orch.metrics_fold_on('{orch.tasks}', 'orch.metric_state', 1, 1)$q$, NULL, '{"*": "42501"}'),
+    ('orch.metrics_mark', 'any', NULL, 'call metrics_mark directly (it publishes the fold''s clock)',
+     'SELECT orch.metrics_mark()', NULL, '{"*": "42501"}'),
     ('orch.metrics_fold_shard', 'any', NULL, 'call metrics_fold_shard directly',
      $q$SELECT orch.metrics_fold_shard('orch.tasks_1')$q$, NULL, '{"*": "42501"}'),
     ('orch.stamp_on_node', 'any', NULL, 'call stamp_on_node directly',
