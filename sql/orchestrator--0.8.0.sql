@@ -1782,6 +1782,9 @@ AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
 -- 2000-01-01, as a timestamptz; not set: none yet).
 CREATE SEQUENCE orch.metrics_clock;
 REVOKE ALL ON SEQUENCE orch.metrics_clock FROM PUBLIC;
+-- (dumped: a restored installation stamps no completion before the last
+-- moment its folds published)
+SELECT pg_catalog.pg_extension_config_dump('orch.metrics_clock', '');
 COMMENT ON SEQUENCE orch.metrics_clock IS
   'The last moment orch.metrics_mark() published (microseconds since 2000-01-01 UTC): a completion a task row records is stamped no earlier.';
 

@@ -524,8 +524,9 @@ is(sqlstate_of("SET ROLE cit_rb; SELECT orch_metrics_refresh()"), '42501',
 	unlike($m, qr/tenant="\Q$ta\E"/, "bound to $tb: and none of $ta");
 }
 # a task claimed, folded, retried and claimed again: its first claim, which
-# the task row recorded, is written out as an event at the second claim
-# (with the transaction it was made in) and is not counted again
+# the task row recorded, is written out as an event as the task leaves
+# executing for its retry wait (with the transaction it was made in) and is
+# not counted again
 q1(q{SELECT orch_create_queue('mq2', '{"initial_delay": "1 s", "max_delay": "1 s"}')});
 q1("SELECT orch_enqueue('mq2', '{}', tenant => '$ta')");
 my ($rid, $rtok) = split /\|/, q1("SELECT task_id || '|' || lease_token FROM orch_dequeue('mq2', 'w', 1, tenant => '$ta')");
@@ -536,7 +537,7 @@ is(q1("SELECT count(orch_complete(task_id, lease_token)) FROM orch_dequeue('mq2'
 	"$ta: the retried task is claimed again (and completed)");
 q1('SELECT orch_metrics_refresh()');
 is($mtotal->($ta, 'started', undef, 'mq2'), '2',
-	'two claims, two started: the first claim, written out at the second, is not counted again');
+	'two claims, two started: the first claim, written out as the task left executing, is not counted again');
 isnt(q1(q{SELECT metrics_as_of FROM orch_queue_stats WHERE queue = 'mq' LIMIT 1}), '',
 	'orch_queue_stats says when the counters were folded');
 
