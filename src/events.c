@@ -27,6 +27,8 @@
 #include "utils/rls.h"
 #include "nodes/bitmapset.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_sequence.h"
+#include "utils/syscache.h"
 
 #include "orchestrator.h"
 
@@ -507,11 +509,27 @@ sequence_last(Oid *seq, const char *name)
 	return fcinfo->isnull ? 0 : DatumGetInt64(d);
 }
 
-/* The last task id orch.tasks_id_seq gave out (0 if none yet) */
+/*
+ * The last task id orch.tasks_id_seq gave out: 0 if none yet, or if an id
+ * drawn later may be lower than it (the sequence altered to count down, to
+ * cycle, or to hand out ids from a per-session cache, drawn from it
+ * earlier), so that orch.metrics_fold reads every task row then.
+ */
 int64
 orch_last_task_id(void)
 {
-	return sequence_last(&task_seq, "tasks_id_seq");
+	Oid			seq = seq_oid(&task_seq, "tasks_id_seq");
+	HeapTuple	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
+	bool		ascends = false;
+
+	if (HeapTupleIsValid(tup))
+	{
+		Form_pg_sequence s = (Form_pg_sequence) GETSTRUCT(tup);
+
+		ascends = s->seqincrement > 0 && s->seqcache == 1 && !s->seqcycle;
+		ReleaseSysCache(tup);
+	}
+	return ascends ? sequence_last(&task_seq, "tasks_id_seq") : 0;
 }
 
 /*

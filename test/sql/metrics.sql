@@ -664,6 +664,13 @@ SELECT cardinality(mark_xact) BETWEEN 1 AND 3 AS marks_kept,
        extract(epoch FROM mark_time[cardinality(mark_time)] - '2000-01-01 00:00:00+00')::numeric * 1000000
          = (SELECT last_value FROM orch.metrics_clock) AS clock_published
   FROM orch.metric_state;
+-- The task id of a mark is a floor only while ids drawn later are higher:
+-- with orch.tasks_id_seq altered to hand out ids from a per-session cache
+-- (or to count down, or to cycle) it is 0, and a fold reads every task row
+ALTER SEQUENCE orch.tasks_id_seq CACHE 10;
+SELECT mark_task AS task_floor_with_a_cache FROM orch.metrics_mark();
+ALTER SEQUENCE orch.tasks_id_seq CACHE 1;
+SELECT mark_task > 0 AS task_floor_again FROM orch.metrics_mark();
 -- A completion is stamped no earlier than the last mark published: with
 -- the clock published an hour ahead (as if the system clock had been set
 -- back an hour since), the completion's finished_at is that moment, and
