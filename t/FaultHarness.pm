@@ -52,6 +52,10 @@
 #   - the client logs show no unexpected SQLSTATE (XX000 or anything else
 #     than lease/terminal errors and connection loss) and no counter
 #     mismatch warning from orch_maintain;
+#   - after one more fold, the metrics counters of the queue (enqueued,
+#     started, finished/completed, attempts by outcome) are what its
+#     history holds: every transition counted once, though the maintainer's
+#     folds ran between the faults;
 #   - pg_amcheck --heapallindexed --parent-check finds nothing.
 #
 # Overlap, exactly: an execution is one claim (lease token) of a task.  Its
@@ -715,6 +719,28 @@ sub restart_immediate
 # temp tables qt (the tasks), qa (their attempts), qe (their events), exec_log
 # and complete_ack.  LEASE (an SQL interval) bounds an attempt that logged no
 # execution.  Each count must be 0 (executions: at least the tasks).
+# The rolling counters of queue Q against the history they were folded
+# from (qt, qa, qe: the queue's tasks, attempts and events), each the sum of
+# the differences: the folds ran while workers, producer and server were
+# killed, so every enqueue, claim, completion and attempt must be counted
+# exactly once, none from a transaction the crash rolled back.
+sub metrics_invariants_sql
+{
+	my ($q) = @_;
+	return <<EOS;
+UNION ALL SELECT 'metric_enqueued_off', abs(coalesce((SELECT sum(value) FROM orch.metric_totals
+     WHERE queue = '$q' AND metric = 'enqueued'), 0) - (SELECT count(*) FROM qt))
+UNION ALL SELECT 'metric_started_off', abs(coalesce((SELECT sum(value) FROM orch.metric_totals
+     WHERE queue = '$q' AND metric = 'started'), 0) - (SELECT count(*) FROM qe WHERE to_state = 'executing'))
+UNION ALL SELECT 'metric_completed_off', abs(coalesce((SELECT sum(value) FROM orch.metric_totals
+     WHERE queue = '$q' AND metric = 'finished' AND l1 = 'completed'), 0)
+     - (SELECT count(*) FROM qt WHERE state = 'completed'))
+UNION ALL SELECT 'metric_attempts_off', coalesce(sum(abs(coalesce(m.value, 0) - coalesce(h.n, 0))), 0)
+  FROM (SELECT l1 AS outcome, value FROM orch.metric_totals WHERE queue = '$q' AND metric = 'attempt') m
+  FULL JOIN (SELECT outcome, count(*) AS n FROM qa GROUP BY 1) h ON h.outcome = m.outcome
+EOS
+}
+
 sub task_invariants_sql
 {
 	my ($lease_iv) = @_;
@@ -787,7 +813,11 @@ sub _counts
 	  join(',', map { "($_, $acks->{$_})" } sort { $a <=> $b } keys %$acks);
 	$ack_values = '(NULL::int, NULL::bigint)' if $ack_values eq '';
 
-	my $sql = <<EOS . task_invariants_sql($lease);
+	# (the metrics folded once more, after a fold still running in the
+	# maintainer's backend, if any: it holds the fold's state row)
+	my $sql = <<EOS . task_invariants_sql($lease) . metrics_invariants_sql($q);
+SELECT 1 FROM orch.metric_state FOR UPDATE;
+SELECT orch.metrics_fold() >= 0;
 CREATE TEMP TABLE acked (n int, task_id bigint);
 INSERT INTO acked VALUES $ack_values;
 DELETE FROM acked WHERE n IS NULL;
@@ -900,6 +930,10 @@ sub check_invariants
 	$z->('event_chain_broken', 'every task\'s events form one chain from received -> queued');
 	$z->('last_event_not_state', "every task's last event is its state");
 	$z->('claim_events_not_attempts', 'one -> executing event per attempt');
+	$z->('metric_enqueued_off', 'the folded enqueued counter is the number of tasks');
+	$z->('metric_started_off', 'the folded started counter is the number of claims in the history');
+	$z->('metric_completed_off', 'the folded completed counter is the number of completed tasks');
+	$z->('metric_attempts_off', 'the folded attempt counters are the attempts by outcome');
 
 	my ($codes, $mismatch) = $self->_client_errors;
 	my @bad = grep { my ($code) = /:(\w+)$/; !$EXPECTED_SQLSTATE{$code} } sort keys %$codes;
