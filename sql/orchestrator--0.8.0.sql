@@ -2085,6 +2085,14 @@ BEGIN
           FROM (SELECT max(i) AS i FROM orch.metric_state x, generate_subscripts(x.mark_xact, 1) i
                  WHERE x.id = state_id AND x.mark_xact[i] <= x.snap_xmin) k
          WHERE ms.id = state_id;
+        -- (a transaction held open for long keeps the xmin back: the first
+        -- mark and the last 63 are kept, a fold starting from the first is
+        -- only longer)
+        UPDATE orch.metric_state ms
+           SET mark_xact = ms.mark_xact[1:1] || ms.mark_xact[cardinality(ms.mark_xact) - 62:],
+               mark_task = ms.mark_task[1:1] || ms.mark_task[cardinality(ms.mark_task) - 62:],
+               mark_time = ms.mark_time[1:1] || ms.mark_time[cardinality(ms.mark_time) - 62:]
+         WHERE ms.id = state_id AND cardinality(ms.mark_xact) > 64;
     END IF;
 
     EXECUTE format('DELETE FROM %s WHERE minute < now() - interval ''2 days''', tables[7]);
