@@ -1778,8 +1778,10 @@ AS 'MODULE_PATHNAME', 'orch_run_busy_on_shard';
 
 -- Marks of where the metrics fold may start reading task rows (see
 -- orch.metrics_fold_on): the clock a fold published last, which a completion
--- a task row records is never stamped before (a time in microseconds since
--- 2000-01-01, as a timestamptz; not set: none yet).
+-- a task row records is never stamped before unless the clock reads more
+-- than a minute earlier (a time in microseconds since 2000-01-01, as a
+-- timestamptz; not set: none yet; 1: a completion found the clock set back
+-- by more than that, and the next fold reads every task row).
 CREATE SEQUENCE orch.metrics_clock;
 REVOKE ALL ON SEQUENCE orch.metrics_clock FROM PUBLIC;
 -- (dumped: a restored installation stamps no completion before the last
@@ -1788,14 +1790,15 @@ SELECT pg_catalog.pg_extension_config_dump('orch.metrics_clock', '');
 COMMENT ON SEQUENCE orch.metrics_clock IS
   'The last moment orch.metrics_mark() published (microseconds since 2000-01-01 UTC): a completion a task row records is stamped no earlier.';
 
-CREATE FUNCTION orch.metrics_mark(OUT mark_xact bigint, OUT mark_task bigint, OUT mark_time timestamptz)
+CREATE FUNCTION orch.metrics_mark(OUT mark_xact bigint, OUT mark_task bigint, OUT mark_time timestamptz,
+                                  OUT clock_reset boolean)
 RETURNS record
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS 'MODULE_PATHNAME', 'orch_metrics_mark';
 COMMENT ON FUNCTION orch.metrics_mark() IS
-  'For orch.metrics_fold: the last task id drawn and the clock (published in orch.metrics_clock), read before mark_xact, the next transaction id: a transaction with an id of at least mark_xact enqueues tasks with higher ids and completes them no earlier.';
+  'For orch.metrics_fold: the last task id drawn and the clock (published in orch.metrics_clock), read before mark_xact, the next transaction id: a transaction with an id of at least mark_xact enqueues tasks with higher ids and completes them no earlier. clock_reset: the clock was set back by more than a minute since the last mark (the fold then reads every task row once and keeps no earlier mark).';
 REVOKE ALL ON FUNCTION orch.metrics_mark() FROM PUBLIC;
 
 -- The metrics fold (0.6.0: about twice as fast per task folded as 0.5.0's,
@@ -1896,13 +1899,15 @@ BEGIN
     -- after, the last mark taken before those transactions' ids were
     -- assigned (no mark: all of them).  Then this fold's mark, for the
     -- next folds.
+    -- (The clock set back by more than a completion's stamp follows: the
+    -- task rows are read from the start, and no earlier mark is kept.)
     IF derived THEN
+        SELECT * INTO mark FROM orch.metrics_mark();
         m := (SELECT max(i) FROM generate_subscripts(st.mark_xact, 1) i WHERE st.mark_xact[i] <= st.snap_xmin);
-        IF m IS NOT NULL THEN
+        IF m IS NOT NULL AND NOT mark.clock_reset THEN
             task_floor := st.mark_task[m];
             time_floor := st.mark_time[m];
         END IF;
-        SELECT * INTO mark FROM orch.metrics_mark();
     END IF;
 
     EXECUTE format($q$
@@ -2079,9 +2084,9 @@ BEGIN
     -- the xmin just stored (which only grows), the later ones, this one.
     IF derived THEN
         UPDATE orch.metric_state ms
-           SET mark_xact = ms.mark_xact[coalesce(k.i, 1):] || mark.mark_xact,
-               mark_task = ms.mark_task[coalesce(k.i, 1):] || mark.mark_task,
-               mark_time = ms.mark_time[coalesce(k.i, 1):] || mark.mark_time
+           SET mark_xact = CASE WHEN NOT mark.clock_reset THEN ms.mark_xact[coalesce(k.i, 1):] END || mark.mark_xact,
+               mark_task = CASE WHEN NOT mark.clock_reset THEN ms.mark_task[coalesce(k.i, 1):] END || mark.mark_task,
+               mark_time = CASE WHEN NOT mark.clock_reset THEN ms.mark_time[coalesce(k.i, 1):] END || mark.mark_time
           FROM (SELECT max(i) AS i FROM orch.metric_state x, generate_subscripts(x.mark_xact, 1) i
                  WHERE x.id = state_id AND x.mark_xact[i] <= x.snap_xmin) k
          WHERE ms.id = state_id;

@@ -13,6 +13,7 @@
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/array.h"
@@ -534,20 +535,37 @@ orch_last_task_id(void)
 
 /*
  * The moment a completion the task row records is stamped with: the clock,
- * or the last mark orch.metrics_mark() published (orch.metrics_clock) if the
- * clock reads earlier (it was set back).  orch.metrics_fold finds the
- * completions it has not counted by finished_at from the mark published
- * before the transaction ids it has not counted were assigned; the
- * transaction's id is assigned before the mark is read (the completion's
- * UPDATE locked the row), so that holds whatever the clock does.
+ * or the last moment orch.metrics_mark() published (orch.metrics_clock) if
+ * the clock reads earlier (it was set back) by at most
+ * ORCH_METRICS_CLOCK_LEAD.  orch.metrics_fold finds the completions it has
+ * not counted by finished_at from the moment published before the
+ * transaction ids it has not counted were assigned; the transaction's id is
+ * assigned before the published moment is read (the completion's UPDATE
+ * locked the row), so that holds whatever the clock does.  Set back by
+ * more (a clock that ran ahead, corrected), the clock stamps the completion
+ * and orch.metrics_clock is reset to 1, under the lock orch.metrics_mark()
+ * publishes under: the next fold sees it, reads every finished row once
+ * and starts its marks afresh (orch.metrics_mark's clock_reset).
  */
 TimestampTz
 orch_metrics_clock(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
+	TimestampTz mark;
+	Oid			seq;
 
 	(void) GetTopTransactionId();
-	return Max(now, orch_metrics_clock_mark());
+	now = GetCurrentTimestamp();
+	mark = orch_metrics_clock_mark();
+	if (mark <= now + ORCH_METRICS_CLOCK_LEAD)
+		return Max(now, mark);
+	seq = seq_oid(&clock_seq, "metrics_clock");
+	LockRelationOid(seq, ShareUpdateExclusiveLock);
+	mark = orch_metrics_clock_mark();
+	if (mark > now + ORCH_METRICS_CLOCK_LEAD)
+		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum(ORCH_METRICS_CLOCK_RESET));
+	UnlockRelationOid(seq, ShareUpdateExclusiveLock);
+	return mark > now + ORCH_METRICS_CLOCK_LEAD ? now : Max(now, mark);
 }
 
 /* The last mark orch.metrics_mark() published (0 if none yet) */

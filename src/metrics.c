@@ -538,7 +538,8 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
 }
 
 /*
- * orch.metrics_mark() -> (mark_xact bigint, mark_task bigint, mark_time timestamptz)
+ * orch.metrics_mark() -> (mark_xact bigint, mark_task bigint, mark_time timestamptz,
+ *						   clock_reset boolean)
  *	  Where orch.metrics_fold may start looking for the transitions task rows
  *	  record (docs/storage.md, *The metrics fold*).  Reads the last task id
  *	  drawn (mark_task) and the clock (mark_time), publishes the clock in
@@ -552,18 +553,24 @@ orch_metrics_prometheus(PG_FUNCTION_ARGS)
  *	    of the tasks it claimed, have a finished_at of at least mark_time
  *	    (a completion stamps the later of the clock and orch.metrics_clock,
  *	    read after its transaction's id was assigned: orch_metrics_clock).
- *	  The publication is serialized on the sequence, so that the clock it
- *	  holds never goes back.  Internal to the fold: no role is granted it.
+ *	  The publication is serialized on the sequence.  clock_reset: a
+ *	  completion found the clock set back by more than a stamp may follow
+ *	  the published moment (orch_metrics_clock reset it), or the clock now
+ *	  reads that much earlier than the published moment; the moment is
+ *	  published afresh, and the fold reads every task row once and keeps no
+ *	  earlier mark.  Internal to the fold: no role is granted it.
  */
 Datum
 orch_metrics_mark(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		v[3];
-	bool		n[3] = {false, false, false};
+	Datum		v[4];
+	bool		n[4] = {false, false, false, false};
 	TimestampTz now = GetCurrentTimestamp();
 	int64		last_task = orch_last_task_id();
 	Oid			clock = orch_relid("metrics_clock");
+	TimestampTz published;
+	bool		reset;
 	FullTransactionId next;
 
 	if (!OidIsValid(clock))
@@ -571,7 +578,10 @@ orch_metrics_mark(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "orchestrator: metrics_mark must return a record");
 	LockRelationOid(clock, ShareUpdateExclusiveLock);
-	if (now > orch_metrics_clock_mark())
+	published = orch_metrics_clock_mark();
+	/* a completion reset it, or the clock is set back further than a stamp may follow */
+	reset = published == ORCH_METRICS_CLOCK_RESET || published > now + ORCH_METRICS_CLOCK_LEAD;
+	if (now > ORCH_METRICS_CLOCK_RESET && (reset || now > published))
 		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(clock), Int64GetDatum((int64) now));
 	UnlockRelationOid(clock, ShareUpdateExclusiveLock);
 	next = ReadNextFullTransactionId();
@@ -579,5 +589,6 @@ orch_metrics_mark(PG_FUNCTION_ARGS)
 	v[0] = Int64GetDatum((int64) U64FromFullTransactionId(next));
 	v[1] = Int64GetDatum(last_task);
 	v[2] = TimestampTzGetDatum(now);
+	v[3] = BoolGetDatum(reset);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), v, n)));
 }

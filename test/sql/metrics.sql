@@ -671,25 +671,54 @@ ALTER SEQUENCE orch.tasks_id_seq CACHE 10;
 SELECT mark_task AS task_floor_with_a_cache FROM orch.metrics_mark();
 ALTER SEQUENCE orch.tasks_id_seq CACHE 1;
 SELECT mark_task > 0 AS task_floor_again FROM orch.metrics_mark();
--- A completion is stamped no earlier than the last mark published: with
--- the clock published an hour ahead (as if the system clock had been set
--- back an hour since), the completion's finished_at is that moment, and
--- the next fold counts it once.
+-- A completion is stamped no earlier than the last moment published, as
+-- long as the clock reads at most a minute earlier: with the moment
+-- published 30 s ahead (as if the system clock had been set back 30 s
+-- since), the completion's finished_at is that moment, and the next fold
+-- counts it once.
 SELECT orch_create_queue('m_clock') IS NOT NULL AS created;
 SELECT orch_enqueue('m_clock', '{}') AS mc \gset
 SELECT orch_metrics_refresh() >= 0 AS folded;
 SELECT setval('orch.metrics_clock',
-              (extract(epoch FROM now() + interval '1 hour' - '2000-01-01 00:00:00+00') * 1000000)::bigint) > 0 AS ahead;
+              (extract(epoch FROM clock_timestamp() + interval '30 seconds' - '2000-01-01 00:00:00+00') * 1000000)::bigint)
+         AS ahead \gset
 SELECT d.task_id = :mc AS claimed, orch_complete(d.task_id, d.lease_token) AS completed
   FROM orch_dequeue('m_clock', 'w') d;
-SELECT finished_at >= now() + interval '59 minutes' AS stamped_with_the_mark, complete_event_id IS NOT NULL AS recorded
+SELECT finished_at = '2000-01-01 00:00:00+00'::timestamptz + :ahead * interval '1 microsecond' AS stamped_with_the_moment
   FROM orch.tasks WHERE id = :mc;
 SELECT orch_metrics_refresh() >= 0 AS folded;
 SELECT orch_metrics_refresh() >= 0 AS folded;
-SELECT metric, l1, value FROM orch.metric_totals WHERE queue = 'm_clock' AND metric NOT LIKE '%\_sum' ORDER BY 1, 2;
--- a fold does not publish a clock earlier than the one published
-SELECT (SELECT last_value FROM orch.metrics_clock) >
-       (extract(epoch FROM now() + interval '59 minutes' - '2000-01-01 00:00:00+00') * 1000000)::bigint AS still_ahead;
+SELECT metric, l1, value FROM orch.metric_totals WHERE queue = 'm_clock' AND metric NOT LIKE '%\_seconds%' ORDER BY 1, 2;
+-- a fold does not publish a moment earlier than the one published
+SELECT (SELECT last_value FROM orch.metrics_clock) >= :ahead AS not_back;
+-- Set back by more than a minute (a clock that ran an hour ahead during a
+-- fold, corrected since): the completion is stamped by the clock, not an
+-- hour ahead; it resets orch.metrics_clock to 1, and the next fold reads
+-- every task row once, counts the completion once, publishes the clock
+-- again and keeps only its own mark.
+SELECT orch_enqueue('m_clock', '{}') AS mc2 \gset
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT setval('orch.metrics_clock',
+              (extract(epoch FROM clock_timestamp() + interval '1 hour' - '2000-01-01 00:00:00+00') * 1000000)::bigint) > 0
+         AS an_hour_ahead;
+SELECT d.task_id = :mc2 AS claimed, orch_complete(d.task_id, d.lease_token) AS completed
+  FROM orch_dequeue('m_clock', 'w') d;
+SELECT finished_at <= clock_timestamp() AS stamped_by_the_clock FROM orch.tasks WHERE id = :mc2;
+SELECT last_value AS clock_reset_to FROM orch.metrics_clock;
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT cardinality(mark_xact) AS marks_after_the_reset,
+       (SELECT last_value FROM orch.metrics_clock) > 1 AS published_again
+  FROM orch.metric_state;
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT metric, l1, value FROM orch.metric_totals WHERE queue = 'm_clock' AND metric NOT LIKE '%\_seconds%' ORDER BY 1, 2;
+-- the fold itself finds the clock an hour behind what it published: the
+-- same (it publishes its clock and keeps only its own mark)
+SELECT setval('orch.metrics_clock',
+              (extract(epoch FROM clock_timestamp() + interval '1 hour' - '2000-01-01 00:00:00+00') * 1000000)::bigint) > 0
+         AS an_hour_ahead;
+SELECT clock_reset, mark_time <= clock_timestamp() AS at_the_clock FROM orch.metrics_mark();
+SELECT (SELECT last_value FROM orch.metrics_clock) <= (extract(epoch FROM clock_timestamp() - '2000-01-01 00:00:00+00') * 1000000)::bigint
+         AS published_back;
 
 -- back to the suite's database; the test's own goes
 \c :suite_db
