@@ -242,6 +242,44 @@ completion_in_task(void)
  * needs it.
  */
 #define ATTEMPT_COLS 7
+
+/*
+ * The completed tasks (attempt values v, n rows: tenant, task id first)
+ * whose lifecycle trigger did not run: the claim each row records is
+ * written out as an event row and cleared, as the trigger does when a task
+ * leaves executing other than by a completion it records, so that the
+ * metrics fold, which looks for recorded claims on executing rows and on
+ * rows that record their completion, still finds it.  (The update is not
+ * checked by the trigger either: it is off for this session.)
+ */
+static void
+write_out_claims(const Datum *v, int n)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum		arg[1];
+	Oid			type[1] = {INT8ARRAYOID};
+
+	for (int i = 0; i < n; i++)
+		ids[i] = v[i * ATTEMPT_COLS + 1];
+	arg[0] = PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE));
+	orch_exec(orch_plan("WITH c AS ("
+						"  SELECT t.id, t.tenant_id, t.run_id, t.claim_event_id, t.claimed_by, t.attempts,"
+						"         t.lease_token, t.claimed_at, t.lease_owner, t.claim_xact, t.claim_waited"
+						"    FROM orch.tasks t WHERE t.id = ANY ($1) AND t.claim_event_id IS NOT NULL"
+						"     AND t.state = 'completed' AND t.complete_event_id IS NULL),"
+						" w AS (INSERT INTO orch.events (id, tenant_id, task_id, run_id, entity, from_state,"
+						"         to_state, reason_code, actor, attempt, lease_token, at, label, xact, waited)"
+						"       SELECT c.claim_event_id, c.tenant_id, c.id, c.run_id, 'task', 'queued', 'executing',"
+						"              'claimed', c.claimed_by, c.attempts, c.lease_token, coalesce(c.claimed_at, now()),"
+						"              c.lease_owner, c.claim_xact, make_interval(secs => c.claim_waited / 1000000.0)"
+						"         FROM c)"
+						" UPDATE orch.tasks t SET claim_event_id = NULL, claimed_by = NULL, claim_xact = NULL,"
+						"        claim_waited = NULL"
+						"   FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id",
+						1, type), arg, NULL, false, 0, SPI_OK_UPDATE);
+	pfree(ids);
+}
+
 #define SPI_attisnull_row(TT, ROW, COL) \
 	heap_attisnull((TT)->vals[ROW], (COL), (TT)->tupdesc)
 static void
@@ -273,6 +311,8 @@ record_completed_attempts(SPITupleTable *tt, int rows, bool in_task)
 		pfree(nl);
 		return;
 	}
+	if (in_task)
+		write_out_claims(v, n);
 	if (!orch_table_append("attempts", ATTEMPT_COLS, cols, n, v, nl))
 	{
 		Datum		args[ATTEMPT_COLS];

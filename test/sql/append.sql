@@ -218,3 +218,11 @@ SELECT orch_complete(task_id, lease_token) AS completed FROM ap_rep;
 RESET session_replication_role;
 SELECT a.outcome, a.worker, (SELECT count(*) FROM orch.attempt_history h WHERE h.task_id = r.task_id) AS attempts_read
   FROM orch.attempts a JOIN ap_rep r ON r.task_id = a.task_id;
+-- and the claim the row recorded is written out (the metrics fold looks for
+-- recorded claims on executing rows and on rows that record a completion
+-- only): one claimed transition, read from orch.events
+SELECT t.claim_event_id IS NULL AND t.claim_xact IS NULL AS row_records_no_claim,
+       (SELECT count(*) FROM orch.events e WHERE e.task_id = r.task_id AND e.to_state = 'executing'
+           AND e.label = 'ap-rep-worker' AND e.xact IS NOT NULL) AS claim_event_rows,
+       (SELECT count(*) FROM orch.history h WHERE h.task_id = r.task_id AND h.to_state = 'executing') AS claims_read
+  FROM orch.tasks t JOIN ap_rep r ON r.task_id = t.id;
