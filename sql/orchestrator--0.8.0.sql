@@ -1849,9 +1849,15 @@ DECLARE
     -- the enqueues and completions task rows record: on one node only (on
     -- Citus the trigger, on the shard's node, writes their event rows)
     derived constant boolean := state = 'orch.metric_state'::regclass;
-    mark    record;
-    m       integer;
-    -- where the task rows this fold has to read start (orch.metrics_mark)
+    -- this fold's mark (orch.metrics_mark), and the earlier ones it keeps
+    mark_x      bigint;
+    mark_k      bigint;
+    mark_t      timestamptz;
+    reset       boolean := false;
+    keep        integer[];
+    m           integer;
+    new_xmin    bigint;
+    -- where the task rows this fold has to read start
     task_floor  bigint := 0;
     time_floor  timestamptz := '-infinity';
 BEGIN
@@ -1902,9 +1908,10 @@ BEGIN
     -- (The clock set back by more than a completion's stamp follows: the
     -- task rows are read from the start, and no earlier mark is kept.)
     IF derived THEN
-        SELECT * INTO mark FROM orch.metrics_mark();
+        SELECT k.mark_xact, k.mark_task, k.mark_time, k.clock_reset INTO mark_x, mark_k, mark_t, reset
+          FROM orch.metrics_mark() k;
         m := (SELECT max(i) FROM generate_subscripts(st.mark_xact, 1) i WHERE st.mark_xact[i] <= st.snap_xmin);
-        IF m IS NOT NULL AND NOT mark.clock_reset THEN
+        IF m IS NOT NULL AND NOT reset THEN
             task_floor := st.mark_task[m];
             time_floor := st.mark_time[m];
         END IF;
@@ -2072,33 +2079,31 @@ BEGIN
           own, st.event_floor, st.attempt_floor, id_hi, time_floor, task_floor;
 
     -- This transaction's rows are the next fold's.
+    new_xmin := CASE WHEN own IS NOT NULL THEN least((pg_snapshot_xmin(s)::text)::bigint, own)
+                     ELSE (pg_snapshot_xmin(s)::text)::bigint END;
+    -- The marks the next folds may start from: the last one at or below
+    -- the xmin stored now (which only grows), the later ones, this one; 64
+    -- at most (a transaction held open for long keeps the xmin back: the
+    -- first and the last 63 are kept, a fold starting from the first is
+    -- only longer); none of the earlier ones after a clock reset.
+    IF derived AND NOT reset THEN
+        m := (SELECT max(i) FROM generate_subscripts(st.mark_xact, 1) i WHERE st.mark_xact[i] <= new_xmin);
+        keep := ARRAY(SELECT i FROM generate_subscripts(st.mark_xact, 1) i WHERE i >= coalesce(m, 1) ORDER BY i);
+        IF cardinality(keep) > 63 THEN
+            keep := keep[1:1] || keep[cardinality(keep) - 61:];
+        END IF;
+    END IF;
     EXECUTE format('UPDATE %s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3, refreshed_at = now(),'
-                   ' folded_total = m.folded_total + $4 WHERE m.id = $5', state)
-    USING CASE WHEN own IS NOT NULL THEN least((pg_snapshot_xmin(s)::text)::bigint, own)
-               ELSE (pg_snapshot_xmin(s)::text)::bigint END,
+                   ' folded_total = m.folded_total + $4%s WHERE m.id = $5', state,
+                   CASE WHEN derived THEN
+                     ', mark_xact = (SELECT array_agg(m.mark_xact[k] ORDER BY k) FROM unnest($6) k) || $7,'
+                     ' mark_task = (SELECT array_agg(m.mark_task[k] ORDER BY k) FROM unnest($6) k) || $8,'
+                     ' mark_time = (SELECT array_agg(m.mark_time[k] ORDER BY k) FROM unnest($6) k) || $9' ELSE '' END)
+    USING new_xmin,
           (pg_snapshot_xmax(s)::text)::bigint,
           coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[])
             || CASE WHEN own IS NOT NULL AND own < (pg_snapshot_xmax(s)::text)::bigint THEN ARRAY[own] ELSE '{}'::bigint[] END,
-          folded, state_id;
-    -- The marks the next folds may start from: the last one at or below
-    -- the xmin just stored (which only grows), the later ones, this one.
-    IF derived THEN
-        UPDATE orch.metric_state ms
-           SET mark_xact = CASE WHEN NOT mark.clock_reset THEN ms.mark_xact[coalesce(k.i, 1):] END || mark.mark_xact,
-               mark_task = CASE WHEN NOT mark.clock_reset THEN ms.mark_task[coalesce(k.i, 1):] END || mark.mark_task,
-               mark_time = CASE WHEN NOT mark.clock_reset THEN ms.mark_time[coalesce(k.i, 1):] END || mark.mark_time
-          FROM (SELECT max(i) AS i FROM orch.metric_state x, generate_subscripts(x.mark_xact, 1) i
-                 WHERE x.id = state_id AND x.mark_xact[i] <= x.snap_xmin) k
-         WHERE ms.id = state_id;
-        -- (a transaction held open for long keeps the xmin back: the first
-        -- mark and the last 63 are kept, a fold starting from the first is
-        -- only longer)
-        UPDATE orch.metric_state ms
-           SET mark_xact = ms.mark_xact[1:1] || ms.mark_xact[cardinality(ms.mark_xact) - 62:],
-               mark_task = ms.mark_task[1:1] || ms.mark_task[cardinality(ms.mark_task) - 62:],
-               mark_time = ms.mark_time[1:1] || ms.mark_time[cardinality(ms.mark_time) - 62:]
-         WHERE ms.id = state_id AND cardinality(ms.mark_xact) > 64;
-    END IF;
+          folded, state_id, keep, mark_x, mark_k, mark_t;
 
     EXECUTE format('DELETE FROM %s WHERE minute < now() - interval ''2 days''', tables[7]);
     RETURN folded;

@@ -533,46 +533,82 @@ orch_last_task_id(void)
 	return ascends ? sequence_last(&task_seq, "tasks_id_seq") : 0;
 }
 
+/* how far a completion's stamp may follow orch.metrics_clock past the clock */
+#define CLOCK_LEAD ((TimestampTz) 60 * USECS_PER_SEC)
+/* orch.metrics_clock after a completion found the clock set back further */
+#define CLOCK_RESET ((TimestampTz) 1)
+
+/* The last moment orch.metrics_mark() published (0 if none yet) */
+static TimestampTz
+clock_published(void)
+{
+	return (TimestampTz) sequence_last(&clock_seq, "metrics_clock");
+}
+
+/* now reads further before the published moment than a stamp may follow */
+static bool
+clock_set_back(TimestampTz published, TimestampTz now)
+{
+	return published > now + CLOCK_LEAD;
+}
+
 /*
  * The moment a completion the task row records is stamped with: the clock,
  * or the last moment orch.metrics_mark() published (orch.metrics_clock) if
- * the clock reads earlier (it was set back) by at most
- * ORCH_METRICS_CLOCK_LEAD.  orch.metrics_fold finds the completions it has
- * not counted by finished_at from the moment published before the
- * transaction ids it has not counted were assigned; the transaction's id is
- * assigned before the published moment is read (the completion's UPDATE
- * locked the row), so that holds whatever the clock does.  Set back by
- * more (a clock that ran ahead, corrected), the clock stamps the completion
- * and orch.metrics_clock is reset to 1, under the lock orch.metrics_mark()
- * publishes under: the next fold sees it, reads every finished row once
- * and starts its marks afresh (orch.metrics_mark's clock_reset).
+ * the clock reads earlier (it was set back) by at most CLOCK_LEAD.
+ * orch.metrics_fold finds the completions it has not counted by
+ * finished_at from the moment published before the transaction ids it has
+ * not counted were assigned; the transaction's id is assigned before the
+ * published moment is read (the completion's UPDATE locked the row), so
+ * that holds whatever the clock does.  Set back by more (a clock that ran
+ * ahead, corrected), the clock stamps the completion and orch.metrics_clock
+ * is reset to CLOCK_RESET, under the lock orch_metrics_clock_publish takes:
+ * the next fold sees it, reads every finished row once and starts its marks
+ * afresh.
  */
 TimestampTz
 orch_metrics_clock(void)
 {
 	TimestampTz now;
-	TimestampTz mark;
+	TimestampTz published;
 	Oid			seq;
 
 	(void) GetTopTransactionId();
 	now = GetCurrentTimestamp();
-	mark = orch_metrics_clock_mark();
-	if (mark <= now + ORCH_METRICS_CLOCK_LEAD)
-		return Max(now, mark);
+	published = clock_published();
+	if (!clock_set_back(published, now))
+		return Max(now, published);
 	seq = seq_oid(&clock_seq, "metrics_clock");
 	LockRelationOid(seq, ShareUpdateExclusiveLock);
-	mark = orch_metrics_clock_mark();
-	if (mark > now + ORCH_METRICS_CLOCK_LEAD)
-		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum(ORCH_METRICS_CLOCK_RESET));
+	published = clock_published();
+	if (clock_set_back(published, now))
+		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum(CLOCK_RESET));
 	UnlockRelationOid(seq, ShareUpdateExclusiveLock);
-	return mark > now + ORCH_METRICS_CLOCK_LEAD ? now : Max(now, mark);
+	return clock_set_back(published, now) ? now : Max(now, published);
 }
 
-/* The last mark orch.metrics_mark() published (0 if none yet) */
-TimestampTz
-orch_metrics_clock_mark(void)
+/*
+ * orch.metrics_mark() publishes now in orch.metrics_clock, unless it holds a
+ * later moment the clock may still catch up with; serialized on the
+ * sequence with the completions that reset it.  Returns whether the clock
+ * was set back further than a stamp follows since the last publication (a
+ * completion reset it, or now reads that much earlier): the moment is then
+ * published afresh, lower.
+ */
+bool
+orch_metrics_clock_publish(TimestampTz now)
 {
-	return (TimestampTz) sequence_last(&clock_seq, "metrics_clock");
+	Oid			seq = seq_oid(&clock_seq, "metrics_clock");
+	TimestampTz published;
+	bool		reset;
+
+	LockRelationOid(seq, ShareUpdateExclusiveLock);
+	published = clock_published();
+	reset = published == CLOCK_RESET || clock_set_back(published, now);
+	if (now > CLOCK_RESET && (reset || now > published))
+		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum((int64) now));
+	UnlockRelationOid(seq, ShareUpdateExclusiveLock);
+	return reset;
 }
 
 /*

@@ -399,6 +399,16 @@ write_claim_event(HeapTuple oldtup, TupleDesc td, const char *tenant, int64 task
 	AtEOXact_GUC(true, nest);
 }
 
+/* The row records no claim (claim_event_id and the columns with it) */
+static void
+record_no_claim(NewRow *row)
+{
+	row_set(row, task_cols.claim_event_id, (Datum) 0, true);
+	row_set(row, task_cols.claimed_by, (Datum) 0, true);
+	row_set(row, task_cols.claim_xact, (Datum) 0, true);
+	row_set(row, task_cols.claim_waited, (Datum) 0, true);
+}
+
 /* The built-in task lifecycle on orch.tasks. */
 static HeapTuple
 task_trigger(TriggerData *trigdata)
@@ -600,21 +610,21 @@ task_trigger(TriggerData *trigdata)
 			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
 	/*
-	 * The task leaves executing other than by a completion it records (a
-	 * retry wait, a tool, a confirmation, a failure, a cancel, a lease
-	 * recovery): the claim the row records is written out as an event row
-	 * now (its id, time, role and transaction kept) and the row records none,
+	 * The claim the row records is written out as an event row (its id,
+	 * time, role and transaction kept), and the row records none, when the
+	 * task leaves executing other than by a completion it records (a retry
+	 * wait, a tool, a confirmation, a failure, a cancel, a lease recovery),
 	 * so that a recorded claim is only ever on an executing row or on a row
-	 * that records its completion: where orch.metrics_fold looks for them.
+	 * that records its completion: where orch.metrics_fold looks for them;
+	 * and, should one be left from a transition the trigger did not see,
+	 * when the task is claimed again.
 	 */
-	if (task_cols.claim_event_id > 0 && from == TS_EXECUTING && !records_completion &&
+	if (task_cols.claim_event_id > 0 && !is_insert &&
+		((from == TS_EXECUTING && !records_completion) || to == TS_EXECUTING) &&
 		!heap_attisnull(oldtup, task_cols.claim_event_id, td))
 	{
 		write_claim_event(oldtup, td, tenant, task_id, has_run, run_id);
-		row_set(&row, task_cols.claim_event_id, (Datum) 0, true);
-		row_set(&row, task_cols.claimed_by, (Datum) 0, true);
-		row_set(&row, task_cols.claim_xact, (Datum) 0, true);
-		row_set(&row, task_cols.claim_waited, (Datum) 0, true);
+		record_no_claim(&row);
 	}
 
 	/*
@@ -624,36 +634,26 @@ task_trigger(TriggerData *trigdata)
 	 * columns only a claim sets (claimed_at, lease_owner, lease_token,
 	 * attempts); orch.history derives it.  Claimed otherwise (after a retry
 	 * wait, a tool, a confirmation), the claim writes its event row and
-	 * records none.  A claim recorded before (the task left executing with
-	 * the lifecycle trigger off) is written out first.
+	 * records none; nor does an insert, whatever either put there.
 	 */
 	if (task_cols.claim_event_id > 0 && (is_insert || (to == TS_EXECUTING && from != TS_EXECUTING)))
 	{
-		int			c[4] = {task_cols.claim_event_id, task_cols.claimed_by, task_cols.claim_xact,
-		task_cols.claim_waited};
-		Datum		v[4] = {0, 0, 0, 0};
-		bool		n[4] = {true, true, true, true};
 		char	   *owner = row_text(&row, task_cols.lease_owner);
 		/* its label is the lease owner (orch_dequeue labels the claim with the worker) */
 		bool		derive = !is_insert && from == TS_QUEUED && strcmp(reason, "claimed") == 0 &&
 			orch_event_context()->note == NULL && token != NULL &&
 			(actor == NULL ? owner == NULL : (owner != NULL && strcmp(actor, owner) == 0));
 
-		if (!is_insert)
-			write_claim_event(oldtup, td, tenant, task_id, has_run, run_id);
 		if (derive)
 		{
-			v[0] = Int64GetDatum(orch_next_event_id());
-			v[1] = CStringGetTextDatum(orch_current_actor());
-			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
-			v[3] = Int64GetDatum(waited_us);
-			n[0] = n[1] = n[2] = false;
-			n[3] = waited_us < 0;
-		}
-		for (int i = 0; i < 4; i++)
-			row_set(&row, c[i], v[i], n[i]);
-		if (derive)
+			row_set(&row, task_cols.claim_event_id, Int64GetDatum(orch_next_event_id()), false);
+			row_set(&row, task_cols.claimed_by, CStringGetTextDatum(orch_current_actor()), false);
+			row_set(&row, task_cols.claim_xact,
+					Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId())), false);
+			row_set(&row, task_cols.claim_waited, Int64GetDatum(waited_us), waited_us < 0);
 			return row_form(&row);
+		}
+		record_no_claim(&row);
 	}
 
 	/*

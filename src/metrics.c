@@ -15,7 +15,6 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "funcapi.h"
-#include "storage/lmgr.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -568,22 +567,12 @@ orch_metrics_mark(PG_FUNCTION_ARGS)
 	bool		n[4] = {false, false, false, false};
 	TimestampTz now = GetCurrentTimestamp();
 	int64		last_task = orch_last_task_id();
-	Oid			clock = orch_relid("metrics_clock");
-	TimestampTz published;
 	bool		reset;
 	FullTransactionId next;
 
-	if (!OidIsValid(clock))
-		elog(ERROR, "orchestrator: sequence orch.metrics_clock is missing");
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "orchestrator: metrics_mark must return a record");
-	LockRelationOid(clock, ShareUpdateExclusiveLock);
-	published = orch_metrics_clock_mark();
-	/* a completion reset it, or the clock is set back further than a stamp may follow */
-	reset = published == ORCH_METRICS_CLOCK_RESET || published > now + ORCH_METRICS_CLOCK_LEAD;
-	if (now > ORCH_METRICS_CLOCK_RESET && (reset || now > published))
-		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(clock), Int64GetDatum((int64) now));
-	UnlockRelationOid(clock, ShareUpdateExclusiveLock);
+	reset = orch_metrics_clock_publish(now);
 	next = ReadNextFullTransactionId();
 
 	v[0] = Int64GetDatum((int64) U64FromFullTransactionId(next));

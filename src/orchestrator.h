@@ -238,11 +238,7 @@ extern int64 orch_next_event_id(void);
 extern int64 orch_next_attempt_id(void);
 extern int64 orch_last_task_id(void);
 extern TimestampTz orch_metrics_clock(void);
-extern TimestampTz orch_metrics_clock_mark(void);
-/* how far a completion's stamp may follow orch.metrics_clock past the clock */
-#define ORCH_METRICS_CLOCK_LEAD ((TimestampTz) 60 * USECS_PER_SEC)
-/* orch.metrics_clock after a completion found the clock set back further */
-#define ORCH_METRICS_CLOCK_RESET ((TimestampTz) 1)
+extern bool orch_metrics_clock_publish(TimestampTz now);
 
 typedef struct OrchEventContext
 {
