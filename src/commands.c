@@ -44,6 +44,7 @@ put_command_row(ReturnSetInfo *rsinfo, uint64 row, bool replayed)
 Datum
 orch_command(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *kind;
 	char	   *key;
@@ -126,9 +127,9 @@ orch_command(PG_FUNCTION_ARGS)
 			appendStringInfoString(&buf, JsonbToCString(NULL, &payload->root, VARSIZE(payload)));
 			appendStringInfoChar(&buf, '}');
 			work = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
-			orch_set_event_context(NULL, NULL);
+			ev = orch_set_event_context(NULL, NULL);
 			task_id = orch_enqueue_internal(orch_command_queue, work, tenant, NULL);
-			orch_clear_event_context();
+			orch_clear_event_context(ev);
 			orch_arg_int8(&link, command_id);
 			orch_arg_text(&link, tenant);
 			orch_arg_int8(&link, task_id);

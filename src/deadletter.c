@@ -101,13 +101,14 @@ redrive(int64 id, bool skip_redriven)
 Datum
 orch_retry(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	int64		new_id;
 
 	orch_require_arg(fcinfo, 0, "task_id");
 	SPI_connect();
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 	new_id = redrive(PG_GETARG_INT64(0), false);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_INT64(new_id);
@@ -121,6 +122,7 @@ orch_retry(PG_FUNCTION_ARGS)
 Datum
 orch_reprocess(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTARRAYOID};
 	Datum		v[5];
@@ -170,7 +172,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	ids = palloc(sizeof(int64) * (count + 1));
 	for (int i = 0; i < count; i++)
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 	for (int i = 0; i < count; i++)
 	{
 		Datum		out[2];
@@ -184,7 +186,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 		out[1] = Int64GetDatum(new_id);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
 	return (Datum) 0;

@@ -466,6 +466,7 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 Datum
 orch_dequeue(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *queue;
 	char	   *worker;
@@ -568,7 +569,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	v[2] = orch_text_datum(worker);
 	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
 	v[4] = tenant ? orch_text_datum(tenant) : tenants;
-	orch_set_event_context(worker, NULL);
+	ev = orch_set_event_context(worker, NULL);
 	if (orch_citus())
 	{
 		Oid			ctypes[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID};
@@ -592,7 +593,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 							6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
 		/* the claimed tasks' calls by id go straight to the tenant's shard */
 		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 		orch_scope_clear();
 		emit_claimed(rsinfo, outer);
 		SPI_finish();
@@ -601,7 +602,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
 		claim_limited(queue, worker, batch, lease, tenants, all_tenants, &qs, rsinfo, outer);
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 		SPI_finish();
 		return (Datum) 0;
 	}
@@ -625,7 +626,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		plan = orch_plan(steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c")),
 						 4, types);
 	orch_exec(plan, v, NULL, false, 0, SPI_OK_SELECT);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 
 	emit_claimed(rsinfo, outer);
 	SPI_finish();

@@ -358,6 +358,7 @@ maybe_notify(EnqueueOpts *o)
 Datum
 orch_enqueue(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	EnqueueOpts o;
 	Jsonb	   *payload;
 	char	   *key;
@@ -369,11 +370,11 @@ orch_enqueue(PG_FUNCTION_ARGS)
 	key = orch_text_arg(fcinfo, 3);
 
 	SPI_connect();
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 	orch_event_context_enqueue_in_task();
 	prepare_queue(&o);
 	id = enqueue_one(&o, payload, key);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	SPI_finish();
 	maybe_notify(&o);
 	PG_RETURN_INT64(id);
@@ -383,6 +384,7 @@ orch_enqueue(PG_FUNCTION_ARGS)
 Datum
 orch_enqueue_batch(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	EnqueueOpts o;
 	ArrayType  *payloads;
@@ -429,7 +431,7 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 	ids = palloc(sizeof(int64) * np);
 
 	SPI_connect();
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 	orch_event_context_enqueue_in_task();
 	prepare_queue(&o);
 	if (kelems != NULL || o.qs.rate_count > 0)
@@ -489,7 +491,7 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 			ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, o.tenant);
 	}
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	SPI_finish();
 
 	for (int i = 0; i < np; i++)

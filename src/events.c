@@ -38,97 +38,108 @@
  * Event context: who acts and why, set by an API call for the duration of
  * its writes; a raw UPDATE has none and is recorded as the session user's
  * direct_update.
+ *
+ * The contexts of the calls in progress form a stack (the innermost last),
+ * so that a call made inside another (a user's trigger on orch.tasks that
+ * enqueues, say) hands the outer call its own context back when it ends.
+ * Its items remember the (sub)transaction level that set them: an aborted
+ * subtransaction takes back the contexts it set and did not end (an error
+ * caught by a PL/pgSQL exception block), and the outer context is the
+ * current one again.
  * ---------------------------------------------------------------------- */
-static OrchEventContext ctx;	/* worker_actor: actor = the task's lease owner */
+typedef struct ContextItem
+{
+	OrchLeveled leveled;
+	OrchEventContext c;
+} ContextItem;
+
+static List *ctx_stack = NIL;	/* ContextItem, in TopTransactionContext */
 static List *event_buffer = NIL;	/* BufferedEvent, in TopTransactionContext */
 static int	events_deferred = 0;	/* > 0: statement ends do not flush (see orch_events_defer) */
-
-static void
-ctx_reset(void)
-{
-	if (ctx.actor)
-		pfree(ctx.actor);
-	if (ctx.note)
-		pfree(ctx.note);
-	ctx.actor = ctx.note = NULL;
-	ctx.active = ctx.worker_actor = ctx.completion_in_task = ctx.enqueue_in_task = false;
-}
+static const OrchEventContext no_context = {0};
 
 static void
 ctx_state_reset(bool xact_end)
 {
-	ctx_reset();
 	if (xact_end)
 		events_deferred = 0;
 }
 
-static OrchXactLists ctx_state = {{&event_buffer}, ctx_state_reset};
+static OrchXactLists ctx_state = {{&ctx_stack, &event_buffer}, ctx_state_reset};
 
-void
-orch_set_event_context(const char *actor, const char *note)
+static OrchEventContext *
+ctx_current(void)
 {
-	orch_set_event_context_ext(actor, note, false);
+	return ctx_stack == NIL ? NULL : &((ContextItem *) llast(ctx_stack))->c;
 }
 
-/* worker_actor: record the task's lease owner as the actor (worker calls) */
-void
+/*
+ * Set the event context of an API call: worker_actor records the task's
+ * lease owner as the actor (worker calls).  Returns the token that
+ * orch_clear_event_context takes to end it.
+ */
+int
 orch_set_event_context_ext(const char *actor, const char *note, bool worker_actor)
 {
+	MemoryContext old;
+	ContextItem *item;
+	int			token;
+
 	orch_xact_lists_use(&ctx_state);
-	ctx_reset();
-	ctx.active = true;
-	ctx.worker_actor = worker_actor;
-	if (actor)
-		ctx.actor = MemoryContextStrdup(TopMemoryContext, actor);
-	if (note)
-		ctx.note = MemoryContextStrdup(TopMemoryContext, note);
+	token = list_length(ctx_stack);
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	item = palloc0(sizeof(ContextItem));
+	item->leveled.level = GetCurrentTransactionNestLevel();
+	item->c.active = true;
+	item->c.worker_actor = worker_actor;
+	item->c.actor = actor ? pstrdup(actor) : NULL;
+	item->c.note = note ? pstrdup(note) : NULL;
+	ctx_stack = lappend(ctx_stack, item);
+	MemoryContextSwitchTo(old);
+	return token;
 }
 
+int
+orch_set_event_context(const char *actor, const char *note)
+{
+	return orch_set_event_context_ext(actor, note, false);
+}
+
+/*
+ * End the context that the call returning token set, and any set after it
+ * and not ended: the context before it is the current one again.
+ */
 void
-orch_clear_event_context(void)
+orch_clear_event_context(int token)
 {
-	ctx_reset();
-}
-
-/* The current event context, to be put back with orch_restore_event_context. */
-OrchEventContext
-orch_save_event_context(void)
-{
-	OrchEventContext c;
-
-	c.active = ctx.active;
-	c.worker_actor = ctx.worker_actor;
-	c.completion_in_task = ctx.completion_in_task;
-	c.enqueue_in_task = ctx.enqueue_in_task;
-	c.actor = ctx.actor ? pstrdup(ctx.actor) : NULL;
-	c.note = ctx.note ? pstrdup(ctx.note) : NULL;
-	return c;
-}
-
-void
-orch_restore_event_context(OrchEventContext c)
-{
-	if (!c.active)
+	while (list_length(ctx_stack) > token)
 	{
-		ctx_reset();
-		return;
+		ContextItem *item = (ContextItem *) llast(ctx_stack);
+
+		if (item->c.actor)
+			pfree(item->c.actor);
+		if (item->c.note)
+			pfree(item->c.note);
+		pfree(item);
+		ctx_stack = list_delete_last(ctx_stack);
 	}
-	orch_set_event_context_ext(c.actor, c.note, c.worker_actor);
-	ctx.completion_in_task = c.completion_in_task;
-	ctx.enqueue_in_task = c.enqueue_in_task;
 }
 
 /*
  * The call's completions (executing -> completed) are recorded by the task
  * rows themselves (complete_event_id and the columns with it, read through
  * orch.history and orch.attempt_history): the task trigger sets those and
- * buffers no event, and the call writes no attempt row.  Cleared with the
- * context, and by any context set inside the call.
+ * buffers no event, and the call writes no attempt row.  A flag of the
+ * call's own context: a context set inside the call has its own.
  */
 void
 orch_event_context_completion_in_task(void)
 {
-	ctx.completion_in_task = true;
+	OrchEventContext *c = ctx_current();
+
+	Assert(c != NULL);
+	if (c)
+		c->completion_in_task = true;
 }
 
 /*
@@ -149,7 +160,9 @@ orch_event_context_enqueue_in_task(void)
 	if (orch_schema_version() < 800 || orch_citus() || XactReadOnly || RecoveryInProgress())
 		return;
 	(void) GetTopTransactionId();
-	ctx.enqueue_in_task = true;
+	Assert(ctx_current() != NULL);
+	if (ctx_current())
+		ctx_current()->enqueue_in_task = true;
 }
 
 /* ----------------------------------------------------------------------
@@ -403,8 +416,8 @@ orch_write_event(const char *tenant, int64 task_id, bool has_task,
 				 int32 attempt, pg_uuid_t *lease_token, const char *note)
 {
 	orch_write_event_full(tenant, task_id, has_task, 0, false, entity, from_state,
-					 to_state, reason_code, ctx.actor, attempt, lease_token,
-					 note ? note : ctx.note, -1);
+					 to_state, reason_code, orch_event_context()->actor, attempt, lease_token,
+					 note ? note : orch_event_context()->note, -1);
 }
 
 /* An event of a workflow run or of one of its steps (entity 'run', 'run_step'). */
@@ -415,11 +428,11 @@ orch_write_run_event(const char *tenant, int64 run_id, const char *entity,
 {
 	if (events_deferred > 0)
 		orch_buffer_event(strcmp(entity, "run") == 0 ? "run" : "run_step", tenant, false, 0,
-					 true, run_id, from_state, to_state, reason_code, ctx.actor, 0, NULL,
-					 note ? note : ctx.note, -1);
+					 true, run_id, from_state, to_state, reason_code, orch_event_context()->actor, 0, NULL,
+					 note ? note : orch_event_context()->note, -1);
 	else
 		orch_write_event_full(tenant, 0, false, run_id, true, entity, from_state, to_state,
-						 reason_code, ctx.actor, 0, NULL, note ? note : ctx.note, -1);
+						 reason_code, orch_event_context()->actor, 0, NULL, note ? note : orch_event_context()->note, -1);
 }
 
 /*
@@ -449,7 +462,9 @@ orch_events_undefer(bool flush)
 const OrchEventContext *
 orch_event_context(void)
 {
-	return &ctx;
+	OrchEventContext *c = ctx_current();
+
+	return c ? c : &no_context;
 }
 
 /* ----------------------------------------------------------------------

@@ -67,6 +67,7 @@ PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
 int
 orch_recover_expired(const char *queue, int limit, Datum tenants)
 {
+	int			ev;
 	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
 	Datum		v[3];
 	char		nl[3] = {' ', ' ', ' '};
@@ -116,10 +117,10 @@ orch_recover_expired(const char *queue, int limit, Datum tenants)
 		if (!orch_lock_task(ids[i], &t) || t.state != TS_EXECUTING || !t.lease_expired)
 			continue;
 		outcome = t.timed_out ? "timed_out" : "lease_expired";
-		orch_set_event_context("orchestrator", t.timed_out ? "timeout passed" : "lease expired");
+		ev = orch_set_event_context("orchestrator", t.timed_out ? "timeout passed" : "lease expired");
 		orch_fail_locked(&t, EC_TRANSIENT, t.timed_out ? "timeout passed" : "lease expired",
 						 false, 0, outcome, NULL);
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 		recovered++;
 	}
 	return recovered;

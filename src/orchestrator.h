@@ -228,10 +228,10 @@ extern void orch_write_event(const char *tenant, int64 task_id, bool has_task,
 							 const char *to_state, const char *reason_code,
 							 int32 attempt, pg_uuid_t *lease_token,
 							 const char *note);
-extern void orch_set_event_context(const char *actor, const char *note);
-extern void orch_set_event_context_ext(const char *actor, const char *note,
+extern int	orch_set_event_context(const char *actor, const char *note);
+extern int	orch_set_event_context_ext(const char *actor, const char *note,
 									   bool worker_actor);
-extern void orch_clear_event_context(void);
+extern void orch_clear_event_context(int token);
 extern void orch_event_context_completion_in_task(void);
 extern void orch_event_context_enqueue_in_task(void);
 extern int64 orch_next_event_id(void);
@@ -250,9 +250,7 @@ typedef struct OrchEventContext
 	char	   *note;
 } OrchEventContext;
 
-extern OrchEventContext orch_save_event_context(void);
 extern const OrchEventContext *orch_event_context(void);
-extern void orch_restore_event_context(OrchEventContext c);
 extern void orch_events_defer(void);
 extern void orch_events_undefer(bool flush);
 extern void orch_write_run_event(const char *tenant, int64 run_id, const char *entity,

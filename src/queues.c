@@ -206,6 +206,7 @@ orch_resume_queue(PG_FUNCTION_ARGS)
 Datum
 orch_drop_queue(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	char	   *name;
 	bool		force;
 	Oid			types[1] = {TEXTOID};
@@ -257,7 +258,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 			for (int i = 0; i < ntenants; i++)
 				tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		}
-		orch_set_event_context(NULL, "queue dropped");
+		ev = orch_set_event_context(NULL, "queue dropped");
 		cv[0] = vals[0];
 		cv[1] = (Datum) 0;
 		for (int i = 0; i < ntenants; i++)
@@ -282,7 +283,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 									  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), 2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE);
 		}
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 	}
 	orch_sql_once("DELETE FROM orch.queues WHERE name = $1", 1, types, vals, NULL, false, 0, SPI_OK_DELETE);
 	/* the queue's own limits and rate windows go with it */

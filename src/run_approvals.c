@@ -105,8 +105,8 @@ approval_key(const char *step, bool compensation)
 int64
 orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 {
+	int			ev;
 	OrchArgs	a = {0};
-	OrchEventContext saved = orch_save_event_context();
 	int64		id;
 	char	   *queue;
 	QueueSettings qs;
@@ -118,7 +118,7 @@ orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 	orch_arg_text(&a, approval_key(step, compensation));
 	orch_arg(&a, BOOLOID, BoolGetDatum(compensation), false);
 	/* the run layer does this: its transitions are audited as the orchestrator's */
-	orch_set_event_context("orchestrator", NULL);
+	ev = orch_set_event_context("orchestrator", NULL);
 	if (orch_args_sql(&a, APPROVAL_TASK_INSERT, false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: the approval task of step \"%s\" of run " INT64_FORMAT " was not inserted",
 			 step, r->id);
@@ -138,7 +138,7 @@ orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be claimed", id);
 	if (orch_args_sql(&a, APPROVAL_TASK_PARK, false, 0, SPI_OK_UPDATE) != 1)
 		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be handed to a person", id);
-	orch_restore_event_context(saved);
+	orch_clear_event_context(ev);
 	return id;
 }
 

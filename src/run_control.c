@@ -59,6 +59,7 @@ decision(const char *ref, bool approved, const char *label, const char *note)
 static Datum
 decide(FunctionCallInfo fcinfo, bool approve)
 {
+	int			ev;
 	int64		run_id;
 	char	   *step;
 	char	   *ref;
@@ -151,7 +152,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("approval reference \"%s\" was already used", ref),
 				 errdetail("An approval reference is single-use and bound to one run and step.")));
-	orch_set_event_context(label, note);
+	ev = orch_set_event_context(label, note);
 	if (compensation)
 	{
 		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
@@ -183,7 +184,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 		orch_run_step_failed(&r, step, "failed", note ? note : "rejected", false);
 		orch_run_progress(&r);
 	}
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	return run_call_result(orch_run_state_names[r.state]);
 }
 
@@ -213,6 +214,7 @@ raise_run_state(RunRow *r, const char *action)
 Datum
 orch_pause_run(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	RunRow		r;
 
 	orch_require_arg(fcinfo, 0, "run_id");
@@ -222,10 +224,10 @@ orch_pause_run(PG_FUNCTION_ARGS)
 	{
 		if (r.state != RS_RUNNING)
 			raise_run_state(&r, "pause");
-		orch_set_event_context(NULL, NULL);
+		ev = orch_set_event_context(NULL, NULL);
 		/* a compensating run keeps the reason it fails for */
 		orch_set_run_state(&r, RS_PAUSED, strcmp(r.phase, "compensating") == 0 ? NULL : "paused", NULL);
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 	}
 	return run_call_result(orch_run_state_names[r.state]);
 }
@@ -233,6 +235,7 @@ orch_pause_run(PG_FUNCTION_ARGS)
 Datum
 orch_resume_run(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	RunRow		r;
 	Jsonb	   *pins = orch_jsonb_arg(fcinfo, 1, "pins");
 
@@ -268,10 +271,10 @@ orch_resume_run(PG_FUNCTION_ARGS)
 		return run_call_result(orch_run_state_names[r.state]);
 	if (r.state == RS_PAUSED)
 	{
-		orch_set_event_context(NULL, NULL);
+		ev = orch_set_event_context(NULL, NULL);
 		orch_set_run_state(&r, RS_RUNNING, strcmp(r.phase, "compensating") == 0 ? NULL : "resumed", NULL);
 		orch_run_progress(&r);
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 	}
 	else if (orch_run_terminal(r.state))
 		raise_run_state(&r, "resume");
@@ -281,6 +284,7 @@ orch_resume_run(PG_FUNCTION_ARGS)
 Datum
 orch_cancel_run(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	RunRow		r;
 	int64		run_id;
 	char	   *reason = orch_text_arg(fcinfo, 1);
@@ -318,10 +322,10 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
 					 2, orch_run_types, v, NULL, r.tenant, "run_canceled");
-	orch_set_event_context(NULL, reason);
+	ev = orch_set_event_context(NULL, reason);
 	orch_run_close_open_steps(&r, "run_canceled", true);
 	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	return run_call_result("canceled");
 }
 
@@ -332,6 +336,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 Datum
 orch_retry_run(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	RunRow		r;
 	RunRow		nr;
 	Datum		v[3];
@@ -367,7 +372,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	 */
 	orch_sql("UPDATE orch.runs SET state = state WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0,
 			 SPI_OK_UPDATE);
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 	/* the new run keeps the correlation id */
 	/* the probes keep the original run's pins: drift since then stops the next gate */
 	orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
@@ -413,7 +418,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 						 psprintf("retry of run " INT64_FORMAT, r.id));
 	/* the edges taken by steps that succeeded hold again; the rest is re-decided */
 	orch_run_advance(&nr);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_run_busy_end(0);
 	orch_scope_clear();
 	SPI_finish();

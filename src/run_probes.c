@@ -513,10 +513,10 @@ run_probe_diff(RunRow *r, bool strict, Jsonb **live_out)
 static void
 record_drift(RunRow *r, Jsonb *diff, const char *step)
 {
+	int			ev;
 	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
 	Datum		v[3];
 	char	   *note;
-	OrchEventContext saved;
 
 	RUN_ARGS(v, r->id, r->tenant);
 	v[2] = JsonbPGetDatum(diff);
@@ -524,8 +524,7 @@ record_drift(RunRow *r, Jsonb *diff, const char *step)
 	note = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	orch_sql("UPDATE orch.runs SET drift = $3 WHERE id = $1 AND tenant_id = $2",
 			 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
-	saved = orch_save_event_context();
-	orch_set_event_context(saved.actor, note);
+	ev = orch_set_event_context(orch_event_context()->actor, note);
 	if (r->state == RS_PAUSED)
 	{
 		/* found by orch_resume_run: the run stays paused, for drift now */
@@ -549,7 +548,7 @@ record_drift(RunRow *r, Jsonb *diff, const char *step)
 					 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, v, NULL, false, 0, SPI_OK_UPDATE) > 0)
 			orch_step_event(r, step, "pending", "ready", "drift_detected");
 	}
-	orch_restore_event_context(saved);
+	orch_clear_event_context(ev);
 }
 
 /*
@@ -613,6 +612,7 @@ orch_run_probes_resume(RunRow *r)
 Datum
 orch_acknowledge_drift(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	int64		run_id;
 	char	   *ref;
 	char	   *label = orch_key_arg(fcinfo, 2, "actor");
@@ -685,10 +685,10 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 	orch_sql("UPDATE orch.runs SET probe_pins = $7, drift = NULL, reason_code = 'drift_acknowledged'"
 			 " WHERE id = $1 AND tenant_id = $2", 7, types, v, n, false, 0, SPI_OK_UPDATE);
 	r.reason = "drift_acknowledged";
-	orch_set_event_context(label, note);
+	ev = orch_set_event_context(label, note);
 	state = orch_run_state_names[r.state];
 	orch_write_run_event(r.tenant, r.id, "run", state, state, "drift_acknowledged", NULL);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_run_busy_end(0);
 	orch_scope_clear();
 	SPI_finish();

@@ -561,11 +561,11 @@ int
 orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
 				 const char *tenant, const char *reason)
 {
+	int			ev;
 	Oid		   *t = palloc(sizeof(Oid) * (nargs + 2));
 	Datum	   *v = palloc(sizeof(Datum) * (nargs + 2));
 	char	   *n = palloc(nargs + 3);
 	int			r = nargs + 1;
-	OrchEventContext saved;
 
 	memcpy(t, types, sizeof(Oid) * nargs);
 	memcpy(v, values, sizeof(Datum) * nargs);
@@ -580,8 +580,7 @@ orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 		v[nargs + 1] = orch_text_array1(tenant);
 	else
 		orch_spi_scope_tenants(v, n, nargs + 1);
-	saved = orch_save_event_context();
-	orch_set_event_context(NULL, reason);
+	ev = orch_set_event_context(NULL, reason);
 	orch_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
 					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
 					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))),"
@@ -593,7 +592,7 @@ orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
 					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))",
 					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE);
-	orch_restore_event_context(saved);	/* the caller's label and note go on */
+	orch_clear_event_context(ev);	/* the caller's label and note go on */
 	return (int) SPI_processed;
 }
 

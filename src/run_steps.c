@@ -664,15 +664,15 @@ run_maybe_finish(RunRow *r)
 static void
 approval_expired(RunRow *r, const char *step)
 {
-	OrchEventContext saved = orch_save_event_context();
+	int			ev;
 
-	orch_set_event_context("orchestrator", "the approval request expired");
+	ev = orch_set_event_context("orchestrator", "the approval request expired");
 	orch_run_settle_approval(r, step, false, APPROVAL_EXPIRED, NULL);
 	if (r->state == RS_WAITING_APPROVAL)
 		orch_set_run_state(r, RS_RUNNING, "approval_expired", NULL);
 	step_failed(r, step, "timed_out", "the approval request expired (its timeout passed)", false,
 				"approval_expired");
-	orch_restore_event_context(saved);
+	orch_clear_event_context(ev);
 }
 
 /* Settle steps whose tasks, timers or approvals have finished. */

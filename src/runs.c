@@ -105,6 +105,7 @@ orch_runs_flush(void)
 int
 orch_runs_maintain(int limit)
 {
+	int			ev;
 	Oid			types[2] = {INT4OID, TEXTARRAYOID};
 	Datum		v[2];
 	char		vn[2] = {' ', ' '};
@@ -159,7 +160,7 @@ orch_runs_maintain(int limit)
 		orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 0 || !orch_lock_run(ids[i], tenants[i], &r))
 			continue;
-		orch_set_event_context("orchestrator", NULL);
+		ev = orch_set_event_context("orchestrator", NULL);
 		{
 			int64		prev = orch_run_busy_begin(r.id);
 
@@ -167,7 +168,7 @@ orch_runs_maintain(int limit)
 			orch_run_progress(&r);
 			orch_run_busy_end(prev);
 		}
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 		moved++;
 	}
 	/*
@@ -221,6 +222,7 @@ check_input(Jsonb *spec, Jsonb *input)
 Datum
 orch_start(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	char	   *name;
 	Jsonb	   *input;
 	char	   *key = orch_text_arg(fcinfo, 3);
@@ -316,7 +318,7 @@ orch_start(PG_FUNCTION_ARGS)
 	n[10] = 'n';
 	v[11] = deadline;
 	n[11] = no_deadline ? 'n' : ' ';
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 
 	/*
 	 * One run per key: the key's row (orch.run_keys: runs are partitioned,
@@ -368,7 +370,7 @@ orch_start(PG_FUNCTION_ARGS)
 					 errmsg("idempotency key \"%s\" was already used to start another run", key),
 					 errdetail("Run " INT64_FORMAT " was started with this key for another workflow or input.",
 							   existing)));
-		orch_clear_event_context();
+		orch_clear_event_context(ev);
 		SPI_finish();
 		PG_RETURN_INT64(existing);
 	}
@@ -399,7 +401,7 @@ orch_start(PG_FUNCTION_ARGS)
 	r.past_deadline = false;
 	orch_run_create_steps(&r);
 	orch_run_advance(&r);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	SPI_finish();
 	MemoryContextSwitchTo(outer);
 	PG_RETURN_INT64(r.id);

@@ -465,6 +465,7 @@ finish_state(const char *state)
 Datum
 orch_complete(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 2, "result");
@@ -486,7 +487,7 @@ orch_complete(PG_FUNCTION_ARGS)
 	if (!orch_scope_task(id))
 		orch_not_found("task", id);
 	orch_spi_caller_tenants(v, n, 4);
-	orch_set_event_context_ext(NULL, NULL, true);
+	ev = orch_set_event_context_ext(NULL, NULL, true);
 	if (in_task)
 		orch_event_context_completion_in_task();
 	/* One statement fences and completes (and, off Citus, records it all) */
@@ -502,7 +503,7 @@ orch_complete(PG_FUNCTION_ARGS)
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
 	record_completed_attempts(SPI_tuptable, (int) SPI_processed, in_task);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	return finish_state("completed");
 }
 
@@ -527,6 +528,7 @@ int64_cmp(const void *a, const void *b)
 Datum
 orch_complete_batch(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	ArrayType  *ids_a;
 	ArrayType  *toks_a;
 	Datum	   *ids;
@@ -602,7 +604,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	/* none found (on Citus): the first id is reported missing below */
 	(void) orch_scope_tasks(v[0]);
 	orch_spi_caller_tenants(v, nulls, 4);
-	orch_set_event_context_ext(NULL, NULL, true);
+	ev = orch_set_event_context_ext(NULL, NULL, true);
 	in_task = completion_in_task();
 	if (in_task)
 		orch_event_context_completion_in_task();
@@ -632,7 +634,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		elog(ERROR, "orchestrator: batch complete lost track of a task");
 	}
 	record_completed_attempts(SPI_tuptable, completed, in_task);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_INT32(completed);
@@ -645,6 +647,7 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 Datum
 orch_fail(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
@@ -672,9 +675,9 @@ orch_fail(PG_FUNCTION_ARGS)
 	SPI_connect();
 	lock_or_not_found(id, &t);
 	check_lease(&t, token, "fail");
-	orch_set_event_context(t.lease_owner, error);
+	ev = orch_set_event_context(t.lease_owner, error);
 	d = orch_fail_locked(&t, ec, error, has_retry_after, retry_after, "failed", &retry_at);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
 
@@ -736,6 +739,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 Datum
 orch_cancel(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	int64		id = task_id_arg(fcinfo);
 	char	   *reason = orch_text_arg(fcinfo, 1);
 	OrchTask	t;
@@ -746,14 +750,14 @@ orch_cancel(PG_FUNCTION_ARGS)
 	lock_or_not_found(id, &t);
 	raise_if_terminal(&t, "cancel");
 	refuse_approval_task(&t, "cancel");
-	orch_set_event_context(NULL, reason);
+	ev = orch_set_event_context(NULL, reason);
 	if (t.state == TS_EXECUTING)
 		record_attempt(&t, "cancelled", NULL, reason, false, 0);
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
 	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
 				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	return finish_state("cancelled");
 }
 
@@ -764,6 +768,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 static void
 park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 {
+	int			ev;
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	OrchTask	t;
@@ -775,7 +780,7 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 	SPI_connect();
 	lock_or_not_found(id, &t);
 	check_lease(&t, token, "park");
-	orch_set_event_context(t.lease_owner, NULL);
+	ev = orch_set_event_context(t.lease_owner, NULL);
 	record_attempt(&t, state, NULL, NULL, false, 0);
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
@@ -786,7 +791,7 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 	exec_update("UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
 				" retry_at = NULL, wait_data = $4, resume_data = NULL"
 				" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
 }
@@ -877,6 +882,7 @@ require_waiting(OrchTask *t, TaskState waiting, const char *action)
 Datum
 orch_resume(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	int64		id = task_id_arg(fcinfo);
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 1, "result");
 	OrchTask	t;
@@ -892,12 +898,12 @@ orch_resume(PG_FUNCTION_ARGS)
 	v[2] = JsonbPGetDatum(result);
 	if (!result)
 		n[2] = 'n';
-	orch_set_event_context(NULL, NULL);
+	ev = orch_set_event_context(NULL, NULL);
 	exec_update("UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
 				" WHERE id = $1 AND tenant_id = $2", 3, types, v, n);
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	return finish_state("awaiting_tool");
 }
 
@@ -905,6 +911,7 @@ orch_resume(PG_FUNCTION_ARGS)
 Datum
 orch_confirm(PG_FUNCTION_ARGS)
 {
+	int			ev;
 	int64		id = task_id_arg(fcinfo);
 	bool		approve;
 	char	   *actor = orch_key_arg(fcinfo, 2, "actor");
@@ -923,7 +930,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	if (!orch_state_is_terminal(t.state))
 		refuse_approval_task(&t, approve ? "approve" : "reject");
 	require_waiting(&t, TS_AWAITING_CONFIRMATION, approve ? "approve" : "reject");
-	orch_set_event_context(actor, note);
+	ev = orch_set_event_context(actor, note);
 	v[0] = Int64GetDatum(id);
 	v[1] = orch_text_datum(t.tenant);
 	/* the decision is the role's; a name it gives is kept beside it */
@@ -949,6 +956,6 @@ orch_confirm(PG_FUNCTION_ARGS)
 					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
 		result = "failed";
 	}
-	orch_clear_event_context();
+	orch_clear_event_context(ev);
 	return finish_state(result);
 }
