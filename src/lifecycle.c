@@ -121,11 +121,15 @@ static bool task_cols_callback = false;
  * The column numbers go stale when the table changes (ALTER EXTENSION UPDATE
  * adds columns): forget them on any relcache invalidation of the table.
  */
+static Oid	task_table_relid = InvalidOid;	/* is_task_table's last yes */
+
 static void
 task_cols_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == task_cols.relid)
 		task_cols.relid = InvalidOid;
+	if (relid == InvalidOid || relid == task_table_relid)
+		task_table_relid = InvalidOid;
 }
 
 static int
@@ -203,9 +207,28 @@ load_task_cols(Relation rel)
 static bool
 is_task_table(Relation rel)
 {
-	char	   *nsp = get_namespace_name(RelationGetNamespace(rel));
+	char	   *nsp;
 
-	return nsp != NULL && strcmp(nsp, "orch") == 0;
+	/* the answer for the table of the last rows, kept until it changes */
+	if (OidIsValid(task_table_relid) && RelationGetRelid(rel) == task_table_relid)
+		return true;
+	nsp = get_namespace_name(RelationGetNamespace(rel));
+	if (nsp == NULL || strcmp(nsp, "orch") != 0)
+		return false;
+	if (!task_cols_callback)
+	{
+		CacheRegisterRelcacheCallback(task_cols_invalidate, (Datum) 0);
+		task_cols_callback = true;
+	}
+	task_table_relid = RelationGetRelid(rel);
+	return true;
+}
+
+/* "task <id>", for the errors of a transition refused */
+static char *
+task_what(int64 task_id)
+{
+	return psprintf("task " INT64_FORMAT, task_id);
 }
 
 static char *
@@ -428,7 +451,6 @@ task_trigger(TriggerData *trigdata)
 	int64		task_id;
 	bool		isnull;
 	NewRow		row = {0};
-	char		what[64];
 	char	   *reason;
 	char	   *tenant;
 	char	   *actor;
@@ -455,7 +477,6 @@ task_trigger(TriggerData *trigdata)
 	load_task_cols(rel);
 	row_read(&row, newtup, td);
 	task_id = DatumGetInt64(row_get(&row, task_cols.id, &isnull));
-	snprintf(what, sizeof(what), "task " INT64_FORMAT, task_id);
 
 	to_name = row_text(&row, task_cols.state);
 	to = to_name ? orch_state_from_name(to_name) : TS_INVALID;
@@ -471,13 +492,13 @@ task_trigger(TriggerData *trigdata)
 		{
 			if (to == from && orch_tuples_identical(oldtup, newtup, td))
 				return newtup;
-			orch_raise_terminal(what, from_name, to_name);
+			orch_raise_terminal(task_what(task_id), from_name, to_name);
 		}
 		if (to == TS_INVALID || !task_matrix[from][to])
-			orch_raise_invalid_transition(what, from_name, to_name);
+			orch_raise_invalid_transition(task_what(task_id), from_name, to_name);
 	}
 	else if (to != TS_RECEIVED && to != TS_QUEUED && to != TS_FAILED)
-		orch_raise_invalid_transition(what, NULL, to_name);
+		orch_raise_invalid_transition(task_what(task_id), NULL, to_name);
 
 	/*
 	 * What only a completion by orch_complete records (below): nothing else
