@@ -25,6 +25,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/rls.h"
+#include "utils/syscache.h"
 #include "nodes/bitmapset.h"
 #include "catalog/namespace.h"
 
@@ -115,14 +116,14 @@ typedef struct TaskCols
 } TaskCols;
 
 static TaskCols task_cols = {InvalidOid};
+static Oid	task_table_relid = InvalidOid;	/* is_task_table's last yes */
 static bool task_cols_callback = false;
 
 /*
  * The column numbers go stale when the table changes (ALTER EXTENSION UPDATE
  * adds columns): forget them on any relcache invalidation of the table.
+ * So does is_task_table's answer, and when a schema is renamed.
  */
-static Oid	task_table_relid = InvalidOid;	/* is_task_table's last yes */
-
 static void
 task_cols_invalidate(Datum arg, Oid relid)
 {
@@ -130,6 +131,22 @@ task_cols_invalidate(Datum arg, Oid relid)
 		task_cols.relid = InvalidOid;
 	if (relid == InvalidOid || relid == task_table_relid)
 		task_table_relid = InvalidOid;
+}
+
+static void
+task_schema_invalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	task_table_relid = InvalidOid;
+}
+
+static void
+task_cols_register(void)
+{
+	if (task_cols_callback)
+		return;
+	CacheRegisterRelcacheCallback(task_cols_invalidate, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, task_schema_invalidate, (Datum) 0);
+	task_cols_callback = true;
 }
 
 static int
@@ -147,11 +164,7 @@ load_task_cols(Relation rel)
 {
 	TupleDesc	td = RelationGetDescr(rel);
 
-	if (!task_cols_callback)
-	{
-		CacheRegisterRelcacheCallback(task_cols_invalidate, (Datum) 0);
-		task_cols_callback = true;
-	}
+	task_cols_register();
 	if (task_cols.relid == RelationGetRelid(rel))
 		return;
 	task_cols.id = must_fnumber(td, "id");
@@ -215,11 +228,7 @@ is_task_table(Relation rel)
 	nsp = get_namespace_name(RelationGetNamespace(rel));
 	if (nsp == NULL || strcmp(nsp, "orch") != 0)
 		return false;
-	if (!task_cols_callback)
-	{
-		CacheRegisterRelcacheCallback(task_cols_invalidate, (Datum) 0);
-		task_cols_callback = true;
-	}
+	task_cols_register();
 	task_table_relid = RelationGetRelid(rel);
 	return true;
 }
