@@ -157,12 +157,15 @@ orch_event_context_completion_in_task(void)
 void
 orch_event_context_enqueue_in_task(void)
 {
+	OrchEventContext *c;
+
 	if (orch_schema_version() < 800 || orch_citus() || XactReadOnly || RecoveryInProgress())
 		return;
 	(void) GetTopTransactionId();
-	Assert(ctx_current() != NULL);
-	if (ctx_current())
-		ctx_current()->enqueue_in_task = true;
+	c = ctx_current();
+	Assert(c != NULL);
+	if (c)
+		c->enqueue_in_task = true;
 }
 
 /* ----------------------------------------------------------------------
@@ -575,7 +578,10 @@ clock_set_back(TimestampTz published, TimestampTz now)
  * finished_at from the moment published before the transaction ids it has
  * not counted were assigned; the transaction's id is assigned before the
  * published moment is read (the completion's UPDATE locked the row), so
- * that holds whatever the clock does.  Set back by more (a clock that ran
+ * that holds whatever the clock does.  It is read once per transaction: a
+ * moment published later belongs to a mark taken after the transaction's
+ * id was assigned, which does not count on its completions being stamped
+ * after it.  Set back by more (a clock that ran
  * ahead, corrected), the clock stamps the completion and orch.metrics_clock
  * is reset to CLOCK_RESET, under the lock orch_metrics_clock_publish takes:
  * the next fold sees it, reads every finished row once and starts its marks
@@ -584,22 +590,31 @@ clock_set_back(TimestampTz published, TimestampTz now)
 TimestampTz
 orch_metrics_clock(void)
 {
+	static LocalTransactionId read_lxid = InvalidLocalTransactionId;
+	static TimestampTz published = 0;
 	TimestampTz now;
-	TimestampTz published;
 	Oid			seq;
 
 	(void) GetTopTransactionId();
 	now = GetCurrentTimestamp();
-	published = clock_published();
+	/* read once per transaction, after its id was assigned (see above) */
+	if (read_lxid != MyProc->lxid)
+	{
+		published = clock_published();
+		read_lxid = MyProc->lxid;
+	}
 	if (!clock_set_back(published, now))
 		return Max(now, published);
 	seq = seq_oid(&clock_seq, "metrics_clock");
 	LockRelationOid(seq, ShareUpdateExclusiveLock);
 	published = clock_published();
 	if (clock_set_back(published, now))
+	{
 		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum(CLOCK_RESET));
+		published = CLOCK_RESET;
+	}
 	UnlockRelationOid(seq, ShareUpdateExclusiveLock);
-	return clock_set_back(published, now) ? now : Max(now, published);
+	return Max(now, published);
 }
 
 /*
