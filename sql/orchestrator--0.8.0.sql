@@ -250,6 +250,13 @@ CREATE TABLE orch.tasks (
         autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05,
         autovacuum_analyze_scale_factor = 0.02);
+-- One tenant's share of the task table is planned as one in a hundred,
+-- whatever ANALYZE sampled: a tenant whose tasks came after the last ANALYZE
+-- (or that it missed beside a large tenant) would otherwise be estimated at
+-- the whole table, and its claim planned on the queue-wide claim index,
+-- stepping over the other tenants' backlog (docs/semantics.md, *Plans and
+-- statistics*).
+ALTER TABLE orch.tasks ALTER COLUMN tenant_id SET (n_distinct = 100);
 COMMENT ON TABLE orch.tasks IS
   'One row per task. state is guarded by the C lifecycle trigger; ready_at is set only while the task is claimable.';
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
@@ -2650,7 +2657,9 @@ CREATE POLICY tenant_isolation ON orch.queues
 -- (payloads, results, errors, keys, notes): the estimates in any EXPLAIN
 -- come from the statistics of the whole table, and a histogram or a list of
 -- most common values holds other tenants' values.  The extension's own
--- statements never filter on these columns except through unique keys.
+-- statements filter on these columns only through unique keys or, for the
+-- task and run ids, their indexes (planned without the statistics:
+-- docs/semantics.md, *Plans and statistics*).
 DO $stats$
 DECLARE
     c record;
@@ -2671,7 +2680,13 @@ BEGIN
             ('approvals', 'approval_ref'), ('approvals', 'label'), ('approvals', 'note'),
             ('run_keys', 'idempotency_key'), ('approval_refs', 'approval_ref'),
             ('metric_totals', 'l1'), ('metric_totals', 'l2'),
-            ('metric_minutes', 'l1'), ('metric_minutes', 'l2')) AS x(tbl, col)
+            ('metric_minutes', 'l1'), ('metric_minutes', 'l2'),
+            -- the keys that link rows to a task or a run: an estimate by
+            -- one would tell whether another tenant's task or run exists
+            ('tasks', 'run_id'), ('tasks', 'retry_of'), ('attempts', 'task_id'),
+            ('events', 'task_id'), ('events', 'run_id'), ('runs', 'retry_of'),
+            ('run_steps', 'run_id'), ('run_steps', 'task_id'), ('approvals', 'run_id'),
+            ('commands', 'task_id'), ('commands', 'origin_task_id')) AS x(tbl, col)
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE orch.%I ALTER COLUMN %I SET STATISTICS 0', c.tbl, c.col);
     END LOOP;

@@ -13,6 +13,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 
 #include "orchestrator.h"
 
@@ -154,6 +155,7 @@ rate_admit(EnqueueOpts *o)
 									  "   AND at > clock_timestamp() - $3",
 									  4, types), v, NULL, false, 1, SPI_OK_SELECT);
 	used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
 	if (used >= o->qs.rate_count)
 	{
 		bool		raise = o->on_rate_limit == 1 || (o->on_rate_limit < 0 && o->qs.rate_error);
@@ -228,7 +230,10 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 					 15, types);
 	if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: task insert failed");
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* a batch enqueues row by row through here: keep nothing per row */
+	SPI_freetuptable(SPI_tuptable);
+	return id;
 }
 
 
@@ -259,6 +264,7 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 
 		orch_exec(orch_plan("SELECT nextval('orch.tasks_id_seq')", 0, NULL), NULL, NULL, false, 1, SPI_OK_SELECT);
 		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_freetuptable(SPI_tuptable);
 		kv[2] = Int64GetDatum(id);
 		if (orch_exec(orch_plan("INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
 										  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
@@ -381,6 +387,80 @@ orch_enqueue(PG_FUNCTION_ARGS)
 }
 
 
+/*
+ * A batch row by row (keys, or a rate limit to count): each row's memory
+ * freed before the next.
+ */
+static void
+enqueue_rows(EnqueueOpts *o, Datum *payloads, Datum *keys, bool *key_nulls, int np, int64 *ids)
+{
+	MemoryContext rowcxt = AllocSetContextCreate(CurrentMemoryContext, "orch_enqueue_batch row",
+												 ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(rowcxt);
+
+	for (int i = 0; i < np; i++)
+	{
+		ids[i] = enqueue_one(o, DatumGetJsonbP(payloads[i]),
+							 (keys == NULL || key_nulls[i]) ? NULL : TextDatumGetCString(keys[i]));
+		MemoryContextReset(rowcxt);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(rowcxt);
+}
+
+/* A batch without keys: one set-based INSERT; ids follow the payloads' order */
+static void
+insert_batch(EnqueueOpts *o, ArrayType *payloads, int np, int64 *ids)
+{
+	Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, JSONBARRAYOID, TIMESTAMPTZOID,
+	INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		v[12];
+	char		n[12];
+	SPIPlanPtr	plan;
+	bool		isnull;
+
+	memset(n, ' ', sizeof(n));
+	v[0] = orch_text_datum(o->tenant);
+	v[1] = orch_text_datum(o->queue);
+	v[2] = Int32GetDatum(o->priority);
+	v[3] = PointerGetDatum(payloads);
+	v[4] = TimestampTzGetDatum(o->run_at);
+	if (!o->has_run_at)
+		n[4] = 'n';
+	v[5] = Int32GetDatum(o->max_attempts);
+	if (!o->has_max_attempts)
+		n[5] = 'n';
+	v[6] = Int32GetDatum(o->max_failures);
+	if (!o->has_max_failures)
+		n[6] = 'n';
+	v[7] = JsonbPGetDatum(o->retry_policy);
+	if (!o->retry_policy)
+		n[7] = 'n';
+	v[8] = IntervalPGetDatum(o->has_timeout ? o->timeout : orch_usecs_interval(o->qs.timeout));
+	if (!o->has_timeout && o->qs.timeout <= 0)
+		n[8] = 'n';
+	orch_spi_text(v, n, 9, o->owner);
+	orch_spi_text(v, n, 10, o->concurrency_key);
+	orch_spi_text(v, n, 11, o->correlation_id);
+#define BATCH_INSERT_SQL(CORR_COL, CORR_VAL) \
+	"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload," \
+	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
+	" owner, concurrency_key, reason_code" CORR_COL ")" \
+	" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now())," \
+	" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'" CORR_VAL \
+	" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)" \
+	" ORDER BY p.ord RETURNING id"
+	if (o->correlation_id)
+		plan = orch_plan(BATCH_INSERT_SQL(", correlation_id", ", $12"), 12, types);
+	else
+		plan = orch_plan(BATCH_INSERT_SQL("", ""), 11, types);
+	if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != (uint64) np)
+		elog(ERROR, "orchestrator: batch insert failed");
+	for (int i = 0; i < np; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, o->tenant);
+}
+
 Datum
 orch_enqueue_batch(PG_FUNCTION_ARGS)
 {
@@ -435,62 +515,9 @@ orch_enqueue_batch(PG_FUNCTION_ARGS)
 	orch_event_context_enqueue_in_task();
 	prepare_queue(&o);
 	if (kelems != NULL || o.qs.rate_count > 0)
-	{
-		for (int i = 0; i < np; i++)
-			ids[i] = enqueue_one(&o, DatumGetJsonbP(pelems[i]),
-								 (kelems == NULL || knulls[i]) ? NULL : TextDatumGetCString(kelems[i]));
-	}
+		enqueue_rows(&o, pelems, kelems, knulls, np, ids);
 	else
-	{
-		/* one set-based INSERT; ids follow the order of the payloads */
-		Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, JSONBARRAYOID, TIMESTAMPTZOID,
-		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID};
-		Datum		v[12];
-		char		n[12];
-		SPIPlanPtr	plan;
-		bool		isnull;
-
-		memset(n, ' ', sizeof(n));
-		v[0] = orch_text_datum(o.tenant);
-		v[1] = orch_text_datum(o.queue);
-		v[2] = Int32GetDatum(o.priority);
-		v[3] = PointerGetDatum(payloads);
-		v[4] = TimestampTzGetDatum(o.run_at);
-		if (!o.has_run_at)
-			n[4] = 'n';
-		v[5] = Int32GetDatum(o.max_attempts);
-		if (!o.has_max_attempts)
-			n[5] = 'n';
-		v[6] = Int32GetDatum(o.max_failures);
-		if (!o.has_max_failures)
-			n[6] = 'n';
-		v[7] = JsonbPGetDatum(o.retry_policy);
-		if (!o.retry_policy)
-			n[7] = 'n';
-		v[8] = IntervalPGetDatum(o.has_timeout ? o.timeout : orch_usecs_interval(o.qs.timeout));
-		if (!o.has_timeout && o.qs.timeout <= 0)
-			n[8] = 'n';
-		orch_spi_text(v, n, 9, o.owner);
-		orch_spi_text(v, n, 10, o.concurrency_key);
-		orch_spi_text(v, n, 11, o.correlation_id);
-#define BATCH_INSERT_SQL(CORR_COL, CORR_VAL) \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload," \
-	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
-	" owner, concurrency_key, reason_code" CORR_COL ")" \
-	" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now())," \
-	" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'" CORR_VAL \
-	" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)" \
-	" ORDER BY p.ord RETURNING id"
-		if (o.correlation_id)
-			plan = orch_plan(BATCH_INSERT_SQL(", correlation_id", ", $12"), 12, types);
-		else
-			plan = orch_plan(BATCH_INSERT_SQL("", ""), 11, types);
-		if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != (uint64) np)
-			elog(ERROR, "orchestrator: batch insert failed");
-		for (int i = 0; i < np; i++)
-			ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, o.tenant);
-	}
+		insert_batch(&o, payloads, np, ids);
 	orch_clear_event_context(ev);
 	SPI_finish();
 

@@ -93,4 +93,5 @@ _PG_init(void)
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
+	orch_plan_floor_init();
 }

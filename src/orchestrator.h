@@ -368,12 +368,17 @@ typedef struct OrchXactLists
 } OrchXactLists;
 extern void orch_xact_lists_use(OrchXactLists *s);
 
+/* plan_floor.c: the planner sees the tables of schema orch as never empty */
+extern void orch_plan_floor_init(void);
+
 /* schema.c: the installed schema version (55000 when not served), orch.<name> */
 extern int	orch_schema_version(void);
+extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));
 
 /* spi.c: SPI parameters and search_path (with orch_plan/orch_exec below) */
+extern bool orch_spi_executing_kept(void);
 extern void orch_spi_text(Datum *values, char *nulls, int i, const char *s);
 extern int	orch_pin_search_path(void);	/* AtEOXact_GUC(true, result) undoes it */
 

@@ -201,11 +201,18 @@ orch_schema_version(void)
 	return v;
 }
 
+/* The schema orch; InvalidOid when there is none. */
+Oid
+orch_namespace_oid(void)
+{
+	return get_namespace_oid("orch", true);
+}
+
 /* The relation orch.<name>; InvalidOid when there is none. */
 Oid
 orch_relid(const char *name)
 {
-	Oid			nsp = get_namespace_oid("orch", true);
+	Oid			nsp = orch_namespace_oid();
 
 	return OidIsValid(nsp) ? get_relname_relid(name, nsp) : InvalidOid;
 }

@@ -212,24 +212,43 @@ rethrow_nested_distributed(MemoryContext cxt)
 	PG_RE_THROW();
 }
 
+/*
+ * Is a statement of this library's plan cache running?  Its plans (a
+ * generic plan is kept across calls) see the tables of schema orch as never
+ * empty (plan_floor.c).  Set around SPI_execute_plan, where a kept
+ * statement is planned.
+ */
+static bool executing_kept = false;
+
+bool
+orch_spi_executing_kept(void)
+{
+	return executing_kept;
+}
+
 /* SPI_execute_plan, with Citus's nested-execution error made clear */
 static int
 execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls, bool read_only, long count)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	bool		outer = executing_kept;
+	bool		citus = orch_citus();
 	int			rc = 0;
 
-	if (!orch_citus())
-		return SPI_execute_plan(plan, values, nulls, read_only, count);
+	executing_kept = true;
 	PG_TRY();
 	{
 		rc = SPI_execute_plan(plan, values, nulls, read_only, count);
 	}
 	PG_CATCH();
 	{
-		rethrow_nested_distributed(cxt);
+		executing_kept = outer;
+		if (citus)
+			rethrow_nested_distributed(cxt);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	executing_kept = outer;
 	return rc;
 }
 

@@ -16,6 +16,7 @@
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -24,6 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 #include "orchestrator.h"
 
@@ -120,6 +122,22 @@ role_tenants(Oid role, char ***out)
 	return n;
 }
 
+/* The owner of orch.tenant_bindings (the extension's owner). */
+static Oid
+bindings_owner(void)
+{
+	Oid			relid = orch_relid("tenant_bindings");
+	HeapTuple	tup;
+	Oid			owner;
+
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "orchestrator: orch.tenant_bindings not found");
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
 /*
  * Load the caller's tenants.  Both the current role and the session (login)
  * role count: a login role bound to a tenant stays bound after SET ROLE to a
@@ -154,11 +172,29 @@ load_caller_tenants(void)
 
 	if (!superuser_arg(role))
 	{
+		Oid			save_user;
+		int			save_sec;
+
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "orchestrator: SPI_connect failed");
-		na = role_tenants(role, &a);
-		if (session != role)
-			nb = role_tenants(session, &b);
+		/*
+		 * Read as the owner of the bindings: a caller of a SECURITY INVOKER
+		 * function (orch_attach_state_machine) has no privilege on them.
+		 */
+		GetUserIdAndSecContext(&save_user, &save_sec);
+		SetUserIdAndSecContext(bindings_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		PG_TRY();
+		{
+			na = role_tenants(role, &a);
+			if (session != role)
+				nb = role_tenants(session, &b);
+		}
+		PG_FINALLY();
+		{
+			SetUserIdAndSecContext(save_user, save_sec);
+		}
+		PG_END_TRY();
 		old = MemoryContextSwitchTo(cache_cxt);
 		if (na >= 0 || nb >= 0)
 		{

@@ -26,7 +26,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(69);
+SELECT plan(74);
 SET LOCAL jit = off;
 
 -- ---------------------------------------------------------------------------
@@ -257,12 +257,30 @@ ANALYZE orch.tasks;
 SELECT is((SELECT count(*) FROM pg_stats WHERE schemaname = 'orch' AND tablename = 'tasks'
             AND attname IN ('payload', 'last_error', 'idempotency_key', 'correlation_id', 'result')), 0::bigint,
           'ANALYZE keeps no statistics of the content columns of orch.tasks');
-SELECT is((SELECT count(*) FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attnum > 0 AND attstattarget = 0), 9::bigint,
-          'nine columns of orch.tasks have statistics target 0');
+SELECT is((SELECT count(*) FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attnum > 0 AND attstattarget = 0), 11::bigint,
+          'eleven columns of orch.tasks have statistics target 0');
 SELECT is(o[1], o[2], 'tx_b: the estimates of orch_tasks WHERE last_error = ... are the same for ta''s common value and another')
   FROM (SELECT pg_temp.oracle('tx_b', 'orch_tasks', 'last_error = %s', 'ta-common-error', 'ta-common-errox', false) AS o) x;
 SELECT is(o[1], o[2], 'tx_b: the estimates of orch_tasks WHERE idempotency_key < ... do not follow ta''s keys')
   FROM (SELECT pg_temp.oracle('tx_b', 'orch_tasks', 'idempotency_key < %s', 'ta-common-5', 'ta-common-0', false) AS o) x;
+-- The ids that link rows to a task or a run: ta's dead letter has several
+-- events and attempts, its run several steps; an estimate by one of those
+-- ids is the estimate for an id nobody uses.
+INSERT INTO orch.events (tenant_id, task_id, entity, from_state, to_state, reason_code, actor)
+SELECT 'ta', (SELECT id FROM fx WHERE name = 'ta_dead'), 'task', 'failed', 'failed', 'tx_noise', 'tx'
+  FROM generate_series(1, 300);
+ANALYZE orch.events;
+ANALYZE orch.attempts;
+ANALYZE orch.run_steps;
+SELECT is(o[1], o[2], format('tx_b: the estimates of %s WHERE %s = ... are the same for ta''s id and an unused one', x.v, split_part(x.pred, ' ', 1)))
+  FROM (VALUES (1, 'orch_events', 'task_id = %s::bigint', 'ta_dead'),
+               (2, 'orch_attempts', 'task_id = %s::bigint', 'ta_dead'),
+               (3, 'orch_events', 'run_id = %s::bigint', 'ta_run'),
+               (4, 'orch_run_steps', 'run_id = %s::bigint', 'ta_run'),
+               (5, 'orch_tasks', 'run_id = %s::bigint', 'ta_run')) x(ord, v, pred, fx_name),
+       LATERAL (SELECT pg_temp.oracle('tx_b', x.v, x.pred, (SELECT id FROM fx WHERE name = x.fx_name)::text,
+                                      '999999999', false) AS o) y
+ ORDER BY x.ord;
 SELECT isnt(o[1], o[2], 'residue: the estimates of orch_tasks WHERE tenant_id = ... show how many rows ta has')
   FROM (SELECT pg_temp.oracle('tx_b', 'orch_tasks', 'tenant_id = %s', 'ta', 'tz', false) AS o) x;
 

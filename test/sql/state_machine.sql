@@ -130,10 +130,36 @@ SELECT count(*) AS triggers_on_sm_other FROM pg_trigger WHERE tgrelid = 'sm_othe
 SELECT pg_temp.dml($$SELECT orch_create_state_machine('task', '{"queued": ["completed"]}')$$) NOT LIKE 'ok%' AS task_redefinition_refused;
 SELECT count(*) AS task_pairs FROM orch.state_transitions WHERE machine = 'task';
 
+-- An admin that is not a superuser attaches a machine to a table it owns,
+-- as the first call of its transaction (the bindings are read on its
+-- behalf); a bound admin is refused with the extension's own message.
+CALL pg_temp.create_roles('sm_admin', 'sm_bound_admin');
+SET client_min_messages = warning;
+GRANT orch_admin TO sm_admin, sm_bound_admin;
+RESET client_min_messages;
+SELECT orch_bind_tenant('sm_bound_admin', 'sm-tenant') IS NOT NULL AS bound;
+CREATE TABLE sm_admins_doors (id int PRIMARY KEY, status text);
+ALTER TABLE sm_admins_doors OWNER TO sm_admin;
+CREATE TABLE sm_bound_doors (id int PRIMARY KEY, status text);
+ALTER TABLE sm_bound_doors OWNER TO sm_bound_admin;
+SET ROLE sm_admin;
+SELECT orch_attach_state_machine('sm_admins_doors', 'status', 'sm_door');
+INSERT INTO sm_admins_doors VALUES (1, 'closed');
+SELECT pg_temp.dml($$UPDATE sm_admins_doors SET status = 'ajar' WHERE id = 1$$) AS refused_by_the_machine;
+RESET ROLE;
+SET ROLE sm_bound_admin;
+\set VERBOSITY default
+SELECT orch_attach_state_machine('sm_bound_doors', 'status', 'sm_door');
+\set VERBOSITY terse
+RESET ROLE;
+SELECT count(*) AS triggers_on_sm_bound_doors FROM pg_trigger WHERE tgrelid = 'sm_bound_doors'::regclass AND NOT tgisinternal;
+SELECT orch_unbind_tenant('sm_bound_admin', 'sm-tenant') IS NOT NULL AS unbound;
+DROP TABLE sm_admins_doors, sm_bound_doors;
+
 -- Cleanup.
 DROP TABLE sm_doors, sm_tickets, sm_other;
 DO $$
 BEGIN
-    DELETE FROM orch.events WHERE entity IN ('sm_doors', 'sm_tickets', 'public.sm_doors', 'public.sm_tickets');
+    DELETE FROM orch.events WHERE entity IN ('sm_doors', 'sm_tickets', 'sm_admins_doors', 'public.sm_doors', 'public.sm_tickets', 'public.sm_admins_doors');
     DELETE FROM orch.state_machines WHERE name IN ('sm_door', 'sm_ticket');
 END $$;
