@@ -484,7 +484,7 @@ run_latency() {
 }
 
 # ---------------------------------------------------------------------------
-# Backlog of work that is not due (issue 10): claim latency with LAT_SMALL
+# Backlog of work that is not due: claim latency with LAT_SMALL
 # ready jobs alone, and with DELAYED more that are not due — orchestrator:
 # half future-dated (run_at tomorrow), half waiting to retry (claimed and
 # failed as RATE_LIMITED with retry_after 1 day); baseline: all future-dated (run_at
@@ -553,7 +553,7 @@ run_backlog() {
 }
 
 # ---------------------------------------------------------------------------
-# Noisy neighbour (issue 18 item 3; orchestrator only): tenant "quiet" has
+# Noisy neighbour (orchestrator only): tenant "quiet" has
 # LAT_SMALL ready jobs in queue 'lat', alone and behind NOISY older ready
 # jobs of tenant "noisy"; the same 1-client mix as the latency runs (claim +
 # complete, and a one-job enqueue), all with tenant => 'quiet'.  Target:
@@ -593,7 +593,7 @@ run_tenants() {
 }
 
 # ---------------------------------------------------------------------------
-# Retention (issue 20; orchestrator only): RET_WORKERS workers claim one and
+# Retention (orchestrator only): RET_WORKERS workers claim one and
 # complete it for RET_SECS from a pre-loaded backlog (more than they can
 # finish), once without retention and once with orchestrator.retention =
 # RET_KEEP s and orch_maintain every RET_EVERY s (history purged as the run
@@ -646,7 +646,7 @@ run_retention() {
 }
 
 # ---------------------------------------------------------------------------
-# No decay (issue 10; orchestrator only): DECAY_ROUNDS rounds of DECAY_CHUNK
+# No decay (orchestrator only): DECAY_ROUNDS rounds of DECAY_CHUNK
 # tasks, each enqueued in batches of 1,000 (1 client) and then processed by
 # DECAY_WORKERS workers claiming 100 and completing them with
 # orch_complete_batch, while orch_maintain runs every second with
@@ -927,21 +927,21 @@ run_workflows() {
 # statistics were just taken (VACUUM ANALYZE: a new installation, a
 # truncated queue).  Latency is read from the rows: claimed_at (baseline:
 # started_at) - created_at; a job still waiting at the end counts with the
-# time it had waited then.  "started" is the share of the offered jobs
-# (rate x seconds) started within the run.
+# time it had waited then.  "started" is the share of the jobs the producer
+# enqueued that were started within the run.
 # ---------------------------------------------------------------------------
 declare -A STEADY       # STEADY[config,side] = "started% p50 p95 p99" of each repetition, ';'-separated
 STEADY_CONFIGS=()
 
-steady_stats() { # SIDE OFFERED [FROM_SECS TO_SECS] -> "started% p50 p95 p99" (ms)
-    local side=$1 offered=$2 win="" tbl started created
+steady_stats() { # SIDE [FROM_SECS TO_SECS] -> "started% p50 p95 p99" (ms)
+    local side=$1 win="" tbl started created
     if [ "$side" = orchestrator ]; then tbl="orch.tasks"; started=claimed_at; else tbl=jobs; started=started_at; fi
     created=created_at
-    if [ $# -ge 4 ]; then
-        win="AND $created >= (SELECT min($created) FROM $tbl WHERE queue = 'steady') + interval '$3 seconds'
-             AND $created <  (SELECT min($created) FROM $tbl WHERE queue = 'steady') + interval '$4 seconds'"
+    if [ $# -ge 3 ]; then
+        win="AND $created >= (SELECT min($created) FROM $tbl WHERE queue = 'steady') + interval '$2 seconds'
+             AND $created <  (SELECT min($created) FROM $tbl WHERE queue = 'steady') + interval '$3 seconds'"
     fi
-    sql "SELECT round(100.0 * count($started) / $offered, 1),
+    sql "SELECT round(100.0 * count($started) / greatest(count(*), 1), 1),
                 round(1000 * percentile_cont(0.5)  WITHIN GROUP (ORDER BY w)::numeric, 2),
                 round(1000 * percentile_cont(0.95) WITHIN GROUP (ORDER BY w)::numeric, 2),
                 round(1000 * percentile_cont(0.99) WITHIN GROUP (ORDER BY w)::numeric, 2)
@@ -979,7 +979,7 @@ run_steady() {
         for side in $(sides_for "$rep"); do
             log "steady: $rate jobs/s, $workers workers claiming $batch: $side"
             steady_run "$side" "$rate" "$workers" "$batch" "$STEADY_SECS"
-            v=$(steady_stats "$side" $(( rate * STEADY_SECS )))
+            v=$(steady_stats "$side")
             STEADY[$cfg,$side]="${STEADY[$cfg,$side]:-}${STEADY[$cfg,$side]:+;}$v"
             log "  started % / p50 / p95 / p99 ms: $v"
         done
@@ -989,7 +989,7 @@ run_steady() {
     for side in $SYSTEMS; do
         log "steady, ${STEADY_LONG}s: $side"
         steady_run "$side" 500 4 1 "$STEADY_LONG"
-        STEADY[drift,$side]="$(steady_stats "$side" $(( 500 * STEADY_WIN )) 0 "$STEADY_WIN");$(steady_stats "$side" $(( 500 * STEADY_WIN )) $(( STEADY_LONG - STEADY_WIN )) "$STEADY_LONG")"
+        STEADY[drift,$side]="$(steady_stats "$side" 0 "$STEADY_WIN");$(steady_stats "$side" $(( STEADY_LONG - STEADY_WIN )) "$STEADY_LONG")"
         log "  first / last ${STEADY_WIN}s: ${STEADY[drift,$side]}"
     done
 }
@@ -1048,7 +1048,7 @@ report_steady() {
 
 T_START=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-# targets: issue 10 (0.85x of the hand-written queue, every row)
+# targets: 0.85x of the hand-written queue, every row
 add_workload "enqueue, 1 client"                 0.85
 add_workload "enqueue, 8 clients"                0.85
 add_workload "enqueue, batches of 1000"          0.85
@@ -1147,6 +1147,7 @@ report() {
     echo
     echo "orchestrator benchmark ($( [ "$QUICK" = 1 ] && echo "QUICK smoke run" || echo "full run"), $(date -u '+%Y-%m-%d %H:%M UTC'), $(( T_END - T_START )) s)"
     echo
+    if group enqueue || group process || group batch; then
     printf '%-36s | %19s | %15s | %6s | %6s | %s\n' \
         workload "orchestrator jobs/s" "baseline jobs/s" ratio target met
     printf '%s\n' "-------------------------------------+---------------------+-----------------+--------+--------+-----"
@@ -1187,6 +1188,7 @@ report() {
             "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}"
     done
     echo
+    fi
     if want orchestrator && group wf; then report_wf; echo; fi
     if group latency; then
     echo "latency, 1 client, backlog kept near its size (ms; from pgbench -l, per transaction)"

@@ -2,7 +2,7 @@
 --
 -- Updates an orchestrator installation distributed with Citus at 0.7.0 to
 -- 0.8.0, keeping every row.  ALTER EXTENSION UPDATE cannot do it in place
--- on distributed tables (README, "Upgrading a distributed installation"),
+-- on distributed tables (docs/citus.md, "Upgrading a distributed installation"),
 -- so this script takes the rows to the coordinator, reinstalls 0.7.0 as
 -- local tables, loads the rows back as they were, updates those tables on
 -- one node (the tested 0.7.0 -> 0.8.0 path) and distributes them again.

@@ -83,7 +83,7 @@ build_install() {
 }
 
 # --------------------------------------------------------------------------
-# Citus, built from the vendored source release (docs/citus-build.md)
+# Citus, built from the vendored source release (docs/citus.md)
 # --------------------------------------------------------------------------
 # Debian does not package Citus; CI has its source release beside the clone
 # ($ORCH_REPO/../shared/vendor/, see its README.md).  A user's machine does

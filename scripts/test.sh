@@ -17,7 +17,7 @@
 #              its own cluster), each test file
 # Before them, Citus 13.2.2 (for t/050_citus.pl) is built from the vendored
 # source ../shared/vendor/citus-13.2.2.tar.gz when it is there and Citus is
-# not installed yet (lib.sh ensure_citus; docs/citus-build.md).  With that
+# not installed yet (lib.sh ensure_citus; docs/citus.md).  With that
 # source present a failed Citus build and a skipped t/050 are failures;
 # without it t/050 skips with its reason and counts as passed.
 # regress, isolation and pgtap share one throwaway cluster in /tmp (port
@@ -77,7 +77,7 @@ if ! (build_install); then
     finish
 fi
 # Citus for t/050_citus.pl, built from the vendored source when it is there
-# (docs/citus-build.md).  With the source present Citus must be there: a
+# (docs/citus.md).  With the source present Citus must be there: a
 # failed build is a failed test, and so is t/050 skipping.
 CITUS_EXPECTED=0
 [ -f "$(citus_tarball)" ] && CITUS_EXPECTED=1
@@ -247,6 +247,54 @@ else
     fail "readme/using_it"
 fi
 q -d postgres -c "DROP DATABASE IF EXISTS orch_readme WITH (FORCE)" >/dev/null 2>&1 || true
+
+# --------------------------------------------------------------------------
+# Every example of the README runs as written against the setup cluster:
+# in database "orchestrator" (pg_cron's), with the extension and the state
+# scripts/setup.sh leaves there (its demo: queue demo, workflow
+# demo_release and its runs), each ```sql block in the order of the file,
+# pasted into psql (ON_ERROR_STOP).  One test per block, named by its
+# heading.
+# --------------------------------------------------------------------------
+echo
+log "readme: every sql example, after the setup demo"
+exdir=$TESTROOT/readme_examples
+rm -rf "$exdir"; mkdir -p "$exdir"
+awk -v dir="$exdir" '
+    /^#+ / { head = $0; sub(/^#+ /, "", head) }
+    /^```sql$/ { n++; f = sprintf("%s/%03d.sql", dir, n); printf "%s\n", head > (f ".head"); s = 1; next }
+    s && /^```/ { s = 0; close(f); next }
+    s { print > f }' README.md
+chmod -R a+rX "$exdir"
+if q -d orchestrator -c "CREATE EXTENSION IF NOT EXISTS orchestrator" >/dev/null 2>&1 \
+   && ORCH_DB=orchestrator bash scripts/demo.sh >"$exdir/demo.out" 2>&1; then
+    for ex in "$exdir"/*.sql; do
+        name="readme/example $(basename "$ex" .sql) ($(head -c 70 "$ex.head"))"
+        if "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d orchestrator -f "$ex" >"$ex.out" 2>&1; then
+            pass "$name"
+        else
+            sed 's/^/    | /' "$ex"; echo "    | ---"; sed 's/^/    | /' "$ex.out" | tail -n 20
+            fail "$name"
+        fi
+    done
+else
+    sed 's/^/    | /' "$exdir/demo.out" | tail -n 30
+    fail "readme/examples (the setup demo did not run in database orchestrator)"
+fi
+q -d orchestrator -c "SELECT orch_unschedule_maintenance()" >/dev/null 2>&1 || true
+
+# --------------------------------------------------------------------------
+# The C files call only files below them (docs/architecture.md's table)
+# --------------------------------------------------------------------------
+echo
+log "architecture: scripts/check_layers.py"
+if out=$(python3 scripts/check_layers.py 2>&1); then
+    echo "    | $out"
+    pass "architecture/layers"
+else
+    echo "$out" | sed 's/^/    | /' | head -n 40
+    fail "architecture/layers"
+fi
 
 # The shared cluster is no longer needed.
 # --------------------------------------------------------------------------

@@ -43,7 +43,7 @@ GRANT orch_producer, orch_worker, orch_approver, orch_reader TO orch_admin;
 CREATE SCHEMA orch;
 
 -- ---------------------------------------------------------------------------
--- Tenant bindings (SPEC section 10).  A role bound to tenants (directly, or
+-- Tenant bindings.  A role bound to tenants (directly, or
 -- through a role whose privileges it has) sees and acts on those tenants
 -- only; a role bound to none is unrestricted; superusers are never bound.
 -- The views, the row-level security policies and the SQL functions below
@@ -1225,8 +1225,8 @@ COMMENT ON VIEW orch_dead_letters IS
   'Tasks that failed by exhaustion, NON_RETRYABLE, COMPENSATION_REQUIRED or NOT_SAFE_TO_RETRY and were not re-driven yet.';
 
 -- ---------------------------------------------------------------------------
--- Workflow definitions (issue 8)
--- Versioned workflow templates (SPEC section 7; format: docs/workflows.md).
+-- Workflow definitions
+-- Versioned workflow templates (format: docs/workflows.md).
 -- A name's versions are drafts (mutable: orch_define replaces the highest
 -- version while it is a draft), then published (immutable, OR007, enforced
 -- for every writer by a C trigger), then deprecated.  Definitions are shared
@@ -1337,7 +1337,7 @@ COMMENT ON VIEW orch_definitions IS
   'Every version of every workflow definition (shared by all tenants).';
 
 -- ---------------------------------------------------------------------------
--- Workflow runs (issue 8): one execution of a published definition version.
+-- Workflow runs: one execution of a published definition version.
 -- Its steps become ordinary tasks (run_id, step_key); progression happens in
 -- the transaction that finishes a step's task, under the run's row lock.
 -- ---------------------------------------------------------------------------
@@ -2626,8 +2626,8 @@ COMMENT ON FUNCTION orch_metrics_prometheus() IS
 -- the caller's tenants themselves; these policies guard direct access by any
 -- role a DBA grants table privileges to.  (They are not a fence against
 -- EXPLAIN: PostgreSQL evaluates a leakproof condition of the caller before a
--- policy.  Bound roles should read through the views; README "Tenant
--- isolation".)  The counters (metric_totals, metric_minutes) and the
+-- policy.  Bound roles should read through the views; docs/security.md.)
+-- The counters (metric_totals, metric_minutes) and the
 -- deferred key decisions (gate_repairs) have them since 0.8.0; a queue is
 -- visible to every role when it is shared (tenant 'default').
 -- ---------------------------------------------------------------------------
@@ -2694,7 +2694,7 @@ END
 $stats$;
 
 -- ---------------------------------------------------------------------------
--- orch_distribute (scale-out on Citus, issue 11): the tables distributed by
+-- orch_distribute (scale-out on Citus): the tables distributed by
 -- tenant_id (co-located with orch.tasks), the small ones reference tables, a
 -- disjoint id range per node.
 -- ---------------------------------------------------------------------------

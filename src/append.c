@@ -131,6 +131,122 @@ direct_write_possible(Relation rel)
 
 
 /*
+ * The relation append_rows writes: the table, or for a partitioned one the
+ * rows' one partition (of the parent's own row layout), opened; NULL
+ * (nothing left open) when the rows cannot be appended without SQL.
+ */
+static Relation
+open_append_target(Oid relid, Relation *root_out, int ncols, const char *const *cols,
+				   int nrows, const Datum *values, const bool *nulls)
+{
+	Relation	root = table_open(relid, RowExclusiveLock);
+	Relation	rel = root;
+
+	*root_out = root;
+	if (root->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
+	{
+		Oid			leaf = single_partition(root, ncols, cols, nrows, values, nulls);
+
+		if (!OidIsValid(leaf))
+		{
+			table_close(root, RowExclusiveLock);
+			return NULL;
+		}
+		rel = table_open(leaf, RowExclusiveLock);
+		if (build_attrmap_by_name_if_req(RelationGetDescr(root), RelationGetDescr(rel)) != NULL)
+		{
+			table_close(rel, RowExclusiveLock);
+			table_close(root, RowExclusiveLock);
+			return NULL;
+		}
+	}
+	else if (root->rd_rel->relispartition)
+	{
+		table_close(root, RowExclusiveLock);
+		return NULL;			/* a partition is written through its parent */
+	}
+	if (!direct_write_possible(rel) || (rel != root && !direct_parent_possible(root)))
+	{
+		if (rel != root)
+			table_close(rel, RowExclusiveLock);
+		table_close(root, RowExclusiveLock);
+		return NULL;
+	}
+	return rel;
+}
+
+/* The attribute number of each column named (InvalidAttrNumber: none) */
+static AttrNumber *
+append_attnos(TupleDesc desc, int ncols, const char *const *cols)
+{
+	AttrNumber *attno = palloc(sizeof(AttrNumber) * ncols);
+
+	for (int c = 0; c < ncols; c++)
+	{
+		attno[c] = InvalidAttrNumber;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), cols[c]) == 0)
+			{
+				attno[c] = att->attnum;
+				break;
+			}
+		}
+	}
+	return attno;
+}
+
+/* The defaults of the columns not filled (id, xact, ...): an INSERT's, the parent's */
+static ExprState **
+append_defaults(Relation root, TupleDesc desc, int ncols, const AttrNumber *attno, EState *estate)
+{
+	ExprState **defaults = palloc0(sizeof(ExprState *) * desc->natts);
+
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		bool		filled = false;
+		Node	   *def;
+
+		if (att->attisdropped || att->attgenerated)
+			continue;
+		for (int c = 0; c < ncols && !filled; c++)
+			filled = attno[c] == att->attnum;
+		if (filled)
+			continue;
+		def = build_column_default(root, att->attnum);
+		if (def)
+			defaults[a] = ExecPrepareExpr((Expr *) def, estate);
+	}
+	return defaults;
+}
+
+/* Fill a slot with one row: the defaults, then the values given */
+static void
+append_fill_slot(TupleTableSlot *slot, TupleDesc desc, ExprState **defaults, ExprContext *econtext,
+				 int ncols, const AttrNumber *attno, const Datum *rv, const bool *rn)
+{
+	ExecClearTuple(slot);
+	for (int a = 0; a < desc->natts; a++)
+	{
+		slot->tts_isnull[a] = true;
+		slot->tts_values[a] = (Datum) 0;
+		if (defaults[a])
+			slot->tts_values[a] = ExecEvalExprSwitchContext(defaults[a], econtext,
+															 &slot->tts_isnull[a]);
+	}
+	for (int c = 0; c < ncols; c++)
+		if (attno[c] != InvalidAttrNumber)
+		{
+			slot->tts_values[attno[c] - 1] = rv[c];
+			slot->tts_isnull[attno[c] - 1] = rn[c];
+		}
+	ExecStoreVirtualTuple(slot);
+}
+
+/*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
  * per row, for the columns named in cols.  Returns false, having written
  * nothing, when the table needs the SQL path.  Rows appear in the order
@@ -155,82 +271,20 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 
 	if (nrows <= 0)
 		return true;
-	root = table_open(relid, RowExclusiveLock);
-	rel = root;
-	if (root->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
-	{
-		/* history: the rows' one partition, of the parent's own row layout */
-		Oid			leaf = single_partition(root, ncols, cols, nrows, values, nulls);
-
-		if (!OidIsValid(leaf))
-		{
-			table_close(root, RowExclusiveLock);
-			return false;
-		}
-		rel = table_open(leaf, RowExclusiveLock);
-		if (build_attrmap_by_name_if_req(RelationGetDescr(root), RelationGetDescr(rel)) != NULL)
-		{
-			table_close(rel, RowExclusiveLock);
-			table_close(root, RowExclusiveLock);
-			return false;
-		}
-	}
-	else if (root->rd_rel->relispartition)
-	{
-		table_close(root, RowExclusiveLock);
-		return false;			/* a partition is written through its parent */
-	}
-	if (!direct_write_possible(rel) || (rel != root && !direct_parent_possible(root)))
-	{
-		if (rel != root)
-			table_close(rel, RowExclusiveLock);
-		table_close(root, RowExclusiveLock);
+	rel = open_append_target(relid, &root, ncols, cols, nrows, values, nulls);
+	if (rel == NULL)
 		return false;
-	}
 	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
 								 ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(work);
 
 	desc = RelationGetDescr(rel);
-	attno = palloc(sizeof(AttrNumber) * ncols);
-	for (int c = 0; c < ncols; c++)
-	{
-		attno[c] = InvalidAttrNumber;
-		for (int a = 0; a < desc->natts; a++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, a);
-
-			if (!att->attisdropped && strcmp(NameStr(att->attname), cols[c]) == 0)
-			{
-				attno[c] = att->attnum;
-				break;
-			}
-		}
-	}
-
+	attno = append_attnos(desc, ncols, cols);
 	estate = CreateExecutorState();
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
-
-	/* the defaults of the columns not filled here (id, xact, ...) */
-	defaults = palloc0(sizeof(ExprState *) * desc->natts);
-	for (int a = 0; a < desc->natts; a++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, a);
-		bool		filled = false;
-		Node	   *def;
-
-		if (att->attisdropped || att->attgenerated)
-			continue;
-		for (int c = 0; c < ncols && !filled; c++)
-			filled = attno[c] == att->attnum;
-		if (filled)
-			continue;
-		def = build_column_default(root, att->attnum);	/* an INSERT's: the parent's */
-		if (def)
-			defaults[a] = ExecPrepareExpr((Expr *) def, estate);
-	}
+	defaults = append_defaults(root, desc, ncols, attno, estate);
 
 	cid = GetCurrentCommandId(true);
 	slots = palloc(sizeof(TupleTableSlot *) * nslots);
@@ -244,37 +298,14 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 
 		for (int i = 0; i < m; i++)
 		{
-			const Datum *rv = values + (size_t) (done + i) * ncols;
-			const bool *rn = nulls + (size_t) (done + i) * ncols;
-			TupleTableSlot *slot = slots[i];
-
-			ExecClearTuple(slot);
-			for (int a = 0; a < desc->natts; a++)
-			{
-				slot->tts_isnull[a] = true;
-				slot->tts_values[a] = (Datum) 0;
-				if (defaults[a])
-					slot->tts_values[a] = ExecEvalExprSwitchContext(defaults[a], econtext,
-																	 &slot->tts_isnull[a]);
-			}
-			for (int c = 0; c < ncols; c++)
-				if (attno[c] != InvalidAttrNumber)
-				{
-					slot->tts_values[attno[c] - 1] = rv[c];
-					slot->tts_isnull[attno[c] - 1] = rn[c];
-				}
-			ExecStoreVirtualTuple(slot);
+			append_fill_slot(slots[i], desc, defaults, econtext, ncols, attno,
+							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
 			if (rel->rd_att->constr)
-				ExecConstraints(rri, slot, estate);
+				ExecConstraints(rri, slots[i], estate);
 		}
 		table_multi_insert(rel, slots, m, cid, 0, NULL);
 		for (int i = 0; i < m; i++)
-		{
-			List	   *recheck;
-
-			recheck = ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL);
-			list_free(recheck);
-		}
+			list_free(ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL));
 		ResetPerTupleExprContext(estate);
 		done += m;
 	}

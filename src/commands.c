@@ -36,6 +36,63 @@ put_command_row(ReturnSetInfo *rsinfo, uint64 row, bool replayed)
 }
 
 /*
+ * A new command (its row just inserted, in SPI_tuptable): its origin task
+ * checked, its work task enqueued in orchestrator.command_queue and linked
+ * (the command's row again in SPI_tuptable).
+ */
+static void
+issue_command(const char *kind, const char *key, Jsonb *payload, const char *tenant,
+			  bool no_origin, int64 origin_id)
+{
+	int			ev;
+	bool		isnull;
+	int64		command_id;
+	int64		task_id;
+	Jsonb	   *work;
+	StringInfoData buf;
+	OrchArgs	link = {0};
+
+	command_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* on Citus: orch_command_result goes straight to its shard */
+	orch_route_note(ORCH_ROUTE_COMMAND, command_id, tenant);
+	/* the task on whose behalf the command is issued must exist */
+	if (!no_origin)
+	{
+		OrchArgs	origin = {0};
+
+		/* and be visible to the caller (another tenant's does not exist for it) */
+		orch_arg_int8(&origin, origin_id);
+		orch_arg_caller_tenants(&origin);
+		if (orch_args_sql_once(&origin, "SELECT 1 FROM orch.tasks WHERE id = $1"
+							   " AND " ORCH_TENANT_IN("tenant_id", "$2"), false, 1, SPI_OK_SELECT) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_ORCH_NOT_FOUND),
+					 errmsg("task " INT64_FORMAT " does not exist", origin_id),
+					 errdetail("task_id names the task on whose behalf the command is issued.")));
+	}
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"command_id\": " INT64_FORMAT ", \"kind\": ", command_id);
+	escape_json(&buf, kind);
+	appendStringInfoString(&buf, ", \"idempotency_key\": ");
+	escape_json(&buf, key);
+	appendStringInfoString(&buf, ", \"payload\": ");
+	appendStringInfoString(&buf, JsonbToCString(NULL, &payload->root, VARSIZE(payload)));
+	appendStringInfoChar(&buf, '}');
+	work = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+	ev = orch_set_event_context(NULL, NULL);
+	task_id = orch_enqueue_internal(orch_command_queue, work, tenant, NULL);
+	orch_clear_event_context(ev);
+	orch_arg_int8(&link, command_id);
+	orch_arg_text(&link, tenant);
+	orch_arg_int8(&link, task_id);
+	if (orch_args_sql(&link, "UPDATE orch.commands SET task_id = $3"
+					  " WHERE id = $1 AND tenant_id = $2"
+					  " RETURNING id, task_id, status, result",
+					  false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+		elog(ERROR, "orchestrator: command link failed");
+}
+
+/*
  * orch_command(kind text, idempotency_key text, payload jsonb,
  *				task_id bigint DEFAULT NULL, tenant text DEFAULT NULL)
  *	  -> TABLE(command_id bigint, task_id bigint, replayed boolean,
@@ -44,7 +101,6 @@ put_command_row(ReturnSetInfo *rsinfo, uint64 row, bool replayed)
 Datum
 orch_command(PG_FUNCTION_ARGS)
 {
-	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *kind;
 	char	   *key;
@@ -94,50 +150,7 @@ orch_command(PG_FUNCTION_ARGS)
 						  " RETURNING id, task_id, status, result",
 						  false, 0, SPI_OK_INSERT_RETURNING) == 1)
 		{
-			int64		command_id;
-			int64		task_id;
-			Jsonb	   *work;
-			StringInfoData buf;
-			OrchArgs	link = {0};
-
-			command_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-			/* on Citus: orch_command_result goes straight to its shard */
-			orch_route_note(ORCH_ROUTE_COMMAND, command_id, tenant);
-			/* the task on whose behalf the command is issued must exist */
-			if (!PG_ARGISNULL(3))
-			{
-				OrchArgs	origin = {0};
-
-				/* and be visible to the caller (another tenant's does not exist for it) */
-				orch_arg_int8(&origin, PG_GETARG_INT64(3));
-				orch_arg_caller_tenants(&origin);
-				if (orch_args_sql_once(&origin, "SELECT 1 FROM orch.tasks WHERE id = $1"
-									   " AND " ORCH_TENANT_IN("tenant_id", "$2"), false, 1, SPI_OK_SELECT) == 0)
-					ereport(ERROR,
-							(errcode(ERRCODE_ORCH_NOT_FOUND),
-							 errmsg("task " INT64_FORMAT " does not exist", PG_GETARG_INT64(3)),
-							 errdetail("task_id names the task on whose behalf the command is issued.")));
-			}
-			initStringInfo(&buf);
-			appendStringInfo(&buf, "{\"command_id\": " INT64_FORMAT ", \"kind\": ", command_id);
-			escape_json(&buf, kind);
-			appendStringInfoString(&buf, ", \"idempotency_key\": ");
-			escape_json(&buf, key);
-			appendStringInfoString(&buf, ", \"payload\": ");
-			appendStringInfoString(&buf, JsonbToCString(NULL, &payload->root, VARSIZE(payload)));
-			appendStringInfoChar(&buf, '}');
-			work = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
-			ev = orch_set_event_context(NULL, NULL);
-			task_id = orch_enqueue_internal(orch_command_queue, work, tenant, NULL);
-			orch_clear_event_context(ev);
-			orch_arg_int8(&link, command_id);
-			orch_arg_text(&link, tenant);
-			orch_arg_int8(&link, task_id);
-			if (orch_args_sql(&link, "UPDATE orch.commands SET task_id = $3"
-							  " WHERE id = $1 AND tenant_id = $2"
-							  " RETURNING id, task_id, status, result",
-							  false, 0, SPI_OK_UPDATE_RETURNING) != 1)
-				elog(ERROR, "orchestrator: command link failed");
+			issue_command(kind, key, payload, tenant, PG_ARGISNULL(3), PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3));
 			put_command_row(rsinfo, 0, false);
 			SPI_finish();
 			return (Datum) 0;

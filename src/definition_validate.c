@@ -554,26 +554,13 @@ check_probes(JsonbValue *v, const char *path)
 	}
 }
 
-/* Every check of one step, in the documented order */
+/* A step's step_id: valid, and not used by an earlier step */
 static void
-check_step(DefCheck *c, int i)
+check_step_id(DefCheck *c, int i, JsonbContainer *o, const char *spath)
 {
-	DefStep    *s = &c->steps[i];
-	char	   *spath = orch_def_path_idx("$.steps", i);
-	JsonbContainer *o;
 	JsonbValue *e;
-	JsonbValue *handler;
-	JsonbValue *policy_safety = NULL;
-	const char *tname;
-	bool		worker_type;	/* task, external_call, notify */
-	bool		no_handler;		/* wait, human_approval */
 	int			first;
 
-	Assert(s->obj != NULL);		/* the caller reports a step that is not an object */
-	o = s->obj;
-	orch_def_check_keys(o, spath, step_keys, "A step");
-
-	/* step_id */
 	if ((e = orch_def_get(o, "step_id")) == NULL)
 		orch_def_fail(spath, NULL, "step_id is required");
 	if (e->type != jbvString)
@@ -587,20 +574,17 @@ check_step(DefCheck *c, int i)
 		orch_def_fail(orch_def_path_key(spath, "step_id"), NULL, "duplicate step_id %s (also at $.steps[%d])",
 				 orch_def_show_value(e), first);
 
-	/* type */
-	s->type = ST_TASK;
-	if ((e = orch_def_get(o, "type")) != NULL)
-		s->type = (StepType) orch_def_check_choice(e, orch_def_path_key(spath, "type"), "type", step_types);
-	tname = step_types[s->type];
-	worker_type = s->type == ST_TASK || s->type == ST_EXTERNAL_CALL || s->type == ST_NOTIFY;
-	no_handler = s->type == ST_WAIT || s->type == ST_HUMAN_APPROVAL;
+}
 
-	/* description */
-	if ((e = orch_def_get(o, "description")) != NULL)
-		orch_def_check_text(e, orch_def_path_key(spath, "description"), "description");
+/* A step's queue and handler: where each is required, allowed or refused */
+static void
+check_step_worker(DefCheck *c, DefStep *s, JsonbContainer *o, const char *spath, JsonbValue *handler)
+{
+	JsonbValue *e;
+	const char *tname = step_types[s->type];
+	bool		worker_type = s->type == ST_TASK || s->type == ST_EXTERNAL_CALL || s->type == ST_NOTIFY;
+	bool		no_handler = s->type == ST_WAIT || s->type == ST_HUMAN_APPROVAL;
 
-	/* queue and handler */
-	handler = orch_def_get(o, "handler");
 	if ((e = orch_def_get(o, "queue")) != NULL)
 	{
 		/* a human_approval step's queue is where its task waits (run_approvals.c) */
@@ -624,7 +608,14 @@ check_step(DefCheck *c, int i)
 	else if (worker_type)
 		orch_def_fail(spath, NULL, "handler is required for %s steps", tname);
 
-	/* depends_on and join */
+}
+
+/* A step's edges: depends_on, join, on_success, on_failure, on_timeout */
+static void
+check_step_edges(DefCheck *c, int i, DefStep *s, JsonbContainer *o, const char *spath)
+{
+	JsonbValue *e;
+
 	if ((e = orch_def_get(o, "depends_on")) != NULL)
 		s->deps = check_refs(c, e, orch_def_path_key(spath, "depends_on"), "depends_on", false, i, true);
 	if ((e = orch_def_get(o, "join")) != NULL)
@@ -646,7 +637,15 @@ check_step(DefCheck *c, int i)
 		s->outs = list_concat(s->outs, check_refs(c, e, orch_def_path_key(spath, "on_timeout"),
 												  "on_timeout", true, i, false));
 
-	/* retry_policy and retry_safety: only where a handler runs */
+}
+
+/* retry_policy and retry_safety: only where a handler runs */
+static void
+check_step_retry(JsonbContainer *o, const char *spath, JsonbValue *handler)
+{
+	JsonbValue *e;
+	JsonbValue *policy_safety = NULL;
+
 	if ((e = orch_def_get(o, "retry_policy")) != NULL)
 	{
 		if (handler == NULL)
@@ -662,20 +661,14 @@ check_step(DefCheck *c, int i)
 		orch_def_check_safety(e, orch_def_path_key(spath, "retry_safety"), policy_safety);
 	}
 
-	/* timeout */
-	if ((e = orch_def_get(o, "timeout")) != NULL)
-		orch_def_check_interval(e, orch_def_path_key(spath, "timeout"), "timeout");
+}
 
-	/* compensation */
-	if ((e = orch_def_get(o, "compensation")) != NULL)
-	{
-		if (!worker_type)
-			orch_def_fail(orch_def_path_key(spath, "compensation"), NULL,
-					 "compensation is only allowed on task, external_call and notify steps");
-		check_compensation(e, orch_def_path_key(spath, "compensation"));
-	}
+/* A decision's targets, rules and default (refused on other steps) */
+static void
+check_step_decision(DefCheck *c, int i, DefStep *s, JsonbContainer *o, const char *spath, JsonbValue *handler)
+{
+	JsonbValue *e;
 
-	/* decision: targets, rules, default */
 	if (s->type != ST_DECISION)
 	{
 		static const char *const keys[] = {"targets", "rules", "default", NULL};
@@ -711,7 +704,12 @@ check_step(DefCheck *c, int i)
 		s->outs = list_concat(s->outs, targets);
 	}
 
-	/* wait: duration or until_path */
+}
+
+/* A wait step's duration or until_path (refused on other steps) */
+static void
+check_step_wait(DefStep *s, JsonbContainer *o, const char *spath)
+{
 	if (s->type != ST_WAIT)
 	{
 		static const char *const keys[] = {"duration", "until_path", NULL};
@@ -735,7 +733,14 @@ check_step(DefCheck *c, int i)
 			check_input_path(until, orch_def_path_key(spath, "until_path"));
 	}
 
-	/* map */
+}
+
+/* A task step's map (refused on other steps) */
+static void
+check_step_map(DefCheck *c, int i, DefStep *s, JsonbContainer *o, const char *spath)
+{
+	JsonbValue *e;
+
 	if ((e = orch_def_get(o, "map")) != NULL)
 	{
 		char	   *mpath = orch_def_path_key(spath, "map");
@@ -752,6 +757,56 @@ check_step(DefCheck *c, int i)
 		if ((m = orch_def_get(e->val.binary.data, "max_parallel")) != NULL)
 			orch_def_check_int(m, orch_def_path_key(mpath, "max_parallel"), "max_parallel", 1);
 	}
+
+}
+
+/* Every check of one step, in the documented order */
+static void
+check_step(DefCheck *c, int i)
+{
+	DefStep    *s = &c->steps[i];
+	char	   *spath = orch_def_path_idx("$.steps", i);
+	JsonbContainer *o;
+	JsonbValue *e;
+	JsonbValue *handler;
+	bool		worker_type;	/* task, external_call, notify */
+
+	Assert(s->obj != NULL);		/* the caller reports a step that is not an object */
+	o = s->obj;
+	orch_def_check_keys(o, spath, step_keys, "A step");
+	check_step_id(c, i, o, spath);
+
+	/* type */
+	s->type = ST_TASK;
+	if ((e = orch_def_get(o, "type")) != NULL)
+		s->type = (StepType) orch_def_check_choice(e, orch_def_path_key(spath, "type"), "type", step_types);
+	worker_type = s->type == ST_TASK || s->type == ST_EXTERNAL_CALL || s->type == ST_NOTIFY;
+
+	/* description */
+	if ((e = orch_def_get(o, "description")) != NULL)
+		orch_def_check_text(e, orch_def_path_key(spath, "description"), "description");
+
+	handler = orch_def_get(o, "handler");
+	check_step_worker(c, s, o, spath, handler);
+	check_step_edges(c, i, s, o, spath);
+	check_step_retry(o, spath, handler);
+
+	/* timeout */
+	if ((e = orch_def_get(o, "timeout")) != NULL)
+		orch_def_check_interval(e, orch_def_path_key(spath, "timeout"), "timeout");
+
+	/* compensation */
+	if ((e = orch_def_get(o, "compensation")) != NULL)
+	{
+		if (!worker_type)
+			orch_def_fail(orch_def_path_key(spath, "compensation"), NULL,
+						  "compensation is only allowed on task, external_call and notify steps");
+		check_compensation(e, orch_def_path_key(spath, "compensation"));
+	}
+
+	check_step_decision(c, i, s, o, spath, handler);
+	check_step_wait(s, o, spath);
+	check_step_map(c, i, s, o, spath);
 
 	/* output_schema: only where a handler's result is the output */
 	if ((e = orch_def_get(o, "output_schema")) != NULL)

@@ -222,6 +222,153 @@ typedef struct OwnerSlot
 	int64		running;		/* executing, counting this call's claims */
 } OwnerSlot;
 
+/* What one limited claim has chosen so far, and what it knows of owners */
+typedef struct LimitedClaim
+{
+	const char *queue;
+	QueueSettings *qs;
+	HTAB	   *owners;			/* OwnerSlot by hash of (tenant, owner); NULL without owner_limit */
+	Datum	   *chosen;			/* task ids */
+	int			nchosen;
+	int32		allowed;		/* at most this many */
+} LimitedClaim;
+
+/*
+ * How many tasks a limited claim may take: the batch, less what the
+ * queue_limit leaves (0: none).  The queue's lock is taken for the rest of
+ * the transaction.
+ */
+static int32
+limited_allowed(const char *queue, QueueSettings *qs, int32 batch)
+{
+	Oid			otypes[1] = {TEXTOID};
+	Datum		ov[1];
+	int64		running;
+
+	if (qs->queue_limit <= 0)
+		return batch;
+	orch_xact_lock("queue", queue, NULL);
+	ov[0] = orch_text_datum(queue);
+	running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
+							   1, otypes), ov);
+	if (running >= qs->queue_limit)
+		return 0;
+	return (int32) Min(batch, qs->queue_limit - running);
+}
+
+/*
+ * The window statement: one tenant's range (the default tenant's in
+ * tasks_claim_idx), or the claim's tenants (all of them: $3 NULL).
+ */
+static SPIPlanPtr
+limited_window_plan(Datum tenants, bool all_tenants)
+{
+	Oid			ctypes[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID,
+	INT8OID, BOOLOID};
+	bool		steps_fn = !orch_schema_previous();
+	bool		default_only = false;
+
+	if (!all_tenants &&
+		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(tenants)), ARR_DIMS(DatumGetArrayTypeP(tenants))) == 1)
+	{
+		Datum	   *elems;
+		bool	   *enulls;
+		int			ne;
+
+		deconstruct_array(DatumGetArrayTypeP(tenants), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &enulls, &ne);
+		default_only = ne == 1 && !enulls[0] && is_default_tenant(TextDatumGetCString(elems[0]));
+		if (steps_fn)
+			return orch_plan(default_only
+							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_ON("t"))
+							 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
+												  RUN_FILTER_ON("t")),
+							 7, ctypes);
+		return orch_plan(default_only
+						 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_070("t"))
+						 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
+											  RUN_FILTER_070("t")),
+						 7, ctypes);
+	}
+	return orch_plan(steps_fn
+					 ? LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_ON("t"))
+					 : LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_070("t")),
+					 7, ctypes);
+}
+
+/*
+ * May this claim take one more task of this owner (a tenant's own: the
+ * pair)?  Its lock is tried once per call, never waited for (two workers
+ * could deadlock), its executing tasks counted once, then counted up.
+ */
+static bool
+limited_owner_takes(LimitedClaim *lc, const char *owner, const char *tenant)
+{
+	Oid			otypes[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		ov[3];
+	char	   *who;
+	uint64		h;
+	bool		found;
+	OwnerSlot  *o;
+
+	if (owner == NULL || lc->owners == NULL)
+		return true;
+	who = psprintf("%s\x1f%s", tenant, owner);
+	h = hash_bytes_extended((const unsigned char *) who, strlen(who), 0);
+	o = hash_search(lc->owners, &h, HASH_ENTER, &found);
+	if (!found)
+	{
+		o->owner = who;
+		o->running = 0;
+		o->blocked = !orch_xact_try_lock("owner", lc->queue, who);
+		if (!o->blocked)
+		{
+			ov[0] = orch_text_datum(lc->queue);
+			ov[1] = orch_text_datum(owner);
+			ov[2] = orch_text_datum(tenant);
+			o->running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1"
+										  " AND owner = $2 AND tenant_id = $3"
+										  " AND state = 'executing'",
+										  3, otypes), ov);
+		}
+	}
+	else if (strcmp(o->owner, who) != 0)
+		return false;			/* a hash collision: leave it for the next claim */
+	if (o->blocked || o->running >= lc->qs->owner_limit)
+		return false;
+	o->running++;
+	return true;
+}
+
+/*
+ * The candidates of one window (in SPI_tuptable): choose those whose owner
+ * may take one more; the window's last row is where the next one starts
+ * (cv[3..5]).
+ */
+static void
+limited_take_window(LimitedClaim *lc, Datum *cv)
+{
+	/* (the owners' counts run statements of their own) */
+	SPITupleTable *tt = SPI_tuptable;
+	uint64		got = SPI_processed;
+	bool		isnull;
+
+	for (uint64 r = 0; r < got; r++)
+	{
+		HeapTuple	tup = tt->vals[r];
+		int64		id = DatumGetInt64(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
+
+		cv[3] = SPI_getbinval(tup, tt->tupdesc, 3, &isnull);
+		cv[4] = SPI_getbinval(tup, tt->tupdesc, 4, &isnull);
+		cv[5] = Int64GetDatum(id);
+		if (lc->nchosen >= lc->allowed)
+			continue;
+		if (!limited_owner_takes(lc, SPI_getvalue(tup, tt->tupdesc, 2), SPI_getvalue(tup, tt->tupdesc, 5)))
+			continue;
+		lc->chosen[lc->nchosen++] = Int64GetDatum(id);
+	}
+}
+
 /*
  * Claim under owner_limit / queue_limit.  Candidates are read in claim order
  * (priority, created_at, id) in windows, locked with SKIP LOCKED; an owner's
@@ -237,175 +384,67 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			  Datum tenants, bool all_tenants, QueueSettings *qs, ReturnSetInfo *rsinfo,
 			  MemoryContext outer)
 {
-	Oid			ctypes[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID,
-	INT8OID, BOOLOID};
 	Datum		cv[7];
 	char		cn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Oid			otypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		ov[3];
 	Oid			utypes[4] = {INT8ARRAYOID, INT4OID, TEXTOID, INTERVALOID};
 	Datum		uv[4];
-	Datum	   *chosen;
-	int			nchosen = 0;
-	int32		allowed = batch;
 	int			scanned = 0;
 	int			window;
-	bool		first = true;
-	HASHCTL		hctl;
-	HTAB	   *owners = NULL;
-	bool		one_tenant = !all_tenants &&
-		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(tenants)),
-					   ARR_DIMS(DatumGetArrayTypeP(tenants))) == 1;
-	bool		default_only = false;
-	bool		steps_fn = orch_schema_version() >= 800;
+	LimitedClaim lc = {queue, qs, NULL, NULL, 0, 0};
 	SPIPlanPtr	plan;
 
-	if (one_tenant)
-	{
-		Datum	   *elems;
-		bool	   *enulls;
-		int			ne;
-
-		deconstruct_array(DatumGetArrayTypeP(tenants), TEXTOID, -1, false, TYPALIGN_INT,
-						  &elems, &enulls, &ne);
-		default_only = ne == 1 && !enulls[0] && is_default_tenant(TextDatumGetCString(elems[0]));
-	}
 	orch_require_read_committed();
-	if (qs->queue_limit > 0)
-	{
-		int64		running;
-
-		orch_xact_lock("queue", queue, NULL);
-		ov[0] = orch_text_datum(queue);
-		running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
-									  1, otypes), ov);
-		if (running >= qs->queue_limit)
-			return;
-		if (allowed > qs->queue_limit - running)
-			allowed = (int32) (qs->queue_limit - running);
-	}
+	lc.allowed = limited_allowed(queue, qs, batch);
+	if (lc.allowed <= 0)
+		return;
 	if (qs->owner_limit > 0)
 	{
+		HASHCTL		hctl;
+
 		memset(&hctl, 0, sizeof(hctl));
 		hctl.keysize = sizeof(uint64);
 		hctl.entrysize = sizeof(OwnerSlot);
 		hctl.hcxt = CurrentMemoryContext;
-		owners = hash_create("orchestrator claim owners", 64, &hctl,
-							 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		lc.owners = hash_create("orchestrator claim owners", 64, &hctl,
+								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 
-	window = Max(LIMITED_WINDOW_MIN, Min(allowed * 2, LIMITED_WINDOW_MAX));
-	chosen = palloc(sizeof(Datum) * allowed);
+	window = Max(LIMITED_WINDOW_MIN, Min(lc.allowed * 2, LIMITED_WINDOW_MAX));
+	lc.chosen = palloc(sizeof(Datum) * lc.allowed);
 	cv[0] = orch_text_datum(queue);
 	cv[2] = tenants;
 	if (all_tenants)
 		cn[2] = 'n';
-
-	while (nchosen < allowed && scanned < LIMITED_SCAN_MAX)
+	cv[3] = Int32GetDatum(0);
+	cv[4] = TimestampTzGetDatum(0);
+	cv[5] = Int64GetDatum(0);
+	cv[6] = BoolGetDatum(true);
+	plan = limited_window_plan(tenants, all_tenants);
+	/* keyset pagination: each window starts after the last one */
+	while (lc.nchosen < lc.allowed && scanned < LIMITED_SCAN_MAX)
 	{
 		uint64		got;
-		int32		last_priority = 0;
-		TimestampTz last_created = 0;
-		int64		last_id = 0;
-		bool		isnull;
 
 		cv[1] = Int32GetDatum(Min(window, LIMITED_SCAN_MAX - scanned));
-		cv[6] = BoolGetDatum(first);
-		if (first)
-		{
-			cv[3] = Int32GetDatum(0);
-			cv[4] = TimestampTzGetDatum(0);
-			cv[5] = Int64GetDatum(0);
-		}
-		/* keyset pagination: each window starts after the last one */
-		if (one_tenant && steps_fn)
-			plan = orch_plan(default_only
-							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_ON("t"))
-							 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
-												  RUN_FILTER_ON("t")),
-							 7, ctypes);
-		else if (one_tenant)
-			plan = orch_plan(default_only
-							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_070("t"))
-							 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
-												  RUN_FILTER_070("t")),
-							 7, ctypes);
-		else
-			plan = orch_plan(steps_fn
-							 ? LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_ON("t"))
-							 : LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_070("t")),
-							 7, ctypes);
 		got = orch_exec(plan, cv, cn, false, 0, SPI_OK_SELECT);
 		if (got == 0)
 			break;
 		scanned += (int) got;
-		first = false;
-		{
-			SPITupleTable *tt = SPI_tuptable;
-
-			for (uint64 r = 0; r < got; r++)
-			{
-				HeapTuple	tup = tt->vals[r];
-				int64		id = DatumGetInt64(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
-				char	   *owner = SPI_getvalue(tup, tt->tupdesc, 2);
-				char	   *ten = SPI_getvalue(tup, tt->tupdesc, 5);
-
-				last_id = id;
-				last_priority = DatumGetInt32(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
-				last_created = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 4, &isnull));
-				if (nchosen >= allowed)
-					continue;
-				if (owner != NULL && owners != NULL)
-				{
-					/* an owner is a tenant's own: (tenant, owner) */
-					char	   *who = psprintf("%s\x1f%s", ten, owner);
-					uint64		h = hash_bytes_extended((const unsigned char *) who,
-														strlen(who), 0);
-					bool		found;
-					OwnerSlot  *o = hash_search(owners, &h, HASH_ENTER, &found);
-
-					if (!found)
-					{
-						o->owner = who;
-						o->running = 0;
-						/* never wait for an owner's lock: that could deadlock two workers */
-						o->blocked = !orch_xact_try_lock("owner", queue, who);
-						if (!o->blocked)
-						{
-							ov[0] = orch_text_datum(queue);
-							ov[1] = orch_text_datum(owner);
-							ov[2] = orch_text_datum(ten);
-							o->running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1"
-															 " AND owner = $2 AND tenant_id = $3"
-															 " AND state = 'executing'",
-															 3, otypes), ov);
-						}
-					}
-					else if (strcmp(o->owner, who) != 0)
-						continue;	/* a hash collision: leave it for the next claim */
-					if (o->blocked || o->running >= qs->owner_limit)
-						continue;
-					o->running++;
-				}
-				chosen[nchosen++] = Int64GetDatum(id);
-			}
-		}
-		cv[3] = Int32GetDatum(last_priority);
-		cv[4] = TimestampTzGetDatum(last_created);
-		cv[5] = Int64GetDatum(last_id);
+		cv[6] = BoolGetDatum(false);
+		limited_take_window(&lc, cv);
 	}
-	if (nchosen == 0)
+	if (lc.nchosen == 0)
 		return;
-	uv[0] = PointerGetDatum(construct_array(chosen, nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
+	uv[0] = PointerGetDatum(construct_array(lc.chosen, lc.nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
 											TYPALIGN_DOUBLE));
-	uv[1] = Int32GetDatum(nchosen);
+	uv[1] = Int32GetDatum(lc.nchosen);
 	uv[2] = orch_text_datum(worker);
 	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
 	orch_exec(orch_plan("WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
-									  " SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
-									  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
-									  " WHERE $2 > 0 ORDER BY priority, created_at, id",
-									  4, utypes), uv, NULL, false, 0, SPI_OK_SELECT);
+						" SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
+						"  tenant_id, run_id, lease_expires_at, resume_data FROM u"
+						" WHERE $2 > 0 ORDER BY priority, created_at, id",
+						4, utypes), uv, NULL, false, 0, SPI_OK_SELECT);
 	emit_claimed(rsinfo, outer);
 }
 
@@ -459,6 +498,107 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 }
 
 /*
+ * Before a claim: recover the queue's expired leases, let due work in and
+ * settle deferred key decisions, each only when the probe found some.
+ * tenants: the claim's tenants, or 0 for all.
+ */
+static void
+claim_housekeeping(const char *queue, Datum tenants)
+{
+	bool		expired = true,
+				due = true,
+				repairs = true;
+
+	probe_housekeeping(queue, tenants, &expired, &due, &repairs);
+	/* a recovered task may be due again at once, and may have freed a key */
+	if (expired && orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, tenants) > 0)
+		due = repairs = true;
+	if (!due && !repairs)
+		return;
+
+	/*
+	 * Letting due work in and settling deferred key decisions only tries key
+	 * locks: a claim never waits for a producer's open transaction (what it
+	 * cannot decide now is noted and settled later).
+	 */
+	orch_gate_set_try_only(true);
+	PG_TRY();
+	{
+		/* waking keyed tasks may defer key decisions: settle them now */
+		if (due && orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, tenants) > 0)
+			repairs = true;
+		if (repairs)
+			orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
+	}
+	PG_FINALLY();
+	{
+		orch_gate_set_try_only(false);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * The claim on Citus, on the one tenant's shard ($1..$5 in v as the plain
+ * claim's; the token's nonce is $6).  Caller is connected to SPI.
+ */
+static void
+claim_citus(const char *queue, const char *tenant, QueueSettings *qs, Datum *v)
+{
+	Oid			ctypes[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID};
+	Datum		cv[6];
+	pg_uuid_t  *nonce = orch_new_uuid();
+
+	if (qs->owner_limit > 0 || qs->queue_limit > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
+				 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
+				 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
+	memcpy(cv, v, sizeof(Datum) * 5);
+	cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
+	cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
+	orch_exec(orch_plan(is_default_tenant(tenant)
+						? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+										" AND t.tenant_id = $5", RUN_FILTER_CITUS)
+						: CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+										" AND t.tenant_id = $5", RUN_FILTER_CITUS),
+						6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+	/* the claimed tasks' calls by id go straight to the tenant's shard */
+	orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
+}
+
+/*
+ * The claim statement for one tenant (the default tenant's reads
+ * tasks_claim_idx, another's tasks_tenant_claim_idx), for several (each
+ * tenant's range), or for all.
+ */
+static SPIPlanPtr
+claim_plan(const char *tenant, bool all_tenants)
+{
+	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
+	Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
+	bool		steps_fn = !orch_schema_previous();
+
+	if (tenant && is_default_tenant(tenant))
+		return orch_plan(steps_fn
+						 ? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
+						 : CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c")),
+						 5, types);
+	if (tenant)
+		return orch_plan(steps_fn
+						 ? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+									 " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
+						 : CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+									 " AND t.tenant_id = $5", RUN_FILTER_070("c")),
+						 5, types);
+	if (!all_tenants)
+		return orch_plan(steps_fn ? CLAIM_TENANTS_SQL(RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c")),
+						 5, atypes);
+	return orch_plan(steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c")),
+					 4, types);
+}
+
+/*
  * orch_dequeue(queue, worker, batch, lease, tenant)
  *	  -> (task_id, lease_token, attempt, payload, queue, priority, step_key,
  *		  guard, lease_expires_at, resume_data)
@@ -475,17 +615,10 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	char	   *tenant;
 	QueueSettings qs;
 	bool		paused;
-	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
-	Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
-	bool		steps_fn;
-	SPIPlanPtr	plan;
 	Datum		v[5];
 	MemoryContext outer = CurrentMemoryContext;
 	Datum		tenants;
 	bool		all_tenants;
-	bool		expired = true,
-				due = true,
-				repairs = true;
 
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "worker");
@@ -535,34 +668,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	else
 		tenants = orch_caller_tenants_datum(&all_tenants);
 
-	probe_housekeeping(queue, all_tenants ? (Datum) 0 : tenants, &expired, &due, &repairs);
-	/* a recovered task may be due again at once, and may have freed a key */
-	if (expired &&
-		orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, all_tenants ? (Datum) 0 : tenants) > 0)
-		due = repairs = true;
-	if (due || repairs)
-	{
-		/*
-		 * Letting due work in and settling deferred key decisions only tries
-		 * key locks: a claim never waits for a producer's open transaction
-		 * (what it cannot decide now is noted and settled later).
-		 */
-		orch_gate_set_try_only(true);
-		PG_TRY();
-		{
-			/* waking keyed tasks may defer key decisions: settle them now */
-			if (due &&
-				orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, all_tenants ? (Datum) 0 : tenants) > 0)
-				repairs = true;
-			if (repairs)
-				orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
-		}
-		PG_FINALLY();
-		{
-			orch_gate_set_try_only(false);
-		}
-		PG_END_TRY();
-	}
+	claim_housekeeping(queue, all_tenants ? (Datum) 0 : tenants);
 
 	v[0] = orch_text_datum(queue);
 	v[1] = Int32GetDatum(batch);
@@ -572,62 +678,22 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	ev = orch_set_event_context(worker, NULL);
 	if (orch_citus())
 	{
-		Oid			ctypes[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID};
-		Datum		cv[6];
-		pg_uuid_t  *nonce = orch_new_uuid();
-
-		if (qs.owner_limit > 0 || qs.queue_limit > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
-					 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
-					 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
-		memcpy(cv, v, sizeof(Datum) * 5);
-		cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
-		cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-		orch_exec(orch_plan(is_default_tenant(tenant)
-							? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-											" AND t.tenant_id = $5", RUN_FILTER_CITUS)
-							: CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-											" AND t.tenant_id = $5", RUN_FILTER_CITUS),
-							6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
-		/* the claimed tasks' calls by id go straight to the tenant's shard */
-		orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
+		claim_citus(queue, tenant, &qs, v);
 		orch_clear_event_context(ev);
 		orch_scope_clear();
-		emit_claimed(rsinfo, outer);
-		SPI_finish();
-		return (Datum) 0;
 	}
-	if (qs.owner_limit > 0 || qs.queue_limit > 0)
+	else if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
 		claim_limited(queue, worker, batch, lease, tenants, all_tenants, &qs, rsinfo, outer);
 		orch_clear_event_context(ev);
 		SPI_finish();
 		return (Datum) 0;
 	}
-	steps_fn = orch_schema_version() >= 800;
-	if (tenant && is_default_tenant(tenant))
-		plan = orch_plan(steps_fn
-						 ? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
-						 : CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c")),
-						 5, types);
-	else if (tenant)
-		plan = orch_plan(steps_fn
-						 ? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-									 " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
-						 : CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-									 " AND t.tenant_id = $5", RUN_FILTER_070("c")),
-						 5, types);
-	else if (!all_tenants)
-		plan = orch_plan(steps_fn ? CLAIM_TENANTS_SQL(RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c")),
-						 5, atypes);
 	else
-		plan = orch_plan(steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c")),
-						 4, types);
-	orch_exec(plan, v, NULL, false, 0, SPI_OK_SELECT);
-	orch_clear_event_context(ev);
-
+	{
+		orch_exec(claim_plan(tenant, all_tenants), v, NULL, false, 0, SPI_OK_SELECT);
+		orch_clear_event_context(ev);
+	}
 	emit_claimed(rsinfo, outer);
 	SPI_finish();
 	return (Datum) 0;

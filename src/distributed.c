@@ -154,39 +154,10 @@ make_citus_table(ReturnSetInfo *rsinfo, const char *t, const char *create_call, 
 	emit(rsinfo, psprintf("orch.%s", t), done);
 }
 
-Datum
-orch_distribute(PG_FUNCTION_ARGS)
+static void
+distribute_sequences(ReturnSetInfo *rsinfo)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int			shard_count = orch_int4_arg(fcinfo, 0, "shard_count", 1, 64000, 0);
 	StringInfoData sql;
-
-	if (!superuser())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("only a superuser may distribute the orchestrator's tables")));
-	if (!OidIsValid(get_extension_oid("citus", true)))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("Citus is not installed in this database"),
-				 errhint("Load citus (shared_preload_libraries) on every node, run CREATE EXTENSION citus on the coordinator and add the workers, then call orch_distribute() there.")));
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-
-	/*
-	 * orch.tasks and orch.runs carry row triggers (the lifecycle), which
-	 * Citus copies to the shards only with this setting.  Ours are safe in
-	 * its sense: the rows they write (events) are the same tenant's, on a
-	 * co-located shard.  For this transaction only.
-	 */
-	orch_sql_command("SET LOCAL citus.enable_unsafe_triggers = on");
-
-	if (orch_sql_once("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("orch_distribute must run on the Citus coordinator")));
-
-	initStringInfo(&sql);
 
 	/*
 	 * Ids unique across nodes: the extension's sequences exist on every
@@ -197,7 +168,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 * copy of the rows below holds the workers' sequences in this
 	 * transaction, which these commands (sent outside it) would wait for.
 	 */
-	resetStringInfo(&sql);
+	initStringInfo(&sql);
 	appendStringInfoString(&sql,
 						   "DO $do$ DECLARE g bigint; s text; BEGIN"
 						   " SELECT groupid INTO g FROM pg_dist_local_group;"
@@ -227,6 +198,11 @@ orch_distribute(PG_FUNCTION_ARGS)
 	}
 	emit(rsinfo, "sequences", "a disjoint id range on each worker (group id << 48)");
 
+}
+
+static void
+distribute_drop_machine_fkey(ReturnSetInfo *rsinfo)
+{
 	/*
 	 * The state-machine tables reference each other: Citus converts a table
 	 * with a foreign key to a reference table through a path that collides
@@ -242,6 +218,11 @@ orch_distribute(PG_FUNCTION_ARGS)
 		emit(rsinfo, "orch.state_transitions", "foreign key to orch.state_machines dropped");
 	}
 
+}
+
+static void
+distribute_fold_first(void)
+{
 	/*
 	 * What committed before is folded here, on one node: on Citus each node
 	 * folds only the rows written on it (in its id range), and on the
@@ -260,6 +241,14 @@ orch_distribute(PG_FUNCTION_ARGS)
 		orch_sql_command("SELECT orch.metrics_fold()");
 	}
 
+}
+
+static void
+distribute_tables(ReturnSetInfo *rsinfo, int shard_count)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
 	for (int i = 0; i < lengthof(reference_tables); i++)
 		make_citus_table(rsinfo, reference_tables[i],
 						 psprintf("SELECT create_reference_table('orch.%s')", reference_tables[i]),
@@ -278,6 +267,11 @@ orch_distribute(PG_FUNCTION_ARGS)
 		make_citus_table(rsinfo, t, sql.data, "distributed by tenant_id");
 	}
 
+}
+
+static void
+distribute_views(ReturnSetInfo *rsinfo)
+{
 	/*
 	 * The views, on every node: each has its own copy of the extension's,
 	 * which Citus leaves alone (on a worker, with its DDL propagation off
@@ -296,6 +290,11 @@ orch_distribute(PG_FUNCTION_ARGS)
 		emit(rsinfo, psprintf("orch.%s_rows", v), psprintf("reads through orch.caller_%s()", v));
 	}
 
+}
+
+static void
+distribute_stamps(ReturnSetInfo *rsinfo)
+{
 	/*
 	 * History rows written through the coordinator would carry its
 	 * transaction id and an id of its range (Citus computes an INSERT's
@@ -305,7 +304,7 @@ orch_distribute(PG_FUNCTION_ARGS)
 	 * committed there (orch.metrics_fold_shard).  (A schema before 0.8.0
 	 * has neither.)
 	 */
-	for (int i = 0; i < lengthof(stamped_tables) && orch_schema_version() >= 800; i++)
+	for (int i = 0; i < lengthof(stamped_tables) && !orch_schema_previous(); i++)
 	{
 		const char *t = stamped_tables[i][0];
 
@@ -318,6 +317,46 @@ orch_distribute(PG_FUNCTION_ARGS)
 								  " FOR EACH ROW EXECUTE FUNCTION orch.stamp_on_node('%s')", t, stamped_tables[i][1]));
 		emit(rsinfo, psprintf("orch.%s", t), "rows stamped with the node they are written on");
 	}
+
+}
+
+Datum
+orch_distribute(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			shard_count = orch_int4_arg(fcinfo, 0, "shard_count", 1, 64000, 0);
+
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only a superuser may distribute the orchestrator's tables")));
+	if (!OidIsValid(get_extension_oid("citus", true)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("Citus is not installed in this database"),
+				 errhint("Load citus (shared_preload_libraries) on every node, run CREATE EXTENSION citus on the coordinator and add the workers, then call orch_distribute() there.")));
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+
+	/*
+	 * orch.tasks and orch.runs carry row triggers (the lifecycle), which
+	 * Citus copies to the shards only with this setting.  Ours are safe in
+	 * its sense: the rows they write (events) are the same tenant's, on a
+	 * co-located shard.  For this transaction only.
+	 */
+	orch_sql_command("SET LOCAL citus.enable_unsafe_triggers = on");
+
+	if (orch_sql_once("SELECT 1 FROM pg_dist_local_group WHERE groupid = 0", 0, NULL, NULL, NULL, true, 1, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("orch_distribute must run on the Citus coordinator")));
+
+	distribute_sequences(rsinfo);
+	distribute_drop_machine_fkey(rsinfo);
+	distribute_fold_first();
+	distribute_tables(rsinfo, shard_count);
+	distribute_views(rsinfo);
+	distribute_stamps(rsinfo);
 
 	/*
 	 * Not delegated with create_distributed_function: Citus 13.2.2 crashes

@@ -1,7 +1,8 @@
 /*
  * lifecycle.c
- *	  The task lifecycle: the matrix of task states and the C row trigger that
- *	  enforces it on orch.tasks for every writer (also the entry point of the
+ *	  The task lifecycle: the C row trigger that enforces the matrix of task
+ *	  states (task_states.c) on orch.tasks for every writer, derives the
+ *	  row's columns and records its transitions (also the entry point of the
  *	  same trigger on user tables, handed to state_machines.c).
  */
 #include "postgres.h"
@@ -32,45 +33,6 @@
 #include "orchestrator.h"
 
 PG_FUNCTION_INFO_V1(orch_state_machine_trigger);
-
-const char *const orch_state_names[TS_COUNT] = {
-	"received", "queued", "executing", "awaiting_tool",
-	"awaiting_user_confirmation", "completed", "failed", "cancelled"
-};
-
-/* row = from, column = to (self-transitions included) */
-static const bool task_matrix[TS_COUNT][TS_COUNT] = {
-	/* rec    que    exe    tool   conf   comp   fail   canc */
-	{true, true, false, false, false, false, true, true},	/* received */
-	{false, true, true, false, false, false, true, true},	/* queued */
-	{false, false, true, true, true, true, true, true},	/* executing */
-	{false, false, true, true, false, false, true, true},	/* awaiting_tool */
-	{false, false, true, false, true, false, true, true},	/* awaiting_user_confirmation */
-	{false, false, false, false, false, true, false, false},	/* completed */
-	{false, false, false, false, false, false, true, false},	/* failed */
-	{false, false, false, false, false, false, false, true},	/* cancelled */
-};
-
-TaskState
-orch_state_from_name(const char *name)
-{
-	for (int i = 0; i < TS_COUNT; i++)
-		if (strcmp(name, orch_state_names[i]) == 0)
-			return (TaskState) i;
-	return TS_INVALID;
-}
-
-bool
-orch_state_is_terminal(TaskState s)
-{
-	return s == TS_COMPLETED || s == TS_FAILED || s == TS_CANCELLED;
-}
-
-bool
-orch_task_transition_allowed(TaskState from, TaskState to)
-{
-	return task_matrix[from][to];
-}
 
 /* ----------------------------------------------------------------------
  * The trigger
@@ -441,115 +403,137 @@ record_no_claim(NewRow *row)
 	row_set(row, task_cols.claim_waited, (Datum) 0, true);
 }
 
-/* The built-in task lifecycle on orch.tasks. */
-static HeapTuple
-task_trigger(TriggerData *trigdata)
+/*
+ * One row's transition as the task trigger sees it, filled phase by phase:
+ * read and checked (change_read), its derived columns set (change_derive),
+ * the admission gate (change_gate), the facts of its event
+ * (change_event_facts), its run noted (change_note_run), then recorded by the
+ * row itself (a claim, an enqueue, a completion) or as an event row
+ * (change_write_event).
+ */
+typedef struct TaskChange
 {
-	Relation	rel = trigdata->tg_relation;
-	TupleDesc	td = RelationGetDescr(rel);
-	bool		is_insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
-	HeapTuple	oldtup = is_insert ? NULL : trigdata->tg_trigtuple;
-	HeapTuple	newtup = is_insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple;
-	char	   *from_name = NULL;
-	char	   *to_name;
-	TaskState	from = TS_INVALID,
-				to;
-	/* a completion this row records, and its columns (finished_at last) */
-	bool		records_completion;
-	int			complete_cols[5];
+	TupleDesc	td;
+	bool		is_insert;
+	HeapTuple	oldtup;			/* NULL for an insert */
+	NewRow		row;
 	int64		task_id;
-	bool		isnull;
-	NewRow		row = {0};
+	char	   *from_name;		/* NULL for an insert */
+	char	   *to_name;
+	TaskState	from;			/* TS_INVALID for an insert */
+	TaskState	to;
+	bool		records_completion; /* a completion the row records (below) */
+	/* the facts of its event */
 	char	   *reason;
 	char	   *tenant;
 	char	   *actor;
 	int32		attempt;
-	Datum		d;
-	pg_uuid_t  *token = NULL;
-	int64		run_id = 0;
+	pg_uuid_t  *token;
 	bool		has_run;
-	int64		waited_us;
+	int64		run_id;
+	int64		waited_us;		/* a claim: how long it had been claimable; -1 */
+} TaskChange;
 
-	/*
-	 * A restore: pg_dump's scripts and pg_restore run with row_security =
-	 * off (so that no row is silently filtered), and load finished and
-	 * in-flight tasks with COPY.  Such a session declares that it reloads
-	 * rows exactly as they were: an insert outside any API call is taken
-	 * as it is, with no transition check, no derived column and no event
-	 * (the events are restored from the dump too).  Only roles that bypass
-	 * row-level security (superusers, the extension's owner) can write the
-	 * table with row_security off.
-	 */
-	if (is_insert && orch_restoring())
-		return newtup;
+/* The columns of a completion the row records (finished_at last) */
+static void
+complete_columns(int cols[5])
+{
+	cols[0] = task_cols.complete_event_id;
+	cols[1] = task_cols.complete_attempt_id;
+	cols[2] = task_cols.completed_by;
+	cols[3] = task_cols.complete_xact;
+	cols[4] = task_cols.finished_at;
+}
 
+/*
+ * Read the row and check its transition against the matrix (refused:
+ * error).  False for an update of a terminal row that changes nothing,
+ * which is let through as it is.
+ */
+static bool
+change_read(TaskChange *c, TriggerData *trigdata)
+{
+	Relation	rel = trigdata->tg_relation;
+	HeapTuple	newtup = c->is_insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple;
+	bool		isnull;
+
+	c->td = RelationGetDescr(rel);
+	c->oldtup = c->is_insert ? NULL : trigdata->tg_trigtuple;
+	c->from = TS_INVALID;
 	load_task_cols(rel);
-	row_read(&row, newtup, td);
-	task_id = DatumGetInt64(row_get(&row, task_cols.id, &isnull));
+	row_read(&c->row, newtup, c->td);
+	c->task_id = DatumGetInt64(row_get(&c->row, task_cols.id, &isnull));
+	c->to_name = row_text(&c->row, task_cols.state);
+	c->to = c->to_name ? orch_state_from_name(c->to_name) : TS_INVALID;
 
-	to_name = row_text(&row, task_cols.state);
-	to = to_name ? orch_state_from_name(to_name) : TS_INVALID;
-
-	if (!is_insert)
+	if (c->is_insert)
 	{
-		from_name = get_text_col(oldtup, td, task_cols.state);
-		from = orch_state_from_name(from_name);
-		if (from == TS_INVALID)
-			elog(ERROR, "orchestrator: task " INT64_FORMAT " has unknown state \"%s\"",
-				 task_id, from_name);
-		if (orch_state_is_terminal(from))
-		{
-			if (to == from && orch_tuples_identical(oldtup, newtup, td))
-				return newtup;
-			orch_raise_terminal(task_what(task_id), from_name, to_name);
-		}
-		if (to == TS_INVALID || !task_matrix[from][to])
-			orch_raise_invalid_transition(task_what(task_id), from_name, to_name);
+		if (c->to != TS_RECEIVED && c->to != TS_QUEUED && c->to != TS_FAILED)
+			orch_raise_invalid_transition(task_what(c->task_id), NULL, c->to_name);
+		return true;
 	}
-	else if (to != TS_RECEIVED && to != TS_QUEUED && to != TS_FAILED)
-		orch_raise_invalid_transition(task_what(task_id), NULL, to_name);
+	c->from_name = get_text_col(c->oldtup, c->td, task_cols.state);
+	c->from = orch_state_from_name(c->from_name);
+	if (c->from == TS_INVALID)
+		elog(ERROR, "orchestrator: task " INT64_FORMAT " has unknown state \"%s\"",
+			 c->task_id, c->from_name);
+	if (orch_state_is_terminal(c->from))
+	{
+		if (c->to == c->from && orch_tuples_identical(c->oldtup, newtup, c->td))
+			return false;
+		orch_raise_terminal(task_what(c->task_id), c->from_name, c->to_name);
+	}
+	if (c->to == TS_INVALID || !orch_task_transition_allowed(c->from, c->to))
+		orch_raise_invalid_transition(task_what(c->task_id), c->from_name, c->to_name);
+	return true;
+}
+
+/* The columns the trigger derives: claimability, timestamps, the lease */
+static void
+change_derive(TaskChange *c)
+{
+	NewRow	   *row = &c->row;
+	TimestampTz xact_start = GetCurrentTransactionStartTimestamp();
+	bool		isnull;
+	Datum		d;
 
 	/*
-	 * What only a completion by orch_complete records (below): nothing else
-	 * sets it, so that a raw INSERT or UPDATE cannot forge a completion (a
-	 * terminal row, the only kind that has it, cannot change).
+	 * What only a completion by orch_complete records (change_record_completion):
+	 * nothing else sets it, so that a raw INSERT or UPDATE cannot forge a
+	 * completion (a terminal row, the only kind that has it, cannot change).
 	 */
-	records_completion = from == TS_EXECUTING && to == TS_COMPLETED &&
+	c->records_completion = c->from == TS_EXECUTING && c->to == TS_COMPLETED &&
 		orch_event_context()->completion_in_task;
-	complete_cols[0] = task_cols.complete_event_id;
-	complete_cols[1] = task_cols.complete_attempt_id;
-	complete_cols[2] = task_cols.completed_by;
-	complete_cols[3] = task_cols.complete_xact;
-	complete_cols[4] = task_cols.finished_at;
-	if (task_cols.complete_event_id > 0 && !records_completion)
+	if (task_cols.complete_event_id > 0 && !c->records_completion)
 	{
+		int			cols[5];
+
+		complete_columns(cols);
 		for (int i = 0; i < 4; i++)
-			if (!row_isnull(&row, complete_cols[i]))
-				row_set(&row, complete_cols[i], (Datum) 0, true);
+			if (!row_isnull(row, cols[i]))
+				row_set(row, cols[i], (Datum) 0, true);
 	}
 
-	/* Derived columns: claimability, timestamps */
-	if (to == TS_EXECUTING || orch_state_is_terminal(to) || to == TS_RECEIVED)
-		row_set(&row, task_cols.ready_at, (Datum) 0, true);
-	else if (to == TS_QUEUED && from != TS_QUEUED && row_isnull(&row, task_cols.ready_at))
+	if (c->to == TS_EXECUTING || orch_state_is_terminal(c->to) || c->to == TS_RECEIVED)
+		row_set(row, task_cols.ready_at, (Datum) 0, true);
+	else if (c->to == TS_QUEUED && c->from != TS_QUEUED && row_isnull(row, task_cols.ready_at))
 	{
-		d = row_get(&row, task_cols.run_at, &isnull);
-		row_set(&row, task_cols.ready_at, d, isnull);
+		d = row_get(row, task_cols.run_at, &isnull);
+		row_set(row, task_cols.ready_at, d, isnull);
 	}
-	if (!is_insert)
-		row_set(&row, task_cols.updated_at,
-				TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-	if (orch_state_is_terminal(to) && to != from)
-		row_set(&row, task_cols.finished_at,
-				TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+	if (!c->is_insert)
+		row_set(row, task_cols.updated_at, TimestampTzGetDatum(xact_start), false);
+	if (orch_state_is_terminal(c->to) && c->to != c->from)
+		row_set(row, task_cols.finished_at, TimestampTzGetDatum(xact_start), false);
+
 	/*
 	 * An attempt ends: its lease is gone, and what was handed to it (a tool
 	 * result, a confirmation) was consumed and is not handed to the next.
 	 */
-	if (from == TS_EXECUTING && to != TS_EXECUTING)
+	if (c->from == TS_EXECUTING && c->to != TS_EXECUTING)
 	{
-		row_set(&row, task_cols.lease_expires_at, (Datum) 0, true);
-		row_set(&row, task_cols.resume_data, (Datum) 0, true);
+		row_set(row, task_cols.lease_expires_at, (Datum) 0, true);
+		row_set(row, task_cols.resume_data, (Datum) 0, true);
 	}
 
 	/*
@@ -557,88 +541,114 @@ task_trigger(TriggerData *trigdata)
 	 * until orch_wake_delayed lets it in, so claims never step over it and a
 	 * keyed task holds no slot while it waits.
 	 */
-	if (to == TS_QUEUED || to == TS_AWAITING_TOOL)
+	if (c->to == TS_QUEUED || c->to == TS_AWAITING_TOOL)
 	{
-		Datum		r = row_get(&row, task_cols.ready_at, &isnull);
-
-		if (!isnull && DatumGetTimestampTz(r) > GetCurrentTransactionStartTimestamp())
-			row_set(&row, task_cols.ready_at, (Datum) 0, true);
+		d = row_get(row, task_cols.ready_at, &isnull);
+		if (!isnull && DatumGetTimestampTz(d) > xact_start)
+			row_set(row, task_cols.ready_at, (Datum) 0, true);
 	}
+}
 
-	/* the admission gate, for a keyed task (one without a key passes it) */
-	if (!row_isnull(&row, task_cols.concurrency_key))
+/* The admission gate, for a keyed task (one without a key passes it) */
+static void
+change_gate(TaskChange *c)
+{
+	int			nest;
+
+	if (row_isnull(&c->row, task_cols.concurrency_key))
+		return;
+	/* the gate runs SQL (the function pins no search_path) */
+	nest = orch_pin_search_path();
+	task_gate(&c->row, c->oldtup, c->td, c->from, c->to, c->task_id);
+	AtEOXact_GUC(true, nest);
+}
+
+/* What the transition's event says: reason, tenant, actor, attempt, run */
+static void
+change_event_facts(TaskChange *c)
+{
+	NewRow	   *row = &c->row;
+	bool		isnull;
+	Datum		d;
+
+	c->reason = row_text(row, task_cols.reason_code);
+	if (!c->is_insert)
 	{
-		/* the gate runs SQL (the function pins no search_path) */
-		int			nest = orch_pin_search_path();
-
-		task_gate(&row, oldtup, td, from, to, task_id);
-		AtEOXact_GUC(true, nest);
-	}
-
-	/* A self-transition writes no event */
-	if (!is_insert && from == to)
-		return row_form(&row);
-
-	reason = row_text(&row, task_cols.reason_code);
-	if (!is_insert)
-	{
-		char	   *old_reason = get_text_col(oldtup, td, task_cols.reason_code);
+		char	   *old_reason = get_text_col(c->oldtup, c->td, task_cols.reason_code);
 
 		/* a raw UPDATE that set no reason of its own */
 		if (!orch_event_context()->active &&
-			(reason == NULL || (old_reason != NULL && strcmp(reason, old_reason) == 0)))
-			reason = "direct_update";
+			(c->reason == NULL || (old_reason != NULL && strcmp(c->reason, old_reason) == 0)))
+			c->reason = "direct_update";
 	}
-	else if (reason == NULL)
-		reason = "enqueued";
-	tenant = row_text(&row, task_cols.tenant_id);
-	attempt = DatumGetInt32(row_get(&row, task_cols.attempts, &isnull));
-	d = row_get(&row, task_cols.lease_token, &isnull);
-	if (!isnull)
-		token = DatumGetUUIDP(d);
-	d = row_get(&row, task_cols.run_id, &isnull);
-	has_run = !isnull;
-	if (has_run)
-		run_id = DatumGetInt64(d);
+	else if (c->reason == NULL)
+		c->reason = "enqueued";
+	c->tenant = row_text(row, task_cols.tenant_id);
+	c->attempt = DatumGetInt32(row_get(row, task_cols.attempts, &isnull));
+	d = row_get(row, task_cols.lease_token, &isnull);
+	c->token = isnull ? NULL : DatumGetUUIDP(d);
+	d = row_get(row, task_cols.run_id, &isnull);
+	c->has_run = !isnull;
+	c->run_id = c->has_run ? DatumGetInt64(d) : 0;
 
-	/*
-	 * A workflow step's task finished: its run progresses at statement end
-	 * (told which task completed, the usual case has a shorter path).
-	 */
-	if (has_run && orch_state_is_terminal(to) && to != from)
-		orch_runs_note(run_id, tenant, task_id, row_text(&row, task_cols.step_key),
-					   to == TS_COMPLETED);
-
-	/*
-	 * A step's task goes to wait for a retry (awaiting_tool with retry_at),
-	 * or is claimed again after one: its step reads retrying, then running
-	 * again.  Plain tasks, first claims, tool waits, map items and
-	 * compensations are not noted.
-	 */
-	else if (has_run &&
-			 ((from == TS_EXECUTING && to == TS_AWAITING_TOOL &&
-			   !row_isnull(&row, task_cols.retry_at)) ||
-			  (from == TS_AWAITING_TOOL && to == TS_EXECUTING &&
-			   !heap_attisnull(oldtup, task_cols.retry_at, td))))
-	{
-		char	   *key = row_text(&row, task_cols.step_key);
-
-		if (key != NULL && strchr(key, '#') == NULL && strchr(key, ':') == NULL)
-			orch_runs_note_retry(run_id, tenant);
-	}
-
-	actor = orch_event_context()->actor;
-	if (actor == NULL && orch_event_context()->worker_actor)
-		actor = row_text(&row, task_cols.lease_owner);
+	c->actor = orch_event_context()->actor;
+	if (c->actor == NULL && orch_event_context()->worker_actor)
+		c->actor = row_text(row, task_cols.lease_owner);
 
 	/* a claim: how long the task had been claimable (queue wait metrics) */
-	waited_us = -1;
-	if (!is_insert && to == TS_EXECUTING)
+	c->waited_us = -1;
+	if (!c->is_insert && c->to == TS_EXECUTING)
 	{
-		d = heap_getattr(oldtup, task_cols.ready_at, td, &isnull);
+		d = heap_getattr(c->oldtup, task_cols.ready_at, c->td, &isnull);
 		if (!isnull)
-			waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
+			c->waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
+}
+
+/*
+ * A workflow step's task finished: its run progresses at statement end
+ * (told which task completed, the usual case has a shorter path).  A step's
+ * task going to wait for a retry (awaiting_tool with retry_at), or claimed
+ * again after one: its step reads retrying, then running again.  Plain
+ * tasks, first claims, tool waits, map items and compensations are not
+ * noted.
+ */
+static void
+change_note_run(TaskChange *c)
+{
+	NewRow	   *row = &c->row;
+
+	if (!c->has_run)
+		return;
+	if (orch_state_is_terminal(c->to) && c->to != c->from)
+		orch_runs_note(c->run_id, c->tenant, c->task_id, row_text(row, task_cols.step_key),
+					   c->to == TS_COMPLETED);
+	else if ((c->from == TS_EXECUTING && c->to == TS_AWAITING_TOOL &&
+			  !row_isnull(row, task_cols.retry_at)) ||
+			 (c->from == TS_AWAITING_TOOL && c->to == TS_EXECUTING &&
+			  !heap_attisnull(c->oldtup, task_cols.retry_at, c->td)))
+	{
+		char	   *key = row_text(row, task_cols.step_key);
+
+		if (key != NULL && strchr(key, '#') == NULL && strchr(key, ':') == NULL)
+			orch_runs_note_retry(c->run_id, c->tenant);
+	}
+}
+
+/*
+ * Claims the row records.  True when the row records this transition's
+ * claim (no event row is written).
+ */
+static bool
+change_record_claim(TaskChange *c)
+{
+	NewRow	   *row = &c->row;
+	char	   *owner;
+	bool		derive;
+
+	if (task_cols.claim_event_id <= 0)
+		return false;
+
 	/*
 	 * The claim the row records is written out as an event row (its id,
 	 * time, role and transaction kept), and the row records none, when the
@@ -649,12 +659,12 @@ task_trigger(TriggerData *trigdata)
 	 * and, should one be left from a transition the trigger did not see,
 	 * when the task is claimed again.
 	 */
-	if (task_cols.claim_event_id > 0 && !is_insert &&
-		((from == TS_EXECUTING && !records_completion) || to == TS_EXECUTING) &&
-		!heap_attisnull(oldtup, task_cols.claim_event_id, td))
+	if (!c->is_insert &&
+		((c->from == TS_EXECUTING && !c->records_completion) || c->to == TS_EXECUTING) &&
+		!heap_attisnull(c->oldtup, task_cols.claim_event_id, c->td))
 	{
-		write_claim_event(oldtup, td, tenant, task_id, has_run, run_id);
-		record_no_claim(&row);
+		write_claim_event(c->oldtup, c->td, c->tenant, c->task_id, c->has_run, c->run_id);
+		record_no_claim(row);
 	}
 
 	/*
@@ -666,95 +676,143 @@ task_trigger(TriggerData *trigdata)
 	 * wait, a tool, a confirmation), the claim writes its event row and
 	 * records none; nor does an insert, whatever either put there.
 	 */
-	if (task_cols.claim_event_id > 0 && (is_insert || (to == TS_EXECUTING && from != TS_EXECUTING)))
+	if (!c->is_insert && !(c->to == TS_EXECUTING && c->from != TS_EXECUTING))
+		return false;
+	owner = row_text(row, task_cols.lease_owner);
+	/* its label is the lease owner (orch_dequeue labels the claim with the worker) */
+	derive = !c->is_insert && c->from == TS_QUEUED && strcmp(c->reason, "claimed") == 0 &&
+		orch_event_context()->note == NULL && c->token != NULL &&
+		(c->actor == NULL ? owner == NULL : (owner != NULL && strcmp(c->actor, owner) == 0));
+	if (!derive)
 	{
-		char	   *owner = row_text(&row, task_cols.lease_owner);
-		/* its label is the lease owner (orch_dequeue labels the claim with the worker) */
-		bool		derive = !is_insert && from == TS_QUEUED && strcmp(reason, "claimed") == 0 &&
-			orch_event_context()->note == NULL && token != NULL &&
-			(actor == NULL ? owner == NULL : (owner != NULL && strcmp(actor, owner) == 0));
-
-		if (derive)
-		{
-			row_set(&row, task_cols.claim_event_id, Int64GetDatum(orch_next_event_id()), false);
-			row_set(&row, task_cols.claimed_by, CStringGetTextDatum(orch_current_actor()), false);
-			row_set(&row, task_cols.claim_xact,
-					Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId())), false);
-			row_set(&row, task_cols.claim_waited, Int64GetDatum(waited_us), waited_us < 0);
-			return row_form(&row);
-		}
-		record_no_claim(&row);
+		record_no_claim(row);
+		return false;
 	}
+	row_set(row, task_cols.claim_event_id, Int64GetDatum(orch_next_event_id()), false);
+	row_set(row, task_cols.claimed_by, CStringGetTextDatum(orch_current_actor()), false);
+	row_set(row, task_cols.claim_xact,
+			Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId())), false);
+	row_set(row, task_cols.claim_waited, Int64GetDatum(c->waited_us), c->waited_us < 0);
+	return true;
+}
 
-	/*
-	 * A plain enqueue by orch_enqueue or orch_enqueue_batch (received ->
-	 * queued, reason enqueued, no label or note): the task row records its
-	 * event (orch.history derives it from enqueue_event_id, created_by,
-	 * created_at and created_xact), and no event row is written.  Any other
-	 * insert (a raw INSERT among them) records nothing there and writes its
-	 * event row, so that no event is derived for it, nor forged.
-	 */
-	if (is_insert && task_cols.enqueue_event_id > 0)
+/*
+ * A plain enqueue by orch_enqueue or orch_enqueue_batch (received ->
+ * queued, reason enqueued, no label or note): the task row records its
+ * event (orch.history derives it from enqueue_event_id, created_by,
+ * created_at and created_xact), and no event row is written: true.  Any
+ * other insert (a raw INSERT among them) records nothing there and writes
+ * its event row, so that no event is derived for it, nor forged.
+ */
+static bool
+change_record_enqueue(TaskChange *c)
+{
+	int			cols[3] = {task_cols.enqueue_event_id, task_cols.created_by, task_cols.created_xact};
+	Datum		v[3] = {0, 0, 0};
+	bool		n[3] = {true, true, true};
+	bool		derive;
+
+	if (!c->is_insert || task_cols.enqueue_event_id <= 0)
+		return false;
+	derive = c->to == TS_QUEUED && strcmp(c->reason, "enqueued") == 0 &&
+		c->actor == NULL && orch_event_context()->note == NULL &&
+		orch_event_context()->enqueue_in_task;
+	if (derive)
 	{
-		int			c[3] = {task_cols.enqueue_event_id, task_cols.created_by, task_cols.created_xact};
-		Datum		v[3] = {0, 0, 0};
-		bool		n[3] = {true, true, true};
-		bool		derive = to == TS_QUEUED && strcmp(reason, "enqueued") == 0 &&
-			actor == NULL && orch_event_context()->note == NULL &&
-			orch_event_context()->enqueue_in_task;
-
-		if (derive)
-		{
-			v[0] = Int64GetDatum(orch_next_event_id());
-			v[1] = CStringGetTextDatum(orch_current_actor());
-			v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
-			n[0] = n[1] = n[2] = false;
-		}
-		for (int i = 0; i < 3; i++)
-			row_set(&row, c[i], v[i], n[i]);
-		if (derive)
-			return row_form(&row);
-	}
-	/*
-	 * A completion by orch_complete or orch_complete_batch: the row records
-	 * its event (complete_event_id, completed_by, complete_xact) and its
-	 * completed attempt (complete_attempt_id, with the attempt number, lease
-	 * owner and token and claim time the row keeps, and finished_at, set
-	 * here to the moment of completion: a claim in the same transaction is
-	 * later than its start).  orch.history and orch.attempt_history derive
-	 * them; no event or attempt row is written.  Nothing else sets these
-	 * columns, so no completion is derived for (nor forged by) a raw UPDATE.
-	 */
-	if (records_completion)
-	{
-		Datum		v[5];
-		bool		n[5] = {false, false, false, false, false};
-
-		if (task_cols.complete_event_id == 0)
-			elog(ERROR, "orchestrator: orch.tasks has no complete_event_id column");
 		v[0] = Int64GetDatum(orch_next_event_id());
-		v[1] = Int64GetDatum(orch_next_attempt_id());
-		v[2] = CStringGetTextDatum(orch_current_actor());
-		v[3] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
-		v[4] = TimestampTzGetDatum(orch_metrics_clock());
-		for (int i = 0; i < 5; i++)
-			row_set(&row, complete_cols[i], v[i], n[i]);
-		return row_form(&row);
+		v[1] = CStringGetTextDatum(orch_current_actor());
+		v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
+		n[0] = n[1] = n[2] = false;
 	}
-	if (orch_has_flush_trigger(rel))
-		orch_buffer_event("task", tenant, true, task_id, has_run, run_id,
-					 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
-					 to_name, reason, actor, attempt, token, orch_event_context()->note, waited_us);
-	else
-	{
-		int			nest = orch_pin_search_path();
+	for (int i = 0; i < 3; i++)
+		row_set(&c->row, cols[i], v[i], n[i]);
+	return derive;
+}
 
-		orch_write_event_full(tenant, task_id, true, run_id, has_run, "task",
-						 is_insert ? (to == TS_RECEIVED ? NULL : "received") : from_name,
-						 to_name, reason, actor, attempt, token, orch_event_context()->note, waited_us);
-		AtEOXact_GUC(true, nest);
+/*
+ * A completion by orch_complete or orch_complete_batch: the row records
+ * its event (complete_event_id, completed_by, complete_xact) and its
+ * completed attempt (complete_attempt_id, with the attempt number, lease
+ * owner and token and claim time the row keeps, and finished_at, set here
+ * to the moment of completion: a claim in the same transaction is later
+ * than its start).  orch.history and orch.attempt_history derive them; no
+ * event or attempt row is written: true.  Nothing else sets these columns,
+ * so no completion is derived for (nor forged by) a raw UPDATE.
+ */
+static bool
+change_record_completion(TaskChange *c)
+{
+	int			cols[5];
+	Datum		v[5];
+
+	if (!c->records_completion)
+		return false;
+	if (task_cols.complete_event_id == 0)
+		elog(ERROR, "orchestrator: orch.tasks has no complete_event_id column");
+	complete_columns(cols);
+	v[0] = Int64GetDatum(orch_next_event_id());
+	v[1] = Int64GetDatum(orch_next_attempt_id());
+	v[2] = CStringGetTextDatum(orch_current_actor());
+	v[3] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
+	v[4] = TimestampTzGetDatum(orch_metrics_clock());
+	for (int i = 0; i < 5; i++)
+		row_set(&c->row, cols[i], v[i], false);
+	return true;
+}
+
+/* The transition's event row: buffered for the statement's end, or written */
+static void
+change_write_event(TaskChange *c, Relation rel)
+{
+	const char *from = c->is_insert ? (c->to == TS_RECEIVED ? NULL : "received") : c->from_name;
+	int			nest;
+
+	if (orch_has_flush_trigger(rel))
+	{
+		orch_buffer_event("task", c->tenant, true, c->task_id, c->has_run, c->run_id,
+						  from, c->to_name, c->reason, c->actor, c->attempt, c->token,
+						  orch_event_context()->note, c->waited_us);
+		return;
 	}
-	return row_form(&row);
+	nest = orch_pin_search_path();
+	orch_write_event_full(c->tenant, c->task_id, true, c->run_id, c->has_run, "task",
+						  from, c->to_name, c->reason, c->actor, c->attempt, c->token,
+						  orch_event_context()->note, c->waited_us);
+	AtEOXact_GUC(true, nest);
+}
+
+/* The built-in task lifecycle on orch.tasks. */
+static HeapTuple
+task_trigger(TriggerData *trigdata)
+{
+	TaskChange	c = {0};
+
+	c.is_insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
+
+	/*
+	 * A restore: pg_dump's scripts and pg_restore run with row_security =
+	 * off (so that no row is silently filtered), and load finished and
+	 * in-flight tasks with COPY.  Such a session declares that it reloads
+	 * rows exactly as they were: an insert outside any API call is taken
+	 * as it is, with no transition check, no derived column and no event
+	 * (the events are restored from the dump too).  Only roles that bypass
+	 * row-level security (superusers, the extension's owner) can write the
+	 * table with row_security off.
+	 */
+	if (c.is_insert && orch_restoring())
+		return trigdata->tg_trigtuple;
+	if (!change_read(&c, trigdata))
+		return trigdata->tg_newtuple;
+	change_derive(&c);
+	change_gate(&c);
+	/* a self-transition writes no event */
+	if (!c.is_insert && c.from == c.to)
+		return row_form(&c.row);
+	change_event_facts(&c);
+	change_note_run(&c);
+	if (!change_record_claim(&c) && !change_record_enqueue(&c) && !change_record_completion(&c))
+		change_write_event(&c, trigdata->tg_relation);
+	return row_form(&c.row);
 }
 
 Datum

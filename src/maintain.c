@@ -381,7 +381,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	/* 3. counters against rows, for tasks finished recently */
 	acts[nacts].name = "counter_mismatches";
 	acts[nacts++].count =
-		count_query(orch_schema_version() >= 800
+		count_query(!orch_schema_previous()
 					? "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT
 					/*
@@ -473,7 +473,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 	/* 0. metrics: fold what committed since the last pass (before any purge) */
 	acts[nacts].name = "metrics_folded";
 	/* (none on Citus for a schema distributed before 0.8.0: it has no shard fold) */
-	acts[nacts++].count = orch_citus() && orch_schema_version() < 800 ? 0 : fold_metrics();
+	acts[nacts++].count = orch_citus() && orch_schema_previous() ? 0 : fold_metrics();
 
 	if (!orch_citus())
 		nacts += maintain_tenants(batch, (Datum) 0, acts + nacts);

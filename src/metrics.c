@@ -174,12 +174,12 @@ orch_metrics_fold_now(void)
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		return isnull ? 0 : DatumGetInt64(d);
 	}
-	if (orch_schema_version() < 800)
+	if (orch_schema_previous())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("metrics on Citus need the 0.8.0 schema"),
 				 errdetail("This installation's tables were distributed at an earlier version, which folds no metrics there."),
-				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (README, Upgrading a distributed installation).")));
+				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (docs/citus.md, Upgrading a distributed installation).")));
 	orch_sql_once("SELECT coalesce(sum(result::bigint) FILTER (WHERE success), 0)::bigint,"
 				  " count(*) FILTER (WHERE NOT success), min(result) FILTER (WHERE NOT success)"
 				  " FROM run_command_on_shards('orch.tasks', 'SELECT orch.metrics_fold_shard(''%s'')')",

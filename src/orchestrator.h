@@ -49,6 +49,7 @@ typedef enum TaskState
 	TS_INVALID = -1
 } TaskState;
 
+/* task_states.c: the states and the matrix of their transitions */
 extern const char *const orch_state_names[TS_COUNT];
 extern TaskState orch_state_from_name(const char *name);
 extern bool orch_state_is_terminal(TaskState s);
@@ -373,6 +374,7 @@ extern void orch_plan_floor_init(void);
 
 /* schema.c: the installed schema version (55000 when not served), orch.<name> */
 extern int	orch_schema_version(void);
+extern bool orch_schema_previous(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));

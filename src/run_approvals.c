@@ -1,6 +1,6 @@
 /*
  * run_approvals.c
- *	  The task behind a human_approval step (SPEC section 7: a human_approval
+ *	  The task behind a human_approval step (a human_approval
  *	  step waits in awaiting_user_confirmation), and behind a compensation
  *	  that waits for an approval (compensation.mode = approval).  When the step starts, the
  *	  run layer enqueues the task and claims it itself, as worker
@@ -243,7 +243,7 @@ orch_run_record_approval(const RunRow *r, const char *ref, const char *step, boo
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, ref);
-	if (orch_schema_version() >= 800 &&
+	if (!orch_schema_previous() &&
 		orch_args_sql(&a, "INSERT INTO orch.approval_refs (approval_ref, tenant_id, run_id)"
 					  " VALUES ($3, $2, $1) ON CONFLICT DO NOTHING", false, 0, SPI_OK_INSERT) == 0)
 		return false;

@@ -56,6 +56,53 @@ decision(const char *ref, bool approved, const char *label, const char *note)
 				  " 'actor', $3, 'label', $4, 'note', $5))", true, 1, SPI_OK_SELECT);
 	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
+/*
+ * A recorded decision, applied: a compensation that needed a human runs
+ * (approved) or is left for review (rejected); a gate's step succeeds or
+ * fails, and the run goes on.
+ */
+static void
+apply_decision(RunRow *r, const char *step, const char *ref, bool approve, const char *label,
+			   const char *note, bool compensation)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		v[3];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	if (compensation)
+	{
+		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
+		orch_run_settle_approval(r, step, true, approve ? APPROVAL_APPROVED : APPROVAL_REJECTED,
+								 decision(ref, approve, label, note));
+		if (!approve)
+			orch_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_step_event(r, step, "succeeded", "succeeded",
+				   approve ? "compensation_approved" : "compensation_rejected");
+		if (r->state == RS_WAITING_APPROVAL && approve)
+			orch_set_run_state(r, RS_RUNNING, NULL, NULL);
+		if (approve)
+		{
+			orch_run_start_compensation(r, step);
+		}
+		else
+			orch_run_advance_compensation(r);
+	}
+	else if (approve)
+	{
+		orch_run_settle_approval(r, step, false, APPROVAL_APPROVED, decision(ref, true, label, note));
+		orch_run_step_succeeded(r, step, "awaiting_approval",
+					   orch_json_object1("approval_ref", ref, "approved", "true"), NULL);
+		orch_run_progress(r);
+	}
+	else
+	{
+		orch_run_settle_approval(r, step, false, APPROVAL_REJECTED, decision(ref, false, label, note));
+		orch_run_step_failed(r, step, "failed", note ? note : "rejected", false);
+		orch_run_progress(r);
+	}
+}
+
 static Datum
 decide(FunctionCallInfo fcinfo, bool approve)
 {
@@ -153,37 +200,7 @@ decide(FunctionCallInfo fcinfo, bool approve)
 				 errmsg("approval reference \"%s\" was already used", ref),
 				 errdetail("An approval reference is single-use and bound to one run and step.")));
 	ev = orch_set_event_context(label, note);
-	if (compensation)
-	{
-		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
-		orch_run_settle_approval(&r, step, true, approve ? APPROVAL_APPROVED : APPROVAL_REJECTED,
-								 decision(ref, approve, label, note));
-		if (!approve)
-			orch_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
-		orch_step_event(&r, step, "succeeded", "succeeded",
-				   approve ? "compensation_approved" : "compensation_rejected");
-		if (r.state == RS_WAITING_APPROVAL && approve)
-			orch_set_run_state(&r, RS_RUNNING, NULL, NULL);
-		if (approve)
-		{
-			orch_run_start_compensation(&r, step);
-		}
-		else
-			orch_run_advance_compensation(&r);
-	}
-	else if (approve)
-	{
-		orch_run_settle_approval(&r, step, false, APPROVAL_APPROVED, decision(ref, true, label, note));
-		orch_run_step_succeeded(&r, step, "awaiting_approval",
-					   orch_json_object1("approval_ref", ref, "approved", "true"), NULL);
-		orch_run_progress(&r);
-	}
-	else
-	{
-		orch_run_settle_approval(&r, step, false, APPROVAL_REJECTED, decision(ref, false, label, note));
-		orch_run_step_failed(&r, step, "failed", note ? note : "rejected", false);
-		orch_run_progress(&r);
-	}
+	apply_decision(&r, step, ref, approve, label, note, compensation);
 	orch_clear_event_context(ev);
 	return run_call_result(orch_run_state_names[r.state]);
 }

@@ -265,6 +265,78 @@ typedef struct ProbeOutcome
 } ProbeOutcome;
 
 /*
+ * The probe's function, looked up and checked for the publisher: it exists,
+ * the publisher may execute it, and it may run with the publisher's rights.
+ */
+static Oid
+probe_function(const char *fntext, Oid role)
+{
+	char	   *problem;
+	const char *why;
+	Oid			fn = orch_probe_lookup(fntext, strlen(fntext), &problem);
+
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("probe function %s: %s", fntext, problem)));
+	if (pg_proc_aclcheck(fn, role, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function %s", fntext)));
+	why = probe_untrusted(fn, role);
+	if (why)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("probe function %s may not run with the publisher's rights: %s", fntext, why)));
+	return fn;
+}
+
+/* Call the probe's function; its value as text (bounded like a payload) */
+static void
+probe_call(const char *name, Oid fn, ProbeOutcome *out)
+{
+	FmgrInfo	flinfo;
+	Datum		d;
+	Oid			typout;
+	bool		varlena;
+	LOCAL_FCINFO(fc, 0);
+
+	fmgr_info(fn, &flinfo);
+	InitFunctionCallInfoData(*fc, &flinfo, 0, InvalidOid, NULL, NULL);
+	d = FunctionCallInvoke(fc);
+	out->isnull = fc->isnull;
+	if (out->isnull)
+		return;
+	getTypeOutputInfo(get_func_rettype(fn), &typout, &varlena);
+	pin_output_format();		/* again: the probe may have changed them */
+	out->value = OidOutputFunctionCall(typout, d);
+	if (strlen(out->value) > (Size) orch_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the value of probe \"%s\" is over orchestrator.max_payload_size", name),
+				 errdetail("It takes %zu bytes; the limit is %d.", strlen(out->value),
+						   orch_max_payload_size)));
+}
+
+/*
+ * Does a probe's error say something of its value (drift to acknowledge)?
+ * Not a cancel, a serialization failure, a deadlock, a lock not available,
+ * nor a resource, operator or system error: those are raised again.
+ */
+static bool
+probe_error_is_value(int sqlerrcode)
+{
+	return !(sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			 sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+			 sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+			 sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			 ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_INSUFFICIENT_RESOURCES ||
+			 ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION ||
+			 ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_SYSTEM_ERROR ||
+			 ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_INTERNAL_ERROR);
+}
+
+/*
  * Run one probe function as role (the publisher): search_path pinned to
  * pg_catalog, pg_temp, the transaction read-only, the user id switched with
  * SECURITY_RESTRICTED_OPERATION, all in a subtransaction, so that an error
@@ -287,15 +359,7 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 	PG_TRY();
 	{
 		Oid			role = publisher ? get_role_oid(publisher, true) : InvalidOid;
-		Oid			fn;
-		char	   *problem;
 		int			nest;
-		FmgrInfo	flinfo;
-		Datum		d;
-		Oid			rettype;
-		Oid			typout;
-		bool		varlena;
-		LOCAL_FCINFO(fc, 0);
 
 		if (!OidIsValid(role))
 			ereport(ERROR,
@@ -310,40 +374,7 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 		(void) set_config_option("transaction_read_only", "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		pin_output_format();
-		fn = orch_probe_lookup(fntext, strlen(fntext), &problem);
-		if (!OidIsValid(fn))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_FUNCTION),
-					 errmsg("probe function %s: %s", fntext, problem)));
-		if (pg_proc_aclcheck(fn, role, ACL_EXECUTE) != ACLCHECK_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied for function %s", fntext)));
-		{
-			const char *why = probe_untrusted(fn, role);
-
-			if (why)
-				ereport(ERROR,
-						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("probe function %s may not run with the publisher's rights: %s", fntext, why)));
-		}
-		fmgr_info(fn, &flinfo);
-		InitFunctionCallInfoData(*fc, &flinfo, 0, InvalidOid, NULL, NULL);
-		d = FunctionCallInvoke(fc);
-		out.isnull = fc->isnull;
-		if (!out.isnull)
-		{
-			rettype = get_func_rettype(fn);
-			getTypeOutputInfo(rettype, &typout, &varlena);
-			pin_output_format();	/* again: the probe may have changed them */
-			out.value = OidOutputFunctionCall(typout, d);
-			if (strlen(out.value) > (Size) orch_max_payload_size)
-				ereport(ERROR,
-						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-						 errmsg("the value of probe \"%s\" is over orchestrator.max_payload_size", name),
-						 errdetail("It takes %zu bytes; the limit is %d.", strlen(out.value),
-								   orch_max_payload_size)));
-		}
+		probe_call(name, probe_function(fntext, role), &out);
 		/*
 		 * The value is copied (in cxt); everything the probe did is undone:
 		 * settings it changed, even with a plain SET (which would otherwise
@@ -368,19 +399,8 @@ probe_run(const char *name, const char *fntext, const char *publisher)
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 		SetUserIdAndSecContext(save_user, save_sec);
-		/*
-		 * What says nothing of the probe's value is raised again: a cancel,
-		 * a serialization failure, a deadlock, a lock not available, and
-		 * resource, operator and system errors (not drift to acknowledge).
-		 */
-		if (e->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-			e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
-			e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-			e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_INSUFFICIENT_RESOURCES ||
-			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION ||
-			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_SYSTEM_ERROR ||
-			ERRCODE_TO_CATEGORY(e->sqlerrcode) == ERRCODE_INTERNAL_ERROR)
+		/* what says nothing of the probe's value is raised again */
+		if (!probe_error_is_value(e->sqlerrcode))
 			ReThrowError(e);
 		out.ok = false;
 		out.value = NULL;

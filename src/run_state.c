@@ -335,7 +335,7 @@ run_busy_on_shard(int64 run_id, const char *tenant, bool busy)
 void
 orch_run_busy_on_shard_begin(RunRow *r)
 {
-	if (in_flush || shard_busy_run == r->id || !orch_citus() || orch_schema_version() < 800)
+	if (in_flush || shard_busy_run == r->id || !orch_citus() || orch_schema_previous())
 		return;
 	if (shard_busy_run != 0)
 	{

@@ -183,184 +183,249 @@ map_fill(RunRow *r, const char *step, bool recount)
 }
 
 /*
+ * Starting a step, one function per kind.  Each returns true when the step
+ * settled at once (succeeded or failed: the caller looks for more steps).
+ */
+
+/* A human_approval step waits for a person in its task (awaiting_user_confirmation; 0.8.0 on) */
+static bool
+start_approval_step(RunRow *r, const char *step, const Interval *timeout)
+{
+	OrchArgs	a = {0};
+	TimestampTz now;
+	int64		task = !orch_schema_previous() ? orch_run_open_approval(r, step, false) : 0;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	orch_arg(&a, INT8OID, Int64GetDatum(task), task == 0);
+	now = orch_arg_clock(&a);
+	orch_arg_step_cap(&a, now, timeout);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = $5,"
+				  " cap_at = $6, task_id = $4"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	orch_step_event(r, step, "ready", "awaiting_approval", "approval_requested");
+	return false;
+}
+
+/* A wait step: for a duration from now, or until a time the input names */
+static bool
+start_wait_step(RunRow *r, const char *step, const Interval *timeout)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		v[5];
+	bool		isnull;
+	OrchArgs	a = {0};
+	TimestampTz now;
+	char	   *until;
+	Jsonb	   *at = NULL;
+	Interval   *duration = NULL;
+	TimestampTz wake = 0;
+	bool		wake_ok = true;
+	Datum		d;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	orch_sql("SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration")
+			 " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+			 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+	until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull)
+	{
+		duration = palloc(sizeof(Interval));
+		*duration = *DatumGetIntervalP(d);
+	}
+	if (until)
+		at = orch_run_context_value(r, orch_run_context(r, NULL), until);
+	/* the input names the time: a finite timestamp, or the step fails */
+	if (until)
+		wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	now = orch_arg_clock(&a);
+	orch_arg_step_cap(&a, now, timeout);
+	/* a duration from now, else the input's time (NULL: it names none) */
+	if (duration)
+		orch_arg_step_cap(&a, now, duration);
+	else
+		orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(wake), !(until && wake_ok));
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'waiting', started_at = $4, cap_at = $5, wake_at = $6"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	orch_step_event(r, step, "ready", "waiting", "wait_started");
+	if (until && !wake_ok)
+	{
+		orch_run_step_failed(r, step, "failed",
+							 psprintf("%s does not name a timestamp in the input", until), false);
+		return true;
+	}
+	return false;
+}
+
+/* A decision without a handler: its rules choose the next steps now */
+static bool
+start_decision_step(RunRow *r, const char *step)
+{
+	OrchArgs	a = {0};
+	char	   *chosen = orch_run_decide(r, step, NULL);
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	orch_arg_clock(&a);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $4"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	if (chosen == NULL)
+		orch_run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
+	else
+		orch_run_step_succeeded(r, step, "running", orch_json_object1("next", chosen, NULL, NULL), chosen);
+	return true;
+}
+
+/*
+ * A map step's items, once they are known: settled at once when they are
+ * not an array, too many, or none.  True when settled.
+ */
+static bool
+map_items_settle(RunRow *r, const char *step, const char *over, bool is_array, int count, Jsonb *schema)
+{
+	if (!is_array)
+	{
+		orch_run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
+		return true;
+	}
+	if (count > orch_max_batch_size)
+	{
+		orch_run_step_failed(r, step, "failed",
+							 psprintf("%s has %d items; orchestrator.max_batch_size is %d",
+									  over, count, orch_max_batch_size), false);
+		return true;
+	}
+	if (count == 0)
+	{
+		Jsonb	   *empty = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]")));
+		char	   *mismatch = output_mismatch(schema, empty);
+
+		if (mismatch != NULL)
+			step_failed(r, step, "failed", mismatch, false, "output_schema_mismatch");
+		else
+			orch_run_step_succeeded(r, step, "running", empty, NULL);
+		return true;
+	}
+	return false;
+}
+
+/* A map step fans out over an array: one task per item, results joined in order */
+static bool
+start_map_step(RunRow *r, const char *step, const Interval *timeout)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		v[5];
+	bool		isnull;
+	OrchArgs	a = {0};
+	TimestampTz now;
+	char	   *over;
+	Jsonb	   *items;
+	Jsonb	   *schema;
+	bool		is_array;
+	int			count;
+	Datum		d;
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	orch_sql("SELECT spec -> 'map' ->> 'over', spec -> 'output_schema' FROM orch.run_steps"
+			 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+	over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	schema = isnull ? NULL : DatumGetJsonbPCopy(d);
+	items = orch_run_context_value(r, orch_run_context(r, NULL), over);
+
+	/* an array of items (counted here: one text on one node and on Citus) */
+	is_array = items != NULL && JB_ROOT_IS_ARRAY(items) && !JB_ROOT_IS_SCALAR(items);
+	count = is_array ? (int) JB_ROOT_COUNT(items) : 0;
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	orch_arg(&a, JSONBOID, items ? JsonbPGetDatum(items) : (Datum) 0, items == NULL);
+	now = orch_arg_clock(&a);
+	orch_arg_step_cap(&a, now, timeout);
+	orch_arg(&a, INT4OID, Int32GetDatum(count), !is_array);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $5, cap_at = $6,"
+				  " items = $4, items_total = $7"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
+				  false, 0, SPI_OK_UPDATE);
+	orch_step_event(r, step, "ready", "running", "step_started");
+	if (map_items_settle(r, step, over, is_array, count, schema))
+		return true;
+	map_fill(r, step, false);
+	return false;
+}
+
+/* A task step (and a decision with a handler): its task is enqueued */
+static bool
+start_task_step(RunRow *r, const char *step, const Interval *timeout)
+{
+	char	   *error = orch_run_start_step_task(r, step, timeout);
+
+	if (error)
+	{
+		orch_run_step_failed(r, step, "failed", error, false);
+		return true;
+	}
+	orch_step_event(r, step, "ready", "running", "step_started");
+	return false;
+}
+
+typedef enum StepKind
+{
+	STEP_TASK,					/* a task step, or a decision with a handler */
+	STEP_MAP,
+	STEP_APPROVAL,
+	STEP_WAIT,
+	STEP_DECISION				/* decided by its rules alone */
+} StepKind;
+
+static StepKind
+step_kind(const char *type, bool is_map, bool has_handler)
+{
+	if (strcmp(type, "human_approval") == 0)
+		return STEP_APPROVAL;
+	if (strcmp(type, "wait") == 0)
+		return STEP_WAIT;
+	if (strcmp(type, "decision") == 0 && !has_handler)
+		return STEP_DECISION;
+	return is_map ? STEP_MAP : STEP_TASK;
+}
+
+/*
  * Hand a ready step to its executor (a task, a rule, a human, a timer).
  * True when the step finished at once (a decision by rules, an empty or
  * invalid map, a wait with no timestamp): then other steps may be ready.
+ * A gate (an approval, a decision) first checks the drift probes: on drift
+ * the run stops and the step stays ready.
  */
 static bool
 start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_handler,
 		   const Interval *timeout)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID};
-	Datum		v[5];
-	bool		isnull;
-	OrchArgs	a = {0};
-	TimestampTz now;
-
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	/* a gate: the drift probes first; on drift the run stops, the step stays ready */
 	if ((strcmp(type, "human_approval") == 0 || strcmp(type, "decision") == 0) &&
 		!orch_run_probes_hold(r, step))
 		return false;
-	if (strcmp(type, "human_approval") == 0)
+	switch (step_kind(type, is_map, has_handler))
 	{
-		/* the step waits for a human in its task (awaiting_user_confirmation; 0.8.0 on) */
-		int64		task = orch_schema_version() >= 800 ? orch_run_open_approval(r, step, false) : 0;
-
-		orch_arg_int8(&a, r->id);
-		orch_arg_text(&a, r->tenant);
-		orch_arg_text(&a, step);
-		orch_arg(&a, INT8OID, Int64GetDatum(task), task == 0);
-		now = orch_arg_clock(&a);
-		orch_arg_step_cap(&a, now, timeout);
-		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'awaiting_approval', started_at = $5,"
-					  " cap_at = $6, task_id = $4"
-					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
-		orch_step_event(r, step, "ready", "awaiting_approval", "approval_requested");
-		return false;
+		case STEP_APPROVAL:
+			return start_approval_step(r, step, timeout);
+		case STEP_WAIT:
+			return start_wait_step(r, step, timeout);
+		case STEP_DECISION:
+			return start_decision_step(r, step);
+		case STEP_MAP:
+			return start_map_step(r, step, timeout);
+		case STEP_TASK:
+			break;
 	}
-	if (strcmp(type, "wait") == 0)
-	{
-		char	   *until;
-		Jsonb	   *at = NULL;
-		Interval   *duration = NULL;
-		TimestampTz wake = 0;
-		bool		wake_ok = true;
-
-		orch_sql("SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration")
-				 " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-				 3, types, v, NULL, false, 0, SPI_OK_SELECT);
-		until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		{
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-
-			if (!isnull)
-			{
-				duration = palloc(sizeof(Interval));
-				*duration = *DatumGetIntervalP(d);
-			}
-		}
-		if (until)
-			at = orch_run_context_value(r, orch_run_context(r, NULL), until);
-		/* the input names the time: a finite timestamp, or the step fails */
-		if (until)
-			wake_ok = at != NULL && orch_parse_timestamp_safely(at, &wake);
-		orch_arg_int8(&a, r->id);
-		orch_arg_text(&a, r->tenant);
-		orch_arg_text(&a, step);
-		now = orch_arg_clock(&a);
-		orch_arg_step_cap(&a, now, timeout);
-		/* a duration from now, else the input's time (NULL: it names none) */
-		if (duration)
-			orch_arg_step_cap(&a, now, duration);
-		else
-			orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(wake), !(until && wake_ok));
-		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'waiting', started_at = $4, cap_at = $5, wake_at = $6"
-					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
-		orch_step_event(r, step, "ready", "waiting", "wait_started");
-		if (until && !wake_ok)
-		{
-			orch_run_step_failed(r, step, "failed",
-								 psprintf("%s does not name a timestamp in the input", until), false);
-			return true;
-		}
-		return false;
-	}
-	if (strcmp(type, "decision") == 0)
-	{
-		if (!has_handler)
-		{
-			char	   *chosen = orch_run_decide(r, step, NULL);
-
-			orch_arg_int8(&a, r->id);
-			orch_arg_text(&a, r->tenant);
-			orch_arg_text(&a, step);
-			orch_arg_clock(&a);
-			orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $4"
-						  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
-			if (chosen == NULL)
-				orch_run_step_failed(r, step, "failed", "no rule matched and the decision has no default", false);
-			else
-				orch_run_step_succeeded(r, step, "running", orch_json_object1("next", chosen, NULL, NULL), chosen);
-			return true;
-		}
-		/* a decision with a handler: a worker runs it, then the rules decide */
-	}
-
-	/* a map step fans out over an array: one task per item, results joined in order */
-	if (is_map)
-	{
-		char	   *over;
-		Jsonb	   *items;
-		Jsonb	   *schema;
-		bool		is_array;
-		int			count;
-
-		orch_sql("SELECT spec -> 'map' ->> 'over', spec -> 'output_schema' FROM orch.run_steps"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
-		over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		{
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-
-			schema = isnull ? NULL : DatumGetJsonbPCopy(d);
-		}
-		items = orch_run_context_value(r, orch_run_context(r, NULL), over);
-
-		/* an array of items (counted here: one text on one node and on Citus) */
-		is_array = items != NULL && JB_ROOT_IS_ARRAY(items) && !JB_ROOT_IS_SCALAR(items);
-		count = is_array ? (int) JB_ROOT_COUNT(items) : 0;
-		orch_arg_int8(&a, r->id);
-		orch_arg_text(&a, r->tenant);
-		orch_arg_text(&a, step);
-		orch_arg(&a, JSONBOID, items ? JsonbPGetDatum(items) : (Datum) 0, items == NULL);
-		now = orch_arg_clock(&a);
-		orch_arg_step_cap(&a, now, timeout);
-		orch_arg(&a, INT4OID, Int32GetDatum(count), !is_array);
-		orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $5, cap_at = $6,"
-					  " items = $4, items_total = $7"
-					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-					  false, 0, SPI_OK_UPDATE);
-		{
-			orch_step_event(r, step, "ready", "running", "step_started");
-			if (!is_array)
-			{
-				orch_run_step_failed(r, step, "failed", psprintf("%s is not an array", over), false);
-				return true;
-			}
-			if (count > orch_max_batch_size)
-			{
-				orch_run_step_failed(r, step, "failed",
-									 psprintf("%s has %d items; orchestrator.max_batch_size is %d",
-											  over, count, orch_max_batch_size), false);
-				return true;
-			}
-			if (count == 0)
-			{
-				Jsonb	   *empty = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]")));
-				char	   *mismatch = output_mismatch(schema, empty);
-
-				if (mismatch != NULL)
-					step_failed(r, step, "failed", mismatch, false, "output_schema_mismatch");
-				else
-					orch_run_step_succeeded(r, step, "running", empty, NULL);
-				return true;
-			}
-		}
-		map_fill(r, step, false);
-		return false;
-	}
-	{
-		char	   *error = orch_run_start_step_task(r, step, timeout);
-
-		if (error)
-		{
-			orch_run_step_failed(r, step, "failed", error, false);
-			return true;
-		}
-	}
-	orch_step_event(r, step, "ready", "running", "step_started");
-	return false;
+	return start_task_step(r, step, timeout);
 }
 
 /* ----------------------------------------------------------------------
@@ -675,25 +740,102 @@ approval_expired(RunRow *r, const char *step)
 	orch_clear_event_context(ev);
 }
 
-/* Settle steps whose tasks, timers or approvals have finished. */
+/* A running task step whose tasks settled, as collect_task_steps reads it */
+typedef struct StepOutcome
+{
+	char	   *step;
+	char	   *state;			/* succeeded, failed, timed_out; NULL: still running */
+	Jsonb	   *output;
+	char	   *error;
+	char	   *classes;		/* the error classes of its tasks */
+	bool		is_decision;
+	bool		by_rules;		/* a decision with rules or a default */
+	char	   *from;			/* the step's state: running or retrying */
+	Jsonb	   *schema;			/* its output_schema */
+} StepOutcome;
+
+/*
+ * The step a decision with a handler chooses: by its rules (or default) on
+ * its result ($.result), else the one declared target its result names as
+ * {"next": ...}.  NULL when it chooses none (the step failed: said here).
+ */
+static char *
+handled_decision_choice(RunRow *r, StepOutcome *o)
+{
+	Oid			ctypes[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
+	Datum		cv[5];
+	char		cn[5] = {' ', ' ', ' ', 'n', ' '};
+	char	   *chosen;
+
+	if (o->by_rules)
+	{
+		chosen = orch_run_decide(r, o->step, o->output);
+		if (chosen == NULL)
+			orch_run_step_failed(r, o->step, "failed",
+								 "no rule matched and the decision has no default", false);
+		return chosen;
+	}
+	RUN_ARGS(cv, r->id, r->tenant);
+	cv[2] = orch_text_datum(o->step);
+	cv[3] = (Datum) 0;
+	cv[4] = o->output ? JsonbPGetDatum(o->output) : (Datum) 0;
+	if (!o->output)
+		cn[4] = 'n';
+	if (orch_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				 " AND step_id = $3 AND jsonb_typeof($5 -> 'next') = 'string'"
+				 " AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT) == 0)
+	{
+		orch_run_step_failed(r, o->step, "failed",
+							 "the decision's result does not name one of its declared targets (\"next\")",
+							 false);
+		return NULL;
+	}
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/* One settled task step: succeeded (its output checked first) or failed */
 static void
-collect_outcomes(RunRow *r)
+settle_task_step(RunRow *r, StepOutcome *o)
+{
+	Datum		v[3];
+
+	if (strcmp(o->state, "succeeded") == 0)
+	{
+		char	   *chosen = NULL;
+		char	   *mismatch = output_mismatch(o->schema, o->output);
+
+		/* the output first: a decision decides on a result that matches */
+		if (mismatch != NULL)
+		{
+			step_failed(r, o->step, "failed", mismatch, false, "output_schema_mismatch");
+			return;
+		}
+		if (o->is_decision && (chosen = handled_decision_choice(r, o)) == NULL)
+			return;
+		orch_run_step_succeeded(r, o->step, o->from, o->output, chosen);
+		return;
+	}
+	/* one item failed: the others of a map step stop */
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(psprintf("%s#", o->step));
+	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+						  "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
+						  "   ORDER BY id FOR UPDATE SKIP LOCKED",
+						  3, orch_run_types, v, NULL, r->tenant, "map_item_failed");
+	orch_run_step_failed(r, o->step, o->state, o->error,
+						 o->classes != NULL && strstr(o->classes, "COMPENSATION_REQUIRED") != NULL);
+}
+
+/* Running (or retrying) task steps: all their tasks completed, or one failed / cancelled */
+static void
+collect_task_steps(RunRow *r)
 {
 	Datum		v[3];
 	int			nrows;
-	char	  **steps;
-	char	  **states;
-	char	  **errors;
-	char	  **classes;
-	Jsonb	  **outputs;
-	Jsonb	  **schemas;
-	bool	   *is_decision;
-	bool	   *by_rules;
-	char	  **froms;
+	StepOutcome *outcomes;
 	bool		isnull;
 
 	RUN_ARGS(v, r->id, r->tenant);
-	/* running (or retrying) task steps: all tasks completed, or one failed / cancelled */
 	nrows = (int) orch_sql("SELECT s.step_id, CASE"
 			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
 			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
@@ -711,111 +853,49 @@ collect_outcomes(RunRow *r)
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state IN ('running', 'retrying')"
 			" GROUP BY s.step_id, s.spec, s.items_total, s.ord, s.type, s.state ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
-	steps = palloc(sizeof(char *) * (nrows + 1));
-	states = palloc(sizeof(char *) * (nrows + 1));
-	is_decision = palloc(sizeof(bool) * (nrows + 1));
-	by_rules = palloc(sizeof(bool) * (nrows + 1));
-	errors = palloc(sizeof(char *) * (nrows + 1));
-	classes = palloc(sizeof(char *) * (nrows + 1));
-	outputs = palloc(sizeof(Jsonb *) * (nrows + 1));
-	froms = palloc(sizeof(char *) * (nrows + 1));
-	schemas = palloc(sizeof(Jsonb *) * (nrows + 1));
+	outcomes = palloc(sizeof(StepOutcome) * (nrows + 1));
 	for (int i = 0; i < nrows; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	td = SPI_tuptable->tupdesc;
+		StepOutcome *o = &outcomes[i];
 		Datum		d;
 
-		steps[i] = SPI_getvalue(tup, td, 1);
-		states[i] = SPI_getvalue(tup, td, 2);
+		o->step = SPI_getvalue(tup, td, 1);
+		o->state = SPI_getvalue(tup, td, 2);
 		d = SPI_getbinval(tup, td, 3, &isnull);
-		outputs[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
-		errors[i] = SPI_getvalue(tup, td, 4);
-		classes[i] = SPI_getvalue(tup, td, 5);
-		is_decision[i] = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
-		by_rules[i] = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull));
-		froms[i] = SPI_getvalue(tup, td, 8);
+		o->output = isnull ? NULL : DatumGetJsonbPCopy(d);
+		o->error = SPI_getvalue(tup, td, 4);
+		o->classes = SPI_getvalue(tup, td, 5);
+		o->is_decision = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
+		o->by_rules = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull));
+		o->from = SPI_getvalue(tup, td, 8);
 		d = SPI_getbinval(tup, td, 9, &isnull);
-		schemas[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+		o->schema = isnull ? NULL : DatumGetJsonbPCopy(d);
 	}
 	for (int i = 0; i < nrows; i++)
 	{
-		if (states[i] == NULL)
+		if (outcomes[i].state == NULL)
 			continue;			/* still running */
 		if (orch_run_terminal(r->state))
 			break;
-		if (strcmp(states[i], "succeeded") == 0)
-		{
-			char	   *chosen = NULL;
-			char	   *mismatch = output_mismatch(schemas[i], outputs[i]);
-
-			/* the output first: a decision decides on a result that matches */
-			if (mismatch != NULL)
-			{
-				step_failed(r, steps[i], "failed", mismatch, false, "output_schema_mismatch");
-				continue;
-			}
-
-			/*
-			 * A decision with a handler: its rules (or default) decide on its
-			 * result ($.result); without either, the result names one declared
-			 * target as {"next": ...}.
-			 */
-			v[2] = orch_text_datum(steps[i]);
-			if (is_decision[i] && by_rules[i])
-			{
-				chosen = orch_run_decide(r, steps[i], outputs[i]);
-				if (chosen == NULL)
-				{
-					orch_run_step_failed(r, steps[i], "failed",
-									"no rule matched and the decision has no default", false);
-					continue;
-				}
-			}
-			else if (is_decision[i])
-			{
-				Oid			ctypes[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
-				Datum		cv[5];
-				char		cn[5] = {' ', ' ', ' ', ' ', ' '};
-
-				cv[0] = v[0];
-				cv[1] = v[1];
-				cv[2] = v[2];
-				cv[3] = (Datum) 0;
-				cn[3] = 'n';
-				cv[4] = outputs[i] ? JsonbPGetDatum(outputs[i]) : (Datum) 0;
-				if (!outputs[i])
-					cn[4] = 'n';
-				if (orch_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-						" AND step_id = $3 AND jsonb_typeof($5 -> 'next') = 'string'"
-						" AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT) == 0)
-				{
-					orch_run_step_failed(r, steps[i], "failed",
-										"the decision's result does not name one of its declared targets (\"next\")",
-										false);
-					continue;
-				}
-				chosen = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-			}
-			orch_run_step_succeeded(r, steps[i], froms[i], outputs[i], chosen);
-		}
-		else
-		{
-			/* one item failed: the others of a map step stop */
-			v[2] = orch_text_datum(psprintf("%s#", steps[i]));
-			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-							 "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
-							 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-							 3, orch_run_types, v, NULL, r->tenant, "map_item_failed");
-			orch_run_step_failed(r, steps[i], states[i], errors[i],
-								classes[i] != NULL && strstr(classes[i], "COMPENSATION_REQUIRED") != NULL);
-		}
+		settle_task_step(r, &outcomes[i]);
 	}
+}
 
-	/*
-	 * Map steps that can hand out more items, soft caps passed (a step's
-	 * timeout), due timers: one look for all three.
-	 */
+/*
+ * Map steps that can hand out more items, soft caps passed (a step's
+ * timeout), due timers: one look for all three.
+ */
+static void
+collect_timers(RunRow *r)
+{
+	Datum		v[3];
+	int			nrows;
+	char	  **steps;
+	char	  **states;
+
+	RUN_ARGS(v, r->id, r->tenant);
 	nrows = (int) orch_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
 			"     AND state = 'awaiting_approval' THEN 'expired'"
 			"   WHEN cap_at <= clock_timestamp()"
@@ -844,28 +924,46 @@ collect_outcomes(RunRow *r)
 			/* the step's timeout passed: its open tasks stop, it follows on_timeout */
 			v[2] = orch_text_datum(steps[i]);
 			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-							 "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
-							 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-							 3, orch_run_types, v, NULL, r->tenant, "step_timed_out");
+								  "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
+								  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
+								  3, orch_run_types, v, NULL, r->tenant, "step_timed_out");
 			orch_run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
 		}
 	}
+}
 
-	/* compensation tasks */
-	if (strcmp(r->phase, "compensating") == 0 && !orch_run_terminal(r->state))
-	{
-		nrows = (int) orch_sql("UPDATE orch.run_steps s SET comp_state = CASE WHEN t.state = 'completed' THEN 'done' ELSE 'failed' END"
+/* Compensation tasks that finished, while the run compensates */
+static void
+collect_compensations(RunRow *r)
+{
+	Datum		v[3];
+	int			nrows;
+	char	  **steps;
+	char	  **states;
+
+	if (strcmp(r->phase, "compensating") != 0 || orch_run_terminal(r->state))
+		return;
+	RUN_ARGS(v, r->id, r->tenant);
+	nrows = (int) orch_sql("UPDATE orch.run_steps s SET comp_state = CASE WHEN t.state = 'completed' THEN 'done' ELSE 'failed' END"
 				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
 				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
 				" RETURNING s.step_id, s.comp_state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
-		steps = orch_spi_column(1);
-		states = orch_spi_column(2);
-		for (int i = 0; i < nrows; i++)
-			orch_step_event(r, steps[i], "succeeded", "succeeded",
-					   strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");
-		orch_run_advance_compensation(r);
-	}
+	steps = orch_spi_column(1);
+	states = orch_spi_column(2);
+	for (int i = 0; i < nrows; i++)
+		orch_step_event(r, steps[i], "succeeded", "succeeded",
+						strcmp(states[i], "done") == 0 ? "compensated" : "compensation_failed");
+	orch_run_advance_compensation(r);
+}
+
+/* Settle steps whose tasks, timers or approvals have finished. */
+static void
+collect_outcomes(RunRow *r)
+{
+	collect_task_steps(r);
+	collect_timers(r);
+	collect_compensations(r);
 }
 
 /*
@@ -921,6 +1019,146 @@ orch_run_advance(RunRow *r)
 	orch_run_busy_end(prev);
 }
 
+/*
+ * Pending steps that never will run become skipped; those that can run are
+ * listed to be started now (they go from pending to their started state in
+ * one write; in a paused run they are marked ready instead, and started on
+ * resume); with them the steps that were ready before (the second SELECT
+ * sees the rows as they were before the UPDATE), in step order.
+ */
+#define PENDING_CANDIDATE \
+	"s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'" \
+	/* cheap first: a step none of whose dependencies has finished cannot change */ \
+	" AND (cardinality(s.deps) = 0 OR s.needs_edge" \
+	"      OR s.deps && (SELECT coalesce(array_agg(f.step_id), '{}') FROM orch.run_steps f" \
+	"                     WHERE f.run_id = $1 AND f.tenant_id = $2 AND f.state IN " TERMINAL_STEP "))"
+
+/*
+ * List the steps to start (in SPI_tuptable), skipping those that never will
+ * run.  A running run first looks without writing (a plan a third as large
+ * to start): when no pending step is to be skipped, what it lists is
+ * exactly what the full statement would return.  True when the statement
+ * that writes ran (its rows carry the reason of the steps it moved).
+ */
+static bool
+list_steps_to_start(RunRow *r, Datum *v)
+{
+	bool		isnull;
+
+	if (r->state != RS_PAUSED)
+	{
+		bool		must_skip = false;
+
+		orch_sql("SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
+				"   (" CANNOT_RUN "), " STEP_TIMEOUT " FROM orch.run_steps s"
+				"  WHERE " PENDING_CANDIDATE " AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
+				" UNION ALL"
+				" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, false, " STEP_TIMEOUT
+				"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
+				" ORDER BY ord", 2, (Oid[]) {INT8OID, TEXTOID}, v, NULL, false, 0, SPI_OK_SELECT);
+		for (uint64 k = 0; k < SPI_processed && !must_skip; k++)
+			must_skip = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
+		if (!must_skip)
+			return false;
+	}
+	orch_sql("WITH u AS (UPDATE orch.run_steps s SET"
+			"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
+			"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN $4 END"
+			"  WHERE " PENDING_CANDIDATE
+			"    AND ((" CANNOT_RUN ") OR ($3 AND (" CAN_RUN ")))"
+			"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
+			"    s.spec ? 'handler' AS has_handler, s.ord,"
+			/* the reason of its event: why skipped, or ready in a paused run */
+			"    CASE WHEN s.state = 'skipped' THEN " SKIP_REASON " ELSE 'step_ready' END AS reason,"
+			/* read as an interval out here: Citus refuses a stable function in RETURNING */
+			"    s.spec -> 'timeout' AS timeout)"
+			" SELECT step_id, state, type, is_map, has_handler, ord, reason, " RUN_JSON_INTERVAL("timeout") " FROM u"
+			" UNION ALL"
+			" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
+			"  FROM orch.run_steps s WHERE NOT $3 AND " PENDING_CANDIDATE
+			"    AND NOT (" CANNOT_RUN ") AND (" CAN_RUN ")"
+			" UNION ALL"
+			" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
+			"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
+			" ORDER BY ord", 4, (Oid[]) {INT8OID, TEXTOID, BOOLOID, TIMESTAMPTZOID},
+			(Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED), TimestampTzGetDatum(GetCurrentTimestamp())},
+			NULL, false, 0, SPI_OK_SELECT);
+	return true;
+}
+
+/* A step listed to be started */
+typedef struct ReadyStep
+{
+	char	   *step;
+	char	   *type;
+	bool		is_map;
+	bool		has_handler;
+	Interval   *timeout;
+} ReadyStep;
+
+/*
+ * Read the steps list_steps_to_start listed: the ones to start into ready
+ * (returns how many), the skipped ones counted in *skipped; the events of
+ * the steps the writing statement moved (skipped, or ready in a paused run)
+ * written with one insert.
+ */
+static int
+read_listed_steps(RunRow *r, bool wrote, ReadyStep **ready, int *skipped)
+{
+	SPITupleTable *tt = SPI_tuptable;
+	uint64		n = SPI_processed;
+	int			nready = 0;
+	int			nmoved = 0;
+	char	  **moved = palloc(sizeof(char *) * (n + 1));
+	char	  **moved_to = palloc(sizeof(char *) * (n + 1));
+	char	  **moved_why = palloc(sizeof(char *) * (n + 1));
+	bool		isnull;
+
+	*ready = palloc(sizeof(ReadyStep) * (n + 1));
+	*skipped = 0;
+	for (uint64 k = 0; k < n; k++)
+	{
+		HeapTuple	tup = tt->vals[k];
+		TupleDesc	td = tt->tupdesc;
+		char	   *st = SPI_getvalue(tup, td, 2);
+		char	   *why = wrote ? SPI_getvalue(tup, td, 7) : NULL;
+		ReadyStep  *rs;
+		Datum		d;
+
+		if (why != NULL)
+		{
+			moved[nmoved] = SPI_getvalue(tup, td, 1);
+			moved_to[nmoved] = st;
+			moved_why[nmoved++] = why;
+		}
+		if (strcmp(st, "skipped") == 0)
+		{
+			(*skipped)++;
+			continue;
+		}
+		rs = &(*ready)[nready++];
+		rs->step = SPI_getvalue(tup, td, 1);
+		rs->type = SPI_getvalue(tup, td, 3);
+		rs->is_map = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
+		rs->has_handler = DatumGetBool(SPI_getbinval(tup, td, 5, &isnull));
+		d = SPI_getbinval(tup, td, 8, &isnull);
+		rs->timeout = NULL;
+		if (!isnull)
+		{
+			rs->timeout = palloc(sizeof(Interval));
+			*rs->timeout = *DatumGetIntervalP(d);
+		}
+	}
+	if (nmoved > 0)
+	{
+		orch_events_defer();
+		for (int i = 0; i < nmoved; i++)
+			orch_step_event(r, moved[i], "pending", moved_to[i], moved_why[i]);
+		orch_events_undefer(true);
+	}
+	return nready;
+}
+
 static void
 advance_steps(RunRow *r)
 {
@@ -934,135 +1172,14 @@ advance_steps(RunRow *r)
 		int			changed;
 		int			skipped;
 		int			nready;
-		char	  **steps;
-		char	  **types;
-		bool	   *is_map;
-		bool	   *has_handler;
-		Interval  **timeouts;
+		ReadyStep  *ready;
 		bool		wrote;
-		int			nmoved;
-		char	  **moved;
-		char	  **moved_to;
-		char	  **moved_why;
-		bool		isnull;
 
 		if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
-		/*
-		 * One statement: pending steps that never will run become skipped;
-		 * those that can run are listed to be started now (they go from
-		 * pending to their started state in one write; in a paused run they
-		 * are marked ready instead, and started on resume); with them the
-		 * steps that were ready before (the second SELECT sees the rows as
-		 * they were before the UPDATE), in step order.
-		 */
-#define PENDING_CANDIDATE \
-	"s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'pending'" \
-	/* cheap first: a step none of whose dependencies has finished cannot change */ \
-	" AND (cardinality(s.deps) = 0 OR s.needs_edge" \
-	"      OR s.deps && (SELECT coalesce(array_agg(f.step_id), '{}') FROM orch.run_steps f" \
-	"                     WHERE f.run_id = $1 AND f.tenant_id = $2 AND f.state IN " TERMINAL_STEP "))"
-		/*
-		 * A running run first looks without writing (a plan a third as
-		 * large to start): when no pending step is to be skipped, what it
-		 * lists is exactly what the full statement below would return.
-		 */
-		wrote = false;
-		if (r->state != RS_PAUSED)
-		{
-			bool		must_skip = false;
-
-			orch_sql("SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
-					"   (" CANNOT_RUN "), " STEP_TIMEOUT " FROM orch.run_steps s"
-					"  WHERE " PENDING_CANDIDATE " AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
-					" UNION ALL"
-					" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, false, " STEP_TIMEOUT
-					"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
-					" ORDER BY ord", 2, (Oid[]) {INT8OID, TEXTOID}, v, NULL, false, 0, SPI_OK_SELECT);
-			for (uint64 k = 0; k < SPI_processed && !must_skip; k++)
-				must_skip = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
-			if (!must_skip)
-				goto listed;
-		}
-		orch_sql("WITH u AS (UPDATE orch.run_steps s SET"
-				"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
-				"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN $4 END"
-				"  WHERE " PENDING_CANDIDATE
-				"    AND ((" CANNOT_RUN ") OR ($3 AND (" CAN_RUN ")))"
-				"  RETURNING s.step_id, s.state, s.type, s.spec ? 'map' AS is_map,"
-				"    s.spec ? 'handler' AS has_handler, s.ord,"
-				/* the reason of its event: why skipped, or ready in a paused run */
-				"    CASE WHEN s.state = 'skipped' THEN " SKIP_REASON " ELSE 'step_ready' END AS reason,"
-				/* read as an interval out here: Citus refuses a stable function in RETURNING */
-				"    s.spec -> 'timeout' AS timeout)"
-				" SELECT step_id, state, type, is_map, has_handler, ord, reason, " RUN_JSON_INTERVAL("timeout") " FROM u"
-				" UNION ALL"
-				" SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
-				"  FROM orch.run_steps s WHERE NOT $3 AND " PENDING_CANDIDATE
-				"    AND NOT (" CANNOT_RUN ") AND (" CAN_RUN ")"
-				" UNION ALL"
-				" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
-				"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
-				" ORDER BY ord", 4, (Oid[]) {INT8OID, TEXTOID, BOOLOID, TIMESTAMPTZOID},
-				(Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED), TimestampTzGetDatum(GetCurrentTimestamp())},
-				NULL, false, 0, SPI_OK_SELECT);
-		wrote = true;
-listed:
+		wrote = list_steps_to_start(r, v);
 		/* a skipped step may let its dependants be settled in another round */
-		skipped = 0;
-		nready = 0;
-		nmoved = 0;
-		steps = palloc(sizeof(char *) * (SPI_processed + 1));
-		types = palloc(sizeof(char *) * (SPI_processed + 1));
-		is_map = palloc(sizeof(bool) * (SPI_processed + 1));
-		has_handler = palloc(sizeof(bool) * (SPI_processed + 1));
-		timeouts = palloc(sizeof(Interval *) * (SPI_processed + 1));
-		moved = palloc(sizeof(char *) * (SPI_processed + 1));
-		moved_to = palloc(sizeof(char *) * (SPI_processed + 1));
-		moved_why = palloc(sizeof(char *) * (SPI_processed + 1));
-		for (uint64 k = 0; k < SPI_processed; k++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[k];
-			TupleDesc	td = SPI_tuptable->tupdesc;
-			char	   *st = SPI_getvalue(tup, td, 2);
-			char	   *why = wrote ? SPI_getvalue(tup, td, 7) : NULL;
-
-			/* moved by the UPDATE (skipped, or ready in a paused run): an event */
-			if (why != NULL)
-			{
-				moved[nmoved] = SPI_getvalue(tup, td, 1);
-				moved_to[nmoved] = st;
-				moved_why[nmoved++] = why;
-			}
-			if (strcmp(st, "skipped") == 0)
-			{
-				skipped++;
-				continue;
-			}
-			steps[nready] = SPI_getvalue(tup, td, 1);
-			types[nready] = SPI_getvalue(tup, td, 3);
-			is_map[nready] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
-			has_handler[nready] = DatumGetBool(SPI_getbinval(tup, td, 5, &isnull));
-			{
-				Datum		d = SPI_getbinval(tup, td, 8, &isnull);
-
-				timeouts[nready] = NULL;
-				if (!isnull)
-				{
-					timeouts[nready] = palloc(sizeof(Interval));
-					*timeouts[nready] = *DatumGetIntervalP(d);
-				}
-			}
-			nready++;
-		}
-		/* the events of the steps the UPDATE moved, written with one insert */
-		if (nmoved > 0)
-		{
-			orch_events_defer();
-			for (int i = 0; i < nmoved; i++)
-				orch_step_event(r, moved[i], "pending", moved_to[i], moved_why[i]);
-			orch_events_undefer(true);
-		}
+		nready = read_listed_steps(r, wrote, &ready, &skipped);
 		if (r->state == RS_PAUSED)
 		{
 			if (skipped == 0)
@@ -1077,9 +1194,11 @@ listed:
 		for (int i = 0; i < nready && !orch_run_terminal(r->state) && r->state != RS_PAUSED &&
 			 strcmp(r->phase, "compensating") != 0; i++)
 		{
-			if (start_step(r, steps[i], types[i], is_map[i], has_handler[i], timeouts[i]))
+			ReadyStep  *rs = &ready[i];
+
+			if (start_step(r, rs->step, rs->type, rs->is_map, rs->has_handler, rs->timeout))
 				changed++;
-			else if (strcmp(types[i], "human_approval") == 0 || strcmp(types[i], "wait") == 0)
+			else if (strcmp(rs->type, "human_approval") == 0 || strcmp(rs->type, "wait") == 0)
 				started_other = true;
 			else
 				started_task = true;

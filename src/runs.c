@@ -219,6 +219,152 @@ check_input(Jsonb *spec, Jsonb *input)
 			 errdetail("At %s: %s.", p.path, p.message)));
 }
 
+/* The published version of a definition a run starts from */
+typedef struct PublishedDef
+{
+	int32		version;
+	Jsonb	   *spec;
+	char	   *hash;
+	char	   *publisher;
+	Datum		deadline;		/* an Interval, from its policies */
+	bool		no_deadline;
+} PublishedDef;
+
+/*
+ * The published version to start: the one named (version_null false), else
+ * the latest.  OR005 when there is none.
+ */
+static void
+load_published(const char *name, Datum version_arg, bool version_null, PublishedDef *d)
+{
+	Oid			ftypes[2] = {TEXTOID, INT4OID};
+	Datum		fv[2];
+	char		fn[2] = {' ', ' '};
+	bool		isnull;
+	HeapTuple	tup;
+	TupleDesc	td;
+
+	fv[0] = orch_text_datum(name);
+	fv[1] = version_arg;
+	if (version_null)
+		fn[1] = 'n';
+	if (orch_exec(orch_plan("SELECT version, spec, content_hash, published_by,"
+									  "  " RUN_SPEC_INTERVAL("spec -> 'policies'", "deadline")
+									  " FROM orch.definitions"
+									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
+									  "   AND ($2::int IS NULL OR version = $2)"
+									  " ORDER BY version DESC LIMIT 1",
+									  2, ftypes), fv, fn, false, 1, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 version_null
+				 ? errmsg("workflow \"%s\" has no published version", name)
+				 : errmsg("workflow \"%s\" has no published version %d", name, DatumGetInt32(version_arg)),
+				 errhint("Publish a version with orch_publish; deprecated versions cannot start runs.")));
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	d->version = DatumGetInt32(SPI_getbinval(tup, td, 1, &isnull));
+	d->spec = DatumGetJsonbPCopy(SPI_getbinval(tup, td, 2, &isnull));
+	d->hash = SPI_getvalue(tup, td, 3);
+	d->publisher = SPI_getvalue(tup, td, 4);
+	d->deadline = SPI_getbinval(tup, td, 5, &d->no_deadline);
+	if (!d->no_deadline)
+	{
+		Interval   *iv = palloc(sizeof(Interval));
+
+		*iv = *DatumGetIntervalP(d->deadline);
+		d->deadline = IntervalPGetDatum(iv);
+	}
+}
+
+/*
+ * Insert the run (its id in SPI_tuptable); false when its idempotency key
+ * names an existing run.  One run per key: the key's row (orch.run_keys:
+ * runs are partitioned, so no index of theirs is unique across partitions)
+ * takes the run's id first; a concurrent start with the key waits here,
+ * then sees it.  (A 0.7.0 schema keeps the key unique in orch.runs itself.)
+ */
+static bool
+insert_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
+{
+	bool		isnull;
+
+	if (key != NULL && keys_table)
+	{
+		if (orch_sql("INSERT INTO orch.run_keys (tenant_id, idempotency_key, run_id)"
+					 " VALUES ($1, $7, nextval('orch.runs_id_seq')) ON CONFLICT DO NOTHING RETURNING run_id",
+					 7, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
+			return false;
+		v[12] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		n[12] = ' ';
+	}
+	return orch_sql(keys_table
+			 ? "INSERT INTO orch.runs (id, tenant_id, definition, version, content_hash, state, input, pins,"
+			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
+			 " VALUES (coalesce($13, nextval('orch.runs_id_seq')), $1, $2, $3, $4, 'running', $5,"
+			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
+			 "   $7, $8, now() + $12, 'started', $10, $11)"
+			 " RETURNING id"
+			 : "INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
+			 " VALUES ($1, $2, $3, $4, 'running', $5,"
+			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
+			 "   $7, $8, now() + $12, 'started', $10, $11)"
+			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+			 " RETURNING id", keys_table ? 13 : 12, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) > 0;
+}
+
+/*
+ * The run an idempotency key names, when it was started with the same
+ * request (OR004 otherwise).
+ */
+static int64
+replayed_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
+{
+	bool		isnull;
+	int64		existing;
+
+	if (orch_sql(keys_table
+				 ? "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
+				 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
+				 " FROM orch.runs WHERE tenant_id = $1"
+				 "   AND id = (SELECT k.run_id FROM orch.run_keys k WHERE k.tenant_id = $1 AND k.idempotency_key = $7)"
+				 : "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
+				 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
+				 " FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7",
+				 9, types, v, n, false, 0, SPI_OK_SELECT) == 0)
+		elog(ERROR, "orchestrator: run with idempotency key \"%s\" vanished", key);
+	existing = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_IDEMPOTENCY_CONFLICT),
+				 errmsg("idempotency key \"%s\" was already used to start another run", key),
+				 errdetail("Run " INT64_FORMAT " was started with this key for another workflow or input.",
+						   existing)));
+	return existing;
+}
+
+/*
+ * The drift probes pinned, as the publisher, for a new run only (a replay
+ * of its key returns without running them); one that fails refuses the
+ * start (38000) and the error takes the run back.
+ */
+static void
+pin_run_probes(int64 run_id, const char *tenant, PublishedDef *d, const char *name)
+{
+	Oid			ptypes[3] = {INT8OID, TEXTOID, JSONBOID};
+	Datum		pv[3];
+	Jsonb	   *probe_pins = orch_probes_pin(d->spec, d->publisher, name);
+
+	if (probe_pins == NULL)
+		return;
+	pv[0] = Int64GetDatum(run_id);
+	pv[1] = orch_text_datum(tenant);
+	pv[2] = JsonbPGetDatum(probe_pins);
+	orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
+			 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
+}
+
 Datum
 orch_start(PG_FUNCTION_ARGS)
 {
@@ -228,34 +374,25 @@ orch_start(PG_FUNCTION_ARGS)
 	char	   *key = orch_text_arg(fcinfo, 3);
 	char	   *tenant;
 	Jsonb	   *pins = orch_jsonb_arg(fcinfo, 5, "pins");
-	Oid			ftypes[2] = {TEXTOID, INT4OID};
-	Datum		fv[2];
-	char		fn[2] = {' ', ' '};
 	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
 	Oid			types[13] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
 	TEXTOID, INT4OID, TEXTOID, JSONBOID, INTERVALOID, INT8OID};
 	Datum		v[13];
 	char		n[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n'};
-	bool		keys_table = orch_schema_version() >= 800;
-	Datum		deadline;
-	bool		no_deadline;
-	Jsonb	   *probe_pins;
-	char	   *publisher;
-	int32		version;
-	Datum		spec;
-	char	   *hash;
+	bool		keys_table = !orch_schema_previous();
+	PublishedDef def;
 	bool		isnull;
 	RunRow		r;
 	MemoryContext outer = CurrentMemoryContext;
 
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "input");
-	if (orch_citus() && orch_schema_version() < 800)
+	if (orch_citus() && orch_schema_previous())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("workflow runs on Citus need the 0.8.0 schema"),
 				 errdetail("This installation's tables were distributed at an earlier version."),
-				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (README, Upgrading a distributed installation).")));
+				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (docs/citus.md, Upgrading a distributed installation).")));
 	name = orch_text_arg(fcinfo, 0);
 	input = orch_jsonb_arg(fcinfo, 1, "input");
 	if (key != NULL && (key[0] == '\0' || strlen(key) > 512))
@@ -269,41 +406,13 @@ orch_start(PG_FUNCTION_ARGS)
 	tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 4));
 
 	SPI_connect();
-	fv[0] = orch_text_datum(name);
-	fv[1] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	if (PG_ARGISNULL(2))
-		fn[1] = 'n';
-	if (orch_exec(orch_plan("SELECT version, spec, content_hash, published_by,"
-									  "  " RUN_SPEC_INTERVAL("spec -> 'policies'", "deadline")
-									  " FROM orch.definitions"
-									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
-									  "   AND ($2::int IS NULL OR version = $2)"
-									  " ORDER BY version DESC LIMIT 1",
-									  2, ftypes), fv, fn, false, 1, SPI_OK_SELECT) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 PG_ARGISNULL(2)
-				 ? errmsg("workflow \"%s\" has no published version", name)
-				 : errmsg("workflow \"%s\" has no published version %d", name, PG_GETARG_INT32(2)),
-				 errhint("Publish a version with orch_publish; deprecated versions cannot start runs.")));
-	version = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	spec = PointerGetDatum(DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)));
-	hash = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-	check_input(DatumGetJsonbP(spec), input);
-	publisher = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
-	deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &no_deadline);
-	if (!no_deadline)
-	{
-		Interval   *iv = palloc(sizeof(Interval));
-
-		*iv = *DatumGetIntervalP(deadline);
-		deadline = IntervalPGetDatum(iv);
-	}
+	load_published(name, PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2), &def);
+	check_input(def.spec, input);
 
 	v[0] = orch_text_datum(tenant);
 	v[1] = orch_text_datum(name);
-	v[2] = Int32GetDatum(version);
-	v[3] = orch_text_datum(hash);
+	v[2] = Int32GetDatum(def.version);
+	v[3] = orch_text_datum(def.hash);
 	v[4] = JsonbPGetDatum(input);
 	v[5] = pins ? JsonbPGetDatum(pins) : (Datum) 0;
 	if (!pins)
@@ -311,89 +420,28 @@ orch_start(PG_FUNCTION_ARGS)
 	orch_spi_text(v, n, 6, key);
 	v[7] = orch_text_datum(orch_current_actor());
 	/* a replay that names a version must name the run's */
-	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(version);
+	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(def.version);
 	n[8] = PG_ARGISNULL(2) ? 'n' : ' ';
 	orch_spi_text(v, n, 9, corr);
 	v[10] = (Datum) 0;			/* probe_pins: below, once the run is new */
 	n[10] = 'n';
-	v[11] = deadline;
-	n[11] = no_deadline ? 'n' : ' ';
+	v[11] = def.deadline;
+	n[11] = def.no_deadline ? 'n' : ' ';
 	ev = orch_set_event_context(NULL, NULL);
 
-	/*
-	 * One run per key: the key's row (orch.run_keys: runs are partitioned,
-	 * so no index of theirs is unique across partitions) takes the run's id
-	 * first; a concurrent start with the key waits here, then sees it.  (A
-	 * 0.7.0 schema keeps the key unique in orch.runs itself.)
-	 */
-	if (key != NULL && keys_table &&
-		orch_sql("INSERT INTO orch.run_keys (tenant_id, idempotency_key, run_id)"
-				 " VALUES ($1, $7, nextval('orch.runs_id_seq')) ON CONFLICT DO NOTHING RETURNING run_id",
-				 7, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) > 0)
-	{
-		v[12] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		n[12] = ' ';
-	}
-	if ((key != NULL && keys_table && n[12] == 'n') ||
-		orch_sql(keys_table
-				 ? "INSERT INTO orch.runs (id, tenant_id, definition, version, content_hash, state, input, pins,"
-				 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
-				 " VALUES (coalesce($13, nextval('orch.runs_id_seq')), $1, $2, $3, $4, 'running', $5,"
-				 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
-				 "   $7, $8, now() + $12, 'started', $10, $11)"
-				 " RETURNING id"
-				 : "INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
-				 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
-				 " VALUES ($1, $2, $3, $4, 'running', $5,"
-				 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
-				 "   $7, $8, now() + $12, 'started', $10, $11)"
-				 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-				 " RETURNING id", keys_table ? 13 : 12, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
+	if (!insert_run(key, keys_table, types, v, n))
 	{
 		/* the key names an existing run: the same request returns it */
-		int64		existing;
+		int64		existing = replayed_run(key, keys_table, types, v, n);
 
-		if (orch_sql(keys_table
-					 ? "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
-					 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
-					 " FROM orch.runs WHERE tenant_id = $1"
-					 "   AND id = (SELECT k.run_id FROM orch.run_keys k WHERE k.tenant_id = $1 AND k.idempotency_key = $7)"
-					 : "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
-					 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
-					 " FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7",
-					 9, types, v, n, false, 0, SPI_OK_SELECT) == 0)
-			elog(ERROR, "orchestrator: run with idempotency key \"%s\" vanished", key);
-		existing = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
-			ereport(ERROR,
-					(errcode(ERRCODE_ORCH_IDEMPOTENCY_CONFLICT),
-					 errmsg("idempotency key \"%s\" was already used to start another run", key),
-					 errdetail("Run " INT64_FORMAT " was started with this key for another workflow or input.",
-							   existing)));
 		orch_clear_event_context(ev);
 		SPI_finish();
 		PG_RETURN_INT64(existing);
 	}
 	r.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	orch_route_note(ORCH_ROUTE_RUN, r.id, tenant);	/* on Citus: its calls by id go to its shard */
-	/*
-	 * The drift probes pinned, as the publisher, for a new run only (a
-	 * replay of its key returned above without running them); one that
-	 * fails refuses the start (38000) and the error takes the run back.
-	 */
-	probe_pins = orch_probes_pin(DatumGetJsonbP(spec), publisher, name);
-	if (probe_pins != NULL)
-	{
-		Oid			ptypes[3] = {INT8OID, TEXTOID, JSONBOID};
-		Datum		pv[3];
-
-		pv[0] = Int64GetDatum(r.id);
-		pv[1] = orch_text_datum(tenant);
-		pv[2] = JsonbPGetDatum(probe_pins);
-		orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
-				 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
-	}
-	orch_run_ensure_step_queues(DatumGetJsonbP(spec));
+	pin_run_probes(r.id, tenant, &def, name);
+	orch_run_ensure_step_queues(def.spec);
 	r.tenant = tenant;
 	r.state = RS_RUNNING;
 	r.phase = "forward";
@@ -464,7 +512,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 	/* on Citus: the run's shard (a run that is not found is reported below) */
 	(void) orch_scope_run(DatumGetInt64(v[0]));
 	orch_spi_caller_tenants(v, n, 1);
-	if (orch_sql(orch_schema_version() >= 800 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
+	if (orch_sql(!orch_schema_previous() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
 				 : RUN_STATUS_SQL("orch.events", "orch.attempts"),
 			2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,

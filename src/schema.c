@@ -201,6 +201,18 @@ orch_schema_version(void)
 	return v;
 }
 
+/*
+ * Is the installed schema the previous one (0.7.0), served while ALTER
+ * EXTENSION orchestrator UPDATE is pending?  Every branch for it asks here,
+ * so that dropping the previous schema's support deletes this and its
+ * callers' other branches.
+ */
+bool
+orch_schema_previous(void)
+{
+	return orch_schema_version() < ORCH_SCHEMA_NEWEST;
+}
+
 /* The schema orch; InvalidOid when there is none. */
 Oid
 orch_namespace_oid(void)

@@ -223,6 +223,136 @@ apply_rate_limit(QueueSettings *qs, JsonbValue *v)
 		bad_setting("rate_limit", "an object with both \"count\" and \"per\"");
 }
 
+/* retry_on: error classes that are retried (never the ones never retried) */
+static uint32
+setting_retry_on(const char *key, JsonbValue *v)
+{
+	JsonbValue *elems;
+	int			n;
+	uint32		mask = 0;
+
+	setting_array(key, v, &elems, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *c;
+		ErrorClass	ec;
+
+		if (elems[i].type != jbvString)
+			bad_setting(key, "an array of error class names");
+		c = pnstrdup(elems[i].val.string.val, elems[i].val.string.len);
+		ec = orch_error_class_from_name(c);
+		if (((1u << ec) & RETRYABLE_MASK) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for setting \"retry_on\""),
+					 errdetail("%s is never retried.", c)));
+		mask |= (1u << ec);
+	}
+	return mask;
+}
+
+/* schedule: a non-empty array of intervals */
+static void
+setting_schedule(const char *key, JsonbValue *v, RetryPolicy *p)
+{
+	JsonbValue *elems;
+	int			n;
+
+	setting_array(key, v, &elems, &n);
+	if (n == 0)
+		bad_setting(key, "a non-empty array of intervals");
+	p->schedule = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+		p->schedule[i] = setting_interval(key, &elems[i], true);
+	p->nschedule = n;
+}
+
+/*
+ * A key of the retry policy (a queue's settings, or a task's retry_policy);
+ * false when key is not one.
+ */
+static bool
+apply_retry_key(RetryPolicy *p, const char *key, JsonbValue *v, bool *backoff_given, bool *schedule_given)
+{
+	if (strcmp(key, "max_attempts") == 0)
+		p->max_attempts = setting_int(key, v, 1);
+	else if (strcmp(key, "max_failures") == 0)
+		p->max_failures = setting_int(key, v, 1);
+	else if (strcmp(key, "backoff") == 0)
+	{
+		char	   *b = setting_string(key, v, backoff_names, 4,
+									   "one of fixed, exponential, jittered, schedule");
+
+		for (int i = 0; i < 4; i++)
+			if (strcmp(b, backoff_names[i]) == 0)
+				p->backoff = (BackoffKind) i;
+		*backoff_given = true;
+	}
+	else if (strcmp(key, "initial_delay") == 0)
+		p->initial_delay = setting_interval(key, v, true);
+	else if (strcmp(key, "max_delay") == 0)
+		p->max_delay = setting_interval(key, v, true);
+	else if (strcmp(key, "schedule") == 0)
+	{
+		setting_schedule(key, v, p);
+		*schedule_given = true;
+	}
+	else if (strcmp(key, "retry_on") == 0)
+		p->retry_on = setting_retry_on(key, v);
+	else if (strcmp(key, "on_exhausted") == 0)
+	{
+		static const char *const ch[] = {"fail", "escalate"};
+
+		p->escalate = strcmp(setting_string(key, v, ch, 2, "\"fail\" or \"escalate\""),
+							 "escalate") == 0;
+	}
+	else if (strcmp(key, "retry_safety") == 0)
+	{
+		static const char *const ch[] = {"SAFE_TO_RETRY", "NOT_SAFE_TO_RETRY",
+		"SAFE_TO_RETRY_WITH_GUARD"};
+
+		p->not_safe_to_retry =
+			strcmp(setting_string(key, v, ch, 3,
+								  "SAFE_TO_RETRY, NOT_SAFE_TO_RETRY or SAFE_TO_RETRY_WITH_GUARD"),
+				   "NOT_SAFE_TO_RETRY") == 0;
+	}
+	else
+		return false;
+	return true;
+}
+
+/* A key of a queue's own settings; false when key is not one */
+static bool
+apply_queue_key(QueueSettings *qs, const char *key, JsonbValue *v)
+{
+	if (strcmp(key, "priority") == 0)
+	{
+		if (v->type != jbvNumeric || !is_integral(v->val.numeric) ||
+			fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow,
+													NumericGetDatum(v->val.numeric)))) > PG_INT32_MAX)
+			bad_setting(key, "an integer between -2147483648 and 2147483647");
+		qs->priority = DatumGetInt32(DirectFunctionCall1(numeric_int4,
+														 NumericGetDatum(v->val.numeric)));
+	}
+	else if (strcmp(key, "lease") == 0)
+		qs->lease = setting_interval(key, v, false);
+	else if (strcmp(key, "idempotency_ttl") == 0)
+		qs->idempotency_ttl = setting_interval(key, v, false);
+	else if (strcmp(key, "timeout") == 0)
+		qs->timeout = setting_interval(key, v, false);
+	else if (strcmp(key, "concurrency_key_limit") == 0)
+		qs->concurrency_key_limit = setting_int(key, v, 1);
+	else if (strcmp(key, "owner_limit") == 0)
+		qs->owner_limit = setting_int(key, v, 1);
+	else if (strcmp(key, "queue_limit") == 0)
+		qs->queue_limit = setting_int(key, v, 1);
+	else if (strcmp(key, "rate_limit") == 0)
+		apply_rate_limit(qs, v);
+	else
+		return false;
+	return true;
+}
+
 /*
  * Apply a settings object over qs, validating every key.  With retry_only,
  * only the retry-policy keys are accepted (per-task retry_policy).
@@ -249,7 +379,6 @@ orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only)
 	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
 	{
 		char	   *key;
-		RetryPolicy *p = &qs->policy;
 
 		if (tok != WJB_KEY)
 			continue;
@@ -257,110 +386,14 @@ orch_settings_apply(QueueSettings *qs, Jsonb *settings, bool retry_only)
 		tok = JsonbIteratorNext(&it, &v, true);
 		if (v.type == jbvNull)
 			continue;			/* null means "the default" */
-
-		if (strcmp(key, "max_attempts") == 0)
-			p->max_attempts = setting_int(key, &v, 1);
-		else if (strcmp(key, "max_failures") == 0)
-			p->max_failures = setting_int(key, &v, 1);
-		else if (strcmp(key, "backoff") == 0)
-		{
-			char	   *b = setting_string(key, &v, backoff_names, 4,
-										   "one of fixed, exponential, jittered, schedule");
-
-			for (int i = 0; i < 4; i++)
-				if (strcmp(b, backoff_names[i]) == 0)
-					p->backoff = (BackoffKind) i;
-			backoff_given = true;
-		}
-		else if (strcmp(key, "initial_delay") == 0)
-			p->initial_delay = setting_interval(key, &v, true);
-		else if (strcmp(key, "max_delay") == 0)
-			p->max_delay = setting_interval(key, &v, true);
-		else if (strcmp(key, "schedule") == 0)
-		{
-			JsonbValue *elems;
-			int			n;
-
-			setting_array(key, &v, &elems, &n);
-			if (n == 0)
-				bad_setting(key, "a non-empty array of intervals");
-			p->schedule = palloc(sizeof(int64) * n);
-			for (int i = 0; i < n; i++)
-				p->schedule[i] = setting_interval(key, &elems[i], true);
-			p->nschedule = n;
-			schedule_given = true;
-		}
-		else if (strcmp(key, "retry_on") == 0)
-		{
-			JsonbValue *elems;
-			int			n;
-			uint32		mask = 0;
-
-			setting_array(key, &v, &elems, &n);
-			for (int i = 0; i < n; i++)
-			{
-				char	   *c;
-				ErrorClass	ec;
-
-				if (elems[i].type != jbvString)
-					bad_setting(key, "an array of error class names");
-				c = pnstrdup(elems[i].val.string.val, elems[i].val.string.len);
-				ec = orch_error_class_from_name(c);
-				if (((1u << ec) & RETRYABLE_MASK) == 0)
-					ereport(ERROR,
-							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							 errmsg("invalid value for setting \"retry_on\""),
-							 errdetail("%s is never retried.", c)));
-				mask |= (1u << ec);
-			}
-			p->retry_on = mask;
-		}
-		else if (strcmp(key, "on_exhausted") == 0)
-		{
-			static const char *const ch[] = {"fail", "escalate"};
-
-			p->escalate = strcmp(setting_string(key, &v, ch, 2, "\"fail\" or \"escalate\""),
-								 "escalate") == 0;
-		}
-		else if (strcmp(key, "retry_safety") == 0)
-		{
-			static const char *const ch[] = {"SAFE_TO_RETRY", "NOT_SAFE_TO_RETRY",
-			"SAFE_TO_RETRY_WITH_GUARD"};
-
-			p->not_safe_to_retry =
-				strcmp(setting_string(key, &v, ch, 3,
-									  "SAFE_TO_RETRY, NOT_SAFE_TO_RETRY or SAFE_TO_RETRY_WITH_GUARD"),
-					   "NOT_SAFE_TO_RETRY") == 0;
-		}
-		else if (retry_only)
+		if (apply_retry_key(&qs->policy, key, &v, &backoff_given, &schedule_given))
+			continue;
+		if (retry_only)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("unknown key \"%s\" in %s", key, what),
 					 errhint("A task's retry_policy accepts max_attempts, max_failures, backoff, initial_delay, max_delay, schedule, retry_on, on_exhausted and retry_safety.")));
-		else if (strcmp(key, "priority") == 0)
-		{
-			if (v.type != jbvNumeric || !is_integral(v.val.numeric) ||
-				fabs(DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow,
-														NumericGetDatum(v.val.numeric)))) > PG_INT32_MAX)
-				bad_setting(key, "an integer between -2147483648 and 2147483647");
-			qs->priority = DatumGetInt32(DirectFunctionCall1(numeric_int4,
-															 NumericGetDatum(v.val.numeric)));
-		}
-		else if (strcmp(key, "lease") == 0)
-			qs->lease = setting_interval(key, &v, false);
-		else if (strcmp(key, "idempotency_ttl") == 0)
-			qs->idempotency_ttl = setting_interval(key, &v, false);
-		else if (strcmp(key, "timeout") == 0)
-			qs->timeout = setting_interval(key, &v, false);
-		else if (strcmp(key, "concurrency_key_limit") == 0)
-			qs->concurrency_key_limit = setting_int(key, &v, 1);
-		else if (strcmp(key, "owner_limit") == 0)
-			qs->owner_limit = setting_int(key, &v, 1);
-		else if (strcmp(key, "queue_limit") == 0)
-			qs->queue_limit = setting_int(key, &v, 1);
-		else if (strcmp(key, "rate_limit") == 0)
-			apply_rate_limit(qs, &v);
-		else
+		if (!apply_queue_key(qs, key, &v))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("unknown key \"%s\" in %s", key, what)));

@@ -209,7 +209,7 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 static bool
 completion_in_task(void)
 {
-	return orch_schema_version() >= 800 && !orch_citus();
+	return !orch_schema_previous() && !orch_citus();
 }
 
 /*

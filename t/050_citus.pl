@@ -1,7 +1,7 @@
 # t/050_citus.pl: scale-out on Citus (SPEC section 11, issue 11).
 #
 # Skipped, with the reason, unless Citus is installed for this server
-# (pg_available_extensions; Debian does not package it: docs/citus-build.md
+# (pg_available_extensions; Debian does not package it: docs/citus.md
 # builds it from its source release).
 #
 # A coordinator and two workers (Citus 13, MX: metadata on every node).
@@ -113,7 +113,7 @@ if ($available ne '1')
 {
 	$coord->stop;
 	plan skip_all =>
-	  'Citus is not installed for this server (Debian does not package it; see docs/citus-build.md)';
+	  'Citus is not installed for this server (Debian does not package it; see docs/citus.md)';
 }
 $coord->stop;
 

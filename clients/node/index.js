@@ -44,7 +44,7 @@ class NonRetryableError extends TaskError { get errorClass() { return 'NON_RETRY
 class CompensationRequiredError extends TaskError { get errorClass() { return 'COMPENSATION_REQUIRED'; } }
 
 // ---------------------------------------------------------------------------
-// Database errors, by SQLSTATE (README "Errors", SPEC section 12)
+// Database errors, by SQLSTATE (README "Errors")
 // ---------------------------------------------------------------------------
 
 /** An error raised by the database: `code` and `sqlstate` are its SQLSTATE

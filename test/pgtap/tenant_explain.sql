@@ -249,7 +249,7 @@ SELECT ok(pg_temp.plan_noseq('tx_b', i.q) ~ ('"Function Name": "caller_tasks",[^
 --    holding a tenant's values have none (statistics target 0), so an
 --    estimate does not tell whether ta's value is common.  The other
 --    columns keep theirs: an estimate for tenant_id = 'ta' shows how many
---    rows ta has (residue, README "Tenant isolation").
+--    rows ta has (residue, docs/security.md).
 -- ---------------------------------------------------------------------------
 INSERT INTO orch.tasks (tenant_id, queue, state, payload, last_error, idempotency_key)
 SELECT 'ta', 'tx_q', 'queued', '{}', 'ta-common-error', 'ta-common-' || g FROM generate_series(1, 300) g;

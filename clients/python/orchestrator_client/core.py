@@ -96,7 +96,7 @@ class CompensationRequiredError(TaskError):
 
 
 # --------------------------------------------------------------------------
-# Database errors, by SQLSTATE (README "Errors", SPEC section 12)
+# Database errors, by SQLSTATE (README "Errors")
 # --------------------------------------------------------------------------
 
 class OrchestratorError(Exception):
