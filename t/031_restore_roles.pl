@@ -1,6 +1,5 @@
 # t/031_restore_roles.pl: tenant bindings survive a dump restored into
-# another cluster, and fail closed when the roles are not there (issue 18,
-# item 6).
+# another cluster, and fail closed when the roles are not there.
 #
 # Cluster src binds three roles: rr_worker_a to tenant ta, rr_reader_b to tb,
 # and rr_old_name to ta, which is then renamed rr_renamed (the binding

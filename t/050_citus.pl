@@ -1,4 +1,4 @@
-# t/050_citus.pl: scale-out on Citus (SPEC section 11, issue 11).
+# t/050_citus.pl: scale-out on Citus.
 #
 # Skipped, with the reason, unless Citus is installed for this server
 # (pg_available_extensions; Debian does not package it: docs/citus.md
@@ -24,8 +24,7 @@
 #
 # Routing, measured with citus.multi_task_query_log_level: a tenant-scoped
 # claim (probe, recovery, wake-up, claim) runs only single-shard statements
-# (the setting at 'error' raises on any other).  Calls by id (issue 23 item
-# 3): in a fresh session of a caller bound to no tenant, orch_complete and
+# (the setting at 'error' raises on any other).  Calls by id: in a fresh session of a caller bound to no tenant, orch_complete and
 # orch_fail run one multi-shard statement each (the lookup of the task's
 # tenant), and the rest single-shard; in the session that claimed the tasks
 # (or enqueued them), orch_complete, orch_complete_batch, orch_fail,
@@ -42,7 +41,7 @@
 # per tenant), await_tool / resume, await_confirmation / confirm, commands
 # (replay by key, result recorded in the command's tenant), and
 # orch_drop_queue(force) cancelling the open tasks of both tenants.
-# Workflows (issue 23 item 5): a run with a task step, a map step, a human
+# Workflows: a run with a task step, a map step, a human
 # approval (approved by a role bound to no tenant, from a fresh session),
 # a decision and a skipped branch runs to success in each tenant, its start
 # and its step completions single-shard; a saga compensates in its tenant;
@@ -54,7 +53,7 @@
 # installed but the tables left local, a workflow runs and a claim needs no
 # tenant.
 #
-# Metrics (issue 23 item 5): rows stored before orch_distribute move into
+# Metrics: rows stored before orch_distribute move into
 # the shards unchanged; every node folds the shards it holds: after tasks
 # are enqueued, claimed, completed and failed in two tenants on different
 # workers, each counter is exact, a second fold (orch_metrics_refresh,
@@ -418,7 +417,7 @@ is(sqlstate_of(q{SELECT * FROM orch_dequeue('jobs', 'w')}), '0A000',
 # ---------------------------------------------------------------------------
 # A call per row of a query on a distributed table runs on a shard, where
 # Citus allows no further distributed query: a clear 0A000 with what to do
-# instead, not Citus's XX000 (issue 23 item 4)
+# instead, not Citus's XX000
 # ---------------------------------------------------------------------------
 q1("SELECT orch_create_queue('perrow')");
 q1("SELECT orch_enqueue('perrow', '{}', tenant => '$ta')");
@@ -446,8 +445,7 @@ is(q1("SELECT count(*) FROM orch.tasks WHERE queue = 'perrow' AND state = 'queue
 	'the refused calls changed nothing');
 
 # ---------------------------------------------------------------------------
-# Tenant isolation for a role bound to a tenant, as on one node (issue 23
-# item 1): what it reads of tasks, history and metrics is its tenant's only
+# Tenant isolation for a role bound to a tenant, as on one node: what it reads of tasks, history and metrics is its tenant's only
 # ---------------------------------------------------------------------------
 q1("CREATE ROLE cit_rb LOGIN; GRANT orch_reader, orch_worker, orch_producer TO cit_rb");
 q1("SELECT orch_bind_tenant('cit_rb', '$tb')");
@@ -475,7 +473,7 @@ q1("SELECT orch_enqueue('perrow', '{}', tenant => '$tb')");
 }
 
 # ---------------------------------------------------------------------------
-# Metrics folded on every node (issue 23 item 5): each node folds the shards
+# Metrics folded on every node: each node folds the shards
 # it holds, in its own transaction ids; every transition is counted once,
 # whether a shard's trigger or a call through the coordinator wrote it
 # ---------------------------------------------------------------------------
@@ -542,7 +540,7 @@ isnt(q1(q{SELECT metrics_as_of FROM orch_queue_stats WHERE queue = 'mq' LIMIT 1}
 	'orch_queue_stats says when the counters were folded');
 
 # ---------------------------------------------------------------------------
-# Every view, for roles that are not superusers (issue 23 item 2): a reader
+# Every view, for roles that are not superusers: a reader
 # bound to no tenant reads every row, as the superuser does; a bound one its
 # tenant's rows only.
 # ---------------------------------------------------------------------------
@@ -655,7 +653,7 @@ $sess{$_}->quit for keys %sess;
 q1("SELECT orch_drop_queue('cached', true)");
 
 # ---------------------------------------------------------------------------
-# Workflows on Citus (issue 23 item 5): a run's rows are on its tenant's
+# Workflows on Citus: a run's rows are on its tenant's
 # shard; its progression runs there, in the trigger of the statement that
 # finished a step's task.  Each step below is claimed and finished in a
 # transaction of its own (a task a step's completion enqueues on a worker
@@ -937,7 +935,7 @@ is(q1("SELECT count(*) FROM orch.attempts a WHERE a.tenant_id IN ('$ta', '$tb')"
 	'the attempts went with their tasks');
 
 # ---------------------------------------------------------------------------
-# Calls by id go to one shard (issue 23 item 3): the session that claimed a
+# Calls by id go to one shard: the session that claimed a
 # task, and a role bound to one tenant, need no lookup across the shards
 # ---------------------------------------------------------------------------
 # one query in a long-lived session: (stdout, stderr of that query)
@@ -1088,7 +1086,7 @@ for my $t ($ta, $tb)
 }
 
 # ---------------------------------------------------------------------------
-# A worker stopped under load (issue 23 item 6): a session per tenant claims
+# A worker stopped under load: a session per tenant claims
 # and completes in a loop (claim and completion in transactions of their
 # own, as a worker does); the worker of one tenant is stopped while both
 # are working.  The other tenant's work goes on: tasks enqueued during the
@@ -1274,7 +1272,7 @@ EOSQL
 }
 
 # ---------------------------------------------------------------------------
-# Runs retired with their partition of run ids (issue 20): a finished run
+# Runs retired with their partition of run ids: a finished run
 # past the retention goes with its steps and its idempotency key (its range
 # compacted through the shards, the lifecycle trigger off for the rows put
 # back); an open run of the same range stays as it was, with no event added
@@ -1326,7 +1324,7 @@ push @workers, $w3;
 # ---------------------------------------------------------------------------
 # A distributed 0.7.0 installation updated to 0.8.0 with the shipped script
 # (docs/citus-upgrade-0.7.0-0.8.0.sql): every row kept, leases and keys
-# still honoured, ids never reused, distributed again (issue 23 item 5)
+# still honoured, ids never reused, distributed again
 # ---------------------------------------------------------------------------
 {
 	my @uw = @workers[0 .. 1];

@@ -131,7 +131,7 @@ SELECT set_eq(
              ('awaiting_user_confirmation', 'awaiting_user_confirmation'), ('awaiting_user_confirmation', 'executing'),
              ('awaiting_user_confirmation', 'failed'), ('awaiting_user_confirmation', 'cancelled'),
              ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled')$$,
-    'the built-in task machine is exactly the matrix of SPEC section 2');
+    'the built-in task machine is exactly the task state matrix');
 SELECT is((SELECT builtin FROM orch.state_machines WHERE name = 'task'), true, 'the task machine is built in');
 
 -- The workflow triggers (0.4.0): the run lifecycle and the definition guard, in C.

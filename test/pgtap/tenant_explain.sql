@@ -1,5 +1,4 @@
--- tenant_explain: nothing of another tenant shows in a plan (issue 18, item
--- 2).  The oracle: a role bound to tenant tb runs EXPLAIN (ANALYZE, FORMAT
+-- tenant_explain: nothing of another tenant shows in a plan.  The oracle: a role bound to tenant tb runs EXPLAIN (ANALYZE, FORMAT
 -- JSON) of a query on each view it can read, with a predicate on one of
 -- tenant ta's values, twice: once with the value ta holds (ta has a matching
 -- row) and once with another value of the same length (no row matches).

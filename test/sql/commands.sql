@@ -1,4 +1,4 @@
--- commands: the idempotent command boundary (SPEC §5, seed 000 AG-EXE-01).
+-- commands: the idempotent command boundary.
 -- Every seed command kind end to end: orch_command records the request and
 -- queues a work task in the command queue; an adapter claims it, performs
 -- the side effect, records the outcome with orch_command_result and completes

@@ -1,5 +1,5 @@
 -- definitions: versioned, validated, immutable-once-published workflow
--- definitions (SPEC section 7, issue 8; format reference: docs/workflows.md).
+-- definitions (format reference: docs/workflows.md).
 -- Every validation rule with a failing case (SQLSTATE and the JSON path in
 -- the detail), valid specs of every shape, the draft / published /
 -- deprecated lifecycle, OR007 for every way of changing a published version
@@ -448,7 +448,7 @@ INSERT INTO specs VALUES
   "steps": [
     {"step_id": "hold", "type": "wait", "until_path": "$.input.release_at", "timeout": "1 day"},
     {"step_id": "run", "queue": "defs_q", "handler": "run", "depends_on": ["hold"]}]}');
--- seed 002's gated pipeline of docs/workflows.md without its probes and output schemas (workflows_drift has it verbatim)
+-- the gated pipeline of docs/workflows.md without its probes and output schemas (workflows_drift has it verbatim)
 INSERT INTO specs VALUES ('defs_gated_pipeline', $spec${
   "description": "Gated cut pipeline (seed 002): internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
   "input_schema": {

@@ -1,4 +1,4 @@
--- Map steps fan out at a cost linear in their items (issue 18 item 4):
+-- Map steps fan out at a cost linear in their items:
 -- items inserted in one statement, a map item's task carries its item and
 -- index (not the run's input and upstream outputs), the step counts its
 -- items (items_total / items_next / items_done) instead of re-reading every

@@ -85,7 +85,7 @@ SELECT v.kind, v.cls, v.n, d.delay, v.expected, d.delay = v.expected AS ok
     (26, 'RATE_LIMITED, retry_after 42s',      'RATE_LIMITED', 3, '{}', interval '42 seconds', interval '42 seconds'),
     (27, 'RATE_LIMITED, no retry_after',       'RATE_LIMITED', 2, '{}', NULL, interval '10 seconds'),
     (28, 'RATE_LIMITED, retry_after 10min',    'RATE_LIMITED', 1, '{}', interval '10 minutes', interval '10 minutes'),
-    -- SPEC section 4: only RATE_LIMITED honours retry_after; other classes keep the policy's delay
+    -- only RATE_LIMITED honours retry_after; other classes keep the policy's delay
     (29, 'TRANSIENT ignores retry_after',      'TRANSIENT', 2,  '{}', interval '3 seconds', interval '10 seconds'),
     (30, 'RETRYABLE ignores retry_after',      'RETRYABLE', 1,  '{"schedule": ["1 hour"]}', interval '4 seconds', interval '1 hour'),
     (31, 'DEPENDENCY_FAILED exponential',      'DEPENDENCY_FAILED', 1, '{}', NULL, interval '10 seconds'),

@@ -1,4 +1,4 @@
--- Tenant claims (issue 18 item 3, issue 20): a claim for one tenant reads
+-- Tenant claims: a claim for one tenant reads
 -- only that tenant's claimable rows, from tasks_tenant_claim_idx, however
 -- long another tenant's backlog in the same queue; the default tenant (an
 -- installation without tenants) is not in that index (its enqueues pay for

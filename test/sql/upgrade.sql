@@ -159,7 +159,7 @@ SELECT payload ->> 'n' AS n, state, gated, ready_at IS NOT NULL AS claimable
 SELECT from_state, to_state, reason_code FROM orch.history
  WHERE task_id = (SELECT task_id FROM up8_claim) ORDER BY id;
 SELECT count(*) AS claimed FROM orch_dequeue('stale_keys', 'w', 10);
--- 0.7.0 -> 0.8.0 with runs (issue 20): the run tables become partitioned by
+-- 0.7.0 -> 0.8.0 with runs: the run tables become partitioned by
 -- run id, each old table the first range (every id the sequence gave out),
 -- attached whole; a run of a higher id (on Citus: one started on a worker,
 -- in that node's range) moves to the DEFAULT partition with its steps and

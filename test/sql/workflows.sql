@@ -1,4 +1,4 @@
--- Workflow runs (SPEC section 7): start, progression, joins, edges,
+-- Workflow runs: start, progression, joins, edges,
 -- decisions, approvals, waits, map, pause/resume with drift check, cancel,
 -- compensation, deadlines, retry_run, run status, the run lifecycle.
 \set VERBOSITY terse

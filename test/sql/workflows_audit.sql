@@ -1,4 +1,4 @@
--- The audit of workflow steps (issue 21 items 3, 6, 2; SPEC section 7):
+-- The audit of workflow steps:
 -- an approval's expiry reads as expiry, not as a decision, and a decision
 -- after it (or past the run's deadline) is refused and records nothing; a
 -- step whose task waits for its next attempt reads retrying; every step
@@ -257,7 +257,7 @@ SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s5) WHERE what =
 
 -- ---------------------------------------------------------------------------
 -- 4. Item 1: a human_approval step is backed by a task in
---    awaiting_user_confirmation (SPEC section 7), which the step's outcome
+--    awaiting_user_confirmation, which the step's outcome
 --    settles; orch_confirm and orch_cancel refuse it (OR009).
 -- ---------------------------------------------------------------------------
 -- at(task): the task's state, reason, attempts and label of its last event

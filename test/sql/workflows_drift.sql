@@ -1,4 +1,4 @@
--- Drift probes (issue 21 item 4, seed 002 section 8): a definition's probes
+-- Drift probes: a definition's probes
 -- (functions with no arguments) are validated at orch_define (OR008), only
 -- an orch_admin member publishes them (42501), they are pinned at orch_start
 -- as the publisher with search_path pinned (a failing probe refuses the
@@ -311,7 +311,7 @@ SELECT state, reason_code, drift FROM orch_runs WHERE run_id = :run5;
 SELECT orch_cancel_run(:run5);
 
 -- ---------------------------------------------------------------------------
--- 9. The gated pipeline of docs/workflows.md (seed 002), verbatim, with
+-- 9. The gated pipeline of docs/workflows.md, verbatim, with
 -- stand-ins for its four probe functions: validated, published, pinned.
 -- ---------------------------------------------------------------------------
 CREATE SCHEMA cutter;

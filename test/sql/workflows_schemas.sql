@@ -1,4 +1,4 @@
--- input_schema and output_schema (issue 21 item 5, seed 001 section 2.1):
+-- input_schema and output_schema:
 -- the JSON Schema subset of src/json_schema.c.  Define time: every
 -- keyword's well-formed and malformed values, unsupported keywords (OR008
 -- naming the path).  orch_start: the input against input_schema, every

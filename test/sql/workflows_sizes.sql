@@ -1,4 +1,4 @@
--- Runs are bounded (issue 21 item 7): a step's task is given its input (the
+-- Runs are bounded: a step's task is given its input (the
 -- run's input and its dependencies' outputs) only up to
 -- orchestrator.max_step_input_size, else the step fails (its size in the
 -- error, never its content) and the run's failure policy applies; a
