@@ -176,6 +176,26 @@ rate_admit(EnqueueOpts *o)
 }
 
 
+/*
+ * The options every task of an enqueue takes, as five parameters in a row:
+ * run_at, max_attempts, max_failures, retry_policy, timeout (SQL NULL: the
+ * default; the queue's timeout applies when the task has none).
+ */
+static void
+task_option_args(EnqueueOpts *o, Datum *v, char *n)
+{
+	v[0] = TimestampTzGetDatum(o->run_at);
+	n[0] = o->has_run_at ? ' ' : 'n';
+	v[1] = Int32GetDatum(o->max_attempts);
+	n[1] = o->has_max_attempts ? ' ' : 'n';
+	v[2] = Int32GetDatum(o->max_failures);
+	n[2] = o->has_max_failures ? ' ' : 'n';
+	v[3] = JsonbPGetDatum(o->retry_policy);
+	n[3] = o->retry_policy ? ' ' : 'n';
+	v[4] = IntervalPGetDatum(o->has_timeout ? o->timeout : orch_usecs_interval(o->qs.timeout));
+	n[4] = (!o->has_timeout && o->qs.timeout <= 0) ? 'n' : ' ';
+}
+
 static int64
 insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 id)
 {
@@ -194,21 +214,7 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 
 	v[2] = orch_text_datum(o->queue);
 	v[3] = Int32GetDatum(o->priority);
 	v[4] = JsonbPGetDatum(payload);
-	v[5] = TimestampTzGetDatum(o->run_at);
-	if (!o->has_run_at)
-		n[5] = 'n';
-	v[6] = Int32GetDatum(o->max_attempts);
-	if (!o->has_max_attempts)
-		n[6] = 'n';
-	v[7] = Int32GetDatum(o->max_failures);
-	if (!o->has_max_failures)
-		n[7] = 'n';
-	v[8] = JsonbPGetDatum(o->retry_policy);
-	if (!o->retry_policy)
-		n[8] = 'n';
-	v[9] = IntervalPGetDatum(o->has_timeout ? o->timeout : orch_usecs_interval(o->qs.timeout));
-	if (!o->has_timeout && o->qs.timeout <= 0)
-		n[9] = 'n';			/* the queue's timeout applies when the task has none */
+	task_option_args(o, v + 5, n + 5);
 #define OPT_TEXT(i, s) do { if (s) v[i] = orch_text_datum(s); else n[i] = 'n'; } while (0)
 	OPT_TEXT(10, key);
 	OPT_TEXT(11, o->owner);
@@ -424,21 +430,7 @@ insert_batch(EnqueueOpts *o, ArrayType *payloads, int np, int64 *ids)
 	v[1] = orch_text_datum(o->queue);
 	v[2] = Int32GetDatum(o->priority);
 	v[3] = PointerGetDatum(payloads);
-	v[4] = TimestampTzGetDatum(o->run_at);
-	if (!o->has_run_at)
-		n[4] = 'n';
-	v[5] = Int32GetDatum(o->max_attempts);
-	if (!o->has_max_attempts)
-		n[5] = 'n';
-	v[6] = Int32GetDatum(o->max_failures);
-	if (!o->has_max_failures)
-		n[6] = 'n';
-	v[7] = JsonbPGetDatum(o->retry_policy);
-	if (!o->retry_policy)
-		n[7] = 'n';
-	v[8] = IntervalPGetDatum(o->has_timeout ? o->timeout : orch_usecs_interval(o->qs.timeout));
-	if (!o->has_timeout && o->qs.timeout <= 0)
-		n[8] = 'n';
+	task_option_args(o, v + 4, n + 4);
 	orch_spi_text(v, n, 9, o->owner);
 	orch_spi_text(v, n, 10, o->concurrency_key);
 	orch_spi_text(v, n, 11, o->correlation_id);

@@ -25,6 +25,7 @@
 
 #include "catalog/pg_class.h"
 #include "optimizer/plancat.h"
+#include "parser/parsetree.h"
 #include "utils/lsyscache.h"
 
 #include "orchestrator.h"
@@ -47,7 +48,7 @@ plan_floor_relation_info(PlannerInfo *root, Oid relid, bool inhparent, RelOptInf
 
 	if (inhparent || rel->pages >= ORCH_PLAN_MIN_PAGES || !orch_spi_executing_kept())
 		return;
-	if (get_rel_relkind(relid) != RELKIND_RELATION)
+	if (planner_rt_fetch(rel->relid, root)->relkind != RELKIND_RELATION)
 		return;
 	if (get_rel_namespace(relid) != orch_namespace_oid())
 		return;

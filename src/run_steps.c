@@ -208,12 +208,22 @@ start_approval_step(RunRow *r, const char *step, const Interval *timeout)
 	return false;
 }
 
+/* A row of a step into SPI_tuptable (sql: $1 the run, $2 its tenant, $3 the step) */
+static void
+read_step_row(RunRow *r, const char *step, const char *sql)
+{
+	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		v[3];
+
+	RUN_ARGS(v, r->id, r->tenant);
+	v[2] = orch_text_datum(step);
+	orch_sql(sql, 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+}
+
 /* A wait step: for a duration from now, or until a time the input names */
 static bool
 start_wait_step(RunRow *r, const char *step, const Interval *timeout)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		v[5];
 	bool		isnull;
 	OrchArgs	a = {0};
 	TimestampTz now;
@@ -224,11 +234,8 @@ start_wait_step(RunRow *r, const char *step, const Interval *timeout)
 	bool		wake_ok = true;
 	Datum		d;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	orch_sql("SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration")
-			 " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3",
-			 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+	read_step_row(r, step, "SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration")
+				  " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3");
 	until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	if (!isnull)
@@ -320,8 +327,6 @@ map_items_settle(RunRow *r, const char *step, const char *over, bool is_array, i
 static bool
 start_map_step(RunRow *r, const char *step, const Interval *timeout)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		v[5];
 	bool		isnull;
 	OrchArgs	a = {0};
 	TimestampTz now;
@@ -332,10 +337,8 @@ start_map_step(RunRow *r, const char *step, const Interval *timeout)
 	int			count;
 	Datum		d;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	orch_sql("SELECT spec -> 'map' ->> 'over', spec -> 'output_schema' FROM orch.run_steps"
-			 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+	read_step_row(r, step, "SELECT spec -> 'map' ->> 'over', spec -> 'output_schema' FROM orch.run_steps"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3");
 	over = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	schema = isnull ? NULL : DatumGetJsonbPCopy(d);
