@@ -13,7 +13,7 @@
 # final counts, the audit trail summary and one task's history, and checks
 # that every task ended where its payload said it would.
 #
-# Then workflows: a gated release pipeline shaped like seed 002 (plan ->
+# Then workflows: a gated release pipeline (plan ->
 # design_review gate -> build -> test -> release_approval gate -> deploy,
 # build and deploy compensable, a 1 hour deadline) is defined and published
 # once per database (reused while its spec is unchanged) and run three
@@ -432,7 +432,7 @@ TASK_PROBLEMS=$problems
 ERRORS_SEEN=$( [ -f "$WORK/errors.log" ] && wc -l <"$WORK/errors.log" || echo 0)
 
 # ===========================================================================
-# Workflows: a gated release pipeline shaped like seed 002 (internal steps
+# Workflows: a gated release pipeline (internal steps
 # that run automatically, two human gates, a compensable deploy, a hard
 # deadline), three runs: the happy path, a paused run resumed with a drift
 # check (OR010), and a deploy that fails after a compensable step succeeded.
@@ -442,7 +442,7 @@ WFQ=demo_wf
 WF_TIMEOUT=${ORCH_DEMO_WF_TIMEOUT:-40}
 WF_SPEC=$(cat <<'JSON'
 {
-  "description": "Demo release pipeline (shaped like seed 002): internal steps run automatically, two human gates wait for a person, deploy is never retried blindly and is compensated, any failure undoes what succeeded.",
+  "description": "Demo release pipeline: internal steps run automatically, two human gates wait for a person, deploy is never retried blindly and is compensated, any failure undoes what succeeded.",
   "input_schema": {
     "required": ["change_id", "scenario"],
     "properties": {"change_id": {"type": "string"}, "scenario": {"type": "string"}}

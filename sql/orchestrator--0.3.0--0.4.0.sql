@@ -3,7 +3,7 @@
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.4.0'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
--- Tenant bindings (SPEC section 10).  A role bound to tenants (directly, or
+-- Tenant bindings.  A role bound to tenants (directly, or
 -- through a role whose privileges it has) sees and acts on those tenants
 -- only; a role bound to none is unrestricted; superusers are never bound.
 -- ---------------------------------------------------------------------------
@@ -255,8 +255,8 @@ GRANT EXECUTE ON FUNCTION orch_bind_tenant(name, text), orch_unbind_tenant(name,
 GRANT SELECT ON orch_tenant_bindings TO orch_admin;
 
 -- ---------------------------------------------------------------------------
--- Workflow definitions (issue 8)
--- Versioned workflow templates (SPEC section 7; format: docs/workflows.md).
+-- Workflow definitions
+-- Versioned workflow templates (format: docs/workflows.md).
 -- A name's versions are drafts (mutable: orch_define replaces the highest
 -- version while it is a draft), then published (immutable, OR007, enforced
 -- for every writer by a C trigger), then deprecated.  Definitions are shared
@@ -359,7 +359,7 @@ GRANT EXECUTE ON FUNCTION orch_definition(text, integer), orch_validate_definiti
 GRANT SELECT ON orch_definitions TO orch_reader;
 
 -- ---------------------------------------------------------------------------
--- Workflow runs (issue 8): one execution of a published definition version.
+-- Workflow runs: one execution of a published definition version.
 -- Its steps become ordinary tasks (run_id, step_key); progression happens in
 -- the transaction that finishes a step's task, under the run's row lock.
 -- ---------------------------------------------------------------------------

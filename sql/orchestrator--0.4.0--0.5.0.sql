@@ -3,7 +3,7 @@
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.5.0'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
--- Correlation ids (issue 9): an optional caller-supplied id on a task or a
+-- Correlation ids: an optional caller-supplied id on a task or a
 -- run, inherited by every step task of the run, shown by orch_history,
 -- orch_run_status and the views.
 -- ---------------------------------------------------------------------------

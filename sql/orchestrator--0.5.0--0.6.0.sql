@@ -1,4 +1,4 @@
-/* orchestrator 0.5.0 -> 0.6.0: performance (issue 10). */
+/* orchestrator 0.5.0 -> 0.6.0: performance. */
 
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.6.0'" to load this file. \quit
 

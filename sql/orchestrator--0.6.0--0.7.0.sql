@@ -1,4 +1,4 @@
-/* orchestrator 0.6.0 -> 0.7.0: scale-out on Citus (issue 11). */
+/* orchestrator 0.6.0 -> 0.7.0: scale-out on Citus. */
 
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.7.0'" to load this file. \quit
 

@@ -4,7 +4,7 @@
 \echo Use "ALTER EXTENSION orchestrator UPDATE TO '0.8.0'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
--- The tables that become partitioned (issue 20, docs/storage.md): the
+-- The tables that become partitioned (docs/storage.md): the
 -- history by time (orch.events, orch.attempts, below), the runs, their
 -- steps and their approvals by run id (here), each retired whole by
 -- orch_maintain.  First, before anything else of this update touches them,
@@ -116,7 +116,7 @@ SELECT pg_catalog.pg_extension_config_dump('orch.approvals_default', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.approval_refs', '');
 
 -- ---------------------------------------------------------------------------
--- The task row in the order its writes want (issue 20, docs/storage.md, *The
+-- The task row in the order its writes want (docs/storage.md, *The
 -- task row*): a claim and a completion each rewrite the row, and the WAL
 -- record of a row updated in place holds only the bytes between the prefix
 -- and the suffix the two versions share, so what never changes after the
@@ -431,7 +431,7 @@ DROP FUNCTION orch_gate_trigger();
 DROP FUNCTION orch_events_flush();
 
 -- ---------------------------------------------------------------------------
--- A map step counts its items (issue 18 item 4: fan-out cost linear in the
+-- A map step counts its items (fan-out cost linear in the
 -- items): how many have a task, how many completed; counted once here for
 -- the steps running now.
 -- ---------------------------------------------------------------------------
@@ -454,7 +454,7 @@ UPDATE orch.run_steps s
    AND s.step_id OPERATOR(pg_catalog.=) c.step_id AND s.state OPERATOR(pg_catalog.=) 'running';
 
 -- ---------------------------------------------------------------------------
--- Storage (issue 20): a plain enqueue, a claim from the queue and a
+-- Storage: a plain enqueue, a claim from the queue and a
 -- completion by orch_complete are recorded by the task row (no orch.events
 -- or orch.attempts row);
 -- orch.history is what every reader of history reads.  Existing events stay
@@ -463,7 +463,7 @@ UPDATE orch.run_steps s
 -- (the task row's columns for them were made with the table, at the top of
 -- this update)
 
--- History in time-range partitions (issue 20, docs/storage.md): orch.events
+-- History in time-range partitions (docs/storage.md): orch.events
 -- and orch.attempts become partitioned tables.  Each existing table (renamed
 -- *_before_080 at the top of this update) is kept whole, with its keys and
 -- indexes, as the partition of everything before this update and is retired
@@ -629,7 +629,7 @@ COMMENT ON VIEW orch.attempt_history IS
 REVOKE ALL ON orch.attempt_history FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
--- Tenant bindings survive a restore into another cluster (issue 18, item 6):
+-- Tenant bindings survive a restore into another cluster:
 -- the role by name, and by OID in the cluster that bound it (a rename keeps
 -- the binding).  The regrole column of 0.7.0 made a restore without the
 -- roles fail for the whole table, leaving every role unrestricted.
@@ -651,7 +651,7 @@ COMMENT ON COLUMN orch.tenant_bindings.cluster_id IS
   'The system identifier of the cluster whose role role_oid is meant; 0 (or another cluster''s): match by name.';
 
 -- ---------------------------------------------------------------------------
--- The tenant fence (issue 18, item 2): every view a bound role can read
+-- The tenant fence: every view a bound role can read
 -- takes its rows from two branches of a UNION ALL gated by whether the
 -- caller is bound: the table itself for an unbound caller, a SECURITY
 -- DEFINER function returning the caller's tenants' rows for a bound one, so
@@ -1109,8 +1109,7 @@ CREATE OR REPLACE VIEW orch_error_stats AS
 SELECT * FROM orch.error_stats();
 GRANT EXECUTE ON FUNCTION orch.queue_stats(), orch.error_stats() TO orch_reader;
 
--- Maintenance counts every tenant: a bound role reads no row of its log
--- (issue 18, item 5).
+-- Maintenance counts every tenant: a bound role reads no row of its log.
 -- What orch_maintenance_log reads (orch.maintenance_log_rows): every pass
 -- for an unbound caller, none for a bound one; on Citus through the
 -- function (a shard is read with the caller's rights).
@@ -1203,27 +1202,27 @@ BEGIN
 END
 $stats$;
 
--- A tenant's claims read only its own claimable rows (issue 18 item 3);
--- the default tenant's read tasks_claim_idx (issue 20).
+-- A tenant's claims read only its own claimable rows;
+-- the default tenant's read tasks_claim_idx.
 CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
     WHERE ready_at IS NOT NULL AND tenant_id OPERATOR(pg_catalog.<>) 'default';
 
--- Issue 21 item 6: a step whose task waits for its next attempt reads
--- retrying (seed 001 section 3.2).
+-- A step whose task waits for its next attempt reads
+-- retrying.
 ALTER TABLE orch.run_steps DROP CONSTRAINT run_steps_state_check;
 ALTER TABLE orch.run_steps ADD CONSTRAINT run_steps_state_check
     CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'ready', 'running', 'retrying', 'awaiting_approval',
                                   'waiting', 'succeeded', 'failed', 'timed_out', 'skipped', 'canceled']));
 
--- Retention purges a finished run's approvals with it (issue 21 item 7,
--- issue 20): an approval reference is single-use as long as its run is kept.
+-- Retention purges a finished run's approvals with it:
+-- an approval reference is single-use as long as its run is kept.
 COMMENT ON TABLE orch.approvals IS
   'Human decisions on approval steps: an approval reference is single-use (OR009, through orch.approval_refs) and bound to one run and step, for as long as that run is kept (retired with its run).';
 -- (on each partition: the parent has no indexes)
 CREATE INDEX approvals_run_idx ON orch.approvals_default (run_id, tenant_id);
 CREATE INDEX approvals_before_080_run_idx ON orch.approvals_before_080 (run_id, tenant_id);
 
--- Tenant isolation on Citus (issue 23 item 1): the functions behind the
+-- Tenant isolation on Citus: the functions behind the
 -- task views, the statistics and the metrics read the caller's tenants
 -- once, where the call was made, and pass them to their query as a value;
 -- orch.tenant_visible(tenant_id) in a query on distributed tables ran on
@@ -1501,7 +1500,7 @@ BEGIN
 END
 $fn$;
 
--- Drift probes (issue 21 item 4, seed 002 section 8): who published a
+-- Drift probes: who published a
 -- definition (its probes run with that role's rights), the probe values a
 -- run pinned and the drift that stopped it; orch_acknowledge_drift.
 ALTER TABLE orch.definitions ADD COLUMN published_by text;

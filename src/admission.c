@@ -504,56 +504,6 @@ orch_gate_reconcile(const char *queue, int max_keys)
 }
 
 
-#define DELAYED_WHERE ORCH_DELAYED_WHERE
-
-/*
- * Tasks that are not due yet (queued with a future run_at, or waiting to
- * retry) are "delayed": not claimable and outside the claim index (the
- * lifecycle trigger takes them out), so that claims never step over them and
- * a keyed one holds no slot.  Once due, they are made claimable here, keyed
- * ones through the gate.  Called by every claim of the queue (tenants: the
- * claimer's, or (Datum) 0 for all) and by orch_maintain (queue NULL: every
- * queue).  Caller is connected to SPI.
- */
-int
-orch_wake_delayed(const char *queue, int limit, Datum tenants)
-{
-	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
-
-	if (queue == NULL)
-	{
-		int			nq;
-		char	  **names;
-		int			woken = 0;
-
-		nq = (int) orch_sql("SELECT name FROM orch.queues ORDER BY name", 0, NULL, NULL, NULL,
-							true, 0, SPI_OK_SELECT);
-		names = orch_spi_column(1);
-		for (int i = 0; i < nq && woken < limit; i++)
-			woken += orch_wake_delayed(names[i], limit - woken, tenants);
-		return woken;
-	}
-
-	v[0] = Int32GetDatum(limit);
-	v[1] = orch_text_datum(queue);
-	v[2] = tenants;
-	if (tenants == (Datum) 0)
-		n[2] = 'n';
-	/* a read-only probe first: the UPDATE's set-up costs more than the look */
-	if (orch_exec(orch_plan("SELECT 1 FROM orch.tasks" DELAYED_WHERE " LIMIT $1",
-									  3, types), v, n, false, 1, SPI_OK_SELECT) == 0)
-		return 0;
-	return (int) orch_exec(orch_plan("UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
-									 " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" DELAYED_WHERE
-									 "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
-									 "       FOR UPDATE SKIP LOCKED))"
-									 "   AND " ORCH_TENANT_IN("t.tenant_id", "$3"),
-									 3, types),
-						   v, n, false, 0, SPI_OK_UPDATE);
-}
-
 static int
 pending_cmp(const ListCell *a, const ListCell *b)
 {

@@ -113,7 +113,7 @@ change_binding(FunctionCallInfo fcinfo, bool bind)
 	orch_arg(&a, OIDOID, ObjectIdGetDatum(roleid), false);
 	orch_arg_text(&a, tenant);
 	SPI_connect();
-	if (!orch_schema_previous())
+	if (orch_schema_keyed_bindings())
 	{
 		int64		cluster = (int64) GetSystemIdentifier();
 

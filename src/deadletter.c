@@ -22,6 +22,42 @@ PG_FUNCTION_INFO_V1(orch_reprocess);
 
 
 /*
+ * The copy of dead letter id that re-drives it, from its row (tup: the
+ * columns of redrive's look, the task's from 6 on), queued now.
+ */
+static OrchTaskRow *
+redrive_row(HeapTuple tup, TupleDesc td, int64 id)
+{
+	OrchTaskRow *t = palloc0(sizeof(OrchTaskRow));
+	bool		isnull;
+	Datum		d;
+
+	t->tenant = SPI_getvalue(tup, td, 4);
+	t->queue = SPI_getvalue(tup, td, 6);
+	t->reason_code = "redriven";
+	t->priority = DatumGetInt32(SPI_getbinval(tup, td, 7, &isnull));
+	t->has_run_at = true;
+	t->run_at = GetCurrentTransactionStartTimestamp();
+	d = SPI_getbinval(tup, td, 9, &t->has_max_attempts);
+	t->has_max_attempts = !t->has_max_attempts;
+	t->max_attempts = t->has_max_attempts ? DatumGetInt32(d) : 0;
+	d = SPI_getbinval(tup, td, 10, &t->has_max_failures);
+	t->has_max_failures = !t->has_max_failures;
+	t->max_failures = t->has_max_failures ? DatumGetInt32(d) : 0;
+	d = SPI_getbinval(tup, td, 11, &isnull);
+	t->retry_policy = isnull ? NULL : DatumGetJsonbP(d);
+	d = SPI_getbinval(tup, td, 12, &isnull);
+	t->timeout = isnull ? NULL : DatumGetIntervalP(d);
+	t->owner = SPI_getvalue(tup, td, 13);
+	t->concurrency_key = SPI_getvalue(tup, td, 14);
+	d = SPI_getbinval(tup, td, 15, &isnull);
+	t->run_id = isnull ? 0 : DatumGetInt64(d);
+	t->retry_of = id;
+	t->correlation_id = SPI_getvalue(tup, td, 17);
+	return t;
+}
+
+/*
  * Re-drive one task, which the caller has locked.  Returns the new task id.
  * Caller is connected to SPI.
  */
@@ -56,7 +92,10 @@ redrive(int64 id, bool skip_redriven)
 	orch_args_sql(&a, "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
 									  "    AND n.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("n.tenant_id", "$2") "),"
-									  " t.tenant_id, t.reason_code"
+									  " t.tenant_id, t.reason_code,"
+									  " t.queue, t.priority, t.payload, t.max_attempts, t.max_failures,"
+									  " t.retry_policy, t.timeout, t.owner, t.concurrency_key, t.run_id, t.step_key,"
+									  " t.correlation_id"
 									  " FROM orch.tasks t WHERE t.id = $1"
 									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), false, 1, SPI_OK_SELECT);
 	/* another tenant's task does not exist for a role bound to tenants */
@@ -82,15 +121,8 @@ redrive(int64 id, bool skip_redriven)
 						SPI_getvalue(tup, td, 3))));
 
 	/* the copy keeps the correlation id */
-	if (orch_args_sql(&a, "INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload,"
-							" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-							" owner, concurrency_key, run_id, step_key, retry_of, reason_code, correlation_id)"
-							" SELECT tenant_id, queue, 'queued', priority, payload, now(), now(),"
-							" max_attempts, max_failures, retry_policy, timeout, owner,"
-							" concurrency_key, run_id, step_key, id, 'redriven', correlation_id"
-							" FROM orch.tasks WHERE id = $1 AND " ORCH_TENANT_IN("tenant_id", "$2") " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != 1)
-		elog(ERROR, "orchestrator: re-drive insert failed");
-	new_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	new_id = orch_task_insert(redrive_row(tup, td, id), DatumGetJsonbP(SPI_getbinval(tup, td, 8, &isnull)),
+							  SPI_getvalue(tup, td, 16));
 	orch_route_note(ORCH_ROUTE_TASK, new_id, tenant);
 	note = psprintf("re-driven as task " INT64_FORMAT, new_id);
 	orch_write_event(tenant, id, true, "task", "failed", "failed", "redriven", 0, NULL, note);

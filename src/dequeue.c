@@ -2,7 +2,8 @@
  * dequeue.c
  *	  Handing out work: orch_dequeue claims eligible tasks in priority/FIFO
  *	  order with FOR UPDATE SKIP LOCKED and a fresh fencing token per claim,
- *	  after lazily recovering expired leases of the same queue (maintain.c).
+ *	  after the queue's housekeeping (housekeeping.c: expired leases recovered,
+ *	  delayed tasks that came due let in).
  *	  A task's timeout caps its lease: lease_expires_at never passes
  *	  claimed_at + timeout.
  */
@@ -19,8 +20,6 @@
 
 PG_FUNCTION_INFO_V1(orch_dequeue);
 PG_FUNCTION_INFO_V1(orch_step_claimable);
-
-#define ORCH_RECOVER_PER_CLAIM 16
 
 /*
  * What a claim does to a task ($3 worker, $4 lease; the task's timeout caps
@@ -142,44 +141,6 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
 
-/*
- * Before a claim: is there an expired lease to recover, a delayed task now
- * due, a deferred key decision to settle?  One statement looks for all
- * three (each is usually absent); only what it finds is then worked on,
- * with the statements of orch_recover_expired, orch_wake_delayed and
- * orch_gate_repair.  The task looks are ordered scalar sub-queries, not
- * EXISTS: EXISTS drops the ORDER BY, and a plan that expects to find a row
- * soon may then read the whole table to find none.  Caller is connected to
- * SPI.
- */
-static void
-probe_housekeeping(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs)
-{
-	Oid			types[4] = {INT4OID, TEXTOID, TEXTARRAYOID, TEXTARRAYOID};
-	Datum		v[4];
-	char		n[4] = {'n', ' ', ' ', ' '};
-	bool		isnull;
-
-	v[0] = (Datum) 0;			/* $1 unused: the texts share their numbering */
-	v[1] = orch_text_datum(queue);
-	v[2] = tenants;
-	if (tenants == (Datum) 0)
-		n[2] = 'n';
-	/* key decisions: of every tenant (on Citus, of the claim's) */
-	orch_spi_scope_tenants(v, n, 3);
-	if (orch_exec(orch_plan("SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
-									  "        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL,"
-									  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
-									  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
-									  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
-									  "               AND " ORCH_TENANT_IN("tenant_id", "$4") ")",
-									  4, types), v, n, false, 1, SPI_OK_SELECT) != 1)
-		elog(ERROR, "orchestrator: claim probe failed");
-	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	*repairs = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-}
-
 #define CLAIM_IDS_SQL \
 	"UPDATE orch.tasks t SET " CLAIM_SET \
 	" WHERE t.id = ANY ($1) AND t.ready_at <= now()" \
@@ -265,7 +226,7 @@ limited_window_plan(Datum tenants, bool all_tenants)
 {
 	Oid			ctypes[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID,
 	INT8OID, BOOLOID};
-	bool		steps_fn = !orch_schema_previous();
+	bool		steps_fn = orch_schema_step_claimable();
 	bool		default_only = false;
 
 	if (!all_tenants &&
@@ -498,46 +459,6 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 }
 
 /*
- * Before a claim: recover the queue's expired leases, let due work in and
- * settle deferred key decisions, each only when the probe found some.
- * tenants: the claim's tenants, or 0 for all.
- */
-static void
-claim_housekeeping(const char *queue, Datum tenants)
-{
-	bool		expired = true,
-				due = true,
-				repairs = true;
-
-	probe_housekeeping(queue, tenants, &expired, &due, &repairs);
-	/* a recovered task may be due again at once, and may have freed a key */
-	if (expired && orch_recover_expired(queue, ORCH_RECOVER_PER_CLAIM, tenants) > 0)
-		due = repairs = true;
-	if (!due && !repairs)
-		return;
-
-	/*
-	 * Letting due work in and settling deferred key decisions only tries key
-	 * locks: a claim never waits for a producer's open transaction (what it
-	 * cannot decide now is noted and settled later).
-	 */
-	orch_gate_set_try_only(true);
-	PG_TRY();
-	{
-		/* waking keyed tasks may defer key decisions: settle them now */
-		if (due && orch_wake_delayed(queue, ORCH_RECOVER_PER_CLAIM * 4, tenants) > 0)
-			repairs = true;
-		if (repairs)
-			orch_gate_repair(queue, ORCH_RECOVER_PER_CLAIM);
-	}
-	PG_FINALLY();
-	{
-		orch_gate_set_try_only(false);
-	}
-	PG_END_TRY();
-}
-
-/*
  * The claim on Citus, on the one tenant's shard ($1..$5 in v as the plain
  * claim's; the token's nonce is $6).  Caller is connected to SPI.
  */
@@ -577,7 +498,7 @@ claim_plan(const char *tenant, bool all_tenants)
 {
 	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
 	Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
-	bool		steps_fn = !orch_schema_previous();
+	bool		steps_fn = orch_schema_step_claimable();
 
 	if (tenant && is_default_tenant(tenant))
 		return orch_plan(steps_fn
@@ -668,7 +589,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	else
 		tenants = orch_caller_tenants_datum(&all_tenants);
 
-	claim_housekeeping(queue, all_tenants ? (Datum) 0 : tenants);
+	orch_claim_housekeeping(queue, all_tenants ? (Datum) 0 : tenants);
 
 	v[0] = orch_text_datum(queue);
 	v[1] = Int32GetDatum(batch);

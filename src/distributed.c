@@ -304,7 +304,7 @@ distribute_stamps(ReturnSetInfo *rsinfo)
 	 * committed there (orch.metrics_fold_shard).  (A schema before 0.8.0
 	 * has neither.)
 	 */
-	for (int i = 0; i < lengthof(stamped_tables) && !orch_schema_previous(); i++)
+	for (int i = 0; i < lengthof(stamped_tables) && orch_schema_distributed_fold(); i++)
 	{
 		const char *t = stamped_tables[i][0];
 

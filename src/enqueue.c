@@ -177,69 +177,46 @@ rate_admit(EnqueueOpts *o)
 
 
 /*
- * The options every task of an enqueue takes, as five parameters in a row:
- * run_at, max_attempts, max_failures, retry_policy, timeout (SQL NULL: the
- * default; the queue's timeout applies when the task has none).
+ * The row every task of an enqueue is inserted with (task_store.c): the
+ * caller's options, the queue's settings for what it leaves out (priority,
+ * the timeout when the task has none).  key: the task's idempotency key;
+ * id: its id (0: the sequence's next); admitted: false for a rejection by
+ * the rate limit, recorded failed.
  */
 static void
-task_option_args(EnqueueOpts *o, Datum *v, char *n)
+task_row(EnqueueOpts *o, OrchTaskRow *t, const char *key, int64 id, bool admitted)
 {
-	v[0] = TimestampTzGetDatum(o->run_at);
-	n[0] = o->has_run_at ? ' ' : 'n';
-	v[1] = Int32GetDatum(o->max_attempts);
-	n[1] = o->has_max_attempts ? ' ' : 'n';
-	v[2] = Int32GetDatum(o->max_failures);
-	n[2] = o->has_max_failures ? ' ' : 'n';
-	v[3] = JsonbPGetDatum(o->retry_policy);
-	n[3] = o->retry_policy ? ' ' : 'n';
-	v[4] = IntervalPGetDatum(o->has_timeout ? o->timeout : orch_usecs_interval(o->qs.timeout));
-	n[4] = (!o->has_timeout && o->qs.timeout <= 0) ? 'n' : ' ';
+	memset(t, 0, sizeof(*t));
+	t->id = id;
+	t->tenant = o->tenant;
+	t->queue = o->queue;
+	t->state = admitted ? "queued" : "failed";
+	t->reason_code = admitted ? "enqueued" : "rate_limited";
+	t->priority = o->priority;
+	t->has_run_at = o->has_run_at;
+	t->run_at = o->run_at;
+	t->has_max_attempts = o->has_max_attempts;
+	t->max_attempts = o->max_attempts;
+	t->has_max_failures = o->has_max_failures;
+	t->max_failures = o->max_failures;
+	t->retry_policy = o->retry_policy;
+	if (o->has_timeout)
+		t->timeout = o->timeout;
+	else if (o->qs.timeout > 0)
+		t->timeout = orch_usecs_interval(o->qs.timeout);
+	t->idempotency_key = key;
+	t->owner = o->owner;
+	t->concurrency_key = o->concurrency_key;
+	t->correlation_id = o->correlation_id;
 }
 
 static int64
-insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, bool has_id, int64 id)
+insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, int64 id)
 {
-	Oid			types[15] = {INT8OID, TEXTOID, TEXTOID, INT4OID, JSONBOID, TIMESTAMPTZOID,
-		INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID};
-	Datum		v[15];
-	char		n[15];
-	SPIPlanPtr	plan;
-	bool		isnull;
+	OrchTaskRow t;
 
-	memset(n, ' ', sizeof(n));
-	v[0] = Int64GetDatum(id);
-	if (!has_id)
-		n[0] = 'n';
-	v[1] = orch_text_datum(o->tenant);
-	v[2] = orch_text_datum(o->queue);
-	v[3] = Int32GetDatum(o->priority);
-	v[4] = JsonbPGetDatum(payload);
-	task_option_args(o, v + 5, n + 5);
-#define OPT_TEXT(i, s) do { if (s) v[i] = orch_text_datum(s); else n[i] = 'n'; } while (0)
-	OPT_TEXT(10, key);
-	OPT_TEXT(11, o->owner);
-	OPT_TEXT(12, o->concurrency_key);
-#undef OPT_TEXT
-	v[13] = BoolGetDatum(rate_admit(o));
-
-	if (o->correlation_id)
-		v[14] = orch_text_datum(o->correlation_id);
-	else
-		n[14] = 'n';
-	plan = orch_plan("INSERT INTO orch.tasks (id, tenant_id, queue, state, priority, payload,"
-					 " run_at, ready_at, max_attempts, max_failures, retry_policy, timeout,"
-					 " idempotency_key, owner, concurrency_key, reason_code, correlation_id)"
-					 " VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), $2, $3,"
-					 " CASE WHEN $14 THEN 'queued' ELSE 'failed' END, $4, $5,"
-					 " COALESCE($6, now()), COALESCE($6, now()), $7, $8, $9, $10, $11, $12, $13,"
-					 " CASE WHEN $14 THEN 'enqueued' ELSE 'rate_limited' END, $15) RETURNING id",
-					 15, types);
-	if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != 1)
-		elog(ERROR, "orchestrator: task insert failed");
-	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	/* a batch enqueues row by row through here: keep nothing per row */
-	SPI_freetuptable(SPI_tuptable);
-	return id;
+	task_row(o, &t, key, id, rate_admit(o));
+	return orch_task_insert(&t, payload, NULL);
 }
 
 
@@ -275,7 +252,7 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		if (orch_exec(orch_plan("INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
 										  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
 										  4, ktypes), kv, NULL, false, 0, SPI_OK_INSERT) == 1)
-			return insert_task(o, payload, key, true, id);
+			return insert_task(o, payload, key, id);
 
 		/* The key exists: same request, conflict, or expired */
 		if (orch_exec(orch_plan("SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
@@ -330,7 +307,7 @@ enqueue_one(EnqueueOpts *o, Jsonb *payload, const char *key)
 		id = enqueue_with_key(o, payload, key);
 	}
 	else
-		id = insert_task(o, payload, NULL, false, 0);
+		id = insert_task(o, payload, NULL, 0);
 	/* on Citus: the task's calls by id go straight to its shard */
 	orch_route_note(ORCH_ROUTE_TASK, id, o->tenant);
 	return id;
@@ -357,7 +334,7 @@ orch_enqueue_internal(const char *queue, Jsonb *payload, const char *tenant,
 		orch_ensure_queue(o.queue);
 	o.priority = o.qs.priority;
 	orch_check_payload_size(payload, "payload");
-	return insert_task(&o, payload, NULL, false, 0);
+	return insert_task(&o, payload, NULL, 0);
 }
 
 static void
@@ -418,38 +395,10 @@ enqueue_rows(EnqueueOpts *o, Datum *payloads, Datum *keys, bool *key_nulls, int 
 static void
 insert_batch(EnqueueOpts *o, ArrayType *payloads, int np, int64 *ids)
 {
-	Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, JSONBARRAYOID, TIMESTAMPTZOID,
-	INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[12];
-	char		n[12];
-	SPIPlanPtr	plan;
-	bool		isnull;
+	OrchTaskRow t;
 
-	memset(n, ' ', sizeof(n));
-	v[0] = orch_text_datum(o->tenant);
-	v[1] = orch_text_datum(o->queue);
-	v[2] = Int32GetDatum(o->priority);
-	v[3] = PointerGetDatum(payloads);
-	task_option_args(o, v + 4, n + 4);
-	orch_spi_text(v, n, 9, o->owner);
-	orch_spi_text(v, n, 10, o->concurrency_key);
-	orch_spi_text(v, n, 11, o->correlation_id);
-#define BATCH_INSERT_SQL(CORR_COL, CORR_VAL) \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, priority, payload," \
-	" run_at, ready_at, max_attempts, max_failures, retry_policy, timeout," \
-	" owner, concurrency_key, reason_code" CORR_COL ")" \
-	" SELECT $1, $2, 'queued', $3, p.payload, COALESCE($5, now())," \
-	" COALESCE($5, now()), $6, $7, $8, $9, $10, $11, 'enqueued'" CORR_VAL \
-	" FROM unnest($4) WITH ORDINALITY AS p(payload, ord)" \
-	" ORDER BY p.ord RETURNING id"
-	if (o->correlation_id)
-		plan = orch_plan(BATCH_INSERT_SQL(", correlation_id", ", $12"), 12, types);
-	else
-		plan = orch_plan(BATCH_INSERT_SQL("", ""), 11, types);
-	if (orch_exec(plan, v, n, false, 0, SPI_OK_INSERT_RETURNING) != (uint64) np)
-		elog(ERROR, "orchestrator: batch insert failed");
-	for (int i = 0; i < np; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	task_row(o, &t, NULL, 0, true);
+	orch_tasks_insert(&t, PointerGetDatum(payloads), (Datum) 0, np, ids);
 	orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, o->tenant);
 }
 

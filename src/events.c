@@ -159,7 +159,7 @@ orch_event_context_enqueue_in_task(void)
 {
 	OrchEventContext *c;
 
-	if (orch_schema_previous() || orch_citus() || XactReadOnly || RecoveryInProgress())
+	if (!orch_schema_rows_record_history() || orch_citus() || XactReadOnly || RecoveryInProgress())
 		return;
 	(void) GetTopTransactionId();
 	c = ctx_current();

@@ -1,9 +1,10 @@
 /*
  * maintain.c
- *	  Recovery and upkeep: expired leases and timeouts become failed attempts
- *	  (lazily at claim time and in orch_maintain), stuck work is reported,
- *	  counters are verified against the rows, finished work is purged after
- *	  the retention, and orch_schedule_maintenance registers it with pg_cron.
+ *	  Upkeep: expired leases and timeouts become failed attempts and delayed
+ *	  tasks that came due are let in (housekeeping.c, which a claim shares),
+ *	  stuck work is reported, counters are verified against the rows,
+ *	  finished work is purged after the retention, and
+ *	  orch_schedule_maintenance registers it with pg_cron.
  *	  Every pass is bounded and uses SKIP LOCKED, and re-checks each row under
  *	  its lock, so it never overwrites what a worker finished meanwhile.
  */
@@ -56,77 +57,6 @@ PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
 
 #define MAINTENANCE_JOB "orchestrator-maintenance"
 
-
-/*
- * Recover up to limit executing tasks whose lease (capped by the task's
- * timeout) has passed, of one queue or (queue NULL) of all.  Each is a failed
- * attempt, class TRANSIENT, outcome lease_expired or timed_out, decided by
- * the task's policy.  Rows another session holds are skipped; a row a worker
- * finished meanwhile no longer matches.  Caller is connected to SPI.
- */
-int
-orch_recover_expired(const char *queue, int limit, Datum tenants)
-{
-	int			ev;
-	Oid			types[3] = {INT4OID, TEXTOID, TEXTARRAYOID};
-	Datum		v[3];
-	char		nl[3] = {' ', ' ', ' '};
-	int			n;
-	int64	   *ids;
-	int			recovered = 0;
-	bool		isnull;
-
-	v[0] = Int32GetDatum(limit);
-	if (queue)
-	{
-		v[1] = orch_text_datum(queue);
-		v[2] = tenants;
-		if (tenants == (Datum) 0)
-			nl[2] = 'n';
-		orch_exec(orch_plan("SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
-							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-							3, types),
-				  v, nl, false, 0, SPI_OK_SELECT);
-	}
-	else
-	{
-		v[1] = tenants;
-		if (tenants == (Datum) 0)
-			nl[1] = 'n';
-		types[1] = TEXTARRAYOID;
-		orch_exec(orch_plan("SELECT id FROM orch.tasks"
-							" WHERE state = 'executing' AND lease_expires_at <= statement_timestamp()"
-							"   AND " ORCH_TENANT_IN("tenant_id", "$2")
-							" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-							2, types),
-				  v, nl, false, 0, SPI_OK_SELECT);
-	}
-	n = (int) SPI_processed;
-	if (n == 0)
-		return 0;
-	ids = palloc(sizeof(int64) * n);
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-
-	for (int i = 0; i < n; i++)
-	{
-		OrchTask	t;
-		const char *outcome;
-
-		/* re-check under our lock: still executing with an expired lease */
-		if (!orch_lock_task(ids[i], &t) || t.state != TS_EXECUTING || !t.lease_expired)
-			continue;
-		outcome = t.timed_out ? "timed_out" : "lease_expired";
-		ev = orch_set_event_context("orchestrator", t.timed_out ? "timeout passed" : "lease expired");
-		orch_fail_locked(&t, EC_TRANSIENT, t.timed_out ? "timeout passed" : "lease expired",
-						 false, 0, outcome, NULL);
-		orch_clear_event_context(ev);
-		recovered++;
-	}
-	return recovered;
-}
-
-/* ---------------------------------------------------------------------- */
 
 /* $4 (text[]): the tenants a statement acts on, NULL for all */
 
@@ -381,7 +311,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	/* 3. counters against rows, for tasks finished recently */
 	acts[nacts].name = "counter_mismatches";
 	acts[nacts++].count =
-		count_query(!orch_schema_previous()
+		count_query(orch_schema_rows_record_history()
 					? "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT
 					/*
@@ -473,7 +403,7 @@ orch_maintain(PG_FUNCTION_ARGS)
 	/* 0. metrics: fold what committed since the last pass (before any purge) */
 	acts[nacts].name = "metrics_folded";
 	/* (none on Citus for a schema distributed before 0.8.0: it has no shard fold) */
-	acts[nacts++].count = orch_citus() && orch_schema_previous() ? 0 : fold_metrics();
+	acts[nacts++].count = orch_citus() && !orch_schema_distributed_fold() ? 0 : fold_metrics();
 
 	if (!orch_citus())
 		nacts += maintain_tenants(batch, (Datum) 0, acts + nacts);

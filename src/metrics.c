@@ -174,7 +174,7 @@ orch_metrics_fold_now(void)
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		return isnull ? 0 : DatumGetInt64(d);
 	}
-	if (orch_schema_previous())
+	if (!orch_schema_distributed_fold())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("metrics on Citus need the 0.8.0 schema"),

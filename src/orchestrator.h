@@ -172,9 +172,10 @@ extern int	orch_gate_repair(const char *queue, int limit);
 extern void orch_gate_statement_end(void);
 
 /*
- * What a claim's housekeeping looks for ($2 queue, $3 tenants or NULL):
- * leases that expired (orch_recover_expired) and delayed tasks that became
- * due (orch_wake_delayed).  One text each for the work and the probe.
+ * housekeeping.c: what a claim and maintenance do first.  What they look for
+ * ($2 queue, $3 tenants or NULL): leases that expired (orch_recover_expired)
+ * and delayed tasks that became due (orch_wake_delayed).  One text each for
+ * the work and the probe.
  */
 #define ORCH_EXPIRED_WHERE \
 	" WHERE queue = $2 AND state = 'executing' AND lease_expires_at <= statement_timestamp()" \
@@ -185,13 +186,49 @@ extern void orch_gate_statement_end(void);
 	"   AND coalesce(retry_at, run_at) <= now()" \
 	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
+extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
+extern void orch_claim_housekeeping(const char *queue, Datum tenants);
+
+/*
+ * task_store.c: the one writer of task rows.  What a row is given; a field
+ * left zero or NULL is not given (the column's default; state 'queued',
+ * reason 'enqueued', run_at now).
+ */
+typedef struct OrchTaskRow
+{
+	int64		id;				/* 0: the sequence's next */
+	const char *tenant;
+	const char *queue;
+	const char *state;
+	const char *reason_code;
+	int32		priority;
+	bool		has_run_at;
+	TimestampTz run_at;
+	bool		has_max_attempts;
+	int32		max_attempts;
+	bool		has_max_failures;
+	int32		max_failures;
+	Jsonb	   *retry_policy;
+	Interval   *timeout;
+	const char *idempotency_key;
+	const char *owner;
+	const char *concurrency_key;
+	int64		run_id;			/* 0: none */
+	int64		retry_of;		/* 0: none */
+	const char *correlation_id;
+} OrchTaskRow;
+extern int64 orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key);
+extern void orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n,
+							  int64 *ids);
+/* ... and of attempt rows: tenant_id, task_id, attempt, worker, lease_token, started_at, outcome, error_class, error, retry_at */
+#define ORCH_ATTEMPT_COLS 10
+extern void orch_attempts_insert(int n, const Datum *v, const bool *nulls);
+extern void orch_attempts_insert_rows(SPITupleTable *tt, uint64 rows, int first, int only_col,
+									  const char *outcome, const char *error);
 
 /* enqueue.c */
 extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,
 								   const char *tenant, const char *owner);
-
-/* maintain.c */
-extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
 
 /* settings.c: parsing and defaults; queues.c: the queue row and its API */
 extern void orch_settings_defaults(QueueSettings *qs);
@@ -374,7 +411,13 @@ extern void orch_plan_floor_init(void);
 
 /* schema.c: the installed schema version (55000 when not served), orch.<name> */
 extern int	orch_schema_version(void);
-extern bool orch_schema_previous(void);
+/* what the schema in use has (the previous one lacks each) */
+extern bool orch_schema_rows_record_history(void);
+extern bool orch_schema_keyed_bindings(void);
+extern bool orch_schema_step_claimable(void);
+extern bool orch_schema_approval_tasks(void);
+extern bool orch_schema_run_keys(void);
+extern bool orch_schema_distributed_fold(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));
@@ -412,7 +455,7 @@ extern void orch_sql_command(const char *sql);
  * SQL NULL.  OrchArgs a = {0}; orch_arg_int8(&a, id); orch_arg_text(&a, s);
  * orch_args_sql(&a, "... $1 ... $2", ...).
  */
-#define ORCH_MAX_ARGS 16
+#define ORCH_MAX_ARGS 24
 typedef struct OrchArgs
 {
 	int			n;

@@ -270,18 +270,18 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 			}
 			/* running attempts end as cancelled, as with orch_cancel */
 			orch_sql_once("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
-									  "   lease_token, claimed_at FROM orch.tasks"
-									  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
-									  "     AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
-									  "     AND " ORCH_TENANT_IN("tenant_id", "$2")
-									  "   FOR UPDATE),"
-									  " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-									  "   lease_token, started_at, outcome, error)"
-									  "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at,"
-									  "   'cancelled', 'queue dropped' FROM l WHERE state = 'executing')"
-									  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
-									  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
-									  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2"), 2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE);
+						  "   lease_token, claimed_at FROM orch.tasks"
+						  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
+						  "     AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
+						  "     AND " ORCH_TENANT_IN("tenant_id", "$2")
+						  "   FOR UPDATE)"
+						  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
+						  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
+						  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2")
+						  " RETURNING l.tenant_id, l.id, l.attempts, l.lease_owner, l.lease_token, l.claimed_at,"
+						  "   l.state = 'executing'",
+						  2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE_RETURNING);
+			orch_attempts_insert_rows(SPI_tuptable, SPI_processed, 1, 7, "cancelled", "queue dropped");
 		}
 		orch_clear_event_context(ev);
 	}

@@ -43,43 +43,38 @@
 #include "run_internal.h"
 
 /*
- * The task, queued (the trigger writes received -> queued); $1 run, $2
- * tenant, $3 step, $4 its step key, $5 whether it is a compensation's
- * approval.  Its payload and prompt say what is decided and how.
+ * What the task is made of ($1 run, $2 tenant, $3 step, $4 whether it is a
+ * compensation's approval): its payload (what is decided and how), its
+ * queue and the run's correlation id.
  */
-#define APPROVAL_TASK_INSERT \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at," \
-	"  run_id, step_key, reason_code, priority, correlation_id)" \
-	" SELECT $2, q.name, 'queued'," \
-	"  jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'approval', true," \
-	"    'compensation', CASE WHEN $5 THEN true END," \
+#define APPROVAL_TASK_VALUES \
+	"SELECT jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'approval', true," \
+	"    'compensation', CASE WHEN $4 THEN true END," \
 	"    'definition', r.definition, 'version', r.version, 'description', s.spec ->> 'description'))," \
-	"  now(), now(), $1, $4, 'approval_requested'," \
-	"  coalesce((SELECT (qq.settings ->> 'priority')::int FROM orch.queues qq WHERE qq.name = q.name), 0)," \
+	"  coalesce(CASE WHEN $4 THEN s.spec -> 'compensation' ->> 'queue' END," \
+	"       s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue', '" APPROVAL_DEFAULT_QUEUE "')," \
 	"  r.correlation_id" \
 	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
 	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
-	"  CROSS JOIN LATERAL (SELECT coalesce(CASE WHEN $5 THEN s.spec -> 'compensation' ->> 'queue' END," \
-	"       s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue', '" APPROVAL_DEFAULT_QUEUE "') AS name) q" \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3" \
-	" RETURNING id, queue"
+	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
 
 /*
  * Claimed by worker "orchestrator" (queued -> executing) and its attempt
- * handed to a human at once (the attempt row; executing ->
+ * handed to a human at once (its attempt row follows; executing ->
  * awaiting_user_confirmation follows).  $1 task, $2 tenant, $4 its lease
  * token (drawn by the caller: Citus refuses gen_random_uuid() in an UPDATE
  * it routes).
  */
 #define APPROVAL_TASK_CLAIM \
-	"WITH u AS (UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
+	"UPDATE orch.tasks t SET state = 'executing', attempts = t.attempts + 1," \
 	"   lease_token = $4, lease_owner = 'orchestrator'," \
 	"   lease_expires_at = statement_timestamp(), claimed_at = statement_timestamp()," \
 	"   reason_code = 'claimed'" \
-	"  WHERE t.id = $1 AND t.tenant_id = $2 AND t.state = 'queued'" \
-	"  RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)" \
-	" INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token, started_at, outcome)" \
-	" SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'awaiting_user_confirmation' FROM u"
+	" WHERE t.id = $1 AND t.tenant_id = $2 AND t.state = 'queued'" \
+	" RETURNING " TASK_ATTEMPT_COLUMNS
+
+/* The columns of a task's attempt row (orch_attempts_insert_rows) */
+#define TASK_ATTEMPT_COLUMNS "t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at"
 
 #define APPROVAL_TASK_PARK \
 	"UPDATE orch.tasks t SET state = 'awaiting_user_confirmation', reason_code = 'approval_requested'," \
@@ -108,25 +103,32 @@ orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 	int			ev;
 	OrchArgs	a = {0};
 	int64		id;
-	char	   *queue;
+	OrchTaskRow t;
+	Jsonb	   *payload;
 	QueueSettings qs;
 	bool		isnull;
 
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, step);
-	orch_arg_text(&a, approval_key(step, compensation));
 	orch_arg(&a, BOOLOID, BoolGetDatum(compensation), false);
+	if (orch_args_sql(&a, APPROVAL_TASK_VALUES, false, 0, SPI_OK_SELECT) != 1)
+		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " was not found", step, r->id);
+	payload = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	memset(&t, 0, sizeof(t));
+	t.tenant = r->tenant;
+	t.queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	t.correlation_id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	t.reason_code = "approval_requested";
+	t.run_id = r->id;
 	/* the run layer does this: its transitions are audited as the orchestrator's */
 	ev = orch_set_event_context("orchestrator", NULL);
-	if (orch_args_sql(&a, APPROVAL_TASK_INSERT, false, 0, SPI_OK_INSERT_RETURNING) != 1)
-		elog(ERROR, "orchestrator: the approval task of step \"%s\" of run " INT64_FORMAT " was not inserted",
-			 step, r->id);
-	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	/* on Citus orch_start created it (a reference table is not written on a shard) */
-	if (orch_auto_create_queues && !orch_citus() && !orch_load_queue(queue, &qs, NULL))
-		orch_ensure_queue(queue);
+	/* its queue's priority; the queue created on the way (on Citus orch_start did) */
+	if (orch_load_queue(t.queue, &qs, NULL))
+		t.priority = qs.priority;
+	else if (orch_auto_create_queues && !orch_citus())
+		orch_ensure_queue(t.queue);
+	id = orch_task_insert(&t, payload, approval_key(step, compensation));
 
 	a.n = 0;
 	orch_arg_int8(&a, id);
@@ -134,8 +136,9 @@ orch_run_open_approval(RunRow *r, const char *step, bool compensation)
 	orch_arg_text(&a, step);
 	orch_arg(&a, UUIDOID, UUIDPGetDatum(orch_new_uuid()), false);
 	orch_arg_int8(&a, r->id);	/* $5: the park's (values, not columns, for Citus) */
-	if (orch_args_sql(&a, APPROVAL_TASK_CLAIM, false, 0, SPI_OK_INSERT) != 1)
+	if (orch_args_sql(&a, APPROVAL_TASK_CLAIM, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be claimed", id);
+	orch_attempts_insert_rows(SPI_tuptable, 1, 1, 0, "awaiting_user_confirmation", NULL);
 	if (orch_args_sql(&a, APPROVAL_TASK_PARK, false, 0, SPI_OK_UPDATE) != 1)
 		elog(ERROR, "orchestrator: the approval task " INT64_FORMAT " could not be handed to a person", id);
 	orch_clear_event_context(ev);
@@ -181,13 +184,11 @@ orch_run_settle_approval(RunRow *r, const char *step, bool compensation, Approva
 						  "   lease_expires_at = statement_timestamp(), claimed_at = statement_timestamp(),"
 						  "   reason_code = 'confirmation_approved', resume_data = $3"
 						  " WHERE t.id = $1 AND t.tenant_id = $2", false, 0, SPI_OK_UPDATE);
-			orch_args_sql(&a, "WITH u AS (UPDATE orch.tasks t SET state = 'completed', result = $3,"
+			orch_args_sql(&a, "UPDATE orch.tasks t SET state = 'completed', result = $3,"
 						  "   reason_code = 'completed'"
-						  "  WHERE t.id = $1 AND t.tenant_id = $2"
-						  "  RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at)"
-						  " INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token, started_at, outcome)"
-						  " SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'completed' FROM u",
-						  false, 0, SPI_OK_INSERT);
+						  " WHERE t.id = $1 AND t.tenant_id = $2"
+						  " RETURNING " TASK_ATTEMPT_COLUMNS, false, 0, SPI_OK_UPDATE_RETURNING);
+			orch_attempts_insert_rows(SPI_tuptable, SPI_processed, 1, 0, "completed", NULL);
 			break;
 		case APPROVAL_REJECTED:
 			/* as orch_confirm rejects a confirmation */
@@ -243,7 +244,7 @@ orch_run_record_approval(const RunRow *r, const char *ref, const char *step, boo
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, ref);
-	if (!orch_schema_previous() &&
+	if (orch_schema_approval_tasks() &&
 		orch_args_sql(&a, "INSERT INTO orch.approval_refs (approval_ref, tenant_id, run_id)"
 					  " VALUES ($3, $2, $1) ON CONFLICT DO NOTHING", false, 0, SPI_OK_INSERT) == 0)
 		return false;

@@ -56,10 +56,10 @@ orch_run_advance_compensation(RunRow *r)
 	if (strcmp(mode, "approval") == 0)
 	{
 		/* it waits for a human in its task (awaiting_user_confirmation) until it starts */
-		v[3] = !orch_schema_previous() ? Int64GetDatum(orch_run_open_approval(r, step, true)) : (Datum) 0;
+		v[3] = orch_schema_approval_tasks() ? Int64GetDatum(orch_run_open_approval(r, step, true)) : (Datum) 0;
 		orch_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval', comp_task_id = $4"
 				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v,
-				!orch_schema_previous() ? NULL : "   n", false, 0, SPI_OK_UPDATE);
+				orch_schema_approval_tasks() ? NULL : "   n", false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
 		orch_set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
 		return;

@@ -335,7 +335,7 @@ run_busy_on_shard(int64 run_id, const char *tenant, bool busy)
 void
 orch_run_busy_on_shard_begin(RunRow *r)
 {
-	if (in_flush || shard_busy_run == r->id || !orch_citus() || orch_schema_previous())
+	if (in_flush || shard_busy_run == r->id || !orch_citus() || !orch_schema_distributed_fold())
 		return;
 	if (shard_busy_run != 0)
 	{
@@ -566,6 +566,7 @@ orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 	Datum	   *v = palloc(sizeof(Datum) * (nargs + 2));
 	char	   *n = palloc(nargs + 3);
 	int			r = nargs + 1;
+	int			cancelled;
 
 	memcpy(t, types, sizeof(Oid) * nargs);
 	memcpy(v, values, sizeof(Datum) * nargs);
@@ -581,19 +582,20 @@ orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
 	else
 		orch_spi_scope_tenants(v, n, nargs + 1);
 	ev = orch_set_event_context(NULL, reason);
+	/* running attempts end as cancelled, as with orch_cancel */
 	orch_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
 					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
-					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))),"
-					 " a AS (INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker, lease_token,"
-					 "   started_at, outcome, error)"
-					 "   SELECT tenant_id, id, attempts, lease_owner, lease_token, claimed_at, 'cancelled', $%d"
-					 "   FROM c WHERE state = 'executing')"
+					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d)))"
 					 " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
 					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
-					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))",
-					 ids_sql, r + 1, r + 1, r, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE);
+					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))"
+					 " RETURNING c.tenant_id, c.id, c.attempts, c.lease_owner, c.lease_token, c.claimed_at,"
+					 "   c.state = 'executing'",
+					 ids_sql, r + 1, r + 1, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
+	cancelled = (int) SPI_processed;
+	orch_attempts_insert_rows(SPI_tuptable, SPI_processed, 1, 7, "cancelled", reason);
 	orch_clear_event_context(ev);	/* the caller's label and note go on */
-	return (int) SPI_processed;
+	return cancelled;
 }
 
 /* The run ends failed, through running when it waits or is paused. */

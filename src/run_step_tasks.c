@@ -15,34 +15,23 @@
 
 #include "run_internal.h"
 
-/*
- * The task of a step; $1 run, $2 tenant, $3 step, $4 step key ($5 unused:
- * -1).  Its queue must exist (else no row).
- */
-#define STEP_TASK_COLUMNS \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code, priority, correlation_id)"
-#define STEP_TASK_SELECT(PAYLOAD, KEY) \
-	" SELECT $2, q.name, 'queued', " PAYLOAD "," \
-	"  now(), now()," \
-	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))" \
-	"   || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
-	"        coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))," \
-	"  NULL::interval," \
-	"  $1, " KEY ", 'step_ready', coalesce((q.settings ->> 'priority')::int, 0), r.correlation_id" \
+/* $1 run, $2 tenant, $3 step: the step, its run and the run's definition */
+#define STEP_FROM \
 	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
-	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
-	"  CROSS JOIN LATERAL (SELECT qq.name, qq.settings FROM orch.queues qq" \
-	"       WHERE qq.name = coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')) q"
+	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
+#define STEP_WHERE " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+
+/* A step's retry policy: the definition's, the step's over it, and its retry safety */
+#define STEP_RETRY_POLICY \
+	"coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))" \
+	" || jsonb_strip_nulls(jsonb_build_object('retry_safety'," \
+	"      coalesce(s.spec ->> 'retry_safety', d.spec -> 'policies' ->> 'retry_safety')))"
+
 /*
  * A task step's payload (pl.p): the run's input and its dependencies'
  * outputs, in a lateral sub-select over the dependencies (one row: an
  * aggregate), correlated on the step's run and tenant and naming the
- * tenant ($2): Citus pushes an INSERT ... SELECT down when its tables join
- * on the tenant, and routes the SELECT alone to one shard when each names
- * it.  Inserted only when it is at most $6 bytes
- * (orchestrator.max_step_input_size): else nothing is inserted and the
- * caller fails the step (STEP_TOO_LARGE).
+ * tenant ($2), so that Citus routes it to the tenant's shard.
  */
 #define STEP_TASK_PAYLOAD \
 	"  CROSS JOIN LATERAL (SELECT jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3," \
@@ -50,76 +39,78 @@
 	"    'deps', coalesce(jsonb_object_agg(x.step_id, x.output), '{}'))) AS p" \
 	"   FROM orch.run_steps x WHERE x.run_id = s.run_id AND x.tenant_id = s.tenant_id AND x.tenant_id = $2" \
 	"     AND x.step_id = ANY (s.deps)) pl"
-#define STEP_TASK_INSERT \
-	STEP_TASK_COLUMNS \
-	STEP_TASK_SELECT("pl.p", "$4") \
-	STEP_TASK_PAYLOAD \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 < 0" \
-	"   AND pg_catalog.pg_column_size(pl.p) <= $6"
 
 /*
- * Items $5 .. $6 - 1 of a map step, one task each, from the step's items
- * ($7, read once by the caller): a map item carries its item and index, not
- * the run's input and dependencies' outputs (which would be copied once per
- * item: fan-out cost would grow with the square of the items).
+ * What the task of a step is made of: its queue, payload, retry policy,
+ * the run's correlation id and the payload's size.
  */
-#define MAP_TASKS_INSERT \
-	STEP_TASK_COLUMNS \
-	STEP_TASK_SELECT("jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3, 'handler', s.spec ->> 'handler'))" \
-					 " || jsonb_build_object('item', $7::jsonb -> g.i, 'index', g.i)", "$3 || '#' || g.i") \
-	"  CROSS JOIN generate_series($5, $6 - 1) AS g(i)" \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
+#define STEP_TASK_VALUES \
+	"SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue'), pl.p, " STEP_RETRY_POLICY "," \
+	"  r.correlation_id, pg_catalog.pg_column_size(pl.p)" \
+	STEP_FROM STEP_TASK_PAYLOAD STEP_WHERE
 
-/* The compensation task of a step */
-#define COMP_TASK_INSERT \
-	"INSERT INTO orch.tasks (tenant_id, queue, state, payload, run_at, ready_at, retry_policy," \
-	"  timeout, run_id, step_key, reason_code, correlation_id)" \
-	" SELECT $2, q.name, 'queued'," \
+/* ... of a step's compensation task (its payload: the step's input and output) */
+#define COMP_TASK_VALUES \
+	"SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')," \
 	"  jsonb_build_object('run_id', $1, 'step_id', $3, 'compensation', s.spec -> 'compensation' ->> 'handler'," \
 	"    'input', r.input, 'output', s.output)," \
-	"  now(), now(), coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))," \
-	"  NULL, $1, $4, 'compensation_ready', r.correlation_id" \
-	" FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id" \
-	"  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'" \
-	"  CROSS JOIN LATERAL (SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue'," \
-	"       d.spec -> 'policies' ->> 'queue') AS name) q" \
-	" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND $5 >= -1" \
-	" RETURNING id"
+	"  coalesce(d.spec -> 'policies' -> 'retry_policy', '{}') || jsonb_strip_nulls(coalesce(s.spec -> 'retry_policy', '{}'))," \
+	"  r.correlation_id, 0" \
+	STEP_FROM STEP_WHERE
 
 /*
- * The queue of a step (or of its compensation), else the run policy's,
- * created on the way (orchestrator.auto_create_queues); false when it does
- * not exist and may not be created.
+ * ... of items $4 .. $5 - 1 of a map step, from the step's items ($6, read
+ * once by the caller): a map item carries its item and index, not the
+ * run's input and dependencies' outputs (which would be copied once per
+ * item: fan-out cost would grow with the square of the items).  Its
+ * payloads and step keys as arrays, in item order.
+ */
+#define MAP_TASKS_VALUES \
+	"SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue'), " STEP_RETRY_POLICY "," \
+	"  r.correlation_id," \
+	"  (SELECT array_agg(jsonb_strip_nulls(jsonb_build_object('run_id', $1, 'step_id', $3," \
+	"          'handler', s.spec ->> 'handler')) || jsonb_build_object('item', $6::jsonb -> g.i, 'index', g.i)" \
+	"          ORDER BY g.i) FROM generate_series($4, $5 - 1) AS g(i))," \
+	"  (SELECT array_agg($3 || '#' || g.i ORDER BY g.i) FROM generate_series($4, $5 - 1) AS g(i))" \
+	STEP_FROM STEP_WHERE
+
+/*
+ * Is the queue of a step's task there, created on the way
+ * (orchestrator.auto_create_queues) when missing?  Its settings into qs.
  */
 static bool
-step_queue_ready(RunRow *r, const char *step, bool compensation)
+step_queue_ready(const char *queue, QueueSettings *qs)
 {
-	OrchArgs	a = {0};
-	char	   *queue;
-	QueueSettings qs;
+	if (queue == NULL)
+		return false;
+	if (orch_load_queue(queue, qs, NULL))
+		return true;
+	/* on Citus orch_start created it (a reference table is not written on a shard) */
+	if (!orch_auto_create_queues || orch_citus())
+		return false;
+	orch_ensure_queue(queue);
+	return orch_load_queue(queue, qs, NULL);
+}
 
-	orch_arg_int8(&a, r->id);
-	orch_arg_text(&a, r->tenant);
-	orch_arg_text(&a, step);
-	if (orch_args_sql(&a, compensation
-					  ? "SELECT coalesce(s.spec -> 'compensation' ->> 'queue', s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-					  "  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-					  "  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-					  : "SELECT coalesce(s.spec ->> 'queue', d.spec -> 'policies' ->> 'queue')"
-					  "  FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-					  "  JOIN orch.definitions d ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'"
-					  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 0, SPI_OK_SELECT) == 0 ||
-		(queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)) == NULL)
-		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " has no queue", step, r->id);
-	if (!orch_load_queue(queue, &qs, NULL))
-	{
-		/* on Citus orch_start created it (a reference table is not written on a shard) */
-		if (!orch_auto_create_queues || orch_citus())
-			return false;
-		orch_ensure_queue(queue);
-	}
-	return true;
+/*
+ * The row of a step's task from the values read (vals: its retry policy and
+ * correlation id at columns col_policy and col_corr), in queue with its
+ * priority (qs).
+ */
+static void
+step_task_row(OrchTaskRow *t, RunRow *r, SPITupleTable *vals, int col_policy, int col_corr,
+			  const char *queue, const QueueSettings *qs)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(vals->vals[0], vals->tupdesc, col_policy, &isnull);
+
+	memset(t, 0, sizeof(*t));
+	t->tenant = r->tenant;
+	t->queue = queue;
+	t->priority = qs->priority;
+	t->retry_policy = isnull ? NULL : DatumGetJsonbP(d);
+	t->correlation_id = SPI_getvalue(vals->vals[0], vals->tupdesc, col_corr);
+	t->run_id = r->id;
 }
 
 /*
@@ -159,37 +150,45 @@ orch_run_ensure_step_queues(Jsonb *spec)
 
 /*
  * Enqueue the task of a step, or its compensation task; -1: no queue; -2:
- * the step's input is over orchestrator.max_step_input_size.
+ * the step's input is over orchestrator.max_step_input_size (*size: how
+ * large it is).
  */
+static int64
+enqueue_step_task(RunRow *r, const char *step, bool compensation, int64 *size)
+{
+	OrchArgs	a = {0};
+	OrchTaskRow t;
+	QueueSettings qs;
+	char	   *queue;
+	SPITupleTable *values;
+	bool		isnull;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	if (orch_args_sql(&a, compensation ? COMP_TASK_VALUES : STEP_TASK_VALUES,
+					  false, 0, SPI_OK_SELECT) != 1)
+		elog(ERROR, "orchestrator: step \"%s\" of run " INT64_FORMAT " was not found", step, r->id);
+	values = SPI_tuptable;		/* kept until SPI_finish, whatever runs next */
+	queue = SPI_getvalue(values->vals[0], values->tupdesc, 1);
+	*size = DatumGetInt32(SPI_getbinval(values->vals[0], values->tupdesc, 5, &isnull));
+	if (!compensation && *size > orch_max_step_input_size)
+		return -2;
+	if (!step_queue_ready(queue, &qs))
+		return -1;				/* the caller fails the step */
+	step_task_row(&t, r, values, 3, 4, queue, &qs);
+	t.reason_code = compensation ? "compensation_ready" : "step_ready";
+	return orch_task_insert(&t, DatumGetJsonbP(SPI_getbinval(values->vals[0], values->tupdesc, 2, &isnull)),
+							compensation ? psprintf("%s:compensate", step) : step);
+}
+
+/* The compensation task of a step; -1 when its queue does not exist. */
 int64
 orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation)
 {
-	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT4OID};
-	Datum		v[6];
-	bool		isnull;
+	int64		size;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = orch_text_datum(compensation ? psprintf("%s:compensate", step) : step);
-	v[4] = Int32GetDatum(-1);
-	v[5] = Int32GetDatum(orch_max_step_input_size);
-	/*
-	 * A task step's insert finds the queue itself and inserts nothing when it
-	 * does not exist yet: only then is it looked up and created.
-	 */
-	for (int pass = 0; pass < 2; pass++)
-	{
-		if ((compensation || pass == 1) && !step_queue_ready(r, step, compensation))
-			return -1;			/* the caller fails the step */
-		if (orch_sql(compensation
-				? COMP_TASK_INSERT : STEP_TASK_INSERT " RETURNING id", 6, types, v, NULL, false, 0, SPI_OK_INSERT_RETURNING) == 1)
-			return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	/* the queue is there: a task step's input was too large */
-	if (!compensation)
-		return -2;
-	elog(ERROR, "orchestrator: step task insert failed");
-	return 0;					/* keep compiler quiet */
+	return enqueue_step_task(r, step, compensation, &size);
 }
 
 /*
@@ -200,31 +199,35 @@ orch_run_enqueue_step_task(RunRow *r, const char *step, bool compensation)
 int
 orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb *items)
 {
-	Oid			types[7] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT4OID, JSONBOID};
-	Datum		v[7];
-	char		n[7] = {' ', ' ', ' ', 'n', ' ', ' ', ' '};
-	int			made = 0;
+	OrchArgs	a = {0};
+	OrchTaskRow t;
+	QueueSettings qs;
+	char	   *queue;
+	SPITupleTable *values;
+	bool		isnull;
 
 	if (to <= from)
 		return 0;
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = (Datum) 0;
-	v[4] = Int32GetDatum(from);
-	v[5] = Int32GetDatum(to);
-	v[6] = JsonbPGetDatum(items);
-	for (int pass = 0; pass < 2 && made == 0; pass++)
-	{
-		if (pass == 1 && !step_queue_ready(r, step, false))
-			return -1;
-		made = (int) orch_sql("WITH t AS (" MAP_TASKS_INSERT " RETURNING 1)"
-							  " UPDATE orch.run_steps SET items_next = $6"
-							  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND $4 IS NULL"
-							  "   AND (SELECT count(*) FROM t) = $6 - $5"
-							  " RETURNING $6 - $5", 7, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
-	}
-	if (made == 0)
-		elog(ERROR, "orchestrator: map item insert failed");
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	orch_arg_int4(&a, from);
+	orch_arg_int4(&a, to);
+	orch_arg(&a, JSONBOID, JsonbPGetDatum(items), false);
+	if (orch_args_sql(&a, MAP_TASKS_VALUES, false, 0, SPI_OK_SELECT) != 1)
+		elog(ERROR, "orchestrator: map step \"%s\" of run " INT64_FORMAT " was not found", step, r->id);
+	values = SPI_tuptable;
+	queue = SPI_getvalue(values->vals[0], values->tupdesc, 1);
+	if (!step_queue_ready(queue, &qs))
+		return -1;
+	step_task_row(&t, r, values, 2, 3, queue, &qs);
+	t.reason_code = "step_ready";
+	orch_tasks_insert(&t, SPI_getbinval(values->vals[0], values->tupdesc, 4, &isnull),
+					  SPI_getbinval(values->vals[0], values->tupdesc, 5, &isnull), to - from, NULL);
+	a.n = 3;
+	orch_arg_int4(&a, to);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET items_next = $4"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 	return to - from;
 }
 
@@ -233,24 +236,9 @@ orch_run_enqueue_map_items(RunRow *r, const char *step, int from, int to, Jsonb 
  * its size, never its content.
  */
 static char *
-step_too_large(RunRow *r, const char *step)
+step_too_large(int64 size)
 {
-	OrchArgs	a = {0};
-	char	   *size;
-
-	orch_arg_int8(&a, r->id);
-	orch_arg_text(&a, r->tenant);
-	orch_arg_text(&a, step);
-	orch_args_sql(&a, "SELECT pg_catalog.pg_column_size(pl.p)"
-				  " FROM orch.run_steps s JOIN orch.runs r ON r.id = s.run_id AND r.tenant_id = s.tenant_id"
-				  STEP_TASK_PAYLOAD
-				  " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 1, SPI_OK_SELECT);
-	size = SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
-	/* nothing was inserted for another reason: that cannot happen */
-	if (size == NULL || strtoll(size, NULL, 10) <= orch_max_step_input_size)
-		elog(ERROR, "orchestrator: the task of step \"%s\" of run " INT64_FORMAT " could not be inserted",
-			 step, r->id);
-	return psprintf(STEP_TOO_LARGE " (it takes %s bytes; the limit is %d)",
+	return psprintf(STEP_TOO_LARGE " (it takes " INT64_FORMAT " bytes; the limit is %d)",
 					size, orch_max_step_input_size);
 }
 
@@ -272,12 +260,11 @@ orch_arg_step_cap(OrchArgs *a, TimestampTz now, const Interval *after)
 }
 
 /*
- * Start a task step: its task and the step running with it, in one
- * statement, its soft cap timeout from now (NULL: none).  When the step's
- * queue does not exist yet it is created on the way
- * (orchestrator.auto_create_queues); else nothing is started and it
- * returns the error the caller fails the step with (STEP_NO_QUEUE, or
- * STEP_TOO_LARGE when the step's input is over
+ * Start a task step: its task, and the step running with it, its soft cap
+ * timeout from now (NULL: none).  When the step's queue does not exist it
+ * is created on the way (orchestrator.auto_create_queues); else nothing is
+ * started and it returns the error the caller fails the step with
+ * (STEP_NO_QUEUE, or STEP_TOO_LARGE when the step's input is over
  * orchestrator.max_step_input_size); NULL when it started.
  */
 char *
@@ -285,29 +272,16 @@ orch_run_start_step_task(RunRow *r, const char *step, const Interval *timeout)
 {
 	OrchArgs	a = {0};
 	TimestampTz now;
-	int64		id;
+	int64		size;
+	int64		id = enqueue_step_task(r, step, false, &size);
 
-	orch_arg_int8(&a, r->id);
-	orch_arg_text(&a, r->tenant);
-	orch_arg_text(&a, step);
-	orch_arg_text(&a, step);	/* the step key */
-	orch_arg_int4(&a, -1);		/* no map item */
-	orch_arg_int4(&a, orch_max_step_input_size);
-	now = orch_arg_clock(&a);
-	orch_arg_step_cap(&a, now, timeout);
-	if (orch_args_sql(&a, "WITH t AS (" STEP_TASK_INSERT " RETURNING id)"
-					  " UPDATE orch.run_steps SET state = 'running', started_at = $7,"
-					  "   task_id = (SELECT id FROM t), cap_at = $8"
-					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND EXISTS (SELECT 1 FROM t)",
-					  false, 0, SPI_OK_UPDATE) > 0)
-		return NULL;
-	/* its queue does not exist yet, or its input is too large */
-	id = orch_run_enqueue_step_task(r, step, false);
 	if (id == -1)
 		return orch_run_step_no_queue();
 	if (id == -2)
-		return step_too_large(r, step);
-	a.n = 3;
+		return step_too_large(size);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
 	orch_arg_int8(&a, id);
 	now = orch_arg_clock(&a);
 	orch_arg_step_cap(&a, now, timeout);

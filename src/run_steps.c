@@ -193,7 +193,7 @@ start_approval_step(RunRow *r, const char *step, const Interval *timeout)
 {
 	OrchArgs	a = {0};
 	TimestampTz now;
-	int64		task = !orch_schema_previous() ? orch_run_open_approval(r, step, false) : 0;
+	int64		task = orch_schema_approval_tasks() ? orch_run_open_approval(r, step, false) : 0;
 
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);

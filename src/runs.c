@@ -379,7 +379,7 @@ orch_start(PG_FUNCTION_ARGS)
 	TEXTOID, INT4OID, TEXTOID, JSONBOID, INTERVALOID, INT8OID};
 	Datum		v[13];
 	char		n[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n'};
-	bool		keys_table = !orch_schema_previous();
+	bool		keys_table = orch_schema_run_keys();
 	PublishedDef def;
 	bool		isnull;
 	RunRow		r;
@@ -387,7 +387,7 @@ orch_start(PG_FUNCTION_ARGS)
 
 	orch_require_arg(fcinfo, 0, "name");
 	orch_require_arg(fcinfo, 1, "input");
-	if (orch_citus() && orch_schema_previous())
+	if (orch_citus() && !orch_schema_distributed_fold())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("workflow runs on Citus need the 0.8.0 schema"),
@@ -512,7 +512,7 @@ orch_run_status(PG_FUNCTION_ARGS)
 	/* on Citus: the run's shard (a run that is not found is reported below) */
 	(void) orch_scope_run(DatumGetInt64(v[0]));
 	orch_spi_caller_tenants(v, n, 1);
-	if (orch_sql(!orch_schema_previous() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
+	if (orch_sql(orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
 				 : RUN_STATUS_SQL("orch.events", "orch.attempts"),
 			2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,

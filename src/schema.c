@@ -203,14 +203,65 @@ orch_schema_version(void)
 
 /*
  * Is the installed schema the previous one (0.7.0), served while ALTER
- * EXTENSION orchestrator UPDATE is pending?  Every branch for it asks here,
- * so that dropping the previous schema's support deletes this and its
- * callers' other branches.
+ * EXTENSION orchestrator UPDATE is pending?  Asked only by the predicates
+ * below, one for each thing the previous schema lacks: every caller asks
+ * for the thing it needs, and dropping the previous schema's support makes
+ * each of them true.
  */
-bool
-orch_schema_previous(void)
+static bool
+schema_previous(void)
 {
 	return orch_schema_version() < ORCH_SCHEMA_NEWEST;
+}
+
+/*
+ * The history as the task rows record it: a task's enqueue, latest claim
+ * and completion are columns of its row (orch.history and
+ * orch.attempt_history read them with orch.events and orch.attempts), and
+ * the history tables are partitioned by time.
+ */
+bool
+orch_schema_rows_record_history(void)
+{
+	return !schema_previous();
+}
+
+/* Tenant bindings keyed by cluster and role name (orch.tenant_bindings). */
+bool
+orch_schema_keyed_bindings(void)
+{
+	return !schema_previous();
+}
+
+/* orch.step_claimable, which a claim asks of a step's task. */
+bool
+orch_schema_step_claimable(void)
+{
+	return !schema_previous();
+}
+
+/* The task of a human_approval step, and orch.approval_refs. */
+bool
+orch_schema_approval_tasks(void)
+{
+	return !schema_previous();
+}
+
+/* orch.run_keys: idempotency keys of runs in a table of their own. */
+bool
+orch_schema_run_keys(void)
+{
+	return !schema_previous();
+}
+
+/*
+ * On Citus: rows stamped on their node (orch.stamp_on_node), the metrics
+ * fold shard by shard, and workflow runs (orch.run_busy_on_shard).
+ */
+bool
+orch_schema_distributed_fold(void)
+{
+	return !schema_previous();
 }
 
 /* The schema orch; InvalidOid when there is none. */

@@ -25,7 +25,7 @@
  * What identifies a kept plan: the statement's text (by hash; the entry
  * keeps the text and a lookup compares it) and its parameter types.
  */
-#define ORCH_PLAN_MAX_ARGS 16
+#define ORCH_PLAN_MAX_ARGS ORCH_MAX_ARGS
 
 typedef struct OrchPlanKey
 {

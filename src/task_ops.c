@@ -171,32 +171,16 @@ static void
 record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 			   const char *error, bool has_retry_at, TimestampTz retry_at)
 {
-	Oid			types[10] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID, TIMESTAMPTZOID,
-	TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		v[10];
-	char		n[10];
+	Datum		v[ORCH_ATTEMPT_COLS] = {
+		orch_text_datum(t->tenant), Int64GetDatum(t->id), Int32GetDatum(t->attempts),
+		t->lease_owner ? orch_text_datum(t->lease_owner) : (Datum) 0, UUIDPGetDatum(&t->token),
+		TimestampTzGetDatum(t->claimed_at), orch_text_datum(outcome),
+		error_class ? orch_text_datum(error_class) : (Datum) 0,
+		error ? orch_text_datum(error) : (Datum) 0, TimestampTzGetDatum(retry_at)};
+	bool		n[ORCH_ATTEMPT_COLS] = {false, false, false, t->lease_owner == NULL, !t->has_token,
+	!t->has_claimed_at, false, error_class == NULL, error == NULL, !has_retry_at};
 
-	memset(n, ' ', sizeof(n));
-	v[0] = orch_text_datum(t->tenant);
-	v[1] = Int64GetDatum(t->id);
-	v[2] = Int32GetDatum(t->attempts);
-	orch_spi_text(v, n, 3, t->lease_owner);
-	v[4] = UUIDPGetDatum(&t->token);
-	if (!t->has_token)
-		n[4] = 'n';
-	v[5] = TimestampTzGetDatum(t->claimed_at);
-	if (!t->has_claimed_at)
-		n[5] = 'n';
-	v[6] = orch_text_datum(outcome);
-	orch_spi_text(v, n, 7, error_class);
-	orch_spi_text(v, n, 8, error);
-	v[9] = TimestampTzGetDatum(retry_at);
-	if (!has_retry_at)
-		n[9] = 'n';
-	orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-									  " lease_token, started_at, outcome, error_class, error, retry_at)"
-									  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-									  10, types), v, n, false, 0, SPI_OK_INSERT);
+	orch_attempts_insert(1, v, n);
 }
 
 /*
@@ -209,7 +193,7 @@ record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 static bool
 completion_in_task(void)
 {
-	return !orch_schema_previous() && !orch_citus();
+	return orch_schema_rows_record_history() && !orch_citus();
 }
 
 /*
@@ -241,7 +225,7 @@ completion_in_task(void)
  * unrecorded.  Appended directly (append.c); through SQL when orch.attempts
  * needs it.
  */
-#define ATTEMPT_COLS 7
+#define ATTEMPT_COLS ORCH_ATTEMPT_COLS
 
 /*
  * The completed tasks (attempt values v, n rows: tenant, task id first)
@@ -285,10 +269,6 @@ write_out_claims(const Datum *v, int n)
 static void
 record_completed_attempts(SPITupleTable *tt, int rows, bool in_task)
 {
-	static const char *const cols[ATTEMPT_COLS] = {"tenant_id", "task_id", "attempt", "worker",
-	"lease_token", "started_at", "outcome"};
-	static const Oid elem[ATTEMPT_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
-	TIMESTAMPTZOID, TEXTOID};
 	Datum	   *v = palloc(sizeof(Datum) * ATTEMPT_COLS * Max(rows, 1));
 	bool	   *nl = palloc(sizeof(bool) * ATTEMPT_COLS * Max(rows, 1));
 	int			n = 0;
@@ -303,48 +283,17 @@ record_completed_attempts(SPITupleTable *tt, int rows, bool in_task)
 		orch_spi_values(tt, i, 1, 6, r, rn);
 		r[6] = CStringGetTextDatum("completed");
 		rn[6] = false;
+		for (int c = 7; c < ATTEMPT_COLS; c++)
+		{
+			r[c] = (Datum) 0;
+			rn[c] = true;
+		}
 		n++;
 	}
-	if (n == 0)
-	{
-		pfree(v);
-		pfree(nl);
-		return;
-	}
-	if (in_task)
+	if (n > 0 && in_task)
 		write_out_claims(v, n);
-	if (!orch_table_append("attempts", ATTEMPT_COLS, cols, n, v, nl))
-	{
-		Datum		args[ATTEMPT_COLS];
-		Oid			arr[ATTEMPT_COLS];
-
-		for (int c = 0; c < ATTEMPT_COLS; c++)
-		{
-			Datum	   *cv = palloc(sizeof(Datum) * n);
-			bool	   *cn = palloc(sizeof(bool) * n);
-			int16		typlen;
-			bool		typbyval;
-			char		typalign;
-			int			dims[1] = {n};
-			int			lbs[1] = {1};
-
-			for (int i = 0; i < n; i++)
-			{
-				cv[i] = v[i * ATTEMPT_COLS + c];
-				cn[i] = nl[i * ATTEMPT_COLS + c];
-			}
-			get_typlenbyvalalign(elem[c], &typlen, &typbyval, &typalign);
-			arr[c] = get_array_type(elem[c]);
-			args[c] = PointerGetDatum(construct_md_array(cv, cn, 1, dims, lbs, elem[c],
-														 typlen, typbyval, typalign));
-		}
-		orch_exec(orch_plan("INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-							"   lease_token, started_at, outcome)"
-							" SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc"
-							"   FROM unnest($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY AS u(t, i, a, w, l, s, oc, o)"
-							"  ORDER BY u.o",
-							ATTEMPT_COLS, arr), args, NULL, false, 0, SPI_OK_INSERT);
-	}
+	/* (more than one row: appended directly when orch.attempts allows it) */
+	orch_attempts_insert(n, v, nl);
 	pfree(v);
 	pfree(nl);
 }

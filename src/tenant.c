@@ -100,7 +100,7 @@ role_tenants(Oid role, char ***out)
 		return -1;
 	v[0] = ObjectIdGetDatum(role);
 	v[1] = Int64GetDatum((int64) GetSystemIdentifier());
-	if (!orch_schema_previous())
+	if (orch_schema_keyed_bindings())
 		n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
 									  " JOIN pg_catalog.pg_roles r"
 									  "   ON (b.cluster_id = $2 AND r.oid = b.role_oid)"

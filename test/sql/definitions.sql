@@ -450,7 +450,7 @@ INSERT INTO specs VALUES
     {"step_id": "run", "queue": "defs_q", "handler": "run", "depends_on": ["hold"]}]}');
 -- the gated pipeline of docs/workflows.md without its probes and output schemas (workflows_drift has it verbatim)
 INSERT INTO specs VALUES ('defs_gated_pipeline', $spec${
-  "description": "Gated cut pipeline (seed 002): internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
+  "description": "Gated cut pipeline: internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
   "input_schema": {
     "required": ["document_id", "mode"],
     "properties": {

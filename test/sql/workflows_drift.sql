@@ -320,7 +320,7 @@ CREATE FUNCTION cutter.writer_functions_md5() RETURNS text LANGUAGE sql STABLE A
 CREATE FUNCTION cutter.review_decision_count() RETURNS bigint LANGUAGE sql STABLE AS 'SELECT 0';
 CREATE FUNCTION cutter.grants_fingerprint() RETURNS text LANGUAGE sql STABLE AS $$SELECT 'cutter_exec:EXECUTE'$$;
 SELECT orch_define('wd_cut_pipeline', $spec${
-  "description": "Gated cut pipeline (seed 002): internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
+  "description": "Gated cut pipeline: internal gates run automatically, two sovereign gates wait for a human, any failure stops and reports.",
   "input_schema": {
     "required": ["document_id", "mode"],
     "properties": {

@@ -1,0 +1,203 @@
+/*
+ * housekeeping.c
+ *	  What a claim and a maintenance pass both do before their own work:
+ *	  expired leases recovered as failed attempts, delayed tasks that came due
+ *	  made claimable, and the deferred key decisions this leaves settled.
+ *	  A claim does it for its queue and tenants, a little at a time, and only
+ *	  what one probe found (orch_claim_housekeeping); orch_maintain does it for
+ *	  every queue in batches.  Every statement uses SKIP LOCKED and re-checks
+ *	  each row under its lock, so it never overwrites what a worker finished
+ *	  meanwhile.  The caller is connected to SPI.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+
+#include "orchestrator.h"
+
+/* how much one claim recovers (and four times that it wakes) */
+#define RECOVER_PER_CLAIM 16
+
+/* the claim's tenants as a text[] parameter: (Datum) 0 is every tenant */
+static void
+arg_tenants(OrchArgs *a, Datum tenants)
+{
+	orch_arg(a, TEXTARRAYOID, tenants, tenants == (Datum) 0);
+}
+
+/*
+ * Recover up to limit executing tasks whose lease (capped by the task's
+ * timeout) has passed, of one queue or (queue NULL) of all.  Each is a failed
+ * attempt, class TRANSIENT, outcome lease_expired or timed_out, decided by
+ * the task's policy.  Rows another session holds are skipped; a row a worker
+ * finished meanwhile no longer matches.
+ */
+int
+orch_recover_expired(const char *queue, int limit, Datum tenants)
+{
+	OrchArgs	a = {0};
+	int			n;
+	int64	   *ids;
+	int			recovered = 0;
+
+	orch_arg_int4(&a, limit);
+	if (queue)
+	{
+		orch_arg_text(&a, queue);
+		arg_tenants(&a, tenants);
+		n = (int) orch_args_sql(&a, "SELECT id FROM orch.tasks" ORCH_EXPIRED_WHERE
+								" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+								false, 0, SPI_OK_SELECT);
+	}
+	else
+	{
+		arg_tenants(&a, tenants);
+		n = (int) orch_args_sql(&a, "SELECT id FROM orch.tasks"
+								" WHERE state = 'executing' AND lease_expires_at <= statement_timestamp()"
+								"   AND " ORCH_TENANT_IN("tenant_id", "$2")
+								" ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+								false, 0, SPI_OK_SELECT);
+	}
+	if (n == 0)
+		return 0;
+	ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		OrchTask	t;
+		const char *why;
+		int			ev;
+
+		/* re-check under our lock: still executing with an expired lease */
+		if (!orch_lock_task(ids[i], &t) || t.state != TS_EXECUTING || !t.lease_expired)
+			continue;
+		why = t.timed_out ? "timeout passed" : "lease expired";
+		ev = orch_set_event_context("orchestrator", why);
+		orch_fail_locked(&t, EC_TRANSIENT, why, false, 0,
+						 t.timed_out ? "timed_out" : "lease_expired", NULL);
+		orch_clear_event_context(ev);
+		recovered++;
+	}
+	return recovered;
+}
+
+/*
+ * Tasks that are not due yet (queued with a future run_at, or waiting to
+ * retry) are "delayed": not claimable and outside the claim index (the
+ * lifecycle trigger takes them out), so that claims never step over them and
+ * a keyed one holds no slot.  Once due, they are made claimable here, keyed
+ * ones through the gate (the task trigger).  Of one queue, or (queue NULL)
+ * of every queue.
+ */
+int
+orch_wake_delayed(const char *queue, int limit, Datum tenants)
+{
+	OrchArgs	a = {0};
+
+	if (queue == NULL)
+	{
+		int			nq;
+		char	  **names;
+		int			woken = 0;
+
+		nq = (int) orch_sql("SELECT name FROM orch.queues ORDER BY name", 0, NULL, NULL, NULL,
+							true, 0, SPI_OK_SELECT);
+		names = orch_spi_column(1);
+		for (int i = 0; i < nq && woken < limit; i++)
+			woken += orch_wake_delayed(names[i], limit - woken, tenants);
+		return woken;
+	}
+
+	orch_arg_int4(&a, limit);
+	orch_arg_text(&a, queue);
+	arg_tenants(&a, tenants);
+	/* a read-only probe first: the UPDATE's set-up costs more than the look */
+	if (orch_args_sql(&a, "SELECT 1 FROM orch.tasks" ORCH_DELAYED_WHERE " LIMIT $1",
+					  false, 1, SPI_OK_SELECT) == 0)
+		return 0;
+	return (int) orch_args_sql(&a, "UPDATE orch.tasks t SET ready_at = coalesce(t.retry_at, t.run_at)"
+							   " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks" ORCH_DELAYED_WHERE
+							   "       ORDER BY coalesce(retry_at, run_at) LIMIT $1"
+							   "       FOR UPDATE SKIP LOCKED))"
+							   "   AND " ORCH_TENANT_IN("t.tenant_id", "$3"),
+							   false, 0, SPI_OK_UPDATE);
+}
+
+/*
+ * Before a claim: is there an expired lease to recover, a delayed task now
+ * due, a deferred key decision to settle?  One statement looks for all
+ * three (each is usually absent); only what it finds is then worked on.
+ * The task looks are ordered scalar sub-queries, not EXISTS: EXISTS drops
+ * the ORDER BY, and a plan that expects to find a row soon may then read
+ * the whole table to find none.
+ */
+static void
+probe(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+
+	orch_arg(&a, INT4OID, (Datum) 0, true);	/* $1 unused: the texts share their numbering */
+	orch_arg_text(&a, queue);
+	arg_tenants(&a, tenants);
+	/* key decisions: of every tenant (on Citus, of the claim's) */
+	orch_arg_scope_tenants(&a);
+	if (orch_args_sql(&a, "SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
+					  "        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL,"
+					  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
+					  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
+					  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
+					  "               AND " ORCH_TENANT_IN("tenant_id", "$4") ")",
+					  false, 1, SPI_OK_SELECT) != 1)
+		elog(ERROR, "orchestrator: claim probe failed");
+	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	*repairs = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+}
+
+/*
+ * Before a claim: recover the queue's expired leases, let due work in and
+ * settle deferred key decisions, each only when the probe found some.
+ * tenants: the claim's tenants, or (Datum) 0 for all.
+ */
+void
+orch_claim_housekeeping(const char *queue, Datum tenants)
+{
+	bool		expired = true,
+				due = true,
+				repairs = true;
+
+	probe(queue, tenants, &expired, &due, &repairs);
+	/* a recovered task may be due again at once, and may have freed a key */
+	if (expired && orch_recover_expired(queue, RECOVER_PER_CLAIM, tenants) > 0)
+		due = repairs = true;
+	if (!due && !repairs)
+		return;
+
+	/*
+	 * Letting due work in and settling deferred key decisions only tries key
+	 * locks: a claim never waits for a producer's open transaction (what it
+	 * cannot decide now is noted and settled later).
+	 */
+	orch_gate_set_try_only(true);
+	PG_TRY();
+	{
+		/* waking keyed tasks may defer key decisions: settle them now */
+		if (due && orch_wake_delayed(queue, RECOVER_PER_CLAIM * 4, tenants) > 0)
+			repairs = true;
+		if (repairs)
+			orch_gate_repair(queue, RECOVER_PER_CLAIM);
+	}
+	PG_FINALLY();
+	{
+		orch_gate_set_try_only(false);
+	}
+	PG_END_TRY();
+}

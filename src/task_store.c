@@ -1,0 +1,230 @@
+/*
+ * task_store.c
+ *	  The one writer of task rows.  Every task is inserted here, whoever
+ *	  makes it: an enqueue (one or a batch), a dead letter's re-drive, a
+ *	  workflow step's task (one, or one per map item), a compensation task,
+ *	  the task of a human approval.  The caller decides the row's values
+ *	  (queue settings through settings.c, a step's from its definition); the
+ *	  task trigger (lifecycle.c) then checks and records the insert like any
+ *	  other transition.  One row is inserted with a VALUES statement, a batch
+ *	  with one statement over the arrays of what differs between its rows.
+ *	  And the one writer of attempt rows: a task's finished execution
+ *	  (failed, cancelled, completed, handed to a person).  Caller is
+ *	  connected to SPI.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/jsonb.h"
+
+#include "orchestrator.h"
+
+#define TASK_INSERT_COLUMNS \
+	"INSERT INTO orch.tasks (id, tenant_id, queue, state, reason_code, priority, run_at, ready_at," \
+	" max_attempts, max_failures, retry_policy, timeout, idempotency_key, owner, concurrency_key," \
+	" run_id, retry_of, correlation_id, payload, step_key)"
+
+/* $1 .. $17: what every row of one insert shares (see task_args) */
+#define TASK_SHARED_VALUES \
+	"$2, $3, $4, $5, $6, COALESCE($7, now()), COALESCE($7, now()), $8, $9, $10, $11, $12, $13, $14," \
+	" $15, $16, $17"
+
+static void
+arg_opt_text(OrchArgs *a, const char *s)
+{
+	orch_arg(a, TEXTOID, s ? CStringGetTextDatum(s) : (Datum) 0, s == NULL);
+}
+
+static void
+arg_opt_int8(OrchArgs *a, int64 v)
+{
+	orch_arg(a, INT8OID, Int64GetDatum(v), v == 0);
+}
+
+/* $1 id (NULL: the sequence's next) .. $17 correlation id */
+static void
+task_args(OrchArgs *a, const OrchTaskRow *t)
+{
+	orch_arg(a, INT8OID, Int64GetDatum(t->id), t->id == 0);
+	orch_arg_text(a, t->tenant);
+	orch_arg_text(a, t->queue);
+	orch_arg_text(a, t->state ? t->state : "queued");
+	orch_arg_text(a, t->reason_code ? t->reason_code : "enqueued");
+	orch_arg_int4(a, t->priority);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(t->run_at), !t->has_run_at);
+	orch_arg(a, INT4OID, Int32GetDatum(t->max_attempts), !t->has_max_attempts);
+	orch_arg(a, INT4OID, Int32GetDatum(t->max_failures), !t->has_max_failures);
+	orch_arg(a, JSONBOID, JsonbPGetDatum(t->retry_policy), t->retry_policy == NULL);
+	orch_arg(a, INTERVALOID, IntervalPGetDatum(t->timeout), t->timeout == NULL);
+	arg_opt_text(a, t->idempotency_key);
+	arg_opt_text(a, t->owner);
+	arg_opt_text(a, t->concurrency_key);
+	arg_opt_int8(a, t->run_id);
+	arg_opt_int8(a, t->retry_of);
+	arg_opt_text(a, t->correlation_id);
+}
+
+/* Insert one task (payload; step_key NULL: none); returns its id. */
+int64
+orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+	int64		id;
+
+	task_args(&a, t);
+	orch_arg(&a, JSONBOID, JsonbPGetDatum(payload), false);
+	arg_opt_text(&a, step_key);
+	if (orch_args_sql(&a, TASK_INSERT_COLUMNS
+					  " VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), " TASK_SHARED_VALUES ", $18, $19)"
+					  " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != 1)
+		elog(ERROR, "orchestrator: task insert failed");
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* a batch may enqueue row by row through here: keep nothing per row */
+	SPI_freetuptable(SPI_tuptable);
+	return id;
+}
+
+/*
+ * Insert n tasks alike but for their payloads (a jsonb[] of n) and step
+ * keys (a text[] of n, or (Datum) 0: none), in the arrays' order; their ids
+ * into ids (n of them), unless NULL.  t->id must be 0.  The result (the
+ * ids, in order) is left in SPI_tuptable.
+ */
+void
+orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64 *ids)
+{
+	OrchArgs	a = {0};
+
+	Assert(t->id == 0);
+	task_args(&a, t);			/* ($1, the id, is NULL and unused) */
+	orch_arg(&a, JSONBARRAYOID, payloads, false);
+	orch_arg(&a, TEXTARRAYOID, step_keys, step_keys == (Datum) 0);
+	if (orch_args_sql(&a, TASK_INSERT_COLUMNS
+					  " SELECT nextval('orch.tasks_id_seq'), " TASK_SHARED_VALUES ", p.payload, p.step_key"
+					  " FROM unnest($18, $19) WITH ORDINALITY AS p(payload, step_key, ord)"
+					  " ORDER BY p.ord RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != (uint64) n)
+		elog(ERROR, "orchestrator: task batch insert failed");
+	for (int i = 0; ids != NULL && i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+}
+
+/* ----------------------------------------------------------------------
+ * Attempt rows
+ * ---------------------------------------------------------------------- */
+
+static const char *const attempt_cols[ORCH_ATTEMPT_COLS] = {"tenant_id", "task_id", "attempt", "worker",
+"lease_token", "started_at", "outcome", "error_class", "error", "retry_at"};
+static const Oid attempt_types[ORCH_ATTEMPT_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
+TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+
+/* One attempt row: the VALUES statement, a kept plan */
+static void
+attempt_insert_one(const Datum *v, const bool *nulls)
+{
+	OrchArgs	a = {0};
+
+	for (int c = 0; c < ORCH_ATTEMPT_COLS; c++)
+		orch_arg(&a, attempt_types[c], v[c], nulls[c]);
+	orch_args_sql(&a, "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+				  " lease_token, started_at, outcome, error_class, error, retry_at)"
+				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", false, 0, SPI_OK_INSERT);
+}
+
+/* Rows through SQL: one statement over one array per column */
+static void
+attempts_insert_sql(int n, const Datum *v, const bool *nulls)
+{
+	OrchArgs	a = {0};
+
+	for (int c = 0; c < ORCH_ATTEMPT_COLS; c++)
+	{
+		Datum	   *cv = palloc(sizeof(Datum) * n);
+		bool	   *cn = palloc(sizeof(bool) * n);
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+		int			dims[1] = {n};
+		int			lbs[1] = {1};
+
+		for (int i = 0; i < n; i++)
+		{
+			cv[i] = v[i * ORCH_ATTEMPT_COLS + c];
+			cn[i] = nulls[i * ORCH_ATTEMPT_COLS + c];
+		}
+		get_typlenbyvalalign(attempt_types[c], &typlen, &typbyval, &typalign);
+		orch_arg(&a, get_array_type(attempt_types[c]),
+				 PointerGetDatum(construct_md_array(cv, cn, 1, dims, lbs, attempt_types[c],
+													typlen, typbyval, typalign)), false);
+	}
+	orch_args_sql(&a, "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
+				  "   lease_token, started_at, outcome, error_class, error, retry_at)"
+				  " SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc, u.ec, u.e, u.r"
+				  "   FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+				  "        WITH ORDINALITY AS u(t, i, a, w, l, s, oc, ec, e, r, o)"
+				  "  ORDER BY u.o", false, 0, SPI_OK_INSERT);
+}
+
+/*
+ * Insert n attempt rows: values and nulls row after row, ORCH_ATTEMPT_COLS
+ * each (tenant_id, task_id, attempt, worker, lease_token, started_at,
+ * outcome, error_class, error, retry_at).  One row with a kept VALUES
+ * statement; more appended directly (append.c: one WAL record per page),
+ * or through SQL when orch.attempts needs it.
+ */
+void
+orch_attempts_insert(int n, const Datum *v, const bool *nulls)
+{
+	if (n <= 0)
+		return;
+	if (n == 1)
+		attempt_insert_one(v, nulls);
+	else if (!orch_table_append("attempts", ORCH_ATTEMPT_COLS, attempt_cols, n, v, nulls))
+		attempts_insert_sql(n, v, nulls);
+}
+
+/*
+ * The attempts of the tasks a statement just changed (tt, rows of it:
+ * tenant_id, task_id, attempt, worker, lease_token, started_at at columns
+ * first .. first + 5), ending with outcome and error (NULL: none); only the
+ * rows whose column only_col is true (0: every row).
+ */
+void
+orch_attempts_insert_rows(SPITupleTable *tt, uint64 rows, int first, int only_col,
+						  const char *outcome, const char *error)
+{
+	Datum	   *v = palloc(sizeof(Datum) * ORCH_ATTEMPT_COLS * Max(rows, 1));
+	bool	   *nl = palloc(sizeof(bool) * ORCH_ATTEMPT_COLS * Max(rows, 1));
+	int			n = 0;
+
+	for (uint64 i = 0; i < rows; i++)
+	{
+		Datum	   *r = v + n * ORCH_ATTEMPT_COLS;
+		bool	   *rn = nl + n * ORCH_ATTEMPT_COLS;
+		bool		isnull;
+
+		if (only_col > 0 && !DatumGetBool(SPI_getbinval(tt->vals[i], tt->tupdesc, only_col, &isnull)))
+			continue;
+		orch_spi_values(tt, i, first, 6, r, rn);
+		r[6] = CStringGetTextDatum(outcome);
+		rn[6] = false;
+		r[7] = (Datum) 0;
+		rn[7] = true;
+		r[8] = error ? CStringGetTextDatum(error) : (Datum) 0;
+		rn[8] = error == NULL;
+		r[9] = (Datum) 0;
+		rn[9] = true;
+		n++;
+	}
+	orch_attempts_insert(n, v, nl);
+	pfree(v);
+	pfree(nl);
+}
