@@ -48,6 +48,14 @@ def_note(const char *name, int32 version)
 	return psprintf("%s@%d", name, version);
 }
 
+/* The tenant of definitions and a definition's name as $1 and $2 */
+static void
+def_key_args(OrchArgs *a, const char *name)
+{
+	orch_arg_text(a, DEF_TENANT);
+	orch_arg_text(a, name);
+}
+
 /*
  * orch_define(name text, spec jsonb) -> integer
  *	  Validates the spec; replaces the draft when the name's highest version
@@ -58,8 +66,8 @@ orch_define(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	Jsonb	   *spec;
-	Oid			types[5] = {TEXTOID, TEXTOID, INT4OID, JSONBOID, TEXTOID};
-	Datum		vals[5];
+	OrchArgs	a = {0};
+	OrchArgs	w = {0};
 	int32		version;
 	bool		isnull;
 
@@ -75,14 +83,14 @@ orch_define(PG_FUNCTION_ARGS)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	/* one define, publish or deprecate of a name at a time */
 	orch_xact_lock("definition", DEF_TENANT, name);
-	vals[0] = orch_text_datum(DEF_TENANT);
-	vals[1] = orch_text_datum(name);
-	vals[3] = JsonbPGetDatum(spec);
-	vals[4] = orch_text_datum(orch_current_actor());
-	orch_exec(orch_plan("SELECT version, status = 'draft', spec = $3 FROM orch.definitions"
-									  " WHERE tenant_id = $1 AND name = $2"
-									  " ORDER BY version DESC LIMIT 1 FOR UPDATE",
-									  3, (Oid[]) {TEXTOID, TEXTOID, JSONBOID}), (Datum[]) {vals[0], vals[1], vals[3]}, NULL, false, 1, SPI_OK_SELECT);
+	def_key_args(&a, name);
+	orch_arg_jsonb(&a, spec);
+	orch_args_sql(&a, "SELECT version, status = 'draft', spec = $3 FROM orch.definitions"
+				  " WHERE tenant_id = $1 AND name = $2"
+				  " ORDER BY version DESC LIMIT 1 FOR UPDATE",
+				  false, 1, SPI_OK_SELECT);
+	/* the parameters of the write: $1, $2, the version, the spec (and the actor) */
+	def_key_args(&w, name);
 	if (SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
 	{
@@ -93,11 +101,12 @@ orch_define(PG_FUNCTION_ARGS)
 		version = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (!same)
 		{
-			vals[2] = Int32GetDatum(version);
-			if (orch_exec(orch_plan("UPDATE orch.definitions SET spec = $4,"
-											  " content_hash = " DEF_HASH("$4")
-											  " WHERE tenant_id = $1 AND name = $2 AND version = $3",
-											  4, types), vals, NULL, false, 0, SPI_OK_UPDATE) != 1)
+			orch_arg_int4(&w, version);
+			orch_arg_jsonb(&w, spec);
+			if (orch_args_sql(&w, "UPDATE orch.definitions SET spec = $4,"
+							  " content_hash = " DEF_HASH("$4")
+							  " WHERE tenant_id = $1 AND name = $2 AND version = $3",
+							  false, 0, SPI_OK_UPDATE) != 1)
 				elog(ERROR, "orchestrator: draft update failed");
 			orch_write_event(DEF_TENANT, 0, false, "definition", "draft", "draft", "defined",
 							 0, NULL, def_note(name, version));
@@ -114,12 +123,14 @@ orch_define(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("workflow definition \"%s\" has no version number left", name)));
 		version = latest + 1;
-		vals[2] = Int32GetDatum(version);
-		if (orch_exec(orch_plan("INSERT INTO orch.definitions (tenant_id, name, version, status,"
-										  " spec, content_hash, created_by)"
-										  " VALUES ($1, $2, $3, 'draft', $4, " DEF_HASH("$4") ", $5)"
-										  " ON CONFLICT DO NOTHING",
-										  5, types), vals, NULL, false, 0, SPI_OK_INSERT) != 1)
+		orch_arg_int4(&w, version);
+		orch_arg_jsonb(&w, spec);
+		orch_arg_text(&w, orch_current_actor());
+		if (orch_args_sql(&w, "INSERT INTO orch.definitions (tenant_id, name, version, status,"
+						  " spec, content_hash, created_by)"
+						  " VALUES ($1, $2, $3, 'draft', $4, " DEF_HASH("$4") ", $5)"
+						  " ON CONFLICT DO NOTHING",
+						  false, 0, SPI_OK_INSERT) != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to a concurrent orch_define of \"%s\"", name),
@@ -139,15 +150,14 @@ orch_define(PG_FUNCTION_ARGS)
 static char *
 lock_version(const char *name, int32 version)
 {
-	Datum		vals[3];
+	OrchArgs	a = {0};
 
 	orch_xact_lock("definition", DEF_TENANT, name);
-	vals[0] = orch_text_datum(DEF_TENANT);
-	vals[1] = orch_text_datum(name);
-	vals[2] = Int32GetDatum(version);
-	if (orch_exec(orch_plan("SELECT status, spec, content_hash FROM orch.definitions"
-									  " WHERE tenant_id = $1 AND name = $2 AND version = $3 FOR UPDATE",
-									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, NULL, false, 1, SPI_OK_SELECT) == 0)
+	def_key_args(&a, name);
+	orch_arg_int4(&a, version);
+	if (orch_args_sql(&a, "SELECT status, spec, content_hash FROM orch.definitions"
+					  " WHERE tenant_id = $1 AND name = $2 AND version = $3 FOR UPDATE",
+					  false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("workflow definition \"%s\" version %d does not exist", name, version)));
@@ -192,7 +202,8 @@ orch_publish(PG_FUNCTION_ARGS)
 				 errhint("Define a new version with orch_define and publish that.")));
 	if (strcmp(status, "draft") == 0)
 	{
-		Datum		vals[5];
+		OrchArgs	h = {0};
+		OrchArgs	a = {0};
 		Datum		spec = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 
 		/* validated again: a draft may predate a stricter validator */
@@ -203,18 +214,18 @@ orch_publish(PG_FUNCTION_ARGS)
 		 * The hash of the locked spec, computed first: Citus refuses a stable
 		 * function of a column (convert_to) in an UPDATE of a reference table.
 		 */
-		if (orch_sql_once("SELECT " DEF_HASH("$1"), 1, (Oid[]) {JSONBOID}, &spec, NULL, true, 1, SPI_OK_SELECT) != 1)
+		orch_arg(&h, JSONBOID, spec, false);
+		if (orch_args_sql_once(&h, "SELECT " DEF_HASH("$1"), true, 1, SPI_OK_SELECT) != 1)
 			elog(ERROR, "orchestrator: content hash failed");
-		vals[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		vals[0] = orch_text_datum(DEF_TENANT);
-		vals[1] = orch_text_datum(name);
-		vals[2] = Int32GetDatum(version);
-		vals[4] = orch_text_datum(orch_current_actor());
-		if (orch_exec(orch_plan("UPDATE orch.definitions SET status = 'published',"
-										  " published_at = pg_catalog.now(), content_hash = $4, published_by = $5"
-										  " WHERE tenant_id = $1 AND name = $2 AND version = $3"
-										  " RETURNING content_hash",
-										  5, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID}), vals, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+		def_key_args(&a, name);
+		orch_arg_int4(&a, version);
+		orch_arg(&a, TEXTOID, SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), false);
+		orch_arg_text(&a, orch_current_actor());
+		if (orch_args_sql(&a, "UPDATE orch.definitions SET status = 'published',"
+						  " published_at = pg_catalog.now(), content_hash = $4, published_by = $5"
+						  " WHERE tenant_id = $1 AND name = $2 AND version = $3"
+						  " RETURNING content_hash",
+						  false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 			elog(ERROR, "orchestrator: publish failed");
 		hash = MemoryContextStrdup(outer, SPI_getvalue(SPI_tuptable->vals[0],
 													   SPI_tuptable->tupdesc, 1));
@@ -252,15 +263,14 @@ orch_deprecate(PG_FUNCTION_ARGS)
 				 errhint("Publish it first, or replace the draft with orch_define.")));
 	if (strcmp(status, "published") == 0)
 	{
-		Datum		vals[3];
+		OrchArgs	a = {0};
 
-		vals[0] = orch_text_datum(DEF_TENANT);
-		vals[1] = orch_text_datum(name);
-		vals[2] = Int32GetDatum(version);
-		if (orch_exec(orch_plan("UPDATE orch.definitions SET status = 'deprecated',"
-										  " deprecated_at = pg_catalog.now()"
-										  " WHERE tenant_id = $1 AND name = $2 AND version = $3",
-										  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, NULL, false, 0, SPI_OK_UPDATE) != 1)
+		def_key_args(&a, name);
+		orch_arg_int4(&a, version);
+		if (orch_args_sql(&a, "UPDATE orch.definitions SET status = 'deprecated',"
+						  " deprecated_at = pg_catalog.now()"
+						  " WHERE tenant_id = $1 AND name = $2 AND version = $3",
+						  false, 0, SPI_OK_UPDATE) != 1)
 			elog(ERROR, "orchestrator: deprecate failed");
 		orch_write_event(DEF_TENANT, 0, false, "definition", "published", "deprecated",
 						 "deprecated", 0, NULL, def_note(name, version));
@@ -282,8 +292,7 @@ orch_definition(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *name;
 	bool		latest;
-	Datum		vals[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	OrchArgs	a = {0};
 	Datum		out[8];
 	bool		outnull[8];
 
@@ -294,18 +303,15 @@ orch_definition(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	vals[0] = orch_text_datum(DEF_TENANT);
-	vals[1] = orch_text_datum(name);
-	vals[2] = latest ? (Datum) 0 : PG_GETARG_DATUM(1);
-	if (latest)
-		nulls[2] = 'n';
-	if (orch_exec(orch_plan("SELECT name, version, status, spec, content_hash, created_at,"
-									  " published_at, deprecated_at FROM orch.definitions"
-									  " WHERE tenant_id = $1 AND name = $2"
-									  " AND CASE WHEN $3 IS NULL THEN status = 'published'"
-									  " ELSE version = $3 END"
-									  " ORDER BY version DESC LIMIT 1",
-									  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}), vals, nulls, true, 1, SPI_OK_SELECT) == 0)
+	def_key_args(&a, name);
+	orch_arg(&a, INT4OID, latest ? (Datum) 0 : PG_GETARG_DATUM(1), latest);
+	if (orch_args_sql(&a, "SELECT name, version, status, spec, content_hash, created_at,"
+					  " published_at, deprecated_at FROM orch.definitions"
+					  " WHERE tenant_id = $1 AND name = $2"
+					  " AND CASE WHEN $3 IS NULL THEN status = 'published'"
+					  " ELSE version = $3 END"
+					  " ORDER BY version DESC LIMIT 1",
+					  true, 1, SPI_OK_SELECT) == 0)
 	{
 		if (latest)
 			ereport(ERROR,

@@ -84,12 +84,11 @@ emit(ReturnSetInfo *rsinfo, const char *object, const char *action)
 static void
 run_on_workers(const char *cmd)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		v[1];
+	OrchArgs	a = {0};
 
-	v[0] = CStringGetTextDatum(cmd);
-	if (orch_sql_once("SELECT nodename || ':' || nodeport, result"
-							  " FROM run_command_on_workers($1) WHERE NOT success", 1, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+	orch_arg_text(&a, cmd);
+	if (orch_args_sql_once(&a, "SELECT nodename || ':' || nodeport, result"
+						   " FROM run_command_on_workers($1) WHERE NOT success", false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("a command failed on worker %s: %s",
@@ -102,15 +101,14 @@ run_on_workers(const char *cmd)
 static char
 citus_method(const char *name)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		v[1];
+	OrchArgs	a = {0};
 	char		buf[NAMEDATALEN * 2];
 	bool		isnull;
 
 	snprintf(buf, sizeof(buf), "orch.%s", name);
-	v[0] = CStringGetTextDatum(buf);
-	if (orch_sql_once("SELECT partmethod::text FROM pg_dist_partition"
-							  " WHERE logicalrelid = $1::regclass", 1, types, v, NULL, true, 1, SPI_OK_SELECT) == 0)
+	orch_arg_text(&a, buf);
+	if (orch_args_sql_once(&a, "SELECT partmethod::text FROM pg_dist_partition"
+						   " WHERE logicalrelid = $1::regclass", true, 1, SPI_OK_SELECT) == 0)
 		return '\0';
 	return TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 1, &isnull))[0];

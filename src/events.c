@@ -189,8 +189,7 @@ events_write(OrchEvent *const *events, int n)
 	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID};
 	Datum	   *cols[EVENT_COLS];
 	bool	   *nulls[EVENT_COLS];
-	Datum		args[EVENT_COLS];
-	char		argnulls[EVENT_COLS];
+	OrchArgs	a = {0};
 
 	if (n <= 0 || orch_events_store(events, n))
 		return;
@@ -231,10 +230,7 @@ events_write(OrchEvent *const *events, int n)
 	for (int c = 0; c < EVENT_COLS; c++)
 	{
 		if (n == 1)
-		{
-			args[c] = cols[c][0];
-			argnulls[c] = nulls[c][0] ? 'n' : ' ';
-		}
+			orch_arg(&a, elemtypes[c], cols[c][0], nulls[c][0]);
 		else
 		{
 			int16		typlen;
@@ -244,31 +240,30 @@ events_write(OrchEvent *const *events, int n)
 			int			lbs[1] = {1};
 
 			get_typlenbyvalalign(elemtypes[c], &typlen, &typbyval, &typalign);
-			args[c] = PointerGetDatum(construct_md_array(cols[c], nulls[c], 1, dims, lbs,
-														 elemtypes[c], typlen, typbyval, typalign));
-			argnulls[c] = ' ';
+			orch_arg(&a, arrtypes[c],
+					 PointerGetDatum(construct_md_array(cols[c], nulls[c], 1, dims, lbs,
+														elemtypes[c], typlen, typbyval, typalign)),
+					 false);
 		}
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (n == 1)
-		orch_exec(orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, from_state, to_state,"
-							" reason_code, actor, attempt, lease_token, note, at, label, waited, entity)"
-							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15)"
-							" /* $12: the order of several */",
-							EVENT_COLS, elemtypes),
-				  args, argnulls, false, 0, SPI_OK_INSERT);
+		orch_args_sql(&a, "INSERT INTO orch.events (tenant_id, task_id, run_id, from_state, to_state,"
+					  " reason_code, actor, attempt, lease_token, note, at, label, waited, entity)"
+					  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15)"
+					  " /* $12: the order of several */",
+					  false, 0, SPI_OK_INSERT);
 	else
-		orch_exec(orch_plan("INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
-							" to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
-							" SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
-							" e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
-							" FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
-							"   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
-							"        actor, attempt, lease_token, note, at, ord, label, waited, entity)"
-							" ORDER BY e.ord",
-							EVENT_COLS, arrtypes),
-				  args, argnulls, false, 0, SPI_OK_INSERT);
+		orch_args_sql(&a, "INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+					  " to_state, reason_code, actor, attempt, lease_token, note, at, label, waited)"
+					  " SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
+					  " e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited"
+					  " FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+					  "   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+					  "        actor, attempt, lease_token, note, at, ord, label, waited, entity)"
+					  " ORDER BY e.ord",
+					  false, 0, SPI_OK_INSERT);
 	SPI_finish();
 }
 

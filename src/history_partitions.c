@@ -271,16 +271,15 @@ query_value(const char *sql, bool *isnull)
 static void
 copy_parent_settings(const char *table, const char *part)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		v[1];
+	OrchArgs	a = {0};
 	uint64		n;
 	char	  **cols;
 
-	v[0] = CStringGetTextDatum(table);
-	n = orch_sql_once("SELECT a.attname::text FROM pg_catalog.pg_attribute a"
-					  " WHERE a.attrelid = pg_catalog.format('orch.%I', $1)::regclass"
-					  "   AND a.attnum > 0 AND NOT a.attisdropped AND a.attstattarget = 0",
-					  1, types, v, NULL, true, 0, SPI_OK_SELECT);
+	orch_arg_text(&a, table);
+	n = orch_args_sql_once(&a, "SELECT a.attname::text FROM pg_catalog.pg_attribute a"
+						   " WHERE a.attrelid = pg_catalog.format('orch.%I', $1)::regclass"
+						   "   AND a.attnum > 0 AND NOT a.attisdropped AND a.attstattarget = 0",
+						   true, 0, SPI_OK_SELECT);
 	cols = orch_spi_column(1);
 	for (uint64 i = 0; i < n; i++)
 		orch_sql_command(psprintf("ALTER TABLE orch.%s ALTER COLUMN %s SET STATISTICS 0",

@@ -166,6 +166,7 @@ orch_metrics_fold_now(void)
 	Datum		d;
 	int64		folded;
 	int64		failed;
+	OrchArgs	a = {0};
 
 	if (!orch_citus())
 	{
@@ -200,11 +201,11 @@ orch_metrics_fold_now(void)
 		return folded;
 	}
 	/* (values, not functions: Citus's rule for an upsert's SET) */
-	orch_sql_once("INSERT INTO orch.metric_state AS m (snap_xmin, snap_xmax, refreshed_at) VALUES (0, 0, $2)"
-				  " ON CONFLICT (id) DO UPDATE SET refreshed_at = $2, folded_total = m.folded_total + $1",
-				  2, (Oid[]) {INT8OID, TIMESTAMPTZOID},
-				  (Datum[]) {Int64GetDatum(folded), TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())},
-				  NULL, false, 0, SPI_OK_INSERT);
+	orch_arg_int8(&a, folded);
+	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+	orch_args_sql_once(&a, "INSERT INTO orch.metric_state AS m (snap_xmin, snap_xmax, refreshed_at) VALUES (0, 0, $2)"
+					   " ON CONFLICT (id) DO UPDATE SET refreshed_at = $2, folded_total = m.folded_total + $1",
+					   false, 0, SPI_OK_INSERT);
 	return folded;
 }
 
@@ -295,11 +296,10 @@ static bool caller_unrestricted;
 static uint64
 caller_sql(const char *sql)
 {
-	Oid			types[1] = {TEXTARRAYOID};
-	Datum		v[1] = {caller_tenants};
-	char		n[1] = {caller_unrestricted ? 'n' : ' '};
+	OrchArgs	a = {0};
 
-	return orch_sql_once(sql, 1, types, v, n, true, 0, SPI_OK_SELECT);
+	orch_arg(&a, TEXTARRAYOID, caller_tenants, caller_unrestricted);
+	return orch_args_sql_once(&a, sql, true, 0, SPI_OK_SELECT);
 }
 
 static void

@@ -468,6 +468,8 @@ extern void orch_arg(OrchArgs *a, Oid type, Datum value, bool isnull);
 extern void orch_arg_text(OrchArgs *a, const char *s);
 extern void orch_arg_int8(OrchArgs *a, int64 v);
 extern void orch_arg_int4(OrchArgs *a, int32 v);
+extern void orch_arg_bool(OrchArgs *a, bool v);
+extern void orch_arg_jsonb(OrchArgs *a, Jsonb *j);	/* NULL: SQL NULL */
 /* the clock now (clock_timestamp()) as a timestamptz value; returns it */
 extern TimestampTz orch_arg_clock(OrchArgs *a);
 /* orch_sql / orch_sql_once with the parameters of a */

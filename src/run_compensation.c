@@ -26,40 +26,42 @@
 void
 orch_run_advance_compensation(RunRow *r)
 {
-	Datum		v[4];
-	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+	OrchArgs	a = {0};
 	char	   *step;
 	char	   *mode;
 
 	if (r->state == RS_PAUSED)
 		return;
-	RUN_ARGS(v, r->id, r->tenant);
-	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('running', 'awaiting_approval')", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	if (orch_args_sql(&a, "SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('running', 'awaiting_approval')", false, 0, SPI_OK_SELECT) > 0)
 		return;
-	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+	if (orch_args_sql(&a, "SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'failed'", false, 0, SPI_OK_SELECT) > 0)
 	{
 		/* a compensation failed for good: manual review */
 		orch_run_end_failed(r, "compensation_failed");
 		return;
 	}
-	if (orch_sql("SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
+	if (orch_args_sql(&a, "SELECT step_id, coalesce(spec -> 'compensation' ->> 'mode', 'auto') FROM orch.run_steps"
 			" WHERE run_id = $1 AND tenant_id = $2 AND comp_state = 'pending'"
-			" ORDER BY done_seq DESC LIMIT 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
+			" ORDER BY done_seq DESC LIMIT 1", false, 0, SPI_OK_SELECT) == 0)
 	{
 		orch_run_end_failed(r, r->reason);
 		return;
 	}
 	step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	v[2] = orch_text_datum(step);
+	orch_arg_text(&a, step);
 	if (strcmp(mode, "approval") == 0)
 	{
 		/* it waits for a human in its task (awaiting_user_confirmation) until it starts */
-		v[3] = orch_schema_approval_tasks() ? Int64GetDatum(orch_run_open_approval(r, step, true)) : (Datum) 0;
-		orch_sql("UPDATE orch.run_steps SET comp_state = 'awaiting_approval', comp_task_id = $4"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v,
-				orch_schema_approval_tasks() ? NULL : "   n", false, 0, SPI_OK_UPDATE);
+		bool		previous = !orch_schema_approval_tasks();
+
+		orch_arg(&a, INT8OID, previous ? (Datum) 0 : Int64GetDatum(orch_run_open_approval(r, step, true)),
+				 previous);
+		orch_args_sql(&a, "UPDATE orch.run_steps SET comp_state = 'awaiting_approval', comp_task_id = $4"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "succeeded", "succeeded", "compensation_approval_requested");
 		orch_set_run_state(r, RS_WAITING_APPROVAL, NULL, NULL);	/* keeps the failure reason */
 		return;
@@ -71,22 +73,22 @@ orch_run_advance_compensation(RunRow *r)
 void
 orch_run_start_compensation(RunRow *r, const char *step)
 {
-	Datum		v[4];
-	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, INT8OID};
+	OrchArgs	a = {0};
 	int64		id = orch_run_enqueue_step_task(r, step, true);
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = Int64GetDatum(id);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
 	if (id < 0)
 	{
-		orch_sql("UPDATE orch.run_steps SET comp_state = 'failed'"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&a, "UPDATE orch.run_steps SET comp_state = 'failed'"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "succeeded", "succeeded", "compensation_failed");
 		orch_run_advance_compensation(r);
 		return;
 	}
-	orch_sql("UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 4, types, v, NULL, false, 0, SPI_OK_UPDATE);
+	orch_arg_int8(&a, id);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET comp_state = 'running', comp_task_id = $4"
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 	orch_step_event(r, step, "succeeded", "succeeded", "compensation_started");
 }

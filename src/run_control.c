@@ -65,18 +65,18 @@ static void
 apply_decision(RunRow *r, const char *step, const char *ref, bool approve, const char *label,
 			   const char *note, bool compensation)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
 	if (compensation)
 	{
 		/* a compensation that needed a human: approved runs it, rejected leaves it for review */
 		orch_run_settle_approval(r, step, true, approve ? APPROVAL_APPROVED : APPROVAL_REJECTED,
 								 decision(ref, approve, label, note));
 		if (!approve)
-			orch_sql("UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+			orch_args_sql(&a, "UPDATE orch.run_steps SET comp_state = 'failed' WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 		orch_step_event(r, step, "succeeded", "succeeded",
 				   approve ? "compensation_approved" : "compensation_rejected");
 		if (r->state == RS_WAITING_APPROVAL && approve)
@@ -113,9 +113,8 @@ decide(FunctionCallInfo fcinfo, bool approve)
 	char	   *label = orch_key_arg(fcinfo, 3, "label");
 	char	   *note = orch_text_arg(fcinfo, 4);
 	RunRow		r;
-	Oid			types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[8];
-	char		n[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	key;
 	bool		isnull;
 	bool		compensation;
 	char	   *state;
@@ -128,17 +127,19 @@ decide(FunctionCallInfo fcinfo, bool approve)
 
 	SPI_connect();
 	orch_lock_run_or_not_found(run_id, &r);
-	RUN_ARGS(v, r.id, r.tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = orch_text_datum(ref);
-	v[4] = BoolGetDatum(approve);
-	v[5] = orch_text_datum(orch_current_actor());
-	orch_spi_text(v, n, 6, label);
-	orch_spi_text(v, n, 7, note);
+	orch_arg_int8(&a, r.id);
+	orch_arg_text(&a, r.tenant);
+	orch_arg_text(&a, step);
+	key = a;					/* $1 to $3 */
+	orch_arg_text(&a, ref);
+	orch_arg_bool(&a, approve);
+	orch_arg_text(&a, orch_current_actor());
+	orch_arg_text(&a, label);
+	orch_arg_text(&a, note);
 
 	/* a reference is used once, for one run and step and one decision */
-	if (orch_sql("SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
-			" WHERE approval_ref = $4 AND tenant_id = $2", 8, types, v, n, false, 0, SPI_OK_SELECT) > 0)
+	if (orch_args_sql(&a, "SELECT run_id = $1 AND step_id = $3 AND approved = $5 FROM orch.approvals"
+			" WHERE approval_ref = $4 AND tenant_id = $2", false, 0, SPI_OK_SELECT) > 0)
 	{
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		{
@@ -157,11 +158,11 @@ decide(FunctionCallInfo fcinfo, bool approve)
 						orch_run_state_names[r.state])));
 	/* no gate is passed while the run is stopped for drift (OR010) */
 	orch_run_require_no_drift(&r, approve ? "approve a step of" : "reject a step of");
-	if (orch_sql("SELECT type, state, comp_state = 'awaiting_approval',"
+	if (orch_args_sql(&key, "SELECT type, state, comp_state = 'awaiting_approval',"
 			"   state = 'timed_out' AND type = 'human_approval'"
 			"     OR (state = 'awaiting_approval' AND cap_at <= clock_timestamp())"
 			" FROM orch.run_steps"
-			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", 3, types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
+			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " has no step \"%s\"", run_id, step)));
@@ -265,17 +266,17 @@ orch_resume_run(PG_FUNCTION_ARGS)
 	orch_lock_run_or_not_found(PG_GETARG_INT64(0), &r);
 	if (pins != NULL)
 	{
-		Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
-		Datum		v[3];
+		OrchArgs	a = {0};
 
-		RUN_ARGS(v, r.id, r.tenant);
-		v[2] = JsonbPGetDatum(pins);
+		orch_arg_int8(&a, r.id);
+		orch_arg_text(&a, r.tenant);
+		orch_arg_jsonb(&a, pins);
 		/* the differences, each value cut to 100 characters, at most 2000 in all */
-		orch_sql("SELECT left(string_agg(format('%s: the run has %s, the caller %s', left(p.key, 100),"
+		orch_args_sql(&a, "SELECT left(string_agg(format('%s: the run has %s, the caller %s', left(p.key, 100),"
 				"   left(coalesce(r.pins -> p.key, 'null')::text, 100), left(p.value::text, 100)),"
 				"   '; ' ORDER BY p.key), 2000)"
 				" FROM orch.runs r, jsonb_each($3) p"
-				" WHERE r.id = $1 AND r.tenant_id = $2 AND r.pins -> p.key IS DISTINCT FROM p.value", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+				" WHERE r.id = $1 AND r.tenant_id = $2 AND r.pins -> p.key IS DISTINCT FROM p.value", false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_ORCH_DRIFT_DETECTED),
@@ -305,9 +306,8 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	RunRow		r;
 	int64		run_id;
 	char	   *reason = orch_text_arg(fcinfo, 1);
-	Datum		v[3];
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTARRAYOID};
-	char		n[3] = {' ', 'n', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	run = {0};
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	run_id = PG_GETARG_INT64(0);
@@ -320,12 +320,12 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
-	v[0] = Int64GetDatum(run_id);
-	v[1] = (Datum) 0;
-	orch_spi_caller_tenants(v, n, 2);
-	orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
+	orch_arg_int8(&a, run_id);
+	orch_arg_text(&a, NULL);	/* $2: not used */
+	orch_arg_caller_tenants(&a);
+	orch_args_sql(&a, "SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
 			" AND state NOT IN ('completed', 'failed', 'cancelled')"
-			" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE", 3, types, v, n, false, 0, SPI_OK_SELECT);
+			" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE", false, 0, SPI_OK_SELECT);
 	orch_lock_run_or_not_found(run_id, &r);
 	if (r.state == RS_CANCELED)
 	{
@@ -333,12 +333,13 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	}
 	if (orch_run_terminal(r.state))
 		raise_run_state(&r, "cancel");
-	RUN_ARGS(v, r.id, r.tenant);
+	orch_arg_int8(&run, r.id);
+	orch_arg_text(&run, r.tenant);
 	orch_run_cancel_approvals(&r, "run_canceled");
 	/* the tasks are locked already (above): none is skipped */
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-					 2, orch_run_types, v, NULL, r.tenant, "run_canceled");
+					 run.n, run.types, run.values, run.nulls, r.tenant, "run_canceled");
 	ev = orch_set_event_context(NULL, reason);
 	orch_run_close_open_steps(&r, "run_canceled", true);
 	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);
@@ -356,26 +357,27 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	int			ev;
 	RunRow		r;
 	RunRow		nr;
-	Datum		v[3];
-	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
+	OrchArgs	run = {0};
+	OrchArgs	a;
 	bool		isnull;
 
 	orch_require_arg(fcinfo, 0, "run_id");
 	SPI_connect();
 	orch_lock_run_or_not_found(PG_GETARG_INT64(0), &r);
-	RUN_ARGS(v, r.id, r.tenant);
+	orch_arg_int8(&run, r.id);
+	orch_arg_text(&run, r.tenant);
 	if (r.state != RS_FAILED)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " is \"%s\": only a failed run can be retried", r.id,
 						orch_run_state_names[r.state])));
-	if (orch_sql("SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-			" AND comp_state IN ('done', 'failed', 'running')", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+	if (orch_args_sql(&run, "SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+			" AND comp_state IN ('done', 'failed', 'running')", false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was compensated and cannot be retried", r.id),
 				 errhint("Start a new run.")));
-	if (orch_sql("SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+	if (orch_args_sql(&run, "SELECT 1 FROM orch.runs WHERE retry_of = $1 AND tenant_id = $2", false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("run " INT64_FORMAT " was already retried", r.id)));
@@ -387,16 +389,18 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	 * terminal) makes a retry whose snapshot is older than another's fail
 	 * to serialize (REPEATABLE READ, SERIALIZABLE) instead of missing it.
 	 */
-	orch_sql("UPDATE orch.runs SET state = state WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL, false, 0,
-			 SPI_OK_UPDATE);
+	orch_args_sql(&run, "UPDATE orch.runs SET state = state WHERE id = $1 AND tenant_id = $2", false, 0,
+				  SPI_OK_UPDATE);
 	ev = orch_set_event_context(NULL, NULL);
 	/* the new run keeps the correlation id */
 	/* the probes keep the original run's pins: drift since then stops the next gate */
-	orch_sql("INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
+	a = run;
+	orch_arg_text(&a, orch_current_actor());
+	orch_args_sql(&a, "INSERT INTO orch.runs (tenant_id, definition, version, content_hash, state, input, pins,"
 			 "   created_by, deadline_at, reason_code, retry_of, correlation_id, probe_pins)"
 			 " SELECT tenant_id, definition, version, content_hash, 'running', input, pins, $3::text,"
 			 "   now() + (deadline_at - created_at), 'retried', id, correlation_id, probe_pins"
-			 " FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id", 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, (Datum[]) {v[0], v[1], orch_text_datum(orch_current_actor())}, NULL, false, 0, SPI_OK_INSERT_RETURNING);
+			 " FROM orch.runs WHERE id = $1 AND tenant_id = $2 RETURNING id", false, 0, SPI_OK_INSERT_RETURNING);
 	nr.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	nr.tenant = r.tenant;
 	nr.state = RS_RUNNING;
@@ -406,16 +410,17 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	if (orch_citus())
 	{
 		/* the queues the retry needs (its definition: a reference table) */
-		if (orch_sql("SELECT d.spec FROM orch.definitions d WHERE d.tenant_id = 'default'"
+		if (orch_args_sql(&run, "SELECT d.spec FROM orch.definitions d WHERE d.tenant_id = 'default'"
 					 "   AND (d.name, d.version) = (SELECT definition, version FROM orch.runs"
 					 "                               WHERE id = $1 AND tenant_id = $2)",
-					 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 1)
+					 false, 0, SPI_OK_SELECT) == 1)
 			orch_run_ensure_step_queues(DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0],
 																		 SPI_tuptable->tupdesc, 1, &isnull)));
 	}
-	v[2] = Int64GetDatum(nr.id);
+	a = run;
+	orch_arg_int8(&a, nr.id);
 	/* completed steps keep their outputs; everything else runs again */
-	orch_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+	orch_args_sql(&a, "INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
 			"   needs_edge, edge_taken, out_edges, state, output, items, done_seq, comp_state, started_at, finished_at)"
 			" SELECT $3, tenant_id, step_id, ord, type, spec, deps, join_policy, needs_edge,"
 			/* an edge holds again only when a kept success took it */
@@ -428,7 +433,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 			"   CASE WHEN state = 'succeeded' THEN done_seq END,"
 			"   CASE WHEN state = 'succeeded' THEN comp_state END,"
 			"   CASE WHEN state = 'succeeded' THEN started_at END, CASE WHEN state = 'succeeded' THEN finished_at END"
-			" FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2", 3, types, v, NULL, false, 0, SPI_OK_INSERT);
+			" FROM orch.run_steps o WHERE o.run_id = $1 AND o.tenant_id = $2", false, 0, SPI_OK_INSERT);
 	orch_write_run_event(r.tenant, r.id, "run", "failed", "failed", "retried",
 						 psprintf("retried as run " INT64_FORMAT, nr.id));
 	orch_write_run_event(nr.tenant, nr.id, "run", "running", "running", "retry_of",

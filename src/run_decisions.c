@@ -48,14 +48,15 @@ orch_run_path_keys(RunRow *r, const char *path)
 	rest = path + 2;
 	if (strncmp(rest, "steps.", 6) == 0)
 	{
-		Datum		v[3];
+		OrchArgs	a = {0};
 		char	   *step;
 
-		RUN_ARGS(v, r->id, r->tenant);
-		v[2] = orch_text_datum(rest + 6);
-		if (orch_sql("SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+		orch_arg_int8(&a, r->id);
+		orch_arg_text(&a, r->tenant);
+		orch_arg_text(&a, rest + 6);
+		if (orch_args_sql(&a, "SELECT step_id FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 				" AND ($3 = step_id || '.output' OR left($3, length(step_id) + 8) = step_id || '.output.')"
-				" ORDER BY length(step_id) DESC LIMIT 1", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
+				" ORDER BY length(step_id) DESC LIMIT 1", false, 0, SPI_OK_SELECT) == 0)
 			return (Datum) 0;	/* names nothing */
 		step = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		keys = lappend(keys, "steps");
@@ -87,16 +88,13 @@ orch_run_path_keys(RunRow *r, const char *path)
 Jsonb *
 orch_run_context(RunRow *r, Jsonb *result)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
+	OrchArgs	a = {0};
 	bool		isnull;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = result ? JsonbPGetDatum(result) : (Datum) 0;
-	if (!result)
-		n[2] = 'n';
-	orch_sql("SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END", 3, types, v, n, false, 0, SPI_OK_SELECT);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_jsonb(&a, result);
+	orch_args_sql(&a, "SELECT " RUN_CONTEXT_SQL " || CASE WHEN $3 IS NULL THEN '{}' ELSE jsonb_build_object('result', $3) END", false, 0, SPI_OK_SELECT);
 	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -104,16 +102,16 @@ orch_run_context(RunRow *r, Jsonb *result)
 Jsonb *
 orch_run_context_value(RunRow *r, Jsonb *ctx, const char *path)
 {
-	Oid			types[2] = {JSONBOID, TEXTARRAYOID};
-	Datum		v[2];
+	OrchArgs	a = {0};
+	Datum		keys = orch_run_path_keys(r, path);
 	bool		isnull;
 	Datum		d;
 
-	v[0] = JsonbPGetDatum(ctx);
-	v[1] = orch_run_path_keys(r, path);
-	if (v[1] == (Datum) 0)
+	if (keys == (Datum) 0)
 		return NULL;
-	orch_sql("SELECT $1 #> $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	orch_arg_jsonb(&a, ctx);
+	orch_arg(&a, TEXTARRAYOID, keys, false);
+	orch_args_sql(&a, "SELECT $1 #> $2", false, 0, SPI_OK_SELECT);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
 }
@@ -127,18 +125,19 @@ orch_run_context_value(RunRow *r, Jsonb *ctx, const char *path)
 char *
 orch_run_decide(RunRow *r, const char *step, Jsonb *result)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 	int			nrules;
 	Jsonb	  **rules;
 	char	   *deflt;
 	Jsonb	   *ctx;
 	bool		isnull;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	nrules = (int) orch_sql("SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	nrules = (int) orch_args_sql(&a, "SELECT x.rule, s.spec ->> 'default' FROM orch.run_steps s"
 			" LEFT JOIN LATERAL jsonb_array_elements(coalesce(s.spec -> 'rules', '[]')) WITH ORDINALITY AS x(rule, n) ON true"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 ORDER BY x.n", false, 0, SPI_OK_SELECT);
 	rules = palloc(sizeof(Jsonb *) * (nrules + 1));
 	deflt = nrules > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
 	for (int i = 0; i < nrules; i++)
@@ -150,22 +149,18 @@ orch_run_decide(RunRow *r, const char *step, Jsonb *result)
 	ctx = orch_run_context(r, result);
 	for (int i = 0; i < nrules; i++)
 	{
-		Oid			types[2] = {JSONBOID, JSONBOID};
-		Datum		cv[2];
-		char		cn[2] = {' ', ' '};
+		OrchArgs	rule = {0};
 		char	   *path;
 		Jsonb	   *val;
 
 		if (rules[i] == NULL)
 			continue;
-		cv[0] = JsonbPGetDatum(rules[i]);
-		orch_sql("SELECT $1 -> 'when' ->> 'path'", 1, types, cv, NULL, false, 0, SPI_OK_SELECT);
+		orch_arg_jsonb(&rule, rules[i]);
+		orch_args_sql(&rule, "SELECT $1 -> 'when' ->> 'path'", false, 0, SPI_OK_SELECT);
 		path = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		val = path ? orch_run_context_value(r, ctx, path) : NULL;
-		cv[1] = val ? JsonbPGetDatum(val) : (Datum) 0;
-		if (!val)
-			cn[1] = 'n';
-		orch_sql("SELECT CASE $1 -> 'when' ->> 'op'"
+		orch_arg_jsonb(&rule, val);
+		orch_args_sql(&rule, "SELECT CASE $1 -> 'when' ->> 'op'"
 				"  WHEN 'exists' THEN $2 IS NOT NULL"
 				"  WHEN 'eq' THEN coalesce($2 = $1 -> 'when' -> 'value', false)"
 				"  WHEN 'ne' THEN $2 IS NOT NULL AND $2 <> $1 -> 'when' -> 'value'"
@@ -174,7 +169,7 @@ orch_run_decide(RunRow *r, const char *step, Jsonb *result)
 				"  WHEN 'lt' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 < $1 -> 'when' -> 'value', false)"
 				"  WHEN 'le' THEN coalesce(jsonb_typeof($2) = jsonb_typeof($1 -> 'when' -> 'value') AND $2 <= $1 -> 'when' -> 'value', false)"
 				"  WHEN 'in' THEN coalesce($1 -> 'when' -> 'value' @> jsonb_build_array($2), false)"
-				"  ELSE false END, $1 ->> 'then'", 2, types, cv, cn, false, 0, SPI_OK_SELECT);
+				"  ELSE false END, $1 ->> 'then'", false, 0, SPI_OK_SELECT);
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
 			return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	}

@@ -490,7 +490,8 @@ orch_probes_pin(Jsonb *spec, const char *publisher, const char *definition)
 static Jsonb *
 run_probe_diff(RunRow *r, bool strict, Jsonb **live_out)
 {
-	Datum		v[2];
+	OrchArgs	a = {0};
+	OrchArgs	cmp = {0};
 	bool		isnull;
 	Jsonb	   *pins;
 	Jsonb	   *probes;
@@ -499,12 +500,13 @@ run_probe_diff(RunRow *r, bool strict, Jsonb **live_out)
 	Jsonb	   *live;
 	Datum		d;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	if (orch_sql("SELECT r.probe_pins, d.spec -> 'probes', d.published_by, d.name"
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	if (orch_args_sql(&a, "SELECT r.probe_pins, d.spec -> 'probes', d.published_by, d.name"
 				 " FROM orch.runs r JOIN orch.definitions d"
 				 "   ON d.tenant_id = 'default' AND d.name = r.definition AND d.version = r.version"
 				 " WHERE r.id = $1 AND r.tenant_id = $2 AND r.probe_pins IS NOT NULL",
-				 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
+				 false, 0, SPI_OK_SELECT) == 0)
 		return NULL;
 	pins = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
@@ -516,10 +518,11 @@ run_probe_diff(RunRow *r, bool strict, Jsonb **live_out)
 	live = probes_evaluate(probes, publisher, definition, strict);
 	if (live_out)
 		*live_out = live;
-	if (orch_sql("SELECT jsonb_object_agg(p.key, jsonb_build_object('pinned', p.value, 'live', $2 -> p.key))"
+	orch_arg_jsonb(&cmp, pins);
+	orch_arg_jsonb(&cmp, live);
+	if (orch_args_sql(&cmp, "SELECT jsonb_object_agg(p.key, jsonb_build_object('pinned', p.value, 'live', $2 -> p.key))"
 				 " FROM jsonb_each($1) p WHERE p.value IS DISTINCT FROM $2 -> p.key",
-				 2, (Oid[]) {JSONBOID, JSONBOID}, (Datum[]) {JsonbPGetDatum(pins), JsonbPGetDatum(live)},
-				 NULL, false, 0, SPI_OK_SELECT) != 1)
+				 false, 0, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: probe comparison failed");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
@@ -534,22 +537,26 @@ static void
 record_drift(RunRow *r, Jsonb *diff, const char *step)
 {
 	int			ev;
-	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
-	Datum		v[3];
+	OrchArgs	cut = {0};
+	OrchArgs	run = {0};
+	OrchArgs	a;
 	char	   *note;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = JsonbPGetDatum(diff);
-	orch_sql("SELECT " DIFF_CUT("$1"), 1, (Oid[]) {JSONBOID}, &v[2], NULL, false, 0, SPI_OK_SELECT);
+	orch_arg_jsonb(&cut, diff);
+	orch_args_sql(&cut, "SELECT " DIFF_CUT("$1"), false, 0, SPI_OK_SELECT);
 	note = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	orch_sql("UPDATE orch.runs SET drift = $3 WHERE id = $1 AND tenant_id = $2",
-			 3, types, v, NULL, false, 0, SPI_OK_UPDATE);
+	orch_arg_int8(&run, r->id);
+	orch_arg_text(&run, r->tenant);
+	a = run;
+	orch_arg_jsonb(&a, diff);
+	orch_args_sql(&a, "UPDATE orch.runs SET drift = $3 WHERE id = $1 AND tenant_id = $2",
+				  false, 0, SPI_OK_UPDATE);
 	ev = orch_set_event_context(orch_event_context()->actor, note);
 	if (r->state == RS_PAUSED)
 	{
 		/* found by orch_resume_run: the run stays paused, for drift now */
-		orch_sql("UPDATE orch.runs SET reason_code = 'drift_detected' WHERE id = $1 AND tenant_id = $2",
-				 2, types, v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&run, "UPDATE orch.runs SET reason_code = 'drift_detected' WHERE id = $1 AND tenant_id = $2",
+					  false, 0, SPI_OK_UPDATE);
 		r->reason = "drift_detected";
 		orch_write_run_event(r->tenant, r->id, "run", "paused", "paused", "drift_detected", note);
 	}
@@ -562,10 +569,11 @@ record_drift(RunRow *r, Jsonb *diff, const char *step)
 	}
 	if (step != NULL)
 	{
-		v[2] = orch_text_datum(step);
-		if (orch_sql("UPDATE orch.run_steps SET state = 'ready' WHERE run_id = $1 AND tenant_id = $2"
-					 " AND step_id = $3 AND state = 'pending'",
-					 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, v, NULL, false, 0, SPI_OK_UPDATE) > 0)
+		a = run;
+		orch_arg_text(&a, step);
+		if (orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'ready' WHERE run_id = $1 AND tenant_id = $2"
+						  " AND step_id = $3 AND state = 'pending'",
+						  false, 0, SPI_OK_UPDATE) > 0)
 			orch_step_event(r, step, "pending", "ready", "drift_detected");
 	}
 	orch_clear_event_context(ev);
@@ -594,12 +602,13 @@ orch_run_probes_hold(RunRow *r, const char *step)
 void
 orch_run_require_no_drift(RunRow *r, const char *action)
 {
-	Datum		v[2];
+	OrchArgs	a = {0};
 
-	RUN_ARGS(v, r->id, r->tenant);
-	if (orch_sql("SELECT left(" DIFF_CUT("drift") ", 2000) FROM orch.runs"
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	if (orch_args_sql(&a, "SELECT left(" DIFF_CUT("drift") ", 2000) FROM orch.runs"
 				 " WHERE id = $1 AND tenant_id = $2 AND drift IS NOT NULL AND phase = 'forward'",
-				 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+				 false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_DRIFT_DETECTED),
 				 errmsg("run " INT64_FORMAT " is stopped by drift of its probes; cannot %s it", r->id, action),
@@ -638,9 +647,9 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 	char	   *label = orch_key_arg(fcinfo, 2, "actor");
 	char	   *note = orch_text_arg(fcinfo, 3);
 	RunRow		r;
-	Oid			types[7] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
-	Datum		v[7];
-	char		n[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	run;
+	OrchArgs	ack;
 	bool		isnull;
 	Jsonb	   *live = NULL;
 	const char *state;
@@ -651,18 +660,20 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	orch_lock_run_or_not_found(run_id, &r);
-	RUN_ARGS(v, r.id, r.tenant);
-	v[2] = orch_text_datum(ref);
-	v[3] = orch_text_datum(orch_current_actor());
-	orch_spi_text(v, n, 4, label);
-	orch_spi_text(v, n, 5, note);
-	n[6] = 'n';
+	orch_arg_int8(&a, r.id);
+	orch_arg_text(&a, r.tenant);
+	run = a;					/* $1 and $2 */
+	orch_arg_text(&a, ref);
+	ack = a;					/* $1 to $6 here, $7 (the live values) below */
+	orch_arg_text(&ack, orch_current_actor());
+	orch_arg_text(&ack, label);
+	orch_arg_text(&ack, note);
 
 	/* a reference is used once: for one acknowledgement of one run */
-	if (orch_sql("SELECT a.run_id = $1 AND a.step_id = '" DRIFT_STEP "',"
+	if (orch_args_sql(&a, "SELECT a.run_id = $1 AND a.step_id = '" DRIFT_STEP "',"
 				 "   (SELECT r.drift IS NULL FROM orch.runs r WHERE r.id = $1 AND r.tenant_id = $2)"
 				 " FROM orch.approvals a WHERE a.approval_ref = $3 AND a.tenant_id = $2",
-				 3, types, v, NULL, false, 0, SPI_OK_SELECT) > 0)
+				 false, 0, SPI_OK_SELECT) > 0)
 	{
 		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
@@ -684,8 +695,8 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " is \"%s\": no drift to acknowledge", run_id,
 						orch_run_state_names[r.state])));
-	if (orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 AND drift IS NOT NULL",
-				 2, types, v, NULL, false, 0, SPI_OK_SELECT) == 0)
+	if (orch_args_sql(&run, "SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 AND drift IS NOT NULL",
+					  false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("run " INT64_FORMAT " has no drift to acknowledge", run_id),
@@ -694,16 +705,15 @@ orch_acknowledge_drift(PG_FUNCTION_ARGS)
 	(void) run_probe_diff(&r, true, &live);
 	if (live == NULL)
 		elog(ERROR, "orchestrator: run " INT64_FORMAT " has drift but no probes", run_id);
-	v[6] = JsonbPGetDatum(live);
-	n[6] = ' ';
+	orch_arg_jsonb(&ack, live);
 	/* a concurrent use of the reference wins or loses here */
 	if (!orch_run_record_approval(&r, ref, DRIFT_STEP, true, label, note))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_APPROVAL_INVALID),
 				 errmsg("approval reference \"%s\" was already used", ref),
 				 errdetail("An approval reference is single-use and bound to one run and step (or one acknowledgement of drift).")));
-	orch_sql("UPDATE orch.runs SET probe_pins = $7, drift = NULL, reason_code = 'drift_acknowledged'"
-			 " WHERE id = $1 AND tenant_id = $2", 7, types, v, n, false, 0, SPI_OK_UPDATE);
+	orch_args_sql(&ack, "UPDATE orch.runs SET probe_pins = $7, drift = NULL, reason_code = 'drift_acknowledged'"
+				  " WHERE id = $1 AND tenant_id = $2", false, 0, SPI_OK_UPDATE);
 	r.reason = "drift_acknowledged";
 	ev = orch_set_event_context(label, note);
 	state = orch_run_state_names[r.state];

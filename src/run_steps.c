@@ -29,16 +29,25 @@
 static void step_failed(RunRow *r, const char *step, const char *state, const char *error,
 						bool compensation_required, const char *event_reason);
 
+/* The run and its tenant as $1 and $2, and the step (unless NULL) as $3 */
+static void
+step_args(OrchArgs *a, const RunRow *r, const char *step)
+{
+	orch_arg_int8(a, r->id);
+	orch_arg_text(a, r->tenant);
+	if (step != NULL)
+		orch_arg_text(a, step);
+}
+
 /* Mark the targets of a finished step's edge for the given outcome. */
 static void
 take_edges(RunRow *r, const char *step, const char *outcome)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
+	step_args(&a, r, step);
 	/* outcome is one of on_success / on_failure / on_timeout (a literal) */
-	orch_sql(psprintf("UPDATE orch.run_steps t SET edge_taken = true"
+	orch_args_sql(&a, psprintf("UPDATE orch.run_steps t SET edge_taken = true"
 					 " FROM orch.run_steps s"
 					 " WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
 					 "   AND t.run_id = $1 AND t.tenant_id = $2"
@@ -47,20 +56,19 @@ take_edges(RunRow *r, const char *step, const char *outcome)
 					 "        WHEN jsonb_typeof(s.spec -> '%s') = 'array' THEN s.spec -> '%s'"
 					 "        WHEN jsonb_typeof(s.spec -> '%s') = 'string' THEN jsonb_build_array(s.spec -> '%s')"
 					 "        ELSE '[]' END))",
-					 outcome, outcome, outcome, outcome), 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
+					 outcome, outcome, outcome, outcome), false, 0, SPI_OK_UPDATE);
 }
 
 /* Does the step have an edge for this outcome? */
 static bool
 has_edge(RunRow *r, const char *step, const char *outcome)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 	bool		isnull;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	orch_sql(psprintf("SELECT jsonb_typeof(spec -> '%s') IN ('string', 'array') FROM orch.run_steps"
-					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome), 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+	step_args(&a, r, step);
+	orch_args_sql(&a, psprintf("SELECT jsonb_typeof(spec -> '%s') IN ('string', 'array') FROM orch.run_steps"
+					 " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", outcome), false, 0, SPI_OK_SELECT);
 	return SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
 		!isnull;
@@ -105,24 +113,21 @@ output_mismatch(Jsonb *schema, Jsonb *output)
 void
 orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
 {
-	Oid			types[7] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		v[7];
-	char		n[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	edge;
 	bool		has_success_edges;
 	bool		isnull;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = output ? JsonbPGetDatum(output) : (Datum) 0;
-	if (!output)
-		n[3] = 'n';
-	orch_spi_text(v, n, 4, chosen);
-	v[5] = orch_text_datum(from);
-	v[6] = TimestampTzGetDatum(GetCurrentTimestamp());
+	step_args(&a, r, step);
+	orch_arg_jsonb(&a, output);
+	orch_arg_text(&a, chosen);
+	orch_arg_text(&a, from);
+	edge = a;					/* $1 to $6, for the decision's edge */
+	orch_arg_clock(&a);
 	/* only from the state it was in: a step closed meanwhile stays closed */
-	if (orch_sql("UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4", "$7")
+	if (orch_args_sql(&a, "UPDATE orch.run_steps SET " STEP_SUCCEEDED_SET("$4", "$7")
 			" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3 AND state = $6"
-			STEP_SUCCEEDED_RETURNING, 7, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
+			STEP_SUCCEEDED_RETURNING, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
@@ -130,8 +135,8 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 	if (chosen)
 	{
 		/* a decision activates exactly the target it chose */
-		orch_sql("UPDATE orch.run_steps SET edge_taken = true"
-				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5", 6, types, v, n, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&edge, "UPDATE orch.run_steps SET edge_taken = true"
+				" WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5", false, 0, SPI_OK_UPDATE);
 	}
 	else if (has_success_edges)
 		take_edges(r, step, "on_success");
@@ -147,7 +152,7 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 static void
 map_fill(RunRow *r, const char *step, bool recount)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 	bool		isnull;
 	int			total,
 				next,
@@ -156,18 +161,17 @@ map_fill(RunRow *r, const char *step, bool recount)
 				upto;
 	Jsonb	   *items;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
+	step_args(&a, r, step);
 	if (recount)
-		orch_sql("UPDATE orch.run_steps s SET (items_next, items_done) ="
+		orch_args_sql(&a, "UPDATE orch.run_steps s SET (items_next, items_done) ="
 				" (SELECT count(*), count(*) FILTER (WHERE t.state = 'completed') FROM orch.tasks t"
 				"   WHERE t.run_id = s.run_id AND t.tenant_id = $2"
 				"     AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
-				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", 3, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
-	if (orch_sql("SELECT s.items_total, s.items_next, s.items_done,"
+				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 0, SPI_OK_UPDATE);
+	if (orch_args_sql(&a, "SELECT s.items_total, s.items_next, s.items_done,"
 			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647), s.items"
 			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-			"   AND s.items_total IS NOT NULL", 3, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT) != 1)
+			"   AND s.items_total IS NOT NULL", false, 0, SPI_OK_SELECT) != 1)
 		return;
 	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	next = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
@@ -212,12 +216,10 @@ start_approval_step(RunRow *r, const char *step, const Interval *timeout)
 static void
 read_step_row(RunRow *r, const char *step, const char *sql)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	orch_sql(sql, 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+	step_args(&a, r, step);
+	orch_args_sql(&a, sql, false, 0, SPI_OK_SELECT);
 }
 
 /* A wait step: for a duration from now, or until a time the input names */
@@ -439,16 +441,14 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 static void
 cancel_open_step_tasks(RunRow *r, const char *reason)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
 
-	RUN_ARGS(v, r->id, r->tenant);
-	(void) types;
+	step_args(&a, r, NULL);
 	orch_run_cancel_approvals(r, reason);
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') AND step_key NOT LIKE '%:compensate'"
 					 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-					 2, orch_run_types, v, NULL, r->tenant, reason);
+					 a.n, a.types, a.values, a.nulls, r->tenant, reason);
 }
 
 
@@ -461,17 +461,16 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 void
 orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations)
 {
-	Oid			types[4] = {INT8OID, TEXTOID, BOOLOID, TIMESTAMPTZOID};
-	Datum		v[4];
+	OrchArgs	a = {0};
 	int			n;
 	char	  **steps;
 	char	  **from;
 	char	  **to;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = BoolGetDatum(cancel_compensations);
-	v[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-	n = (int) orch_sql("WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+	step_args(&a, r, NULL);
+	orch_arg_bool(&a, cancel_compensations);
+	orch_arg_clock(&a);
+	n = (int) orch_args_sql(&a, "WITH o AS (SELECT step_id, state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			"   AND (state IN ('pending', 'ready', 'running', 'retrying', 'awaiting_approval', 'waiting')"
 			"     OR ($3 AND comp_state IN ('running', 'awaiting_approval', 'pending'))) FOR UPDATE),"
 			" u AS (UPDATE orch.run_steps s SET"
@@ -485,7 +484,7 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 			"                THEN 'canceled' ELSE s.comp_state END"
 			" FROM o WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = o.step_id"
 			" RETURNING s.step_id, o.state AS from_state, s.state, s.ord)"
-			" SELECT step_id, from_state, state FROM u ORDER BY ord", 4, types, v, NULL, false, 0, SPI_OK_SELECT);
+			" SELECT step_id, from_state, state FROM u ORDER BY ord", false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	from = orch_spi_column(2);
 	to = orch_spi_column(3);
@@ -513,33 +512,33 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 static void
 fail_run(RunRow *r, const char *reason, const char *step, const char *error)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	run;
 
 	if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 		return;
 	cancel_open_step_tasks(r, reason);
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(reason);
-	orch_spi_text(v, n, 3, step);
-	orch_spi_text(v, n, 4, error);
+	step_args(&a, r, NULL);
+	run = a;					/* $1 and $2 */
+	orch_arg_text(&a, reason);
+	orch_arg_text(&a, step);
+	orch_arg_text(&a, error);
 	orch_run_close_open_steps(r, reason, false);
-	if (orch_sql("UPDATE orch.run_steps SET comp_state = 'pending'"
-			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'", 2, types, v, n, false, 0, SPI_OK_UPDATE) > 0)
+	if (orch_args_sql(&run, "UPDATE orch.run_steps SET comp_state = 'pending'"
+			" WHERE run_id = $1 AND tenant_id = $2 AND state = 'succeeded' AND comp_state = 'armed'", false, 0, SPI_OK_UPDATE) > 0)
 	{
 		/* running (from waiting or paused) while compensations run */
 		if (r->state != RS_RUNNING)
 			orch_set_run_state(r, RS_RUNNING, reason, NULL);
-		orch_sql("UPDATE orch.runs SET phase = 'compensating', reason_code = $3,"
-				" failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&a, "UPDATE orch.runs SET phase = 'compensating', reason_code = $3,"
+				" failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", false, 0, SPI_OK_UPDATE);
 		r->phase = "compensating";
 		r->reason = pstrdup(reason);
 		orch_write_run_event(r->tenant, r->id, "run", "running", "running", "compensation_started", reason);
 		orch_run_advance_compensation(r);
 		return;
 	}
-	orch_sql("UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
+	orch_args_sql(&a, "UPDATE orch.runs SET failed_step = $4, error = $5 WHERE id = $1 AND tenant_id = $2", false, 0, SPI_OK_UPDATE);
 	orch_run_end_failed(r, reason);
 }
 
@@ -561,22 +560,21 @@ static void
 step_failed(RunRow *r, const char *step, const char *state, const char *error,
 			bool compensation_required, const char *event_reason)
 {
-	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		v[6];
-	char		n[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
+	OrchArgs	key;
 	bool		handled = false;
 	bool		isnull;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = orch_text_datum(state);
-	orch_spi_text(v, n, 4, error);
-	v[5] = TimestampTzGetDatum(GetCurrentTimestamp());
-	orch_sql("WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+	step_args(&a, r, step);
+	key = a;					/* $1 to $3 */
+	orch_arg_text(&a, state);
+	orch_arg_text(&a, error);
+	orch_arg_clock(&a);
+	orch_args_sql(&a, "WITH o AS (SELECT state FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
 			"   FOR UPDATE)"
 			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = $6,"
 			"   wake_at = NULL, cap_at = NULL FROM o"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", 6, types, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", false, 0, SPI_OK_UPDATE_RETURNING);
 	orch_step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
 			   state, event_reason ? event_reason :
 			   strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
@@ -597,8 +595,8 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
 	}
 	else
 	{
-		orch_sql("SELECT EXISTS (SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
-				" AND $3 = ANY (deps) AND join_policy IN ('all_finished', 'any'))", 3, types, v, NULL, false, 0, SPI_OK_SELECT);
+		orch_args_sql(&key, "SELECT EXISTS (SELECT 1 FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+				" AND $3 = ANY (deps) AND join_policy IN ('all_finished', 'any'))", false, 0, SPI_OK_SELECT);
 		handled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	if (!handled)
@@ -671,14 +669,14 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
 static void
 run_maybe_finish(RunRow *r)
 {
-	Datum		v[2];
+	OrchArgs	a = {0};
 	bool		isnull;
 	Jsonb	   *out;
 
 	if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 		return;
-	RUN_ARGS(v, r->id, r->tenant);
-	orch_sql("SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
+	step_args(&a, r, NULL);
+	orch_args_sql(&a, "SELECT count(*) FILTER (WHERE state NOT IN " TERMINAL_STEP "),"
 			" count(*) FILTER (WHERE state = 'awaiting_approval'),"
 			" coalesce(jsonb_object_agg(step_id, output) FILTER (WHERE state = 'succeeded'), '{}'),"
 			" count(*) FILTER (WHERE state IN ('running', 'retrying', 'ready', 'waiting')),"
@@ -689,7 +687,7 @@ run_maybe_finish(RunRow *r)
 			"       AND (f.spec -> 'on_failure' ? h.step_id"
 			"         OR (f.state = 'timed_out' AND f.spec -> 'on_timeout' ? h.step_id)"
 			"         OR (f.step_id = ANY (h.deps) AND h.join_policy IN ('all_finished', 'any')))))"
-			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2", false, 0, SPI_OK_SELECT);
 	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) == 0)
 	{
 		char	   *unhandled = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
@@ -765,9 +763,7 @@ typedef struct StepOutcome
 static char *
 handled_decision_choice(RunRow *r, StepOutcome *o)
 {
-	Oid			ctypes[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
-	Datum		cv[5];
-	char		cn[5] = {' ', ' ', ' ', 'n', ' '};
+	OrchArgs	a = {0};
 	char	   *chosen;
 
 	if (o->by_rules)
@@ -778,15 +774,12 @@ handled_decision_choice(RunRow *r, StepOutcome *o)
 								 "no rule matched and the decision has no default", false);
 		return chosen;
 	}
-	RUN_ARGS(cv, r->id, r->tenant);
-	cv[2] = orch_text_datum(o->step);
-	cv[3] = (Datum) 0;
-	cv[4] = o->output ? JsonbPGetDatum(o->output) : (Datum) 0;
-	if (!o->output)
-		cn[4] = 'n';
-	if (orch_sql("SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
+	step_args(&a, r, o->step);
+	orch_arg_text(&a, NULL);	/* $4: not used */
+	orch_arg_jsonb(&a, o->output);
+	if (orch_args_sql(&a, "SELECT $5 ->> 'next' FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 				 " AND step_id = $3 AND jsonb_typeof($5 -> 'next') = 'string'"
-				 " AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", 5, ctypes, cv, cn, false, 0, SPI_OK_SELECT) == 0)
+				 " AND spec -> 'targets' @> jsonb_build_array($5 -> 'next')", false, 0, SPI_OK_SELECT) == 0)
 	{
 		orch_run_step_failed(r, o->step, "failed",
 							 "the decision's result does not name one of its declared targets (\"next\")",
@@ -800,7 +793,7 @@ handled_decision_choice(RunRow *r, StepOutcome *o)
 static void
 settle_task_step(RunRow *r, StepOutcome *o)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 
 	if (strcmp(o->state, "succeeded") == 0)
 	{
@@ -819,12 +812,11 @@ settle_task_step(RunRow *r, StepOutcome *o)
 		return;
 	}
 	/* one item failed: the others of a map step stop */
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(psprintf("%s#", o->step));
+	step_args(&a, r, psprintf("%s#", o->step));
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 						  "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
 						  "   ORDER BY id FOR UPDATE SKIP LOCKED",
-						  3, orch_run_types, v, NULL, r->tenant, "map_item_failed");
+						  a.n, a.types, a.values, a.nulls, r->tenant, "map_item_failed");
 	orch_run_step_failed(r, o->step, o->state, o->error,
 						 o->classes != NULL && strstr(o->classes, "COMPENSATION_REQUIRED") != NULL);
 }
@@ -833,13 +825,13 @@ settle_task_step(RunRow *r, StepOutcome *o)
 static void
 collect_task_steps(RunRow *r)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 	int			nrows;
 	StepOutcome *outcomes;
 	bool		isnull;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	nrows = (int) orch_sql("SELECT s.step_id, CASE"
+	step_args(&a, r, NULL);
+	nrows = (int) orch_args_sql(&a, "SELECT s.step_id, CASE"
 			"   WHEN bool_or(t.state IN ('failed', 'cancelled')) THEN"
 			"     CASE WHEN bool_or(t.state = 'failed' AND EXISTS (SELECT 1 FROM orch.attempts a"
 			"         WHERE a.task_id = t.id AND a.tenant_id = $2 AND a.outcome = 'timed_out' AND a.attempt = t.attempts)) THEN 'timed_out'"
@@ -855,7 +847,7 @@ collect_task_steps(RunRow *r)
 			" FROM orch.run_steps s JOIN orch.tasks t ON t.run_id = s.run_id AND t.tenant_id = s.tenant_id"
 			"   AND (t.step_key = s.step_id OR left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state IN ('running', 'retrying')"
-			" GROUP BY s.step_id, s.spec, s.items_total, s.ord, s.type, s.state ORDER BY s.ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			" GROUP BY s.step_id, s.spec, s.items_total, s.ord, s.type, s.state ORDER BY s.ord", false, 0, SPI_OK_SELECT);
 	outcomes = palloc(sizeof(StepOutcome) * (nrows + 1));
 	for (int i = 0; i < nrows; i++)
 	{
@@ -893,13 +885,13 @@ collect_task_steps(RunRow *r)
 static void
 collect_timers(RunRow *r)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 	int			nrows;
 	char	  **steps;
 	char	  **states;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	nrows = (int) orch_sql("SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
+	step_args(&a, r, NULL);
+	nrows = (int) orch_args_sql(&a, "SELECT step_id, CASE WHEN cap_at <= clock_timestamp()"
 			"     AND state = 'awaiting_approval' THEN 'expired'"
 			"   WHEN cap_at <= clock_timestamp()"
 			"     AND state IN ('running', 'retrying', 'waiting') THEN 'cap'"
@@ -908,7 +900,7 @@ collect_timers(RunRow *r)
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND ((state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
-			"   OR (state = 'running' AND items_total IS NOT NULL)) ORDER BY ord", 2, orch_run_types, v, NULL, false, 0, SPI_OK_SELECT);
+			"   OR (state = 'running' AND items_total IS NOT NULL)) ORDER BY ord", false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	states = orch_spi_column(2);
 	for (int i = 0; i < nrows && !orch_run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
@@ -925,11 +917,13 @@ collect_timers(RunRow *r)
 		else
 		{
 			/* the step's timeout passed: its open tasks stop, it follows on_timeout */
-			v[2] = orch_text_datum(steps[i]);
+			OrchArgs	s = {0};
+
+			step_args(&s, r, steps[i]);
 			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 								  "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
 								  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-								  3, orch_run_types, v, NULL, r->tenant, "step_timed_out");
+								  s.n, s.types, s.values, s.nulls, r->tenant, "step_timed_out");
 			orch_run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
 		}
 	}
@@ -939,19 +933,19 @@ collect_timers(RunRow *r)
 static void
 collect_compensations(RunRow *r)
 {
-	Datum		v[3];
+	OrchArgs	a = {0};
 	int			nrows;
 	char	  **steps;
 	char	  **states;
 
 	if (strcmp(r->phase, "compensating") != 0 || orch_run_terminal(r->state))
 		return;
-	RUN_ARGS(v, r->id, r->tenant);
-	nrows = (int) orch_sql("UPDATE orch.run_steps s SET comp_state = CASE WHEN t.state = 'completed' THEN 'done' ELSE 'failed' END"
+	step_args(&a, r, NULL);
+	nrows = (int) orch_args_sql(&a, "UPDATE orch.run_steps s SET comp_state = CASE WHEN t.state = 'completed' THEN 'done' ELSE 'failed' END"
 				" FROM orch.tasks t WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.comp_state = 'running'"
 				"   AND t.id = s.comp_task_id AND t.tenant_id = s.tenant_id"
 				"   AND t.state IN ('completed', 'failed', 'cancelled')"
-				" RETURNING s.step_id, s.comp_state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+				" RETURNING s.step_id, s.comp_state", false, 0, SPI_OK_UPDATE_RETURNING);
 	steps = orch_spi_column(1);
 	states = orch_spi_column(2);
 	for (int i = 0; i < nrows; i++)
@@ -983,21 +977,21 @@ collect_outcomes(RunRow *r)
 void
 orch_run_sync_retrying(RunRow *r)
 {
-	Datum		v[2];
+	OrchArgs	a = {0};
 	int			n;
 	char	  **steps;
 	char	  **to;
 
 	if (orch_run_terminal(r->state))
 		return;
-	RUN_ARGS(v, r->id, r->tenant);
-	n = (int) orch_sql("UPDATE orch.run_steps s SET state = " RETRY_STEP_STATE
+	step_args(&a, r, NULL);
+	n = (int) orch_args_sql(&a, "UPDATE orch.run_steps s SET state = " RETRY_STEP_STATE
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state IN ('running', 'retrying')"
 			"   AND s.items_total IS NULL AND t.id = s.task_id AND t.tenant_id = s.tenant_id"
 			"   AND t.run_id = s.run_id AND t.state IN ('executing', 'awaiting_tool')"
 			"   AND s.state <> " RETRY_STEP_STATE
-			" RETURNING s.step_id, s.state", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+			" RETURNING s.step_id, s.state", false, 0, SPI_OK_UPDATE_RETURNING);
 	steps = orch_spi_column(1);
 	to = orch_spi_column(2);
 	for (int i = 0; i < n; i++)
@@ -1044,27 +1038,31 @@ orch_run_advance(RunRow *r)
  * that writes ran (its rows carry the reason of the steps it moved).
  */
 static bool
-list_steps_to_start(RunRow *r, Datum *v)
+list_steps_to_start(RunRow *r, OrchArgs *run)
 {
+	OrchArgs	a;
 	bool		isnull;
 
 	if (r->state != RS_PAUSED)
 	{
 		bool		must_skip = false;
 
-		orch_sql("SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
+		orch_args_sql(run, "SELECT s.step_id, 'ready', s.type, s.spec ? 'map', s.spec ? 'handler', s.ord,"
 				"   (" CANNOT_RUN "), " STEP_TIMEOUT " FROM orch.run_steps s"
 				"  WHERE " PENDING_CANDIDATE " AND ((" CANNOT_RUN ") OR (" CAN_RUN "))"
 				" UNION ALL"
 				" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, false, " STEP_TIMEOUT
 				"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
-				" ORDER BY ord", 2, (Oid[]) {INT8OID, TEXTOID}, v, NULL, false, 0, SPI_OK_SELECT);
+				" ORDER BY ord", false, 0, SPI_OK_SELECT);
 		for (uint64 k = 0; k < SPI_processed && !must_skip; k++)
 			must_skip = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 7, &isnull));
 		if (!must_skip)
 			return false;
 	}
-	orch_sql("WITH u AS (UPDATE orch.run_steps s SET"
+	a = *run;					/* the run and its tenant, then $3 and $4 */
+	orch_arg_bool(&a, r->state == RS_PAUSED);
+	orch_arg_clock(&a);
+	orch_args_sql(&a, "WITH u AS (UPDATE orch.run_steps s SET"
 			"   state = CASE WHEN (" CANNOT_RUN ") THEN 'skipped' ELSE 'ready' END,"
 			"   finished_at = CASE WHEN (" CANNOT_RUN ") THEN $4 END"
 			"  WHERE " PENDING_CANDIDATE
@@ -1083,9 +1081,7 @@ list_steps_to_start(RunRow *r, Datum *v)
 			" UNION ALL"
 			" SELECT s.step_id, s.state, s.type, s.spec ? 'map', s.spec ? 'handler', s.ord, NULL, " STEP_TIMEOUT
 			"  FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.state = 'ready'"
-			" ORDER BY ord", 4, (Oid[]) {INT8OID, TEXTOID, BOOLOID, TIMESTAMPTZOID},
-			(Datum[]) {v[0], v[1], BoolGetDatum(r->state == RS_PAUSED), TimestampTzGetDatum(GetCurrentTimestamp())},
-			NULL, false, 0, SPI_OK_SELECT);
+			" ORDER BY ord", false, 0, SPI_OK_SELECT);
 	return true;
 }
 
@@ -1165,11 +1161,11 @@ read_listed_steps(RunRow *r, bool wrote, ReadyStep **ready, int *skipped)
 static void
 advance_steps(RunRow *r)
 {
-	Datum		v[2];
+	OrchArgs	run = {0};
 	bool		started_task = false;
 	bool		started_other = false;
 
-	RUN_ARGS(v, r->id, r->tenant);
+	step_args(&run, r, NULL);
 	for (int round = 0; round < 10000; round++)
 	{
 		int			changed;
@@ -1180,7 +1176,7 @@ advance_steps(RunRow *r)
 
 		if (orch_run_terminal(r->state) || strcmp(r->phase, "compensating") == 0)
 			return;
-		wrote = list_steps_to_start(r, v);
+		wrote = list_steps_to_start(r, &run);
 		/* a skipped step may let its dependants be settled in another round */
 		nready = read_listed_steps(r, wrote, &ready, &skipped);
 		if (r->state == RS_PAUSED)
@@ -1259,23 +1255,22 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 {
 	const char *hash = strchr(step_key, '#');
 	char	   *step = pnstrdup(step_key, hash - step_key);
-	Datum		v[6];
-	Oid			types[6] = {INT8OID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID};
+	OrchArgs	a = {0};
+	OrchArgs	last = {0};
 	bool		isnull;
 	bool		has_edges;
 
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(step);
-	v[3] = Int64GetDatum(task_id);
-	v[4] = orch_text_datum(step_key);
-	v[5] = TimestampTzGetDatum(GetCurrentTimestamp());
-	if (orch_sql("UPDATE orch.run_steps s SET items_done = s.items_done + 1"
+	step_args(&a, r, step);
+	orch_arg_int8(&a, task_id);
+	orch_arg_text(&a, step_key);
+	orch_arg_clock(&a);
+	if (orch_args_sql(&a, "UPDATE orch.run_steps s SET items_done = s.items_done + 1"
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.items_total IS NOT NULL AND s.type <> 'decision'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.run_id = $1 AND t.step_key = $5"
 			"   AND t.state = 'completed' AND" NO_TIMER_DUE("$6")
-			" RETURNING s.items_done >= s.items_total, s.spec ? 'output_schema'", 6, types, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+			" RETURNING s.items_done >= s.items_total, s.spec ? 'output_schema'", false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 		return false;
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 	{
@@ -1286,13 +1281,14 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
 		return false;
 	/* the last one: the results, in item order, read once */
-	v[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-	orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET(
+	step_args(&last, r, step);
+	orch_arg_clock(&last);
+	orch_args_sql(&last, "UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET(
 			"(SELECT jsonb_agg(t.result ORDER BY split_part(t.step_key, '#', 2)::int) FROM orch.tasks t"
 			"  WHERE t.run_id = $1 AND t.tenant_id = $2 AND left(t.step_key, length($3) + 1) = $3 || '#')",
 			"$4")
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
-			STEP_SUCCEEDED_RETURNING, 4, (Oid[]) {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}, v, NULL, false, 0, SPI_OK_UPDATE_RETURNING);
+			STEP_SUCCEEDED_RETURNING, false, 0, SPI_OK_UPDATE_RETURNING);
 	has_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
 	orch_step_event(r, step, "running", "succeeded", "step_succeeded");
@@ -1314,6 +1310,7 @@ map_item_completed(RunRow *r, int64 task_id, const char *step_key)
 bool
 orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 {
+	OrchArgs	a = {0};
 	bool		has_edges;
 	bool		isnull;
 
@@ -1329,16 +1326,16 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 		orch_run_progress(r);
 		return false;
 	}
-	if (orch_sql("UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result", "$5")
+	step_args(&a, r, step_key);
+	orch_arg_int8(&a, task_id);
+	orch_arg_clock(&a);
+	if (orch_args_sql(&a, "UPDATE orch.run_steps s SET " STEP_SUCCEEDED_SET("t.result", "$5")
 			" FROM orch.tasks t"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 AND s.state = 'running'"
 			"   AND s.task_id = $4 AND s.type <> 'decision' AND NOT s.spec ? 'map'"
 			"   AND NOT s.spec ? 'output_schema'"
 			"   AND t.id = $4 AND t.tenant_id = $2 AND t.state = 'completed' AND" NO_TIMER_DUE("$5")
-			STEP_SUCCEEDED_RETURNING, 5, (Oid[]) {INT8OID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID},
-			(Datum[]) {Int64GetDatum(r->id), orch_text_datum(r->tenant), orch_text_datum(step_key),
-				Int64GetDatum(task_id), TimestampTzGetDatum(GetCurrentTimestamp())},
-			NULL, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
+			STEP_SUCCEEDED_RETURNING, false, 0, SPI_OK_UPDATE_RETURNING) != 1)
 	{
 		orch_run_progress(r);
 		return false;
@@ -1356,14 +1353,14 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 void
 orch_run_create_steps(RunRow *r)
 {
-	Datum		v[2];
+	OrchArgs	a = {0};
 
-	RUN_ARGS(v, r->id, r->tenant);
+	step_args(&a, r, NULL);
 	/*
 	 * Plain statements with small row estimates: one cross product of the
 	 * steps' JSON here would be costed high enough to be JIT-compiled.
 	 */
-	orch_sql("INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+	orch_args_sql(&a, "INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
 			"   out_edges)"
 			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), x.step,"
 			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
@@ -1375,8 +1372,8 @@ orch_run_create_steps(RunRow *r)
 			" FROM orch.runs r JOIN orch.definitions d"
 			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
 			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
-			" WHERE r.id = $1 AND r.tenant_id = $2", 2, orch_run_types, v, NULL, false, 0, SPI_OK_INSERT);
-	orch_sql("UPDATE orch.run_steps s SET needs_edge = true"
+			" WHERE r.id = $1 AND r.tenant_id = $2", false, 0, SPI_OK_INSERT);
+	orch_args_sql(&a, "UPDATE orch.run_steps s SET needs_edge = true"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
-			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", 2, orch_run_types, v, NULL, false, 0, SPI_OK_UPDATE);
+			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", false, 0, SPI_OK_UPDATE);
 }

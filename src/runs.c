@@ -106,23 +106,21 @@ int
 orch_runs_maintain(int limit)
 {
 	int			ev;
-	Oid			types[2] = {INT4OID, TEXTARRAYOID};
-	Datum		v[2];
-	char		vn[2] = {' ', ' '};
+	OrchArgs	a = {0};
 	int			n;
 	int64	   *ids;
 	char	  **tenants;
 	int			moved = 0;
 	bool		isnull;
 
-	v[0] = Int32GetDatum(limit);
+	orch_arg_int4(&a, limit);
 	/* all tenants; on Citus the tenant orch_maintain is at (distributed.c) */
-	orch_spi_scope_tenants(v, vn, 1);
+	orch_arg_scope_tenants(&a);
 	/*
 	 * Read from the due side only (run_steps_timer_idx, runs_open_idx), so
 	 * that a pass costs what is due, not what is open.
 	 */
-	n = (int) orch_sql("SELECT r.id, r.tenant_id FROM orch.runs r"
+	n = (int) orch_args_sql(&a, "SELECT r.id, r.tenant_id FROM orch.runs r"
 			" WHERE r.state IN ('running', 'waiting_approval', 'paused')"
 			"   AND " ORCH_TENANT_IN("r.tenant_id", "$2")
 			"   AND (r.id, r.tenant_id) IN ("
@@ -135,7 +133,7 @@ orch_runs_maintain(int limit)
 			"     SELECT d.id, d.tenant_id FROM orch.runs d"
 			"      WHERE d.deadline_at <= now() AND d.state IN ('running', 'waiting_approval', 'paused')"
 			"        AND d.phase = 'forward' AND " ORCH_TENANT_IN("d.tenant_id", "$2") ")"
-			" ORDER BY r.id LIMIT $1", 2, types, v, vn, false, 0, SPI_OK_SELECT);
+			" ORDER BY r.id LIMIT $1", false, 0, SPI_OK_SELECT);
 	ids = palloc(sizeof(int64) * (n + 1));
 	tenants = palloc(sizeof(char *) * (n + 1));
 	for (int i = 0; i < n; i++)
@@ -145,19 +143,20 @@ orch_runs_maintain(int limit)
 	}
 	for (int i = 0; i < n; i++)
 	{
-		Datum		lv[2];
+		OrchArgs	run = {0};
 		RunRow		r;
 
 		/*
 		 * The run's open tasks first, then the run (the lock order); its
 		 * approval tasks after the run (run_approvals.c)
 		 */
-		RUN_ARGS(lv, ids[i], tenants[i]);
-		orch_sql("SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+		orch_arg_int8(&run, ids[i]);
+		orch_arg_text(&run, tenants[i]);
+		orch_args_sql(&run, "SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 				" AND state NOT IN ('completed', 'failed', 'cancelled')"
-				" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
+				" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE SKIP LOCKED", false, 0, SPI_OK_SELECT);
 		/* a run a worker is progressing is left to it (and the next pass) */
-		orch_sql("SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", 2, orch_run_types, lv, NULL, false, 0, SPI_OK_SELECT);
+		orch_args_sql(&run, "SELECT 1 FROM orch.runs WHERE id = $1 AND tenant_id = $2 FOR UPDATE SKIP LOCKED", false, 0, SPI_OK_SELECT);
 		if (SPI_processed == 0 || !orch_lock_run(ids[i], tenants[i], &r))
 			continue;
 		ev = orch_set_event_context("orchestrator", NULL);
@@ -184,7 +183,7 @@ orch_runs_maintain(int limit)
 						 "       OR (r.phase = 'compensating' AND t2.step_key NOT LIKE '%:compensate'))"
 						 "     AND ($2::text[] IS NULL OR (t2.tenant_id = ANY ($2) AND r.tenant_id = ANY ($2)))"
 						 "   ORDER BY t2.id LIMIT $1 FOR UPDATE OF t2 SKIP LOCKED",
-						 2, types, v, vn, NULL, "run_finished");
+						 a.n, a.types, a.values, a.nulls, NULL, "run_finished");
 }
 
 /* ----------------------------------------------------------------------
@@ -237,24 +236,20 @@ typedef struct PublishedDef
 static void
 load_published(const char *name, Datum version_arg, bool version_null, PublishedDef *d)
 {
-	Oid			ftypes[2] = {TEXTOID, INT4OID};
-	Datum		fv[2];
-	char		fn[2] = {' ', ' '};
+	OrchArgs	a = {0};
 	bool		isnull;
 	HeapTuple	tup;
 	TupleDesc	td;
 
-	fv[0] = orch_text_datum(name);
-	fv[1] = version_arg;
-	if (version_null)
-		fn[1] = 'n';
-	if (orch_exec(orch_plan("SELECT version, spec, content_hash, published_by,"
-									  "  " RUN_SPEC_INTERVAL("spec -> 'policies'", "deadline")
-									  " FROM orch.definitions"
-									  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
-									  "   AND ($2::int IS NULL OR version = $2)"
-									  " ORDER BY version DESC LIMIT 1",
-									  2, ftypes), fv, fn, false, 1, SPI_OK_SELECT) == 0)
+	orch_arg_text(&a, name);
+	orch_arg(&a, INT4OID, version_arg, version_null);
+	if (orch_args_sql(&a, "SELECT version, spec, content_hash, published_by,"
+					  "  " RUN_SPEC_INTERVAL("spec -> 'policies'", "deadline")
+					  " FROM orch.definitions"
+					  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
+					  "   AND ($2::int IS NULL OR version = $2)"
+					  " ORDER BY version DESC LIMIT 1",
+					  false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 version_null
@@ -283,22 +278,32 @@ load_published(const char *name, Datum version_arg, bool version_null, Published
  * runs are partitioned, so no index of theirs is unique across partitions)
  * takes the run's id first; a concurrent start with the key waits here,
  * then sees it.  (A 0.7.0 schema keeps the key unique in orch.runs itself.)
+ * a: the run's parameters $1 to $12 (orch_start).
  */
 static bool
-insert_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
+insert_run(const char *key, bool keys_table, const OrchArgs *a)
 {
+	OrchArgs	run = *a;
+	Datum		id = (Datum) 0;
+	bool		no_id = true;
 	bool		isnull;
 
 	if (key != NULL && keys_table)
 	{
-		if (orch_sql("INSERT INTO orch.run_keys (tenant_id, idempotency_key, run_id)"
-					 " VALUES ($1, $7, nextval('orch.runs_id_seq')) ON CONFLICT DO NOTHING RETURNING run_id",
-					 7, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) == 0)
+		OrchArgs	k = *a;
+
+		k.n = 7;				/* $1 to $7 */
+		if (orch_args_sql(&k, "INSERT INTO orch.run_keys (tenant_id, idempotency_key, run_id)"
+						  " VALUES ($1, $7, nextval('orch.runs_id_seq')) ON CONFLICT DO NOTHING RETURNING run_id",
+						  false, 0, SPI_OK_INSERT_RETURNING) == 0)
 			return false;
-		v[12] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		n[12] = ' ';
+		id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		no_id = false;
 	}
-	return orch_sql(keys_table
+	/* $13: the id the key took (NULL: none) */
+	if (keys_table)
+		orch_arg(&run, INT8OID, id, no_id);
+	return orch_args_sql(&run, keys_table
 			 ? "INSERT INTO orch.runs (id, tenant_id, definition, version, content_hash, state, input, pins,"
 			 "   idempotency_key, created_by, deadline_at, reason_code, correlation_id, probe_pins)"
 			 " VALUES (coalesce($13, nextval('orch.runs_id_seq')), $1, $2, $3, $4, 'running', $5,"
@@ -311,20 +316,22 @@ insert_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
 			 "   jsonb_build_object('definition', $2, 'version', $3, 'content_hash', $4) || coalesce($6, '{}'),"
 			 "   $7, $8, now() + $12, 'started', $10, $11)"
 			 " ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-			 " RETURNING id", keys_table ? 13 : 12, types, v, n, false, 0, SPI_OK_INSERT_RETURNING) > 0;
+			 " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) > 0;
 }
 
 /*
  * The run an idempotency key names, when it was started with the same
- * request (OR004 otherwise).
+ * request (OR004 otherwise); a as for insert_run.
  */
 static int64
-replayed_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
+replayed_run(const char *key, bool keys_table, const OrchArgs *a)
 {
+	OrchArgs	k = *a;
 	bool		isnull;
 	int64		existing;
 
-	if (orch_sql(keys_table
+	k.n = 9;					/* $1 to $9 */
+	if (orch_args_sql(&k, keys_table
 				 ? "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
 				 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
 				 " FROM orch.runs WHERE tenant_id = $1"
@@ -332,7 +339,7 @@ replayed_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
 				 : "SELECT id, definition = $2 AND ($9::int IS NULL OR version = $3) AND input = $5"
 				 " AND (pins - 'definition' - 'version' - 'content_hash') = coalesce($6, '{}')"
 				 " FROM orch.runs WHERE tenant_id = $1 AND idempotency_key = $7",
-				 9, types, v, n, false, 0, SPI_OK_SELECT) == 0)
+				 false, 0, SPI_OK_SELECT) == 0)
 		elog(ERROR, "orchestrator: run with idempotency key \"%s\" vanished", key);
 	existing = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
@@ -352,17 +359,16 @@ replayed_run(const char *key, bool keys_table, Oid *types, Datum *v, char *n)
 static void
 pin_run_probes(int64 run_id, const char *tenant, PublishedDef *d, const char *name)
 {
-	Oid			ptypes[3] = {INT8OID, TEXTOID, JSONBOID};
-	Datum		pv[3];
+	OrchArgs	a = {0};
 	Jsonb	   *probe_pins = orch_probes_pin(d->spec, d->publisher, name);
 
 	if (probe_pins == NULL)
 		return;
-	pv[0] = Int64GetDatum(run_id);
-	pv[1] = orch_text_datum(tenant);
-	pv[2] = JsonbPGetDatum(probe_pins);
-	orch_sql("UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
-			 3, ptypes, pv, NULL, false, 0, SPI_OK_UPDATE);
+	orch_arg_int8(&a, run_id);
+	orch_arg_text(&a, tenant);
+	orch_arg_jsonb(&a, probe_pins);
+	orch_args_sql(&a, "UPDATE orch.runs SET probe_pins = $3 WHERE id = $1 AND tenant_id = $2",
+				  false, 0, SPI_OK_UPDATE);
 }
 
 Datum
@@ -375,10 +381,7 @@ orch_start(PG_FUNCTION_ARGS)
 	char	   *tenant;
 	Jsonb	   *pins = orch_jsonb_arg(fcinfo, 5, "pins");
 	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
-	Oid			types[13] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID, TEXTOID,
-	TEXTOID, INT4OID, TEXTOID, JSONBOID, INTERVALOID, INT8OID};
-	Datum		v[13];
-	char		n[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n'};
+	OrchArgs	a = {0};
 	bool		keys_table = orch_schema_run_keys();
 	PublishedDef def;
 	bool		isnull;
@@ -409,30 +412,25 @@ orch_start(PG_FUNCTION_ARGS)
 	load_published(name, PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2), &def);
 	check_input(def.spec, input);
 
-	v[0] = orch_text_datum(tenant);
-	v[1] = orch_text_datum(name);
-	v[2] = Int32GetDatum(def.version);
-	v[3] = orch_text_datum(def.hash);
-	v[4] = JsonbPGetDatum(input);
-	v[5] = pins ? JsonbPGetDatum(pins) : (Datum) 0;
-	if (!pins)
-		n[5] = 'n';
-	orch_spi_text(v, n, 6, key);
-	v[7] = orch_text_datum(orch_current_actor());
+	orch_arg_text(&a, tenant);
+	orch_arg_text(&a, name);
+	orch_arg_int4(&a, def.version);
+	orch_arg_text(&a, def.hash);
+	orch_arg_jsonb(&a, input);
+	orch_arg_jsonb(&a, pins);
+	orch_arg_text(&a, key);
+	orch_arg_text(&a, orch_current_actor());
 	/* a replay that names a version must name the run's */
-	v[8] = PG_ARGISNULL(2) ? (Datum) 0 : Int32GetDatum(def.version);
-	n[8] = PG_ARGISNULL(2) ? 'n' : ' ';
-	orch_spi_text(v, n, 9, corr);
-	v[10] = (Datum) 0;			/* probe_pins: below, once the run is new */
-	n[10] = 'n';
-	v[11] = def.deadline;
-	n[11] = def.no_deadline ? 'n' : ' ';
+	orch_arg(&a, INT4OID, Int32GetDatum(def.version), PG_ARGISNULL(2));
+	orch_arg_text(&a, corr);
+	orch_arg_jsonb(&a, NULL);	/* probe_pins: below, once the run is new */
+	orch_arg(&a, INTERVALOID, def.deadline, def.no_deadline);
 	ev = orch_set_event_context(NULL, NULL);
 
-	if (!insert_run(key, keys_table, types, v, n))
+	if (!insert_run(key, keys_table, &a))
 	{
 		/* the key names an existing run: the same request returns it */
-		int64		existing = replayed_run(key, keys_table, types, v, n);
+		int64		existing = replayed_run(key, keys_table, &a);
 
 		orch_clear_event_context(ev);
 		SPI_finish();
@@ -499,25 +497,25 @@ orch_start(PG_FUNCTION_ARGS)
 Datum
 orch_run_status(PG_FUNCTION_ARGS)
 {
-	Oid			types[2] = {INT8OID, TEXTARRAYOID};
-	Datum		v[2];
-	char		n[2] = {' ', ' '};
+	OrchArgs	a = {0};
+	int64		run_id;
 	bool		isnull;
 	Jsonb	   *out;
 	MemoryContext outer = CurrentMemoryContext;
 
 	orch_require_arg(fcinfo, 0, "run_id");
-	v[0] = PG_GETARG_DATUM(0);
+	run_id = PG_GETARG_INT64(0);
+	orch_arg_int8(&a, run_id);
 	SPI_connect();
 	/* on Citus: the run's shard (a run that is not found is reported below) */
-	(void) orch_scope_run(DatumGetInt64(v[0]));
-	orch_spi_caller_tenants(v, n, 1);
-	if (orch_sql(orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
+	(void) orch_scope_run(run_id);
+	orch_arg_caller_tenants(&a);
+	if (orch_args_sql(&a, orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
 				 : RUN_STATUS_SQL("orch.events", "orch.attempts"),
-			2, types, v, n, false, 0, SPI_OK_SELECT) == 0)
+			false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("run " INT64_FORMAT " does not exist", DatumGetInt64(v[0]))));
+				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
 	{
 		MemoryContext spi = MemoryContextSwitchTo(outer);
 

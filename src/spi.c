@@ -459,6 +459,20 @@ orch_arg_int4(OrchArgs *a, int32 v)
 	orch_arg(a, INT4OID, Int32GetDatum(v), false);
 }
 
+/* A boolean parameter. */
+void
+orch_arg_bool(OrchArgs *a, bool v)
+{
+	orch_arg(a, BOOLOID, BoolGetDatum(v), false);
+}
+
+/* A jsonb parameter; a NULL pointer is SQL NULL. */
+void
+orch_arg_jsonb(OrchArgs *a, Jsonb *j)
+{
+	orch_arg(a, JSONBOID, j ? JsonbPGetDatum(j) : (Datum) 0, j == NULL);
+}
+
 /*
  * The clock now, as clock_timestamp() would give it in the statement: a
  * value, because Citus refuses a volatile function in most UPDATEs it

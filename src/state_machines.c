@@ -192,6 +192,20 @@ orch_user_table_trigger(TriggerData *trigdata, const char *column, const char *m
 /* ----------------------------------------------------------------------
  * orch_create_state_machine(name text, transitions jsonb, initial text[])
  * ---------------------------------------------------------------------- */
+
+/* One transition of a machine, from one state to another (or the same) */
+static void
+add_transition(const char *machine, const char *from, const char *to)
+{
+	OrchArgs	a = {0};
+
+	orch_arg_text(&a, machine);
+	orch_arg_text(&a, from);
+	orch_arg_text(&a, to);
+	orch_args_sql_once(&a, "INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+					   " VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", false, 0, SPI_OK_INSERT);
+}
+
 Datum
 orch_create_state_machine(PG_FUNCTION_ARGS)
 {
@@ -202,9 +216,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 	JsonbIteratorToken tok;
 	char	   *cur_from = NULL;
 	int			depth = 0;
-	Oid			types3[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Oid			types1[1] = {TEXTOID};
-	Datum		vals[3];
+	OrchArgs	a = {0};
 	int			nstates = 0;
 
 	orch_require_unrestricted("orch_create_state_machine");
@@ -223,8 +235,8 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 				 errhint("Example: {\"draft\": [\"review\"], \"review\": [\"published\", \"draft\"], \"published\": []}")));
 
 	SPI_connect();
-	vals[0] = orch_text_datum(name);
-	if (orch_sql_once("INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING", 1, types1, vals, NULL, false, 0, SPI_OK_INSERT) == 0)
+	orch_arg_text(&a, name);
+	if (orch_args_sql_once(&a, "INSERT INTO orch.state_machines (name) VALUES ($1) ON CONFLICT DO NOTHING", false, 0, SPI_OK_INSERT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("state machine \"%s\" already exists", name)));
@@ -249,10 +261,7 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("state names must not be empty")));
-			vals[1] = orch_text_datum(cur_from);
-			vals[2] = vals[1];
-			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals, NULL, false, 0, SPI_OK_INSERT);
+			add_transition(name, cur_from, cur_from);
 			nstates++;
 		}
 		else if (tok == WJB_ELEM || tok == WJB_VALUE)
@@ -264,14 +273,9 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("transitions must map each state to an array of target state names")));
 			to = pnstrdup(v.val.string.val, v.val.string.len);
-			vals[1] = orch_text_datum(cur_from);
-			vals[2] = orch_text_datum(to);
-			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals, NULL, false, 0, SPI_OK_INSERT);
+			add_transition(name, cur_from, to);
 			/* every target is a state of its own, with at least its self-transition */
-			vals[1] = vals[2];
-			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-						" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", 3, types3, vals, NULL, false, 0, SPI_OK_INSERT);
+			add_transition(name, to, to);
 		}
 	}
 
@@ -285,6 +289,8 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &enulls, &nelems);
 		for (int i = 0; i < nelems; i++)
 		{
+			OrchArgs	state = {0};
+			OrchArgs	initial = {0};
 			char	   *s;
 
 			if (enulls[i])
@@ -292,16 +298,19 @@ orch_create_state_machine(PG_FUNCTION_ARGS)
 						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						 errmsg("initial states must not be null")));
 			s = TextDatumGetCString(elems[i]);
-			vals[1] = elems[i];
-			if (orch_sql_once("SELECT 1 FROM orch.state_transitions WHERE machine = $1"
-									  " AND from_state = $2", 2, types3, vals, NULL, false, 1, SPI_OK_SELECT) == 0)
+			orch_arg_text(&state, name);
+			orch_arg(&state, TEXTOID, elems[i], false);
+			if (orch_args_sql_once(&state, "SELECT 1 FROM orch.state_transitions WHERE machine = $1"
+								   " AND from_state = $2", false, 1, SPI_OK_SELECT) == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("initial state \"%s\" is not a state of the machine", s)));
-			vals[1] = (Datum) 0;
-			vals[2] = elems[i];
-			orch_sql_once("INSERT INTO orch.state_transitions (machine, from_state, to_state)"
-									  " VALUES ($1, NULL, $3) ON CONFLICT DO NOTHING", 3, types3, vals, " n ", false, 0, SPI_OK_INSERT);
+			/* $2 (NULL) is not used */
+			orch_arg_text(&initial, name);
+			orch_arg_text(&initial, NULL);
+			orch_arg(&initial, TEXTOID, elems[i], false);
+			orch_args_sql_once(&initial, "INSERT INTO orch.state_transitions (machine, from_state, to_state)"
+							   " VALUES ($1, NULL, $3) ON CONFLICT DO NOTHING", false, 0, SPI_OK_INSERT);
 		}
 	}
 	SPI_finish();
@@ -324,8 +333,7 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 	AttrNumber	attno;
 	StringInfoData sql;
 	char		trgname[NAMEDATALEN];
-	Oid			types1[1] = {TEXTOID};
-	Datum		vals[1];
+	OrchArgs	a = {0};
 
 	/* the events of an attached table go to tenant default: not for a bound role */
 	orch_require_unrestricted("orch_attach_state_machine");
@@ -349,8 +357,8 @@ orch_attach_state_machine(PG_FUNCTION_ARGS)
 				 errmsg("column \"%s\" of relation \"%s\" does not exist", column, relname)));
 
 	SPI_connect();
-	vals[0] = orch_text_datum(machine);
-	if (orch_sql_once("SELECT 1 FROM orch.state_machines WHERE name = $1", 1, types1, vals, NULL, true, 1, SPI_OK_SELECT) == 0)
+	orch_arg_text(&a, machine);
+	if (orch_args_sql_once(&a, "SELECT 1 FROM orch.state_machines WHERE name = $1", true, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("state machine \"%s\" does not exist", machine),

@@ -91,29 +91,30 @@ orch_current_actor(void)
 static int
 role_tenants(Oid role, char ***out)
 {
-	Oid			types[2] = {OIDOID, INT8OID};
-	Datum		v[2];
+	OrchArgs	a = {0};
 	int			n;
 
 	*out = NULL;
 	if (superuser_arg(role))
 		return -1;
-	v[0] = ObjectIdGetDatum(role);
-	v[1] = Int64GetDatum((int64) GetSystemIdentifier());
+	orch_arg(&a, OIDOID, ObjectIdGetDatum(role), false);
 	if (orch_schema_keyed_bindings())
-		n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
-									  " JOIN pg_catalog.pg_roles r"
-									  "   ON (b.cluster_id = $2 AND r.oid = b.role_oid)"
-									  "   OR (b.cluster_id <> $2 AND r.rolname = b.role)"
-									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
-									  " ORDER BY 1",
-									  2, types), v, NULL, true, 0, SPI_OK_SELECT);
+	{
+		orch_arg_int8(&a, (int64) GetSystemIdentifier());
+		n = (int) orch_args_sql(&a, "SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+								" JOIN pg_catalog.pg_roles r"
+								"   ON (b.cluster_id = $2 AND r.oid = b.role_oid)"
+								"   OR (b.cluster_id <> $2 AND r.rolname = b.role)"
+								" WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
+								" ORDER BY 1",
+								true, 0, SPI_OK_SELECT);
+	}
 	else
-		n = (int) orch_exec(orch_plan("SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
-									  " JOIN pg_catalog.pg_roles r ON r.oid = b.role"
-									  " WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
-									  " ORDER BY 1",
-									  1, types), v, NULL, true, 0, SPI_OK_SELECT);
+		n = (int) orch_args_sql(&a, "SELECT DISTINCT b.tenant_id FROM orch.tenant_bindings b"
+								" JOIN pg_catalog.pg_roles r ON r.oid = b.role"
+								" WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')"
+								" ORDER BY 1",
+								true, 0, SPI_OK_SELECT);
 	if (n == 0)
 		return -1;
 	*out = palloc(sizeof(char *) * n);
@@ -550,21 +551,19 @@ scope_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 static bool
 scope_by_ids(OrchRouteKind kind, Datum ids, const int64 *one)
 {
-	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
-	Datum		v[2];
-	char		n[2] = {' ', ' '};
+	OrchArgs	a = {0};
 	bool		isnull;
 	Datum		d;
 	char	   *tenant;
 
 	orch_scope_clear();
-	v[0] = ids;
-	orch_spi_caller_tenants(v, n, 1);
-	if (orch_sql_once(psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
-									   " AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
-									   kind == ORCH_ROUTE_TASK ? "orch.tasks" :
-									   kind == ORCH_ROUTE_RUN ? "orch.runs" : "orch.commands"),
-					  2, types, v, n, true, 2, SPI_OK_SELECT) == 0)
+	orch_arg(&a, INT8ARRAYOID, ids, false);
+	orch_arg_caller_tenants(&a);
+	if (orch_args_sql_once(&a, psprintf("SELECT DISTINCT tenant_id FROM %s WHERE id = ANY ($1)"
+										" AND " ORCH_TENANT_IN("tenant_id", "$2") " LIMIT 2",
+										kind == ORCH_ROUTE_TASK ? "orch.tasks" :
+										kind == ORCH_ROUTE_RUN ? "orch.runs" : "orch.commands"),
+						   true, 2, SPI_OK_SELECT) == 0)
 		return false;
 	if (SPI_processed > 1)
 		ereport(ERROR,
