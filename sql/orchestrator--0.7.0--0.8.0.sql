@@ -2056,6 +2056,16 @@ REVOKE ALL ON FUNCTION orch.step_claimable(bigint, text, text) FROM PUBLIC;
 -- whatever ANALYZE sampled (a tenant claim stays on its own index).
 ALTER TABLE orch.tasks ALTER COLUMN tenant_id SET (n_distinct = 100);
 
+-- Comments that named documents users do not have.
+COMMENT ON TABLE orch.state_machines IS
+  'State machines stored as data; "task" is the built-in task lifecycle.';
+COMMENT ON FUNCTION orch_retry_decision(text, integer, integer, jsonb, interval, bigint, boolean) IS
+  'The pure retry decision: for an error class, attempts and failures so far (including this one) and a policy.';
+COMMENT ON TABLE orch.commands IS
+  'Side-effect requests recorded before an adapter performs them.';
+COMMENT ON FUNCTION orch_run_lifecycle() IS
+  'Enforces the run lifecycle on orch.runs for every writer (OR001, OR002) and writes one event per accepted transition.';
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

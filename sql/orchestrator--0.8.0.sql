@@ -558,7 +558,7 @@ CREATE TABLE orch.state_transitions (
     CONSTRAINT state_transitions_uniq UNIQUE NULLS NOT DISTINCT (machine, from_state, to_state)
 );
 COMMENT ON TABLE orch.state_machines IS
-  'State machines stored as data; "task" is the built-in lifecycle of SPEC section 2.';
+  'State machines stored as data; "task" is the built-in task lifecycle.';
 COMMENT ON TABLE orch.state_transitions IS
   'Allowed (from_state, to_state) pairs per machine; from_state NULL lists an allowed initial state. Self-transitions are always allowed.';
 
@@ -968,7 +968,7 @@ SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS 'MODULE_PATHNAME', 'orch_retry_decision';
 COMMENT ON FUNCTION orch_retry_decision(text, integer, integer, jsonb, interval, bigint, boolean) IS
-  'The pure retry decision of SPEC section 4: for an error class, attempts and failures so far (including this one) and a policy.';
+  'The pure retry decision: for an error class, attempts and failures so far (including this one) and a policy.';
 
 -- Reading: a bound role sees its tenants only, behind the fence (see
 -- orch_tenant_bindings); lease tokens are secrets that only orch_admin reads
@@ -1075,7 +1075,7 @@ CREATE TABLE orch.commands (
     UNIQUE (tenant_id, idempotency_key)
 );
 COMMENT ON TABLE orch.commands IS
-  'Side-effect requests recorded before an adapter performs them (SPEC section 5).';
+  'Side-effect requests recorded before an adapter performs them.';
 SELECT pg_catalog.pg_extension_config_dump('orch.commands', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.commands_id_seq', '');
 
@@ -1486,7 +1486,7 @@ LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
 AS 'MODULE_PATHNAME', 'orch_run_lifecycle';
 COMMENT ON FUNCTION orch_run_lifecycle() IS
-  'Enforces the run lifecycle of seed 001 section 3.1 on orch.runs for every writer (OR001, OR002) and writes one event per accepted transition.';
+  'Enforces the run lifecycle on orch.runs for every writer (OR001, OR002) and writes one event per accepted transition.';
 CREATE TRIGGER runs_lifecycle
     BEFORE INSERT OR UPDATE ON orch.runs
     FOR EACH ROW EXECUTE FUNCTION orch_run_lifecycle();

@@ -300,12 +300,16 @@ SELECT orch_define('wf_saga', '{"steps": [
      "compensation": {"handler": "refund", "queue": "wf_undo"}},
     {"step_id": "ship", "queue": "wf_s", "handler": "ship", "depends_on": ["charge"], "retry_policy": {"max_attempts": 1}}]}');
 SELECT orch_publish('wf_saga', 1) IS NOT NULL AS published;
+-- a step's and a compensation's task take their queue's priority
+SELECT orch_create_queue('wf_s', '{"priority": 2}') IS NOT NULL AS step_queue,
+       orch_create_queue('wf_undo', '{"priority": 3}') IS NOT NULL AS undo_queue;
 SELECT orch_start('wf_saga', '{"order": 1}') AS s1 \gset
+SELECT step_key, priority FROM orch_tasks WHERE run_id = :s1;
 SELECT pg_temp.work('wf_s'), pg_temp.work('wf_s');
 SELECT pg_temp.fail1('wf_s', 'NON_RETRYABLE') AS ship;
 SELECT pg_temp.st(:s1);
 -- one compensation at a time, the last completed step first
-SELECT payload ->> 'compensation' AS first, payload -> 'output' AS of_output FROM orch_tasks
+SELECT payload ->> 'compensation' AS first, payload -> 'output' AS of_output, priority FROM orch_tasks
  WHERE run_id = :s1 AND step_key LIKE '%:compensate';
 SELECT pg_temp.fail1('wf_undo', 'TRANSIENT') AS refund_retries;
 UPDATE orch.tasks SET retry_at = now() - interval '1 second' WHERE run_id = :s1 AND state = 'awaiting_tool';
