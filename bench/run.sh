@@ -10,7 +10,7 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency steady backlog tenants retention keys wf decay"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency steady backlog tenants readers retention keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_REPS=N            repetitions of each throughput workload (default 3,
 #                           quick 1), the sides alternating; the table shows
@@ -37,7 +37,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady backlog tenants retention keys wf decay}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady backlog tenants readers retention keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -593,6 +593,43 @@ run_tenants() {
 }
 
 # ---------------------------------------------------------------------------
+# Readers (orchestrator only): a role bound to tenant "quiet" (LAT_SMALL
+# tasks) reads its tasks while tenant "noisy" has NOISY newer ones: one task
+# by id and its newest 50 through orch_task_rows, and one task by id through
+# the view orch_tasks (which reads every row of the caller's tenants first).
+# Target: the readers' p99 <= 5 ms at any size of either tenant.
+# ---------------------------------------------------------------------------
+declare -A READ         # READ[shape] = "p50 p90 p99 max n"
+run_readers() {
+    local shape id prefix script
+    want orchestrator || return 0
+    reset_all
+    log "readers: a role bound to tenant quiet ($LAT_SMALL tasks) beside $NOISY newer tasks of tenant noisy"
+    preload orchestrator rd "$LAT_SMALL" quiet
+    preload orchestrator rd "$NOISY" noisy
+    settle
+    sql "DO \$\$ BEGIN CREATE ROLE bench_quiet LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$" >/dev/null
+    sql "GRANT orch_reader TO bench_quiet" >/dev/null
+    sql "SELECT orch_bind_tenant('bench_quiet', 'quiet')" >/dev/null
+    id=$(sql "SELECT min(id) FROM orch.tasks WHERE tenant_id = 'quiet'")
+    for shape in by_id newest view_by_id; do
+        script=$WORK/readers-$shape.sql
+        case $shape in
+            by_id)      echo 'SELECT * FROM orch_task_rows(task_ids => ARRAY[:id]::bigint[]);' ;;
+            newest)     echo 'SELECT * FROM orch_task_rows("limit" => 50);' ;;
+            view_by_id) echo 'SELECT * FROM orch_tasks WHERE task_id = :id;' ;;
+        esac >"$script"
+        prefix=$WORK/readers-$shape
+        (cd "$WORK" && "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U bench_quiet -n -M prepared \
+            -c 1 -j 1 -T "$LAT_SECS" -D id="$id" -f "$script" \
+            -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1) || true
+        pgbench_check "$prefix.out"
+        READ[$shape]=$(lat_stats "$prefix".*[0-9])
+        log "  $shape: p50/p90/p99/max/n = ${READ[$shape]}"
+    done
+}
+
+# ---------------------------------------------------------------------------
 # Retention (orchestrator only): RET_WORKERS workers claim one and
 # complete it for RET_SECS from a pre-loaded backlog (more than they can
 # finish), once without retention and once with orchestrator.retention =
@@ -1075,6 +1112,7 @@ if group latency; then run_latency; fi
 if group steady; then run_steady; fi
 if group backlog; then run_backlog; fi
 if group tenants; then run_tenants; fi
+if group readers; then run_readers; fi
 if group retention; then run_retention; fi
 if group keys; then run_keys; fi
 if group decay; then run_decay; fi
@@ -1251,6 +1289,18 @@ report() {
                 printf "  statistics taken before tenant quiet existed (autovacuum off): p50 %.3f p99 %.3f max %.3f ms   target p99 <= 5 ms: %s\n",
                        b[1], b[3], b[4], (b[3] <= 5.0) ? "met" : "NOT met" }'
         fi
+    fi
+    if [ -n "${READ[by_id]:-}" ]; then
+        echo "readers (orchestrator; a role bound to tenant quiet, $LAT_SMALL tasks, beside $(fmt_int "$NOISY") newer of tenant noisy; 1 client; ms):"
+        for shape in by_id newest view_by_id; do
+            [ -n "${READ[$shape]:-}" ] || continue
+            awk -v s="${READ[$shape]}" -v n="$shape" 'BEGIN {
+                split(s, a, " ");
+                label = (n == "by_id") ? "orch_task_rows, one task by id" : (n == "newest") ? "orch_task_rows, the newest 50" : "orch_tasks WHERE task_id = (the view)";
+                printf "  %-38s p50 %.3f p99 %.3f max %.3f (n %d)", label, a[1], a[3], a[4], a[5];
+                if (n != "view_by_id") printf "   target p99 <= 5 ms: %s", (a[3] <= 5.0) ? "met" : "NOT met";
+                printf "\n" }'
+        done
     fi
     if [ -n "${RET[off]:-}" ] && [ -n "${RET[on]:-}" ]; then
         echo "retention (orchestrator; $RET_WORKERS workers claim one + complete for ${RET_SECS}s; retention ${RET_KEEP}s, history partitions of ${RET_PART}s, orch_maintain every ${RET_EVERY}s):"

@@ -2805,3 +2805,181 @@ GRANT EXECUTE ON FUNCTION
   TO orch_admin;
 GRANT SELECT ON orch.state_machines, orch.state_transitions, orch_tenant_bindings TO orch_admin;
 GRANT EXECUTE ON FUNCTION orch.caller_tenant_bindings() TO orch_admin;
+
+-- ---------------------------------------------------------------------------
+-- Readers by key: what a bound role reads at index speed.  The views read
+-- every row of the caller's tenants before the caller's own filter (so that
+-- a plan never tells another tenant's rows apart); these take the key, and
+-- read the caller's rows for it through an index: tasks by id, by run, by
+-- the task they re-drive, or the newest (a tenant's own range of
+-- tasks_tenant_idx); runs likewise; a run's steps.  Ordered newest first.
+-- ---------------------------------------------------------------------------
+CREATE INDEX tasks_tenant_idx ON orch.tasks (tenant_id, id)
+    WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
+CREATE INDEX runs_tenant_idx ON orch.runs_default (tenant_id, id)
+    WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
+
+-- The bounds every reader checks: limit in 1 .. 10000, ids at most that many.
+CREATE FUNCTION orch.check_reader_args(ids bigint[], lim integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+BEGIN
+    IF lim IS NULL OR lim OPERATOR(pg_catalog.<) 1 OR lim OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 10000, not %', coalesce(lim::text, 'NULL')
+              USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.cardinality(ids) OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'at most 10000 ids, not %', pg_catalog.cardinality(ids)
+              USING ERRCODE = '54000';
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION orch.check_reader_args(bigint[], integer) FROM PUBLIC;
+
+CREATE FUNCTION orch_task_rows(task_ids bigint[] DEFAULT NULL, run_id bigint DEFAULT NULL,
+                               retry_of bigint DEFAULT NULL, before bigint DEFAULT NULL,
+                               "limit" integer DEFAULT 100)
+RETURNS SETOF orch_tasks
+LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    vis   text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+    upto  bigint := coalesce($4, 9223372036854775807);
+    ids   bigint[];
+BEGIN
+    PERFORM orch.check_reader_args($1, $5);
+    -- the ids first, each key through its own index
+    IF $1 IS NOT NULL THEN
+        ids := $1;
+    ELSIF $2 IS NOT NULL THEN
+        ids := ARRAY(SELECT t.id FROM orch.tasks t
+                      WHERE t.run_id OPERATOR(pg_catalog.=) $2
+                        AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis)));
+    ELSIF $3 IS NOT NULL THEN
+        ids := ARRAY(SELECT t.id FROM orch.tasks t
+                      WHERE t.retry_of OPERATOR(pg_catalog.=) $3
+                        AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis)));
+    ELSIF vis IS NULL THEN
+        ids := ARRAY(SELECT t.id FROM orch.tasks t WHERE t.id OPERATOR(pg_catalog.<) upto
+                      ORDER BY t.id DESC LIMIT $5);
+    ELSE
+        -- the newest of each tenant (its range of tasks_tenant_idx), then of all
+        ids := ARRAY(SELECT x.id FROM pg_catalog.unnest(vis) v(tenant)
+                     CROSS JOIN LATERAL (SELECT t.id FROM orch.tasks t
+                                          WHERE t.tenant_id OPERATOR(pg_catalog.=) v.tenant
+                                            AND t.tenant_id OPERATOR(pg_catalog.<>) 'default'
+                                            AND t.id OPERATOR(pg_catalog.<) upto
+                                          ORDER BY t.id DESC LIMIT $5) x
+                     UNION ALL
+                     SELECT t.id FROM orch.tasks t
+                      WHERE 'default' OPERATOR(pg_catalog.=) ANY (vis)
+                        AND t.tenant_id OPERATOR(pg_catalog.=) 'default'
+                        AND t.id OPERATOR(pg_catalog.<) upto
+                     ORDER BY 1 DESC LIMIT $5);
+    END IF;
+    RETURN QUERY
+        SELECT t.id, t.tenant_id, t.queue, t.state, t.priority, t.payload, t.result, t.run_at,
+               t.retry_at, t.attempts, t.failures, t.max_attempts, t.max_failures, t.reason_code,
+               t.last_error, t.last_error_class, t.lease_owner, t.lease_expires_at, t.claimed_at,
+               t.wait_data, t.resume_data, t.idempotency_key, t.owner, t.concurrency_key, t.run_id,
+               t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated,
+               t.correlation_id
+          FROM orch.tasks t
+         WHERE t.id OPERATOR(pg_catalog.=) ANY (ids)
+           AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+           AND t.id OPERATOR(pg_catalog.<) upto
+           AND ($2 IS NULL OR t.run_id OPERATOR(pg_catalog.=) $2)
+           AND ($3 IS NULL OR t.retry_of OPERATOR(pg_catalog.=) $3)
+         ORDER BY t.id DESC
+         LIMIT $5;
+END
+$fn$;
+COMMENT ON FUNCTION orch_task_rows(bigint[], bigint, bigint, bigint, integer) IS
+  'Tasks of the caller''s tenants by key (ids, run, the task they re-drive; every key given must match), else the newest; below before, newest first, at most limit. Read through an index whatever the tenant''s size.';
+
+CREATE FUNCTION orch_run_rows(run_ids bigint[] DEFAULT NULL, retry_of bigint DEFAULT NULL,
+                              before bigint DEFAULT NULL, "limit" integer DEFAULT 100)
+RETURNS SETOF orch_runs
+LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    vis   text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+    upto  bigint := coalesce($3, 9223372036854775807);
+    ids   bigint[];
+BEGIN
+    PERFORM orch.check_reader_args($1, $4);
+    IF $1 IS NOT NULL THEN
+        ids := $1;
+    ELSIF $2 IS NOT NULL THEN
+        ids := ARRAY(SELECT r.id FROM orch.runs r
+                      WHERE r.retry_of OPERATOR(pg_catalog.=) $2
+                        AND (vis IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY (vis)));
+    ELSIF vis IS NULL THEN
+        ids := ARRAY(SELECT r.id FROM orch.runs r WHERE r.id OPERATOR(pg_catalog.<) upto
+                      ORDER BY r.id DESC LIMIT $4);
+    ELSE
+        ids := ARRAY(SELECT x.id FROM pg_catalog.unnest(vis) v(tenant)
+                     CROSS JOIN LATERAL (SELECT r.id FROM orch.runs r
+                                          WHERE r.tenant_id OPERATOR(pg_catalog.=) v.tenant
+                                            AND r.tenant_id OPERATOR(pg_catalog.<>) 'default'
+                                            AND r.id OPERATOR(pg_catalog.<) upto
+                                          ORDER BY r.id DESC LIMIT $4) x
+                     UNION ALL
+                     SELECT r.id FROM orch.runs r
+                      WHERE 'default' OPERATOR(pg_catalog.=) ANY (vis)
+                        AND r.tenant_id OPERATOR(pg_catalog.=) 'default'
+                        AND r.id OPERATOR(pg_catalog.<) upto
+                     ORDER BY 1 DESC LIMIT $4);
+    END IF;
+    RETURN QUERY
+        SELECT r.id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
+               r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
+               r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
+               r.correlation_id, r.probe_pins, r.drift
+          FROM orch.runs r
+         WHERE r.id OPERATOR(pg_catalog.=) ANY (ids)
+           AND (vis IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+           AND r.id OPERATOR(pg_catalog.<) upto
+           AND ($2 IS NULL OR r.retry_of OPERATOR(pg_catalog.=) $2)
+         ORDER BY r.id DESC
+         LIMIT $4;
+END
+$fn$;
+COMMENT ON FUNCTION orch_run_rows(bigint[], bigint, bigint, integer) IS
+  'Workflow runs of the caller''s tenants by key (ids, the run they retry; both must match when given), else the newest; below before, newest first, at most limit. Read through an index whatever the tenant''s size.';
+
+CREATE FUNCTION orch_run_step_rows(run_id bigint)
+RETURNS SETOF orch_run_steps
+LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 20
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    vis   text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+        SELECT s.run_id, s.tenant_id, s.step_id, s.ord, s.type, s.state, s.task_id, s.output, s.error,
+               s.wake_at, s.cap_at, s.started_at, s.finished_at, s.comp_state
+          FROM orch.run_steps s
+         WHERE s.run_id OPERATOR(pg_catalog.=) $1
+           AND (vis IS NULL OR s.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+         ORDER BY s.ord;
+END
+$fn$;
+COMMENT ON FUNCTION orch_run_step_rows(bigint) IS
+  'The steps of one workflow run of the caller''s tenants, in definition order (none for an unknown run or another tenant''s). Read through an index whatever the tenant''s size.';
+REVOKE ALL ON FUNCTION orch_task_rows(bigint[], bigint, bigint, bigint, integer),
+    orch_run_rows(bigint[], bigint, bigint, integer), orch_run_step_rows(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_task_rows(bigint[], bigint, bigint, bigint, integer),
+    orch_run_rows(bigint[], bigint, bigint, integer), orch_run_step_rows(bigint)
+  TO orch_reader;

@@ -39,6 +39,11 @@ function where(filters, params) {
   return parts.length ? `WHERE ${parts.join(' AND ')}` : '';
 }
 
+// Is a list asked for with none of these filters (its page only)?
+function onlyPaging(f, filters) {
+  return filters.every((k) => f[k] === undefined || f[k] === null || f[k] === '');
+}
+
 function createDb(connectionString) {
   const pool = new Pool({
     connectionString: connectionString || undefined,
@@ -72,10 +77,16 @@ function createDb(connectionString) {
         ['created_at', '<', f.to, 'timestamptz'], ['run_id', '=', f.run_id, 'bigint'],
         ['correlation_id', '=', f.correlation_id], ['task_id', '<', f.before, 'bigint'],
       ], params);
+      // no filter but the page: the reader by key, which a tenant-bound role
+      // reads through an index (the view reads every row of its tenants)
+      const cols = `task_id, tenant_id, queue, state, reason_code, priority, attempts, failures,
+                    last_error_class, last_error, run_id, step_key, correlation_id, created_at, updated_at`;
+      if (onlyPaging(f, ['queue', 'state', 'tenant', 'error_class', 'from', 'to', 'run_id', 'correlation_id'])) {
+        return q(`SELECT ${cols} FROM orch_task_rows(before => $1::bigint, "limit" => $2)
+                   ORDER BY task_id DESC`, [f.before || null, PAGE + 1]);
+      }
       params.push(PAGE + 1);
-      return q(`SELECT task_id, tenant_id, queue, state, reason_code, priority, attempts, failures,
-                       last_error_class, last_error, run_id, step_key, correlation_id, created_at, updated_at
-                  FROM orch_tasks ${w} ORDER BY task_id DESC LIMIT $${params.length}`, params);
+      return q(`SELECT ${cols} FROM orch_tasks ${w} ORDER BY task_id DESC LIMIT $${params.length}`, params);
     },
     // orch_status raises OR005 for an unknown task (or one of another tenant).
     taskStatus: (id) => one('SELECT * FROM orch_status($1::bigint)', [id]),
@@ -83,10 +94,14 @@ function createDb(connectionString) {
                                     jsonb_pretty(wait_data) AS wait_data, jsonb_pretty(resume_data) AS resume_data,
                                     run_id, step_key, owner, concurrency_key, idempotency_key, correlation_id,
                                     retry_of, finished_at, claimed_at, max_attempts, max_failures, gated
-                               FROM orch_tasks WHERE task_id = $1::bigint`, [id]),
+                               FROM orch_task_rows(task_ids => ARRAY[$1::bigint])`, [id]),
     taskHistory: (id) => q('SELECT * FROM orch_history($1::bigint)', [id]),
-    redrivenAs: (id) => q('SELECT task_id, state FROM orch_tasks WHERE retry_of = $1::bigint ORDER BY task_id', [id]),
-    isDeadLetter: async (id) => !!(await one('SELECT 1 AS x FROM orch_dead_letters WHERE task_id = $1::bigint', [id])),
+    redrivenAs: (id) => q('SELECT task_id, state FROM orch_task_rows(retry_of => $1::bigint) ORDER BY task_id', [id]),
+    // a dead letter: failed for one of the dead-letter reasons, not re-driven yet
+    isDeadLetter: async (id) => !!(await one(`SELECT 1 AS x FROM orch_task_rows(task_ids => ARRAY[$1::bigint]) t
+                                               WHERE t.state = 'failed' AND t.reason_code = ANY ($2::text[])
+                                                 AND NOT EXISTS (SELECT 1 FROM orch_task_rows(retry_of => t.task_id))`,
+    [id, DEAD_LETTER_REASONS])),
     cancelTask: (id, reason) => one('SELECT orch_cancel($1::bigint, $2) AS state', [id, reason || null]),
 
     // ---- dead letters ---------------------------------------------------
@@ -116,26 +131,30 @@ function createDb(connectionString) {
         ['created_at', '>=', f.from, 'timestamptz'], ['created_at', '<', f.to, 'timestamptz'],
         ['correlation_id', '=', f.correlation_id], ['run_id', '<', f.before, 'bigint'],
       ], params);
+      const cols = `run_id, tenant_id, definition, version, state, phase, reason_code, failed_step,
+                    error, correlation_id, created_at, updated_at, finished_at, retry_of`;
+      if (onlyPaging(f, ['definition', 'state', 'tenant', 'from', 'to', 'correlation_id'])) {
+        return q(`SELECT ${cols} FROM orch_run_rows(before => $1::bigint, "limit" => $2)
+                   ORDER BY run_id DESC`, [f.before || null, PAGE + 1]);
+      }
       params.push(PAGE + 1);
-      return q(`SELECT run_id, tenant_id, definition, version, state, phase, reason_code, failed_step,
-                       error, correlation_id, created_at, updated_at, finished_at, retry_of
-                  FROM orch_runs ${w} ORDER BY run_id DESC LIMIT $${params.length}`, params);
+      return q(`SELECT ${cols} FROM orch_runs ${w} ORDER BY run_id DESC LIMIT $${params.length}`, params);
     },
     // orch_run_status raises OR005 for an unknown run.  Parsed for its
     // structure only; values shown come pretty-printed from the views.
     runStatus: async (id) => JSON.parse((await one('SELECT orch_run_status($1::bigint) AS doc', [id])).doc),
     runRow: (id) => one(`SELECT *, jsonb_pretty(input) AS input_pretty, jsonb_pretty(output) AS output_pretty,
                                 jsonb_pretty(pins) AS pins_pretty
-                           FROM orch_runs WHERE run_id = $1::bigint`, [id]),
+                           FROM orch_run_rows(run_ids => ARRAY[$1::bigint])`, [id]),
     runSteps: (id) => q(`SELECT step_id, ord, type, state, task_id, jsonb_pretty(output) AS output, error,
                                 wake_at, timeout_at, started_at, finished_at, compensation
-                           FROM orch_run_steps WHERE run_id = $1::bigint ORDER BY ord`, [id]),
+                           FROM orch_run_step_rows($1::bigint) ORDER BY ord`, [id]),
     runTasks: (id) => q(`SELECT task_id, step_key, state, reason_code, attempts, jsonb_pretty(payload) AS payload,
                                 jsonb_pretty(result) AS result
-                           FROM orch_tasks WHERE run_id = $1::bigint ORDER BY task_id`, [id]),
+                           FROM orch_task_rows(run_id => $1::bigint, "limit" => 10000) ORDER BY task_id`, [id]),
     definitionSpec: async (name, version) =>
       JSON.parse((await one('SELECT spec::text AS spec FROM orch_definition($1, $2::int)', [name, version])).spec),
-    retriedAs: (id) => q('SELECT run_id, state FROM orch_runs WHERE retry_of = $1::bigint ORDER BY run_id', [id]),
+    retriedAs: (id) => q('SELECT run_id, state FROM orch_run_rows(retry_of => $1::bigint) ORDER BY run_id', [id]),
     cancelRun: (id, reason) => one('SELECT orch_cancel_run($1::bigint, $2) AS state', [id, reason || null]),
     pauseRun: (id) => one('SELECT orch_pause_run($1::bigint) AS state', [id]),
     resumeRun: (id, pins) => one('SELECT orch_resume_run($1::bigint, $2::jsonb) AS state', [id, pins || null]),

@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(574);
+SELECT plan(592);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 57::bigint,
-          'the extension has the 57 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 60::bigint,
+          'the extension has the 60 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -79,40 +79,45 @@ SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has n
 -- 2. Catalog: exactly which API functions each role may execute.
 -- ---------------------------------------------------------------------------
 SELECT is(pg_temp.executable('tap_reader'),
-    ARRAY['orch_caller_tenants', 'orch_definition', 'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus',
-          'orch_metrics_refresh', 'orch_queue_settings', 'orch_retry_decision',
-          'orch_run_status', 'orch_status', 'orch_validate_definition'],
+    ARRAY['orch_caller_tenants', 'orch_definition', 'orch_duration_stats', 'orch_history',
+          'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_queue_settings', 'orch_retry_decision',
+          'orch_run_rows', 'orch_run_status', 'orch_run_step_rows', 'orch_status', 'orch_task_rows',
+          'orch_validate_definition'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
     ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_definition',
-          'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history', 'orch_metrics_prometheus',
-          'orch_metrics_refresh', 'orch_pause_run', 'orch_queue_settings', 'orch_resume_run',
-          'orch_retry_decision', 'orch_run_status', 'orch_start', 'orch_status', 'orch_validate_definition'],
+          'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
+          'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_run', 'orch_queue_settings',
+          'orch_resume_run', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
+          'orch_start', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
     'orch_producer executes reader + enqueue, enqueue_batch, cancel, command, start, pause_run, resume_run, cancel_run');
 SELECT is(pg_temp.executable('tap_worker'),
-    ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result', 'orch_complete',
-          'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_duration_stats', 'orch_fail',
-          'orch_heartbeat', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
-          'orch_queue_settings', 'orch_resume', 'orch_retry_decision', 'orch_run_status', 'orch_status',
-          'orch_validate_definition'],
+    ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result',
+          'orch_complete', 'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_duration_stats',
+          'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
+          'orch_queue_settings', 'orch_resume', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
+          'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
-    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition', 'orch_duration_stats',
-          'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_queue_settings',
-          'orch_reject', 'orch_retry_decision', 'orch_run_status', 'orch_status', 'orch_validate_definition'],
+    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition',
+          'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
+          'orch_queue_settings', 'orch_reject', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
+          'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
     'orch_approver executes reader + confirm, approve, reject, acknowledge_drift');
 SELECT is(pg_temp.executable('tap_admin'),
-    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation', 'orch_await_tool', 'orch_bind_tenant',
-          'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_command_result', 'orch_complete',
-          'orch_complete_batch', 'orch_configure_queue', 'orch_confirm',
-          'orch_create_queue', 'orch_create_state_machine', 'orch_define', 'orch_definition', 'orch_deprecate',
-          'orch_dequeue', 'orch_drop_queue', 'orch_duration_stats',
-          'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat', 'orch_history',
-          'orch_maintain', 'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_queue', 'orch_pause_run', 'orch_publish', 'orch_queue_settings', 'orch_reject',
-          'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry', 'orch_retry_decision',
-          'orch_retry_run', 'orch_run_status', 'orch_schedule_maintenance',
-          'orch_set_concurrency_limit', 'orch_start', 'orch_state_machine_trigger', 'orch_status',
-          'orch_unbind_tenant', 'orch_unschedule_maintenance', 'orch_validate_definition'],
+    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation',
+          'orch_await_tool', 'orch_bind_tenant', 'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run',
+          'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
+          'orch_configure_queue', 'orch_confirm', 'orch_create_queue', 'orch_create_state_machine',
+          'orch_define', 'orch_definition', 'orch_deprecate', 'orch_dequeue', 'orch_drop_queue',
+          'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat',
+          'orch_history', 'orch_maintain', 'orch_metrics_prometheus', 'orch_metrics_refresh',
+          'orch_pause_queue', 'orch_pause_run', 'orch_publish', 'orch_queue_settings', 'orch_reject',
+          'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry',
+          'orch_retry_decision', 'orch_retry_run', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
+          'orch_schedule_maintenance', 'orch_set_concurrency_limit', 'orch_start',
+          'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_unbind_tenant',
+          'orch_unschedule_maintenance', 'orch_validate_definition'],
     'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
 SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
 
@@ -218,6 +223,9 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_run_status',           $$SELECT orch_run_status((SELECT min(run_id) FROM orch_runs)) -> 'run' ->> 'state'$$),
     ('orch_runs',                 $$SELECT count(*) FROM orch_runs$$),
     ('orch_run_steps',            $$SELECT count(*) FROM orch_run_steps$$),
+    ('orch_task_rows',            $$SELECT count(*) FROM orch_task_rows()$$),
+    ('orch_run_rows',             $$SELECT count(*) FROM orch_run_rows()$$),
+    ('orch_run_step_rows',        $$SELECT count(*) FROM orch_run_step_rows((SELECT min(run_id) FROM orch_runs))$$),
     ('orch_retry_run',            $$SELECT orch_retry_run((SELECT min(run_id) FROM orch_runs WHERE state = 'failed'))$$),
     ('orch_metrics_refresh',      $$SELECT orch_metrics_refresh()$$),
     ('orch_metrics_prometheus',   $$SELECT length(orch_metrics_prometheus())$$),
@@ -284,6 +292,7 @@ SELECT * FROM pg_temp.run_as('tap_reader',
     ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_producer',
@@ -292,6 +301,7 @@ SELECT * FROM pg_temp.run_as('tap_producer',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_worker',
@@ -300,6 +310,7 @@ SELECT * FROM pg_temp.run_as('tap_worker',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_approver',
@@ -307,6 +318,7 @@ SELECT * FROM pg_temp.run_as('tap_approver',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 

@@ -25,7 +25,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(74);
+SELECT plan(79);
 SET LOCAL jit = off;
 
 -- ---------------------------------------------------------------------------
@@ -282,6 +282,19 @@ SELECT is(o[1], o[2], format('tx_b: the estimates of %s WHERE %s = ... are the s
  ORDER BY x.ord;
 SELECT isnt(o[1], o[2], 'residue: the estimates of orch_tasks WHERE tenant_id = ... show how many rows ta has')
   FROM (SELECT pg_temp.oracle('tx_b', 'orch_tasks', 'tenant_id = %s', 'ta', 'tz', false) AS o) x;
+
+-- The readers by key: a call with ta's id and one with an id nobody uses
+-- run the same plan (a function scan: its arguments are not shown) and
+-- return as many rows (none).
+SELECT is(pg_temp.plan_as('tx_b', format(x.q, (SELECT id FROM fx WHERE name = x.fx_name))),
+          pg_temp.plan_as('tx_b', format(x.q, 999999999)),
+          format('tx_b: EXPLAIN ANALYZE of %s is the same for ta''s id and an unused one', format(x.q, '...')))
+  FROM (VALUES (1, 'SELECT * FROM orch_task_rows(task_ids => ARRAY[%s]::bigint[])', 'ta_task'),
+               (2, 'SELECT * FROM orch_task_rows(run_id => %s)', 'ta_run'),
+               (3, 'SELECT * FROM orch_task_rows(retry_of => %s)', 'ta_task'),
+               (4, 'SELECT * FROM orch_run_rows(run_ids => ARRAY[%s]::bigint[])', 'ta_run'),
+               (5, 'SELECT * FROM orch_run_step_rows(%s)', 'ta_run')) x(ord, q, fx_name)
+ ORDER BY x.ord;
 
 -- ---------------------------------------------------------------------------
 -- 4. Residue: a bound role that a DBA grants SELECT on a table reads

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(6153);
+SELECT plan(6613);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -329,7 +329,8 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
                     'orch.queue_stats', 'orch.error_stats', 'orch.caller_tenants',
                     'orch.caller_queues', 'orch.caller_tasks', 'orch.caller_attempts', 'orch.caller_commands',
                     'orch.caller_dead_letters', 'orch.caller_runs', 'orch.caller_run_steps', 'orch.caller_events',
-                    'orch.caller_definitions', 'orch.caller_maintenance_log']) f
+                    'orch.caller_definitions', 'orch.caller_maintenance_log',
+                    'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
@@ -593,6 +594,23 @@ DECLARE t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['ta', 'tb'] LOOP
         INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
+        ('orch_task_rows', 'task', t, 'task_rows by id of a queued task',
+         format('SELECT count(*) || ''/'' || coalesce(string_agg(state || ''/'' || tenant_id, '',''), '''') FROM orch_task_rows(task_ids => ARRAY[%s]::bigint[])',
+                pg_temp.fx('queued', t)), NULL,
+         jsonb_build_object('own', '00000:1/queued/' || t, 'other', '00000:0/')),
+        ('orch_task_rows', 'task', t, 'task_rows of a run',
+         format('SELECT count(*) > 0 FROM orch_task_rows(run_id => %s)', pg_temp.fx('run_wait', t)), NULL,
+         '{"own": "00000:true", "other": "00000:false"}'),
+        ('orch_task_rows', 'task', t, 'task_rows re-driving a dead letter (none yet)',
+         format('SELECT count(*) FROM orch_task_rows(retry_of => %s)', pg_temp.fx('dead', t)), NULL,
+         '{"own": "00000:0", "other": "00000:0"}'),
+        ('orch_run_rows', 'task', t, 'run_rows by id of a run waiting for approval',
+         format('SELECT count(*) || ''/'' || coalesce(string_agg(state, '',''), '''') FROM orch_run_rows(run_ids => ARRAY[%s]::bigint[])',
+                pg_temp.fx('run_wait', t)), NULL,
+         '{"own": "00000:1/waiting_approval", "other": "00000:0/"}'),
+        ('orch_run_step_rows', 'task', t, 'run_step_rows of a run waiting for approval',
+         format('SELECT count(*) FROM orch_run_step_rows(%s)', pg_temp.fx('run_wait', t)), NULL,
+         '{"own": "00000:2", "other": "00000:0"}'),
         ('orch_run_status', 'task', t, 'run_status of a run waiting for approval',
          format($q$SELECT (s -> 'run' ->> 'state') || '/' || (s -> 'run' ->> 'tenant_id') || '/' || jsonb_array_length(s -> 'steps')
                      FROM orch_run_status(%s) AS f(s)$q$, pg_temp.fx('run_wait', t)), NULL,
@@ -762,7 +780,15 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch.histogram_le', 'any', NULL, 'call histogram_le directly',
      'SELECT orch.histogram_le(1)', NULL, '{"*": "42501"}'),
     ('orch.histogram_quantile', 'any', NULL, 'call histogram_quantile directly',
-     $q$SELECT orch.histogram_quantile(0.5, '{1}', '{1}')$q$, NULL, '{"*": "42501"}');
+     $q$SELECT orch.histogram_quantile(0.5, '{1}', '{1}')$q$, NULL, '{"*": "42501"}'),
+    ('orch.check_reader_args', 'any', NULL, 'call check_reader_args directly',
+     'SELECT orch.check_reader_args(NULL, 1)', NULL, '{"*": "42501"}'),
+    ('orch_task_rows', 'implicit', NULL, 'the newest tasks: the caller''s tenants only',
+     $q$SELECT string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id) FROM orch_task_rows("limit" => 10000)$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
+    ('orch_run_rows', 'implicit', NULL, 'the newest runs: the caller''s tenants only',
+     $q$SELECT string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id) FROM orch_run_rows("limit" => 10000)$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}');
 
 -- Every SQL-callable function of the extension has a case (and no case names
 -- a function that does not exist).
