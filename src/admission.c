@@ -134,17 +134,16 @@ key_lock(const char *queue, const char *key, const char *tenant)
 static void
 note_repair(const char *queue, const char *key, const char *tenant)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
 
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	v[2] = orch_text_datum(tenant);
+	orch_arg_text(&a, queue);
+	orch_arg_text(&a, key);
+	orch_arg_text(&a, tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	orch_exec(orch_plan("INSERT INTO orch.gate_repairs (queue, key, tenant_id) VALUES ($1, $2, $3)"
-									  " ON CONFLICT (queue, key, tenant_id) DO UPDATE SET noted_at = excluded.noted_at",
-									  3, types), v, NULL, false, 0, SPI_OK_INSERT);
+	orch_args_sql(&a, "INSERT INTO orch.gate_repairs (queue, key, tenant_id) VALUES ($1, $2, $3)"
+				  " ON CONFLICT (queue, key, tenant_id) DO UPDATE SET noted_at = excluded.noted_at",
+				  false, 0, SPI_OK_INSERT);
 	SPI_finish();
 }
 
@@ -248,24 +247,23 @@ static void
 key_slots(const char *queue, const char *key, const char *tenant, int64 self_id,
 		  int *limit, int64 *used)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, INT8OID, TEXTOID};
-	Datum		v[4];
+	OrchArgs	a = {0};
 	bool		isnull;
 
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	v[2] = Int64GetDatum(self_id);
-	v[3] = orch_text_datum(tenant);
+	orch_arg_text(&a, queue);
+	orch_arg_text(&a, key);
+	orch_arg_int8(&a, self_id);
+	orch_arg_text(&a, tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	orch_exec(orch_plan("SELECT coalesce((SELECT l.max_running FROM orch.concurrency_limits l"
-									  "                 WHERE l.queue = $1 AND l.key = $2),"
-									  "                (SELECT (q.settings ->> 'concurrency_key_limit')::numeric::int"
-									  "                 FROM orch.queues q WHERE q.name = $1), 1),"
-									  " (SELECT count(*) FROM orch.tasks t WHERE t.queue = $1"
-									  "  AND t.concurrency_key = $2 AND t.tenant_id = $4 AND t.id <> $3"
-									  "  AND (t.state = 'executing' OR t.ready_at IS NOT NULL))",
-									  4, types), v, NULL, false, 1, SPI_OK_SELECT);
+	orch_args_sql(&a, "SELECT coalesce((SELECT l.max_running FROM orch.concurrency_limits l"
+				  "                 WHERE l.queue = $1 AND l.key = $2),"
+				  "                (SELECT (q.settings ->> 'concurrency_key_limit')::numeric::int"
+				  "                 FROM orch.queues q WHERE q.name = $1), 1),"
+				  " (SELECT count(*) FROM orch.tasks t WHERE t.queue = $1"
+				  "  AND t.concurrency_key = $2 AND t.tenant_id = $4 AND t.id <> $3"
+				  "  AND (t.state = 'executing' OR t.ready_at IS NOT NULL))",
+				  false, 1, SPI_OK_SELECT);
 	*limit = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	SPI_finish();
@@ -287,10 +285,8 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 {
 	int			limit;
 	int64		used;
-	Oid			types[6] = {TEXTOID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID, TEXTOID};
-	Datum		v[6];
-	Oid			btypes[2] = {INT8OID, TEXTOID};
-	Datum		bv[2];
+	OrchArgs	a = {0};
+	OrchArgs	b = {0};
 	bool		isnull;
 
 	orch_require_read_committed();
@@ -314,34 +310,34 @@ orch_gate_admit(const char *queue, const char *key, const char *tenant, int64 se
 		return false;
 	}
 
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	v[2] = Int64GetDatum(self_id);
-	v[3] = Int32GetDatum(priority);
-	v[4] = TimestampTzGetDatum(created_at);
-	v[5] = orch_text_datum(tenant);
+	orch_arg_text(&a, queue);
+	orch_arg_text(&a, key);
+	orch_arg_int8(&a, self_id);
+	orch_arg_int4(&a, priority);
+	orch_arg_timestamptz(&a, created_at);
+	orch_arg_text(&a, tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (orch_exec(orch_plan("SELECT id, tenant_id FROM orch.tasks"
-									  " WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $6 AND id <> $3"
-									  "   AND state <> 'executing' AND ready_at IS NOT NULL"
-									  "   AND (priority, created_at, id) > ($4, $5, $3)"
-									  " ORDER BY priority DESC, created_at DESC, id DESC"
-									  " LIMIT 1 FOR UPDATE SKIP LOCKED",
-									  6, types), v, NULL, false, 1, SPI_OK_SELECT) == 0)
+	if (orch_args_sql(&a, "SELECT id, tenant_id FROM orch.tasks"
+					  " WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $6 AND id <> $3"
+					  "   AND state <> 'executing' AND ready_at IS NOT NULL"
+					  "   AND (priority, created_at, id) > ($4, $5, $3)"
+					  " ORDER BY priority DESC, created_at DESC, id DESC"
+					  " LIMIT 1 FOR UPDATE SKIP LOCKED",
+					  false, 1, SPI_OK_SELECT) == 0)
 	{
 		SPI_finish();
 		return false;
 	}
-	bv[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	bv[1] = orch_text_datum(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
+	orch_arg(&b, INT8OID, SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), false);
+	orch_arg_text(&b, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
 	/* the slot passes to this task: no release for the gate to fill */
 	orch_gate_handover = true;
 	PG_TRY();
 	{
-		orch_exec(orch_plan("UPDATE orch.tasks SET gated = true, ready_at = NULL"
-										  " WHERE id = $1 AND tenant_id = $2",
-										  2, btypes), bv, NULL, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&b, "UPDATE orch.tasks SET gated = true, ready_at = NULL"
+					  " WHERE id = $1 AND tenant_id = $2",
+					  false, 0, SPI_OK_UPDATE);
 	}
 	PG_FINALLY();
 	{
@@ -368,8 +364,7 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
-	Oid			types[5] = {TEXTOID, TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID};
-	Datum		v[5];
+	OrchArgs	a = {0};
 	int			promoted;
 
 	orch_require_read_committed();
@@ -381,26 +376,26 @@ orch_gate_promote(const char *queue, const char *key, const char *tenant)
 	key_slots(queue, key, tenant, 0, &limit, &used);
 	if (used >= limit)
 		return 0;
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	v[2] = Int32GetDatum((int32) (limit - used));
-	v[3] = orch_text_datum(tenant);
+	orch_arg_text(&a, queue);
+	orch_arg_text(&a, key);
+	orch_arg_int4(&a, (int32) (limit - used));
+	orch_arg_text(&a, tenant);
 	/* now(), as a value: Citus refuses a stable function in a CASE of an UPDATE */
-	v[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	orch_arg_timestamptz(&a, GetCurrentTransactionStartTimestamp());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	orch_gate_promoting = true;
 	PG_TRY();
 	{
-		orch_exec(orch_plan("UPDATE orch.tasks t SET gated = false,"
-										  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, $5)"
-										  "                 ELSE $5 END"
-										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4 AND gated"
-										  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
-										  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))"
-										  "   AND t.tenant_id = $4",
-										  5, types), v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&a, "UPDATE orch.tasks t SET gated = false,"
+					  " ready_at = CASE WHEN t.state = 'queued' THEN greatest(t.run_at, $5)"
+					  "                 ELSE $5 END"
+					  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
+					  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4 AND gated"
+					  "         AND state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
+					  "       ORDER BY priority, created_at, id LIMIT $3 FOR UPDATE))"
+					  "   AND t.tenant_id = $4",
+					  false, 0, SPI_OK_UPDATE);
 	}
 	PG_FINALLY();
 	{
@@ -428,8 +423,7 @@ orch_gate_enforce(const char *queue, const char *key, const char *tenant)
 {
 	int			limit;
 	int64		used;
-	Oid			types[4] = {TEXTOID, TEXTOID, INT4OID, TEXTOID};
-	Datum		v[4];
+	OrchArgs	a = {0};
 	int			demoted = 0;
 
 	orch_require_read_committed();
@@ -439,35 +433,35 @@ orch_gate_enforce(const char *queue, const char *key, const char *tenant)
 		return 0;
 	}
 	key_slots(queue, key, tenant, 0, &limit, &used);
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
-	v[2] = Int32GetDatum((int32) Max(used - limit, 0));
-	v[3] = orch_text_datum(tenant);
+	orch_arg_text(&a, queue);
+	orch_arg_text(&a, key);
+	orch_arg_int4(&a, (int32) Max(used - limit, 0));
+	orch_arg_text(&a, tenant);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	if (used > limit)
 	{
-		orch_exec(orch_plan("UPDATE orch.tasks t SET gated = true, ready_at = NULL"
-										  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
-										  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4"
-										  "         AND state <> 'executing' AND ready_at IS NOT NULL"
-										  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))"
-										  "   AND t.tenant_id = $4",
-										  4, types), v, NULL, false, 0, SPI_OK_UPDATE);
+		orch_args_sql(&a, "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
+					  " WHERE t.id = ANY (ARRAY(SELECT id FROM orch.tasks"
+					  "       WHERE queue = $1 AND concurrency_key = $2 AND tenant_id = $4"
+					  "         AND state <> 'executing' AND ready_at IS NOT NULL"
+					  "       ORDER BY priority DESC, created_at DESC, id DESC LIMIT $3 FOR UPDATE))"
+					  "   AND t.tenant_id = $4",
+					  false, 0, SPI_OK_UPDATE);
 		demoted += (int) SPI_processed;
 	}
-	orch_exec(orch_plan("UPDATE orch.tasks t SET gated = true, ready_at = NULL"
-									  " WHERE t.id = ANY (ARRAY(SELECT m.id FROM orch.tasks m"
-									  "       WHERE m.queue = $1 AND m.concurrency_key = $2 AND m.tenant_id = $4"
-									  "         AND m.state <> 'executing' AND m.ready_at IS NOT NULL"
-									  "         AND EXISTS (SELECT 1 FROM orch.tasks g"
-									  "               WHERE g.queue = $1 AND g.concurrency_key = $2 AND g.tenant_id = $4"
-									  "                 AND g.gated"
-									  "                 AND g.state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
-									  "                 AND (g.priority, g.created_at, g.id) < (m.priority, m.created_at, m.id))"
-									  "       FOR UPDATE SKIP LOCKED))"
-									  "   AND t.tenant_id = $4",
-									  4, types), v, NULL, false, 0, SPI_OK_UPDATE);
+	orch_args_sql(&a, "UPDATE orch.tasks t SET gated = true, ready_at = NULL"
+				  " WHERE t.id = ANY (ARRAY(SELECT m.id FROM orch.tasks m"
+				  "       WHERE m.queue = $1 AND m.concurrency_key = $2 AND m.tenant_id = $4"
+				  "         AND m.state <> 'executing' AND m.ready_at IS NOT NULL"
+				  "         AND EXISTS (SELECT 1 FROM orch.tasks g"
+				  "               WHERE g.queue = $1 AND g.concurrency_key = $2 AND g.tenant_id = $4"
+				  "                 AND g.gated"
+				  "                 AND g.state IN ('queued', 'awaiting_tool', 'awaiting_user_confirmation')"
+				  "                 AND (g.priority, g.created_at, g.id) < (m.priority, m.created_at, m.id))"
+				  "       FOR UPDATE SKIP LOCKED))"
+				  "   AND t.tenant_id = $4",
+				  false, 0, SPI_OK_UPDATE);
 	demoted += (int) SPI_processed;
 	SPI_finish();
 	return demoted;

@@ -156,9 +156,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 {
 	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			types[5] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTARRAYOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
 	int32		max = orch_int4_arg(fcinfo, 3, "max", 1, 100000, 100);
 	int64	   *ids;
 	int			count;
@@ -174,14 +172,12 @@ orch_reprocess(PG_FUNCTION_ARGS)
 					 errmsg("\"%s\" is not a dead-letter reason code", r),
 					 errhint("Use max_attempts_exhausted, max_failures_exhausted, non_retryable, compensation_required or not_safe_to_retry.")));
 	}
-	for (int i = 0; i < 3; i++)
-	{
-		v[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
-		if (PG_ARGISNULL(i))
-			n[i] = 'n';
-	}
-	v[3] = Int32GetDatum(max);
-	orch_spi_caller_tenants(v, n, 4);
+	/* the three filters as they came (NULL: any) */
+	orch_arg(&a, TEXTOID, PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0), PG_ARGISNULL(0));
+	orch_arg(&a, TEXTOID, PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1), PG_ARGISNULL(1));
+	orch_arg(&a, TIMESTAMPTZOID, PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2));
+	orch_arg_int4(&a, max);
+	orch_arg_caller_tenants(&a);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -200,7 +196,8 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	 * each re-drive locks and checks its dead letter (a concurrent re-drive
 	 * of it is then skipped).
 	 */
-	count = (int) orch_sql_once(orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED", 5, types, v, n, false, 0, SPI_OK_SELECT);
+	count = (int) orch_args_sql_once(&a, orch_citus() ? REPROCESS_SCAN : REPROCESS_SCAN " FOR UPDATE SKIP LOCKED",
+									 false, 0, SPI_OK_SELECT);
 	ids = palloc(sizeof(int64) * (count + 1));
 	for (int i = 0; i < count; i++)
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));

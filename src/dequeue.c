@@ -166,11 +166,11 @@ static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 #define LIMITED_SCAN_MAX	20000
 
 static int64
-count1(SPIPlanPtr plan, Datum *v)
+count1(OrchArgs *a, const char *sql)
 {
 	bool		isnull;
 
-	orch_exec(plan, v, NULL, false, 1, SPI_OK_SELECT);
+	orch_args_sql(a, sql, false, 1, SPI_OK_SELECT);
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
@@ -202,16 +202,14 @@ typedef struct LimitedClaim
 static int32
 limited_allowed(const char *queue, QueueSettings *qs, int32 batch)
 {
-	Oid			otypes[1] = {TEXTOID};
-	Datum		ov[1];
+	OrchArgs	a = {0};
 	int64		running;
 
 	if (qs->queue_limit <= 0)
 		return batch;
 	orch_xact_lock("queue", queue, NULL);
-	ov[0] = orch_text_datum(queue);
-	running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'",
-							   1, otypes), ov);
+	orch_arg_text(&a, queue);
+	running = count1(&a, "SELECT count(*) FROM orch.tasks WHERE queue = $1 AND state = 'executing'");
 	if (running >= qs->queue_limit)
 		return 0;
 	return (int32) Min(batch, qs->queue_limit - running);
@@ -265,8 +263,6 @@ limited_window_plan(Datum tenants, bool all_tenants)
 static bool
 limited_owner_takes(LimitedClaim *lc, const char *owner, const char *tenant)
 {
-	Oid			otypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		ov[3];
 	char	   *who;
 	uint64		h;
 	bool		found;
@@ -284,13 +280,14 @@ limited_owner_takes(LimitedClaim *lc, const char *owner, const char *tenant)
 		o->blocked = !orch_xact_try_lock("owner", lc->queue, who);
 		if (!o->blocked)
 		{
-			ov[0] = orch_text_datum(lc->queue);
-			ov[1] = orch_text_datum(owner);
-			ov[2] = orch_text_datum(tenant);
-			o->running = count1(orch_plan("SELECT count(*) FROM orch.tasks WHERE queue = $1"
-										  " AND owner = $2 AND tenant_id = $3"
-										  " AND state = 'executing'",
-										  3, otypes), ov);
+			OrchArgs	a = {0};
+
+			orch_arg_text(&a, lc->queue);
+			orch_arg_text(&a, owner);
+			orch_arg_text(&a, tenant);
+			o->running = count1(&a, "SELECT count(*) FROM orch.tasks WHERE queue = $1"
+								" AND owner = $2 AND tenant_id = $3"
+								" AND state = 'executing'");
 		}
 	}
 	else if (strcmp(o->owner, who) != 0)
@@ -347,8 +344,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 {
 	Datum		cv[7];
 	char		cn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Oid			utypes[4] = {INT8ARRAYOID, INT4OID, TEXTOID, INTERVALOID};
-	Datum		uv[4];
+	OrchArgs	u = {0};
 	int			scanned = 0;
 	int			window;
 	LimitedClaim lc = {queue, qs, NULL, NULL, 0, 0};
@@ -380,8 +376,13 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	cv[4] = TimestampTzGetDatum(0);
 	cv[5] = Int64GetDatum(0);
 	cv[6] = BoolGetDatum(true);
+	/*
+	 * Keyset pagination: each window starts after the last one.  One plan
+	 * for every window, its parameters an array whose $2, $7 and cursor
+	 * ($4 to $6, set by limited_take_window) change in place between
+	 * executions.
+	 */
 	plan = limited_window_plan(tenants, all_tenants);
-	/* keyset pagination: each window starts after the last one */
 	while (lc.nchosen < lc.allowed && scanned < LIMITED_SCAN_MAX)
 	{
 		uint64		got;
@@ -396,16 +397,17 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	}
 	if (lc.nchosen == 0)
 		return;
-	uv[0] = PointerGetDatum(construct_array(lc.chosen, lc.nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
-											TYPALIGN_DOUBLE));
-	uv[1] = Int32GetDatum(lc.nchosen);
-	uv[2] = orch_text_datum(worker);
-	uv[3] = IntervalPGetDatum(orch_usecs_interval(lease));
-	orch_exec(orch_plan("WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
-						" SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
-						"  tenant_id, run_id, lease_expires_at, resume_data FROM u"
-						" WHERE $2 > 0 ORDER BY priority, created_at, id",
-						4, utypes), uv, NULL, false, 0, SPI_OK_SELECT);
+	orch_arg(&u, INT8ARRAYOID,
+			 PointerGetDatum(construct_array(lc.chosen, lc.nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
+											 TYPALIGN_DOUBLE)), false);
+	orch_arg_int4(&u, lc.nchosen);
+	orch_arg_text(&u, worker);
+	orch_arg_interval(&u, lease);
+	orch_args_sql(&u, "WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
+				  " SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
+				  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
+				  " WHERE $2 > 0 ORDER BY priority, created_at, id",
+				  false, 0, SPI_OK_SELECT);
 	emit_claimed(rsinfo, outer);
 }
 
@@ -459,14 +461,13 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 }
 
 /*
- * The claim on Citus, on the one tenant's shard ($1..$5 in v as the plain
+ * The claim on Citus, on the one tenant's shard ($1..$5 in a as the plain
  * claim's; the token's nonce is $6).  Caller is connected to SPI.
  */
 static void
-claim_citus(const char *queue, const char *tenant, QueueSettings *qs, Datum *v)
+claim_citus(const char *queue, const char *tenant, QueueSettings *qs, const OrchArgs *a)
 {
-	Oid			ctypes[6] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID};
-	Datum		cv[6];
+	OrchArgs	c = *a;
 	pg_uuid_t  *nonce = orch_new_uuid();
 
 	if (qs->owner_limit > 0 || qs->queue_limit > 0)
@@ -475,48 +476,40 @@ claim_citus(const char *queue, const char *tenant, QueueSettings *qs, Datum *v)
 				 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
 				 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
 				 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
-	memcpy(cv, v, sizeof(Datum) * 5);
-	cv[5] = DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce));
-	cv[5] = CStringGetTextDatum(DatumGetCString(cv[5]));
-	orch_exec(orch_plan(is_default_tenant(tenant)
-						? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
-										" AND t.tenant_id = $5", RUN_FILTER_CITUS)
-						: CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-										" AND t.tenant_id = $5", RUN_FILTER_CITUS),
-						6, ctypes), cv, NULL, false, 0, SPI_OK_SELECT);
+	orch_arg_text(&c, DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce))));
+	orch_args_sql(&c, is_default_tenant(tenant)
+				  ? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+								  " AND t.tenant_id = $5", RUN_FILTER_CITUS)
+				  : CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+								  " AND t.tenant_id = $5", RUN_FILTER_CITUS),
+				  false, 0, SPI_OK_SELECT);
 	/* the claimed tasks' calls by id go straight to the tenant's shard */
 	orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, tenant);
 }
 
 /*
  * The claim statement for one tenant (the default tenant's reads
- * tasks_claim_idx, another's tasks_tenant_claim_idx), for several (each
- * tenant's range), or for all.
+ * tasks_claim_idx, another's tasks_tenant_claim_idx; $5 the tenant), for
+ * several (each tenant's range; $5 the tenants), or for all (no $5).
  */
-static SPIPlanPtr
-claim_plan(const char *tenant, bool all_tenants)
+static const char *
+claim_sql(const char *tenant, bool all_tenants)
 {
-	Oid			types[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
-	Oid			atypes[5] = {TEXTOID, INT4OID, TEXTOID, INTERVALOID, TEXTARRAYOID};
 	bool		steps_fn = orch_schema_step_claimable();
 
 	if (tenant && is_default_tenant(tenant))
-		return orch_plan(steps_fn
-						 ? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
-						 : CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c")),
-						 5, types);
+		return steps_fn
+			? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
+			: CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (tenant)
-		return orch_plan(steps_fn
-						 ? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-									 " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
-						 : CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-									 " AND t.tenant_id = $5", RUN_FILTER_070("c")),
-						 5, types);
+		return steps_fn
+			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+						" AND t.tenant_id = $5", RUN_FILTER_ON("c"))
+			: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+						" AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (!all_tenants)
-		return orch_plan(steps_fn ? CLAIM_TENANTS_SQL(RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c")),
-						 5, atypes);
-	return orch_plan(steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c")),
-					 4, types);
+		return steps_fn ? CLAIM_TENANTS_SQL(RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c"));
+	return steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
 }
 
 /*
@@ -536,7 +529,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	char	   *tenant;
 	QueueSettings qs;
 	bool		paused;
-	Datum		v[5];
+	OrchArgs	a = {0};
 	MemoryContext outer = CurrentMemoryContext;
 	Datum		tenants;
 	bool		all_tenants;
@@ -591,15 +584,19 @@ orch_dequeue(PG_FUNCTION_ARGS)
 
 	orch_claim_housekeeping(queue, all_tenants ? (Datum) 0 : tenants);
 
-	v[0] = orch_text_datum(queue);
-	v[1] = Int32GetDatum(batch);
-	v[2] = orch_text_datum(worker);
-	v[3] = IntervalPGetDatum(orch_usecs_interval(lease));
-	v[4] = tenant ? orch_text_datum(tenant) : tenants;
+	orch_arg_text(&a, queue);
+	orch_arg_int4(&a, batch);
+	orch_arg_text(&a, worker);
+	orch_arg_interval(&a, lease);
+	/* $5 as claim_sql takes it: the tenant, the claim's tenants, or none (all) */
+	if (tenant)
+		orch_arg_text(&a, tenant);
+	else if (!all_tenants)
+		orch_arg(&a, TEXTARRAYOID, tenants, false);
 	ev = orch_set_event_context(worker, NULL);
 	if (orch_citus())
 	{
-		claim_citus(queue, tenant, &qs, v);
+		claim_citus(queue, tenant, &qs, &a);
 		orch_clear_event_context(ev);
 		orch_scope_clear();
 	}
@@ -612,7 +609,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		orch_exec(claim_plan(tenant, all_tenants), v, NULL, false, 0, SPI_OK_SELECT);
+		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
 		orch_clear_event_context(ev);
 	}
 	emit_claimed(rsinfo, outer);
@@ -632,23 +629,20 @@ orch_dequeue(PG_FUNCTION_ARGS)
 Datum
 orch_step_claimable(PG_FUNCTION_ARGS)
 {
-	Oid			types[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
+	OrchArgs	a = {0};
 	bool		found;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(true);
 	if (PG_ARGISNULL(1))
 		PG_RETURN_BOOL(false);
-	v[0] = PG_GETARG_DATUM(0);
-	v[1] = PG_GETARG_DATUM(1);
-	v[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	if (PG_ARGISNULL(2))
-		n[2] = 'n';
+	/* the arguments as they came: no copy per step task a claim comes by */
+	orch_arg(&a, INT8OID, PG_GETARG_DATUM(0), false);
+	orch_arg(&a, TEXTOID, PG_GETARG_DATUM(1), false);
+	orch_arg(&a, TEXTOID, PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	found = orch_sql(STEP_CLAIMABLE_SQL, 3, types, v, n, true, 1, SPI_OK_SELECT) > 0;
+	found = orch_args_sql(&a, STEP_CLAIMABLE_SQL, true, 1, SPI_OK_SELECT) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(found);
 }

@@ -130,8 +130,7 @@ prepare_queue(EnqueueOpts *o)
 static bool
 rate_admit(EnqueueOpts *o)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, INTERVALOID, TEXTOID};
-	Datum		v[4];
+	OrchArgs	a = {0};		/* the same four for the count and the insert */
 	bool		isnull;
 	int64		used;
 	const char *owner = o->owner ? o->owner : "";
@@ -146,14 +145,14 @@ rate_admit(EnqueueOpts *o)
 	 */
 	orch_require_read_committed();
 	orch_xact_lock("rate", o->queue, psprintf("%s\x1f%s", o->tenant, owner));
-	v[0] = orch_text_datum(o->queue);
-	v[1] = orch_text_datum(owner);
-	v[2] = IntervalPGetDatum(orch_usecs_interval(o->qs.rate_per));
-	v[3] = orch_text_datum(o->tenant);
-	orch_exec(orch_plan("SELECT count(*) FROM orch.rate_window"
-									  " WHERE queue = $1 AND owner = $2 AND tenant_id = $4"
-									  "   AND at > clock_timestamp() - $3",
-									  4, types), v, NULL, false, 1, SPI_OK_SELECT);
+	orch_arg_text(&a, o->queue);
+	orch_arg_text(&a, owner);
+	orch_arg_interval(&a, o->qs.rate_per);
+	orch_arg_text(&a, o->tenant);
+	orch_args_sql(&a, "SELECT count(*) FROM orch.rate_window"
+				  " WHERE queue = $1 AND owner = $2 AND tenant_id = $4"
+				  "   AND at > clock_timestamp() - $3",
+				  false, 1, SPI_OK_SELECT);
 	used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	if (used >= o->qs.rate_count)
@@ -169,9 +168,9 @@ rate_admit(EnqueueOpts *o)
 					 errhint("Retry later; nothing was recorded.")));
 		return false;
 	}
-	orch_exec(orch_plan("INSERT INTO orch.rate_window (queue, owner, at, expires_at, tenant_id)"
-									  " VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3, $4)",
-									  4, types), v, NULL, false, 0, SPI_OK_INSERT);
+	orch_args_sql(&a, "INSERT INTO orch.rate_window (queue, owner, at, expires_at, tenant_id)"
+				  " VALUES ($1, $2, clock_timestamp(), clock_timestamp() + $3, $4)",
+				  false, 0, SPI_OK_INSERT);
 	return true;
 }
 
@@ -228,17 +227,17 @@ insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, int64 id)
 static int64
 enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 {
-	Oid			ktypes[4] = {TEXTOID, TEXTOID, INT8OID, INTERVALOID};
-	Datum		kv[4];
+	OrchArgs	k = {0};		/* $1 the tenant, $2 the key */
+	Datum		ttl = IntervalPGetDatum(orch_usecs_interval(o->qs.idempotency_ttl));
 	bool		isnull;
 
-	kv[0] = orch_text_datum(o->tenant);
-	kv[1] = orch_text_datum(key);
-	kv[3] = IntervalPGetDatum(orch_usecs_interval(o->qs.idempotency_ttl));
+	orch_arg_text(&k, o->tenant);
+	orch_arg_text(&k, key);
 
 	for (int tries = 0; tries < 5; tries++)
 	{
 		int64		id;
+		OrchArgs	ins = k;	/* and the task id, the time to live */
 		HeapTuple	tup;
 		TupleDesc	td;
 		bool		expired;
@@ -248,19 +247,20 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		orch_exec(orch_plan("SELECT nextval('orch.tasks_id_seq')", 0, NULL), NULL, NULL, false, 1, SPI_OK_SELECT);
 		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		SPI_freetuptable(SPI_tuptable);
-		kv[2] = Int64GetDatum(id);
-		if (orch_exec(orch_plan("INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
-										  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
-										  4, ktypes), kv, NULL, false, 0, SPI_OK_INSERT) == 1)
+		orch_arg_int8(&ins, id);
+		orch_arg(&ins, INTERVALOID, ttl, false);
+		if (orch_args_sql(&ins, "INSERT INTO orch.idempotency_keys (tenant_id, key, task_id, expires_at)"
+						  " VALUES ($1, $2, $3, now() + $4) ON CONFLICT DO NOTHING",
+						  false, 0, SPI_OK_INSERT) == 1)
 			return insert_task(o, payload, key, id);
 
 		/* The key exists: same request, conflict, or expired */
-		if (orch_exec(orch_plan("SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
-										  " t.queue, t.payload"
-										  " FROM orch.idempotency_keys k"
-										  " LEFT JOIN orch.tasks t ON t.id = k.task_id AND t.tenant_id = k.tenant_id"
-										  " WHERE k.tenant_id = $1 AND k.key = $2 FOR UPDATE OF k",
-										  2, ktypes), kv, NULL, false, 1, SPI_OK_SELECT) == 0)
+		if (orch_args_sql(&k, "SELECT k.task_id, k.expires_at <= now() OR t.id IS NULL,"
+						  " t.queue, t.payload"
+						  " FROM orch.idempotency_keys k"
+						  " LEFT JOIN orch.tasks t ON t.id = k.task_id AND t.tenant_id = k.tenant_id"
+						  " WHERE k.tenant_id = $1 AND k.key = $2 FOR UPDATE OF k",
+						  false, 1, SPI_OK_SELECT) == 0)
 			continue;			/* deleted meanwhile: try again */
 		tup = SPI_tuptable->vals[0];
 		td = SPI_tuptable->tupdesc;
@@ -268,8 +268,8 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		expired = DatumGetBool(SPI_getbinval(tup, td, 2, &isnull));
 		if (expired)
 		{
-			orch_exec(orch_plan("DELETE FROM orch.idempotency_keys WHERE tenant_id = $1 AND key = $2",
-											  2, ktypes), kv, NULL, false, 0, SPI_OK_DELETE);
+			orch_args_sql(&k, "DELETE FROM orch.idempotency_keys WHERE tenant_id = $1 AND key = $2",
+						  false, 0, SPI_OK_DELETE);
 			continue;
 		}
 		queue = SPI_getvalue(tup, td, 3);

@@ -126,10 +126,10 @@ PG_FUNCTION_INFO_V1(orch_unschedule_maintenance);
 	"   AND " ORCH_TENANT_IN("r.tenant_id", "$4")
 
 static int64
-count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
+count_query(const char *sql, OrchArgs *a)
 {
 	bool		isnull;
-	uint64		processed = orch_sql_once(sql, nargs, types, v, nulls, false, 0, ORCH_SPI_ANY);
+	uint64		processed = orch_args_sql_once(a, sql, false, 0, ORCH_SPI_ANY);
 
 	/*
 	 * A statement that returns rows (a SELECT of a count) returns the count
@@ -152,9 +152,7 @@ count_query(const char *sql, int nargs, Oid *types, Datum *v, const char *nulls)
 typedef struct PurgeStep
 {
 	const char *sql;
-	Oid		   *types;
-	Datum	   *v;
-	const char *nulls;
+	OrchArgs   *a;
 	int64		count;
 } PurgeStep;
 
@@ -163,7 +161,7 @@ purge_unlocked(void *arg)
 {
 	PurgeStep  *p = (PurgeStep *) arg;
 
-	p->count = count_query(p->sql, 4, p->types, p->v, p->nulls);
+	p->count = count_query(p->sql, p->a);
 }
 
 /*
@@ -178,9 +176,9 @@ purge_unlocked(void *arg)
  * purge to it).  Caller is connected to SPI.
  */
 static int64
-purge_tasks(bool partitioned, Oid *types, Datum *v, const char *nulls)
+purge_tasks(bool partitioned, OrchArgs *a)
 {
-	PurgeStep	p = {PURGE_TASKS_FOR(partitioned, ""), types, v, nulls, 0};
+	PurgeStep	p = {PURGE_TASKS_FOR(partitioned, ""), a, 0};
 	ErrorData  *e = orch_subxact_try_waiting(purge_unlocked, &p, PURGE_LOCK_TIMEOUT);
 
 	if (e == NULL)
@@ -188,7 +186,7 @@ purge_tasks(bool partitioned, Oid *types, Datum *v, const char *nulls)
 	if (e->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 		ReThrowError(e);
 	FreeErrorData(e);
-	return count_query(PURGE_TASKS_FOR(partitioned, PURGE_SKIP_LOCKED), 4, types, v, nulls);
+	return count_query(PURGE_TASKS_FOR(partitioned, PURGE_SKIP_LOCKED), a);
 }
 
 typedef struct Action
@@ -231,8 +229,8 @@ static void
 log_pass(TimestampTz started, Action *acts, int nacts)
 {
 	StringInfoData buf;
-	Oid			types[3] = {TIMESTAMPTZOID, TEXTOID, TEXTOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
+	OrchArgs	none = {0};
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '{');
@@ -244,13 +242,13 @@ log_pass(TimestampTz started, Action *acts, int nacts)
 		appendStringInfo(&buf, ": " INT64_FORMAT, acts[i].count);
 	}
 	appendStringInfoChar(&buf, '}');
-	v[0] = TimestampTzGetDatum(started);
-	v[1] = orch_text_datum(orch_current_actor());
-	v[2] = orch_text_datum(buf.data);
+	orch_arg_timestamptz(&a, started);
+	orch_arg_text(&a, orch_current_actor());
+	orch_arg_text(&a, buf.data);
 	count_query("INSERT INTO orch.maintenance_log (started_at, finished_at, actor, actions)"
-				" VALUES ($1, clock_timestamp(), $2, $3::jsonb)", 3, types, v, NULL);
+				" VALUES ($1, clock_timestamp(), $2, $3::jsonb)", &a);
 	count_query("DELETE FROM orch.maintenance_log WHERE started_at < now() - interval '7 days'",
-				0, NULL, NULL, NULL);
+				&none);
 
 	/*
 	 * On Citus the fold runs on the shards, not over orch.maintenance_log (a
@@ -259,14 +257,17 @@ log_pass(TimestampTz started, Action *acts, int nacts)
 	 */
 	if (orch_citus())
 	{
+		OrchArgs	at = {0};
+
+		orch_arg_timestamptz(&at, started);
 		count_query("INSERT INTO orch.metric_totals AS m (tenant_id, queue, metric, value)"
 					" VALUES ('', '', 'maintenance_runs', 1)"
 					" ON CONFLICT (tenant_id, queue, metric, l1, l2) DO UPDATE SET value = m.value + 1",
-					0, NULL, NULL, NULL);
+					&none);
 		count_query("INSERT INTO orch.metric_minutes AS m (minute, tenant_id, queue, metric, value)"
 					" VALUES (date_trunc('minute', $1), '', '', 'maintenance_runs', 1)"
 					" ON CONFLICT (minute, tenant_id, queue, metric, l1, l2) DO UPDATE SET value = m.value + 1",
-					1, types, v, NULL);
+					&at);
 	}
 }
 
@@ -281,17 +282,13 @@ static int
 maintain_tenants(int32 batch, Datum tenants, Action *acts)
 {
 	int			nacts = 0;
-	Oid			types[4] = {INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};		/* the same four for every statement: never changed */
 	bool		partitioned = orch_history_partitioned();
 
-	v[0] = Int32GetDatum(batch);
-	v[1] = IntervalPGetDatum(orch_usecs_interval((int64) orch_stuck_after * USECS_PER_SEC));
-	v[2] = IntervalPGetDatum(orch_usecs_interval((int64) orch_retention * USECS_PER_SEC));
-	v[3] = tenants;
-	if (tenants == (Datum) 0)
-		n[3] = 'n';
+	orch_arg_int4(&a, batch);
+	orch_arg_interval(&a, (int64) orch_stuck_after * USECS_PER_SEC);
+	orch_arg_interval(&a, (int64) orch_retention * USECS_PER_SEC);
+	orch_arg(&a, TEXTARRAYOID, tenants, tenants == (Datum) 0);
 
 	/* 1. expired leases and timeouts */
 	acts[nacts].name = "leases_recovered";
@@ -306,7 +303,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					/* a workflow approval waits for a person by design (its own timeout) */
 					"   AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
 					"   AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) s",
-					4, types, v, n);
+					&a);
 
 	/* 3. counters against rows, for tasks finished recently */
 	acts[nacts].name = "counter_mismatches";
@@ -327,7 +324,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					: "SELECT count(*) FROM orch.tasks t"
 					COUNTER_CHECK_RECENT ")"
 					COUNTER_CHECK("orch.attempts"),
-					4, types, v, n);
+					&a);
 	if (acts[nacts - 1].count > 0)
 		ereport(WARNING,
 				(errmsg("orchestrator: " INT64_FORMAT " recently finished tasks have attempt or failure counters that disagree with orch.attempts",
@@ -336,13 +333,13 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 	/* 4. retention: finished tasks (with their attempts and events, unpartitioned) */
 	acts[nacts].name = "tasks_purged";
 	acts[nacts++].count = orch_retention <= 0 || !orch_xact_try_lock("purge", "tasks", NULL) ? 0 :
-		purge_tasks(partitioned, types, v, n);
+		purge_tasks(partitioned, &a);
 
 	/* finished workflow runs (PURGE_RUNS) */
 	acts[nacts].name = "runs_purged";
 	/* (partitioned: retired with their partitions, counted after the pass's partition step) */
 	acts[nacts++].count = orch_retention <= 0 || orch_runs_partitioned() ? 0 :
-		count_query(partitioned ? PURGE_RUNS("") : PURGE_RUNS(PURGE_RUN_EVENTS), 4, types, v, n);
+		count_query(partitioned ? PURGE_RUNS("") : PURGE_RUNS(PURGE_RUN_EVENTS), &a);
 
 	/* events of the user tables' state machines past the retention */
 	acts[nacts].name = "events_purged";
@@ -351,7 +348,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					" (SELECT id, tenant_id FROM orch.events WHERE entity NOT IN ('task', 'run', 'run_step')"
 					"    AND at < now() - $3 AND " ORCH_TENANT_IN("tenant_id", "$4") " ORDER BY at LIMIT $1) o"
 					" WHERE e.id = o.id AND e.tenant_id = o.tenant_id AND " ORCH_TENANT_IN("e.tenant_id", "$4"),
-					4, types, v, n);
+					&a);
 
 	/* slots and rate windows */
 	acts[nacts].name = "delayed_woken";
@@ -368,7 +365,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					" (SELECT ctid FROM orch.rate_window WHERE expires_at < now()"
 					"  AND " ORCH_TENANT_IN("tenant_id", "$4") " LIMIT $1) o"
 					" WHERE w.ctid = o.ctid AND " ORCH_TENANT_IN("w.tenant_id", "$4"),
-					4, types, v, n);
+					&a);
 
 	acts[nacts].name = "idempotency_keys_purged";
 	acts[nacts++].count =
@@ -377,7 +374,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					"  AND " ORCH_TENANT_IN("tenant_id", "$4")
 					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
 					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " ORCH_TENANT_IN("k.tenant_id", "$4"),
-					4, types, v, n);
+					&a);
 	return nacts;
 }
 
@@ -577,8 +574,8 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 	char	   *db = get_database_name(MyDatabaseId);
 	char	   *job = maintenance_job_name(db);
 	char	   *command = maintenance_command(fcinfo);
-	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[4];
+	OrchArgs	old = {0};
+	OrchArgs	a = {0};
 	bool		isnull;
 	int64		jobid;
 
@@ -589,16 +586,16 @@ orch_schedule_maintenance(PG_FUNCTION_ARGS)
 								 quote_literal_cstr(command), quote_literal_cstr(db)));
 
 	/* the job of an older version for this database */
-	v[0] = orch_text_datum(MAINTENANCE_JOB);
-	v[1] = orch_text_datum(db);
-	orch_sql_once("SELECT cron.unschedule(jobid) FROM cron.job"
-							  " WHERE jobname = $1 AND database = $2", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	orch_arg_text(&old, MAINTENANCE_JOB);
+	orch_arg_text(&old, db);
+	orch_args_sql_once(&old, "SELECT cron.unschedule(jobid) FROM cron.job"
+					   " WHERE jobname = $1 AND database = $2", false, 0, SPI_OK_SELECT);
 
-	v[0] = orch_text_datum(job);
-	v[1] = orch_text_datum(schedule);
-	v[2] = orch_text_datum(command);
-	v[3] = orch_text_datum(db);
-	orch_sql_once("SELECT cron.schedule_in_database($1, $2, $3, $4)", 4, types, v, NULL, false, 1, SPI_OK_SELECT);
+	orch_arg_text(&a, job);
+	orch_arg_text(&a, schedule);
+	orch_arg_text(&a, command);
+	orch_arg_text(&a, db);
+	orch_args_sql_once(&a, "SELECT cron.schedule_in_database($1, $2, $3, $4)", false, 1, SPI_OK_SELECT);
 	jobid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	PG_RETURN_INT64(jobid);
@@ -614,8 +611,7 @@ orch_unschedule_maintenance(PG_FUNCTION_ARGS)
 {
 	char	   *db = get_database_name(MyDatabaseId);
 	char	   *job = maintenance_job_name(db);
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
 	bool		isnull;
 	bool		removed;
 
@@ -623,11 +619,11 @@ orch_unschedule_maintenance(PG_FUNCTION_ARGS)
 	SPI_connect();
 	require_pg_cron(db, psprintf("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s;",
 								 quote_literal_cstr(job)));
-	v[0] = orch_text_datum(job);
-	v[1] = orch_text_datum(MAINTENANCE_JOB);
-	v[2] = orch_text_datum(db);
-	orch_sql_once("SELECT count(cron.unschedule(jobid)) FROM cron.job"
-							  " WHERE jobname = $1 OR (jobname = $2 AND database = $3)", 3, types, v, NULL, false, 1, SPI_OK_SELECT);
+	orch_arg_text(&a, job);
+	orch_arg_text(&a, MAINTENANCE_JOB);
+	orch_arg_text(&a, db);
+	orch_args_sql_once(&a, "SELECT count(cron.unschedule(jobid)) FROM cron.job"
+					   " WHERE jobname = $1 OR (jobname = $2 AND database = $3)", false, 1, SPI_OK_SELECT);
 	removed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(removed);

@@ -470,6 +470,8 @@ extern void orch_arg_int8(OrchArgs *a, int64 v);
 extern void orch_arg_int4(OrchArgs *a, int32 v);
 extern void orch_arg_bool(OrchArgs *a, bool v);
 extern void orch_arg_jsonb(OrchArgs *a, Jsonb *j);	/* NULL: SQL NULL */
+extern void orch_arg_timestamptz(OrchArgs *a, TimestampTz t);	/* a timestamptz */
+extern void orch_arg_interval(OrchArgs *a, int64 usecs);	/* an interval of usecs microseconds */
 /* the clock now (clock_timestamp()) as a timestamptz value; returns it */
 extern TimestampTz orch_arg_clock(OrchArgs *a);
 /* orch_sql / orch_sql_once with the parameters of a */

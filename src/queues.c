@@ -32,9 +32,7 @@ PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
 bool
 orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		vals[1];
-	SPIPlanPtr	plan;
+	OrchArgs	a = {0};
 	bool		isnull;
 	Jsonb	   *settings;
 	bool		is_paused;
@@ -42,9 +40,8 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 
 	if (orch_queue_cache_get(queue, qs, paused))
 		return true;
-	vals[0] = orch_text_datum(queue);
-	plan = orch_plan("SELECT settings, paused FROM orch.queues WHERE name = $1", 1, types);
-	orch_exec(plan, vals, NULL, false, 1, SPI_OK_SELECT);
+	orch_arg_text(&a, queue);
+	orch_args_sql(&a, "SELECT settings, paused FROM orch.queues WHERE name = $1", false, 1, SPI_OK_SELECT);
 	orch_settings_defaults(qs);
 	if (SPI_processed == 0)
 	{
@@ -67,9 +64,7 @@ orch_load_queue(const char *queue, QueueSettings *qs, bool *paused)
 void
 orch_ensure_queue(const char *queue)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		vals[1];
-	SPIPlanPtr	plan;
+	OrchArgs	a = {0};
 
 	orch_check_name(queue, "queue");
 	if (!orch_auto_create_queues)
@@ -77,10 +72,9 @@ orch_ensure_queue(const char *queue)
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", queue),
 				 errhint("Create it with orch_create_queue, or set orchestrator.auto_create_queues = on.")));
-	vals[0] = orch_text_datum(queue);
-	plan = orch_plan("INSERT INTO orch.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",
-						1, types);
-	orch_exec(plan, vals, NULL, false, 0, SPI_OK_INSERT);
+	orch_arg_text(&a, queue);
+	orch_args_sql(&a, "INSERT INTO orch.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",
+				  false, 0, SPI_OK_INSERT);
 }
 
 /* ----------------------------------------------------------------------
@@ -139,8 +133,8 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 	char	   *name;
 	Jsonb	   *merged;
 	Jsonb	   *result;
-	Oid			types[2] = {TEXTOID, JSONBOID};
-	Datum		vals[2];
+	OrchArgs	q = {0};
+	OrchArgs	a;
 	bool		isnull;
 	MemoryContext outer = CurrentMemoryContext;
 
@@ -153,19 +147,21 @@ orch_configure_queue(PG_FUNCTION_ARGS)
 				 errmsg("settings must be a JSON object")));
 
 	SPI_connect();
-	vals[0] = orch_text_datum(name);
-	vals[1] = PG_GETARG_DATUM(1);
-	if (orch_sql_once("SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
-							  " WHERE name = $1 FOR UPDATE", 2, types, vals, NULL, false, 1, SPI_OK_SELECT) == 0)
+	orch_arg_text(&q, name);
+	a = q;						/* $1, and the settings given as $2 */
+	orch_arg(&a, JSONBOID, PG_GETARG_DATUM(1), false);
+	if (orch_args_sql_once(&a, "SELECT jsonb_strip_nulls(settings || $2) FROM orch.queues"
+						   " WHERE name = $1 FOR UPDATE", false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
 	merged = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	MemoryContextSwitchTo(outer);
 	result = effective(merged);	/* validates before anything is written */
-	vals[1] = JsonbPGetDatum(merged);
-	orch_sql_once("UPDATE orch.queues SET settings = $2, updated_at = now()"
-							  " WHERE name = $1", 2, types, vals, NULL, false, 0, SPI_OK_UPDATE);
+	a = q;						/* $1, and the merged settings as $2 */
+	orch_arg_jsonb(&a, merged);
+	orch_args_sql_once(&a, "UPDATE orch.queues SET settings = $2, updated_at = now()"
+					   " WHERE name = $1", false, 0, SPI_OK_UPDATE);
 	/* a changed concurrency_key_limit applies at once */
 	orch_gate_reconcile(name, 10000);
 	SPI_finish();
@@ -209,8 +205,7 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	int			ev;
 	char	   *name;
 	bool		force;
-	Oid			types[1] = {TEXTOID};
-	Datum		vals[1];
+	OrchArgs	q = {0};		/* $1 the queue, of every statement below */
 	int64		live;
 	bool		isnull;
 
@@ -220,8 +215,8 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	SPI_connect();
 	/* wait for enqueues in flight; later ones wait for this drop */
 	orch_xact_lock("queue-exists", name, NULL);
-	vals[0] = orch_text_datum(name);
-	if (orch_sql_once("SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE", 1, types, vals, NULL, false, 1, SPI_OK_SELECT) == 0)
+	orch_arg_text(&q, name);
+	if (orch_args_sql_once(&q, "SELECT 1 FROM orch.queues WHERE name = $1 FOR UPDATE", false, 1, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", name)));
@@ -231,10 +226,10 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 	 * the queue, and are neither counted nor cancelled here (cancelling one
 	 * would lock it before its run).
 	 */
-	orch_sql_once("SELECT count(*) FROM orch.tasks WHERE queue = $1"
-							  " AND state NOT IN ('completed', 'failed', 'cancelled')"
-							  " AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')",
-							  1, types, vals, NULL, false, 1, SPI_OK_SELECT);
+	orch_args_sql_once(&q, "SELECT count(*) FROM orch.tasks WHERE queue = $1"
+					   " AND state NOT IN ('completed', 'failed', 'cancelled')"
+					   " AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')",
+					   false, 1, SPI_OK_SELECT);
 	live = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (live > 0 && !force)
 		ereport(ERROR,
@@ -243,54 +238,48 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 				 errhint("Let them finish, or call orch_drop_queue(name, force => true) to cancel them.")));
 	if (live > 0)
 	{
-		Oid			ctypes[2] = {TEXTOID, TEXTARRAYOID};
-		Datum		cv[2];
-		char		cn[2] = {' ', 'n'};
 		int			ntenants = 1;
 		char	  **tenants = NULL;
 
 		/* on Citus tenant by tenant: each statement then locks on one shard */
 		if (orch_citus())
 		{
-			ntenants = (int) orch_sql_once("SELECT tenant_id FROM orch.tasks WHERE queue = $1"
-									  " AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1", 1, types, vals, NULL, false, 0, SPI_OK_SELECT);
+			ntenants = (int) orch_args_sql_once(&q, "SELECT tenant_id FROM orch.tasks WHERE queue = $1"
+												" AND state NOT IN ('completed', 'failed', 'cancelled') GROUP BY 1",
+												false, 0, SPI_OK_SELECT);
 			tenants = palloc(sizeof(char *) * (ntenants + 1));
 			for (int i = 0; i < ntenants; i++)
 				tenants[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		}
 		ev = orch_set_event_context(NULL, "queue dropped");
-		cv[0] = vals[0];
-		cv[1] = (Datum) 0;
 		for (int i = 0; i < ntenants; i++)
 		{
-			if (tenants)
-			{
-				cv[1] = orch_text_array1(tenants[i]);
-				cn[1] = ' ';
-			}
+			OrchArgs	c = q;	/* $1, and the tenant as $2 (NULL: every one) */
+
+			orch_arg(&c, TEXTARRAYOID, tenants ? orch_text_array1(tenants[i]) : (Datum) 0, tenants == NULL);
 			/* running attempts end as cancelled, as with orch_cancel */
-			orch_sql_once("WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
-						  "   lease_token, claimed_at FROM orch.tasks"
-						  "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
-						  "     AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
-						  "     AND " ORCH_TENANT_IN("tenant_id", "$2")
-						  "   FOR UPDATE)"
-						  " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
-						  " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
-						  "   AND " ORCH_TENANT_IN("t.tenant_id", "$2")
-						  " RETURNING l.tenant_id, l.id, l.attempts, l.lease_owner, l.lease_token, l.claimed_at,"
-						  "   l.state = 'executing'",
-						  2, ctypes, cv, cn, false, 0, SPI_OK_UPDATE_RETURNING);
+			orch_args_sql_once(&c, "WITH l AS (SELECT id, tenant_id, state, attempts, lease_owner,"
+							   "   lease_token, claimed_at FROM orch.tasks"
+							   "   WHERE queue = $1 AND state NOT IN ('completed', 'failed', 'cancelled')"
+							   "     AND NOT (run_id IS NOT NULL AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "')"
+							   "     AND " ORCH_TENANT_IN("tenant_id", "$2")
+							   "   FOR UPDATE)"
+							   " UPDATE orch.tasks t SET state = 'cancelled', reason_code = 'queue_dropped'"
+							   " FROM l WHERE t.id = l.id AND t.tenant_id = l.tenant_id"
+							   "   AND " ORCH_TENANT_IN("t.tenant_id", "$2")
+							   " RETURNING l.tenant_id, l.id, l.attempts, l.lease_owner, l.lease_token, l.claimed_at,"
+							   "   l.state = 'executing'",
+							   false, 0, SPI_OK_UPDATE_RETURNING);
 			orch_attempts_insert_rows(SPI_tuptable, SPI_processed, 1, 7, "cancelled", "queue dropped");
 		}
 		orch_clear_event_context(ev);
 	}
-	orch_sql_once("DELETE FROM orch.queues WHERE name = $1", 1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+	orch_args_sql_once(&q, "DELETE FROM orch.queues WHERE name = $1", false, 0, SPI_OK_DELETE);
 	/* the queue's own limits and rate windows go with it */
-	orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1",
-				  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
-	orch_sql_once("DELETE FROM orch.rate_window WHERE queue = $1",
-				  1, types, vals, NULL, false, 0, SPI_OK_DELETE);
+	orch_args_sql_once(&q, "DELETE FROM orch.concurrency_limits WHERE queue = $1",
+					   false, 0, SPI_OK_DELETE);
+	orch_args_sql_once(&q, "DELETE FROM orch.rate_window WHERE queue = $1",
+					   false, 0, SPI_OK_DELETE);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -326,8 +315,7 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 {
 	char	   *queue;
 	char	   *key;
-	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
-	Datum		v[3];
+	OrchArgs	k = {0};		/* $1 the queue, $2 the key */
 	QueueSettings qs;
 
 	orch_require_unrestricted("orch_set_concurrency_limit");
@@ -341,24 +329,27 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", queue)));
-	v[0] = orch_text_datum(queue);
-	v[1] = orch_text_datum(key);
+	orch_arg_text(&k, queue);
+	orch_arg_text(&k, key);
 	if (PG_ARGISNULL(2))
 	{
-		orch_sql_once("DELETE FROM orch.concurrency_limits WHERE queue = $1 AND key = $2", 2, types, v, NULL, false, 0, SPI_OK_DELETE);
+		orch_args_sql_once(&k, "DELETE FROM orch.concurrency_limits WHERE queue = $1 AND key = $2",
+						   false, 0, SPI_OK_DELETE);
 	}
 	else
 	{
-		v[2] = PG_GETARG_DATUM(2);
-		orch_sql_once("INSERT INTO orch.concurrency_limits (queue, key, max_running)"
-								  " VALUES ($1, $2, $3) ON CONFLICT (queue, key)"
-								  " DO UPDATE SET max_running = excluded.max_running", 3, types, v, NULL, false, 0, SPI_OK_INSERT);
+		OrchArgs	a = k;		/* and the limit as $3 */
+
+		orch_arg_int4(&a, PG_GETARG_INT32(2));
+		orch_args_sql_once(&a, "INSERT INTO orch.concurrency_limits (queue, key, max_running)"
+						   " VALUES ($1, $2, $3) ON CONFLICT (queue, key)"
+						   " DO UPDATE SET max_running = excluded.max_running", false, 0, SPI_OK_INSERT);
 	}
 	/* the override holds for the key in every tenant: bring each in line */
-	orch_sql_once("SELECT DISTINCT tenant_id FROM orch.tasks"
-							  " WHERE queue = $1 AND concurrency_key = $2"
-							  "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
-							  " ORDER BY 1", 2, types, v, NULL, false, 0, SPI_OK_SELECT);
+	orch_args_sql_once(&k, "SELECT DISTINCT tenant_id FROM orch.tasks"
+					   " WHERE queue = $1 AND concurrency_key = $2"
+					   "   AND (gated OR state = 'executing' OR ready_at IS NOT NULL)"
+					   " ORDER BY 1", false, 0, SPI_OK_SELECT);
 	{
 		int			nt = (int) SPI_processed;
 		char	  **ts = palloc(sizeof(char *) * (nt + 1));

@@ -213,17 +213,18 @@ orch_run_settle_approval(RunRow *r, const char *step, bool compensation, Approva
 void
 orch_run_cancel_approvals(RunRow *r, const char *reason)
 {
-	Datum		v[2];
+	OrchArgs	a = {0};
 
 	/* as the steps' events read: another step's failure failed the run */
 	if (strcmp(reason, "step_failed") == 0 || strcmp(reason, "step_timed_out") == 0 ||
 		strcmp(reason, "compensation_required") == 0)
 		reason = "run_failed";
-	RUN_ARGS(v, r->id, r->tenant);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 						  "   AND step_key LIKE '%" ORCH_APPROVAL_SUFFIX "'"
 						  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE",
-						  2, orch_run_types, v, NULL, r->tenant, reason);
+						  &a, r->tenant, reason);
 }
 
 /*

@@ -339,7 +339,7 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	/* the tasks are locked already (above): none is skipped */
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-					 run.n, run.types, run.values, run.nulls, r.tenant, "run_canceled");
+					 &run, r.tenant, "run_canceled");
 	ev = orch_set_event_context(NULL, reason);
 	orch_run_close_open_steps(&r, "run_canceled", true);
 	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);

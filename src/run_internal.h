@@ -44,20 +44,14 @@ typedef struct RunRow
 	bool		past_deadline;
 } RunRow;
 
-/* Run id and tenant as the first two parameters of most statements */
-#define RUN_ARGS(v, run_id, tenant) \
-	do { (v)[0] = Int64GetDatum(run_id); (v)[1] = orch_text_datum(tenant); } while (0)
-
-extern Oid	orch_run_types[6];
-
 /* run_state.c: the bottom */
 extern bool orch_lock_run(int64 run_id, const char *tenant, RunRow *r);
 extern void orch_lock_run_or_not_found(int64 run_id, RunRow *r);
 extern void orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
 extern void orch_step_event(RunRow *r, const char *step, const char *from, const char *to,
 					   const char *reason);
-extern int	orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values,
-							 const char *nulls, const char *tenant, const char *reason);
+extern int	orch_run_cancel_tasks(const char *ids_sql, const OrchArgs *ids, const char *tenant,
+								  const char *reason);
 extern void orch_run_end_failed(RunRow *r, const char *reason);
 
 /*

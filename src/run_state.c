@@ -158,8 +158,6 @@ orch_run_lifecycle(PG_FUNCTION_ARGS)
 /* ----------------------------------------------------------------------
  * SQL helpers (caller connected to SPI)
  * ---------------------------------------------------------------------- */
-Oid			orch_run_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
-
 /* Lock the run's row; false when it does not exist (or is another tenant's). */
 bool
 orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
@@ -503,21 +501,18 @@ orch_run_notes_next(RunNote *out)
 void
 orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, JSONBOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
 
 	if (r->state == to)
 		return;
-	RUN_ARGS(v, r->id, r->tenant);
-	v[2] = orch_text_datum(orch_run_state_names[to]);
-	orch_spi_text(v, n, 3, reason);
-	v[4] = output ? JsonbPGetDatum(output) : (Datum) 0;
-	if (!output)
-		n[4] = 'n';
-	orch_sql("UPDATE orch.runs SET state = $3, reason_code = coalesce($4, reason_code),"
-			" output = coalesce($5, output)"
-			" WHERE id = $1 AND tenant_id = $2", 5, types, v, n, false, 0, SPI_OK_UPDATE);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, orch_run_state_names[to]);
+	orch_arg_text(&a, reason);
+	orch_arg_jsonb(&a, output);
+	orch_args_sql(&a, "UPDATE orch.runs SET state = $3, reason_code = coalesce($4, reason_code),"
+				  " output = coalesce($5, output)"
+				  " WHERE id = $1 AND tenant_id = $2", false, 0, SPI_OK_UPDATE);
 	r->state = to;
 	if (reason)
 		r->reason = pstrdup(reason);
@@ -553,45 +548,35 @@ orch_json_object1(const char *k1, const char *v1, const char *k2, const char *ra
 /*
  * Cancel the tasks whose ids ids_sql selects (and locks) with the reason;
  * an executing one ends its attempt as "cancelled", as orch_cancel records
- * it.  ids_sql's parameters are $1..$nargs; the reason is $nargs+1.  The
- * tasks are the tenant's (a run's), or with tenant NULL those of every
- * tenant, on Citus of the one the call is scoped to (maintenance).
+ * it.  ids_sql's parameters are those of ids (left as they are); the reason
+ * follows them.  The tasks are the tenant's (a run's), or with tenant NULL
+ * those of every tenant, on Citus of the one the call is scoped to
+ * (maintenance).
  */
 int
-orch_run_cancel_tasks(const char *ids_sql, int nargs, Oid *types, Datum *values, const char *nulls,
-				 const char *tenant, const char *reason)
+orch_run_cancel_tasks(const char *ids_sql, const OrchArgs *ids, const char *tenant, const char *reason)
 {
 	int			ev;
-	Oid		   *t = palloc(sizeof(Oid) * (nargs + 2));
-	Datum	   *v = palloc(sizeof(Datum) * (nargs + 2));
-	char	   *n = palloc(nargs + 3);
-	int			r = nargs + 1;
+	OrchArgs	a = *ids;
+	int			r = ids->n + 1;	/* the reason's parameter; the tenants' is next */
 	int			cancelled;
 
-	memcpy(t, types, sizeof(Oid) * nargs);
-	memcpy(v, values, sizeof(Datum) * nargs);
-	memset(n, ' ', nargs + 2);
-	n[nargs + 2] = '\0';
-	if (nulls)
-		memcpy(n, nulls, nargs);
-	t[nargs] = TEXTOID;
-	v[nargs] = orch_text_datum(reason);
-	t[nargs + 1] = TEXTARRAYOID;
+	orch_arg_text(&a, reason);
 	if (tenant != NULL)
-		v[nargs + 1] = orch_text_array1(tenant);
+		orch_arg(&a, TEXTARRAYOID, orch_text_array1(tenant), false);
 	else
-		orch_spi_scope_tenants(v, n, nargs + 1);
+		orch_arg_scope_tenants(&a);
 	ev = orch_set_event_context(NULL, reason);
 	/* running attempts end as cancelled, as with orch_cancel */
-	orch_sql(psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
-					 "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
-					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d)))"
-					 " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
-					 " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
-					 "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))"
-					 " RETURNING c.tenant_id, c.id, c.attempts, c.lease_owner, c.lease_token, c.claimed_at,"
-					 "   c.state = 'executing'",
-					 ids_sql, r + 1, r + 1, r, r + 1, r + 1), nargs + 2, t, v, n, false, 0, SPI_OK_UPDATE_RETURNING);
+	orch_args_sql(&a, psprintf("WITH c AS (SELECT t.id, t.tenant_id, t.state, t.attempts, t.lease_owner, t.lease_token,"
+							   "   t.claimed_at FROM orch.tasks t WHERE t.id = ANY (ARRAY(%s))"
+							   "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d)))"
+							   " UPDATE orch.tasks t SET state = 'cancelled', reason_code = $%d FROM c"
+							   " WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
+							   "   AND ($%d::text[] IS NULL OR t.tenant_id = ANY ($%d))"
+							   " RETURNING c.tenant_id, c.id, c.attempts, c.lease_owner, c.lease_token, c.claimed_at,"
+							   "   c.state = 'executing'",
+							   ids_sql, r + 1, r + 1, r, r + 1, r + 1), false, 0, SPI_OK_UPDATE_RETURNING);
 	cancelled = (int) SPI_processed;
 	orch_attempts_insert_rows(SPI_tuptable, SPI_processed, 1, 7, "cancelled", reason);
 	orch_clear_event_context(ev);	/* the caller's label and note go on */

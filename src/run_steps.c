@@ -448,7 +448,7 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 					 "   AND state NOT IN ('completed', 'failed', 'cancelled') AND step_key NOT LIKE '%:compensate'"
 					 "   ORDER BY id FOR UPDATE SKIP LOCKED",
-					 a.n, a.types, a.values, a.nulls, r->tenant, reason);
+					 &a, r->tenant, reason);
 }
 
 
@@ -816,7 +816,7 @@ settle_task_step(RunRow *r, StepOutcome *o)
 	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 						  "   AND left(step_key, length($3)) = $3 AND state NOT IN ('completed', 'failed', 'cancelled')"
 						  "   ORDER BY id FOR UPDATE SKIP LOCKED",
-						  a.n, a.types, a.values, a.nulls, r->tenant, "map_item_failed");
+						  &a, r->tenant, "map_item_failed");
 	orch_run_step_failed(r, o->step, o->state, o->error,
 						 o->classes != NULL && strstr(o->classes, "COMPENSATION_REQUIRED") != NULL);
 }
@@ -923,7 +923,7 @@ collect_timers(RunRow *r)
 			orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 								  "   AND (step_key = $3 OR left(step_key, length($3) + 1) = $3 || '#')"
 								  "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-								  s.n, s.types, s.values, s.nulls, r->tenant, "step_timed_out");
+								  &s, r->tenant, "step_timed_out");
 			orch_run_step_failed(r, steps[i], "timed_out", "the step's timeout passed", false);
 		}
 	}

@@ -183,7 +183,7 @@ orch_runs_maintain(int limit)
 						 "       OR (r.phase = 'compensating' AND t2.step_key NOT LIKE '%:compensate'))"
 						 "     AND ($2::text[] IS NULL OR (t2.tenant_id = ANY ($2) AND r.tenant_id = ANY ($2)))"
 						 "   ORDER BY t2.id LIMIT $1 FOR UPDATE OF t2 SKIP LOCKED",
-						 a.n, a.types, a.values, a.nulls, NULL, "run_finished");
+						 &a, NULL, "run_finished");
 }
 
 /* ----------------------------------------------------------------------

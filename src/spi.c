@@ -473,6 +473,20 @@ orch_arg_jsonb(OrchArgs *a, Jsonb *j)
 	orch_arg(a, JSONBOID, j ? JsonbPGetDatum(j) : (Datum) 0, j == NULL);
 }
 
+/* A timestamptz parameter. */
+void
+orch_arg_timestamptz(OrchArgs *a, TimestampTz t)
+{
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(t), false);
+}
+
+/* An interval parameter of usecs microseconds. */
+void
+orch_arg_interval(OrchArgs *a, int64 usecs)
+{
+	orch_arg(a, INTERVALOID, IntervalPGetDatum(orch_usecs_interval(usecs)), false);
+}
+
 /*
  * The clock now, as clock_timestamp() would give it in the statement: a
  * value, because Citus refuses a volatile function in most UPDATEs it

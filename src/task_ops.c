@@ -240,27 +240,27 @@ static void
 write_out_claims(const Datum *v, int n)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * n);
-	Datum		arg[1];
-	Oid			type[1] = {INT8ARRAYOID};
+	OrchArgs	a = {0};
 
 	for (int i = 0; i < n; i++)
 		ids[i] = v[i * ATTEMPT_COLS + 1];
-	arg[0] = PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE));
-	orch_exec(orch_plan("WITH c AS ("
-						"  SELECT t.id, t.tenant_id, t.run_id, t.claim_event_id, t.claimed_by, t.attempts,"
-						"         t.lease_token, t.claimed_at, t.lease_owner, t.claim_xact, t.claim_waited"
-						"    FROM orch.tasks t WHERE t.id = ANY ($1) AND t.claim_event_id IS NOT NULL"
-						"     AND t.state = 'completed' AND t.complete_event_id IS NULL),"
-						" w AS (INSERT INTO orch.events (id, tenant_id, task_id, run_id, entity, from_state,"
-						"         to_state, reason_code, actor, attempt, lease_token, at, label, xact, waited)"
-						"       SELECT c.claim_event_id, c.tenant_id, c.id, c.run_id, 'task', 'queued', 'executing',"
-						"              'claimed', c.claimed_by, c.attempts, c.lease_token, coalesce(c.claimed_at, now()),"
-						"              c.lease_owner, c.claim_xact, make_interval(secs => c.claim_waited / 1000000.0)"
-						"         FROM c)"
-						" UPDATE orch.tasks t SET claim_event_id = NULL, claimed_by = NULL, claim_xact = NULL,"
-						"        claim_waited = NULL"
-						"   FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id",
-						1, type), arg, NULL, false, 0, SPI_OK_UPDATE);
+	orch_arg(&a, INT8ARRAYOID,
+			 PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)), false);
+	orch_args_sql(&a, "WITH c AS ("
+				  "  SELECT t.id, t.tenant_id, t.run_id, t.claim_event_id, t.claimed_by, t.attempts,"
+				  "         t.lease_token, t.claimed_at, t.lease_owner, t.claim_xact, t.claim_waited"
+				  "    FROM orch.tasks t WHERE t.id = ANY ($1) AND t.claim_event_id IS NOT NULL"
+				  "     AND t.state = 'completed' AND t.complete_event_id IS NULL),"
+				  " w AS (INSERT INTO orch.events (id, tenant_id, task_id, run_id, entity, from_state,"
+				  "         to_state, reason_code, actor, attempt, lease_token, at, label, xact, waited)"
+				  "       SELECT c.claim_event_id, c.tenant_id, c.id, c.run_id, 'task', 'queued', 'executing',"
+				  "              'claimed', c.claimed_by, c.attempts, c.lease_token, coalesce(c.claimed_at, now()),"
+				  "              c.lease_owner, c.claim_xact, make_interval(secs => c.claim_waited / 1000000.0)"
+				  "         FROM c)"
+				  " UPDATE orch.tasks t SET claim_event_id = NULL, claimed_by = NULL, claim_xact = NULL,"
+				  "        claim_waited = NULL"
+				  "   FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id",
+				  false, 0, SPI_OK_UPDATE);
 	pfree(ids);
 }
 
@@ -313,10 +313,9 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 	QueueSettings qs;
 	RetryDecision d;
 	TimestampTz at = 0;
-	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID,
-	TEXTOID, TIMESTAMPTZOID, JSONBOID};
-	Datum		v[9];
-	char		n[9];
+	OrchArgs	a = {0};
+	Datum		wait_data = (Datum) 0;
+	bool		has_wait_data = false;
 	const char *reason;
 	bool		recovery = strcmp(outcome, "lease_expired") == 0 ||
 		strcmp(outcome, "timed_out") == 0;
@@ -337,33 +336,33 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 
 	record_attempt(t, outcome, orch_error_class_names[ec], error, d.retry, at);
 
-	memset(n, ' ', sizeof(n));
-	v[0] = Int64GetDatum(t->id);
-	v[1] = orch_text_datum(t->tenant);
-	v[2] = orch_text_datum(orch_state_names[d.next_state]);
-	v[3] = Int32GetDatum(t->failures + 1);
-	v[4] = orch_text_datum(reason);
-	orch_spi_text(v, n, 5, error);
-	v[6] = orch_text_datum(orch_error_class_names[ec]);
-	v[7] = TimestampTzGetDatum(at);
-	if (!d.retry)
-		n[7] = 'n';
+	orch_arg_int8(&a, t->id);
+	orch_arg_text(&a, t->tenant);
+	orch_arg_text(&a, orch_state_names[d.next_state]);
+	orch_arg_int4(&a, t->failures + 1);
+	orch_arg_text(&a, reason);
+	orch_arg_text(&a, error);
+	orch_arg_text(&a, orch_error_class_names[ec]);
+	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(at), !d.retry);
 	/* an escalation records why, for whoever confirms (else no wait data) */
-	n[8] = 'n';
 	if (d.next_state == TS_AWAITING_CONFIRMATION)
 	{
-		Oid			jt[2] = {TEXTOID, TEXTOID};
+		OrchArgs	e = {0};
 		bool		isnull;
 
-		orch_sql_once("SELECT jsonb_build_object('escalated', $1, 'error', $2)", 2, jt, v + 4, n + 4, true, 1, SPI_OK_SELECT);
-		v[8] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		n[8] = ' ';
+		/* $5 and $6 of the update: the reason and the error, as they are */
+		orch_arg(&e, TEXTOID, a.values[4], false);
+		orch_arg(&e, TEXTOID, a.values[5], a.nulls[5] == 'n');
+		orch_args_sql_once(&e, "SELECT jsonb_build_object('escalated', $1, 'error', $2)", true, 1, SPI_OK_SELECT);
+		wait_data = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		has_wait_data = true;
 	}
-	if (orch_exec(orch_plan("UPDATE orch.tasks SET state = $3, failures = $4, reason_code = $5,"
-									  " last_error = $6, last_error_class = $7, retry_at = $8, ready_at = $8,"
-									  " wait_data = $9"
-									  " WHERE id = $1 AND tenant_id = $2",
-									  9, types), v, n, false, 0, SPI_OK_UPDATE) != 1)
+	orch_arg(&a, JSONBOID, wait_data, !has_wait_data);
+	if (orch_args_sql(&a, "UPDATE orch.tasks SET state = $3, failures = $4, reason_code = $5,"
+					  " last_error = $6, last_error_class = $7, retry_at = $8, ready_at = $8,"
+					  " wait_data = $9"
+					  " WHERE id = $1 AND tenant_id = $2",
+					  false, 0, SPI_OK_UPDATE) != 1)
 		elog(ERROR, "orchestrator: task update failed");
 	if (retry_at)
 		*retry_at = at;
@@ -389,9 +388,9 @@ token_arg(FunctionCallInfo fcinfo)
 
 /* One task update (of exactly one row). */
 static void
-exec_update(const char *sql, int nargs, Oid *types, Datum *v, const char *n)
+exec_update(const char *sql, OrchArgs *a)
 {
-	if (orch_exec(orch_plan(sql, nargs, types), v, n, false, 0, SPI_OK_UPDATE) != 1)
+	if (orch_args_sql(a, sql, false, 0, SPI_OK_UPDATE) != 1)
 		elog(ERROR, "orchestrator: task update failed");
 }
 
@@ -418,31 +417,26 @@ orch_complete(PG_FUNCTION_ARGS)
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 2, "result");
-	Oid			types[5] = {INT8OID, UUIDOID, JSONBOID, TEXTOID, TEXTARRAYOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
 	bool		in_task;
 
-	v[0] = Int64GetDatum(id);
-	v[1] = UUIDPGetDatum(token);
-	v[2] = JsonbPGetDatum(result);
-	if (!result)
-		n[2] = 'n';
+	orch_arg_int8(&a, id);
+	orch_arg(&a, UUIDOID, UUIDPGetDatum(token), false);
+	orch_arg_jsonb(&a, result);
 	/* a parameter, not a literal: keeps the generic plan on the primary key */
-	v[3] = orch_text_datum("executing");
+	orch_arg_text(&a, "executing");
 
 	SPI_connect();
 	in_task = completion_in_task();
 	if (!orch_scope_task(id))
 		orch_not_found("task", id);
-	orch_spi_caller_tenants(v, n, 4);
+	orch_arg_caller_tenants(&a);
 	ev = orch_set_event_context_ext(NULL, NULL, true);
 	if (in_task)
 		orch_event_context_completion_in_task();
 	/* One statement fences and completes (and, off Citus, records it all) */
-	if (orch_exec(in_task ? orch_plan(COMPLETE_SQL(", complete_attempt_id"), 5, types)
-				  : orch_plan(COMPLETE_SQL(""), 5, types),
-				  v, n, false, 0, SPI_OK_UPDATE_RETURNING) == 0)
+	if (orch_args_sql(&a, in_task ? COMPLETE_SQL(", complete_attempt_id") : COMPLETE_SQL(""),
+					  false, 0, SPI_OK_UPDATE_RETURNING) == 0)
 	{
 		OrchTask	t;
 
@@ -486,9 +480,8 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	bool	   *tok_nulls;
 	int			n,
 				ntok;
-	Oid			types[5] = {INT8ARRAYOID, UUIDARRAYOID, JSONBARRAYOID, TEXTOID, TEXTARRAYOID};
-	Datum		v[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	ArrayType  *res_a = NULL;
+	OrchArgs	a = {0};
 	int			completed;
 	bool		in_task;
 	int64	   *sorted;
@@ -525,11 +518,11 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 	pfree(sorted);
 	if (!PG_ARGISNULL(2))
 	{
-		ArrayType  *res_a = PG_GETARG_ARRAYTYPE_P(2);
 		Datum	   *res;
 		bool	   *res_nulls;
 		int			nres;
 
+		res_a = PG_GETARG_ARRAYTYPE_P(2);
 		deconstruct_array(res_a, JSONBOID, -1, false, TYPALIGN_INT, &res, &res_nulls, &nres);
 		if (nres != n)
 			ereport(ERROR,
@@ -539,27 +532,25 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 		for (int i = 0; i < nres; i++)
 			if (!res_nulls[i])
 				orch_check_payload_size(DatumGetJsonbP(res[i]), "result");
-		v[2] = PointerGetDatum(res_a);
 	}
-	else
-		nulls[2] = 'n';
 	if (n == 0)
 		PG_RETURN_INT32(0);
-	v[0] = PointerGetDatum(ids_a);
-	v[1] = PointerGetDatum(toks_a);
-	v[3] = orch_text_datum("executing");
+	orch_arg(&a, INT8ARRAYOID, PointerGetDatum(ids_a), false);
+	orch_arg(&a, UUIDARRAYOID, PointerGetDatum(toks_a), false);
+	orch_arg(&a, JSONBARRAYOID, PointerGetDatum(res_a), res_a == NULL);
+	orch_arg_text(&a, "executing");
 
 	SPI_connect();
 	/* none found (on Citus): the first id is reported missing below */
-	(void) orch_scope_tasks(v[0]);
-	orch_spi_caller_tenants(v, nulls, 4);
+	(void) orch_scope_tasks(PointerGetDatum(ids_a));
+	orch_arg_caller_tenants(&a);
 	ev = orch_set_event_context_ext(NULL, NULL, true);
 	in_task = completion_in_task();
 	if (in_task)
 		orch_event_context_completion_in_task();
-	completed = (int) orch_exec(in_task ? orch_plan(COMPLETE_BATCH_SQL(", t.complete_attempt_id"), 5, types)
-								: orch_plan(COMPLETE_BATCH_SQL(""), 5, types),
-								v, nulls, false, 0, SPI_OK_UPDATE_RETURNING);
+	completed = (int) orch_args_sql(&a, in_task ? COMPLETE_BATCH_SQL(", t.complete_attempt_id")
+									: COMPLETE_BATCH_SQL(""),
+									false, 0, SPI_OK_UPDATE_RETURNING);
 	if (completed != n)
 	{
 		/* say why for the first task that did not complete; all is undone */
@@ -648,8 +639,7 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 	pg_uuid_t  *token = token_arg(fcinfo);
 	OrchTask	t;
 	int64		extend;
-	Oid			types[3] = {INT8OID, TEXTOID, INTERVALOID};
-	Datum		v[3];
+	OrchArgs	a = {0};
 
 	extend = orch_interval_arg(fcinfo, 2, "extend", -1);
 	SPI_connect();
@@ -668,17 +658,17 @@ orch_heartbeat(PG_FUNCTION_ARGS)
 		orch_load_queue(t.queue, &qs, NULL);
 		extend = qs.lease;
 	}
-	v[0] = Int64GetDatum(id);
-	v[1] = orch_text_datum(t.tenant);
-	v[2] = IntervalPGetDatum(orch_usecs_interval(extend));
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, t.tenant);
+	orch_arg_interval(&a, extend);
 	if (orch_citus())
 		/* no stable function on a column in a distributed UPDATE: UTC arithmetic */
 		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(statement_timestamp() + $3,"
 					" " ORCH_UTC_ADD("claimed_at", "timeout") ")"
-					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
+					" WHERE id = $1 AND tenant_id = $2", &a);
 	else
 		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(statement_timestamp() + $3, claimed_at + timeout)"
-					" WHERE id = $1 AND tenant_id = $2", 3, types, v, NULL);
+					" WHERE id = $1 AND tenant_id = $2", &a);
 	return finish_state("executing");
 }
 
@@ -692,8 +682,7 @@ orch_cancel(PG_FUNCTION_ARGS)
 	int64		id = task_id_arg(fcinfo);
 	char	   *reason = orch_text_arg(fcinfo, 1);
 	OrchTask	t;
-	Oid			types[2] = {INT8OID, TEXTOID};
-	Datum		v[2];
+	OrchArgs	a = {0};
 
 	SPI_connect();
 	lock_or_not_found(id, &t);
@@ -702,10 +691,10 @@ orch_cancel(PG_FUNCTION_ARGS)
 	ev = orch_set_event_context(NULL, reason);
 	if (t.state == TS_EXECUTING)
 		record_attempt(&t, "cancelled", NULL, reason, false, 0);
-	v[0] = Int64GetDatum(id);
-	v[1] = orch_text_datum(t.tenant);
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, t.tenant);
 	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
-				" WHERE id = $1 AND tenant_id = $2", 2, types, v, NULL);
+				" WHERE id = $1 AND tenant_id = $2", &a);
 	orch_clear_event_context(ev);
 	return finish_state("cancelled");
 }
@@ -721,9 +710,7 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 	int64		id = task_id_arg(fcinfo);
 	pg_uuid_t  *token = token_arg(fcinfo);
 	OrchTask	t;
-	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, JSONBOID};
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
 	const char *state = orch_state_names[to];
 
 	SPI_connect();
@@ -731,15 +718,13 @@ park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 	check_lease(&t, token, "park");
 	ev = orch_set_event_context(t.lease_owner, NULL);
 	record_attempt(&t, state, NULL, NULL, false, 0);
-	v[0] = Int64GetDatum(id);
-	v[1] = orch_text_datum(t.tenant);
-	v[2] = orch_text_datum(state);
-	v[3] = JsonbPGetDatum(wait_data);
-	if (!wait_data)
-		n[3] = 'n';
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, t.tenant);
+	orch_arg_text(&a, state);
+	orch_arg_jsonb(&a, wait_data);
 	exec_update("UPDATE orch.tasks SET state = $3, reason_code = $3, ready_at = NULL,"
 				" retry_at = NULL, wait_data = $4, resume_data = NULL"
-				" WHERE id = $1 AND tenant_id = $2", 4, types, v, n);
+				" WHERE id = $1 AND tenant_id = $2", &a);
 	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
@@ -810,12 +795,11 @@ require_waiting(OrchTask *t, TaskState waiting, const char *action)
 	if (!t->ready)
 	{
 		/* resumed or approved, but waiting for a slot of its concurrency key */
-		Oid			types[1] = {INT8OID};
-		Datum		v[1];
+		OrchArgs	a = {0};
 		bool		isnull;
 
-		v[0] = Int64GetDatum(t->id);
-		if (orch_sql_once("SELECT gated FROM orch.tasks WHERE id = $1", 1, types, v, NULL, false, 1, SPI_OK_SELECT) != 1)
+		orch_arg_int8(&a, t->id);
+		if (orch_args_sql_once(&a, "SELECT gated FROM orch.tasks WHERE id = $1", false, 1, SPI_OK_SELECT) != 1)
 			elog(ERROR, "orchestrator: task lookup failed");
 		t->ready = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -835,21 +819,17 @@ orch_resume(PG_FUNCTION_ARGS)
 	int64		id = task_id_arg(fcinfo);
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 1, "result");
 	OrchTask	t;
-	Oid			types[3] = {INT8OID, TEXTOID, JSONBOID};
-	Datum		v[3];
-	char		n[3] = {' ', ' ', ' '};
+	OrchArgs	a = {0};
 
 	SPI_connect();
 	lock_or_not_found(id, &t);
 	require_waiting(&t, TS_AWAITING_TOOL, "resume");
-	v[0] = Int64GetDatum(id);
-	v[1] = orch_text_datum(t.tenant);
-	v[2] = JsonbPGetDatum(result);
-	if (!result)
-		n[2] = 'n';
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, t.tenant);
+	orch_arg_jsonb(&a, result);
 	ev = orch_set_event_context(NULL, NULL);
 	exec_update("UPDATE orch.tasks SET resume_data = $3, ready_at = now(), reason_code = 'tool_resumed'"
-				" WHERE id = $1 AND tenant_id = $2", 3, types, v, n);
+				" WHERE id = $1 AND tenant_id = $2", &a);
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
 	orch_clear_event_context(ev);
@@ -866,9 +846,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	char	   *actor = orch_key_arg(fcinfo, 2, "actor");
 	char	   *note = orch_text_arg(fcinfo, 3);
 	OrchTask	t;
-	Oid			types[5] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	OrchArgs	a = {0};
 	const char *result;
 
 	orch_require_arg(fcinfo, 1, "approve");
@@ -880,18 +858,18 @@ orch_confirm(PG_FUNCTION_ARGS)
 		refuse_approval_task(&t, approve ? "approve" : "reject");
 	require_waiting(&t, TS_AWAITING_CONFIRMATION, approve ? "approve" : "reject");
 	ev = orch_set_event_context(actor, note);
-	v[0] = Int64GetDatum(id);
-	v[1] = orch_text_datum(t.tenant);
+	orch_arg_int8(&a, id);
+	orch_arg_text(&a, t.tenant);
 	/* the decision is the role's; a name it gives is kept beside it */
-	v[2] = orch_text_datum(orch_current_actor());
-	orch_spi_text(v, n, 3, note);
-	orch_spi_text(v, n, 4, actor);
+	orch_arg_text(&a, orch_current_actor());
+	orch_arg_text(&a, note);
+	orch_arg_text(&a, actor);
 	if (approve)
 	{
 		exec_update("UPDATE orch.tasks SET ready_at = now(), reason_code = 'confirmation_approved',"
 					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', true, 'actor', $3,"
 					"   'label', $5, 'note', $4))"
-					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
+					" WHERE id = $1 AND tenant_id = $2", &a);
 		orch_write_event(t.tenant, id, true, "task", "awaiting_user_confirmation",
 						 "awaiting_user_confirmation", "confirmation_approved",
 						 t.attempts, NULL, NULL);
@@ -902,7 +880,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 		exec_update("UPDATE orch.tasks SET state = 'failed', reason_code = 'confirmation_rejected',"
 					" resume_data = jsonb_strip_nulls(jsonb_build_object('approved', false, 'actor', $3,"
 					"   'label', $5, 'note', $4))"
-					" WHERE id = $1 AND tenant_id = $2", 5, types, v, n);
+					" WHERE id = $1 AND tenant_id = $2", &a);
 		result = "failed";
 	}
 	orch_clear_event_context(ev);
