@@ -14,10 +14,10 @@ SET client_min_messages = warning;
 CREATE EXTENSION orchestrator;
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/setup.inc
-RESET client_min_messages;
-SET stats_fetch_consistency = none;
 CALL pg_temp.create_roles('rd_small', 'rd_big', 'rd_unbound');
 GRANT orch_reader TO rd_small, rd_big, rd_unbound;
+RESET client_min_messages;
+SET stats_fetch_consistency = none;
 SELECT orch_bind_tenant('rd_small', 'small') IS NOT NULL AS bound_small,
        orch_bind_tenant('rd_big', 'big') IS NOT NULL AS bound_big;
 SELECT orch_create_queue('rd') IS NOT NULL AS created;
