@@ -337,13 +337,15 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 enum
 {
 	SC_TENANT, SC_TASK, SC_RUN, SC_ENTITY, SC_FROM, SC_TO, SC_REASON, SC_ACTOR,
-	SC_ATTEMPT, SC_TOKEN, SC_NOTE, SC_AT, SC_LABEL, SC_WAITED, SC_COUNT
+	SC_ATTEMPT, SC_TOKEN, SC_NOTE, SC_AT, SC_LABEL, SC_WAITED,
+	SC_ID, SC_XACT,				/* only for events a task row recorded */
+	SC_COUNT
 };
 
 static const char *const event_columns[SC_COUNT] = {
 	"tenant_id", "task_id", "run_id", "entity", "from_state", "to_state",
 	"reason_code", "actor", "attempt", "lease_token", "note", "at", "label",
-	"waited"
+	"waited", "id", "xact"
 };
 
 /*
@@ -357,19 +359,20 @@ orch_events_store(OrchEvent *const *events, int n)
 	bool	   *nl;
 	Oid			relid;
 	bool		ok;
+	int			ncols = (n > 0 && events[0]->id != 0) ? SC_COUNT : SC_ID;
 
 	if (n <= 0)
 		return true;
 	relid = orch_relid("events");
 	if (!OidIsValid(relid))
 		return false;
-	v = palloc(sizeof(Datum) * SC_COUNT * n);
-	nl = palloc(sizeof(bool) * SC_COUNT * n);
+	v = palloc(sizeof(Datum) * ncols * n);
+	nl = palloc(sizeof(bool) * ncols * n);
 	for (int i = 0; i < n; i++)
 	{
 		const OrchEvent *e = events[i];
-		Datum	   *rv = v + (size_t) i * SC_COUNT;
-		bool	   *rn = nl + (size_t) i * SC_COUNT;
+		Datum	   *rv = v + (size_t) i * ncols;
+		bool	   *rn = nl + (size_t) i * ncols;
 		const char *actor = e->actor;
 
 #define PUT(c, d) do { rv[c] = (d); rn[c] = false; } while (0)
@@ -404,11 +407,19 @@ orch_events_store(OrchEvent *const *events, int n)
 			PUT(SC_WAITED, IntervalPGetDatum(orch_usecs_interval(e->waited_us)));
 		else
 			PUT_NULL(SC_WAITED);
+		if (ncols == SC_COUNT)
+		{
+			PUT(SC_ID, Int64GetDatum(e->id));
+			if (e->has_xact)
+				PUT(SC_XACT, Int64GetDatum(e->xact));
+			else
+				PUT_NULL(SC_XACT);
+		}
 #undef PUT_NULL
 #undef PUT_TEXT
 #undef PUT
 	}
-	ok = append_rows(relid, SC_COUNT, event_columns, n, v, nl);
+	ok = append_rows(relid, ncols, event_columns, n, v, nl);
 	pfree(v);
 	pfree(nl);
 	return ok;

@@ -173,27 +173,34 @@ orch_event_context_enqueue_in_task(void)
  * ---------------------------------------------------------------------- */
 
 #define EVENT_COLS 15
+#define EVENT_COLS_WITH_IDS 17	/* and the id and transaction a task row recorded */
 
 /*
  * Write n events: appended without SQL when append.c can (a plain table,
  * no RLS to apply), else with one INSERT (VALUES for one event, cheaper to
  * start; SELECT FROM unnest(...) for several).
  */
-static void
-events_write(OrchEvent *const *events, int n)
+void
+orch_events_write(OrchEvent *const *events, int n)
 {
-	static const Oid elemtypes[EVENT_COLS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
-		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID};
-	static const Oid arrtypes[EVENT_COLS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
+	static const Oid elemtypes[EVENT_COLS_WITH_IDS] = {TEXTOID, INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID,
+		TEXTOID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, INT4OID, TEXTOID, INTERVALOID, TEXTOID,
+	INT8OID, INT8OID};
+	static const Oid arrtypes[EVENT_COLS_WITH_IDS] = {TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
 		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, UUIDARRAYOID,
-	TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID};
-	Datum	   *cols[EVENT_COLS];
-	bool	   *nulls[EVENT_COLS];
+		TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INTERVALARRAYOID, TEXTARRAYOID,
+	INT8ARRAYOID, INT8ARRAYOID};
+	Datum	   *cols[EVENT_COLS_WITH_IDS];
+	bool	   *nulls[EVENT_COLS_WITH_IDS];
 	OrchArgs	a = {0};
+	bool		ids;
+	int			ncols;
 
 	if (n <= 0 || orch_events_store(events, n))
 		return;
-	for (int c = 0; c < EVENT_COLS; c++)
+	ids = events[0]->id != 0;
+	ncols = ids ? EVENT_COLS_WITH_IDS : EVENT_COLS;
+	for (int c = 0; c < ncols; c++)
 	{
 		cols[c] = palloc0(sizeof(Datum) * n);
 		nulls[c] = palloc0(sizeof(bool) * n);
@@ -226,10 +233,16 @@ events_write(OrchEvent *const *events, int n)
 		else
 			nulls[13][i] = true;
 		cols[14][i] = orch_text_datum(e->entity ? e->entity : "task");
+		if (ids)
+		{
+			cols[15][i] = Int64GetDatum(e->id);
+			cols[16][i] = Int64GetDatum(e->xact);
+			nulls[16][i] = !e->has_xact;
+		}
 	}
-	for (int c = 0; c < EVENT_COLS; c++)
+	for (int c = 0; c < ncols; c++)
 	{
-		if (n == 1)
+		if (n == 1 && !ids)
 			orch_arg(&a, elemtypes[c], cols[c][0], nulls[c][0]);
 		else
 		{
@@ -248,7 +261,18 @@ events_write(OrchEvent *const *events, int n)
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "orchestrator: SPI_connect failed");
-	if (n == 1)
+	if (ids)
+		orch_args_sql(&a, "INSERT INTO orch.events (tenant_id, task_id, run_id, entity, from_state,"
+					  " to_state, reason_code, actor, attempt, lease_token, note, at, label, waited, id, xact)"
+					  " SELECT e.tenant_id, e.task_id, e.run_id, e.entity, e.from_state, e.to_state,"
+					  " e.reason_code, e.actor, e.attempt, e.lease_token, e.note, e.at, e.label, e.waited,"
+					  " e.id, e.xact"
+					  " FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+					  "   AS e(tenant_id, task_id, run_id, from_state, to_state, reason_code,"
+					  "        actor, attempt, lease_token, note, at, ord, label, waited, entity, id, xact)"
+					  " ORDER BY e.ord",
+					  false, 0, SPI_OK_INSERT);
+	else if (n == 1)
 		orch_args_sql(&a, "INSERT INTO orch.events (tenant_id, task_id, run_id, from_state, to_state,"
 					  " reason_code, actor, attempt, lease_token, note, at, label, waited, entity)"
 					  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15)"
@@ -279,7 +303,7 @@ orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
 				 const char *reason_code, const char *label, int32 attempt,
 				 pg_uuid_t *lease_token, const char *note, int64 waited_us)
 {
-	OrchEvent	ev;
+	OrchEvent	ev = {0};
 	OrchEvent  *evp = &ev;
 
 	ev.level = 0;
@@ -301,7 +325,43 @@ orch_write_event_full(const char *tenant, int64 task_id, bool has_task,
 	ev.note = (char *) note;
 	ev.at = GetCurrentTimestamp();
 	ev.waited_us = waited_us;
-	events_write(&evp, 1);
+	orch_events_write(&evp, 1);
+}
+
+/*
+ * The event of the claim a task row records, as a row of its own (the row
+ * is about to record another claim, or its completion went unrecorded): v
+ * and isnull hold the row's ORCH_CLAIM_FIELDS (task id, tenant, run id,
+ * claim_event_id, claimed_by, attempts, lease_token, claimed_at,
+ * lease_owner, claim_xact, claim_waited in microseconds).  Palloc'd; write
+ * it with orch_events_write.
+ */
+OrchEvent *
+orch_claim_event(const Datum *v, const bool *isnull)
+{
+	OrchEvent  *e = palloc0(sizeof(OrchEvent));
+
+	e->task_id = DatumGetInt64(v[0]);
+	e->has_task = true;
+	e->tenant = TextDatumGetCString(v[1]);
+	e->has_run = !isnull[2];
+	e->run_id = isnull[2] ? 0 : DatumGetInt64(v[2]);
+	e->id = DatumGetInt64(v[3]);
+	e->entity = "task";
+	e->from_state = "queued";
+	e->to_state = "executing";
+	e->reason_code = "claimed";
+	e->actor = isnull[4] ? NULL : TextDatumGetCString(v[4]);
+	e->attempt = isnull[5] ? 0 : DatumGetInt32(v[5]);
+	e->has_token = !isnull[6];
+	if (!isnull[6])
+		memcpy(&e->token, DatumGetUUIDP(v[6]), sizeof(pg_uuid_t));
+	e->at = isnull[7] ? GetCurrentTransactionStartTimestamp() : DatumGetTimestampTz(v[7]);
+	e->label = isnull[8] ? NULL : TextDatumGetCString(v[8]);
+	e->has_xact = !isnull[9];
+	e->xact = isnull[9] ? 0 : DatumGetInt64(v[9]);
+	e->waited_us = isnull[10] ? -1 : DatumGetInt64(v[10]);
+	return e;
 }
 
 /* ----------------------------------------------------------------------
@@ -355,7 +415,7 @@ orch_buffer_event(const char *entity, const char *tenant, bool has_task, int64 t
 	MemoryContextSwitchTo(old);
 }
 
-/* Write every buffered event (one INSERT; see events_write). */
+/* Write every buffered event (one INSERT; see orch_events_write). */
 static void
 events_flush(void)
 {
@@ -370,7 +430,7 @@ events_flush(void)
 	arr = palloc(sizeof(OrchEvent *) * n);
 	foreach(lc, work)
 		arr[foreach_current_index(lc)] = (OrchEvent *) lfirst(lc);
-	events_write(arr, n);
+	orch_events_write(arr, n);
 	pfree(arr);
 	list_free_deep(work);
 }

@@ -358,38 +358,30 @@ static void
 write_claim_event(HeapTuple oldtup, TupleDesc td, const char *tenant, int64 task_id,
 				  bool has_run, int64 run_id)
 {
-	bool		isnull;
-	Datum		id = heap_getattr(oldtup, task_cols.claim_event_id, td, &isnull);
-	OrchArgs	a = {0};
-	Datum		d;
+	Datum		v[ORCH_CLAIM_FIELDS];
+	bool		isnull[ORCH_CLAIM_FIELDS];
+	OrchEvent  *e;
 	int			nest;
 
-	if (isnull)
+	v[3] = heap_getattr(oldtup, task_cols.claim_event_id, td, &isnull[3]);
+	if (isnull[3])
 		return;
-	orch_arg_int8(&a, DatumGetInt64(id));
-	orch_arg_text(&a, tenant);
-	orch_arg_int8(&a, task_id);
-	orch_arg(&a, INT8OID, Int64GetDatum(run_id), !has_run);
-	orch_arg_text(&a, get_text_col(oldtup, td, task_cols.claimed_by));
-	d = heap_getattr(oldtup, task_cols.attempts, td, &isnull);
-	orch_arg(&a, INT4OID, d, isnull);
-	d = heap_getattr(oldtup, task_cols.lease_token, td, &isnull);
-	orch_arg(&a, UUIDOID, d, isnull);
-	d = heap_getattr(oldtup, task_cols.claimed_at, td, &isnull);
-	orch_arg(&a, TIMESTAMPTZOID, d, isnull);
-	orch_arg_text(&a, get_text_col(oldtup, td, task_cols.lease_owner));
-	d = heap_getattr(oldtup, task_cols.claim_xact, td, &isnull);
-	orch_arg(&a, INT8OID, d, isnull);
-	d = heap_getattr(oldtup, task_cols.claim_waited, td, &isnull);
-	orch_arg(&a, INTERVALOID, isnull ? (Datum) 0 : IntervalPGetDatum(orch_usecs_interval(DatumGetInt64(d))), isnull);
+	v[0] = Int64GetDatum(task_id);
+	isnull[0] = false;
+	v[1] = CStringGetTextDatum(tenant);
+	isnull[1] = false;
+	v[2] = Int64GetDatum(run_id);
+	isnull[2] = !has_run;
+	v[4] = heap_getattr(oldtup, task_cols.claimed_by, td, &isnull[4]);
+	v[5] = heap_getattr(oldtup, task_cols.attempts, td, &isnull[5]);
+	v[6] = heap_getattr(oldtup, task_cols.lease_token, td, &isnull[6]);
+	v[7] = heap_getattr(oldtup, task_cols.claimed_at, td, &isnull[7]);
+	v[8] = heap_getattr(oldtup, task_cols.lease_owner, td, &isnull[8]);
+	v[9] = heap_getattr(oldtup, task_cols.claim_xact, td, &isnull[9]);
+	v[10] = heap_getattr(oldtup, task_cols.claim_waited, td, &isnull[10]);
+	e = orch_claim_event(v, isnull);
 	nest = orch_pin_search_path();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "orchestrator: SPI_connect failed");
-	orch_args_sql(&a, "INSERT INTO orch.events (id, tenant_id, task_id, run_id, entity, from_state, to_state,"
-				  "   reason_code, actor, attempt, lease_token, at, label, xact, waited)"
-				  " VALUES ($1, $2, $3, $4, 'task', 'queued', 'executing', 'claimed', $5, $6, $7,"
-				  "   coalesce($8, now()), $9, $10, $11)", false, 0, SPI_OK_INSERT);
-	SPI_finish();
+	orch_events_write(&e, 1);
 	AtEOXact_GUC(true, nest);
 }
 

@@ -518,6 +518,14 @@ typedef struct OrchEvent
 	char	   *note;
 	TimestampTz at;
 	int64		waited_us;		/* claims: how long it was claimable; else -1 */
+	/*
+	 * An event a task row recorded, written out as a row of its own: the id
+	 * and transaction the row recorded (id 0: a new event, the sequence's
+	 * id and this transaction).  One write has all or none of them.
+	 */
+	int64		id;
+	bool		has_xact;
+	int64		xact;
 } OrchEvent;
 
 /* queue_cache.c: per-backend queue settings, dropped when orch.queues changes */
@@ -528,6 +536,10 @@ extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, boo
 extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
 							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
+/* events.c: the event writer (appended directly, else through SQL) */
+extern void orch_events_write(OrchEvent *const *events, int n);
+#define ORCH_CLAIM_FIELDS 11
+extern OrchEvent *orch_claim_event(const Datum *v, const bool *isnull);
 
 /*
  * TS + IV computed in UTC (a day is 24 hours), from immutable functions

@@ -241,26 +241,35 @@ write_out_claims(const Datum *v, int n)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	OrchArgs	a = {0};
+	OrchEvent **events;
+	uint64		found;
 
 	for (int i = 0; i < n; i++)
 		ids[i] = v[i * ATTEMPT_COLS + 1];
 	orch_arg(&a, INT8ARRAYOID,
 			 PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)), false);
-	orch_args_sql(&a, "WITH c AS ("
-				  "  SELECT t.id, t.tenant_id, t.run_id, t.claim_event_id, t.claimed_by, t.attempts,"
-				  "         t.lease_token, t.claimed_at, t.lease_owner, t.claim_xact, t.claim_waited"
-				  "    FROM orch.tasks t WHERE t.id = ANY ($1) AND t.claim_event_id IS NOT NULL"
-				  "     AND t.state = 'completed' AND t.complete_event_id IS NULL),"
-				  " w AS (INSERT INTO orch.events (id, tenant_id, task_id, run_id, entity, from_state,"
-				  "         to_state, reason_code, actor, attempt, lease_token, at, label, xact, waited)"
-				  "       SELECT c.claim_event_id, c.tenant_id, c.id, c.run_id, 'task', 'queued', 'executing',"
-				  "              'claimed', c.claimed_by, c.attempts, c.lease_token, coalesce(c.claimed_at, now()),"
-				  "              c.lease_owner, c.claim_xact, make_interval(secs => c.claim_waited / 1000000.0)"
-				  "         FROM c)"
-				  " UPDATE orch.tasks t SET claim_event_id = NULL, claimed_by = NULL, claim_xact = NULL,"
-				  "        claim_waited = NULL"
-				  "   FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id",
-				  false, 0, SPI_OK_UPDATE);
+	/* cleared, and the claims they recorded returned (ORCH_CLAIM_FIELDS) */
+	found = orch_args_sql(&a, "WITH c AS ("
+						  "  SELECT t.id, t.tenant_id, t.run_id, t.claim_event_id, t.claimed_by, t.attempts,"
+						  "         t.lease_token, t.claimed_at, t.lease_owner, t.claim_xact, t.claim_waited"
+						  "    FROM orch.tasks t WHERE t.id = ANY ($1) AND t.claim_event_id IS NOT NULL"
+						  "     AND t.state = 'completed' AND t.complete_event_id IS NULL)"
+						  " UPDATE orch.tasks t SET claim_event_id = NULL, claimed_by = NULL, claim_xact = NULL,"
+						  "        claim_waited = NULL"
+						  "   FROM c WHERE t.id = c.id AND t.tenant_id = c.tenant_id"
+						  " RETURNING c.*", false, 0, SPI_OK_UPDATE_RETURNING);
+	if (found == 0)
+		return;
+	events = palloc(sizeof(OrchEvent *) * found);
+	for (uint64 i = 0; i < found; i++)
+	{
+		Datum		cv[ORCH_CLAIM_FIELDS];
+		bool		cn[ORCH_CLAIM_FIELDS];
+
+		orch_spi_values(SPI_tuptable, i, 1, ORCH_CLAIM_FIELDS, cv, cn);
+		events[i] = orch_claim_event(cv, cn);
+	}
+	orch_events_write(events, (int) found);
 	pfree(ids);
 }
 
