@@ -10,7 +10,7 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency steady backlog tenants readers retention keys wf decay"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency steady waiting backlog tenants readers retention keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_REPS=N            repetitions of each throughput workload (default 3,
 #                           quick 1), the sides alternating; the table shows
@@ -37,7 +37,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady backlog tenants readers retention keys wf decay}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady waiting backlog tenants readers retention keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -184,8 +184,9 @@ trap 'exit 130' INT TERM
 log "initdb $DATA (port $PORT, socket $SOCK)"
 as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null
 
-PRELOAD=""
-[ "$PROFILE" = 1 ] && PRELOAD=pg_stat_statements
+# orchestrator: the wake-up of waiting claims (nothing for the baseline's queries)
+PRELOAD="orchestrator"
+[ "$PROFILE" = 1 ] && PRELOAD="orchestrator,pg_stat_statements"
 cat >>"$DATA/postgresql.conf" <<EOF
 
 # ---- bench/run.sh: identical for the orchestrator and the baseline ----
@@ -987,16 +988,18 @@ steady_stats() { # SIDE [FROM_SECS TO_SECS] -> "started% p50 p95 p99" (ms)
                    FROM $tbl WHERE queue = 'steady' $win) s" | tr '|' ' '
 }
 
-# steady_run SIDE RATE WORKERS BATCH SECS: one run; leaves the rows in place.
+# steady_run SIDE RATE WORKERS BATCH SECS [WORKER_SCRIPT]: one run; leaves
+# the rows in place.  The workers poll every 5 ms (steady_worker), or wait
+# in the claim (waiting_worker, orchestrator only).
 steady_run() {
-    local side=$1 rate=$2 workers=$3 batch=$4 secs=$5 wpid out
+    local side=$1 rate=$2 workers=$3 batch=$4 secs=$5 kind=${6:-steady_worker} wpid out
     reset_all
     if [ "$side" = orchestrator ]; then sql "SELECT orch_create_queue('steady')" >/dev/null; fi
     settle
     out=$WORK/steady-$side-$rate-$workers-$batch
     "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
         -c "$workers" -j "$(threads_for "$workers")" -T $(( secs + 2 )) \
-        -D queue=steady -D batch="$batch" -f "$(script_for "$side" steady_worker)" bench >"$out.workers" 2>&1 &
+        -D queue=steady -D batch="$batch" -f "$(script_for "$side" "$kind")" bench >"$out.workers" 2>&1 &
     wpid=$!
     "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
         -c 1 -j 1 -R "$rate" -T "$secs" \
@@ -1029,6 +1032,85 @@ run_steady() {
         STEADY[drift,$side]="$(steady_stats "$side" 0 "$STEADY_WIN");$(steady_stats "$side" $(( STEADY_LONG - STEADY_WIN )) "$STEADY_LONG")"
         log "  first / last ${STEADY_WIN}s: ${STEADY[drift,$side]}"
     done
+}
+
+# ---------------------------------------------------------------------------
+# Waiting claims (orch_dequeue with wait): the steady load of 500 jobs/s with
+# 4 workers whose claims wait in the server (a commit wakes them), beside
+# the orchestrator's and the baseline's workers polling every 5 ms, in the
+# same repetitions.  Then the cost of idle workers: 16 workers waiting (or
+# polling every 5 ms) on an empty queue for WAIT_IDLE_SECS, as the CPU time
+# of their backends.  Targets: every task started, p99 <= 10 ms; 16 idle
+# waiting workers under 2% of one core.
+# ---------------------------------------------------------------------------
+declare -A WAITING      # WAITING[kind] = "started% p50 p95 p99" of each repetition, ';'-separated
+declare -A IDLE         # IDLE[kind] = % of one core
+WAIT_IDLE_SECS=${BENCH_WAIT_IDLE_SECS:-10}
+run_waiting() {
+    local rep kind side v
+    want orchestrator || return 0
+    for rep in $(seq 1 "$REPS"); do
+        for kind in waiting polling baseline; do
+            case $kind in
+                waiting)  side=orchestrator; steady_run orchestrator 500 4 1 "$STEADY_SECS" waiting_worker ;;
+                polling)  side=orchestrator; steady_run orchestrator 500 4 1 "$STEADY_SECS" ;;
+                baseline) want baseline || continue; side=baseline; steady_run baseline 500 4 1 "$STEADY_SECS" ;;
+            esac
+            v=$(steady_stats "$side")
+            WAITING[$kind]="${WAITING[$kind]:-}${WAITING[$kind]:+;}$v"
+            log "waiting claims, 500/s, 4 workers, $kind: started % / p50 / p95 / p99 ms: $v"
+        done
+    done
+    for kind in waiting polling; do
+        IDLE[$kind]=$(idle_cost "$kind")
+        log "16 idle workers, $kind: ${IDLE[$kind]}% of one core"
+    done
+}
+
+# idle_cost KIND: the CPU time of 16 workers' backends on an empty queue,
+# as % of one core, over WAIT_IDLE_SECS.
+idle_cost() {
+    local kind=$1 wpid pids t0 t1 ticks hz script
+    reset_all
+    sql "SELECT orch_create_queue('steady')" >/dev/null
+    settle
+    if [ "$kind" = waiting ]; then script=waiting_worker; else script=steady_worker; fi
+    "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+        -c 16 -j "$(threads_for 16)" -T $(( WAIT_IDLE_SECS + 4 )) \
+        -D queue=steady -D batch=1 -f "$(script_for orchestrator "$script")" bench >"$WORK/idle-$kind.out" 2>&1 &
+    wpid=$!
+    sleep 2
+    pids=$(sql "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE application_name = 'pgbench'")
+    hz=$(getconf CLK_TCK)
+    t0=$(for p in $pids; do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null; done | awk '{ s += $1 } END { print s + 0 }')
+    sleep "$WAIT_IDLE_SECS"
+    t1=$(for p in $pids; do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null; done | awk '{ s += $1 } END { print s + 0 }')
+    wait "$wpid" 2>/dev/null || true
+    awk -v a="$t0" -v b="$t1" -v hz="$hz" -v s="$WAIT_IDLE_SECS" 'BEGIN { printf "%.2f", 100 * (b - a) / hz / s }'
+}
+
+report_waiting() {
+    local kind label
+    echo "waiting claims (500 jobs/s from one producer, 4 workers, claim 1; each run ${STEADY_SECS}s; latency = claimed - created):"
+    printf '  %-44s | %9s | %9s | %9s | %9s | %s\n' workers "started %" "p50 ms" "p95 ms" "p99 ms" target
+    for kind in waiting polling baseline; do
+        [ -n "${WAITING[$kind]:-}" ] || continue
+        case $kind in
+            waiting)  label="orchestrator, claims that wait (1 s)" ;;
+            polling)  label="orchestrator, polling every 5 ms" ;;
+            baseline) label="baseline, polling every 5 ms" ;;
+        esac
+        # shellcheck disable=SC2046
+        set -- $(steady_median "${WAITING[$kind]}")
+        local met=""
+        [ "$kind" = waiting ] && met=$(awk -v s="$1" -v p="$4" 'BEGIN { print "all started, p99 <= 10 ms: " ((s >= 99.5 && p <= 10) ? "met" : "NOT met") }')
+        printf '  %-44s | %9s | %9s | %9s | %9s | %s\n' "$label" "$1" "$2" "$3" "$4" "$met"
+    done
+    if [ -n "${IDLE[waiting]:-}" ]; then
+        awk -v w="${IDLE[waiting]}" -v p="${IDLE[polling]:-0}" -v s="$WAIT_IDLE_SECS" 'BEGIN {
+            printf "  16 idle workers for %ss (CPU of their backends, %% of one core): waiting %.2f%%, polling every 5 ms %.2f%%   target waiting < 2%%: %s\n",
+                   s, w, p, (w < 2) ? "met" : "NOT met" }'
+    fi
 }
 
 # steady_median "a b c d;a b c d;..." -> the median of each field
@@ -1113,6 +1195,7 @@ if group steady; then run_steady; fi
 if group backlog; then run_backlog; fi
 if group tenants; then run_tenants; fi
 if group readers; then run_readers; fi
+if group waiting; then run_waiting; fi
 if group retention; then run_retention; fi
 if group keys; then run_keys; fi
 if group decay; then run_decay; fi
@@ -1265,6 +1348,7 @@ report() {
 
     fi
     if group steady; then echo; report_steady; echo; fi
+    if group waiting; then echo; report_waiting; echo; fi
     if [ -n "${LAT[backlog,orchestrator,0]:-}${LAT[backlog,baseline,0]:-}" ]; then
         echo "backlog not due (claim+complete, 1 client; ms): $LAT_SMALL ready alone vs with $(fmt_int "$DELAYED") not due"
         for side in $SYSTEMS; do

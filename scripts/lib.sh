@@ -307,7 +307,7 @@ cluster_start() {
 port = $port
 listen_addresses = 'localhost'
 unix_socket_directories = '$sock'
-shared_preload_libraries = 'pg_cron'
+shared_preload_libraries = 'pg_cron,orchestrator'
 cron.database_name = '$cron_db'
 max_connections = 100
 $durability

@@ -2244,6 +2244,25 @@ GRANT EXECUTE ON FUNCTION orch_task_rows(bigint[], bigint, bigint, bigint, integ
     orch_run_rows(bigint[], bigint, bigint, integer), orch_run_step_rows(bigint)
   TO orch_reader;
 
+-- Claims that wait: orch_dequeue gains wait (src/claim_wait.c).
+DROP FUNCTION orch_dequeue(text, text, integer, interval, text);
+CREATE FUNCTION orch_dequeue(queue text, worker text,
+                             batch integer DEFAULT 1,
+                             lease interval DEFAULT NULL,
+                             tenant text DEFAULT NULL,
+                             wait interval DEFAULT NULL)
+RETURNS TABLE (task_id bigint, lease_token uuid, attempt integer, payload jsonb,
+               queue text, priority integer, step_key text, guard text,
+               lease_expires_at timestamptz, resume_data jsonb)
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_dequeue';
+COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) IS
+  'Claims up to batch eligible tasks (priority, then FIFO) with a lease; never hands one task to two workers; with wait, waits for one when there is none.';
+REVOKE ALL ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) TO orch_worker;
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

@@ -847,7 +847,8 @@ COMMENT ON FUNCTION orch_enqueue_batch(text, jsonb[], integer, text[], timestamp
 CREATE FUNCTION orch_dequeue(queue text, worker text,
                              batch integer DEFAULT 1,
                              lease interval DEFAULT NULL,
-                             tenant text DEFAULT NULL)
+                             tenant text DEFAULT NULL,
+                             wait interval DEFAULT NULL)
 RETURNS TABLE (task_id bigint, lease_token uuid, attempt integer, payload jsonb,
                queue text, priority integer, step_key text, guard text,
                lease_expires_at timestamptz, resume_data jsonb)
@@ -855,8 +856,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS 'MODULE_PATHNAME', 'orch_dequeue';
-COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text) IS
-  'Claims up to batch eligible tasks (priority, then FIFO) with a lease; never hands one task to two workers.';
+COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) IS
+  'Claims up to batch eligible tasks (priority, then FIFO) with a lease; never hands one task to two workers; with wait, waits for one when there is none.';
 
 -- Whether a claim may hand out a workflow step's task now (its run running,
 -- within its deadline, or a compensation): asked by the claim statements of
@@ -2768,7 +2769,7 @@ GRANT EXECUTE ON FUNCTION
   TO orch_producer;
 
 GRANT EXECUTE ON FUNCTION
-    orch_dequeue(text, text, integer, interval, text),
+    orch_dequeue(text, text, integer, interval, text, interval),
     orch_complete(bigint, uuid, jsonb),
     orch_complete_batch(bigint[], uuid[], jsonb[]),
     orch_fail(bigint, uuid, text, text, interval),

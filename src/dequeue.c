@@ -5,16 +5,19 @@
  *	  after the queue's housekeeping (housekeeping.c: expired leases recovered,
  *	  delayed tasks that came due let in).
  *	  A task's timeout caps its lease: lease_expires_at never passes
- *	  claimed_at + timeout.
+ *	  claimed_at + timeout.  A claim with wait looks again while it finds
+ *	  nothing, woken as claim_wait.c says.
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
-#include "access/xact.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/timestamp.h"
 
 #include "orchestrator.h"
 
@@ -61,7 +64,7 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  */
 #define RUN_CLAIMABLE(RUN_ID, RUN_TENANT, STEP_KEY) \
 	"r.id = " RUN_ID " AND r.tenant_id = " RUN_TENANT " AND r.state = 'running'" \
-	" AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > now()))" \
+	" AND ((r.phase = 'forward' AND (r.deadline_at IS NULL OR r.deadline_at > " ORCH_NOW "))" \
 	"      OR " STEP_KEY " LIKE '%:compensate')"
 #define STEP_CLAIMABLE_SQL \
 	"SELECT 1 FROM orch.runs r WHERE " RUN_CLAIMABLE("$1", "$2", "$3")
@@ -102,7 +105,7 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " SET \
 	"  WHERE t.id = ANY (ARRAY(SELECT c.id FROM orch.tasks c" \
-	"     WHERE c.queue = $1 AND c.ready_at <= now()" TENANT_FILTER RUNF \
+	"     WHERE c.queue = $1 AND c.ready_at <= " ORCH_NOW TENANT_FILTER RUNF \
 	"     ORDER BY priority, created_at, id" \
 	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
 	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
@@ -124,13 +127,13 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 	"     SELECT y.id, y.priority, y.created_at FROM pg_catalog.unnest($5::text[]) AS w(tenant)," \
 	"      LATERAL (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
 	"       WHERE c.queue = $1 AND c.tenant_id = w.tenant" NOT_DEFAULT("c.tenant_id") \
-	"         AND c.ready_at <= now()" RUNF \
+	"         AND c.ready_at <= " ORCH_NOW RUNF \
 	"       ORDER BY c.priority, c.created_at, c.id" \
 	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) y" \
 	"     UNION ALL" \
 	"     SELECT z.id, z.priority, z.created_at FROM (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
 	"       WHERE '" ORCH_DEFAULT_TENANT "' = ANY ($5) AND c.queue = $1" \
-	"         AND c.tenant_id = '" ORCH_DEFAULT_TENANT "' AND c.ready_at <= now()" RUNF \
+	"         AND c.tenant_id = '" ORCH_DEFAULT_TENANT "' AND c.ready_at <= " ORCH_NOW RUNF \
 	"       ORDER BY c.priority, c.created_at, c.id" \
 	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) z) x" \
 	"     ORDER BY x.priority, x.created_at, x.id LIMIT $2)) AND t.tenant_id = ANY ($5)" \
@@ -143,7 +146,7 @@ static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
 
 #define CLAIM_IDS_SQL \
 	"UPDATE orch.tasks t SET " CLAIM_SET \
-	" WHERE t.id = ANY ($1) AND t.ready_at <= now()" \
+	" WHERE t.id = ANY ($1) AND t.ready_at <= " ORCH_NOW \
 	" RETURNING " CLAIM_RETURNING
 
 
@@ -154,7 +157,7 @@ static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
  */
 #define LIMITED_WINDOW_SQL(TENANT_COND, RUNF) \
 	"SELECT t.id, t.owner, t.priority, t.created_at, t.tenant_id FROM orch.tasks t" \
-	" WHERE t.queue = $1 AND t.ready_at <= now() AND " TENANT_COND \
+	" WHERE t.queue = $1 AND t.ready_at <= " ORCH_NOW " AND " TENANT_COND \
 	"   AND ($7 OR (t.priority, t.created_at, t.id) > ($4, $5, $6))" \
 	RUNF \
 	" ORDER BY t.priority, t.created_at, t.id" \
@@ -337,7 +340,7 @@ limited_take_window(LimitedClaim *lc, Datum *cv)
  * call is bounded: at most LIMITED_SCAN_MAX candidates are looked at,
  * whatever the batch and however many owners are busy elsewhere.
  */
-static void
+static int
 claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 			  Datum tenants, bool all_tenants, QueueSettings *qs, ReturnSetInfo *rsinfo,
 			  MemoryContext outer)
@@ -349,11 +352,12 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 	int			window;
 	LimitedClaim lc = {queue, qs, NULL, NULL, 0, 0};
 	SPIPlanPtr	plan;
+	int			claimed;
 
 	orch_require_read_committed();
 	lc.allowed = limited_allowed(queue, qs, batch);
 	if (lc.allowed <= 0)
-		return;
+		return 0;
 	if (qs->owner_limit > 0)
 	{
 		HASHCTL		hctl;
@@ -396,7 +400,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		limited_take_window(&lc, cv);
 	}
 	if (lc.nchosen == 0)
-		return;
+		return 0;
 	orch_arg(&u, INT8ARRAYOID,
 			 PointerGetDatum(construct_array(lc.chosen, lc.nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
 											 TYPALIGN_DOUBLE)), false);
@@ -408,7 +412,9 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 				  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
 				  " WHERE $2 > 0 ORDER BY priority, created_at, id",
 				  false, 0, SPI_OK_SELECT);
+	claimed = (int) SPI_processed;
 	emit_claimed(rsinfo, outer);
+	return claimed;
 }
 
 /* The stable step idempotency key: hash(tenant, run, step) or (tenant, task) */
@@ -512,55 +518,41 @@ claim_sql(const char *tenant, bool all_tenants)
 	return steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
 }
 
-/*
- * orch_dequeue(queue, worker, batch, lease, tenant)
- *	  -> (task_id, lease_token, attempt, payload, queue, priority, step_key,
- *		  guard, lease_expires_at, resume_data)
- */
-Datum
-orch_dequeue(PG_FUNCTION_ARGS)
+/* What one claim asks for (orch_dequeue's arguments, checked) */
+typedef struct ClaimRequest
 {
-	int			ev;
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *queue;
 	char	   *worker;
 	int32		batch;
-	int64		lease;
-	char	   *tenant;
+	int64		lease;			/* -1: the queue's */
+	char	   *tenant;			/* NULL: the caller's tenants */
+} ClaimRequest;
+
+/*
+ * One look for work: claims up to r->batch tasks into rsinfo's tuplestore;
+ * returns how many.  When it claims none, *next is when the queue may have
+ * work without a commit (its next delayed task due, its next lease out; 0:
+ * none known), for a claim that waits.
+ */
+static int
+claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, TimestampTz *next)
+{
+	int			ev;
 	QueueSettings qs;
 	bool		paused;
 	OrchArgs	a = {0};
-	MemoryContext outer = CurrentMemoryContext;
 	Datum		tenants;
 	bool		all_tenants;
+	char	   *tenant = r->tenant;
+	int64		lease = r->lease;
+	int			claimed;
 
-	orch_require_arg(fcinfo, 0, "queue");
-	orch_require_arg(fcinfo, 1, "worker");
-	queue = orch_text_arg(fcinfo, 0);
-	orch_check_name(queue, "queue");
-	worker = orch_key_arg(fcinfo, 1, "worker");
-	if (worker[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("worker must not be empty")));
-	batch = orch_int4_arg(fcinfo, 2, "batch", 1, orch_max_batch_size, 1);
-	lease = orch_interval_arg(fcinfo, 3, "lease", -1);
-	tenant = orch_text_arg(fcinfo, 4);
-	if (orch_citus())
-	{
-		/* one tenant, so that every statement below is single-shard */
-		if (tenant == NULL)
-			tenant = orch_caller_only_tenant();
-		orch_require_one_tenant(tenant, "orch_dequeue");
-	}
-
-	InitMaterializedSRF(fcinfo, 0);
-
+	*next = 0;
 	SPI_connect();
-	if (!orch_load_queue(queue, &qs, &paused) || paused)
+	if (!orch_load_queue(r->queue, &qs, &paused) || paused)
 	{
 		SPI_finish();
-		return (Datum) 0;		/* unknown or paused queue: no work */
+		return 0;				/* unknown or paused queue: no work */
 	}
 	if (lease < 0)
 		lease = qs.lease;
@@ -582,38 +574,125 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	else
 		tenants = orch_caller_tenants_datum(&all_tenants);
 
-	orch_claim_housekeeping(queue, all_tenants ? (Datum) 0 : tenants);
+	orch_claim_housekeeping(r->queue, all_tenants ? (Datum) 0 : tenants);
 
-	orch_arg_text(&a, queue);
-	orch_arg_int4(&a, batch);
-	orch_arg_text(&a, worker);
+	orch_arg_text(&a, r->queue);
+	orch_arg_int4(&a, r->batch);
+	orch_arg_text(&a, r->worker);
 	orch_arg_interval(&a, lease);
 	/* $5 as claim_sql takes it: the tenant, the claim's tenants, or none (all) */
 	if (tenant)
 		orch_arg_text(&a, tenant);
 	else if (!all_tenants)
 		orch_arg(&a, TEXTARRAYOID, tenants, false);
-	ev = orch_set_event_context(worker, NULL);
+	ev = orch_set_event_context(r->worker, NULL);
 	if (orch_citus())
 	{
-		claim_citus(queue, tenant, &qs, &a);
-		orch_clear_event_context(ev);
+		claim_citus(r->queue, tenant, &qs, &a);
 		orch_scope_clear();
 	}
 	else if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
-		claim_limited(queue, worker, batch, lease, tenants, all_tenants, &qs, rsinfo, outer);
+		claimed = claim_limited(r->queue, r->worker, r->batch, lease, tenants, all_tenants, &qs,
+								rsinfo, outer);
 		orch_clear_event_context(ev);
+		if (claimed == 0 && !orch_citus())
+			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
 		SPI_finish();
-		return (Datum) 0;
+		return claimed;
 	}
 	else
-	{
 		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
-		orch_clear_event_context(ev);
-	}
+	claimed = (int) SPI_processed;
+	orch_clear_event_context(ev);
 	emit_claimed(rsinfo, outer);
+	if (claimed == 0 && !orch_citus())
+		*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
 	SPI_finish();
+	return claimed;
+}
+
+/*
+ * A claim that waits (wait > 0): looks, and while it finds nothing sleeps
+ * until woken by a commit that made a task of its queue claimable, until
+ * the queue's next delayed task or expired lease, or until the wait ends;
+ * then looks again (claim_wait.c).
+ */
+static void
+claim_waiting(ClaimRequest *r, int64 wait, ReturnSetInfo *rsinfo, MemoryContext outer)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait / 1000);
+
+	orch_claim_wait_begin(!orch_citus());
+	for (int look = 0;; look++)
+	{
+		TimestampTz next;
+
+		/*
+		 * The claim's statements measure due times and leases from
+		 * statement_timestamp(): a later look's is the time of the look,
+		 * so that it sees what came due and leases from now.
+		 */
+		if (look > 0)
+			SetCurrentStatementStartTimestamp();
+		orch_claim_wait_prepare(r->queue);
+		/* a queue paused or resumed, its settings changed, meanwhile */
+		AcceptInvalidationMessages();
+		if (claim_once(r, rsinfo, outer, &next) > 0 || GetCurrentTimestamp() >= deadline)
+			break;
+		orch_claim_wait_sleep(next, deadline);
+	}
+	orch_claim_wait_done();
+}
+
+/*
+ * orch_dequeue(queue, worker, batch, lease, tenant, wait)
+ *	  -> (task_id, lease_token, attempt, payload, queue, priority, step_key,
+ *		  guard, lease_expires_at, resume_data)
+ */
+Datum
+orch_dequeue(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ClaimRequest r;
+	int64		wait;
+	TimestampTz next;
+
+	orch_require_arg(fcinfo, 0, "queue");
+	orch_require_arg(fcinfo, 1, "worker");
+	r.queue = orch_text_arg(fcinfo, 0);
+	orch_check_name(r.queue, "queue");
+	r.worker = orch_key_arg(fcinfo, 1, "worker");
+	if (r.worker[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("worker must not be empty")));
+	r.batch = orch_int4_arg(fcinfo, 2, "batch", 1, orch_max_batch_size, 1);
+	r.lease = orch_interval_arg(fcinfo, 3, "lease", -1);
+	r.tenant = orch_text_arg(fcinfo, 4);
+	wait = orch_interval_arg(fcinfo, 5, "wait", 0);
+	if (wait > (int64) orch_max_claim_wait * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must be at most orchestrator.max_claim_wait (%d s)", orch_max_claim_wait)));
+	if (wait > 0 && IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a claim that waits needs READ COMMITTED"),
+				 errdetail("Under REPEATABLE READ or SERIALIZABLE it would never see the tasks committed while it waits.")));
+	if (orch_citus())
+	{
+		/* one tenant, so that every statement below is single-shard */
+		if (r.tenant == NULL)
+			r.tenant = orch_caller_only_tenant();
+		orch_require_one_tenant(r.tenant, "orch_dequeue");
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (wait > 0)
+		claim_waiting(&r, wait, rsinfo, CurrentMemoryContext);
+	else
+		(void) claim_once(&r, rsinfo, CurrentMemoryContext, &next);
 	return (Datum) 0;
 }
 

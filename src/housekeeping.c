@@ -201,3 +201,33 @@ orch_claim_housekeeping(const char *queue, Datum tenants)
 	}
 	PG_END_TRY();
 }
+
+/*
+ * When queue may have work without a commit: its next delayed task comes
+ * due or its next lease runs out (tenants: the claim's, or (Datum) 0 for
+ * all); 0 when neither is known.  For a claim that waits.
+ */
+TimestampTz
+orch_next_due(const char *queue, Datum tenants)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+	Datum		d;
+
+	orch_arg(&a, INT4OID, (Datum) 0, true);	/* $1 unused: the texts share their numbering */
+	orch_arg_text(&a, queue);
+	arg_tenants(&a, tenants);
+	if (orch_args_sql(&a, "SELECT least((SELECT coalesce(retry_at, run_at) FROM orch.tasks"
+					  "                WHERE queue = $2 AND ready_at IS NULL AND NOT gated"
+					  "                  AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))"
+					  "                  AND " ORCH_TENANT_IN("tenant_id", "$3")
+					  "                ORDER BY coalesce(retry_at, run_at) LIMIT 1),"
+					  "             (SELECT lease_expires_at FROM orch.tasks"
+					  "                WHERE queue = $2 AND state = 'executing'"
+					  "                  AND " ORCH_TENANT_IN("tenant_id", "$3")
+					  "                ORDER BY lease_expires_at LIMIT 1))",
+					  true, 1, SPI_OK_SELECT) != 1)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : DatumGetTimestampTz(d);
+}

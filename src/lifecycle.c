@@ -531,14 +531,37 @@ change_derive(TaskChange *c)
 	/*
 	 * Not due yet (queued for later, or waiting to retry): not claimable
 	 * until orch_wake_delayed lets it in, so claims never step over it and a
-	 * keyed task holds no slot while it waits.
+	 * keyed task holds no slot while it waits.  Due by ORCH_NOW: the later
+	 * of the transaction's time and the statement's (a claim that waits
+	 * moves the statement's to each look).
 	 */
 	if (c->to == TS_QUEUED || c->to == TS_AWAITING_TOOL)
 	{
 		d = row_get(row, task_cols.ready_at, &isnull);
-		if (!isnull && DatumGetTimestampTz(d) > xact_start)
+		if (!isnull && DatumGetTimestampTz(d) > Max(xact_start, GetCurrentStatementStartTimestamp()))
 			row_set(row, task_cols.ready_at, (Datum) 0, true);
 	}
+}
+
+/*
+ * A task made claimable (ready_at set now), or a slot freed (it leaves
+ * executing: a queue's owner or queue limit may let another in): the
+ * claims waiting on its queue look again once this transaction commits.
+ */
+static void
+change_wake(TaskChange *c)
+{
+	bool		ready;
+	bool		was_ready = false;
+
+	if (!orch_claim_wait_shared())
+		return;
+	(void) row_get(&c->row, task_cols.ready_at, &ready);
+	ready = !ready;
+	if (!c->is_insert)
+		was_ready = !heap_attisnull(c->oldtup, task_cols.ready_at, c->td);
+	if ((ready && !was_ready) || (c->from == TS_EXECUTING && c->to != TS_EXECUTING))
+		orch_claim_wake_note(row_text(&c->row, task_cols.queue));
 }
 
 /* The admission gate, for a keyed task (one without a key passes it) */
@@ -797,6 +820,7 @@ task_trigger(TriggerData *trigdata)
 		return trigdata->tg_newtuple;
 	change_derive(&c);
 	change_gate(&c);
+	change_wake(&c);
 	/* a self-transition writes no event */
 	if (!c.is_insert && c.from == c.to)
 		return row_form(&c.row);

@@ -20,6 +20,7 @@ int			orch_retention = 7 * 24 * 3600;
 int			orch_stuck_after = 3600;
 int			orch_max_step_input_size = 16 * 1024 * 1024;
 char	   *orch_command_queue = NULL;
+int			orch_max_claim_wait = 300;
 
 void		_PG_init(void);
 
@@ -92,6 +93,14 @@ _PG_init(void)
 							   "commands",
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.max_claim_wait",
+							"Longest wait an orch_dequeue call may ask for.",
+							"A waiting claim holds a connection and its statement's snapshot while it waits.",
+							&orch_max_claim_wait,
+							300, 1, 24 * 3600,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
 	orch_plan_floor_init();
+	orch_claim_wait_init();
 }

@@ -137,7 +137,7 @@ typedef struct OrchTask
 	bool		has_claimed_at;
 	TimestampTz claimed_at;
 	bool		lease_expired;	/* lease_expires_at <= statement_timestamp() */
-	bool		timed_out;		/* claimed_at + timeout <= now() */
+	bool		timed_out;		/* claimed_at + timeout <= statement_timestamp() */
 	bool		retry_wait;		/* awaiting_tool with retry_at */
 	bool		ready;			/* claimable (ready_at set) */
 	char	   *approval_of;	/* the task behind a human_approval step: its
@@ -172,6 +172,13 @@ extern int	orch_gate_repair(const char *queue, int limit);
 extern void orch_gate_statement_end(void);
 
 /*
+ * The time due work is measured against: now(), which advances with each
+ * transaction a procedure commits, or the statement's time, which a claim
+ * that waits advances with each look (claim_wait.c), whichever is later.
+ */
+#define ORCH_NOW "greatest(now(), statement_timestamp())"
+
+/*
  * housekeeping.c: what a claim and maintenance do first.  What they look for
  * ($2 queue, $3 tenants or NULL): leases that expired (orch_recover_expired)
  * and delayed tasks that became due (orch_wake_delayed).  One text each for
@@ -183,11 +190,21 @@ extern void orch_gate_statement_end(void);
 #define ORCH_DELAYED_WHERE \
 	" WHERE queue = $2 AND ready_at IS NULL AND NOT gated" \
 	"   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))" \
-	"   AND coalesce(retry_at, run_at) <= now()" \
+	"   AND coalesce(retry_at, run_at) <= " ORCH_NOW \
 	"   AND " ORCH_TENANT_IN("tenant_id", "$3")
 extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
 extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
 extern void orch_claim_housekeeping(const char *queue, Datum tenants);
+extern TimestampTz orch_next_due(const char *queue, Datum tenants);
+
+/* claim_wait.c: waking the claims that wait */
+extern void orch_claim_wait_init(void);
+extern bool orch_claim_wait_shared(void);
+extern void orch_claim_wake_note(const char *queue);
+extern void orch_claim_wait_begin(bool shared_ok);
+extern void orch_claim_wait_prepare(const char *queue);
+extern void orch_claim_wait_sleep(TimestampTz next, TimestampTz deadline);
+extern void orch_claim_wait_done(void);
 
 /*
  * task_store.c: the one writer of task rows.  What a row is given; a field
@@ -361,6 +378,7 @@ extern int	orch_retention;
 extern int	orch_history_partition;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
+extern int	orch_max_claim_wait;
 
 /* args.c: argument checks and value conversions */
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);

@@ -196,6 +196,8 @@ Datum
 orch_resume_queue(PG_FUNCTION_ARGS)
 {
 	set_paused(fcinfo, false);
+	/* the claims waiting on it look again once this commits */
+	orch_claim_wake_note(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_VOID();
 }
 

@@ -216,36 +216,38 @@ completion_in_task(void)
 	"   AND " ORCH_TENANT_IN("t.tenant_id", "$5") \
 	" RETURNING t.tenant_id, t.id, t.attempts, t.lease_owner, t.lease_token, t.claimed_at" MORE
 
-/*
- * The attempt rows of the tasks a completion statement just completed that
- * their rows do not record: all of them without completion_in_task (on
- * Citus, on a 0.7.0 schema); with it, only those whose complete_attempt_id
- * came back empty (the lifecycle trigger did not run: triggers disabled,
- * session_replication_role = replica), so that no completion goes
- * unrecorded.  Appended directly (append.c); through SQL when orch.attempts
- * needs it.
- */
-#define ATTEMPT_COLS ORCH_ATTEMPT_COLS
+#define SPI_attisnull_row(TT, ROW, COL) \
+	heap_attisnull((TT)->vals[ROW], (COL), (TT)->tupdesc)
 
 /*
- * The completed tasks (attempt values v, n rows: tenant, task id first)
- * whose lifecycle trigger did not run: the claim each row records is
- * written out as an event row and cleared, as the trigger does when a task
- * leaves executing other than by a completion it records, so that the
- * metrics fold, which looks for recorded claims on executing rows and on
- * rows that record their completion, still finds it.  (The update is not
- * checked by the trigger either: it is off for this session.)
+ * The completed tasks (tt, rows of the completion's RETURNING: the task id
+ * second, complete_attempt_id seventh) whose lifecycle trigger did not run:
+ * the claim each row records is written out as an event row and cleared,
+ * as the trigger does when a task leaves executing other than by a
+ * completion it records, so that the metrics fold, which looks for
+ * recorded claims on executing rows and on rows that record their
+ * completion, still finds it.  (The update is not checked by the trigger
+ * either: it is off for this session.)
  */
 static void
-write_out_claims(const Datum *v, int n)
+write_out_claims(SPITupleTable *tt, int rows)
 {
-	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *ids = palloc(sizeof(Datum) * Max(rows, 1));
+	int			n = 0;
 	OrchArgs	a = {0};
 	OrchEvent **events;
 	uint64		found;
 
-	for (int i = 0; i < n; i++)
-		ids[i] = v[i * ATTEMPT_COLS + 1];
+	for (int i = 0; i < rows; i++)
+	{
+		bool		isnull;
+
+		if (!SPI_attisnull_row(tt, i, 7))
+			continue;			/* its trigger ran: the row records its completion */
+		ids[n++] = SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull);
+	}
+	if (n == 0)
+		return;
 	orch_arg(&a, INT8ARRAYOID,
 			 PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)), false);
 	/* cleared, and the claims they recorded returned (ORCH_CLAIM_FIELDS) */
@@ -273,38 +275,22 @@ write_out_claims(const Datum *v, int n)
 	pfree(ids);
 }
 
-#define SPI_attisnull_row(TT, ROW, COL) \
-	heap_attisnull((TT)->vals[ROW], (COL), (TT)->tupdesc)
+/*
+ * The attempt rows of the tasks a completion statement just completed that
+ * their rows do not record: all of them without completion_in_task (on
+ * Citus, on a 0.7.0 schema); with it, only those whose complete_attempt_id
+ * came back empty (the lifecycle trigger did not run: triggers disabled,
+ * session_replication_role = replica), so that no completion goes
+ * unrecorded.  Appended directly (append.c); through SQL when orch.attempts
+ * needs it.
+ */
 static void
 record_completed_attempts(SPITupleTable *tt, int rows, bool in_task)
 {
-	Datum	   *v = palloc(sizeof(Datum) * ATTEMPT_COLS * Max(rows, 1));
-	bool	   *nl = palloc(sizeof(bool) * ATTEMPT_COLS * Max(rows, 1));
-	int			n = 0;
-
-	for (int i = 0; i < rows; i++)
-	{
-		Datum	   *r = v + n * ATTEMPT_COLS;
-		bool	   *rn = nl + n * ATTEMPT_COLS;
-
-		if (in_task && !SPI_attisnull_row(tt, i, 7))
-			continue;
-		orch_spi_values(tt, i, 1, 6, r, rn);
-		r[6] = CStringGetTextDatum("completed");
-		rn[6] = false;
-		for (int c = 7; c < ATTEMPT_COLS; c++)
-		{
-			r[c] = (Datum) 0;
-			rn[c] = true;
-		}
-		n++;
-	}
-	if (n > 0 && in_task)
-		write_out_claims(v, n);
+	if (in_task)
+		write_out_claims(tt, rows);
 	/* (more than one row: appended directly when orch.attempts allows it) */
-	orch_attempts_insert(n, v, nl);
-	pfree(v);
-	pfree(nl);
+	orch_attempts_insert_rows(tt, rows, 1, in_task ? -7 : 0, "completed", NULL);
 }
 
 

@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -195,7 +196,8 @@ orch_attempts_insert(int n, const Datum *v, const bool *nulls)
  * The attempts of the tasks a statement just changed (tt, rows of it:
  * tenant_id, task_id, attempt, worker, lease_token, started_at at columns
  * first .. first + 5), ending with outcome and error (NULL: none); only the
- * rows whose column only_col is true (0: every row).
+ * rows whose column only_col is true, or (only_col < 0) whose column
+ * -only_col is NULL; 0: every row.
  */
 void
 orch_attempts_insert_rows(SPITupleTable *tt, uint64 rows, int first, int only_col,
@@ -212,6 +214,8 @@ orch_attempts_insert_rows(SPITupleTable *tt, uint64 rows, int first, int only_co
 		bool		isnull;
 
 		if (only_col > 0 && !DatumGetBool(SPI_getbinval(tt->vals[i], tt->tupdesc, only_col, &isnull)))
+			continue;
+		if (only_col < 0 && !heap_attisnull(tt->vals[i], -only_col, tt->tupdesc))
 			continue;
 		orch_spi_values(tt, i, first, 6, r, rn);
 		r[6] = CStringGetTextDatum(outcome);

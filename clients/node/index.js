@@ -292,7 +292,7 @@ const quietLogger = { info() {}, warn() {}, error() {} };
 class Worker {
   constructor({
     connection, pool, queue, handler, concurrency = 1, workerId, lease = null,
-    heartbeatEvery = null, batch = 10, pollMin = 50, pollMax = 2000, grace = 30000,
+    heartbeatEvery = null, batch = 10, pollMin = 50, pollMax = 2000, wait = 5000, grace = 30000,
     listen = true, tenant = null, defaultErrorClass = 'RETRYABLE', maxErrorLength = 4000,
     logger = console,
   } = {}) {
@@ -311,8 +311,10 @@ class Worker {
     this.batch = Math.max(1, batch);
     this.pollMin = pollMin;
     this.pollMax = Math.max(pollMin, pollMax);
+    if (wait !== null && !(wait > 0)) throw new RangeError('wait must be positive (or null to poll)');
+    this.wait = wait; // ms a claim waits in the server for work; null: poll
     this.grace = grace;
-    this.listen = listen;
+    this.listen = listen && wait === null; // a waiting claim is woken by the server
     this.tenant = tenant;
     this.defaultErrorClass = defaultErrorClass;
     this.maxErrorLength = maxErrorLength;
@@ -334,6 +336,7 @@ class Worker {
     this._wakeFn = null;
     this._notified = false;
     this._listenClient = null;
+    this._claimPid = null; // the backend of a claim in flight (stop() cancels it)
   }
 
   get stopping() { return this._stopping; }
@@ -346,6 +349,10 @@ class Worker {
     else if (this._stopping) this.grace = 0;
     this._stopping = true;
     this._wake();
+    if (this._claimPid !== null) {
+      // a waiting claim ends at once (57014), having claimed nothing
+      this.pool.query('SELECT pg_cancel_backend($1)', [this._claimPid]).catch(() => {});
+    }
     return this._runPromise || Promise.resolve(this.stats);
   }
 
@@ -420,12 +427,34 @@ class Worker {
   }
 
   async _claim(n) {
-    const r = await this.pool.query(
-      `SELECT d.*, extract(epoch FROM d.lease_expires_at - now())::float8 AS lease_seconds
-         FROM orch_dequeue(queue => $1::text, worker => $2::text, batch => $3::int,
-                           lease => $4::interval, tenant => $5::text) AS d`,
-      [this.queue, this.workerId, n, this.lease, this.tenant]);
-    return r.rows.map((row) => new Task(row));
+    const waiting = this.wait !== null;
+    const args = [this.queue, this.workerId, n, this.lease, this.tenant];
+    if (waiting) args.push(`${this.wait} milliseconds`);
+    const client = await this.pool.connect();
+    let broken = false;
+    this._claimPid = client.processID;
+    try {
+      if (this._stopping) return [];
+      const r = await client.query(
+        `SELECT d.*, extract(epoch FROM d.lease_expires_at - now())::float8 AS lease_seconds
+           FROM orch_dequeue(queue => $1::text, worker => $2::text, batch => $3::int,
+                             lease => $4::interval, tenant => $5::text${waiting ? ', wait => $6::interval' : ''}) AS d`,
+        args);
+      return r.rows.map((row) => new Task(row));
+    } catch (e) {
+      if (waiting && e.code === '42883') {
+        // an extension without waiting claims: poll instead
+        this.log.info(`worker ${this.workerId}: orch_dequeue has no wait here: polling`);
+        this.wait = null;
+        return [];
+      }
+      if (e.code === '57014' && this._stopping) return []; // stop() cancelled the waiting claim
+      broken = !e.code;
+      throw e;
+    } finally {
+      this._claimPid = null;
+      client.release(broken);
+    }
   }
 
   async _loop() {
@@ -456,6 +485,7 @@ class Worker {
         this._notified = false;
         continue;
       }
+      if (this.wait !== null) continue; // the claim itself waited
       await this._sleep(delay);
       delay = Math.min(delay * 2, this.pollMax);
     }

@@ -203,7 +203,7 @@ SELECT coalesce('jit=off' = ANY (proconfig), false) AS jit_off_before
 ALTER EXTENSION orchestrator UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
 SELECT 'jit=off' = ANY (proconfig) AS jit_off_after
-  FROM pg_proc WHERE oid = 'orch_dequeue(text,text,integer,interval,text)'::regprocedure;
+  FROM pg_proc WHERE oid = 'orch_dequeue(text,text,integer,interval,text,interval)'::regprocedure;
 SELECT orch_create_queue('up6') IS NOT NULL AS created;
 SELECT orch_enqueue('up6', '{"n": 1}') > 0 AS enqueued;
 SET jit = on;

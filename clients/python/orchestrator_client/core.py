@@ -384,11 +384,13 @@ class Worker:
     """Claims tasks of one queue and runs ``handler(task)`` on ``concurrency``
     threads.
 
-    * claims with ``orch_dequeue(queue, worker_id, batch, lease)``, never more
-      than free threads; polls with exponential backoff (``poll_min`` to
-      ``poll_max`` seconds) when the queue is empty, and with ``listen`` wakes
-      early on ``NOTIFY orch_enqueue`` (sent when the producer's session has
-      ``orchestrator.notify = on``);
+    * claims with ``orch_dequeue(queue, worker_id, batch, lease, wait)``,
+      never more than free threads; the claim waits in the server up to
+      ``wait`` seconds for work (a commit wakes it); with ``wait=None`` (or
+      an extension without waiting claims) it polls with exponential backoff
+      (``poll_min`` to ``poll_max`` seconds) when the queue is empty, and
+      with ``listen`` wakes early on ``NOTIFY orch_enqueue`` (sent when the
+      producer's session has ``orchestrator.notify = on``);
     * heartbeats each running task (``orch_heartbeat``) every third of its
       lease (``heartbeat_every`` to override);
     * the handler's return value (JSON) goes to ``orch_complete``; an
@@ -406,6 +408,7 @@ class Worker:
                  concurrency: int = 1, worker_id: Optional[str] = None,
                  lease: Interval = None, heartbeat_every: Optional[float] = None,
                  batch: int = 10, poll_min: float = 0.05, poll_max: float = 2.0,
+                 wait: Optional[float] = 5.0,
                  grace: float = 30.0, listen: bool = True, tenant: Optional[str] = None,
                  default_error_class: str = "RETRYABLE", max_error_length: int = 4000,
                  connect_kwargs: Optional[Dict[str, Any]] = None):
@@ -423,8 +426,12 @@ class Worker:
         self.batch = max(1, batch)
         self.poll_min = poll_min
         self.poll_max = max(poll_min, poll_max)
+        if wait is not None and wait <= 0:
+            raise ValueError("wait must be positive (or None to poll)")
+        self.wait = wait
         self.grace = grace
-        self.listen = listen
+        # a waiting claim is woken by the server: LISTEN only when polling
+        self.listen = listen and wait is None
         self.tenant = tenant
         self.default_error_class = default_error_class
         self.max_error_length = max_error_length
@@ -442,6 +449,7 @@ class Worker:
         self._wake_w.setblocking(False)
         self._notified = False
         self._thread: Optional[threading.Thread] = None
+        self._claiming: Optional[psycopg.Connection] = None   # a claim in flight (stop cancels it)
 
     # ---- public -----------------------------------------------------------
 
@@ -455,6 +463,12 @@ class Worker:
             self.grace = 0.0          # a second stop (signal) ends the grace
         self._stopping.set()
         self._wake()
+        c = self._claiming
+        if c is not None:
+            try:
+                c.cancel()       # a waiting claim ends at once (57014), having claimed nothing
+            except Exception:
+                pass
 
     @property
     def stopping(self) -> bool:
@@ -527,12 +541,34 @@ class Worker:
             return self.concurrency - len(self._inflight)
 
     def _claim(self, conn: psycopg.Connection, n: int) -> List[Task]:
+        sql = ("SELECT d.*, extract(epoch FROM d.lease_expires_at - now())::float8 AS lease_seconds"
+               " FROM orch_dequeue(queue => %s::text, worker => %s::text, batch => %s::int,"
+               " lease => %s::interval, tenant => %s::text{}) AS d")
+        args: List[Any] = [self.queue, self.worker_id, n, self.lease, self.tenant]
+        if self.wait is not None:
+            sql = sql.format(", wait => %s::interval")
+            args.append(_dt.timedelta(seconds=self.wait))
+        else:
+            sql = sql.format("")
         with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                "SELECT d.*, extract(epoch FROM d.lease_expires_at - now())::float8 AS lease_seconds"
-                " FROM orch_dequeue(queue => %s::text, worker => %s::text, batch => %s::int,"
-                " lease => %s::interval, tenant => %s::text) AS d",
-                [self.queue, self.worker_id, n, self.lease, self.tenant])
+            self._claiming = conn
+            try:
+                if self._stopping.is_set():
+                    return []
+                cur.execute(sql, args)
+            except psycopg.errors.UndefinedFunction:
+                if self.wait is None:
+                    raise
+                # an extension without waiting claims: poll instead
+                log.info("worker %s: orch_dequeue has no wait here: polling", self.worker_id)
+                self.wait = None
+                return []
+            except psycopg.errors.QueryCanceled:
+                if self._stopping.is_set():
+                    return []       # stop() cancelled the waiting claim
+                raise
+            finally:
+                self._claiming = None
             return [Task(r) for r in cur.fetchall()]
 
     def _run(self) -> None:
@@ -599,6 +635,8 @@ class Worker:
                 if self._notified:
                     self._notified = False
                     continue
+                if self.wait is not None:
+                    continue        # the claim itself waited
                 self._wait(delay, conn)
                 delay = min(delay * 2, self.poll_max)
         finally:
