@@ -102,7 +102,7 @@ test('NOTIFY orch_enqueue wakes a worker that polls rarely', async (t) => {
   const app = uniq('notify_worker');
   // polls only every 60 s: only the NOTIFY can make it claim quickly
   const w = new Worker({ connection: { ...connection, application_name: app }, queue, pollMin: 60000, pollMax: 60000,
-    logger: quiet, handler: async () => ({ woken: true }) });
+    wait: null, logger: quiet, handler: async () => ({ woken: true }) });
   const done = w.run({ handleSignals: false });
   try {
     await waitUntil(async () => (await one(db, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1
@@ -116,6 +116,26 @@ test('NOTIFY orch_enqueue wakes a worker that polls rarely', async (t) => {
     await waitUntil(async () => (await task(db, id)).state === 'completed', { timeout: 15000, what: 'the notified worker to complete the task' });
   } finally {
     w.stop();
+    await done;
+  }
+});
+
+test('a waiting claim wakes the worker when a task is committed (no NOTIFY, no polling)', async (t) => {
+  const { db } = await setup(t);
+  const queue = uniq('pw');
+  await createQueue(db, queue, {});
+  const app = uniq('waiting_worker');
+  // polls only every 60 s, and waits in the claim for 60 s: only the commit can wake it
+  const w = new Worker({ connection: { ...connection, application_name: app }, queue, pollMin: 60000, pollMax: 60000,
+    wait: 60000, logger: quiet, handler: async () => ({ woken: true }) });
+  const done = w.run({ handleSignals: false });
+  try {
+    await waitUntil(async () => (await one(db, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1
+        AND state = 'active' AND query LIKE '%orch_dequeue%'`, [app])) >= 1, { what: 'the worker waiting in a claim' });
+    const id = await new Client(db).enqueue(queue, {});
+    await waitUntil(async () => (await task(db, id)).state === 'completed', { timeout: 15000, what: 'the waiting worker to complete the task' });
+  } finally {
+    await w.stop({ grace: 5000 }); // cancels the claim waiting for 60 s
     await done;
   }
 });

@@ -115,7 +115,7 @@ class Producer(DBTestCase):
         create_queue(self.db, queue, {})
         app = uniq("notify_worker")
         # polls only every 60 s: only the NOTIFY can make it claim quickly
-        w = Worker(DSN, queue, lambda t: {"woken": True}, poll_min=60, poll_max=60,
+        w = Worker(DSN, queue, lambda t: {"woken": True}, poll_min=60, poll_max=60, wait=None,
                    connect_kwargs={"application_name": app})
         w.start()
         try:
@@ -133,6 +133,25 @@ class Producer(DBTestCase):
         finally:
             w.stop()
             self.assertTrue(w.join(10))
+
+    def test_waiting_claim_wakes_the_worker(self):
+        queue = uniq("pw")
+        create_queue(self.db, queue, {})
+        app = uniq("waiting_worker")
+        # polls every 60 s and waits in the claim for 60 s: only the commit can wake it
+        w = Worker(DSN, queue, lambda t: {"woken": True}, poll_min=60, poll_max=60, wait=60,
+                   connect_kwargs={"application_name": app})
+        w.start()
+        try:
+            wait_until(lambda: self.one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'"
+                " AND query LIKE '%%orch_dequeue%%'", [app]) == 1, what="the worker waiting in a claim")
+            tid = Client(self.db).enqueue(queue, {})
+            wait_until(lambda: self.task(tid)["state"] == "completed", timeout=15,
+                       what="the waiting worker to complete the task")
+        finally:
+            w.stop()
+            self.assertTrue(w.join(10), "stop() ends the claim waiting for 60 s")
 
 
 if __name__ == "__main__":
