@@ -530,9 +530,9 @@ typedef struct ClaimRequest
 
 /*
  * One look for work: claims up to r->batch tasks into rsinfo's tuplestore;
- * returns how many.  When it claims none, *next is when the queue may have
- * work without a commit (its next delayed task due, its next lease out; 0:
- * none known), for a claim that waits.
+ * returns how many.  For a claim that waits (next not NULL), when it claims
+ * none, *next is when the queue may have work without a commit (its next
+ * delayed task due, its next lease out; 0: none known).
  */
 static int
 claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, TimestampTz *next)
@@ -547,7 +547,8 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	int64		lease = r->lease;
 	int			claimed;
 
-	*next = 0;
+	if (next)
+		*next = 0;
 	SPI_connect();
 	if (!orch_load_queue(r->queue, &qs, &paused) || paused)
 	{
@@ -596,7 +597,7 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 		claimed = claim_limited(r->queue, r->worker, r->batch, lease, tenants, all_tenants, &qs,
 								rsinfo, outer);
 		orch_clear_event_context(ev);
-		if (claimed == 0 && !orch_citus())
+		if (claimed == 0 && next && !orch_citus())
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
 		SPI_finish();
 		return claimed;
@@ -606,7 +607,7 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	claimed = (int) SPI_processed;
 	orch_clear_event_context(ev);
 	emit_claimed(rsinfo, outer);
-	if (claimed == 0 && !orch_citus())
+	if (claimed == 0 && next && !orch_citus())
 		*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
 	SPI_finish();
 	return claimed;
@@ -656,7 +657,6 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ClaimRequest r;
 	int64		wait;
-	TimestampTz next;
 
 	orch_require_arg(fcinfo, 0, "queue");
 	orch_require_arg(fcinfo, 1, "worker");
@@ -692,7 +692,7 @@ orch_dequeue(PG_FUNCTION_ARGS)
 	if (wait > 0)
 		claim_waiting(&r, wait, rsinfo, CurrentMemoryContext);
 	else
-		(void) claim_once(&r, rsinfo, CurrentMemoryContext, &next);
+		(void) claim_once(&r, rsinfo, CurrentMemoryContext, NULL);
 	return (Datum) 0;
 }
 

@@ -35,12 +35,6 @@
 	" $15, $16, $17"
 
 static void
-arg_opt_text(OrchArgs *a, const char *s)
-{
-	orch_arg(a, TEXTOID, s ? CStringGetTextDatum(s) : (Datum) 0, s == NULL);
-}
-
-static void
 arg_opt_int8(OrchArgs *a, int64 v)
 {
 	orch_arg(a, INT8OID, Int64GetDatum(v), v == 0);
@@ -50,7 +44,7 @@ arg_opt_int8(OrchArgs *a, int64 v)
 static void
 task_args(OrchArgs *a, const OrchTaskRow *t)
 {
-	orch_arg(a, INT8OID, Int64GetDatum(t->id), t->id == 0);
+	arg_opt_int8(a, t->id);
 	orch_arg_text(a, t->tenant);
 	orch_arg_text(a, t->queue);
 	orch_arg_text(a, t->state ? t->state : "queued");
@@ -59,14 +53,14 @@ task_args(OrchArgs *a, const OrchTaskRow *t)
 	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(t->run_at), !t->has_run_at);
 	orch_arg(a, INT4OID, Int32GetDatum(t->max_attempts), !t->has_max_attempts);
 	orch_arg(a, INT4OID, Int32GetDatum(t->max_failures), !t->has_max_failures);
-	orch_arg(a, JSONBOID, JsonbPGetDatum(t->retry_policy), t->retry_policy == NULL);
+	orch_arg_jsonb(a, t->retry_policy);
 	orch_arg(a, INTERVALOID, IntervalPGetDatum(t->timeout), t->timeout == NULL);
-	arg_opt_text(a, t->idempotency_key);
-	arg_opt_text(a, t->owner);
-	arg_opt_text(a, t->concurrency_key);
+	orch_arg_text(a, t->idempotency_key);
+	orch_arg_text(a, t->owner);
+	orch_arg_text(a, t->concurrency_key);
 	arg_opt_int8(a, t->run_id);
 	arg_opt_int8(a, t->retry_of);
-	arg_opt_text(a, t->correlation_id);
+	orch_arg_text(a, t->correlation_id);
 }
 
 /* Insert one task (payload; step_key NULL: none); returns its id. */
@@ -78,8 +72,8 @@ orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key)
 	int64		id;
 
 	task_args(&a, t);
-	orch_arg(&a, JSONBOID, JsonbPGetDatum(payload), false);
-	arg_opt_text(&a, step_key);
+	orch_arg_jsonb(&a, payload);
+	orch_arg_text(&a, step_key);
 	if (orch_args_sql(&a, TASK_INSERT_COLUMNS
 					  " VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), " TASK_SHARED_VALUES ", $18, $19)"
 					  " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != 1)
