@@ -5,9 +5,12 @@
 # directory on a non-default port.  The system cluster (port 5432) is never
 # touched.
 
-PG_BINDIR=/usr/lib/postgresql/15/bin
+# ORCH_PG_BINDIR may name the bin directory of a relocated copy of the
+# PostgreSQL 15 installation (its pg_config reports paths beside it), so that
+# two checkouts can build, install and test side by side.
+PG_BINDIR=${ORCH_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 PG_CONFIG=$PG_BINDIR/pg_config
-PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
+PGXS_DIR=$(cd "$PG_BINDIR/../lib/pgxs" 2>/dev/null && pwd || echo /usr/lib/postgresql/15/lib/pgxs)
 PG_REGRESS=$PGXS_DIR/src/test/regress/pg_regress
 PG_ISOLATION_REGRESS=$PGXS_DIR/src/test/isolation/pg_isolation_regress
 PG_TEST_PERL=$PGXS_DIR/src/test/perl
