@@ -2340,6 +2340,33 @@ GRANT EXECUTE ON FUNCTION orch_cancel_where(jsonb, text, integer),
   TO orch_producer;
 GRANT EXECUTE ON FUNCTION orch_retry_where(jsonb, integer) TO orch_admin;
 
+-- Fair claims across tenants or concurrency keys (src/claim_fair.c).
+CREATE SEQUENCE orch.fair_turns_served_seq;
+CREATE TABLE orch.fair_turns (
+    queue     text NOT NULL,
+    fkey      text NOT NULL,
+    weight    integer NOT NULL DEFAULT 1 CHECK (weight OPERATOR(pg_catalog.>=) 1),
+    credit    integer,
+    served    bigint,
+    served_at timestamptz,
+    PRIMARY KEY (queue, fkey)
+);
+COMMENT ON TABLE orch.fair_turns IS
+  'The turns of the keys (tenants, or concurrency keys; '''' for the tasks without one) of queues with fairness round_robin: weight (tasks per turn), credit (left of the turn under way), served (when its last turn ended, a sequence value; null: never). Rows of the default weight unserved for a day are purged by orch_maintain.';
+SELECT pg_catalog.pg_extension_config_dump('orch.fair_turns', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.fair_turns_served_seq', '');
+
+CREATE FUNCTION orch_set_fairness_weight(queue text, key text, weight integer)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_set_fairness_weight';
+COMMENT ON FUNCTION orch_set_fairness_weight(text, text, integer) IS
+  'How many tasks a key (a tenant, or a concurrency key, as the queue''s fairness_key says) takes per turn in the queue''s fair claims (1 to 1000; null: back to 1).';
+REVOKE ALL ON FUNCTION orch_set_fairness_weight(text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_set_fairness_weight(text, text, integer) TO orch_admin;
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.
