@@ -2341,20 +2341,23 @@ GRANT EXECUTE ON FUNCTION orch_cancel_where(jsonb, text, integer),
 GRANT EXECUTE ON FUNCTION orch_retry_where(jsonb, integer) TO orch_admin;
 
 -- Fair claims across tenants or concurrency keys (src/claim_fair.c).
-CREATE SEQUENCE orch.fair_turns_served_seq;
-CREATE TABLE orch.fair_turns (
-    queue     text NOT NULL,
-    fkey      text NOT NULL,
-    weight    integer NOT NULL DEFAULT 1 CHECK (weight OPERATOR(pg_catalog.>=) 1),
-    credit    integer,
-    served    bigint,
-    served_at timestamptz,
+CREATE TABLE orch.fair_weights (
+    queue  text NOT NULL,
+    fkey   text NOT NULL,
+    weight integer NOT NULL CHECK (weight OPERATOR(pg_catalog.>=) 1 AND weight OPERATOR(pg_catalog.<=) 1000),
     PRIMARY KEY (queue, fkey)
 );
-COMMENT ON TABLE orch.fair_turns IS
-  'The turns of the keys (tenants, or concurrency keys; '''' for the tasks without one) of queues with fairness round_robin: weight (tasks per turn), credit (left of the turn under way), served (when its last turn ended, a sequence value; null: never). Rows of the default weight unserved for a day are purged by orch_maintain.';
-SELECT pg_catalog.pg_extension_config_dump('orch.fair_turns', '');
-SELECT pg_catalog.pg_extension_config_dump('orch.fair_turns_served_seq', '');
+COMMENT ON TABLE orch.fair_weights IS
+  'How many tasks a key (a tenant, or a concurrency key, as the queue''s fairness_key says) takes per turn in the fair claims of a queue (orch_set_fairness_weight; 1 without a row).';
+CREATE TABLE orch.fair_cursors (
+    queue  text PRIMARY KEY,
+    fkey   text,
+    credit integer NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE orch.fair_cursors IS
+  'Where the next fair claim of a queue starts: after the key the last one ended on (null: the tasks without a key of their own), or on it while credit tasks of its turn are left.';
+SELECT pg_catalog.pg_extension_config_dump('orch.fair_weights', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.fair_cursors', '');
 
 CREATE FUNCTION orch_set_fairness_weight(queue text, key text, weight integer)
 RETURNS void

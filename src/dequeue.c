@@ -656,7 +656,7 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 		claim_citus(r->queue, tenant, &qs, &a);
 		orch_scope_clear();
 	}
-	else if (qs.fair && (qs.fair_by_key || tenant == NULL) && orch_schema_fair_turns())
+	else if (qs.fair && (qs.fair_by_key || tenant == NULL) && orch_schema_fair_claims())
 	{
 		claimed = claim_fair(r->queue, r->worker, r->batch, lease,
 							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo, outer);

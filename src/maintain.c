@@ -377,18 +377,6 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " ORCH_TENANT_IN("k.tenant_id", "$4"),
 					&a);
 
-	/*
-	 * The turns of fair claims of keys served longer ago than a day with
-	 * the default weight (a key served again starts a turn, first in line):
-	 * a pass for every tenant only (the turns are not a tenant's).
-	 */
-	acts[nacts].name = "fair_turns_purged";
-	acts[nacts++].count = !orch_schema_fair_turns() ? 0 :
-		count_query("DELETE FROM orch.fair_turns f USING"
-					" (SELECT queue, fkey FROM orch.fair_turns WHERE $4::text[] IS NULL AND weight = 1"
-					"  AND served_at < now() - interval '1 day' LIMIT $1 FOR UPDATE SKIP LOCKED) o"
-					" WHERE f.queue = o.queue AND f.fkey = o.fkey",
-					&a);
 	return nacts;
 }
 

@@ -278,11 +278,18 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		orch_clear_event_context(ev);
 	}
 	orch_args_sql_once(&q, "DELETE FROM orch.queues WHERE name = $1", false, 0, SPI_OK_DELETE);
-	/* the queue's own limits and rate windows go with it */
+	/* the queue's own limits, rate windows and fairness go with it */
 	orch_args_sql_once(&q, "DELETE FROM orch.concurrency_limits WHERE queue = $1",
 					   false, 0, SPI_OK_DELETE);
 	orch_args_sql_once(&q, "DELETE FROM orch.rate_window WHERE queue = $1",
 					   false, 0, SPI_OK_DELETE);
+	if (orch_schema_fair_claims())
+	{
+		orch_args_sql_once(&q, "DELETE FROM orch.fair_weights WHERE queue = $1",
+						   false, 0, SPI_OK_DELETE);
+		orch_args_sql_once(&q, "DELETE FROM orch.fair_cursors WHERE queue = $1",
+						   false, 0, SPI_OK_DELETE);
+	}
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -373,7 +380,7 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
  * orch_set_fairness_weight(queue text, key text, weight int) -> void
  *	  How many tasks a key (a tenant, or a concurrency key: the queue's
  *	  fairness_key) takes per turn in the queue's fair claims; NULL: back to
- *	  1.  A turn under way keeps no more than the new weight.
+ *	  1.
  */
 Datum
 orch_set_fairness_weight(PG_FUNCTION_ARGS)
@@ -388,16 +395,21 @@ orch_set_fairness_weight(PG_FUNCTION_ARGS)
 	queue = orch_text_arg(fcinfo, 0);
 	orch_arg_text(&a, queue);
 	orch_arg_text(&a, orch_key_arg(fcinfo, 1, "key"));
-	orch_arg_int4(&a, orch_int4_arg(fcinfo, 2, "weight", 1, 1000, 1));
 	SPI_connect();
 	if (!orch_load_queue(queue, &qs, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("queue \"%s\" does not exist", queue)));
-	orch_args_sql_once(&a, "INSERT INTO orch.fair_turns AS f (queue, fkey, weight, credit)"
-					   " VALUES ($1, $2, $3, $3) ON CONFLICT (queue, fkey)"
-					   " DO UPDATE SET weight = excluded.weight, credit = LEAST(f.credit, excluded.weight)",
-					   false, 0, SPI_OK_INSERT);
+	if (PG_ARGISNULL(2))
+		orch_args_sql_once(&a, "DELETE FROM orch.fair_weights WHERE queue = $1 AND fkey = $2",
+						   false, 0, SPI_OK_DELETE);
+	else
+	{
+		orch_arg_int4(&a, orch_int4_arg(fcinfo, 2, "weight", 1, 1000, 1));
+		orch_args_sql_once(&a, "INSERT INTO orch.fair_weights (queue, fkey, weight) VALUES ($1, $2, $3)"
+						   " ON CONFLICT (queue, fkey) DO UPDATE SET weight = excluded.weight",
+						   false, 0, SPI_OK_INSERT);
+	}
 	SPI_finish();
 	PG_RETURN_VOID();
 }

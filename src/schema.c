@@ -264,9 +264,9 @@ orch_schema_distributed_fold(void)
 	return !schema_previous();
 }
 
-/* orch.fair_turns: the turns of fair claims (fairness round_robin). */
+/* orch.fair_weights and orch.fair_cursors: fair claims (fairness round_robin). */
 bool
-orch_schema_fair_turns(void)
+orch_schema_fair_claims(void)
 {
 	return !schema_previous();
 }
