@@ -232,11 +232,14 @@ SELECT pg_temp.states('z1', 'z2');
 -- ---------------------------------------------------------------------------
 -- 3. orch_retry_where: dead letters not re-driven yet, oldest failure first.
 -- ---------------------------------------------------------------------------
--- r1..r4 dead letters failed in the order r3, r1, r2, r4; r5 rejected (a
--- failure, not a dead letter); r6 open
-SELECT pg_temp.mk('r3', 'bq_r', 'dead');
-SELECT pg_temp.mk('r1', 'bq_r', 'dead');
-SELECT pg_temp.mk('r2', 'bq_r', 'dead');
+-- r1, r2, r3 enqueued in that order, dead letters in the order r3, r1, r2
+-- (claimed by priority); r4 in another queue; r5 rejected (a failure, not
+-- a dead letter); r6 open
+INSERT INTO tk SELECT 'r' || n, orch_enqueue('bq_r', jsonb_build_object('label', 'r' || n), priority => p)
+  FROM (VALUES (1, 2), (2, 3), (3, 1)) AS v(n, p) ORDER BY n;
+SELECT pg_temp.label(d.task_id), f.state FROM orch_dequeue('bq_r', 'w') d, LATERAL orch_fail(d.task_id, d.lease_token, 'NON_RETRYABLE', 'broken') f;
+SELECT pg_temp.label(d.task_id), f.state FROM orch_dequeue('bq_r', 'w') d, LATERAL orch_fail(d.task_id, d.lease_token, 'NON_RETRYABLE', 'broken') f;
+SELECT pg_temp.label(d.task_id), f.state FROM orch_dequeue('bq_r', 'w') d, LATERAL orch_fail(d.task_id, d.lease_token, 'NON_RETRYABLE', 'broken') f;
 SELECT pg_temp.mk('r4', 'bq_r2', 'dead');
 SELECT pg_temp.mk('r5', 'bq_r', 'rejected'), pg_temp.mk('r6', 'bq_r', 'queued');
 SELECT t.reason_code FROM orch.tasks t WHERE t.id = pg_temp.id('r5');
@@ -245,7 +248,7 @@ SELECT finished_at AS r2_failed FROM orch.tasks WHERE id = pg_temp.id('r2') \gse
 -- failed_after: only r2 (r1 itself failed at, not after, that time)
 SELECT pg_temp.label(task_id), pg_temp.label(new_task_id) IS NOT NULL AS new_task
   FROM orch_retry_where(jsonb_build_object('queue', 'bq_r', 'failed_after', :'r1_failed'));
--- max 1: the oldest failure (r3, failed before r1 whose id is lower)
+-- max 1: the oldest failure (r3, although its id is the highest)
 SELECT pg_temp.label(task_id) FROM orch_retry_where('{"queue": "bq_r", "state": ["failed"]}', 1);
 -- failed_before r2's failure: r3 and r1, of which r3 was re-driven already
 SELECT pg_temp.label(task_id) FROM orch_retry_where(jsonb_build_object('failed_before', :'r2_failed', 'queue', 'bq_r'));
