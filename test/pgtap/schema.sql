@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(206);
+SELECT plan(225);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -203,6 +203,36 @@ SELECT ok(current_setting('shared_preload_libraries') ~ 'orchestrator', 'the tes
 -- The roles exist and are not login roles.
 SELECT has_role(r, r || ' exists') FROM unnest(ARRAY['orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader']) r;
 SELECT is((SELECT count(*) FROM pg_roles WHERE rolname LIKE 'orch\_%' AND rolname IN ('orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader') AND NOT rolcanlogin), 5::bigint, 'the orch roles cannot log in');
+
+-- 0.8.0: a task's progress (kept across attempts, no default), the
+-- worker's lease calls and the bulk actions, with their signatures.
+SELECT col_type_is('orch', 'tasks', 'progress', 'jsonb', 'orch.tasks.progress is jsonb');
+SELECT col_is_null('orch', 'tasks', 'progress', 'orch.tasks.progress is nullable');
+SELECT col_hasnt_default('orch', 'tasks', 'progress', 'orch.tasks.progress has no default');
+SELECT has_column('orch_tasks', 'progress', 'orch_tasks shows the progress');
+SELECT function_returns(f, args, ret, format('%s(%s) returns %s', f, array_to_string(args, ', '), ret))
+  FROM (VALUES
+    ('orch_heartbeat', ARRAY['bigint', 'uuid', 'interval'], 'text'),
+    ('orch_heartbeat', ARRAY['bigint', 'uuid', 'interval', 'jsonb'], 'setof record'),
+    ('orch_progress', ARRAY['bigint', 'uuid', 'jsonb'], 'void'),
+    ('orch_release', ARRAY['bigint', 'uuid', 'interval'], 'text'),
+    ('orch_cancel_where', ARRAY['jsonb', 'text', 'integer'], 'setof record'),
+    ('orch_retry_where', ARRAY['jsonb', 'integer'], 'setof record'),
+    ('orch_cancel_runs_where', ARRAY['jsonb', 'text', 'integer'], 'setof record')) AS v(f, args, ret);
+SELECT is(pg_get_function_result(oid), r, proname || ': ' || r)
+  FROM pg_proc p, (VALUES
+    ('orch_heartbeat(bigint,uuid,interval,jsonb)', 'TABLE(state text, lease_expires_at timestamp with time zone)'),
+    ('orch_cancel_where(jsonb,text,integer)', 'TABLE(task_id bigint, state text)'),
+    ('orch_retry_where(jsonb,integer)', 'TABLE(task_id bigint, new_task_id bigint)'),
+    ('orch_cancel_runs_where(jsonb,text,integer)', 'TABLE(run_id bigint, state text)')) AS v(sig, r)
+ WHERE p.oid = v.sig::regprocedure;
+SELECT is(pg_get_function_arguments(oid), a, proname || ' defaults: ' || a)
+  FROM pg_proc p, (VALUES
+    ('orch_release(bigint,uuid,interval)', 'task_id bigint, lease_token uuid, delay interval DEFAULT NULL::interval'),
+    ('orch_cancel_where(jsonb,text,integer)', 'filter jsonb, reason text DEFAULT NULL::text, max integer DEFAULT 1000'),
+    ('orch_retry_where(jsonb,integer)', 'filter jsonb, max integer DEFAULT 1000'),
+    ('orch_cancel_runs_where(jsonb,text,integer)', 'filter jsonb, reason text DEFAULT NULL::text, max integer DEFAULT 100')) AS v(sig, a)
+ WHERE p.oid = v.sig::regprocedure;
 
 SELECT * FROM finish();
 ROLLBACK;
