@@ -195,7 +195,7 @@ SELECT c.fn, c.filter, pg_temp.sqlstate_of(format(c.q, c.filter)) AS result
     (29, 'cancel_where',      '''{"version": 1}''',                          'SELECT * FROM orch_cancel_where(%s)'),
     (30, 'cancel_where',      '''{"queue": "bq_z"}'', max => 0',             'SELECT * FROM orch_cancel_where(%s)'),
     (31, 'cancel_where',      '''{"queue": "bq_z"}'', max => -1',            'SELECT * FROM orch_cancel_where(%s)'),
-    (32, 'cancel_where',      '''{"queue": "bq_z"}'', max => 10001',         'SELECT * FROM orch_cancel_where(%s)'),
+    (32, 'cancel_where',      '''{"task_ids": [1.5]}''',                     'SELECT * FROM orch_cancel_where(%s)'),
     (33, 'retry_where',       'NULL',                                        'SELECT * FROM orch_retry_where(%s)'),
     (34, 'retry_where',       '''{}''',                                      'SELECT * FROM orch_retry_where(%s)'),
     (35, 'retry_where',       '''{"nope": 1}''',                             'SELECT * FROM orch_retry_where(%s)'),
@@ -203,7 +203,7 @@ SELECT c.fn, c.filter, pg_temp.sqlstate_of(format(c.q, c.filter)) AS result
     (37, 'retry_where',       '''{"error_class": "BOGUS"}''',                'SELECT * FROM orch_retry_where(%s)'),
     (38, 'retry_where',       '''{"failed_after": "soon"}''',                'SELECT * FROM orch_retry_where(%s)'),
     (39, 'retry_where',       '''{"queue": "bq_z"}'', 0',                    'SELECT * FROM orch_retry_where(%s)'),
-    (40, 'retry_where',       '''{"queue": "bq_z"}'', 10001',                'SELECT * FROM orch_retry_where(%s)'),
+    (40, 'retry_where',       '''{"task_ids": [1e30]}''',                    'SELECT * FROM orch_retry_where(%s)'),
     (41, 'cancel_runs_where', 'NULL',                                        'SELECT * FROM orch_cancel_runs_where(%s)'),
     (42, 'cancel_runs_where', '''{}''',                                      'SELECT * FROM orch_cancel_runs_where(%s)'),
     (43, 'cancel_runs_where', '''[{"definition": "bulk_wf"}]''',             'SELECT * FROM orch_cancel_runs_where(%s)'),
@@ -217,14 +217,16 @@ SELECT c.fn, c.filter, pg_temp.sqlstate_of(format(c.q, c.filter)) AS result
     (51, 'cancel_runs_where', '''{"run_ids": [true]}''',                     'SELECT * FROM orch_cancel_runs_where(%s)'),
     (52, 'cancel_runs_where', '''{"tenant": null}''',                        'SELECT * FROM orch_cancel_runs_where(%s)'),
     (53, 'cancel_runs_where', '''{"definition": "bulk_wf"}'', max => 0',     'SELECT * FROM orch_cancel_runs_where(%s)'),
-    (54, 'cancel_runs_where', '''{"definition": "bulk_wf"}'', max => 10001', 'SELECT * FROM orch_cancel_runs_where(%s)')
+    (54, 'cancel_runs_where', '''{"version": 1.5}''',                        'SELECT * FROM orch_cancel_runs_where(%s)'),
+    (55, 'cancel_runs_where', '''{"version": 3000000000}''',                 'SELECT * FROM orch_cancel_runs_where(%s)')
   ) AS c(ord, fn, filter, q)
  ORDER BY c.ord;
 SELECT pg_temp.snapshot() = :'s0' AS nothing_changed;
--- max above orchestrator.max_batch_size, and an id list longer than it: 22023
+-- max is bounded by orchestrator.max_batch_size too (a larger max, or the
+-- default, takes at most that many); an id list longer than it: 54000
 SET orchestrator.max_batch_size = 10;
-SELECT pg_temp.sqlstate_of($$SELECT * FROM orch_cancel_where('{"queue": "bq_z"}', max => 11)$$) AS max_over_batch_size,
-       pg_temp.sqlstate_of($$SELECT * FROM orch_cancel_where('{"queue": "bq_z"}', max => 10)$$) AS max_at_batch_size,
+SELECT pg_temp.sqlstate_of($$SELECT * FROM orch_cancel_where('{"queue": "bq_none"}', max => 11)$$) AS max_over_batch_size,
+       pg_temp.sqlstate_of($$SELECT * FROM orch_cancel_where('{"queue": "bq_none"}')$$) AS default_max,
        pg_temp.sqlstate_of($$SELECT * FROM orch_cancel_where(jsonb_build_object('task_ids', (SELECT jsonb_agg(g) FROM generate_series(1, 11) g)))$$) AS ids_over_batch_size;
 RESET orchestrator.max_batch_size;
 SELECT pg_temp.states('z1', 'z2');
