@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(639);
+SELECT plan(646);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 66::bigint,
-          'the extension has the 66 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 67::bigint,
+          'the extension has the 67 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -118,7 +118,7 @@ SELECT is(pg_temp.executable('tap_admin'),
           'orch_reject', 'orch_release',
           'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry',
           'orch_retry_decision', 'orch_retry_run', 'orch_retry_where', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
-          'orch_schedule_maintenance', 'orch_set_concurrency_limit', 'orch_start',
+          'orch_schedule_maintenance', 'orch_set_concurrency_limit', 'orch_set_fairness_weight', 'orch_start',
           'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_unbind_tenant',
           'orch_unschedule_maintenance', 'orch_validate_definition'],
     'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
@@ -218,6 +218,7 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_create_state_machine', $$SELECT orch_create_state_machine('tap_door', '{"closed": ["open"], "open": ["closed"]}')$$),
     ('orch_attach_state_machine', $$SELECT orch_attach_state_machine('tap_doors', 'status', 'tap_door')$$),
     ('orch_set_concurrency_limit', $$SELECT orch_set_concurrency_limit('tap_q', 'tap-key', 2)$$),
+    ('orch_set_fairness_weight',  $$SELECT orch_set_fairness_weight('tap_q', 'tap-tenant', 2)$$),
     ('orch_maintain',             $$SELECT count(*) FROM orch_maintain(100)$$),
     ('orch_retry',                $$SELECT orch_retry((SELECT min(task_id) FROM orch_dead_letters WHERE queue = 'tap_w'))$$),
     ('orch_reprocess',            $$SELECT count(*) FROM orch_reprocess(queue => 'tap_w')$$),
@@ -372,6 +373,7 @@ SELECT is((SELECT array_agg(status ORDER BY idempotency_key) FROM orch_commands 
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND retry_of IS NOT NULL), 2::bigint,
           'the admin re-drove both dead letters (orch_retry, orch_reprocess)');
 SELECT is((SELECT count(*) FROM orch.concurrency_limits WHERE queue = 'tap_q'), 1::bigint, 'the admin set a concurrency limit');
+SELECT is((SELECT weight FROM orch.fair_weights WHERE queue = 'tap_q' AND fkey = 'tap-tenant'), 2, 'the admin set a fairness weight');
 SELECT is((SELECT string_agg(version || ':' || status, ',' ORDER BY version) FROM orch.definitions WHERE name = 'tap_wf2'),
           '1:deprecated', 'the admin defined, published and deprecated a workflow (once: the others were refused)');
 SELECT is((SELECT array_agg(created_by || ':' || state ORDER BY created_by) FROM orch.runs WHERE input = '{"by": "role"}'),

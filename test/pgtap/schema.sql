@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(225);
+SELECT plan(235);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -19,7 +19,8 @@ SELECT has_table('orch', t, 'table orch.' || t || ' exists')
   FROM unnest(ARRAY['queues', 'tasks', 'attempts', 'events', 'idempotency_keys',
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
                     'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals',
-                    'metric_state', 'metric_shard_state', 'metric_totals', 'metric_minutes', 'maintenance_log']) t;
+                    'metric_state', 'metric_shard_state', 'metric_totals', 'metric_minutes', 'maintenance_log',
+                    'fair_weights', 'fair_cursors']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
                     'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps',
@@ -55,7 +56,8 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 -- definitions, which all tenants share under tenant 'default', and the
 -- metrics fold's state and the maintenance log (0.5.0), which are about the
 -- whole installation, and the fold state of each shard on Citus (0.8.0),
--- which stays on its node) are exempt.
+-- which stays on its node), and the fairness weights and cursors of the
+-- queues (0.8.0), are exempt.
 -- gate_repairs, a reference table, still carries tenant_id in its key
 -- (a deferred key decision is per tenant); so does definitions.
 -- (the history's partitions, 0.8.0, are in it: they carry the keys)
@@ -64,7 +66,8 @@ SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND NOT (c.relispartition AND c.relname !~ '_default$')
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
-                         'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log');
+                         'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log',
+                         'fair_weights', 'fair_cursors');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables WHERE NOT partition),
           ARRAY['approval_refs', 'approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes',
                 'metric_totals', 'rate_window', 'run_keys', 'run_steps', 'runs', 'tasks'],

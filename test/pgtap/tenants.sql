@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(7416);
+SELECT plan(7455);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -347,6 +347,7 @@ SELECT k, f FROM unnest(ARRAY['approver', 'admin']) k, unnest(ARRAY['orch_confir
 UNION ALL
 SELECT 'admin', f FROM unnest(ARRAY['orch_create_queue', 'orch_configure_queue', 'orch_pause_queue',
                                     'orch_resume_queue', 'orch_drop_queue', 'orch_set_concurrency_limit',
+                                    'orch_set_fairness_weight',
                                     'orch_create_state_machine', 'orch_attach_state_machine',
                                     'orch_state_machine_trigger', 'orch_maintain', 'orch_schedule_maintenance',
                                     'orch_unschedule_maintenance', 'orch_retry', 'orch_reprocess', 'orch_retry_where',
@@ -605,6 +606,9 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_set_concurrency_limit', 'global', NULL, 'set a concurrency limit',
      $q$SELECT orch_set_concurrency_limit('q_main', 'ck-{role}', 3)::text$q$,
      $q$SELECT max_running FROM orch.concurrency_limits WHERE queue = 'q_main' AND key = 'ck-{role}'$q$, '{"*": "00000:%|3"}'),
+    ('orch_set_fairness_weight', 'global', NULL, 'set a fairness weight',
+     $q$SELECT orch_set_fairness_weight('q_main', 'fw-{role}', 3)::text$q$,
+     $q$SELECT weight FROM orch.fair_weights WHERE queue = 'q_main' AND fkey = 'fw-{role}'$q$, '{"*": "00000:%|3"}'),
     ('orch_create_state_machine', 'global', NULL, 'create a state machine',
      $q$SELECT orch_create_state_machine('m_{role}', '{"a": ["b"], "b": ["a"]}')::text$q$,
      $q$SELECT count(*) FROM orch.state_machines WHERE name = 'm_{role}'$q$, '{"*": "00000:%|1"}'),
