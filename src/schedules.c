@@ -620,48 +620,82 @@ orch_schedules_tick(TimestampTz as_of, int limit)
  * SQL-callable
  * ---------------------------------------------------------------------- */
 
-/* The first slot after the later of now and the last fired slot; 22023 when none */
+/*
+ * Where a schedule's slots start: its first slot after from; 22023 when
+ * there is none.
+ */
 static TimestampTz
-first_slot(const char *cron, const char *timezone, bool has_last, TimestampTz last)
+first_slot(const char *cron, const char *timezone, TimestampTz from)
 {
 	OrchCron	c;
-	TimestampTz from = GetCurrentTransactionStartTimestamp();
 	TimestampTz next;
 
 	orch_cron_parse(cron, &c);
-	if (has_last && last > from)
-		from = last;
 	if (!orch_cron_slot_after(&c, orch_cron_timezone(timezone), from, &next))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cron expression \"%s\" matches no time in the next ten years", cron),
-				 errhint("Check the day-of-month and month fields (e.g. 30 February never comes).")));
+				 errhint("Check the day-of-month and month fields (30 February never comes).")));
 	return next;
 }
 
-/* The last fired slot of a schedule, its row locked; false when there is none */
+/* What a schedule's row says of its slots (lock_schedule) */
+typedef struct SchedCursor
+{
+	bool		has_next;
+	TimestampTz next;			/* the first slot not handled yet */
+	bool		has_fired;
+	TimestampTz fired;			/* the last slot fired */
+} SchedCursor;
+
+/*
+ * Lock a schedule's row and read its cursor (and, in the last result, its
+ * cron and time zone as columns 3 and 4); false when there is none.
+ */
 static bool
-lock_schedule(const char *tenant, const char *name, bool *has_last, TimestampTz *last)
+lock_schedule(const char *tenant, const char *name, SchedCursor *cur)
 {
 	OrchArgs	a = {0};
 	bool		isnull;
 	Datum		d;
 
+	memset(cur, 0, sizeof(*cur));
 	orch_arg_text(&a, tenant);
 	orch_arg_text(&a, name);
-	if (orch_args_sql(&a, "SELECT last_fired_slot, cron, timezone FROM orch.schedules"
+	if (orch_args_sql(&a, "SELECT next_fire_at, last_fired_slot, cron, timezone FROM orch.schedules"
 					  " WHERE tenant_id = $1 AND name = $2 FOR UPDATE",
 					  false, 0, SPI_OK_SELECT) == 0)
 		return false;
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	*has_last = !isnull;
-	*last = isnull ? 0 : DatumGetTimestampTz(d);
+	cur->has_next = !isnull;
+	cur->next = isnull ? 0 : DatumGetTimestampTz(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	cur->has_fired = !isnull;
+	cur->fired = isnull ? 0 : DatumGetTimestampTz(d);
 	return true;
 }
 
 /*
+ * Where a replaced schedule goes on: the slots it had not handled yet that
+ * are due (for the catch-up policy), else the slots after now; never one
+ * at or before its last fired slot.
+ */
+static TimestampTz
+replaced_from(const SchedCursor *cur)
+{
+	TimestampTz from = GetCurrentTransactionStartTimestamp();
+
+	if (cur->has_next && cur->next - 1 < from)
+		from = cur->next - 1;
+	if (cur->has_fired && cur->fired > from)
+		from = cur->fired;
+	return from;
+}
+
+/*
  * orch_schedule(name, cron, target, options) -> void: create or replace.
- * A replaced schedule keeps its counts, last fired slot and paused state.
+ * A replaced schedule keeps its counts, last fired slot and paused state,
+ * and goes on from the slots it had not handled (replaced_from).
  */
 Datum
 orch_schedule(PG_FUNCTION_ARGS)
@@ -674,8 +708,7 @@ orch_schedule(PG_FUNCTION_ARGS)
 	SchedOpts	o;
 	Sched		s = {0};
 	OrchArgs	a = {0};
-	bool		has_last = false;
-	TimestampTz last = 0;
+	SchedCursor cur;
 
 	orch_require_arg(fcinfo, 1, "cron");
 	orch_require_arg(fcinfo, 2, "target");
@@ -701,7 +734,7 @@ orch_schedule(PG_FUNCTION_ARGS)
 			orch_ensure_queue(queue);
 	}
 	dry_run(&s);
-	(void) lock_schedule(o.tenant, name, &has_last, &last);
+	(void) lock_schedule(o.tenant, name, &cur);
 	orch_arg_text(&a, o.tenant);
 	orch_arg_text(&a, name);
 	orch_arg_text(&a, cron);
@@ -710,7 +743,7 @@ orch_schedule(PG_FUNCTION_ARGS)
 	orch_arg_text(&a, o.overlap);
 	orch_arg_text(&a, o.catch_up);
 	orch_arg_interval(&a, o.window);
-	orch_arg_timestamptz(&a, first_slot(cron, o.timezone, has_last, last));
+	orch_arg_timestamptz(&a, first_slot(cron, o.timezone, replaced_from(&cur)));
 	orch_arg_text(&a, orch_current_actor());
 	orch_args_sql(&a, "INSERT INTO orch.schedules AS s (tenant_id, name, cron, timezone, target, overlap,"
 				  "   catch_up, catch_up_window, next_fire_at, created_by)"
@@ -742,8 +775,8 @@ orch_unschedule(PG_FUNCTION_ARGS)
 
 /*
  * Pause or resume (idempotent).  A resumed schedule's next slot is the
- * first after now: the slots of the pause never fire.  OR005 for an
- * unknown schedule.
+ * first after now (and after its last fired slot): the slots of the pause
+ * never fire.  OR005 for an unknown schedule.
  */
 static void
 set_paused(FunctionCallInfo fcinfo, bool paused)
@@ -751,23 +784,25 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	char	   *name = name_arg(fcinfo);
 	char	   *tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 1));
 	OrchArgs	a = {0};
-	bool		has_last;
-	TimestampTz last;
+	SchedCursor cur;
+	TimestampTz from = GetCurrentTransactionStartTimestamp();
 	char	   *cron;
 	char	   *timezone;
 
 	SPI_connect();
-	if (!lock_schedule(tenant, name, &has_last, &last))
+	if (!lock_schedule(tenant, name, &cur))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("schedule \"%s\" does not exist", name),
 				 errdetail("Tenant \"%s\" has no schedule of this name.", tenant)));
-	cron = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	timezone = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	cron = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	timezone = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
+	if (cur.has_fired && cur.fired > from)
+		from = cur.fired;
 	orch_arg_text(&a, tenant);
 	orch_arg_text(&a, name);
 	orch_arg_bool(&a, paused);
-	orch_arg_timestamptz(&a, first_slot(cron, timezone, has_last, last));
+	orch_arg_timestamptz(&a, first_slot(cron, timezone, from));
 	orch_args_sql(&a, "UPDATE orch.schedules SET paused = $3, updated_at = now(),"
 				  "   next_fire_at = CASE WHEN paused AND NOT $3 THEN $4 ELSE next_fire_at END,"
 				  "   pending_slot = CASE WHEN paused AND NOT $3 THEN NULL ELSE pending_slot END"
