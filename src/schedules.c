@@ -87,15 +87,19 @@ string_value(JsonbValue *v, const char *what, const char *key)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
+/* A JSON number that is an integer of the int4 range, else 22023 */
 static void
 check_integer(JsonbValue *v, const char *what, const char *key)
 {
 	char	   *s;
+	const char *digits;
 
 	if (v->type != jbvNumeric)
 		bad_value(what, key, "an integer");
 	s = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
-	if (strspn(s + (s[0] == '-'), "0123456789") != strlen(s + (s[0] == '-')) || strlen(s) > 10)
+	digits = s + (s[0] == '-');
+	if (digits[0] == '\0' || strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 10 ||
+		strtoll(s, NULL, 10) < PG_INT32_MIN || strtoll(s, NULL, 10) > PG_INT32_MAX)
 		bad_value(what, key, "an integer");
 }
 
@@ -165,6 +169,9 @@ check_target(Jsonb *target, char **queue)
 		}
 		if (tok != WJB_VALUE)
 			continue;
+		if (k.type == jbvNull && strcmp(key, "queue") != 0 && strcmp(key, "definition") != 0 &&
+			(one_of(key, texts) || one_of(key, ints) || one_of(key, objects) || strcmp(key, "timeout") == 0))
+			continue;			/* (a null option is its default) */
 		if (one_of(key, texts))
 			(void) string_value(&k, "target", key);
 		else if (one_of(key, ints))
@@ -192,6 +199,17 @@ check_target(Jsonb *target, char **queue)
 	return run;
 }
 
+/* A string option that must be one of allowed (must: how the error says them) */
+static char *
+option_choice(JsonbValue *v, const char *key, const char *const *allowed, const char *must)
+{
+	char	   *s = string_value(v, "options", key);
+
+	if (!one_of(s, allowed))
+		bad_value("options", key, must);
+	return s;
+}
+
 /* The options: timezone, overlap, catch_up, catch_up_window, tenant */
 static void
 read_options(Jsonb *options, SchedOpts *o)
@@ -217,20 +235,14 @@ read_options(Jsonb *options, SchedOpts *o)
 	{
 		if (tok == WJB_KEY)
 			key = pnstrdup(v.val.string.val, v.val.string.len);
-		else if (tok != WJB_VALUE)
-			continue;
+		else if (tok != WJB_VALUE || v.type == jbvNull)
+			continue;			/* (a null option is its default) */
 		else if (strcmp(key, "timezone") == 0)
 			o->timezone = string_value(&v, "options", key);
-		else if (strcmp(key, "overlap") == 0 &&
-				 one_of(o->overlap = string_value(&v, "options", key), overlaps))
-			continue;
 		else if (strcmp(key, "overlap") == 0)
-			bad_value("options", key, "\"skip\", \"allow\" or \"queue_one\"");
-		else if (strcmp(key, "catch_up") == 0 &&
-				 one_of(o->catch_up = string_value(&v, "options", key), catch_ups))
-			continue;
+			o->overlap = option_choice(&v, key, overlaps, "\"skip\", \"allow\" or \"queue_one\"");
 		else if (strcmp(key, "catch_up") == 0)
-			bad_value("options", key, "\"skip\" or \"all\"");
+			o->catch_up = option_choice(&v, key, catch_ups, "\"skip\" or \"all\"");
 		else if (strcmp(key, "catch_up_window") == 0)
 		{
 			o->window = interval_value(&v, "options", key);

@@ -254,6 +254,8 @@ SELECT q, pg_temp.sqlstate_of(q) AS sqlstate FROM unnest(ARRAY[
     $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "run_at": "2027-01-01"}')$$,
     $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "priority": "high"}')$$,
     $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "priority": 1.5}')$$,
+    $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "priority": 9999999999}')$$,
+    $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": null}')$$,
     $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "payload": [1]}')$$,
     $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "timeout": "soon"}')$$,
     $$SELECT orch_schedule('sc_hourly', '* * * * *', '{"queue": "sc_q", "max_attempts": 0}')$$,
