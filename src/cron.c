@@ -4,8 +4,9 @@
  *	  next fire time after an instant in a time zone, with PostgreSQL's own
  *	  time-zone conversions (pg_tzset, timestamp2tm, tm2timestamp).  A slot
  *	  is a wall-clock time the expression matches: one that a daylight-saving
- *	  gap skips fires at the instant it is pushed to (02:30 -> 03:30 local),
- *	  one that a repeat shows twice fires once, at its first occurrence.
+ *	  gap skips fires at the instant it is pushed to (by the gap: 02:30 ->
+ *	  03:30 local), one that a repeat shows twice fires once, at its first
+ *	  occurrence.
  */
 #include "postgres.h"
 
@@ -295,6 +296,70 @@ day_matches(const OrchCron *c, int y, int m, int d)
 	return dom || dow;
 }
 
+/* A wall-clock time, field by field (minute may be 60: the next hour) */
+typedef struct Wall
+{
+	int			y,
+				m,
+				d,
+				h,
+				mi;
+} Wall;
+
+/*
+ * Move w to the first wall-clock time at or after it that c matches; false
+ * past the year last_year.
+ */
+static bool
+next_wall(const OrchCron *c, Wall *w, int last_year)
+{
+	while (w->y <= last_year)
+	{
+		if (!(c->months & (1 << w->m)) || w->d > day_tab[isleap(w->y)][w->m - 1])
+		{
+			/* the first day of the next month */
+			w->d = 1, w->h = 0, w->mi = 0;
+			if (++w->m > 12)
+				w->y++, w->m = 1;
+		}
+		else if (!day_matches(c, w->y, w->m, w->d))
+			w->d++, w->h = 0, w->mi = 0;
+		else if (w->h > 23)
+			w->d++, w->h = 0, w->mi = 0;
+		else if (!(c->hours & (((uint32) 1) << w->h)) || w->mi > 59)
+			w->h++, w->mi = 0;
+		else if (!(c->minutes & (UINT64CONST(1) << w->mi)))
+			w->mi++;
+		else
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The wall-clock time the search for the slot after the instant after
+ * starts from: the minute after its local time, or after the local time
+ * it would have without a daylight-saving jump in the three hours before
+ * it, whichever is earlier (so that the slots a spring-forward gap pushed
+ * past after are found).
+ */
+static Wall
+search_start(TimestampTz after, pg_tz *tz)
+{
+	int64		back = 3 * USECS_PER_HOUR;
+	Timestamp	start = Min(local_of(after, tz), local_of(after - back, tz) + back);
+	struct pg_tm tm;
+	fsec_t		fsec;
+	Wall		w;
+
+	if (timestamp2tm(start, NULL, &tm, &fsec, NULL, NULL) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+	w.y = tm.tm_year, w.m = tm.tm_mon, w.d = tm.tm_mday, w.h = tm.tm_hour, w.mi = tm.tm_min + 1;
+	return w;
+}
+
 /*
  * The first slot of c strictly after the instant after, in tz; false when
  * there is none within ten years (e.g. "0 0 30 2 *").
@@ -302,74 +367,29 @@ day_matches(const OrchCron *c, int y, int m, int d)
 bool
 orch_cron_slot_after(const OrchCron *c, pg_tz *tz, TimestampTz after, TimestampTz *next)
 {
-	struct pg_tm tm;
-	fsec_t		fsec;
-	int			tzoff;
-	int			y,
-				m,
-				d,
-				h,
-				mi,
-				last_year;
+	Wall		w;
+	int			last_year;
 
-	if (TIMESTAMP_NOT_FINITE(after) ||
-		timestamp2tm(after, &tzoff, &tm, &fsec, NULL, tz) != 0)
+	if (TIMESTAMP_NOT_FINITE(after))
 		return false;
-	y = tm.tm_year;
-	m = tm.tm_mon;
-	d = tm.tm_mday;
-	h = tm.tm_hour;
-	mi = tm.tm_min + 1;			/* from the wall-clock minute after the instant's */
-	last_year = y + CRON_MAX_YEARS;
-	while (y <= last_year)
+	w = search_start(after, tz);
+	last_year = w.y + CRON_MAX_YEARS;
+	while (next_wall(c, &w, last_year))
 	{
-		if (!(c->months & (1 << m)))
-		{
-			m++, d = 1, h = 0, mi = 0;
-			if (m > 12)
-				y++, m = 1;
-			continue;
-		}
-		if (d > day_tab[isleap(y)][m - 1])
-		{
-			d = 1, m++, h = 0, mi = 0;
-			if (m > 12)
-				y++, m = 1;
-			continue;
-		}
-		if (!day_matches(c, y, m, d))
-		{
-			d++, h = 0, mi = 0;
-			continue;
-		}
-		if (!(c->hours & (((uint32) 1) << h)) || mi > 59)
-		{
-			h++, mi = 0;
-			if (h > 23)
-				h = 0, d++;
-			continue;
-		}
-		if (!(c->minutes & (UINT64CONST(1) << mi)))
-		{
-			mi++;
-			continue;
-		}
-		{
-			struct pg_tm w = {0};
-			Timestamp	wall;
-			TimestampTz at;
+		struct pg_tm tm = {0};
+		Timestamp	wall;
+		TimestampTz at;
 
-			w.tm_year = y, w.tm_mon = m, w.tm_mday = d, w.tm_hour = h, w.tm_min = mi;
-			if (tm2timestamp(&w, 0, NULL, &wall) != 0)
-				return false;
-			at = instant_of(wall, tz, after);
-			if (at != DT_NOBEGIN)
-			{
-				*next = at;
-				return true;
-			}
-			mi++;
+		tm.tm_year = w.y, tm.tm_mon = w.m, tm.tm_mday = w.d, tm.tm_hour = w.h, tm.tm_min = w.mi;
+		if (tm2timestamp(&tm, 0, NULL, &wall) != 0)
+			return false;
+		at = instant_of(wall, tz, after);
+		if (at != DT_NOBEGIN)
+		{
+			*next = at;
+			return true;
 		}
+		w.mi++;
 	}
 	return false;
 }

@@ -67,6 +67,8 @@ SELECT count(*) AS slots FROM orch_cron_next('0 0 30 2 *', '2026-11-29', 'UTC', 
 -- ---------------------------------------------------------------------------
 SELECT pg_temp.slots('30 2 * * *', '2027-03-13 12:00+00', 'America/New_York', 3) AS ny_spring_0230;
 SELECT pg_temp.slots('30 1 * * *', '2026-10-31 12:00+00', 'America/New_York', 3) AS ny_fall_0130;
+-- every slot of the gap fires, each pushed by the gap's hour
+SELECT pg_temp.slots('10,50 2 * * *', '2027-03-13 12:00+00', 'America/New_York', 3) AS ny_spring_two_in_gap;
 SELECT pg_temp.slots('*/30 * * * *', '2027-03-14 06:00+00', 'America/New_York', 5) AS ny_spring_half_hours;
 SELECT pg_temp.slots('*/30 * * * *', '2026-11-01 04:00+00', 'America/New_York', 6) AS ny_fall_half_hours;
 SELECT pg_temp.slots('30 2 * * *', '2027-03-27 12:00+00', 'Europe/Berlin', 3) AS berlin_spring_0230;
