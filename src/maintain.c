@@ -224,7 +224,8 @@ fold_metrics(void)
 /*
  * Fire the schedules due (schedules.c) in a subtransaction: a failure there
  * (reported as a WARNING) must not stop the rest of the pass.  None on
- * Citus, where schedules are refused.
+ * Citus, where schedules are refused, nor on a 0.7.0 schema (an update in
+ * flight), which has none.
  */
 typedef struct TickArg
 {
@@ -244,7 +245,8 @@ static int64
 tick_schedules(int32 batch)
 {
 	TickArg		t = {batch, 0};
-	ErrorData  *e = orch_citus() ? NULL : orch_subxact_try(tick_schedules_step, &t);
+	ErrorData  *e = orch_citus() || !orch_schema_schedules() ? NULL
+		: orch_subxact_try(tick_schedules_step, &t);
 
 	if (e == NULL)
 		return t.fired;

@@ -264,6 +264,13 @@ orch_schema_distributed_fold(void)
 	return !schema_previous();
 }
 
+/* Cron schedules (orch.schedules) */
+bool
+orch_schema_schedules(void)
+{
+	return !schema_previous();
+}
+
 /* The schema orch; InvalidOid when there is none. */
 Oid
 orch_namespace_oid(void)

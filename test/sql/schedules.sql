@@ -318,9 +318,12 @@ SELECT fired, skipped, last_error, next_fire_at > :'f1'::timestamptz AS went_on
 --    a bound admin fires only its tenants' schedules; a role without the
 --    grants is refused (42501).
 -- ---------------------------------------------------------------------------
+-- (roles outlive the database: a rerun finds them, and their grants)
+SET client_min_messages = warning;
 CALL pg_temp.create_roles('sc_prod_a', 'sc_prod_b', 'sc_admin_a', 'sc_nobody');
 GRANT orch_producer TO sc_prod_a, sc_prod_b;
 GRANT orch_admin TO sc_admin_a;
+RESET client_min_messages;
 SELECT orch_bind_tenant('sc_prod_a', 'sc_ta') AS a, orch_bind_tenant('sc_prod_b', 'sc_tb') AS b,
        orch_bind_tenant('sc_admin_a', 'sc_ta') AS admin_a;
 SELECT orch_schedule('sc_admins', '0 * * * *', '{"queue": "sc_tq"}', '{"tenant": "sc_tb"}');
