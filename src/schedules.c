@@ -184,7 +184,7 @@ check_target(Jsonb *target, char **queue)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("unknown target key \"%s\"", key),
-					 errhint("A task target takes queue, payload and the options of orch_enqueue but idempotency_key, run_at and tenant; a run target takes definition, input, version, pins and correlation_id.")));
+					 errhint("A task target takes queue, payload and the options of orch_enqueue except idempotency_key, run_at and tenant; a run target takes definition, input, version, pins and correlation_id.")));
 		task |= one_of(key, task_only);
 		run |= one_of(key, run_only);
 		if (strcmp(key, "queue") == 0)

@@ -234,6 +234,12 @@ SELECT orch_schedule('sc_hourly', '*/30 * * * *', '{"queue": "sc_q", "payload": 
 SELECT cron, fired >= 1 AS fired, last_fired_slot >= :'h1' AS kept_last, next_fire_at > last_fired_slot AS next_after_last
   FROM orch_schedules WHERE name = 'sc_hourly';
 
+-- a null option or target key is its default
+SELECT orch_schedule('sc_nulls', '0 0 1 1 *', '{"queue": "sc_q", "priority": null, "payload": null}',
+                     '{"overlap": null, "timezone": null, "catch_up_window": null}');
+SELECT overlap, timezone, catch_up_window, orch_unschedule('sc_nulls') AS removed
+  FROM orch_schedules WHERE name = 'sc_nulls';
+
 -- ---------------------------------------------------------------------------
 -- 8. Bad input: 22004 for a missing argument, 22023 for a bad cron, target
 --    or option, the errors of orch_enqueue / orch_start for what they
