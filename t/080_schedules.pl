@@ -75,7 +75,7 @@ $sess->query_safe('BEGIN');
 is($sess->query_safe('SELECT orch_schedule_tick(' . at(180) . ')'),
 	'11', 'a tick three hours later fires 1 + 7 + 3 slots in its transaction');
 $node->stop('immediate');
-$sess->{run}->kill_kill;
+$sess->quit;
 $node->start;
 is(query(q{SELECT count(*) FROM orch_tasks WHERE queue LIKE 'cu\_%'}),
 	'3', 'the crash took back what the uncommitted tick fired');
