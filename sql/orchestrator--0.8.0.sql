@@ -2742,6 +2742,14 @@ COMMENT ON TABLE orch.schedules IS
 COMMENT ON COLUMN orch.schedules.pending_slot IS
   'overlap queue_one: the slot held back until the work of the last fire is finished.';
 CREATE INDEX schedules_due_idx ON orch.schedules (next_fire_at) WHERE NOT paused;
+-- Row-level security for roles granted direct access, and no planner
+-- statistics on the columns that hold a tenant's values (as for the tasks).
+ALTER TABLE orch.schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON orch.schedules USING (orch.tenant_visible(tenant_id))
+    WITH CHECK (orch.tenant_visible(tenant_id));
+ALTER TABLE orch.schedules ALTER COLUMN name SET STATISTICS 0, ALTER COLUMN target SET STATISTICS 0,
+    ALTER COLUMN last_error SET STATISTICS 0, ALTER COLUMN last_task_id SET STATISTICS 0,
+    ALTER COLUMN last_run_id SET STATISTICS 0;
 SELECT pg_catalog.pg_extension_config_dump('orch.schedules', '');
 
 CREATE FUNCTION orch_schedule(name text, cron text, target jsonb, options jsonb DEFAULT '{}')

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(7239);
+SELECT plan(7245);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -1239,7 +1239,7 @@ SELECT is((SELECT count(*) FROM orch.history WHERE id > :ev_mark AND actor NOT I
 CREATE TEMP TABLE tt_rls (tbl text);
 INSERT INTO tt_rls VALUES ('tasks'), ('attempts'), ('events'), ('idempotency_keys'), ('commands'),
                           ('rate_window'), ('concurrency_limits'), ('runs'), ('run_steps'), ('approvals'),
-                          ('gate_repairs'), ('metric_totals'), ('metric_minutes');
+                          ('gate_repairs'), ('metric_totals'), ('metric_minutes'), ('schedules');
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = ('orch.' || tbl)::regclass),
           'row-level security is enabled on orch.' || tbl)
   FROM tt_rls ORDER BY tbl;
