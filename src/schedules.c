@@ -50,6 +50,7 @@ typedef struct Sched
 	int64		last_task_id;	/* 0: none */
 	int64		last_run_id;	/* 0: none */
 	/* what the tick did */
+	bool		moved;			/* its next slot or held-back slot changed */
 	int64		fired;
 	int64		skipped;
 	bool		has_fired_slot;
@@ -475,7 +476,7 @@ consider(Sched *s, TimestampTz slot, int *budget)
 	}
 	else if (strcmp(s->overlap, "queue_one") == 0 && !s->has_pending)
 	{
-		s->has_pending = true;
+		s->has_pending = s->moved = true;
 		s->pending = slot;
 	}
 	else
@@ -510,6 +511,7 @@ tick_schedule(Sched *s, TimestampTz as_of, int *budget)
 	if (s->has_pending && *budget > 0 && !previous_open(s))
 	{
 		s->has_pending = false;
+		s->moved = true;
 		if (fire(s, s->pending))
 			(*budget)--;
 		else
@@ -527,6 +529,7 @@ tick_schedule(Sched *s, TimestampTz as_of, int *budget)
 			consider(s, slot, budget);
 		slot = next;
 	}
+	s->moved |= slot != s->next;
 	s->next = slot;
 }
 
@@ -623,7 +626,9 @@ orch_schedules_tick(TimestampTz as_of, int limit)
 	for (int i = 0; i < n && budget > 0; i++)
 	{
 		tick_schedule(due[i], as_of, &budget);
-		save_sched(due[i]);
+		/* (a slot held back while the last fire's work runs: nothing to write) */
+		if (due[i]->moved || due[i]->fired > 0 || due[i]->skipped > 0)
+			save_sched(due[i]);
 	}
 	return limit - budget;
 }
