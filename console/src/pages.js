@@ -32,10 +32,10 @@ ${ctx.refresh && !ctx.noRefresh ? html`<meta http-equiv="refresh" content="${ctx
 <header class="top">
   <a class="brand" href="/queues">orchestrator</a>
   <nav>${NAV.map(([href, label]) => html`<a href="${href}"${ctx.section === href ? html` class="current"` : ''}>${label}</a>`)}</nav>
+  ${refreshToggle(ctx)}
   <span class="who">role <b>${who.role || '?'}</b> · database <b>${who.db || '?'}</b> · tenants ${tenants}${ctx.readonly ? html` · <span class="ro">read-only</span>` : ''}</span>
 </header>
 <main>
-${refreshToggle(ctx)}
 ${ctx.flash ? flashBox(ctx.flash) : ''}
 <h1>${title}</h1>
 ${body}
@@ -48,8 +48,8 @@ ${body}
 function refreshToggle(ctx) {
   if (ctx.noRefresh) return '';
   const back = ctx.path || '/queues';
-  return html`<p class="refresh" id="refresh">auto-refresh${ctx.refresh ? html` <span class="live">every ${ctx.refresh} s</span>` : ''}:
-${REFRESH_CHOICES.map((n) => html` <a href="${url('/refresh', { every: n, back })}" data-every="${n}"${(ctx.refresh || 0) === n ? html` class="current" aria-current="true"` : ''}>${n ? `${n} s` : 'off'}</a>`)}</p>`;
+  return html`<span class="refresh" id="refresh">auto-refresh${ctx.refresh ? html` <span class="live">every ${ctx.refresh} s</span>` : ''}:
+${REFRESH_CHOICES.map((n) => html` <a href="${url('/refresh', { every: n, back })}" data-every="${n}"${(ctx.refresh || 0) === n ? html` class="current" aria-current="true"` : ''}>${n ? `${n} s` : 'off'}</a>`)}</span>`;
 }
 
 function flashBox(f) {
