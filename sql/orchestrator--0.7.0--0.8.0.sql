@@ -381,6 +381,8 @@ BEGIN
         last_error_class text,
         wait_data        jsonb,
         resume_data      jsonb,
+        -- what a worker reports while it holds the task
+        progress         jsonb,
         PRIMARY KEY (id, tenant_id)
     ) WITH (fillfactor = 50,
             autovacuum_vacuum_scale_factor = 0.02,
@@ -715,7 +717,7 @@ AS $fn$
            x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
            x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
            x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
-           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data
+           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data, x.progress
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -767,7 +769,7 @@ AS $fn$
            x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
            x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
            x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
-           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data
+           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data, x.progress
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -879,7 +881,8 @@ SELECT t.id AS task_id, t.tenant_id, t.queue, t.state, t.priority, t.payload, t.
        t.retry_at, t.attempts, t.failures, t.max_attempts, t.max_failures, t.reason_code,
        t.last_error, t.last_error_class, t.lease_owner, t.lease_expires_at, t.claimed_at,
        t.wait_data, t.resume_data, t.idempotency_key, t.owner, t.concurrency_key, t.run_id,
-       t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated, t.correlation_id
+       t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated, t.correlation_id,
+       t.progress
   FROM orch.tasks_rows t;
 -- What orch_attempts reads: every row for an unbound caller, the caller's tenants'
 -- otherwise.  On Citus, orch_distribute makes it read orch.caller_attempts()
@@ -1169,6 +1172,7 @@ BEGIN
             ('tasks', 'payload'), ('tasks', 'result'), ('tasks', 'last_error'),
             ('tasks', 'last_error_class'), ('tasks', 'lease_owner'), ('tasks', 'wait_data'),
             ('tasks', 'resume_data'), ('tasks', 'idempotency_key'), ('tasks', 'correlation_id'),
+            ('tasks', 'progress'),
             ('attempts', 'worker'), ('attempts', 'error_class'), ('attempts', 'error'),
             ('events', 'note'), ('events', 'label'),
             ('idempotency_keys', 'key'),
@@ -1383,6 +1387,7 @@ SELECT * FROM (
 END
 $fn$;
 
+ALTER TYPE orch.task_status ADD ATTRIBUTE progress jsonb;
 CREATE OR REPLACE FUNCTION orch_status(task_id bigint)
 RETURNS SETOF orch.task_status
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1398,7 +1403,7 @@ BEGIN
     RETURN QUERY
         SELECT t.id, t.queue, t.tenant_id, t.state, t.priority, t.attempts, t.failures,
                t.reason_code, t.run_at, t.retry_at, t.lease_owner, t.lease_expires_at,
-               t.result, t.last_error, t.last_error_class, t.created_at, t.updated_at
+               t.result, t.last_error, t.last_error_class, t.created_at, t.updated_at, t.progress
           FROM orch.tasks t
          WHERE t.id OPERATOR(pg_catalog.=) $1 AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis));
     IF NOT FOUND THEN
@@ -2148,7 +2153,7 @@ BEGIN
                t.last_error, t.last_error_class, t.lease_owner, t.lease_expires_at, t.claimed_at,
                t.wait_data, t.resume_data, t.idempotency_key, t.owner, t.concurrency_key, t.run_id,
                t.step_key, t.created_at, t.updated_at, t.finished_at, t.retry_of, t.gated,
-               t.correlation_id
+               t.correlation_id, t.progress
           FROM orch.tasks t
          WHERE t.id OPERATOR(pg_catalog.=) ANY (ids)
            AND (vis IS NULL OR t.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
@@ -2262,6 +2267,78 @@ COMMENT ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) 
   'Claims up to batch eligible tasks (priority, then FIFO) with a lease; never hands one task to two workers; with wait, waits for one when there is none.';
 REVOKE ALL ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION orch_dequeue(text, text, integer, interval, text, interval) TO orch_worker;
+
+-- A worker's calls that keep or give back its task (src/task_lease.c).
+COMMENT ON COLUMN orch.tasks.progress IS
+  'The last progress value the task''s worker reported (orch_progress, orch_heartbeat); kept across attempts, so that a retry can read where the previous attempt got to.';
+
+CREATE FUNCTION orch_heartbeat(task_id bigint, lease_token uuid, extend interval, progress jsonb)
+RETURNS TABLE (state text, lease_expires_at timestamptz)
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_heartbeat_progress';
+COMMENT ON FUNCTION orch_heartbeat(bigint, uuid, interval, jsonb) IS
+  'Extends a lease (and, when progress is not null, sets the task''s progress); returns the task''s state and the new lease expiry (''cancelled'' and null when the task was cancelled meanwhile).';
+
+CREATE FUNCTION orch_progress(task_id bigint, lease_token uuid, progress jsonb)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_progress';
+COMMENT ON FUNCTION orch_progress(bigint, uuid, jsonb) IS
+  'Sets the progress of a task the lease token holds (no event: the task''s history does not grow); fenced like orch_complete.';
+
+CREATE FUNCTION orch_release(task_id bigint, lease_token uuid, delay interval DEFAULT NULL)
+RETURNS text
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_release';
+COMMENT ON FUNCTION orch_release(bigint, uuid, interval) IS
+  'Gives a claimed task back without counting an attempt or a failure; it is claimable again after delay (at once by default). Fenced like orch_complete.';
+
+REVOKE ALL ON FUNCTION orch_heartbeat(bigint, uuid, interval, jsonb),
+    orch_progress(bigint, uuid, jsonb), orch_release(bigint, uuid, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_heartbeat(bigint, uuid, interval, jsonb),
+    orch_progress(bigint, uuid, jsonb), orch_release(bigint, uuid, interval)
+  TO orch_worker;
+
+-- Acting on the tasks or runs a filter matches (src/bulk.c).
+CREATE FUNCTION orch_cancel_where(filter jsonb, reason text DEFAULT NULL, max integer DEFAULT 1000)
+RETURNS TABLE (task_id bigint, state text)
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_cancel_where';
+COMMENT ON FUNCTION orch_cancel_where(jsonb, text, integer) IS
+  'Cancels the open tasks of the caller''s tenants that the filter matches (oldest first, at most max), each as orch_cancel does; returns each with the state it is in after the call.';
+
+CREATE FUNCTION orch_retry_where(filter jsonb, max integer DEFAULT 1000)
+RETURNS TABLE (task_id bigint, new_task_id bigint)
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_retry_where';
+COMMENT ON FUNCTION orch_retry_where(jsonb, integer) IS
+  'Re-drives the dead letters of the caller''s tenants that the filter matches and that were not re-driven yet (oldest failure first, at most max), each as orch_retry does.';
+
+CREATE FUNCTION orch_cancel_runs_where(filter jsonb, reason text DEFAULT NULL, max integer DEFAULT 100)
+RETURNS TABLE (run_id bigint, state text)
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_cancel_runs_where';
+COMMENT ON FUNCTION orch_cancel_runs_where(jsonb, text, integer) IS
+  'Cancels the open workflow runs of the caller''s tenants that the filter matches (oldest first, at most max), each as orch_cancel_run does; returns each with the state it is in after the call.';
+
+REVOKE ALL ON FUNCTION orch_cancel_where(jsonb, text, integer), orch_retry_where(jsonb, integer),
+    orch_cancel_runs_where(jsonb, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_cancel_where(jsonb, text, integer),
+    orch_cancel_runs_where(jsonb, text, integer)
+  TO orch_producer;
+GRANT EXECUTE ON FUNCTION orch_retry_where(jsonb, integer) TO orch_admin;
 
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across

@@ -16,9 +16,6 @@
 PG_FUNCTION_INFO_V1(orch_retry);
 PG_FUNCTION_INFO_V1(orch_reprocess);
 
-#define DEAD_LETTER_REASONS \
-	"('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable'," \
-	" 'compensation_required', 'not_safe_to_retry')"
 
 
 /*
@@ -58,11 +55,13 @@ redrive_row(HeapTuple tup, TupleDesc td, int64 id)
 }
 
 /*
- * Re-drive one task, which the caller has locked.  Returns the new task id.
- * Caller is connected to SPI.
+ * Re-drive one dead letter (locked here).  Returns the new task id; -1 when
+ * skip_redriven and another session re-drove it meanwhile (else that is an
+ * error, as a task that is not a dead letter is).  Caller is connected to
+ * SPI and set the event context.
  */
-static int64
-redrive(int64 id, bool skip_redriven)
+int64
+orch_redrive(int64 id, bool skip_redriven)
 {
 	OrchArgs	a = {0};
 	bool		isnull;
@@ -89,7 +88,7 @@ redrive(int64 id, bool skip_redriven)
 		orch_arg_caller_tenants(&a);
 	}
 	/* ... and look again with a fresh snapshot, which sees a re-drive that won */
-	orch_args_sql(&a, "SELECT t.state, t.reason_code IN " DEAD_LETTER_REASONS ","
+	orch_args_sql(&a, "SELECT t.state, t.reason_code IN " ORCH_DEAD_LETTER_REASONS ","
 									  " (SELECT min(n.id) FROM orch.tasks n WHERE n.retry_of = t.id"
 									  "    AND n.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("n.tenant_id", "$2") "),"
 									  " t.tenant_id, t.reason_code,"
@@ -139,7 +138,7 @@ orch_retry(PG_FUNCTION_ARGS)
 	orch_require_arg(fcinfo, 0, "task_id");
 	SPI_connect();
 	ev = orch_set_event_context(NULL, NULL);
-	new_id = redrive(PG_GETARG_INT64(0), false);
+	new_id = orch_redrive(PG_GETARG_INT64(0), false);
 	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
@@ -166,7 +165,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	{
 		char	   *r = orch_text_arg(fcinfo, 1);
 
-		if (strstr(DEAD_LETTER_REASONS, psprintf("'%s'", r)) == NULL)
+		if (strstr(ORCH_DEAD_LETTER_REASONS, psprintf("'%s'", r)) == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("\"%s\" is not a dead-letter reason code", r),
@@ -183,7 +182,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 	SPI_connect();
 #define REPROCESS_SCAN \
 	"SELECT t.id FROM orch.tasks t" \
-	" WHERE t.state = 'failed' AND t.reason_code IN " DEAD_LETTER_REASONS \
+	" WHERE t.state = 'failed' AND t.reason_code IN " ORCH_DEAD_LETTER_REASONS \
 	" AND ($1::text IS NULL OR t.queue = $1)" \
 	" AND ($2::text IS NULL OR t.reason_code = $2)" \
 	" AND ($3::timestamptz IS NULL OR t.finished_at >= $3)" \
@@ -207,7 +206,7 @@ orch_reprocess(PG_FUNCTION_ARGS)
 		Datum		out[2];
 		bool		nulls[2] = {false, false};
 
-		int64		new_id = redrive(ids[i], true);
+		int64		new_id = orch_redrive(ids[i], true);
 
 		if (new_id < 0)
 			continue;

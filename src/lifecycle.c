@@ -599,7 +599,11 @@ change_event_facts(TaskChange *c)
 	else if (c->reason == NULL)
 		c->reason = "enqueued";
 	c->tenant = row_text(row, task_cols.tenant_id);
-	c->attempt = DatumGetInt32(row_get(row, task_cols.attempts, &isnull));
+	/* an attempt that ends is named as it was (a release gives its number back) */
+	if (!c->is_insert && c->from == TS_EXECUTING)
+		c->attempt = DatumGetInt32(heap_getattr(c->oldtup, task_cols.attempts, c->td, &isnull));
+	else
+		c->attempt = DatumGetInt32(row_get(row, task_cols.attempts, &isnull));
 	d = row_get(row, task_cols.lease_token, &isnull);
 	c->token = isnull ? NULL : DatumGetUUIDP(d);
 	d = row_get(row, task_cols.run_id, &isnull);

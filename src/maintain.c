@@ -30,7 +30,7 @@
  * Maintenance check 3: tasks finished recently (their terminal transition
  * among the last events, or the latest finished tasks whose row records
  * the completion) whose attempt or failure counters disagree with their
- * attempt rows.  A sample of the newest: four times the pass's batch, at
+ * attempt rows (a released attempt was given back: it counts for neither).  A sample of the newest: four times the pass's batch, at
  * most COUNTER_CHECK_MAX (a pass with a large batch, meant to purge much,
  * must not check hundreds of thousands of tasks, each against every
  * partition of the history).
@@ -46,7 +46,8 @@
 #define COUNTER_CHECK(ATTEMPTS) \
 	" AND t.state IN ('completed', 'failed', 'cancelled') AND " ORCH_TENANT_IN("t.tenant_id", "$4") \
 	" AND (t.attempts <> (SELECT count(*) FROM " ATTEMPTS " a" \
-	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") ")" \
+	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") \
+	"        AND a.outcome <> 'released')" \
 	"   OR t.failures <> (SELECT count(*) FROM orch.attempts a" \
 	"        WHERE a.task_id = t.id AND a.tenant_id = t.tenant_id AND " ORCH_TENANT_IN("a.tenant_id", "$4") \
 	"        AND a.outcome IN ('failed', 'lease_expired', 'timed_out')))"

@@ -147,6 +147,15 @@ typedef struct OrchTask
 
 /* task_ops.c */
 extern bool orch_lock_task(int64 id, OrchTask *t);
+extern void orch_lock_task_or_not_found(int64 id, OrchTask *t);
+extern void orch_check_lease(OrchTask *t, pg_uuid_t *token, const char *action);
+extern void orch_record_attempt(OrchTask *t, const char *outcome, const char *error_class,
+								const char *error, bool has_retry_at, TimestampTz retry_at);
+extern int64 orch_task_id_arg(FunctionCallInfo fcinfo);
+extern pg_uuid_t *orch_lease_token_arg(FunctionCallInfo fcinfo);
+extern Datum orch_task_call_end(const char *state);
+extern void orch_cancel_locked(OrchTask *t, const char *reason);
+extern bool orch_cancel_allowed(OrchTask *t);
 extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 									  bool has_retry_after, int64 retry_after,
 									  const char *outcome, TimestampTz *retry_at);
@@ -243,6 +252,12 @@ extern void orch_attempts_insert(int n, const Datum *v, const bool *nulls);
 extern void orch_attempts_insert_rows(SPITupleTable *tt, uint64 rows, int first, int only_col,
 									  const char *outcome, const char *error);
 
+/* deadletter.c: the reasons of a dead letter, and its re-drive */
+#define ORCH_DEAD_LETTER_REASONS \
+	"('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable'," \
+	" 'compensation_required', 'not_safe_to_retry')"
+extern int64 orch_redrive(int64 id, bool skip_redriven);
+
 /* enqueue.c */
 extern int64 orch_enqueue_internal(const char *queue, Jsonb *payload,
 								   const char *tenant, const char *owner);
@@ -324,8 +339,11 @@ extern void orch_runs_note(int64 run_id, const char *tenant, int64 task_id, cons
 /* ... or a step's task entered or left a retry wait (the step reads retrying) */
 extern void orch_runs_note_retry(int64 run_id, const char *tenant);
 
-/* runs.c: workflow runs */
+/* runs.c: workflow runs; run_control.c: a run cancelled */
 extern void orch_runs_flush(void);
+extern const char *orch_run_cancel(int64 run_id, const char *reason, bool quiet);
+/* run_state.c: a run state's name */
+extern bool orch_run_state_known(const char *s);
 extern int	orch_runs_maintain(int limit);
 
 /* tenant.c: the tenants a call may touch (bindings, and the Citus scope) */

@@ -299,23 +299,22 @@ orch_resume_run(PG_FUNCTION_ARGS)
 	return run_call_result(orch_run_state_names[r.state]);
 }
 
-Datum
-orch_cancel_run(PG_FUNCTION_ARGS)
+/*
+ * Cancel a run: its open tasks first (the lock order), then the run; its
+ * approval task after the run (run_approvals.c).  On Citus, on the run's
+ * shard.  Returns "canceled", also for a run canceled before; a run that
+ * ended otherwise is an error, or (quiet) returns its state.  The run's
+ * busy mark ends here; the caller is connected to SPI and clears the tenant
+ * scope.
+ */
+const char *
+orch_run_cancel(int64 run_id, const char *reason, bool quiet)
 {
 	int			ev;
 	RunRow		r;
-	int64		run_id;
-	char	   *reason = orch_text_arg(fcinfo, 1);
 	OrchArgs	a = {0};
 	OrchArgs	run = {0};
 
-	orch_require_arg(fcinfo, 0, "run_id");
-	run_id = PG_GETARG_INT64(0);
-	SPI_connect();
-	/*
-	 * The run's open tasks first (the lock order), then the run; its approval
-	 * task after the run (run_approvals.c).  On Citus, on the run's shard.
-	 */
 	if (!orch_scope_run(run_id))
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
@@ -327,12 +326,13 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 			" AND state NOT IN ('completed', 'failed', 'cancelled')"
 			" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE", false, 0, SPI_OK_SELECT);
 	orch_lock_run_or_not_found(run_id, &r);
-	if (r.state == RS_CANCELED)
-	{
-		return run_call_result("canceled");
-	}
 	if (orch_run_terminal(r.state))
-		raise_run_state(&r, "cancel");
+	{
+		if (r.state != RS_CANCELED && !quiet)
+			raise_run_state(&r, "cancel");
+		orch_run_busy_end(0);
+		return orch_run_state_names[r.state];
+	}
 	orch_arg_int8(&run, r.id);
 	orch_arg_text(&run, r.tenant);
 	orch_run_cancel_approvals(&r, "run_canceled");
@@ -344,7 +344,20 @@ orch_cancel_run(PG_FUNCTION_ARGS)
 	orch_run_close_open_steps(&r, "run_canceled", true);
 	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);
 	orch_clear_event_context(ev);
-	return run_call_result("canceled");
+	orch_run_busy_end(0);
+	return "canceled";
+}
+
+Datum
+orch_cancel_run(PG_FUNCTION_ARGS)
+{
+	char	   *reason = orch_text_arg(fcinfo, 1);
+	const char *state;
+
+	orch_require_arg(fcinfo, 0, "run_id");
+	SPI_connect();
+	state = orch_run_cancel(PG_GETARG_INT64(0), reason, false);
+	return run_call_result(state);
 }
 
 /* ----------------------------------------------------------------------

@@ -54,6 +54,13 @@ orch_run_state_from_name(const char *s)
 	return RS_INVALID;
 }
 
+/* A run state's name (for callers outside the workflow files) */
+bool
+orch_run_state_known(const char *s)
+{
+	return orch_run_state_from_name(s) != RS_INVALID;
+}
+
 bool
 orch_run_terminal(RunState s)
 {

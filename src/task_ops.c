@@ -1,7 +1,9 @@
 /*
  * task_ops.c
  *	  Acting on one task: complete, fail (through the retry decision),
- *	  heartbeat, cancel, await_tool/resume, await_confirmation/confirm.  Every
+ *	  cancel, await_tool/resume, await_confirmation/confirm; locking a task,
+ *	  fencing a call by its lease token and recording a finished attempt,
+ *	  which the calls that keep a lease (task_lease.c) share.  Every
  *	  call that takes a lease token checks it as a fencing token.
  */
 #include "postgres.h"
@@ -17,7 +19,6 @@
 PG_FUNCTION_INFO_V1(orch_complete);
 PG_FUNCTION_INFO_V1(orch_complete_batch);
 PG_FUNCTION_INFO_V1(orch_fail);
-PG_FUNCTION_INFO_V1(orch_heartbeat);
 PG_FUNCTION_INFO_V1(orch_cancel);
 PG_FUNCTION_INFO_V1(orch_await_tool);
 PG_FUNCTION_INFO_V1(orch_resume);
@@ -104,8 +105,8 @@ orch_lock_task(int64 id, OrchTask *t)
 }
 
 /* On Citus, a scope this backend only remembered is looked up once first. */
-static void
-lock_or_not_found(int64 id, OrchTask *t)
+void
+orch_lock_task_or_not_found(int64 id, OrchTask *t)
 {
 	if (!orch_lock_task(id, t) && !(orch_scope_lookup_again(id) && orch_lock_task(id, t)))
 		orch_not_found("task", id);
@@ -145,8 +146,8 @@ refuse_approval_task(OrchTask *t, const char *action)
 }
 
 /* OR002 before OR003; then the token must be current and the lease live. */
-static void
-check_lease(OrchTask *t, pg_uuid_t *token, const char *action)
+void
+orch_check_lease(OrchTask *t, pg_uuid_t *token, const char *action)
 {
 	raise_if_terminal(t, action);
 	if (!t->has_token || memcmp(t->token.data, token->data, UUID_LEN) != 0 ||
@@ -167,8 +168,8 @@ check_lease(OrchTask *t, pg_uuid_t *token, const char *action)
 
 
 /* Append the finished execution to orch.attempts. */
-static void
-record_attempt(OrchTask *t, const char *outcome, const char *error_class,
+void
+orch_record_attempt(OrchTask *t, const char *outcome, const char *error_class,
 			   const char *error, bool has_retry_at, TimestampTz retry_at)
 {
 	Datum		v[ORCH_ATTEMPT_COLS] = {
@@ -329,7 +330,7 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 		at = GetCurrentTransactionStartTimestamp() + d.delay;
 	reason = (d.retry && recovery) ? outcome : d.reason_code;
 
-	record_attempt(t, outcome, orch_error_class_names[ec], error, d.retry, at);
+	orch_record_attempt(t, outcome, orch_error_class_names[ec], error, d.retry, at);
 
 	orch_arg_int8(&a, t->id);
 	orch_arg_text(&a, t->tenant);
@@ -367,15 +368,15 @@ orch_fail_locked(OrchTask *t, ErrorClass ec, const char *error,
 /* ----------------------------------------------------------------------
  * Argument helpers
  * ---------------------------------------------------------------------- */
-static int64
-task_id_arg(FunctionCallInfo fcinfo)
+int64
+orch_task_id_arg(FunctionCallInfo fcinfo)
 {
 	orch_require_arg(fcinfo, 0, "task_id");
 	return PG_GETARG_INT64(0);
 }
 
-static pg_uuid_t *
-token_arg(FunctionCallInfo fcinfo)
+pg_uuid_t *
+orch_lease_token_arg(FunctionCallInfo fcinfo)
 {
 	orch_require_arg(fcinfo, 1, "lease_token");
 	return PG_GETARG_UUID_P(1);
@@ -393,8 +394,8 @@ exec_update(const char *sql, OrchArgs *a)
  * The end of a task call that returns the state it left the task in: the
  * task scope cleared, SPI closed, the state as text.
  */
-static Datum
-finish_state(const char *state)
+Datum
+orch_task_call_end(const char *state)
 {
 	orch_scope_clear();
 	SPI_finish();
@@ -409,8 +410,8 @@ Datum
 orch_complete(PG_FUNCTION_ARGS)
 {
 	int			ev;
-	int64		id = task_id_arg(fcinfo);
-	pg_uuid_t  *token = token_arg(fcinfo);
+	int64		id = orch_task_id_arg(fcinfo);
+	pg_uuid_t  *token = orch_lease_token_arg(fcinfo);
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 2, "result");
 	OrchArgs	a = {0};
 	bool		in_task;
@@ -436,13 +437,13 @@ orch_complete(PG_FUNCTION_ARGS)
 		OrchTask	t;
 
 		/* Say why: unknown, terminal (OR002), or stale lease (OR003) */
-		lock_or_not_found(id, &t);
-		check_lease(&t, token, "complete");
+		orch_lock_task_or_not_found(id, &t);
+		orch_check_lease(&t, token, "complete");
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
 	record_completed_attempts(SPI_tuptable, (int) SPI_processed, in_task);
 	orch_clear_event_context(ev);
-	return finish_state("completed");
+	return orch_task_call_end("completed");
 }
 
 /* ascending bigints, for qsort */
@@ -563,8 +564,8 @@ orch_complete_batch(PG_FUNCTION_ARGS)
 				by_this_call = done[j] == DatumGetInt64(ids[i]);
 			if (by_this_call)
 				continue;
-			lock_or_not_found(DatumGetInt64(ids[i]), &t);
-			check_lease(&t, DatumGetUUIDP(toks[i]), "complete");
+			orch_lock_task_or_not_found(DatumGetInt64(ids[i]), &t);
+			orch_check_lease(&t, DatumGetUUIDP(toks[i]), "complete");
 		}
 		elog(ERROR, "orchestrator: batch complete lost track of a task");
 	}
@@ -584,8 +585,8 @@ orch_fail(PG_FUNCTION_ARGS)
 {
 	int			ev;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int64		id = task_id_arg(fcinfo);
-	pg_uuid_t  *token = token_arg(fcinfo);
+	int64		id = orch_task_id_arg(fcinfo);
+	pg_uuid_t  *token = orch_lease_token_arg(fcinfo);
 	ErrorClass	ec;
 	char	   *error;
 	int64		retry_after;
@@ -608,8 +609,8 @@ orch_fail(PG_FUNCTION_ARGS)
 	has_retry_after = orch_retry_after_arg(fcinfo, 4, &retry_after);
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	lock_or_not_found(id, &t);
-	check_lease(&t, token, "fail");
+	orch_lock_task_or_not_found(id, &t);
+	orch_check_lease(&t, token, "fail");
 	ev = orch_set_event_context(t.lease_owner, error);
 	d = orch_fail_locked(&t, ec, error, has_retry_after, retry_after, "failed", &retry_at);
 	orch_clear_event_context(ev);
@@ -625,73 +626,49 @@ orch_fail(PG_FUNCTION_ARGS)
 }
 
 /* ----------------------------------------------------------------------
- * orch_heartbeat(task_id, lease_token, extend) -> state
- * ---------------------------------------------------------------------- */
-Datum
-orch_heartbeat(PG_FUNCTION_ARGS)
-{
-	int64		id = task_id_arg(fcinfo);
-	pg_uuid_t  *token = token_arg(fcinfo);
-	OrchTask	t;
-	int64		extend;
-	OrchArgs	a = {0};
-
-	extend = orch_interval_arg(fcinfo, 2, "extend", -1);
-	SPI_connect();
-	lock_or_not_found(id, &t);
-	/* a worker whose task was cancelled under it learns so and stops */
-	if (t.state == TS_CANCELLED && t.has_token &&
-		memcmp(t.token.data, token->data, UUID_LEN) == 0)
-	{
-		return finish_state("cancelled");
-	}
-	check_lease(&t, token, "heartbeat");
-	if (extend < 0)
-	{
-		QueueSettings qs;
-
-		orch_load_queue(t.queue, &qs, NULL);
-		extend = qs.lease;
-	}
-	orch_arg_int8(&a, id);
-	orch_arg_text(&a, t.tenant);
-	orch_arg_interval(&a, extend);
-	if (orch_citus())
-		/* no stable function on a column in a distributed UPDATE: UTC arithmetic */
-		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(statement_timestamp() + $3,"
-					" " ORCH_UTC_ADD("claimed_at", "timeout") ")"
-					" WHERE id = $1 AND tenant_id = $2", &a);
-	else
-		exec_update("UPDATE orch.tasks SET lease_expires_at = LEAST(statement_timestamp() + $3, claimed_at + timeout)"
-					" WHERE id = $1 AND tenant_id = $2", &a);
-	return finish_state("executing");
-}
-
-/* ----------------------------------------------------------------------
  * orch_cancel(task_id, reason) -> 'cancelled'
  * ---------------------------------------------------------------------- */
+/*
+ * Cancel a locked task that is not terminal (an executing one ends its
+ * attempt, outcome cancelled).  The caller set the event context (its
+ * reason) and refused what may not be cancelled on its own.
+ */
+void
+orch_cancel_locked(OrchTask *t, const char *reason)
+{
+	OrchArgs	a = {0};
+
+	if (t->state == TS_EXECUTING)
+		orch_record_attempt(t, "cancelled", NULL, reason, false, 0);
+	orch_arg_int8(&a, t->id);
+	orch_arg_text(&a, t->tenant);
+	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
+				" WHERE id = $1 AND tenant_id = $2", &a);
+}
+
+/* May the task be cancelled on its own (not the approval of a step)? */
+bool
+orch_cancel_allowed(OrchTask *t)
+{
+	return t->approval_of == NULL;
+}
+
 Datum
 orch_cancel(PG_FUNCTION_ARGS)
 {
 	int			ev;
-	int64		id = task_id_arg(fcinfo);
+	int64		id = orch_task_id_arg(fcinfo);
 	char	   *reason = orch_text_arg(fcinfo, 1);
 	OrchTask	t;
-	OrchArgs	a = {0};
 
 	SPI_connect();
-	lock_or_not_found(id, &t);
+	orch_lock_task_or_not_found(id, &t);
 	raise_if_terminal(&t, "cancel");
 	refuse_approval_task(&t, "cancel");
 	ev = orch_set_event_context(NULL, reason);
-	if (t.state == TS_EXECUTING)
-		record_attempt(&t, "cancelled", NULL, reason, false, 0);
-	orch_arg_int8(&a, id);
-	orch_arg_text(&a, t.tenant);
-	exec_update("UPDATE orch.tasks SET state = 'cancelled', reason_code = 'cancelled'"
-				" WHERE id = $1 AND tenant_id = $2", &a);
+	orch_cancel_locked(&t, reason);
 	orch_clear_event_context(ev);
-	return finish_state("cancelled");
+	return orch_task_call_end("cancelled");
 }
 
 /* ----------------------------------------------------------------------
@@ -702,17 +679,17 @@ static void
 park(FunctionCallInfo fcinfo, TaskState to, Jsonb *wait_data)
 {
 	int			ev;
-	int64		id = task_id_arg(fcinfo);
-	pg_uuid_t  *token = token_arg(fcinfo);
+	int64		id = orch_task_id_arg(fcinfo);
+	pg_uuid_t  *token = orch_lease_token_arg(fcinfo);
 	OrchTask	t;
 	OrchArgs	a = {0};
 	const char *state = orch_state_names[to];
 
 	SPI_connect();
-	lock_or_not_found(id, &t);
-	check_lease(&t, token, "park");
+	orch_lock_task_or_not_found(id, &t);
+	orch_check_lease(&t, token, "park");
 	ev = orch_set_event_context(t.lease_owner, NULL);
-	record_attempt(&t, state, NULL, NULL, false, 0);
+	orch_record_attempt(&t, state, NULL, NULL, false, 0);
 	orch_arg_int8(&a, id);
 	orch_arg_text(&a, t.tenant);
 	orch_arg_text(&a, state);
@@ -811,13 +788,13 @@ Datum
 orch_resume(PG_FUNCTION_ARGS)
 {
 	int			ev;
-	int64		id = task_id_arg(fcinfo);
+	int64		id = orch_task_id_arg(fcinfo);
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 1, "result");
 	OrchTask	t;
 	OrchArgs	a = {0};
 
 	SPI_connect();
-	lock_or_not_found(id, &t);
+	orch_lock_task_or_not_found(id, &t);
 	require_waiting(&t, TS_AWAITING_TOOL, "resume");
 	orch_arg_int8(&a, id);
 	orch_arg_text(&a, t.tenant);
@@ -828,7 +805,7 @@ orch_resume(PG_FUNCTION_ARGS)
 	orch_write_event(t.tenant, id, true, "task", "awaiting_tool", "awaiting_tool",
 					 "tool_resumed", t.attempts, NULL, NULL);
 	orch_clear_event_context(ev);
-	return finish_state("awaiting_tool");
+	return orch_task_call_end("awaiting_tool");
 }
 
 /* orch_confirm(task_id, approve, actor, note) */
@@ -836,7 +813,7 @@ Datum
 orch_confirm(PG_FUNCTION_ARGS)
 {
 	int			ev;
-	int64		id = task_id_arg(fcinfo);
+	int64		id = orch_task_id_arg(fcinfo);
 	bool		approve;
 	char	   *actor = orch_key_arg(fcinfo, 2, "actor");
 	char	   *note = orch_text_arg(fcinfo, 3);
@@ -848,7 +825,7 @@ orch_confirm(PG_FUNCTION_ARGS)
 	approve = PG_GETARG_BOOL(1);
 
 	SPI_connect();
-	lock_or_not_found(id, &t);
+	orch_lock_task_or_not_found(id, &t);
 	if (!orch_state_is_terminal(t.state))
 		refuse_approval_task(&t, approve ? "approve" : "reject");
 	require_waiting(&t, TS_AWAITING_CONFIRMATION, approve ? "approve" : "reject");
@@ -879,5 +856,5 @@ orch_confirm(PG_FUNCTION_ARGS)
 		result = "failed";
 	}
 	orch_clear_event_context(ev);
-	return finish_state(result);
+	return orch_task_call_end(result);
 }
