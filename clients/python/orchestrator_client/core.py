@@ -572,6 +572,9 @@ class Worker:
             return [Task(r) for r in cur.fetchall()]
 
     def _run(self) -> None:
+        log.info("worker %s: queue %s, concurrency %d, lease %s, %s", self.worker_id, self.queue,
+                 self.concurrency, self.lease or "the queue's",
+                 f"claims wait {self.wait:g} s" if self.wait is not None else "polling")
         jobs: "list" = []
         self._jobs_cv = threading.Condition()
         self._jobs = jobs
