@@ -1,5 +1,23 @@
-// Type declarations of orchestrator-client (index.js).
-import type { Pool, PoolClient, PoolConfig, Client as PgClient } from 'pg';
+// Type declarations of orchestrator-client (index.js).  They describe
+// what the client needs of pg's objects structurally, so that an
+// application needs no @types/pg to use them.
+
+/** A pg config (connectionString, host, user, ..., as pg.Pool takes). */
+export interface PoolConfig { connectionString?: string; [option: string]: unknown }
+/** What the client calls on a pg.Client, pg.PoolClient or pg.Pool. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+/** A pg.Pool. */
+export interface Pool extends Queryable {
+  connect(): Promise<PoolClient>;
+  end(): Promise<void>;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  removeListener(event: 'error', listener: (err: Error) => void): unknown;
+}
+/** A client checked out of a pg.Pool. */
+export interface PoolClient extends Queryable { release(err?: boolean | Error): void }
+type PgClient = Queryable;
 
 /** Milliseconds, or a PostgreSQL interval string ('2 seconds'). */
 export type Duration = number | string;
@@ -97,7 +115,7 @@ export class Client {
   /** A connection string or pg config (the client owns a small pool), or
    * a pg Pool / Client of yours (used as it is: your transaction). */
   constructor(connection?: Connection | Pool | PgClient | PoolClient);
-  db: Pool | PgClient | PoolClient;
+  db: Queryable;
   end(): Promise<void>;
   enqueue(queue: string, payload: unknown, options?: EnqueueOptions): Promise<Id>;
   enqueueBatch(queue: string, payloads: unknown[], options?: EnqueueBatchOptions): Promise<Id[]>;

@@ -4,7 +4,7 @@
 // start is logged in one line.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { Client, Worker } = require('..');
+const { Client, Worker } = require('./client');
 const { connection, uniq, connect, waitUntil, rows, createQueue, states } = require('./support');
 
 test('one worker, several queues, slots per queue, one start line', async (t) => {
