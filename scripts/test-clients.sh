@@ -155,7 +155,7 @@ tar -C clients --exclude=node_modules --exclude=dist --exclude=build --exclude='
 # root with Debian's python3 first in PATH and HOME in the temp directory
 run_block() {
     local name=$1 out=$2
-    (cd "$PKGROOT" && HOME=$HOMEDIR PATH=/usr/bin:/bin:/usr/sbin:/sbin:$(dirname "$(command -v node)") \
+    (cd "${BLOCK_DIR:-$PKGROOT}" && HOME=${BLOCK_HOME:-$HOMEDIR} PATH=/usr/bin:/bin:/usr/sbin:/sbin:$(dirname "$(command -v node)") \
         timeout --kill-after=10 600 bash -euo pipefail -c "$3") </dev/null >"$out" 2>&1
 }
 VENV_PY=$HOMEDIR/venvs/app/bin/python
@@ -192,6 +192,21 @@ if run_block node-install "$TESTROOT/node_install.out" "$(example clients/node/R
 else
     sed 's/^/    | /' "$TESTROOT/node_install.out" | tail -n 60
     fail "node/package-install"
+fi
+
+# The README's own block (section Worker clients), in a copy of its own.
+mkdir -p "$TESTROOT/pkg2/clients" "$TESTROOT/home2"
+tar -C "$PKGROOT/clients" --exclude=node_modules --exclude=dist --exclude=build --exclude='*.egg-info' \
+    --exclude='*.tgz' -cf - python node | tar -C "$TESTROOT/pkg2/clients" -xf -
+if BLOCK_DIR=$TESTROOT/pkg2 BLOCK_HOME=$TESTROOT/home2 run_block readme-install "$TESTROOT/readme_install.out" \
+        "$(example README.md clients-install)" \
+    && "$TESTROOT/home2/venvs/app/bin/python" -c 'import orchestrator_client, sys; assert orchestrator_client.__file__.startswith(sys.prefix)' \
+        >>"$TESTROOT/readme_install.out" 2>&1 \
+    && [ -f "$TESTROOT/pkg2/clients/node/orchestrator-client-0.2.0.tgz" ]; then
+    pass "readme/clients-install"
+else
+    sed 's/^/    | /' "$TESTROOT/readme_install.out" | tail -n 40
+    fail "readme/clients-install"
 fi
 
 # The declarations: a typed use compiles, a mistyped one does not.
