@@ -3060,3 +3060,33 @@ GRANT EXECUTE ON FUNCTION orch_cancel_where(jsonb, text, integer),
     orch_cancel_runs_where(jsonb, text, integer)
   TO orch_producer;
 GRANT EXECUTE ON FUNCTION orch_retry_where(jsonb, integer) TO orch_admin;
+
+-- Fair claims across tenants or concurrency keys (src/claim_fair.c).
+CREATE TABLE orch.fair_weights (
+    queue  text NOT NULL,
+    fkey   text NOT NULL,
+    weight integer NOT NULL CHECK (weight OPERATOR(pg_catalog.>=) 1 AND weight OPERATOR(pg_catalog.<=) 1000),
+    PRIMARY KEY (queue, fkey)
+);
+COMMENT ON TABLE orch.fair_weights IS
+  'How many tasks a key (a tenant, or a concurrency key, as the queue''s fairness_key says) takes per turn in the fair claims of a queue (orch_set_fairness_weight; 1 without a row).';
+CREATE TABLE orch.fair_cursors (
+    queue  text PRIMARY KEY,
+    fkey   text,
+    credit integer NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE orch.fair_cursors IS
+  'Where the next fair claim of a queue starts: after the key the last one ended on (null: the tasks without a key of their own), or on it while credit tasks of its turn are left.';
+SELECT pg_catalog.pg_extension_config_dump('orch.fair_weights', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.fair_cursors', '');
+
+CREATE FUNCTION orch_set_fairness_weight(queue text, key text, weight integer)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_set_fairness_weight';
+COMMENT ON FUNCTION orch_set_fairness_weight(text, text, integer) IS
+  'How many tasks a key (a tenant, or a concurrency key, as the queue''s fairness_key says) takes per turn in the queue''s fair claims (1 to 1000; null: back to 1).';
+REVOKE ALL ON FUNCTION orch_set_fairness_weight(text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_set_fairness_weight(text, text, integer) TO orch_admin;

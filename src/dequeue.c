@@ -68,8 +68,6 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 	"      OR " STEP_KEY " LIKE '%:compensate')"
 #define STEP_CLAIMABLE_SQL \
 	"SELECT 1 FROM orch.runs r WHERE " RUN_CLAIMABLE("$1", "$2", "$3")
-#define RUN_FILTER_ON(T) \
-	" AND (" T ".run_id IS NULL OR orch.step_claimable(" T ".run_id, " T ".tenant_id, " T ".step_key))"
 
 /*
  * The question as a sub-query: on Citus, where the claim runs on the
@@ -242,9 +240,9 @@ limited_window_plan(Datum tenants, bool all_tenants)
 		default_only = ne == 1 && !enulls[0] && is_default_tenant(TextDatumGetCString(elems[0]));
 		if (steps_fn)
 			return orch_plan(default_only
-							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_ON("t"))
+							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", ORCH_RUN_FILTER_ON("t"))
 							 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
-												  RUN_FILTER_ON("t")),
+												  ORCH_RUN_FILTER_ON("t")),
 							 7, ctypes);
 		return orch_plan(default_only
 						 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_070("t"))
@@ -253,7 +251,7 @@ limited_window_plan(Datum tenants, bool all_tenants)
 						 7, ctypes);
 	}
 	return orch_plan(steps_fn
-					 ? LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_ON("t"))
+					 ? LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), ORCH_RUN_FILTER_ON("t"))
 					 : LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_070("t")),
 					 7, ctypes);
 }
@@ -330,6 +328,56 @@ limited_take_window(LimitedClaim *lc, Datum *cv)
 	}
 }
 
+/* A limited claim of up to allowed tasks; its owners' table with owner_limit */
+static void
+limited_init(LimitedClaim *lc, const char *queue, QueueSettings *qs, int32 allowed)
+{
+	memset(lc, 0, sizeof(*lc));
+	lc->queue = queue;
+	lc->qs = qs;
+	lc->allowed = allowed;
+	if (allowed <= 0)
+		return;
+	lc->chosen = palloc(sizeof(Datum) * allowed);
+	if (qs->owner_limit > 0)
+	{
+		HASHCTL		hctl;
+
+		memset(&hctl, 0, sizeof(hctl));
+		hctl.keysize = sizeof(uint64);
+		hctl.entrysize = sizeof(OwnerSlot);
+		hctl.hcxt = CurrentMemoryContext;
+		lc->owners = hash_create("orchestrator claim owners", 64, &hctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+}
+
+/* Claim the tasks a limited or fair claim chose (locked by it); emitted. */
+static int
+claim_chosen(LimitedClaim *lc, const char *worker, int64 lease, ReturnSetInfo *rsinfo,
+			 MemoryContext outer)
+{
+	OrchArgs	u = {0};
+	int			claimed;
+
+	if (lc->nchosen == 0)
+		return 0;
+	orch_arg(&u, INT8ARRAYOID,
+			 PointerGetDatum(construct_array(lc->chosen, lc->nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
+											 TYPALIGN_DOUBLE)), false);
+	orch_arg_int4(&u, lc->nchosen);
+	orch_arg_text(&u, worker);
+	orch_arg_interval(&u, lease);
+	orch_args_sql(&u, "WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
+				  " SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
+				  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
+				  " WHERE $2 > 0 ORDER BY priority, created_at, id",
+				  false, 0, SPI_OK_SELECT);
+	claimed = (int) SPI_processed;
+	emit_claimed(rsinfo, outer);
+	return claimed;
+}
+
 /*
  * Claim under owner_limit / queue_limit.  Candidates are read in claim order
  * (priority, created_at, id) in windows, locked with SKIP LOCKED; an owner's
@@ -347,31 +395,17 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 {
 	Datum		cv[7];
 	char		cn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	OrchArgs	u = {0};
 	int			scanned = 0;
 	int			window;
-	LimitedClaim lc = {queue, qs, NULL, NULL, 0, 0};
+	LimitedClaim lc;
 	SPIPlanPtr	plan;
-	int			claimed;
 
 	orch_require_read_committed();
-	lc.allowed = limited_allowed(queue, qs, batch);
+	limited_init(&lc, queue, qs, limited_allowed(queue, qs, batch));
 	if (lc.allowed <= 0)
 		return 0;
-	if (qs->owner_limit > 0)
-	{
-		HASHCTL		hctl;
-
-		memset(&hctl, 0, sizeof(hctl));
-		hctl.keysize = sizeof(uint64);
-		hctl.entrysize = sizeof(OwnerSlot);
-		hctl.hcxt = CurrentMemoryContext;
-		lc.owners = hash_create("orchestrator claim owners", 64, &hctl,
-								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
 
 	window = Max(LIMITED_WINDOW_MIN, Min(lc.allowed * 2, LIMITED_WINDOW_MAX));
-	lc.chosen = palloc(sizeof(Datum) * lc.allowed);
 	cv[0] = orch_text_datum(queue);
 	cv[2] = tenants;
 	if (all_tenants)
@@ -399,21 +433,45 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		cv[6] = BoolGetDatum(false);
 		limited_take_window(&lc, cv);
 	}
-	if (lc.nchosen == 0)
+	return claim_chosen(&lc, worker, lease, rsinfo, outer);
+}
+
+/*
+ * Claim from a queue with fairness round_robin: the candidates claim_fair.c
+ * picks (the keys' heads in turn), each taken when its owner may take one
+ * more (owner_limit), up to what queue_limit leaves; then the turns used
+ * are recorded.  A key whose candidates were all held back gives up its
+ * turn and keeps its place.
+ */
+static int
+claim_fair(const char *queue, const char *worker, int32 batch, int64 lease,
+		   Datum tenants, QueueSettings *qs, ReturnSetInfo *rsinfo, MemoryContext outer)
+{
+	LimitedClaim lc;
+	FairClaim  *fc;
+	int64	   *ids;
+	char	  **owners;
+	char	  **tens;
+	int			n;
+	bool	   *taken;
+	int			claimed;
+
+	if (qs->owner_limit > 0 || qs->queue_limit > 0)
+		orch_require_read_committed();
+	limited_init(&lc, queue, qs, limited_allowed(queue, qs, batch));
+	if (lc.allowed <= 0)
 		return 0;
-	orch_arg(&u, INT8ARRAYOID,
-			 PointerGetDatum(construct_array(lc.chosen, lc.nchosen, INT8OID, 8, FLOAT8PASSBYVAL,
-											 TYPALIGN_DOUBLE)), false);
-	orch_arg_int4(&u, lc.nchosen);
-	orch_arg_text(&u, worker);
-	orch_arg_interval(&u, lease);
-	orch_args_sql(&u, "WITH u AS (" CLAIM_IDS_SQL ", t.created_at)"
-				  " SELECT id, lease_token, attempts, payload, queue, priority, step_key,"
-				  "  tenant_id, run_id, lease_expires_at, resume_data FROM u"
-				  " WHERE $2 > 0 ORDER BY priority, created_at, id",
-				  false, 0, SPI_OK_SELECT);
-	claimed = (int) SPI_processed;
-	emit_claimed(rsinfo, outer);
+	fc = orch_fair_pick(queue, qs, lc.allowed, tenants);
+	n = orch_fair_candidates(fc, &ids, &owners, &tens);
+	taken = palloc0(sizeof(bool) * (n + 1));
+	for (int i = 0; i < n && lc.nchosen < lc.allowed; i++)
+		if (limited_owner_takes(&lc, owners[i], tens[i]))
+		{
+			lc.chosen[lc.nchosen++] = Int64GetDatum(ids[i]);
+			taken[i] = true;
+		}
+	claimed = claim_chosen(&lc, worker, lease, rsinfo, outer);
+	orch_fair_served(fc, taken);
 	return claimed;
 }
 
@@ -482,6 +540,12 @@ claim_citus(const char *queue, const char *tenant, QueueSettings *qs, const Orch
 				 errmsg("queue \"%s\" has an owner_limit or queue_limit, which is not supported on Citus", queue),
 				 errdetail("Those limits count running tasks across tenants, and Citus locks rows on one shard at a time."),
 				 errhint("Use concurrency keys, or rate limits, on distributed tables.")));
+	if (qs->fair && qs->fair_by_key)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" is fair by concurrency key, which is not supported on Citus", queue),
+				 errdetail("A claim on Citus serves one tenant; fairness by tenant needs nothing more."),
+				 errhint("Set the queue's \"fairness\" to \"none\", or its \"fairness_key\" to \"tenant\".")));
 	orch_arg_text(&c, DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce))));
 	orch_args_sql(&c, is_default_tenant(tenant)
 				  ? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
@@ -505,17 +569,17 @@ claim_sql(const char *tenant, bool all_tenants)
 
 	if (tenant && is_default_tenant(tenant))
 		return steps_fn
-			? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_ON("c"))
+			? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
 			: CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (tenant)
 		return steps_fn
 			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
-						" AND t.tenant_id = $5", RUN_FILTER_ON("c"))
+						" AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
 			: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
 						" AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (!all_tenants)
-		return steps_fn ? CLAIM_TENANTS_SQL(RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c"));
-	return steps_fn ? CLAIM_SQL("", "", RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
+		return steps_fn ? CLAIM_TENANTS_SQL(ORCH_RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c"));
+	return steps_fn ? CLAIM_SQL("", "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
 }
 
 /* What one claim asks for (orch_dequeue's arguments, checked) */
@@ -591,6 +655,16 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	{
 		claim_citus(r->queue, tenant, &qs, &a);
 		orch_scope_clear();
+	}
+	else if (qs.fair && (qs.fair_by_key || tenant == NULL) && orch_schema_fair_claims())
+	{
+		claimed = claim_fair(r->queue, r->worker, r->batch, lease,
+							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo, outer);
+		orch_clear_event_context(ev);
+		if (claimed == 0 && next)
+			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
+		SPI_finish();
+		return claimed;
 	}
 	else if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{

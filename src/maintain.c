@@ -376,6 +376,7 @@ maintain_tenants(int32 batch, Datum tenants, Action *acts)
 					"  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) o"
 					" WHERE k.tenant_id = o.tenant_id AND k.key = o.key AND " ORCH_TENANT_IN("k.tenant_id", "$4"),
 					&a);
+
 	return nacts;
 }
 

@@ -106,6 +106,8 @@ typedef struct QueueSettings
 	int			rate_count;		/* 0 = no rate limit */
 	int64		rate_per;		/* microseconds */
 	bool		rate_error;		/* on_exceed = error */
+	bool		fair;			/* fairness round_robin (else none) */
+	bool		fair_by_key;	/* fairness_key concurrency_key (else tenant) */
 	RetryPolicy policy;
 } QueueSettings;
 
@@ -160,6 +162,13 @@ extern RetryDecision orch_fail_locked(OrchTask *t, ErrorClass ec, const char *er
 									  bool has_retry_after, int64 retry_after,
 									  const char *outcome, TimestampTz *retry_at);
 
+/* claim_fair.c: the candidates of a claim of a queue with fairness round_robin */
+typedef struct FairClaim FairClaim;
+extern FairClaim *orch_fair_pick(const char *queue, const QueueSettings *qs, int allowed,
+								 Datum tenants);
+extern int	orch_fair_candidates(FairClaim *fc, int64 **ids, char ***owners, char ***tenants);
+extern void orch_fair_served(FairClaim *fc, const bool *claimed);
+
 /* locks.c: transaction-scoped advisory locks on names */
 extern void orch_xact_lock(const char *kind, const char *a, const char *b);
 extern void orch_xact_lock_shared(const char *kind, const char *a, const char *b);
@@ -186,6 +195,12 @@ extern void orch_gate_statement_end(void);
  * that waits advances with each look (claim_wait.c), whichever is later.
  */
 #define ORCH_NOW "greatest(now(), statement_timestamp())"
+/*
+ * May a claim hand out the task T: a plain one always, a workflow step's
+ * only as orch.step_claimable says (dequeue.c).
+ */
+#define ORCH_RUN_FILTER_ON(T) \
+	" AND (" T ".run_id IS NULL OR orch.step_claimable(" T ".run_id, " T ".tenant_id, " T ".step_key))"
 
 /*
  * housekeeping.c: what a claim and maintenance do first.  What they look for
@@ -454,6 +469,7 @@ extern bool orch_schema_step_claimable(void);
 extern bool orch_schema_approval_tasks(void);
 extern bool orch_schema_run_keys(void);
 extern bool orch_schema_distributed_fold(void);
+extern bool orch_schema_fair_claims(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));

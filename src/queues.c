@@ -24,6 +24,7 @@ PG_FUNCTION_INFO_V1(orch_resume_queue);
 PG_FUNCTION_INFO_V1(orch_drop_queue);
 PG_FUNCTION_INFO_V1(orch_queue_settings);
 PG_FUNCTION_INFO_V1(orch_set_concurrency_limit);
+PG_FUNCTION_INFO_V1(orch_set_fairness_weight);
 
 /*
  * Load a queue's effective settings; false if it does not exist.  Caller is
@@ -277,11 +278,18 @@ orch_drop_queue(PG_FUNCTION_ARGS)
 		orch_clear_event_context(ev);
 	}
 	orch_args_sql_once(&q, "DELETE FROM orch.queues WHERE name = $1", false, 0, SPI_OK_DELETE);
-	/* the queue's own limits and rate windows go with it */
+	/* the queue's own limits, rate windows and fairness go with it */
 	orch_args_sql_once(&q, "DELETE FROM orch.concurrency_limits WHERE queue = $1",
 					   false, 0, SPI_OK_DELETE);
 	orch_args_sql_once(&q, "DELETE FROM orch.rate_window WHERE queue = $1",
 					   false, 0, SPI_OK_DELETE);
+	if (orch_schema_fair_claims())
+	{
+		orch_args_sql_once(&q, "DELETE FROM orch.fair_weights WHERE queue = $1",
+						   false, 0, SPI_OK_DELETE);
+		orch_args_sql_once(&q, "DELETE FROM orch.fair_cursors WHERE queue = $1",
+						   false, 0, SPI_OK_DELETE);
+	}
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -363,6 +371,44 @@ orch_set_concurrency_limit(PG_FUNCTION_ARGS)
 			orch_gate_enforce(queue, key, ts[i]);
 			orch_gate_promote(queue, key, ts[i]);
 		}
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * orch_set_fairness_weight(queue text, key text, weight int) -> void
+ *	  How many tasks a key (a tenant, or a concurrency key: the queue's
+ *	  fairness_key) takes per turn in the queue's fair claims; NULL: back to
+ *	  1.
+ */
+Datum
+orch_set_fairness_weight(PG_FUNCTION_ARGS)
+{
+	char	   *queue;
+	OrchArgs	a = {0};
+	QueueSettings qs;
+
+	orch_require_unrestricted("orch_set_fairness_weight");
+	orch_require_arg(fcinfo, 0, "queue");
+	orch_require_arg(fcinfo, 1, "key");
+	queue = orch_text_arg(fcinfo, 0);
+	orch_arg_text(&a, queue);
+	orch_arg_text(&a, orch_key_arg(fcinfo, 1, "key"));
+	SPI_connect();
+	if (!orch_load_queue(queue, &qs, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("queue \"%s\" does not exist", queue)));
+	if (PG_ARGISNULL(2))
+		orch_args_sql_once(&a, "DELETE FROM orch.fair_weights WHERE queue = $1 AND fkey = $2",
+						   false, 0, SPI_OK_DELETE);
+	else
+	{
+		orch_arg_int4(&a, orch_int4_arg(fcinfo, 2, "weight", 1, 1000, 1));
+		orch_args_sql_once(&a, "INSERT INTO orch.fair_weights (queue, fkey, weight) VALUES ($1, $2, $3)"
+						   " ON CONFLICT (queue, fkey) DO UPDATE SET weight = excluded.weight",
+						   false, 0, SPI_OK_INSERT);
 	}
 	SPI_finish();
 	PG_RETURN_VOID();

@@ -264,6 +264,13 @@ orch_schema_distributed_fold(void)
 	return !schema_previous();
 }
 
+/* orch.fair_weights and orch.fair_cursors: fair claims (fairness round_robin). */
+bool
+orch_schema_fair_claims(void)
+{
+	return !schema_previous();
+}
+
 /* The schema orch; InvalidOid when there is none. */
 Oid
 orch_namespace_oid(void)

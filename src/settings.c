@@ -348,6 +348,20 @@ apply_queue_key(QueueSettings *qs, const char *key, JsonbValue *v)
 		qs->queue_limit = setting_int(key, v, 1);
 	else if (strcmp(key, "rate_limit") == 0)
 		apply_rate_limit(qs, v);
+	else if (strcmp(key, "fairness") == 0)
+	{
+		static const char *const ch[] = {"none", "round_robin"};
+
+		qs->fair = strcmp(setting_string(key, v, ch, 2, "\"none\" or \"round_robin\""),
+						  "round_robin") == 0;
+	}
+	else if (strcmp(key, "fairness_key") == 0)
+	{
+		static const char *const ch[] = {"tenant", "concurrency_key"};
+
+		qs->fair_by_key = strcmp(setting_string(key, v, ch, 2, "\"tenant\" or \"concurrency_key\""),
+								 "concurrency_key") == 0;
+	}
 	else
 		return false;
 	return true;
@@ -487,6 +501,9 @@ orch_settings_to_jsonb(const QueueSettings *qs)
 	}
 	else
 		appendStringInfoString(&b, ", \"rate_limit\": null");
+	appendStringInfo(&b, ", \"fairness\": \"%s\", \"fairness_key\": \"%s\"",
+					 qs->fair ? "round_robin" : "none",
+					 qs->fair_by_key ? "concurrency_key" : "tenant");
 	append_interval(&b, "idempotency_ttl", qs->idempotency_ttl);
 	if (qs->timeout > 0)
 		append_interval(&b, "timeout", qs->timeout);
