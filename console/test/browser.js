@@ -526,6 +526,7 @@ test('throughput-sparklines', async () => {
     { enq: 4, done: 3, failed: 1 });
   assert.equal((await page.$$('#queues svg.spark')).length, (await attrs('#queues tbody tr', 'data-queue')).length, 'one per row');
   assert.equal((await page.$$(`${spark} polyline`)).length, 3);
+  await shot('queues');
 });
 
 test('queue-pause-resume', async () => {
