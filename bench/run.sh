@@ -10,7 +10,7 @@
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
 #   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
-#   BENCH_WORKLOADS="enqueue process batch latency steady waiting backlog tenants readers retention keys wf decay"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_REPS=N            repetitions of each throughput workload (default 3,
 #                           quick 1), the sides alternating; the table shows
@@ -37,7 +37,7 @@ PG_CONFIG=$PGBIN/pg_config
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady waiting backlog tenants readers retention keys wf decay}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -60,6 +60,7 @@ if [ "$QUICK" = 1 ]; then
     DECAY_CHUNK=100000  # tasks per round of the no-decay run
     DECAY_ROUNDS=5      # rounds of the no-decay run
     NOISY=100000        # another tenant's waiting tasks in the noisy-neighbour run
+    FAIR_KEYS=100       # tenants with one task each in the fair-claims run
     REPS=1              # repetitions of each throughput workload
     RET_SECS=40         # each retention run (with and without)
     RET_KEEP=10         # seconds: orchestrator.retention during the retention run
@@ -85,6 +86,7 @@ else
     DECAY_CHUNK=1000000
     DECAY_ROUNDS=10
     NOISY=1200000
+    FAIR_KEYS=1000
     REPS=3
     RET_SECS=180
     RET_KEEP=60
@@ -635,6 +637,38 @@ run_readers() {
         READ[$shape]=$(lat_stats "$prefix".*[0-9])
         log "  $shape: p50/p90/p99/max/n = ${READ[$shape]}"
     done
+}
+
+# ---------------------------------------------------------------------------
+# Fair claims (orchestrator only): NOISY claimable tasks of tenant "noisy",
+# then one task each of FAIR_KEYS other tenants, in queue "fair" (fairness
+# round_robin) and the same in queue "lat" (fairness none); one client
+# claims 10 and rolls back, for LAT_SECS each.  What a fair claim costs
+# beside the plain claim (which takes the noisy tenant's 10 oldest).
+# ---------------------------------------------------------------------------
+declare -A FAIR         # FAIR[queue] = "p50 p90 p99 max n"
+run_fair() {
+    local q prefix
+    want orchestrator || return 0
+    reset_all
+    log "fair: $NOISY tasks of tenant noisy, then one each of $FAIR_KEYS tenants"
+    sql "SELECT orch_create_queue('fair', '{\"fairness\": \"round_robin\"}')" >/dev/null
+    for q in fair lat; do
+        preload orchestrator "$q" "$NOISY" noisy
+        sql "SELECT count(orch_enqueue('$q', '{}', tenant => 'k' || g)) FROM generate_series(1, $FAIR_KEYS) g" >/dev/null
+    done
+    settle
+    for q in fair lat; do
+        prefix=$WORK/fair-$q
+        (cd "$WORK" && "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+            -c 1 -j 1 -T "$LAT_SECS" -D queue="$q" -f "$BENCH_DIR/orch_claim10_rollback.sql" \
+            -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1) || true
+        pgbench_check "$prefix.out"
+        FAIR[$q]=$(lat_stats "$prefix".*[0-9])
+        log "  $q: p50/p90/p99/max/n = ${FAIR[$q]}"
+    done
+    [ "$(sql "SELECT count(DISTINCT t.tenant_id) FROM orch_dequeue('fair', 'check', 10) d JOIN orch_tasks t USING (task_id)")" = 10 ] \
+        || die "fair: a claim of 10 did not serve 10 tenants"
 }
 
 # ---------------------------------------------------------------------------
@@ -1202,6 +1236,7 @@ if group steady; then run_steady; fi
 if group backlog; then run_backlog; fi
 if group tenants; then run_tenants; fi
 if group readers; then run_readers; fi
+if group fair; then run_fair; fi
 if group waiting; then run_waiting; fi
 if group retention; then run_retention; fi
 if group keys; then run_keys; fi
@@ -1393,6 +1428,16 @@ report() {
                 printf "  %-38s p50 %.3f p99 %.3f max %.3f (n %d)", label, a[1], a[3], a[4], a[5];
                 if (n != "view_by_id") printf "   target p99 <= 5 ms: %s", (a[3] <= 5.0) ? "met" : "NOT met";
                 printf "\n" }'
+        done
+    fi
+    if [ -n "${FAIR[fair]:-}" ] && [ -n "${FAIR[lat]:-}" ]; then
+        echo "fair claims (orchestrator; a claim of 10, rolled back, 1 client; $(fmt_int "$NOISY") tasks of one tenant, then one each of $(fmt_int "$FAIR_KEYS") others; ms):"
+        for q in fair lat; do
+            awk -v s="${FAIR[$q]}" -v q="$q" 'BEGIN {
+                split(s, a, " ");
+                printf "  %-44s p50 %.3f p99 %.3f max %.3f (n %d)\n",
+                       (q == "fair") ? "fairness round_robin (10 tenants served)" : "fairness none (the big tenant'"'"'s 10)",
+                       a[1], a[3], a[4], a[5] }'
         done
     fi
     if [ -n "${RET[off]:-}" ] && [ -n "${RET[on]:-}" ]; then

@@ -400,6 +400,30 @@ is(q1("SELECT orch_enqueue('limited', '{}', owner => 'o', tenant => '$tb') > 0")
 }
 
 # ---------------------------------------------------------------------------
+# A worker's progress and release, and the bulk actions, per tenant
+# ---------------------------------------------------------------------------
+q1("SELECT orch_create_queue('keep')");
+for my $t ($ta, $tb)
+{
+	q1("SELECT orch_enqueue_batch('keep', ARRAY['{}', '{}', '{}']::jsonb[], tenant => '$t')");
+	my ($id, $tok) = split /:/, q1("SELECT task_id || ':' || lease_token FROM orch_dequeue('keep', 'wk', tenant => '$t')");
+	q1("SELECT orch_progress($id, '$tok', '{\"done\": 1}')");
+	like(q1("SELECT state || '/' || (lease_expires_at > now()) FROM orch_heartbeat($id, '$tok', '1 minute', '{\"done\": 2}')"),
+		qr{^executing/true$}, "$t: heartbeat with progress returns the new expiry");
+	is(q1("SELECT orch_release($id, '$tok')"), 'awaiting_tool', "$t: release");
+	is(q1("SELECT progress ->> 'done' FROM orch.tasks WHERE id = $id AND tenant_id = '$t'"), '2',
+		"$t: the progress is kept on the task");
+	my ($id2, $tok2, $att) = split /:/, q1(
+		"SELECT task_id || ':' || lease_token || ':' || attempt FROM orch_dequeue('keep', 'wk', 3, tenant => '$t') WHERE task_id = $id");
+	is($att, '1', "$t: the released task is claimed again with the attempt it gave back");
+	is(q1("SELECT count(*) FROM orch_cancel_where('{\"queue\": \"keep\", \"state\": [\"executing\"]}', 'bulk')"), '3',
+		"$t: orch_cancel_where cancels the tenant's three executing tasks");
+}
+is(q1("SELECT count(*) FROM orch.tasks WHERE queue = 'keep' AND state = 'cancelled'"), '6',
+	'each tenant cancelled its own tasks');
+is(q1("SELECT count(*) FROM orch.attempts WHERE outcome = 'released'"), '2', 'one released attempt per tenant');
+
+# ---------------------------------------------------------------------------
 # Unknown ids: OR005, as on one node (no statement across the shards with a
 # lock); and calls that name their tenant are delegated to its worker
 # ---------------------------------------------------------------------------
