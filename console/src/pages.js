@@ -448,6 +448,7 @@ ${sorted.unsafe.length ? html`<p class="warn" id="unsafe">${sorted.unsafe.length
 <label><input type="checkbox" name="include_unsafe" value="yes" id="f-include-unsafe"> re-drive those too</label></p>` : ''}
 <label><input type="checkbox" name="confirm" value="yes" id="f-confirm" required> I mean it</label>
 <button type="submit" class="act${action === 'cancel' ? ' danger' : ''}" id="confirm-bulk">${what} ${matching ? 'everything matching' : 'the ticked tasks'}</button>`, 'bulk-confirm')}
+${ctx.readonly ? html`<p class="none">Read-only console: it takes no action.</p>` : ''}
 <p><a href="${matching ? url(scope === 'tasks' ? '/tasks' : '/dead-letters', filters) : (scope === 'tasks' ? '/tasks' : '/dead-letters')}">back</a></p>
 </div>`;
   return layout({ ...ctx, noRefresh: true }, `${what} ${scope === 'tasks' ? 'tasks' : 'dead letters'}?`, body);

@@ -128,7 +128,7 @@ function createServer(cfg, db) {
   const sampler = new Sampler();
   const sample = () => db.queueTotals().then((rows) => sampler.record(rows), () => {});
   sample();
-  const sampleTimer = setInterval(sample, cfg.sampleEvery || SAMPLE_EVERY);
+  const sampleTimer = setInterval(sample, SAMPLE_EVERY);
   sampleTimer.unref();
 
   const setFlash = (sid, f) => {
@@ -374,7 +374,12 @@ function createServer(cfg, db) {
       return ok(r.text, r.items, r.back);
     }
     if ((m = /^\/queues\/([^/]{1,200})\/(pause|resume)$/.exec(p))) {
-      const name = decodeURIComponent(m[1]);
+      let name;
+      try {
+        name = decodeURIComponent(m[1]);
+      } catch {
+        throw new HttpError(400, 'Bad request', 'Not a queue name.');
+      }
       ctx.call = `orch_${m[2]}_queue('${name}')`;
       await (m[2] === 'pause' ? db.pauseQueue(name) : db.resumeQueue(name));
       return ok(`Queue ${name} ${m[2] === 'pause' ? 'paused: orch_dequeue hands out none of its tasks until it is resumed' : 'resumed'}.`, [], '/queues');
