@@ -17,8 +17,10 @@
 #              client built as a wheel and an sdist (python3 -m build
 #              --no-isolation) and installed into a fresh venv, the Node
 #              client packed (npm pack) and installed into a fresh app from
-#              the tarball (npm fetches pg), its TypeScript declarations
-#              checked with tsc (npm fetches typescript into the app)
+#              the tarball (npm fetches pg); the Python package's types
+#              checked with Debian's mypy against the venv (py.typed), the
+#              Node package's declarations with tsc (npm fetches typescript
+#              into the app): a typed use passes, a mistyped one does not
 #   clients/python/tests/test_*.py   python3 -m unittest, with the venv's
 #                                    python and the installed package
 #   clients/node/test/*.test.js      node --test, against the installed
@@ -59,8 +61,8 @@ log "client tests in $ORCH_REPO/clients"
 # What the tests need
 # --------------------------------------------------------------------------
 if ! APT_WHAT="client test packages" apt_install_missing postgresql-15 postgresql-15-cron python3-psycopg \
-        python3-venv python3-build; then
-    fail "setup (apt: python3-psycopg, python3-venv, python3-build, postgresql-15-cron)"
+        python3-venv python3-build mypy; then
+    fail "setup (apt: python3-psycopg, python3-venv, python3-build, mypy, postgresql-15-cron)"
     finish
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -180,6 +182,49 @@ else
     sed 's/^/    | /' "$TESTROOT/python_install.out" | tail -n 60
     fail "python/package-install"
     PY=
+fi
+
+# py.typed: mypy reads the package installed in the venv
+if [ -n "$PY" ]; then
+    mkdir -p "$TESTROOT/typed"
+    cat >"$TESTROOT/typed/use.py" <<'PY'
+import asyncio
+from typing import Any, Dict
+
+from orchestrator_client import AsyncWorker, Client, NonRetryableError, Task, Worker, WorkerStats
+
+
+def handler(task: Task) -> Dict[str, Any]:
+    if not task.payload:
+        raise NonRetryableError("empty", retry_after=5)
+    task.on_complete(lambda cur: cur.execute("SELECT 1"))
+    return {"id": task.id}
+
+
+async def ahandler(task: Task) -> Dict[str, Any]:
+    return {"attempt": task.attempt}
+
+
+def main() -> None:
+    stats: WorkerStats = Worker("dbname=app", "q", handler, concurrency=2, lease="30 seconds").run()
+    with Client("dbname=app") as c:
+        tid: int = c.enqueue("q", {"a": 1}, priority=1)
+        c.cancel(tid, "why")
+    astats: WorkerStats = asyncio.run(AsyncWorker("dbname=app", "q", ahandler, concurrency=10).run())
+    print(stats, astats)
+PY
+    printf 'from orchestrator_client import Worker
+Worker("dbname=app", "q", lambda t: None, concurrency="four")
+' \
+        >"$TESTROOT/typed/mistyped.py"
+    if (cd "$TESTROOT/typed" && mypy --python-executable "$PY" --no-incremental use.py) >"$TESTROOT/python_types.out" 2>&1 \
+        && ! (cd "$TESTROOT/typed" && mypy --python-executable "$PY" --no-incremental mistyped.py) >>"$TESTROOT/python_types.out" 2>&1 \
+        && grep -q 'mistyped.py:2: error: Argument "concurrency"' "$TESTROOT/python_types.out"; then
+        pass "python/typed"
+    else
+        sed 's/^/    | /' "$TESTROOT/python_types.out" | tail -n 40
+        fail "python/typed"
+    fi
 fi
 
 NODE_MODULE=

@@ -121,7 +121,7 @@ class AsyncWorker:
         loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._report_lock = asyncio.Lock()
-        sigs: List[int] = []
+        sigs: List[signal.Signals] = []
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
