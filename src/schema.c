@@ -271,6 +271,13 @@ orch_schema_fair_claims(void)
 	return !schema_previous();
 }
 
+/* Cron schedules (orch.schedules) */
+bool
+orch_schema_schedules(void)
+{
+	return !schema_previous();
+}
+
 /* The schema orch; InvalidOid when there is none. */
 Oid
 orch_namespace_oid(void)
