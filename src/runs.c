@@ -520,7 +520,9 @@ orch_run_status(PG_FUNCTION_ARGS)
 	/* on Citus: the run's shard (a run that is not found is reported below) */
 	(void) orch_scope_run(run_id);
 	orch_arg_caller_tenants(&a);
-	if (orch_args_sql(&a, orch_schema_signals() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", RUN_STATUS_SIGNALS)
+	/* (signals are not kept on Citus: orch.signals stays a local table there) */
+	if (orch_args_sql(&a, orch_schema_signals() && !orch_citus()
+				 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", RUN_STATUS_SIGNALS)
 				 : orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", "")
 				 : RUN_STATUS_SQL("orch.events", "orch.attempts", ""),
 			false, 0, SPI_OK_SELECT) == 0)
