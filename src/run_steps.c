@@ -1038,7 +1038,8 @@ collect_signals(RunRow *r)
 
 	if (r->state == RS_PAUSED || orch_run_terminal(r->state) || strcmp(r->phase, "forward") != 0)
 		return;
-	n = orch_run_signal_waits(r);
+	if ((n = orch_run_signal_waits(r)) == 0)
+		return;
 	steps = orch_spi_column(1);
 	for (int i = 0; i < n && !orch_run_terminal(r->state) && strcmp(r->phase, "forward") == 0; i++)
 	{
