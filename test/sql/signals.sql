@@ -80,9 +80,12 @@ SELECT k, pg_temp.v(jsonb_build_object('steps', jsonb_build_array(s))) AS result
 -- 2. Fixtures: roles and definitions
 -- ---------------------------------------------------------------------------
 CALL pg_temp.create_roles('sg_producer', 'sg_reader', 'sg_bound_a', 'sg_bound_b');
+-- (quietly: the roles outlive the database, and a rerun finds them granted)
+SET client_min_messages = warning;
 GRANT orch_producer, orch_reader TO sg_producer;
 GRANT orch_reader TO sg_reader;
 GRANT orch_producer, orch_reader TO sg_bound_a, sg_bound_b;
+RESET client_min_messages;
 SELECT orch_bind_tenant('sg_bound_a', 'sg_a') AS bound_a, orch_bind_tenant('sg_bound_b', 'sg_b') AS bound_b;
 SELECT orch_create_queue('sg_q') IS NOT NULL AS queue, orch_create_queue('sg_q2') IS NOT NULL AS queue2;
 
