@@ -2345,17 +2345,19 @@ CREATE TABLE orch.fair_weights (
     queue  text NOT NULL,
     fkey   text NOT NULL,
     weight integer NOT NULL CHECK (weight OPERATOR(pg_catalog.>=) 1 AND weight OPERATOR(pg_catalog.<=) 1000),
+    tenant_id text NOT NULL DEFAULT 'default',
     PRIMARY KEY (queue, fkey)
 );
 COMMENT ON TABLE orch.fair_weights IS
-  'How many tasks a key (a tenant, or a concurrency key, as the queue''s fairness_key says) takes per turn in the fair claims of a queue (orch_set_fairness_weight; 1 without a row).';
+  'How many tasks a key (a tenant, or a concurrency key, as the queue''s fairness_key says) takes per turn in the fair claims of a queue (orch_set_fairness_weight; 1 without a row). Installation-wide, as the concurrency limits: tenant_id is always ''default''.';
 CREATE TABLE orch.fair_cursors (
     queue  text PRIMARY KEY,
     fkey   text,
-    credit integer NOT NULL DEFAULT 0
+    credit integer NOT NULL DEFAULT 0,
+    tenant_id text NOT NULL DEFAULT 'default'
 );
 COMMENT ON TABLE orch.fair_cursors IS
-  'Where the next fair claim of a queue starts: after the key the last one ended on (null: the tasks without a key of their own), or on it while credit tasks of its turn are left.';
+  'Where the next fair claim of a queue starts: after the key the last one ended on (null: the tasks without a key of their own), or on it while credit tasks of its turn are left. One row per queue; tenant_id is always ''default''.';
 SELECT pg_catalog.pg_extension_config_dump('orch.fair_weights', '');
 SELECT pg_catalog.pg_extension_config_dump('orch.fair_cursors', '');
 

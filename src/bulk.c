@@ -18,6 +18,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/numeric.h"
 #include "utils/timestamp.h"
 
 #include "orchestrator.h"
@@ -131,6 +132,43 @@ states_value(JsonbValue *v, const char *key, bool runs)
 	return PointerGetDatum(construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
+/* numeric_int8 on a filter's number, for orch_try_data_exception */
+typedef struct NumericInt8
+{
+	Numeric		n;
+	int64		value;
+} NumericInt8;
+
+static void
+numeric_to_int8(void *arg)
+{
+	NumericInt8 *p = (NumericInt8 *) arg;
+
+	p->value = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(p->n)));
+}
+
+/*
+ * A filter's number as an integer of its type (int8 or int4), else 22023:
+ * a fraction, or out of the type's range, is not an id or a version.
+ */
+static int64
+integer_value(JsonbValue *v, const char *key, const char *what, bool int4)
+{
+	NumericInt8 p;
+
+	if (v->type != jbvNumeric)
+		bad_value(key, what);
+	p.n = v->val.numeric;
+	if (numeric_is_nan(p.n) || numeric_is_inf(p.n) ||
+		!DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(p.n),
+										  DirectFunctionCall2(numeric_trunc, NumericGetDatum(p.n),
+															  Int32GetDatum(0)))) ||
+		orch_try_data_exception(numeric_to_int8, &p) != NULL ||
+		(int4 && (p.value < PG_INT32_MIN || p.value > PG_INT32_MAX)))
+		bad_value(key, what);
+	return p.value;
+}
+
 static Datum
 ids_value(JsonbValue *v, const char *key)
 {
@@ -143,9 +181,7 @@ ids_value(JsonbValue *v, const char *key)
 	{
 		JsonbValue *e = lfirst(lc);
 
-		if (e->type != jbvNumeric)
-			bad_value(key, "an array of ids");
-		d[n++] = DirectFunctionCall1(numeric_int8, NumericGetDatum(e->val.numeric));
+		d[n++] = Int64GetDatum(integer_value(e, key, "an array of ids", false));
 	}
 	return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
 }
@@ -188,10 +224,7 @@ add_value(OrchArgs *a, const FilterKey *k, JsonbValue *v, bool runs)
 			orch_arg(a, INT8ARRAYOID, ids_value(v, k->key), false);
 			break;
 		case FK_INT:
-			if (v->type != jbvNumeric)
-				bad_value(k->key, "an integer");
-			orch_arg_int4(a, DatumGetInt32(DirectFunctionCall1(numeric_int4,
-															   NumericGetDatum(v->val.numeric))));
+			orch_arg_int4(a, (int32) integer_value(v, k->key, "an integer", true));
 			break;
 		case FK_TIME:
 			{
@@ -283,7 +316,9 @@ matched(FunctionCallInfo fcinfo, const FilterKey *keys, bool runs, const char *w
 {
 	OrchArgs	a = {0};
 	StringInfoData sql;
-	int32		max = orch_int4_arg(fcinfo, argmax, "max", 1, orch_max_batch_size, dflt);
+	/* bounded by both: max, and orchestrator.max_batch_size */
+	int32		max = Min(orch_int4_arg(fcinfo, argmax, "max", 1, PG_INT32_MAX, dflt),
+						  orch_max_batch_size);
 	int64	   *ids;
 	bool		isnull;
 

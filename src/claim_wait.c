@@ -34,6 +34,8 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
+#include "utils/resowner.h"
+
 #include "orchestrator.h"
 
 #define CLAIM_BUCKETS 64		/* a bit each in a transaction's note */
@@ -105,19 +107,23 @@ orch_claim_wait_shared(void)
 	return shared != NULL;
 }
 
+/*
+ * At the end of the top-level transaction: its notes cleared, and on a
+ * commit the claims waiting on its queues woken.  After the locks are
+ * released, so after the commit's cache invalidations were sent (a queue
+ * resumed: the woken claim reads the queue's new settings) and once the
+ * commit is visible to every snapshot taken from now on.
+ */
 static void
-claim_wait_xact_callback(XactEvent event, void *arg)
+claim_wait_release_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
 {
 	uint64		buckets = xact_buckets;
 
-	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT &&
-		event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
-		event != XACT_EVENT_PREPARE)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
 		return;
 	xact_buckets = 0;
-	if (event != XACT_EVENT_COMMIT || buckets == 0 || shared == NULL)
+	if (!isCommit || buckets == 0 || shared == NULL)
 		return;
-	/* the commit is visible to every snapshot taken from now on */
 	for (int i = 0; i < CLAIM_BUCKETS; i++)
 		if (buckets & (UINT64CONST(1) << i))
 			ConditionVariableBroadcast(&shared->cv[i]);
@@ -135,7 +141,7 @@ orch_claim_wake_note(const char *queue)
 		return;
 	if (!xact_registered)
 	{
-		RegisterXactCallback(claim_wait_xact_callback, NULL);
+		RegisterResourceReleaseCallback(claim_wait_release_callback, NULL);
 		xact_registered = true;
 	}
 	xact_buckets |= UINT64CONST(1) << bucket_of(queue);

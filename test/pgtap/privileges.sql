@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(611);
+SELECT plan(665);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -85,19 +85,21 @@ SELECT is(pg_temp.executable('tap_reader'),
           'orch_validate_definition'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
-    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_command', 'orch_definition',
+    ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_cancel_runs_where', 'orch_cancel_where',
+          'orch_command', 'orch_definition',
           'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
           'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_run', 'orch_queue_settings',
           'orch_resume_run', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
           'orch_signal', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
-    'orch_producer executes reader + enqueue, enqueue_batch, cancel, command, start, pause_run, resume_run, cancel_run, signal');
+    'orch_producer executes reader + enqueue, enqueue_batch, cancel, cancel_where, command, start, pause_run, resume_run, cancel_run, cancel_runs_where, signal');
 SELECT is(pg_temp.executable('tap_worker'),
     ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result',
           'orch_complete', 'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_duration_stats',
           'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
-          'orch_queue_settings', 'orch_resume', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
+          'orch_progress', 'orch_queue_settings', 'orch_release', 'orch_resume', 'orch_retry_decision',
+          'orch_run_rows', 'orch_run_status',
           'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
-    'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat, await_tool, await_confirmation, resume, command_result');
+    'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat (both forms), progress, release, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
     ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition',
           'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
@@ -107,15 +109,16 @@ SELECT is(pg_temp.executable('tap_approver'),
 SELECT is(pg_temp.executable('tap_admin'),
     ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation',
           'orch_await_tool', 'orch_bind_tenant', 'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run',
-          'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
+          'orch_cancel_runs_where', 'orch_cancel_where', 'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
           'orch_configure_queue', 'orch_confirm', 'orch_create_queue', 'orch_create_state_machine',
           'orch_define', 'orch_definition', 'orch_deprecate', 'orch_dequeue', 'orch_drop_queue',
           'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat',
           'orch_history', 'orch_maintain', 'orch_metrics_prometheus', 'orch_metrics_refresh',
-          'orch_pause_queue', 'orch_pause_run', 'orch_publish', 'orch_queue_settings', 'orch_reject',
+          'orch_pause_queue', 'orch_pause_run', 'orch_progress', 'orch_publish', 'orch_queue_settings',
+          'orch_reject', 'orch_release',
           'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry',
-          'orch_retry_decision', 'orch_retry_run', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
-          'orch_schedule_maintenance', 'orch_set_concurrency_limit', 'orch_signal', 'orch_start',
+          'orch_retry_decision', 'orch_retry_run', 'orch_retry_where', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
+          'orch_schedule_maintenance', 'orch_set_concurrency_limit', 'orch_set_fairness_weight', 'orch_signal', 'orch_start',
           'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_unbind_tenant',
           'orch_unschedule_maintenance', 'orch_validate_definition'],
     'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
@@ -154,6 +157,12 @@ BEGIN
     -- four runs waiting for approval: the approver and the admin each approve one and reject one
     PERFORM orch_start('tap_wf', jsonb_build_object('fx', 'waiting', 'n', g)) FROM generate_series(1, 4) g;
     PERFORM orch_complete(task_id, lease_token) FROM orch_dequeue('tap_wq', 'setup', 4);
+    -- two dead letters for orch_retry_where, two running runs for orch_cancel_runs_where
+    PERFORM orch_enqueue('tap_dl', jsonb_build_object('n', g)) FROM generate_series(1, 2) g;
+    PERFORM orch_fail(task_id, lease_token, 'NON_RETRYABLE', 'setup') FROM orch_dequeue('tap_dl', 'setup', 2);
+    PERFORM orch_define('tap_bulk', '{"steps": [{"step_id": "s", "queue": "tap_bq", "handler": "tap.bulk"}]}');
+    PERFORM orch_publish('tap_bulk', 1);
+    PERFORM orch_start('tap_bulk', jsonb_build_object('bulk', g)) FROM generate_series(1, 2) g;
 END $$;
 SELECT is((SELECT string_agg(state, ',' ORDER BY run_id) FROM orch_runs WHERE definition = 'tap_wf'),
           'failed,waiting_approval,waiting_approval,waiting_approval,waiting_approval',
@@ -169,8 +178,13 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_enqueue',              $$SELECT orch_enqueue('tap_p', '{"by": "role"}')$$),
     ('orch_enqueue_batch',        $$SELECT orch_enqueue_batch('tap_p', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[])$$),
     ('orch_cancel',               $$SELECT orch_cancel((SELECT max(task_id) FROM orch_tasks WHERE queue = 'tap_p' AND state = 'queued'), 'by role')$$),
+    ('orch_cancel_where',         $$SELECT count(*) FROM orch_cancel_where('{"queue": "tap_p", "state": ["queued"]}', 'by role', 1)$$),
     ('orch_dequeue',              $$INSERT INTO tap_claims SELECT 'w', task_id, lease_token FROM orch_dequeue('tap_w', 'tap-worker')$$),
     ('orch_heartbeat',            $$SELECT orch_heartbeat(task_id, lease_token) FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_heartbeat',            $$SELECT h.state FROM tap_claims, orch_heartbeat(task_id, lease_token, '1 minute', '{"pct": 1}') h WHERE tag = 'w'$$),
+    ('orch_progress',             $$SELECT orch_progress(task_id, lease_token, '{"pct": 2}') FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_release',              $$SELECT orch_release(task_id, lease_token) FROM tap_claims WHERE tag = 'w'$$),
+    ('orch_dequeue',              $$UPDATE tap_claims c SET task_id = d.task_id, lease_token = d.lease_token FROM orch_dequeue('tap_w', 'tap-worker') d WHERE c.tag = 'w'$$),
     ('orch_await_tool',           $$SELECT orch_await_tool(task_id, lease_token, 'tool') FROM tap_claims WHERE tag = 'w'$$),
     ('orch_resume',               $$SELECT orch_resume(task_id, '{"tool": "result"}') FROM tap_claims WHERE tag = 'w'$$),
     ('orch_dequeue',              $$UPDATE tap_claims c SET task_id = d.task_id, lease_token = d.lease_token FROM orch_dequeue('tap_w', 'tap-worker') d WHERE c.tag = 'w'$$),
@@ -204,9 +218,11 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_create_state_machine', $$SELECT orch_create_state_machine('tap_door', '{"closed": ["open"], "open": ["closed"]}')$$),
     ('orch_attach_state_machine', $$SELECT orch_attach_state_machine('tap_doors', 'status', 'tap_door')$$),
     ('orch_set_concurrency_limit', $$SELECT orch_set_concurrency_limit('tap_q', 'tap-key', 2)$$),
+    ('orch_set_fairness_weight',  $$SELECT orch_set_fairness_weight('tap_q', 'tap-tenant', 2)$$),
     ('orch_maintain',             $$SELECT count(*) FROM orch_maintain(100)$$),
     ('orch_retry',                $$SELECT orch_retry((SELECT min(task_id) FROM orch_dead_letters WHERE queue = 'tap_w'))$$),
     ('orch_reprocess',            $$SELECT count(*) FROM orch_reprocess(queue => 'tap_w')$$),
+    ('orch_retry_where',          $$SELECT count(*) FROM orch_retry_where('{"queue": "tap_dl"}', 1)$$),
     ('orch_define',               $$SELECT orch_define('tap_wf2', '{"steps": [{"step_id": "s", "queue": "tap_wq", "handler": "h"}]}')$$),
     ('orch_publish',              $$SELECT orch_publish('tap_wf2', 1)$$),
     ('orch_deprecate',            $$SELECT orch_deprecate('tap_wf2', 1)$$),
@@ -219,6 +235,7 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_pause_run',            $$SELECT orch_pause_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'))$$),
     ('orch_resume_run',           $$SELECT orch_resume_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'paused'), '{"definition": "tap_wf"}')$$),
     ('orch_cancel_run',           $$SELECT orch_cancel_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'), 'by role')$$),
+    ('orch_cancel_runs_where',    $$SELECT count(*) FROM orch_cancel_runs_where('{"definition": "tap_bulk"}', 'by role', 1)$$),
     ('orch_approve',              $$SELECT orch_approve((SELECT min(run_id) FROM orch_runs WHERE state = 'waiting_approval'), 'gate', 'tap-ok-' || current_user, 'tap', 'yes')$$),
     ('orch_acknowledge_drift',    $$DO $do$ BEGIN PERFORM orch_acknowledge_drift(-1, 'tap-drift-' || current_user); EXCEPTION WHEN SQLSTATE 'OR005' THEN NULL; END $do$ $$),
     ('orch_reject',               $$SELECT orch_reject((SELECT min(run_id) FROM orch_runs WHERE state = 'waiting_approval'), 'gate', 'tap-no-' || current_user, 'tap', 'no')$$),
@@ -299,8 +316,8 @@ SELECT * FROM pg_temp.run_as('tap_reader',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_producer',
-    ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
-          'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run', 'orch_signal',
+    ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_cancel_where', 'orch_command',
+          'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run', 'orch_cancel_runs_where', 'orch_signal',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
@@ -308,8 +325,8 @@ SELECT * FROM pg_temp.run_as('tap_producer',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
 SELECT * FROM pg_temp.run_as('tap_worker',
-    ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_await_tool', 'orch_resume', 'orch_complete', 'orch_fail',
-          'orch_await_confirmation', 'orch_command_result',
+    ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_progress', 'orch_release', 'orch_await_tool', 'orch_resume',
+          'orch_complete', 'orch_fail', 'orch_await_confirmation', 'orch_command_result',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
@@ -336,7 +353,19 @@ SELECT * FROM pg_temp.run_as('tap_admin', ARRAY(SELECT DISTINCT fn FROM calls));
 -- The allowed calls did what they say.
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p'), 6::bigint, 'producer and admin each enqueued three tasks');
 SELECT is((SELECT count(*) FROM orch.signals WHERE name = 'tap.signal'), 2::bigint, 'producer and admin each sent a signal');
-SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p' AND state = 'cancelled'), 2::bigint, 'producer and admin each cancelled one');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p' AND state = 'cancelled'), 4::bigint,
+          'producer and admin each cancelled one by id and one by a filter');
+SELECT is((SELECT array_agg(DISTINCT h.actor || ':' || h.note ORDER BY h.actor || ':' || h.note)
+             FROM orch.tasks t, orch_history(t.id) h WHERE t.queue = 'tap_p' AND h.to_state = 'cancelled'),
+          ARRAY['tap_admin:by role', 'tap_producer:by role'], 'the cancellations are audited with the actor and the reason');
+SELECT is((SELECT count(*) FROM orch.attempts WHERE outcome = 'released' AND task_id IN (SELECT id FROM orch.tasks WHERE queue = 'tap_w')),
+          2::bigint, 'worker and admin each released a task');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND progress = '{"pct": 2}'), 2::bigint,
+          'worker and admin each reported progress');
+SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_dl' AND retry_of IS NOT NULL), 1::bigint,
+          'the admin re-drove a dead letter by a filter (orch_retry_where)');
+SELECT is((SELECT array_agg(state ORDER BY id) FROM orch.runs WHERE definition = 'tap_bulk'),
+          ARRAY['canceled', 'canceled'], 'producer and admin each cancelled a run by a filter');
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND state = 'completed'), 2::bigint, 'worker and admin each completed one');
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND state = 'failed'), 2::bigint, 'worker and admin each failed one');
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_a' AND resume_data IS NOT NULL), 2::bigint, 'approver and admin each approved one');
@@ -348,6 +377,7 @@ SELECT is((SELECT array_agg(status ORDER BY idempotency_key) FROM orch_commands 
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_w' AND retry_of IS NOT NULL), 2::bigint,
           'the admin re-drove both dead letters (orch_retry, orch_reprocess)');
 SELECT is((SELECT count(*) FROM orch.concurrency_limits WHERE queue = 'tap_q'), 1::bigint, 'the admin set a concurrency limit');
+SELECT is((SELECT weight FROM orch.fair_weights WHERE queue = 'tap_q' AND fkey = 'tap-tenant'), 2, 'the admin set a fairness weight');
 SELECT is((SELECT string_agg(version || ':' || status, ',' ORDER BY version) FROM orch.definitions WHERE name = 'tap_wf2'),
           '1:deprecated', 'the admin defined, published and deprecated a workflow (once: the others were refused)');
 SELECT is((SELECT array_agg(created_by || ':' || state ORDER BY created_by) FROM orch.runs WHERE input = '{"by": "role"}'),

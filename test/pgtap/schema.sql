@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(227);
+SELECT plan(248);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -20,7 +20,7 @@ SELECT has_table('orch', t, 'table orch.' || t || ' exists')
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
                     'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals',
                     'metric_state', 'metric_shard_state', 'metric_totals', 'metric_minutes', 'maintenance_log',
-                    'signals']) t;
+                    'fair_weights', 'fair_cursors', 'signals']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
                     'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps',
@@ -56,7 +56,8 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 -- definitions, which all tenants share under tenant 'default', and the
 -- metrics fold's state and the maintenance log (0.5.0), which are about the
 -- whole installation, and the fold state of each shard on Citus (0.8.0),
--- which stays on its node) are exempt.
+-- which stays on its node), and the fairness weights and cursors of the
+-- queues (0.8.0), are exempt.
 -- gate_repairs, a reference table, still carries tenant_id in its key
 -- (a deferred key decision is per tenant); so does definitions.
 -- (the history's partitions, 0.8.0, are in it: they carry the keys; so are
@@ -67,7 +68,8 @@ SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND NOT (c.relispartition AND c.relname !~ '_default$')
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
-                         'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log');
+                         'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log',
+                         'fair_weights', 'fair_cursors');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables WHERE NOT partition),
           ARRAY['approval_refs', 'approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes',
                 'metric_totals', 'rate_window', 'run_keys', 'run_steps', 'runs', 'signals', 'tasks'],
@@ -207,6 +209,36 @@ SELECT ok(current_setting('shared_preload_libraries') ~ 'orchestrator', 'the tes
 -- The roles exist and are not login roles.
 SELECT has_role(r, r || ' exists') FROM unnest(ARRAY['orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader']) r;
 SELECT is((SELECT count(*) FROM pg_roles WHERE rolname LIKE 'orch\_%' AND rolname IN ('orch_admin', 'orch_worker', 'orch_producer', 'orch_approver', 'orch_reader') AND NOT rolcanlogin), 5::bigint, 'the orch roles cannot log in');
+
+-- 0.8.0: a task's progress (kept across attempts, no default), the
+-- worker's lease calls and the bulk actions, with their signatures.
+SELECT col_type_is('orch', 'tasks', 'progress', 'jsonb', 'orch.tasks.progress is jsonb');
+SELECT col_is_null('orch', 'tasks', 'progress', 'orch.tasks.progress is nullable');
+SELECT col_hasnt_default('orch', 'tasks', 'progress', 'orch.tasks.progress has no default');
+SELECT has_column('orch_tasks', 'progress', 'orch_tasks shows the progress');
+SELECT function_returns(f, args, ret, format('%s(%s) returns %s', f, array_to_string(args, ', '), ret))
+  FROM (VALUES
+    ('orch_heartbeat', ARRAY['bigint', 'uuid', 'interval'], 'text'),
+    ('orch_heartbeat', ARRAY['bigint', 'uuid', 'interval', 'jsonb'], 'setof record'),
+    ('orch_progress', ARRAY['bigint', 'uuid', 'jsonb'], 'void'),
+    ('orch_release', ARRAY['bigint', 'uuid', 'interval'], 'text'),
+    ('orch_cancel_where', ARRAY['jsonb', 'text', 'integer'], 'setof record'),
+    ('orch_retry_where', ARRAY['jsonb', 'integer'], 'setof record'),
+    ('orch_cancel_runs_where', ARRAY['jsonb', 'text', 'integer'], 'setof record')) AS v(f, args, ret);
+SELECT is(pg_get_function_result(oid), r, proname || ': ' || r)
+  FROM pg_proc p, (VALUES
+    ('orch_heartbeat(bigint,uuid,interval,jsonb)', 'TABLE(state text, lease_expires_at timestamp with time zone)'),
+    ('orch_cancel_where(jsonb,text,integer)', 'TABLE(task_id bigint, state text)'),
+    ('orch_retry_where(jsonb,integer)', 'TABLE(task_id bigint, new_task_id bigint)'),
+    ('orch_cancel_runs_where(jsonb,text,integer)', 'TABLE(run_id bigint, state text)')) AS v(sig, r)
+ WHERE p.oid = v.sig::regprocedure;
+SELECT is(pg_get_function_arguments(oid), a, proname || ' defaults: ' || a)
+  FROM pg_proc p, (VALUES
+    ('orch_release(bigint,uuid,interval)', 'task_id bigint, lease_token uuid, delay interval DEFAULT NULL::interval'),
+    ('orch_cancel_where(jsonb,text,integer)', 'filter jsonb, reason text DEFAULT NULL::text, max integer DEFAULT 1000'),
+    ('orch_retry_where(jsonb,integer)', 'filter jsonb, max integer DEFAULT 1000'),
+    ('orch_cancel_runs_where(jsonb,text,integer)', 'filter jsonb, reason text DEFAULT NULL::text, max integer DEFAULT 100')) AS v(sig, a)
+ WHERE p.oid = v.sig::regprocedure;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -20,7 +20,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(433);
+SELECT plan(487);
 
 -- ---------------------------------------------------------------------------
 -- Roles (NOLOGIN; created in this transaction, reused when they exist).
@@ -315,6 +315,9 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('worker', 'dequeue the keyed task', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_q', 'sp-worker', 1)$$, 'c1', '{"task_id": {id:e1}, "lease_token": "%"}'),
     ('worker', 'heartbeat', $$SELECT orch_heartbeat({id:c1}, {tok:c1}, '1 minute') AS r$$, NULL, 'executing'),
     ('worker', 'heartbeat with a wrong token: OR003', $$SELECT orch_heartbeat({id:c1}, '00000000-0000-4000-8000-000000000001', '1 minute') AS r$$, NULL, 'OR003:%'),
+    ('worker', 'heartbeat with progress', $$SELECT state OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) (lease_expires_at IS NOT NULL)::text AS r FROM orch_heartbeat({id:c1}, {tok:c1}, '1 minute', '{"pct": 10}')$$, NULL, 'executing/true'),
+    ('worker', 'progress', $$SELECT orch_progress({id:c1}, {tok:c1}, '{"pct": 50}')::text AS r$$, NULL, ''),
+    ('reader', 'the progress', $$SELECT progress::text AS r FROM orch_status({id:c1})$$, NULL, '{"pct": 50}'),
     ('worker', 'complete', $$SELECT orch_complete({id:c1}, {tok:c1}, '{"ok": true}') AS r$$, NULL, 'completed'),
     ('worker', 'complete again: OR002', $$SELECT orch_complete({id:c1}, {tok:c1}, '{"ok": true}') AS r$$, NULL, 'OR002:%'),
     ('reader', 'status', $$SELECT state OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) result::text AS r FROM orch_status({id:c1})$$, NULL, 'completed/{"ok": true}'),
@@ -332,6 +335,12 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('worker', 'resume with the tool result', $$SELECT orch_resume({id:c3}, '{"tool": "ok"}') AS r$$, NULL, 'awaiting_tool'),
     ('worker', 'dequeue the resumed task', $$SELECT task_id, lease_token, resume_data FROM orch_dequeue('sp{n}_t', 'sp-worker')$$, 'c3b', '{"task_id": {id:e3}, "lease_token": "%", "resume_data": {"tool": "ok"}}'),
     ('worker', 'complete it', $$SELECT orch_complete({id:c3b}, {tok:c3b}) AS r$$, NULL, 'completed'),
+    ('producer', 'enqueue to release', $$SELECT orch_enqueue('sp{n}_rl', '{"r": 1}') AS task_id$$, 'e9', '{"task_id": %}'),
+    ('worker', 'dequeue it', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_rl', 'sp-worker')$$, 'c9', '{"task_id": {id:e9}, "lease_token": "%"}'),
+    ('worker', 'release it', $$SELECT orch_release({id:c9}, {tok:c9}) AS r$$, NULL, 'awaiting_tool'),
+    ('worker', 'dequeue the released task: the same attempt', $$SELECT task_id, lease_token, attempt FROM orch_dequeue('sp{n}_rl', 'sp-worker')$$, 'c9b', '{"attempt": 1, "task_id": {id:e9}, "lease_token": "%"}'),
+    ('worker', 'release it for an hour', $$SELECT orch_release({id:c9b}, {tok:c9b}, '1 hour') AS r$$, NULL, 'awaiting_tool'),
+    ('worker', 'the released task is not due yet', $$SELECT pg_catalog.count(*) AS r FROM orch_dequeue('sp{n}_rl', 'sp-worker')$$, NULL, '0'),
     ('producer', 'enqueue for a confirmation', $$SELECT orch_enqueue('sp{n}_c', '{"c": 1}') AS task_id$$, 'e4', '{"task_id": %}'),
     ('worker', 'dequeue it', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_c', 'sp-worker')$$, 'c4', '{"task_id": {id:e4}, "lease_token": "%"}'),
     ('worker', 'await a confirmation', $$SELECT orch_await_confirmation({id:c4}, {tok:c4}, '{"q": "ok?"}') AS r$$, NULL, 'awaiting_user_confirmation'),
@@ -345,6 +354,9 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('producer', 'enqueue to cancel', $$SELECT orch_enqueue('sp{n}_x', '{"x": 1}') AS task_id$$, 'e6', '{"task_id": %}'),
     ('producer', 'cancel', $$SELECT orch_cancel({id:e6}, 'not needed') AS r$$, NULL, 'cancelled'),
     ('producer', 'cancel again: OR002', $$SELECT orch_cancel({id:e6}, 'not needed') AS r$$, NULL, 'OR002:%'),
+    ('producer', 'enqueue to cancel by a filter', $$SELECT pg_catalog.count(*) AS r FROM orch_enqueue_batch('sp{n}_cw', ARRAY['{"w": 1}', '{"w": 2}']::jsonb[])$$, NULL, '2'),
+    ('producer', 'cancel them by a filter', $$SELECT pg_catalog.string_agg(state, ',') AS r FROM orch_cancel_where('{"queue": "sp{n}_cw", "state": ["queued"]}', 'bulk')$$, NULL, 'cancelled,cancelled'),
+    ('producer', 'an empty filter: 22023', $$SELECT pg_catalog.count(*) AS r FROM orch_cancel_where('{}')$$, NULL, '22023:%'),
     ('producer', 'enqueue a dead letter', $$SELECT orch_enqueue('sp{n}_d', '{"d": 1}') AS task_id$$, 'e7', '{"task_id": %}'),
     ('worker', 'dequeue it', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_d', 'sp-worker')$$, 'c7', '{"task_id": {id:e7}, "lease_token": "%"}'),
     ('worker', 'fail NON_RETRYABLE', $$SELECT state OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) reason_code AS r FROM orch_fail({id:c7}, {tok:c7}, 'NON_RETRYABLE', 'broken')$$, NULL, 'failed/non_retryable'),
@@ -353,6 +365,10 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('worker', 'dequeue the re-driven task', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_d', 'sp-worker')$$, 'c8', '{"task_id": {id:r7}, "lease_token": "%"}'),
     ('worker', 'fail it NON_RETRYABLE', $$SELECT state AS r FROM orch_fail({id:c8}, {tok:c8}, 'NON_RETRYABLE', 'broken again')$$, NULL, 'failed'),
     ('admin', 'reprocess the queue', $$SELECT pg_catalog.count(*) AS r FROM orch_reprocess(queue => 'sp{n}_d')$$, NULL, '1'),
+    ('producer', 'enqueue a dead letter for a filter', $$SELECT orch_enqueue('sp{n}_dw', '{"d": 2}') AS task_id$$, 'e10', '{"task_id": %}'),
+    ('worker', 'dequeue it', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_dw', 'sp-worker')$$, 'c10', '{"task_id": {id:e10}, "lease_token": "%"}'),
+    ('worker', 'fail it NON_RETRYABLE', $$SELECT state AS r FROM orch_fail({id:c10}, {tok:c10}, 'NON_RETRYABLE', 'broken')$$, NULL, 'failed'),
+    ('admin', 're-drive it by a filter', $$SELECT (new_task_id IS NOT NULL)::text AS r FROM orch_retry_where('{"queue": "sp{n}_dw", "error_class": "NON_RETRYABLE"}')$$, NULL, 'true'),
     ('producer', 'a command', $$SELECT command_id AS task_id, replayed, status FROM orch_command('sp.kind', 'sp{n}-cmd', '{"a": 1}')$$, 'k1', '{"status": "pending", "task_id": %, "replayed": false}'),
     ('producer', 'the command replayed', $$SELECT replayed AS r FROM orch_command('sp.kind', 'sp{n}-cmd', '{"a": 1}')$$, NULL, 'true'),
     ('producer', 'the key with another payload: OR004', $$SELECT replayed AS r FROM orch_command('sp.kind', 'sp{n}-cmd', '{"a": 2}')$$, NULL, 'OR004:%'),
@@ -422,6 +438,8 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('producer', 'cancel the run (its step task is executing)', $$SELECT orch_cancel_run({id:w2}, 'not needed') AS r$$, NULL, 'canceled'),
     ('producer', 'cancel it again: no change', $$SELECT orch_cancel_run({id:w2}, 'not needed') AS r$$, NULL, 'canceled'),
     ('worker', 'the worker learns it from a heartbeat', $$SELECT orch_heartbeat({id:ws2}, {tok:ws2}) AS r$$, NULL, 'cancelled'),
+    ('producer', 'start a run to cancel by a filter', $$SELECT orch_start('sp{n}_wf', '{"doc": 7}') AS task_id$$, 'w6', '{"task_id": %}'),
+    ('producer', 'cancel the running runs by a filter', $$SELECT pg_catalog.string_agg(state, ',') AS r FROM orch_cancel_runs_where('{"definition": "sp{n}_wf", "state": ["running"]}', 'bulk')$$, NULL, 'canceled'),
     ('reader', 'run status of the canceled run', $$SELECT (orch_run_status({id:w2}) OPERATOR(pg_catalog.->) 'run' OPERATOR(pg_catalog.->>) 'state') AS r$$, NULL, 'canceled'),
     ('producer', 'start a third run', $$SELECT orch_start('sp{n}_wf', '{"doc": 3}') AS task_id$$, 'w3', '{"task_id": %}'),
     ('worker', 'claim its step task', $$SELECT task_id, lease_token FROM orch_dequeue('sp{n}_wq', 'sp-worker')$$, 'ws3', '{"task_id": %, "lease_token": "%"}'),

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(6831);
+SELECT plan(7673);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -340,20 +340,23 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
-                    'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run', 'orch_signal']) f
+                    'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run',
+                    'orch_cancel_where', 'orch_cancel_runs_where', 'orch_signal']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['worker', 'admin']) k,
        unnest(ARRAY['orch_dequeue', 'orch_complete', 'orch_complete_batch', 'orch_fail', 'orch_heartbeat',
-                    'orch_await_tool', 'orch_await_confirmation', 'orch_resume', 'orch_command_result']) f
+                    'orch_await_tool', 'orch_await_confirmation', 'orch_resume', 'orch_command_result',
+                    'orch_progress', 'orch_release']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['approver', 'admin']) k, unnest(ARRAY['orch_confirm', 'orch_approve', 'orch_reject',
                                                                   'orch_acknowledge_drift']) f
 UNION ALL
 SELECT 'admin', f FROM unnest(ARRAY['orch_create_queue', 'orch_configure_queue', 'orch_pause_queue',
                                     'orch_resume_queue', 'orch_drop_queue', 'orch_set_concurrency_limit',
+                                    'orch_set_fairness_weight',
                                     'orch_create_state_machine', 'orch_attach_state_machine',
                                     'orch_state_machine_trigger', 'orch_maintain', 'orch_schedule_maintenance',
-                                    'orch_unschedule_maintenance', 'orch_retry', 'orch_reprocess',
+                                    'orch_unschedule_maintenance', 'orch_retry', 'orch_reprocess', 'orch_retry_where',
                                     'orch_bind_tenant', 'orch_unbind_tenant',
                                     'orch_define', 'orch_publish', 'orch_deprecate', 'orch_retry_run',
                                     'orch.caller_tenant_bindings']) f;
@@ -396,6 +399,33 @@ BEGIN
          format($q$SELECT orch_heartbeat(%s, %L, '10 minutes')$q$, e, tk),
          format('SELECT state FROM orch.tasks WHERE id = %s', e),
          '{"own": "00000:executing|executing", "other": "OR005"}'),
+        ('orch_heartbeat', 'task', t, 'heartbeat an executing task with progress',
+         format($q$SELECT h.state FROM orch_heartbeat(%s, %L, '10 minutes', '{"pct": 5}') h$q$, e, tk),
+         format('SELECT progress::text FROM orch.tasks WHERE id = %s', e),
+         '{"own": "00000:executing|{\"pct\": 5}", "other": "OR005"}'),
+        ('orch_progress', 'task', t, 'report the progress of an executing task',
+         format($q$SELECT 'set' FROM orch_progress(%s, %L, '{"pct": 7}') p$q$, e, tk),
+         format('SELECT progress::text FROM orch.tasks WHERE id = %s', e),
+         '{"own": "00000:set|{\"pct\": 7}", "other": "OR005"}'),
+        ('orch_release', 'task', t, 'release an executing task',
+         format($q$SELECT orch_release(%s, %L)$q$, e, tk),
+         format($q$SELECT state || '/' || reason_code || '/' || attempts FROM orch.tasks WHERE id = %s$q$, e),
+         '{"own": "00000:awaiting_tool|awaiting_tool/released/0", "other": "OR005"}'),
+        -- bulk calls: another tenant's rows are not matched (no rows, nothing changes)
+        ('orch_cancel_where', 'task', t, 'cancel_where naming a queued task by id',
+         format($q$SELECT coalesce(string_agg(c.state, ','), '') FROM orch_cancel_where(jsonb_build_object('task_ids', jsonb_build_array(%s)), 'tt bulk') c$q$,
+                pg_temp.fx('queued', t)),
+         format('SELECT state FROM orch.tasks WHERE id = %s', pg_temp.fx('queued', t)),
+         '{"own": "00000:cancelled|cancelled", "other": "00000:|queued"}'),
+        ('orch_retry_where', 'task', t, 'retry_where naming a dead letter by id',
+         format($q$SELECT count(*) FROM orch_retry_where(jsonb_build_object('task_ids', jsonb_build_array(%s)))$q$, pg_temp.fx('dead', t)),
+         format($q$SELECT coalesce(string_agg(tenant_id || '/' || state, ','), '') FROM orch.tasks WHERE retry_of = %s$q$, pg_temp.fx('dead', t)),
+         jsonb_build_object('own', '00000:1|' || t || '/queued', 'other', '00000:0|')),
+        ('orch_cancel_runs_where', 'task', t, 'cancel_runs_where naming a run waiting for approval by id',
+         format($q$SELECT coalesce(string_agg(c.state, ','), '') FROM orch_cancel_runs_where(jsonb_build_object('run_ids', jsonb_build_array(%s)), 'tt bulk') c$q$,
+                pg_temp.fx('run_wait', t)),
+         format('SELECT state FROM orch.runs WHERE id = %s', pg_temp.fx('run_wait', t)),
+         '{"own": "00000:canceled|canceled", "other": "00000:|waiting_approval"}'),
         ('orch_await_tool', 'task', t, 'park an executing task for a tool',
          format($q$SELECT orch_await_tool(%s, %L, 'tt-tool', '{"q": 1}')$q$, e, tk),
          format('SELECT state FROM orch.tasks WHERE id = %s', e),
@@ -471,6 +501,20 @@ BEGIN
          jsonb_build_object('own', '00000:1|' || CASE t WHEN 'ta' THEN 'default=queued,ta=executing,tb=queued'
                                                        ELSE 'default=queued,ta=queued,tb=executing' END,
                             'other', '42501')),
+        ('orch_cancel_where', 'tenant', t, 'cancel_where naming the tenant',
+         format($q$SELECT coalesce(string_agg(c.state, ','), '') FROM orch_cancel_where(jsonb_build_object('queue', 'fx_queued', 'tenant', %L)) c$q$, t),
+         $q$SELECT string_agg(tenant_id || '=' || state, ',' ORDER BY tenant_id) FROM orch.tasks WHERE queue = 'fx_queued'$q$,
+         jsonb_build_object('own', '00000:cancelled|' || CASE t WHEN 'ta' THEN 'ta=cancelled,tb=queued' ELSE 'ta=queued,tb=cancelled' END,
+                            'other', '00000:|ta=queued,tb=queued')),
+        ('orch_retry_where', 'tenant', t, 'retry_where naming the tenant',
+         format($q$SELECT count(*) FROM orch_retry_where(jsonb_build_object('queue', 'q_dl', 'tenant', %L))$q$, t),
+         $q$SELECT coalesce(string_agg(tenant_id, ',' ORDER BY tenant_id), '') FROM orch.tasks WHERE queue = 'q_dl' AND retry_of IS NOT NULL$q$,
+         jsonb_build_object('own', '00000:1|' || t, 'other', '00000:0|')),
+        ('orch_cancel_runs_where', 'tenant', t, 'cancel_runs_where naming the tenant',
+         format($q$SELECT coalesce(string_agg(c.state, ','), '') FROM orch_cancel_runs_where(jsonb_build_object('state', '["waiting_approval"]'::jsonb, 'tenant', %L)) c$q$, t),
+         $q$SELECT string_agg(tenant_id || '=' || state, ',' ORDER BY tenant_id) FROM orch.runs WHERE input->>'fx' = 'run_wait'$q$,
+         jsonb_build_object('own', '00000:canceled|' || CASE t WHEN 'ta' THEN 'ta=canceled,tb=waiting_approval' ELSE 'ta=waiting_approval,tb=canceled' END,
+                            'other', '00000:|ta=waiting_approval,tb=waiting_approval')),
         ('orch.tenant_visible', 'tenant', t, 'tenant_visible',
          format('SELECT orch.tenant_visible(%L)', t), NULL,
          '{"own": "00000:true", "other": "00000:false"}');
@@ -529,6 +573,21 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      $q$SELECT count(*) FROM orch_reprocess(queue => 'q_dl')$q$,
      $q$SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.tasks WHERE queue = 'q_dl' AND retry_of IS NOT NULL$q$,
      '{"ta": "00000:1|ta", "tb": "00000:1|tb", "*": "00000:3|default,ta,tb"}'),
+    ('orch_cancel_where', 'implicit', NULL, 'cancel_where by queue cancels the tasks of its tenants only',
+     $q$SELECT count(*) FROM orch_cancel_where('{"queue": "fx_queued"}')$q$,
+     $q$SELECT string_agg(tenant_id || '=' || state, ',' ORDER BY tenant_id) FROM orch.tasks WHERE queue = 'fx_queued'$q$,
+     '{"ta": "00000:1|ta=cancelled,tb=queued", "tb": "00000:1|ta=queued,tb=cancelled", "ta,tb": "00000:2|ta=cancelled,tb=cancelled",
+       "default,ta": "00000:1|ta=cancelled,tb=queued", "*": "00000:2|ta=cancelled,tb=cancelled"}'),
+    ('orch_retry_where', 'implicit', NULL, 'retry_where by queue re-drives the dead letters of its tenants only',
+     $q$SELECT count(*) FROM orch_retry_where('{"queue": "q_dl"}')$q$,
+     $q$SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.tasks WHERE queue = 'q_dl' AND retry_of IS NOT NULL$q$,
+     '{"ta": "00000:1|ta", "tb": "00000:1|tb", "*": "00000:3|default,ta,tb"}'),
+    ('orch_cancel_runs_where', 'implicit', NULL, 'cancel_runs_where by definition cancels the runs of its tenants only',
+     $q$SELECT count(*) FROM orch_cancel_runs_where('{"definition": "tt_wf", "state": ["waiting_approval"]}')$q$,
+     $q$SELECT string_agg(tenant_id || '=' || state, ',' ORDER BY tenant_id) FROM orch.runs WHERE input->>'fx' = 'run_wait'$q$,
+     '{"ta": "00000:1|ta=canceled,tb=waiting_approval", "tb": "00000:1|ta=waiting_approval,tb=canceled",
+       "ta,tb": "00000:2|ta=canceled,tb=canceled", "default,ta": "00000:1|ta=canceled,tb=waiting_approval",
+       "*": "00000:2|ta=canceled,tb=canceled"}'),
     ('orch_caller_tenants', 'implicit', NULL, 'caller_tenants',
      $q$SELECT coalesce(orch_caller_tenants()::text, '<null>')$q$, NULL,
      '{"ta": "00000:{ta}", "tb": "00000:{tb}", "ta,tb": "00000:{ta,tb}", "default,ta": "00000:{default,ta}", "*": "00000:<null>"}'),
@@ -553,6 +612,9 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_set_concurrency_limit', 'global', NULL, 'set a concurrency limit',
      $q$SELECT orch_set_concurrency_limit('q_main', 'ck-{role}', 3)::text$q$,
      $q$SELECT max_running FROM orch.concurrency_limits WHERE queue = 'q_main' AND key = 'ck-{role}'$q$, '{"*": "00000:%|3"}'),
+    ('orch_set_fairness_weight', 'global', NULL, 'set a fairness weight',
+     $q$SELECT orch_set_fairness_weight('q_main', 'fw-{role}', 3)::text$q$,
+     $q$SELECT weight FROM orch.fair_weights WHERE queue = 'q_main' AND fkey = 'fw-{role}'$q$, '{"*": "00000:%|3"}'),
     ('orch_create_state_machine', 'global', NULL, 'create a state machine',
      $q$SELECT orch_create_state_machine('m_{role}', '{"a": ["b"], "b": ["a"]}')::text$q$,
      $q$SELECT count(*) FROM orch.state_machines WHERE name = 'm_{role}'$q$, '{"*": "00000:%|1"}'),
