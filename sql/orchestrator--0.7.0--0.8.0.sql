@@ -2458,6 +2458,145 @@ GRANT EXECUTE ON FUNCTION orch_signal(bigint, text, jsonb, text) TO orch_produce
 GRANT EXECUTE ON FUNCTION orch.caller_signals() TO orch_reader;
 GRANT SELECT ON orch_signals TO orch_reader;
 
+-- ---------------------------------------------------------------------------
+-- Schedules: cron slots that enqueue a task or start a run (src/schedules.c,
+-- src/cron.c).  orch_schedule_tick fires what is due; orch_maintain calls it.
+-- ---------------------------------------------------------------------------
+CREATE TABLE orch.schedules (
+    tenant_id        text NOT NULL DEFAULT 'default',
+    name             text NOT NULL,
+    cron             text NOT NULL,
+    timezone         text NOT NULL DEFAULT 'UTC',
+    target           jsonb NOT NULL,
+    overlap          text NOT NULL DEFAULT 'skip'
+                     CHECK (overlap OPERATOR(pg_catalog.=) ANY (ARRAY['skip', 'allow', 'queue_one'])),
+    catch_up         text NOT NULL DEFAULT 'skip'
+                     CHECK (catch_up OPERATOR(pg_catalog.=) ANY (ARRAY['skip', 'all'])),
+    catch_up_window  interval NOT NULL DEFAULT '1 hour',
+    paused           boolean NOT NULL DEFAULT false,
+    next_fire_at     timestamptz,
+    pending_slot     timestamptz,
+    last_fired_slot  timestamptz,
+    last_task_id     bigint,
+    last_run_id      bigint,
+    fired            bigint NOT NULL DEFAULT 0,
+    skipped          bigint NOT NULL DEFAULT 0,
+    last_error       text,
+    created_by       text NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (tenant_id, name)
+);
+COMMENT ON TABLE orch.schedules IS
+  'Cron schedules (orch_schedule): what each fires, its policies, its next slot and what it fired and skipped.';
+COMMENT ON COLUMN orch.schedules.pending_slot IS
+  'overlap queue_one: the slot held back until the work of the last fire is finished.';
+CREATE INDEX schedules_due_idx ON orch.schedules (next_fire_at) WHERE NOT paused;
+-- Row-level security for roles granted direct access, and no planner
+-- statistics on the columns that hold a tenant's values (as for the tasks).
+ALTER TABLE orch.schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON orch.schedules USING (orch.tenant_visible(tenant_id))
+    WITH CHECK (orch.tenant_visible(tenant_id));
+ALTER TABLE orch.schedules ALTER COLUMN name SET STATISTICS 0, ALTER COLUMN target SET STATISTICS 0,
+    ALTER COLUMN last_error SET STATISTICS 0, ALTER COLUMN last_task_id SET STATISTICS 0,
+    ALTER COLUMN last_run_id SET STATISTICS 0;
+SELECT pg_catalog.pg_extension_config_dump('orch.schedules', '');
+
+CREATE FUNCTION orch_schedule(name text, cron text, target jsonb, options jsonb DEFAULT '{}')
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_schedule';
+COMMENT ON FUNCTION orch_schedule(text, text, jsonb, jsonb) IS
+  'Creates or replaces a cron schedule of the caller''s tenant that enqueues a task or starts a run at each slot (target checked now; options timezone, overlap, catch_up, catch_up_window, tenant).';
+
+CREATE FUNCTION orch_unschedule(name text, tenant text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_unschedule';
+COMMENT ON FUNCTION orch_unschedule(text, text) IS
+  'Removes a schedule; true when there was one. What it fired stays.';
+
+CREATE FUNCTION orch_pause_schedule(name text, tenant text DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_pause_schedule';
+COMMENT ON FUNCTION orch_pause_schedule(text, text) IS
+  'Pauses a schedule (idempotent): no slot fires until it is resumed.';
+
+CREATE FUNCTION orch_resume_schedule(name text, tenant text DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_resume_schedule';
+COMMENT ON FUNCTION orch_resume_schedule(text, text) IS
+  'Resumes a paused schedule (idempotent) from its first slot after now; the slots of the pause never fire.';
+
+CREATE FUNCTION orch_schedule_tick(as_of timestamptz DEFAULT pg_catalog.now())
+RETURNS integer
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_schedule_tick';
+COMMENT ON FUNCTION orch_schedule_tick(timestamptz) IS
+  'Fires the slots of the caller''s tenants'' schedules due by as_of (each slot at most once, at most orchestrator.max_batch_size fires); returns how many fired. orch_maintain calls it.';
+
+CREATE FUNCTION orch_cron_next(cron text, after timestamptz DEFAULT pg_catalog.now(),
+                               timezone text DEFAULT 'UTC', count integer DEFAULT 1)
+RETURNS SETOF timestamptz
+LANGUAGE C STABLE PARALLEL SAFE ROWS 10
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_cron_next';
+COMMENT ON FUNCTION orch_cron_next(text, timestamptz, text, integer) IS
+  'The next count slots of a cron expression after an instant in a time zone, as a schedule fires them.';
+
+CREATE FUNCTION orch.caller_schedules()
+RETURNS SETOF orch.schedules
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 100
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.schedules x
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
+$fn$;
+COMMENT ON FUNCTION orch.caller_schedules() IS
+  'The schedules of the caller''s tenants (every row for an unbound caller): the bound branch of orch_schedules.';
+
+CREATE VIEW orch.schedules_rows AS
+SELECT x.* FROM orch.schedules x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_schedules()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
+CREATE VIEW orch_schedules AS
+SELECT s.name, s.tenant_id, s.cron, s.timezone, s.target, s.overlap, s.catch_up, s.catch_up_window,
+       s.paused, s.next_fire_at, s.last_fired_slot, s.pending_slot, s.last_task_id, s.last_run_id,
+       s.fired, s.skipped, s.last_error, s.created_by, s.created_at, s.updated_at
+  FROM orch.schedules_rows s;
+COMMENT ON VIEW orch_schedules IS
+  'Cron schedules: what each fires, its next slot, its last fired slot, how many slots fired and were skipped.';
+
+REVOKE ALL ON FUNCTION orch_schedule(text, text, jsonb, jsonb), orch_unschedule(text, text),
+    orch_pause_schedule(text, text), orch_resume_schedule(text, text),
+    orch_schedule_tick(timestamptz), orch_cron_next(text, timestamptz, text, integer),
+    orch.caller_schedules() FROM PUBLIC;
+REVOKE ALL ON orch.schedules, orch.schedules_rows, orch_schedules FROM PUBLIC;
+GRANT SELECT ON orch_schedules TO orch_reader;
+GRANT EXECUTE ON FUNCTION orch_cron_next(text, timestamptz, text, integer), orch.caller_schedules()
+  TO orch_reader;
+GRANT EXECUTE ON FUNCTION orch_schedule(text, text, jsonb, jsonb), orch_unschedule(text, text),
+    orch_pause_schedule(text, text), orch_resume_schedule(text, text)
+  TO orch_producer;
+GRANT EXECUTE ON FUNCTION orch_schedule_tick(timestamptz) TO orch_admin;
+
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across
 -- transactions until then; src/schema.c).  Every upgrade script ends so.

@@ -223,6 +223,42 @@ fold_metrics(void)
 }
 
 /*
+ * Fire the schedules due (schedules.c) in a subtransaction: a failure there
+ * (reported as a WARNING) must not stop the rest of the pass.  None on
+ * Citus, where schedules are refused, nor on a 0.7.0 schema (an update in
+ * flight), which has none.
+ */
+typedef struct TickArg
+{
+	int32		batch;
+	int64		fired;
+} TickArg;
+
+static void
+tick_schedules_step(void *arg)
+{
+	TickArg    *t = (TickArg *) arg;
+
+	t->fired = orch_schedules_tick(GetCurrentTransactionStartTimestamp(), t->batch);
+}
+
+static int64
+tick_schedules(int32 batch)
+{
+	TickArg		t = {batch, 0};
+	ErrorData  *e = orch_citus() || !orch_schema_schedules() ? NULL
+		: orch_subxact_try(tick_schedules_step, &t);
+
+	if (e == NULL)
+		return t.fired;
+	ereport(WARNING,
+			(errmsg("orchestrator: firing the schedules failed, the rest of the pass goes on: %s",
+					e->message)));
+	FreeErrorData(e);
+	return 0;
+}
+
+/*
  * Record one pass in orch.maintenance_log (its actions as a JSON object of
  * counts) and drop the records older than seven days.
  */
@@ -446,6 +482,10 @@ orch_maintain(PG_FUNCTION_ARGS)
 				nacts += k;
 		}
 	}
+
+	/* cron schedules: the slots due fire (their tasks and runs are new work) */
+	acts[nacts].name = "schedules_fired";
+	acts[nacts++].count = tick_schedules(Min(batch, orch_max_batch_size));
 
 	/*
 	 * History partitions: created ahead, retired whole past the retention.

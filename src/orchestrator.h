@@ -471,6 +471,7 @@ extern bool orch_schema_run_keys(void);
 extern bool orch_schema_distributed_fold(void);
 extern bool orch_schema_fair_claims(void);
 extern bool orch_schema_signals(void);
+extern bool orch_schema_schedules(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));
@@ -616,6 +617,24 @@ extern void orch_citus_forget(void);
 
 /* Longest delay or interval setting accepted: 100 years, in microseconds */
 #define ORCH_MAX_INTERVAL (INT64CONST(100) * 365 * USECS_PER_DAY)
+
+/* cron.c: five-field cron expressions and their next fire times in a time zone */
+typedef struct OrchCron
+{
+	uint64		minutes;		/* bit per minute 0-59 */
+	uint32		hours;			/* 0-23 */
+	uint32		days;			/* 1-31 */
+	uint16		months;			/* 1-12 */
+	uint8		dows;			/* 0-6, Sunday 0 */
+	bool		dom_star;		/* day-of-month starts with '*' */
+	bool		dow_star;		/* day-of-week starts with '*' */
+} OrchCron;
+extern void orch_cron_parse(const char *expr, OrchCron *c);	/* 22023 naming the field */
+extern pg_tz *orch_cron_timezone(const char *name);	/* 22023 when unknown */
+extern bool orch_cron_slot_after(const OrchCron *c, pg_tz *tz, TimestampTz after, TimestampTz *next);
+
+/* schedules.c: fire the schedules due (orch_maintain) */
+extern int	orch_schedules_tick(TimestampTz as_of, int limit);
 
 /* definitions.c, definition_validate.c: workflow definitions */
 #define ERRCODE_ORCH_DEFINITION_IMMUTABLE	MAKE_SQLSTATE('O','R','0','0','7')

@@ -278,6 +278,13 @@ orch_schema_signals(void)
 	return !schema_previous();
 }
 
+/* Cron schedules (orch.schedules) */
+bool
+orch_schema_schedules(void)
+{
+	return !schema_previous();
+}
+
 /* The schema orch; InvalidOid when there is none. */
 Oid
 orch_namespace_oid(void)

@@ -27,7 +27,9 @@
 # nothing calls orch_dequeue or orch_maintain meanwhile): the task goes to
 # retry-wait with reason lease_expired, its attempt is recorded as
 # lease_expired / TRANSIENT, and the recovery event falls inside a succeeded
-# run of the job of its database.
+# run of the job of its database.  The same runs drive a cron schedule made
+# in postgres (every minute): its slot's task is enqueued by a run of the job
+# (its fire event inside that run), one task per slot.
 #
 # orch_unschedule_maintenance() removes this database's job (true, then
 # false) and the old plainly named job when it runs in this database, never
@@ -179,6 +181,9 @@ for my $db (qw(postgres other))
 	$token{$db} = $tok;
 }
 
+# A cron schedule every minute: its slots are fired by the maintenance job.
+query($node, 'postgres', q{SELECT orch_schedule('every-minute', '* * * * *', '{"queue": "cron_sched"}')});
+
 # Nobody calls orch_dequeue or orch_maintain from here on: only pg_cron.
 my $t0 = time;
 my $recovered = wait_for(90, sub {
@@ -216,6 +221,23 @@ for my $db (qw(postgres other))
                 WHERE jobid = $job_of{$db} AND status <> 'succeeded'}),
 		'0', "$db: no run of the job failed");
 }
+
+# The schedule's slots, fired by the runs of the job in postgres.
+ok( wait_for(90, sub {
+			query($node, 'postgres', q{SELECT count(*) > 0 FROM orch_tasks WHERE queue = 'cron_sched'}) eq 't' }),
+	'postgres: a run of the maintenance job fired the schedule\'s slot');
+my $fired_at = query($node, 'postgres', q{
+    SELECT h.at FROM orch.history h JOIN orch.tasks t ON t.id = h.task_id AND t.tenant_id = h.tenant_id
+     WHERE t.queue = 'cron_sched' AND h.reason_code = 'scheduled' ORDER BY h.id LIMIT 1});
+ok( wait_for(30, sub {
+		sql(qq{SELECT count(*) FROM cron.job_run_details
+                WHERE jobid = $job AND database = 'postgres' AND status = 'succeeded'
+                  AND '$fired_at' BETWEEN start_time AND end_time}) eq '1' }),
+	'postgres: the fire event lies within a succeeded run of the job');
+is( query($node, 'postgres', q{SELECT count(*) FROM (SELECT payload ->> 'scheduled_for' FROM orch_tasks
+                                  WHERE queue = 'cron_sched' GROUP BY 1 HAVING count(*) > 1) d}),
+	'0', 'postgres: one task per slot');
+query($node, 'postgres', q{SELECT orch_unschedule('every-minute')});
 
 # --- unscheduling ----------------------------------------------------------
 is(sql('SELECT orch_unschedule_maintenance()'), 't', 'orch_unschedule_maintenance() removes the job');

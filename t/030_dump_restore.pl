@@ -282,6 +282,19 @@ is( sql('src', "SELECT state || ' ' || (SELECT string_agg(name || ' ' || (consum
 		  . " FROM orch_signals WHERE run_id = $run_d) FROM orch_runs WHERE run_id = $run_d"),
 	'running other true', 'src: run D waits for its signal and keeps a pending one');
 
+# cron schedules (0.8.0): a yearly one that fired its first slot (a task under
+# its key, an event in its history) and a paused one; their slots are far
+# enough ahead that no maintenance pass below fires them
+my $sched_slot = sql('src', q{
+BEGIN;
+SELECT orch_schedule('s_yearly', '0 0 1 1 *', '{"queue": "q_sched", "payload": {"n": "sched"}}',
+                     '{"overlap": "allow"}');
+SELECT orch_schedule('s_paused', '0 0 1 1 *', '{"queue": "q_sched"}', '{"catch_up": "all", "overlap": "allow"}');
+SELECT orch_pause_schedule('s_paused');
+COMMIT;
+SELECT next_fire_at FROM orch.schedules WHERE name = 's_yearly'});
+is(sql('src', "SELECT orch_schedule_tick('$sched_slot')"), '1', 'src: the yearly schedule fired its first slot');
+
 # the metrics (0.5.0): counters folded, one maintenance pass logged
 cmp_ok(sql('src', q{SELECT orch_metrics_refresh()}), '>', 0, 'src: the counters folded the history');
 # (a pass's log row written by hand: a real pass would settle the fixture's
@@ -663,19 +676,35 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		                             WHERE to_state = 'completed' AND entity = 'task' AND id > $max{events}}),
 		"$db: completed counter = src's + the completions after the restore");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
-	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue <> 'q_early' GROUP BY state) s}),
+	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue NOT IN ('q_early', 'q_sched') GROUP BY state) s}),
 		'awaiting_user_confirmation=1 cancelled=1 completed=18 failed=3 queued=6',
 		"$db: final states: 18 completed (with the approval tasks of runs A and C), 3 failed, 1 cancelled, "
 		. "6 queued, 1 awaiting confirmation (run B's approval)");
 	my $new_cmd_task = sql($db, "SELECT task_id FROM orch.commands WHERE id = $new_cmd");
 	my $new_run_task = sql($db, "SELECT id FROM orch.tasks WHERE run_id = $new_run");
-	is( sql($db, q{SELECT string_agg(id::text, ',' ORDER BY id) FROM orch.tasks WHERE state = 'queued'}),
+	is( sql($db, q{SELECT string_agg(id::text, ',' ORDER BY id) FROM orch.tasks
+	              WHERE state = 'queued' AND queue <> 'q_sched'}),
 		join(',', sort { $a <=> $b } ($t_delayed, $t_rate_ok, $t_tenant, $new_task, $new_cmd_task, $new_run_task)),
 		"$db: the queued ones are the delayed, the rate-limited owner's, the tenant's and the three new tasks");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
 	              SELECT state, count(*) AS n FROM orch.runs GROUP BY state) s}),
 		'running=1 succeeded=3 waiting_approval=1',
 		"$db: final run states: A, C and D succeeded, B waits for approval, the new run is running");
+}
+
+# ---------------------------------------------------------------------------
+# 4b. The schedules go on in each copy: a fired slot never fires again, the
+#     next one fires once, the paused one stays paused
+# ---------------------------------------------------------------------------
+for my $db (qw(dst dst2))
+{
+	is(sql($db, "SELECT orch_schedule_tick('$sched_slot')"), '0', "$db: the slot src fired does not fire again");
+	is( sql($db, "SELECT orch_schedule_tick('$sched_slot'::timestamptz + interval '1 year')"),
+		'1', "$db: the yearly schedule's next slot fires once; the paused one does not");
+	is( sql($db, q{SELECT string_agg(name || ' ' || paused || ' ' || fired, ',' ORDER BY name) FROM orch_schedules}),
+		's_paused true 0,s_yearly false 2', "$db: the schedules, their counts and paused state go on from src's");
+	is( sql($db, q{SELECT count(DISTINCT idempotency_key) || ' ' || count(*) FROM orch.tasks WHERE queue = 'q_sched'}),
+		'2 2', "$db: one task per fired slot, each under its own key");
 }
 
 # ---------------------------------------------------------------------------

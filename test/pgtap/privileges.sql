@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(665);
+SELECT plan(714);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 68::bigint,
-          'the extension has the 68 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 74::bigint,
+          'the extension has the 74 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -79,30 +79,31 @@ SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has n
 -- 2. Catalog: exactly which API functions each role may execute.
 -- ---------------------------------------------------------------------------
 SELECT is(pg_temp.executable('tap_reader'),
-    ARRAY['orch_caller_tenants', 'orch_definition', 'orch_duration_stats', 'orch_history',
+    ARRAY['orch_caller_tenants', 'orch_cron_next', 'orch_definition', 'orch_duration_stats', 'orch_history',
           'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_queue_settings', 'orch_retry_decision',
           'orch_run_rows', 'orch_run_status', 'orch_run_step_rows', 'orch_status', 'orch_task_rows',
           'orch_validate_definition'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
     ARRAY['orch_caller_tenants', 'orch_cancel', 'orch_cancel_run', 'orch_cancel_runs_where', 'orch_cancel_where',
-          'orch_command', 'orch_definition',
+          'orch_command', 'orch_cron_next', 'orch_definition',
           'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
-          'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_run', 'orch_queue_settings',
-          'orch_resume_run', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
-          'orch_signal', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
-    'orch_producer executes reader + enqueue, enqueue_batch, cancel, cancel_where, command, start, pause_run, resume_run, cancel_run, cancel_runs_where, signal');
+          'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_run', 'orch_pause_schedule', 'orch_queue_settings',
+          'orch_resume_run', 'orch_resume_schedule', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
+          'orch_run_step_rows', 'orch_schedule', 'orch_signal', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_unschedule',
+          'orch_validate_definition'],
+    'orch_producer executes reader + enqueue, enqueue_batch, cancel, cancel_where, command, start, pause_run, resume_run, cancel_run, cancel_runs_where, schedule, unschedule, pause_schedule, resume_schedule, signal');
 SELECT is(pg_temp.executable('tap_worker'),
     ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result',
-          'orch_complete', 'orch_complete_batch', 'orch_definition', 'orch_dequeue', 'orch_duration_stats',
+          'orch_complete', 'orch_complete_batch', 'orch_cron_next', 'orch_definition', 'orch_dequeue', 'orch_duration_stats',
           'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
           'orch_progress', 'orch_queue_settings', 'orch_release', 'orch_resume', 'orch_retry_decision',
           'orch_run_rows', 'orch_run_status',
           'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat (both forms), progress, release, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
-    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_definition',
-          'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
+    ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_cron_next',
+          'orch_definition', 'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
           'orch_queue_settings', 'orch_reject', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
           'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
     'orch_approver executes reader + confirm, approve, reject, acknowledge_drift');
@@ -110,17 +111,18 @@ SELECT is(pg_temp.executable('tap_admin'),
     ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation',
           'orch_await_tool', 'orch_bind_tenant', 'orch_caller_tenants', 'orch_cancel', 'orch_cancel_run',
           'orch_cancel_runs_where', 'orch_cancel_where', 'orch_command', 'orch_command_result', 'orch_complete', 'orch_complete_batch',
-          'orch_configure_queue', 'orch_confirm', 'orch_create_queue', 'orch_create_state_machine',
+          'orch_configure_queue', 'orch_confirm', 'orch_create_queue', 'orch_create_state_machine', 'orch_cron_next',
           'orch_define', 'orch_definition', 'orch_deprecate', 'orch_dequeue', 'orch_drop_queue',
           'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_fail', 'orch_heartbeat',
           'orch_history', 'orch_maintain', 'orch_metrics_prometheus', 'orch_metrics_refresh',
-          'orch_pause_queue', 'orch_pause_run', 'orch_progress', 'orch_publish', 'orch_queue_settings',
+          'orch_pause_queue', 'orch_pause_run', 'orch_pause_schedule', 'orch_progress', 'orch_publish', 'orch_queue_settings',
           'orch_reject', 'orch_release',
-          'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_retry',
+          'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_resume_schedule', 'orch_retry',
           'orch_retry_decision', 'orch_retry_run', 'orch_retry_where', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
-          'orch_schedule_maintenance', 'orch_set_concurrency_limit', 'orch_set_fairness_weight', 'orch_signal', 'orch_start',
+          'orch_schedule', 'orch_schedule_maintenance', 'orch_schedule_tick', 'orch_set_concurrency_limit',
+          'orch_set_fairness_weight', 'orch_signal', 'orch_start',
           'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_unbind_tenant',
-          'orch_unschedule_maintenance', 'orch_validate_definition'],
+          'orch_unschedule', 'orch_unschedule_maintenance', 'orch_validate_definition'],
     'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
 SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
 
@@ -253,7 +255,14 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_error_stats',          $$SELECT count(*) FROM orch_error_stats$$),
     ('orch_durations',            $$SELECT count(*) FROM orch_durations$$),
     ('orch_review_queue',         $$SELECT count(*) FROM orch_review_queue$$),
-    ('orch_maintenance_log',      $$SELECT count(*) FROM orch_maintenance_log$$);
+    ('orch_maintenance_log',      $$SELECT count(*) FROM orch_maintenance_log$$),
+    ('orch_schedule',             $$SELECT orch_schedule('tap_s_' || current_user, '0 0 1 1 *', '{"queue": "tap_sq"}')$$),
+    ('orch_pause_schedule',       $$SELECT orch_pause_schedule('tap_s_' || current_user)$$),
+    ('orch_resume_schedule',      $$SELECT orch_resume_schedule('tap_s_' || current_user)$$),
+    ('orch_schedules',            $$SELECT count(*) FROM orch_schedules$$),
+    ('orch_cron_next',            $$SELECT count(*) FROM orch_cron_next('0 * * * *')$$),
+    ('orch_schedule_tick',        $$SELECT orch_schedule_tick()$$),
+    ('orch_unschedule',           $$SELECT orch_unschedule('tap_s_' || current_user)$$);
 
 -- Direct writes on the orch tables: refused for every role.
 CREATE TEMP TABLE writes (ord serial, sql text);
@@ -282,7 +291,8 @@ INSERT INTO writes (sql) VALUES
     ($$DELETE FROM orch.metric_minutes$$),
     ($$UPDATE orch.metric_state SET snap_xmin = 0$$),
     ($$INSERT INTO orch.maintenance_log (started_at, finished_at, actor, actions) VALUES (now(), now(), 'forger', '{}')$$),
-    ($$DELETE FROM orch.maintenance_log$$);
+    ($$DELETE FROM orch.maintenance_log$$),
+    ($$DELETE FROM orch.schedules$$);
 
 -- run_as(role, allowed functions): for every call, lives_ok when its function
 -- is allowed to the role, else throws_ok 42501; then every direct write
@@ -314,16 +324,17 @@ SELECT * FROM pg_temp.run_as('tap_reader',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
-          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_producer',
     ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_cancel_where', 'orch_command',
-          'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run', 'orch_cancel_runs_where', 'orch_signal',
+          'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run', 'orch_cancel_runs_where',
+          'orch_schedule', 'orch_pause_schedule', 'orch_resume_schedule', 'orch_unschedule', 'orch_signal',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
-          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_worker',
     ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_progress', 'orch_release', 'orch_await_tool', 'orch_resume',
           'orch_complete', 'orch_fail', 'orch_await_confirmation', 'orch_command_result',
@@ -332,7 +343,7 @@ SELECT * FROM pg_temp.run_as('tap_worker',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
-          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_approver',
     ARRAY['orch_confirm', 'orch_approve', 'orch_reject', 'orch_acknowledge_drift',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
@@ -340,7 +351,7 @@ SELECT * FROM pg_temp.run_as('tap_approver',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
-          'orch_durations', 'orch_review_queue', 'orch_maintenance_log']);
+          'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 
 -- The admin may do everything through the API (with fresh work for the worker calls).
 DO $$
@@ -392,6 +403,8 @@ SELECT is((SELECT array_agg(actor || ':' || approved ORDER BY actor, approved) F
 SELECT is((SELECT string_agg(state, ',' ORDER BY id) FROM orch.runs WHERE input ? 'n'),
           'succeeded,failed,succeeded,failed', 'the approved runs succeeded, the rejected ones failed');
 SELECT is((SELECT count(*) FROM orch.runs WHERE retry_of IS NOT NULL), 1::bigint, 'the admin retried the failed run');
+SELECT is((SELECT count(*) FROM orch.schedules WHERE name LIKE 'tap\_s\_%') || ' ' || (SELECT count(*) FROM orch.queues WHERE name = 'tap_sq'),
+          '0 1', 'producer and admin each scheduled, paused, resumed and unscheduled (the target''s queue stays)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(248);
+SELECT plan(255);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -20,12 +20,12 @@ SELECT has_table('orch', t, 'table orch.' || t || ' exists')
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
                     'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals',
                     'metric_state', 'metric_shard_state', 'metric_totals', 'metric_minutes', 'maintenance_log',
-                    'fair_weights', 'fair_cursors', 'signals']) t;
+                    'fair_weights', 'fair_cursors', 'schedules', 'signals']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
                     'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps',
                     'orch_queue_stats', 'orch_error_stats', 'orch_durations', 'orch_review_queue',
-                    'orch_maintenance_log', 'orch_signals']) v;
+                    'orch_maintenance_log', 'orch_schedules', 'orch_signals']) v;
 SELECT has_sequence('orch', s, 'sequence orch.' || s || ' exists')
   FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq', 'maintenance_log_id_seq', 'signals_id_seq']) s;
 
@@ -57,7 +57,8 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 -- metrics fold's state and the maintenance log (0.5.0), which are about the
 -- whole installation, and the fold state of each shard on Citus (0.8.0),
 -- which stays on its node), and the fairness weights and cursors of the
--- queues (0.8.0), are exempt.
+-- queues (0.8.0), are exempt; so are the cron schedules (0.8.0), which are
+-- refused with the tables distributed (they key on tenant_id all the same).
 -- gate_repairs, a reference table, still carries tenant_id in its key
 -- (a deferred key decision is per tenant); so does definitions.
 -- (the history's partitions, 0.8.0, are in it: they carry the keys; so are
@@ -69,7 +70,7 @@ SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
  WHERE n.nspname = 'orch' AND c.relkind IN ('r', 'p') AND NOT (c.relispartition AND c.relname !~ '_default$')
    AND c.relname NOT IN ('queues', 'state_machines', 'state_transitions', 'concurrency_limits', 'tenant_bindings',
                          'gate_repairs', 'definitions', 'metric_state', 'metric_shard_state', 'maintenance_log',
-                         'fair_weights', 'fair_cursors');
+                         'fair_weights', 'fair_cursors', 'schedules');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables WHERE NOT partition),
           ARRAY['approval_refs', 'approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes',
                 'metric_totals', 'rate_window', 'run_keys', 'run_steps', 'runs', 'signals', 'tasks'],
@@ -95,6 +96,7 @@ SELECT col_is_pk('orch', 'run_keys', ARRAY['tenant_id', 'idempotency_key'], 'orc
 SELECT col_is_pk('orch', 'approval_refs', ARRAY['approval_ref', 'tenant_id'], 'orch.approval_refs is keyed by (approval_ref, tenant_id): a reference is single-use across the partitions of orch.approvals');
 SELECT col_is_pk('orch', 'gate_repairs', ARRAY['queue', 'key', 'tenant_id'], 'orch.gate_repairs is keyed by (queue, key, tenant_id)');
 SELECT col_is_pk('orch', 'definitions', ARRAY['name', 'version', 'tenant_id'], 'orch.definitions is keyed by (name, version, tenant_id)');
+SELECT col_is_pk('orch', 'schedules', ARRAY['tenant_id', 'name'], 'orch.schedules is keyed by (tenant_id, name): one name per tenant');
 SELECT is(
     (SELECT coalesce(array_agg(d.name || '.' || con.conname ORDER BY 1), '{}')
        FROM dist_tables d JOIN pg_constraint con ON con.conrelid = d.oid

@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(7673);
+SELECT plan(8305);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -312,6 +312,18 @@ SELECT is((SELECT string_agg(tenant_id || '=' || state || '/' || (lease_expires_
           'ta=executing/true,tb=executing/true', 'fixture: the q_exp leases have expired');
 SELECT is((SELECT array_agg(DISTINCT tenant_id ORDER BY tenant_id) FROM orch.tasks),
           '{default,ta,tb}', 'fixture: tasks of three tenants');
+-- cron schedules (0.8.0) of ta and tb: one active, one paused, one due
+-- (its next slot set an hour back; a tick or a maintenance pass fires it)
+SELECT orch_create_queue('tt_sq');
+SELECT orch_schedule(n, '0 0 1 1 *', '{"queue": "tt_sq"}', jsonb_build_object('tenant', t))
+  FROM unnest(ARRAY['ta', 'tb']) t, unnest(ARRAY['tt_sched', 'tt_paused', 'tt_due']) n;
+SELECT orch_pause_schedule('tt_paused', t) FROM unnest(ARRAY['ta', 'tb']) t;
+UPDATE orch.schedules SET next_fire_at = now() - interval '1 hour' WHERE name = 'tt_due';
+SELECT is((SELECT string_agg(tenant_id || '=' || name || '/' || paused || '/' || (next_fire_at < now()), ',' ORDER BY tenant_id, name)
+             FROM orch.schedules),
+          'ta=tt_due/false/true,ta=tt_paused/true/false,ta=tt_sched/false/false,'
+          'tb=tt_due/false/true,tb=tt_paused/true/false,tb=tt_sched/false/false',
+          'fixture: schedules of ta and tb, active, paused and due');
 -- a signal kept by each tenant's running run
 DO $$ BEGIN
     PERFORM orch_signal(pg_temp.fx('run_exec', t), 'fx.signal', jsonb_build_object('t', t)) FROM unnest(ARRAY['ta', 'tb']) t;
@@ -335,13 +347,15 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
                     'orch.queue_stats', 'orch.error_stats', 'orch.caller_tenants',
                     'orch.caller_queues', 'orch.caller_tasks', 'orch.caller_attempts', 'orch.caller_commands',
                     'orch.caller_dead_letters', 'orch.caller_runs', 'orch.caller_run_steps', 'orch.caller_events',
-                    'orch.caller_definitions', 'orch.caller_maintenance_log', 'orch.caller_signals',
-                    'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows']) f
+                    'orch.caller_definitions', 'orch.caller_maintenance_log',
+                    'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
+                    'orch_cron_next', 'orch.caller_schedules', 'orch.caller_signals']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
                     'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run',
-                    'orch_cancel_where', 'orch_cancel_runs_where', 'orch_signal']) f
+                    'orch_cancel_where', 'orch_cancel_runs_where',
+                    'orch_schedule', 'orch_unschedule', 'orch_pause_schedule', 'orch_resume_schedule', 'orch_signal']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['worker', 'admin']) k,
        unnest(ARRAY['orch_dequeue', 'orch_complete', 'orch_complete_batch', 'orch_fail', 'orch_heartbeat',
@@ -359,7 +373,7 @@ SELECT 'admin', f FROM unnest(ARRAY['orch_create_queue', 'orch_configure_queue',
                                     'orch_unschedule_maintenance', 'orch_retry', 'orch_reprocess', 'orch_retry_where',
                                     'orch_bind_tenant', 'orch_unbind_tenant',
                                     'orch_define', 'orch_publish', 'orch_deprecate', 'orch_retry_run',
-                                    'orch.caller_tenant_bindings']) f;
+                                    'orch.caller_tenant_bindings', 'orch_schedule_tick']) f;
 
 -- The cases.  class:
 --   task      acts on one task/command of tenant tgt: want own / other
@@ -747,7 +761,27 @@ BEGIN
         ('orch_start', 'tenant', t, 'start naming the tenant, with the key tb holds (another input)',
          format($q$SELECT orch_start('tt_wf', '{"x": 2}', idempotency_key => 'run-shared', tenant => %L)$q$, t),
          'SELECT tenant_id FROM orch.runs WHERE id = {result}',
-         jsonb_build_object('own', CASE t WHEN 'ta' THEN '00000:%|ta' ELSE 'OR004' END, 'other', '42501'));
+         jsonb_build_object('own', CASE t WHEN 'ta' THEN '00000:%|ta' ELSE 'OR004' END, 'other', '42501')),
+        ('orch_schedule', 'tenant', t, 'schedule naming the tenant',
+         format($q$SELECT orch_schedule('tt_new', '0 0 1 1 *', '{"queue": "tt_sq"}', jsonb_build_object('tenant', %L))::text$q$, t),
+         format($q$SELECT tenant_id || '/' || created_by FROM orch.schedules WHERE name = 'tt_new' AND tenant_id = %L$q$, t),
+         jsonb_build_object('own', '00000:|' || t || '/{role}', 'other', '42501')),
+        ('orch_schedule', 'tenant', t, 'replace a schedule naming the tenant',
+         format($q$SELECT orch_schedule('tt_sched', '0 0 1 2 *', '{"queue": "tt_sq"}', jsonb_build_object('tenant', %L))::text$q$, t),
+         format($q$SELECT cron FROM orch.schedules WHERE name = 'tt_sched' AND tenant_id = %L$q$, t),
+         '{"own": "00000:|0 0 1 2 *", "other": "42501"}'),
+        ('orch_unschedule', 'tenant', t, 'unschedule naming the tenant',
+         format($q$SELECT orch_unschedule('tt_sched', %L)$q$, t),
+         format($q$SELECT count(*) FROM orch.schedules WHERE name = 'tt_sched' AND tenant_id = %L$q$, t),
+         '{"own": "00000:true|0", "other": "42501"}'),
+        ('orch_pause_schedule', 'tenant', t, 'pause a schedule naming the tenant',
+         format($q$SELECT orch_pause_schedule('tt_sched', %L)::text$q$, t),
+         format($q$SELECT paused FROM orch.schedules WHERE name = 'tt_sched' AND tenant_id = %L$q$, t),
+         '{"own": "00000:|true", "other": "42501"}'),
+        ('orch_resume_schedule', 'tenant', t, 'resume a paused schedule naming the tenant',
+         format($q$SELECT orch_resume_schedule('tt_paused', %L)::text$q$, t),
+         format($q$SELECT paused FROM orch.schedules WHERE name = 'tt_paused' AND tenant_id = %L$q$, t),
+         '{"own": "00000:|false", "other": "42501"}');
     END LOOP;
 END $$;
 INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
@@ -864,6 +898,27 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch_task_rows', 'implicit', NULL, 'the newest tasks: the caller''s tenants only',
      $q$SELECT string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id) FROM orch_task_rows("limit" => 10000)$q$, NULL,
      '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
+    ('orch_schedule', 'implicit', NULL, 'schedule without a tenant: the caller''s',
+     $q$SELECT orch_schedule('tt_new', '0 0 1 1 *', '{"queue": "tt_sq"}')::text$q$,
+     $q$SELECT string_agg(tenant_id, ',') FROM orch.schedules WHERE name = 'tt_new'$q$,
+     '{"ta": "00000:|ta", "tb": "00000:|tb", "ta,tb": "42501", "default,ta": "00000:|default", "*": "00000:|default"}'),
+    ('orch_unschedule', 'implicit', NULL, 'unschedule without a tenant: the caller''s schedule only',
+     $q$SELECT orch_unschedule('tt_sched')$q$,
+     $q$SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.schedules WHERE name = 'tt_sched'$q$,
+     '{"ta": "00000:true|tb", "tb": "00000:true|ta", "ta,tb": "42501", "default,ta": "00000:false|ta,tb", "*": "00000:false|ta,tb"}'),
+    ('orch_pause_schedule', 'implicit', NULL, 'pause without a tenant: the caller''s schedule only',
+     $q$SELECT orch_pause_schedule('tt_sched')::text$q$,
+     $q$SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.schedules WHERE name = 'tt_sched' AND paused$q$,
+     '{"ta": "00000:|ta", "tb": "00000:|tb", "ta,tb": "42501", "default,ta": "OR005", "*": "OR005"}'),
+    ('orch_schedule_tick', 'implicit', NULL, 'tick: the due schedules of the caller''s tenants fire',
+     'SELECT orch_schedule_tick()',
+     $q$SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.tasks WHERE queue = 'tt_sq'$q$,
+     '{"ta": "00000:1|ta", "tb": "00000:1|tb", "*": "00000:2|ta,tb"}'),
+    ('orch_cron_next', 'any', NULL, 'the next slots of a cron expression',
+     $q$SELECT count(*) FROM orch_cron_next('0 * * * *', now(), 'UTC', 3)$q$, NULL, '{"*": "00000:3"}'),
+    ('orch.caller_schedules', 'implicit', NULL, 'the callers tenants schedules',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_schedules()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}'),
     ('orch_run_rows', 'implicit', NULL, 'the newest runs: the caller''s tenants only',
      $q$SELECT string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id) FROM orch_run_rows("limit" => 10000)$q$, NULL,
      '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}');
@@ -898,7 +953,8 @@ CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
             UNION ALL SELECT tenant_id, 'U' || to_jsonb(u)::text FROM orch.runs u
             UNION ALL SELECT tenant_id, 'S' || to_jsonb(p)::text FROM orch.run_steps p
             UNION ALL SELECT tenant_id, 'P' || to_jsonb(v)::text FROM orch.approvals v
-            UNION ALL SELECT tenant_id, 'G' || to_jsonb(g)::text FROM orch.signals g) s
+            UNION ALL SELECT tenant_id, 'G' || to_jsonb(g)::text FROM orch.signals g
+            UNION ALL SELECT tenant_id, 'K' || to_jsonb(k)::text FROM orch.schedules k) s
          GROUP BY tenant_id
         UNION ALL
         SELECT '(global)', md5(coalesce((SELECT string_agg(to_jsonb(q)::text, ',' ORDER BY q.name) FROM orch.queues q), '')
@@ -1008,6 +1064,7 @@ INSERT INTO tt_views VALUES
     ('orch_runs', 'SELECT tenant_id FROM orch.runs'),
     ('orch_run_steps', 'SELECT tenant_id FROM orch.run_steps'),
     ('orch_signals', 'SELECT tenant_id FROM orch.signals'),
+    ('orch_schedules', 'SELECT tenant_id FROM orch.schedules'),
     ('orch_dead_letters', $$SELECT t.tenant_id FROM orch.tasks t WHERE t.state = 'failed'
         AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
                               'compensation_required', 'not_safe_to_retry')
@@ -1262,7 +1319,7 @@ SELECT is((SELECT count(*) FROM orch.history WHERE id > :ev_mark AND actor NOT I
 CREATE TEMP TABLE tt_rls (tbl text);
 INSERT INTO tt_rls VALUES ('tasks'), ('attempts'), ('events'), ('idempotency_keys'), ('commands'),
                           ('rate_window'), ('concurrency_limits'), ('runs'), ('run_steps'), ('approvals'),
-                          ('gate_repairs'), ('metric_totals'), ('metric_minutes'), ('signals');
+                          ('gate_repairs'), ('metric_totals'), ('metric_minutes'), ('schedules'), ('signals');
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = ('orch.' || tbl)::regclass),
           'row-level security is enabled on orch.' || tbl)
   FROM tt_rls ORDER BY tbl;
