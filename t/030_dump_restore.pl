@@ -14,7 +14,7 @@
 # with a compensation, then a human approval) and a draft, a run waiting for
 # approval, a run whose step task is queued, a run approved to the end
 # (an approval row), and a run waiting for a signal that keeps a pending
-# signal of another name (orch.signals).
+# signal of another name (orch.signals); a fair queue's weight and cursor.
 #
 # It is copied twice: pg_dump -Fc + createdb + pg_restore -d dst, and
 # pg_dump src | psql -v ON_ERROR_STOP=1 dst2.  Both must succeed without any
@@ -294,6 +294,14 @@ SELECT orch_pause_schedule('s_paused');
 COMMIT;
 SELECT next_fire_at FROM orch.schedules WHERE name = 's_yearly'});
 is(sql('src', "SELECT orch_schedule_tick('$sched_slot')"), '1', 'src: the yearly schedule fired its first slot');
+
+# fair claims (0.8.0): a round_robin queue's weight (orch.fair_weights) and
+# the cursor its claim left (orch.fair_cursors); the claimed task completed
+sql('src', q{SELECT orch_create_queue('q_fair', '{"fairness": "round_robin"}')});
+sql('src', q{SELECT orch_set_fairness_weight('q_fair', 'default', 2)});
+sql('src', q{SELECT orch_enqueue('q_fair', '{"n": "fair"}')});
+is(sql('src', q{SELECT orch_complete(d.task_id, d.lease_token) FROM orch_dequeue('q_fair', 'fair-worker') d}),
+	'completed', 'src: a fair claim of q_fair, completed');
 
 # the metrics (0.5.0): counters folded, one maintenance pass logged
 cmp_ok(sql('src', q{SELECT orch_metrics_refresh()}), '>', 0, 'src: the counters folded the history');
@@ -676,7 +684,7 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		                             WHERE to_state = 'completed' AND entity = 'task' AND id > $max{events}}),
 		"$db: completed counter = src's + the completions after the restore");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
-	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue NOT IN ('q_early', 'q_sched') GROUP BY state) s}),
+	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue NOT IN ('q_early', 'q_sched', 'q_fair') GROUP BY state) s}),
 		'awaiting_user_confirmation=1 cancelled=1 completed=18 failed=3 queued=6',
 		"$db: final states: 18 completed (with the approval tasks of runs A and C), 3 failed, 1 cancelled, "
 		. "6 queued, 1 awaiting confirmation (run B's approval)");
