@@ -9,7 +9,10 @@
 # Environment:
 #   BENCH_PORT=55433        port of the throwaway cluster (never 5432)
 #   BENCH_QUICK=1           smaller sizes and shorter runs
-#   BENCH_SYSTEMS="orchestrator baseline"   which sides to measure
+#   BENCH_SYSTEMS="orchestrator baseline pgmq"   which sides to measure (pgmq:
+#                           the throughput groups only, from the pgmq release
+#                           tarball, BENCH_PGMQ or ../shared/vendor/pgmq-1.5.1.tar.gz;
+#                           skipped with a line when it is absent)
 #   BENCH_WORKLOADS="enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
 #   BENCH_REPS=N            repetitions of each throughput workload (default 3,
@@ -36,7 +39,13 @@ PG_CONFIG=$PGBIN/pg_config
 
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
-SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline}
+SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline pgmq}
+PGMQ_TAR=${BENCH_PGMQ:-$REPO/../shared/vendor/pgmq-1.5.1.tar.gz}
+# pgmq takes part in the throughput groups (enqueue, process, batch) only:
+# TP_SYSTEMS; SYSTEMS is the orchestrator and the plain queue everywhere else.
+TP_SYSTEMS=$SYSTEMS
+SYSTEMS=$(echo "$SYSTEMS" | tr ' ' '\n' | grep -v '^pgmq$' | tr '\n' ' ' | sed 's/ *$//')
+PGMQ_NOTE=
 GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
@@ -114,9 +123,33 @@ die()  { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as the postgres OS user)"
 [ "$PORT" != 5432 ] || die "BENCH_PORT must not be 5432 (the system cluster)"
-want() { case " $SYSTEMS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+want() { case " $TP_SYSTEMS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 group() { case " $GROUPS_ " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 want orchestrator || want baseline || die "BENCH_SYSTEMS names neither orchestrator nor baseline"
+
+# pgmq from its release tarball (pure SQL): its control file without the
+# module_pathname line and sql/pgmq.sql as pgmq--VERSION.sql in the server's
+# extension directory.  Absent: pgmq is left out, with a line in the report.
+install_pgmq() {
+    local dir ver ext
+    want pgmq || return 0
+    if [ ! -f "$PGMQ_TAR" ]; then
+        PGMQ_NOTE="pgmq: skipped ($PGMQ_TAR not found; BENCH_PGMQ names the release tarball)"
+        log "$PGMQ_NOTE"
+        TP_SYSTEMS=$SYSTEMS
+        return 0
+    fi
+    dir=$(mktemp -d /tmp/bench-pgmq.XXXXXX)
+    tar xzf "$PGMQ_TAR" -C "$dir"
+    ext=$(ls -d "$dir"/*/pgmq-extension | head -1)
+    ver=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$ext/pgmq.control")
+    [ -n "$ver" ] && [ -f "$ext/sql/pgmq.sql" ] || die "pgmq: $PGMQ_TAR is not a pgmq release (no control file or sql/pgmq.sql)"
+    grep -v '^module_pathname' "$ext/pgmq.control" >"$($PG_CONFIG --sharedir)/extension/pgmq.control"
+    cp "$ext/sql/pgmq.sql" "$($PG_CONFIG --sharedir)/extension/pgmq--$ver.sql"
+    rm -rf "$dir"
+    PGMQ_NOTE="pgmq $ver (pure SQL, from $(basename "$PGMQ_TAR")): send / send_batch / read + delete / read 100 + delete of the ids"
+    log "installed pgmq $ver"
+}
 
 # ---------------------------------------------------------------------------
 # Packages and build
@@ -151,6 +184,7 @@ build_extension() {
 ensure_packages
 id postgres >/dev/null 2>&1 || die "no postgres OS user"
 if want orchestrator; then build_extension; fi
+install_pgmq
 
 # ---------------------------------------------------------------------------
 # Throwaway cluster
@@ -246,6 +280,11 @@ reset_all() {
         sql "CREATE EXTENSION orchestrator" >/dev/null
         sql "SELECT orch_create_queue('bench'), orch_create_queue('lat')" >/dev/null
     fi
+    if want pgmq; then
+        sql "DROP EXTENSION IF EXISTS pgmq CASCADE" >/dev/null
+        sql "CREATE EXTENSION pgmq" >/dev/null
+        sql "SELECT pgmq.create('bench')" >/dev/null
+    fi
 }
 
 settle() { sql "VACUUM ANALYZE" >/dev/null; sql "CHECKPOINT" >/dev/null; }
@@ -265,6 +304,11 @@ preload() {
                    ARRAY(SELECT jsonb_build_object('kind', 'email', 'n', g)
                            FROM generate_series($done + 1, $done + $k) g), tenant => '$tenant')" >/dev/null \
                 || die "orch_enqueue_batch failed during pre-load"
+        elif [ "$side" = pgmq ]; then
+            sql "SELECT count(*) FROM pgmq.send_batch('$queue',
+                   ARRAY(SELECT jsonb_build_object('kind', 'email', 'n', g)
+                           FROM generate_series($done + 1, $done + $k) g))" >/dev/null \
+                || die "pgmq.send_batch failed during pre-load"
         else
             sql "INSERT INTO jobs (queue, priority, payload)
                  SELECT '$queue', 0, jsonb_build_object('kind', 'email', 'n', g)
@@ -281,7 +325,10 @@ preload() {
 # from T0 (just before pgbench started) to the last one's timestamp.
 count_jobs() {
     local side=$1 queue=$2 kind=$3 t0=$4
-    if [ "$side" = orchestrator ]; then
+    if [ "$side" = pgmq ]; then
+        # (a message processed is deleted: run_process times the last one)
+        sql "SELECT count(*), coalesce(extract(epoch FROM max(enqueued_at)) - $t0, 0) FROM pgmq.q_$queue"
+    elif [ "$side" = orchestrator ]; then
         if [ "$kind" = enqueued ]; then
             sql "SELECT count(*), coalesce(extract(epoch FROM max(created_at)) - $t0, 0)
                    FROM orch_tasks WHERE queue = '$queue'"
@@ -301,7 +348,9 @@ count_jobs() {
 }
 
 finished_count() {
-    if [ "$1" = orchestrator ]; then
+    if [ "$1" = pgmq ]; then
+        sql "SELECT $2 - count(*) FROM pgmq.q_bench"
+    elif [ "$1" = orchestrator ]; then
         sql "SELECT count(*) FROM orch_tasks WHERE queue = 'bench' AND state = 'completed'"
     else
         sql "SELECT count(*) FROM jobs WHERE queue = 'bench' AND state = 'done'"
@@ -309,7 +358,9 @@ finished_count() {
 }
 
 states() { # SIDE -> "state=count ..." of queue bench
-    if [ "$1" = orchestrator ]; then
+    if [ "$1" = pgmq ]; then
+        sql "SELECT 'waiting=' || count(*) FILTER (WHERE vt <= now()) || ' invisible=' || count(*) FILTER (WHERE vt > now()) FROM pgmq.q_bench"
+    elif [ "$1" = orchestrator ]; then
         sql "SELECT string_agg(state || '=' || n, ' ' ORDER BY state)
                FROM (SELECT state, count(*) AS n FROM orch_tasks WHERE queue = 'bench' GROUP BY state) s"
     else
@@ -319,7 +370,11 @@ states() { # SIDE -> "state=count ..." of queue bench
 }
 
 script_for() { # SIDE NAME -> path of the pgbench script
-    if [ "$1" = orchestrator ]; then echo "$BENCH_DIR/orch_$2.sql"; else echo "$BENCH_DIR/base_$2.sql"; fi
+    case $1 in
+        orchestrator) echo "$BENCH_DIR/orch_$2.sql" ;;
+        pgmq)         echo "$BENCH_DIR/pgmq_$2.sql" ;;
+        *)            echo "$BENCH_DIR/base_$2.sql" ;;
+    esac
 }
 
 threads_for() { local c=$1 n; n=$(nproc); echo $(( c < n ? c : n )); }
@@ -385,12 +440,14 @@ record() { # WORKLOAD SIDE JOBS SECS WAL-LSN-BEFORE
 # ---------------------------------------------------------------------------
 # enqueue WORKLOAD SCRIPT CLIENTS: pgbench -T ENQ_SECS, jobs counted from the table.
 # the sides of repetition REP, alternating: A B, B A, A B, ...
+# (sides_tp: the same over the throughput groups' sides, pgmq among them)
 sides_for() { if [ $(( $1 % 2 )) = 1 ]; then echo "$SYSTEMS"; else echo "$SYSTEMS" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi; }
+sides_tp() { if [ $(( $1 % 2 )) = 1 ]; then echo "$TP_SYSTEMS"; else echo "$TP_SYSTEMS" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi; }
 
 run_enqueue() {
     local wl=$1 script=$2 clients=$3 side t0 out res lsn rep
     for rep in $(seq 1 "$REPS"); do
-    for side in $(sides_for "$rep"); do
+    for side in $(sides_tp "$rep"); do
         reset_all; settle; profile_reset
         log "$wl: $side"
         out=$WORK/pgbench-${wl//[^A-Za-z0-9]/_}-$side.log
@@ -407,14 +464,33 @@ run_enqueue() {
     done
 }
 
+# pgmq_empty_at FILE: the epoch at which pgmq.q_bench became empty, into
+# FILE; nothing when it is not empty within PROC_CAP + 5 s, or when it is
+# cancelled (run_process does once pgbench ended).
+pgmq_empty_at() {
+    PGAPPNAME=bench-empty-at "${PSQL[@]}" -d bench -At -c "
+        CREATE FUNCTION pg_temp.empty_at() RETURNS double precision LANGUAGE plpgsql AS \$f\$
+        DECLARE t0 timestamptz := clock_timestamp();
+        BEGIN
+            LOOP
+                IF NOT EXISTS (SELECT 1 FROM pgmq.q_bench ORDER BY msg_id LIMIT 1) THEN
+                    RETURN extract(epoch FROM clock_timestamp());
+                END IF;
+                IF clock_timestamp() > t0 + make_interval(secs => $PROC_CAP + 5) THEN RETURN NULL; END IF;
+                PERFORM pg_sleep(0.02);
+            END LOOP;
+        END \$f\$;
+        SELECT pg_temp.empty_at();" >"$1" 2>/dev/null || true
+}
+
 # process WORKLOAD SCRIPT WORKERS JOBS: JOBS pre-loaded; pgbench runs until all
 # are finished (checked every second, then pgbench is terminated) or
 # PROC_CAP seconds; jobs/s = finished jobs / (last finish - start).
 # (SIGTERM: a background job of a non-interactive shell ignores SIGINT.)
 run_process() {
-    local wl=$1 script=$2 workers=$3 jobs=$4 side t0 out res fin lsn rep
+    local wl=$1 script=$2 workers=$3 jobs=$4 side t0 out res fin lsn rep tend
     for rep in $(seq 1 "$REPS"); do
-    for side in $(sides_for "$rep"); do
+    for side in $(sides_tp "$rep"); do
         reset_all
         log "$wl: $side"
         preload "$side" bench "$jobs"
@@ -422,13 +498,16 @@ run_process() {
         out=$WORK/pgbench-${wl//[^A-Za-z0-9]/_}-$side.log
         lsn=$(wal_lsn)
         t0=$(now_epoch)
+        # pgmq deletes what it processed: a server-side look every 20 ms for
+        # the queue's first message times the last one (one index probe)
+        if [ "$side" = pgmq ]; then rm -f "$out.empty"; pgmq_empty_at "$out.empty" & fi
         "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
             -c "$workers" -j "$(threads_for "$workers")" -T "$PROC_CAP" \
             -D queue=bench -f "$(script_for "$side" "$script")" bench >"$out" 2>&1 &
         PGBENCH_PID=$!
         while kill -0 "$PGBENCH_PID" 2>/dev/null; do
             sleep 1
-            fin=$(finished_count "$side")
+            fin=$(finished_count "$side" "$jobs")
             if [ "$fin" -ge "$jobs" ]; then
                 kill -TERM "$PGBENCH_PID" 2>/dev/null || true
                 break
@@ -437,7 +516,17 @@ run_process() {
         wait "$PGBENCH_PID" 2>/dev/null || true
         PGBENCH_PID=
         pgbench_check "$out"
-        res=$(count_jobs "$side" bench processed "$t0")
+        if [ "$side" = pgmq ]; then
+            # not all processed: the window ends with pgbench, and the look stops
+            tend=$(now_epoch)
+            sql "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE application_name = 'bench-empty-at'" >/dev/null
+            wait
+            fin=$(finished_count pgmq "$jobs")
+            res="$fin|$(awk -v e="$(cat "$out.empty" 2>/dev/null)" -v t="$t0" -v n="$tend" \
+                         'BEGIN { printf "%.3f", ((e != "") ? e : n) - t }')"
+        else
+            res=$(count_jobs "$side" bench processed "$t0")
+        fi
         record "$wl" "$side" "${res%|*}" "${res#*|}" "$lsn"
         if [ "${res%|*}" -lt "$jobs" ]; then
             # Not all finished within PROC_CAP: say where the rest are.
@@ -995,7 +1084,7 @@ run_workflows() {
     # The bare-task reference is the "process, 4 workers" orchestrator figure
     # of this run; without the process group, the same run is made here.
     if [ -z "${RES[process, 4 workers,orchestrator]:-}" ]; then
-        SYSTEMS=orchestrator run_process "$WF_BARE" process "$WF_WORKERS" "$PROC_JOBS"
+        SYSTEMS=orchestrator TP_SYSTEMS=orchestrator run_process "$WF_BARE" process "$WF_WORKERS" "$PROC_JOBS"
     fi
 }
 
@@ -1311,25 +1400,31 @@ report() {
     echo "orchestrator benchmark ($( [ "$QUICK" = 1 ] && echo "QUICK smoke run" || echo "full run"), $(date -u '+%Y-%m-%d %H:%M UTC'), $(( T_END - T_START )) s)"
     echo
     if group enqueue || group process || group batch; then
-    printf '%-36s | %19s | %15s | %6s | %6s | %s\n' \
-        workload "orchestrator jobs/s" "baseline jobs/s" ratio target met
-    printf '%s\n' "-------------------------------------+---------------------+-----------------+--------+--------+-----"
+    printf '%-36s | %19s | %15s | %11s | %6s | %6s | %6s | %s\n' \
+        workload "orchestrator jobs/s" "baseline jobs/s" "pgmq jobs/s" "/plain" "/pgmq" target met
+    printf '%s\n' "-------------------------------------+---------------------+-----------------+-------------+--------+--------+--------+-----"
+    local p rp
     for wl in "${WORKLOADS[@]}"; do
         o=${RES[$wl,orchestrator]:-}
         b=${RES[$wl,baseline]:-}
-        ratio=n/a; met=-
+        p=${RES[$wl,pgmq]:-}
+        ratio=n/a; rp=n/a; met=-
         if [ -n "$o" ] && [ -n "$b" ] && [ "$b" -gt 0 ]; then
             ratio=$(awk -v o="$o" -v b="$b" 'BEGIN{printf "%.2f", o/b}')
+        fi
+        if [ -n "$o" ] && [ -n "$p" ] && [ "$p" -gt 0 ]; then
+            rp=$(awk -v o="$o" -v b="$p" 'BEGIN{printf "%.2f", o/b}')
         fi
         tgt=${TARGET[$wl]}
         if [ -n "$tgt" ] && [ "$ratio" != n/a ]; then
             met=$(awk -v r="$ratio" -v t="$tgt" 'BEGIN{print (r >= t) ? "yes" : "NO"}')
         fi
-        printf '%-36s | %19s | %15s | %6s | %6s | %s\n' "$wl" \
-            "$(fmt_int "$o")" "$(fmt_int "$b")" \
-            "$ratio" "${tgt:+>=${tgt}x}" "$met"
+        printf '%-36s | %19s | %15s | %11s | %6s | %6s | %6s | %s\n' "$wl" \
+            "$(fmt_int "$o")" "$(fmt_int "$b")" "$(fmt_int "$p")" \
+            "$ratio" "$rp" "${tgt:+>=${tgt}x}" "$met"
     done
     echo
+    [ -n "$PGMQ_NOTE" ] && echo "$PGMQ_NOTE"
     echo "jobs counted from the tables; window = pgbench start .. last job's timestamp; WAL written during the run per job"
     if [ "$REPS" -gt 1 ]; then echo "each row: the median of $REPS repetitions, the sides alternating (A B, B A, A B)"; fi
     # WAL per job of the happy path: its enqueue plus its claim and complete
@@ -1347,8 +1442,8 @@ report() {
                    what, o, b, r, (r <= 1.3) ? "met" : "NOT met" }'
     done
     for wl in "${WORKLOADS[@]}"; do
-        printf '  %-30s orchestrator: %-44s baseline: %s\n' "$wl" \
-            "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}"
+        printf '  %-30s orchestrator: %-44s baseline: %-44s pgmq: %s\n' "$wl" \
+            "${NOTE[$wl,orchestrator]:-n/a}" "${NOTE[$wl,baseline]:-n/a}" "${NOTE[$wl,pgmq]:-n/a}"
     done
     echo
     fi

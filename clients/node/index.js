@@ -287,24 +287,39 @@ class Task {
 
 const quietLogger = { info() {}, warn() {}, error() {} };
 
-/** Claims tasks of one queue and runs `await handler(task)`, up to
- * `concurrency` at once; see README.md. */
+/** Claims tasks of one queue, or of several (`queues`), and runs
+ * `await handler(task)`, up to `concurrency` at once; see README.md. */
 class Worker {
   constructor({
-    connection, pool, queue, handler, concurrency = 1, workerId, lease = null,
+    connection, pool, queue, queues, handler, concurrency = 1, workerId, lease = null,
     heartbeatEvery = null, batch = 10, pollMin = 50, pollMax = 2000, wait = 5000, grace = 30000,
     listen = true, tenant = null, defaultErrorClass = 'RETRYABLE', maxErrorLength = 4000,
     logger = console,
   } = {}) {
-    if (!queue) throw new TypeError('queue is required');
+    // queues: a list of names (each with `concurrency` slots) or
+    // {name: slots}; queue: one name
+    let slots;
+    if (queues !== undefined && queues !== null && !Array.isArray(queues) && typeof queues === 'object') {
+      slots = Object.entries(queues);
+    } else {
+      const names = queues !== undefined && queues !== null ? queues : [queue];
+      if (!Array.isArray(names)) throw new TypeError('queues must be a list of names or {name: concurrency}');
+      if (new Set(names).size !== names.length) throw new TypeError('a queue is named twice');
+      slots = names.map((n) => [n, concurrency]);
+    }
+    if (slots.length === 0 || !slots.every(([n]) => typeof n === 'string' && n !== '')) {
+      throw new TypeError('queue (a name) or queues (names) is required');
+    }
+    if (!slots.every(([, c]) => Number.isInteger(c) && c >= 1)) throw new RangeError('concurrency must be at least 1');
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
-    if (!(concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!ERROR_CLASSES.includes(defaultErrorClass)) {
       throw new RangeError(`defaultErrorClass must be one of ${ERROR_CLASSES.join(', ')}`);
     }
-    this.queue = queue;
+    this.slots = new Map(slots);
+    this.queues = [...this.slots.keys()];
+    this.queue = this.queues[0];
     this.handler = handler;
-    this.concurrency = concurrency;
+    this.concurrency = [...this.slots.values()].reduce((a, c) => a + c, 0); // handlers at once, all queues
     this.workerId = workerId || `${os.hostname()}:${process.pid}:${Math.random().toString(16).slice(2, 6)}`;
     this.lease = interval(lease);
     this.heartbeatEvery = heartbeatEvery;
@@ -323,7 +338,8 @@ class Worker {
       this.pool = pool;
       this._ownPool = false;
     } else {
-      this.pool = makePool(connection, concurrency + 3);
+      // a claim connection per queue, heartbeats and reports, LISTEN
+      this.pool = makePool(connection, this.concurrency + this.queues.length + 2);
       this._ownPool = true;
     }
     this._onPoolError = (e) => this.log.warn(`worker ${this.workerId}: idle connection lost: ${e.message}`);
@@ -333,10 +349,12 @@ class Worker {
     this._stopping = false;
     this._abandoned = false;
     this._running = false;
-    this._wakeFn = null;
-    this._notified = false;
+    this._waiters = new Set();
+    this._notified = new Set();
     this._listenClient = null;
-    this._claimPid = null; // the backend of a claim in flight (stop() cancels it)
+    this._listenPromise = null;
+    this._claimPids = new Set(); // the backends of claims in flight (stop() cancels them)
+    this._busy = new Map(this.queues.map((q) => [q, 0])); // running handlers per queue
   }
 
   get stopping() { return this._stopping; }
@@ -349,9 +367,9 @@ class Worker {
     else if (this._stopping) this.grace = 0;
     this._stopping = true;
     this._wake();
-    if (this._claimPid !== null) {
+    for (const pid of this._claimPids) {
       // a waiting claim ends at once (57014), having claimed nothing
-      this.pool.query('SELECT pg_cancel_backend($1)', [this._claimPid]).catch(() => {});
+      this.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
     }
     return this._runPromise || Promise.resolve(this.stats);
   }
@@ -372,8 +390,12 @@ class Worker {
       process.on('SIGTERM', onSignal);
       process.on('SIGINT', onSignal);
     }
+    const lease = this.lease === null ? "the queue's" : this.lease;
+    const conc = this.queues.length > 1 ? [...this.slots].map(([q, c]) => `${q} ${c}`).join(', ') : String(this.concurrency);
+    this.log.info(`worker ${this.workerId}: queue${this.queues.length > 1 ? 's' : ''} ${this.queues.join(', ')}, concurrency ${conc}, lease ${lease}, ${this.wait !== null ? `claims wait ${this.wait} ms` : 'polling'}`);
     try {
-      await this._loop();
+      // one claim loop per queue, each with its own slots
+      await Promise.all(this.queues.map((q) => this._loop(q)));
     } finally {
       this._stopping = true;
       this.log.info(`worker ${this.workerId}: stopping: no more claims; ${this._inflight.size} task(s) running, grace ${this.grace} ms`);
@@ -387,22 +409,29 @@ class Worker {
   }
 
   _wake() {
-    const f = this._wakeFn;
-    this._wakeFn = null;
-    if (f) f();
+    const ws = [...this._waiters];
+    this._waiters.clear();
+    for (const f of ws) f();
   }
 
   /** Sleep until ms pass (null: forever) or _wake(). */
   _sleep(ms) {
     return new Promise((resolve) => {
       let timer = null;
-      this._wakeFn = () => { if (timer) clearTimeout(timer); resolve(); };
-      if (ms !== null) timer = setTimeout(() => { this._wakeFn = null; resolve(); }, ms);
+      const f = () => { if (timer) clearTimeout(timer); resolve(); };
+      this._waiters.add(f);
+      if (ms !== null) timer = setTimeout(() => { this._waiters.delete(f); resolve(); }, ms);
     });
   }
 
   async _ensureListener() {
     if (!this.listen || this._listenClient) return;
+    // the claim loops of several queues share one LISTEN connection
+    if (!this._listenPromise) this._listenPromise = this._listenConnect().finally(() => { this._listenPromise = null; });
+    await this._listenPromise;
+  }
+
+  async _listenConnect() {
     const client = await this.pool.connect();
     const drop = (e) => {
       if (this._listenClient !== client) return;
@@ -412,8 +441,8 @@ class Worker {
     };
     client.on('error', drop);
     client.on('notification', (msg) => {
-      if (msg.channel === 'orch_enqueue' && msg.payload === this.queue) {
-        this._notified = true;
+      if (msg.channel === 'orch_enqueue' && this.queues.includes(msg.payload)) {
+        this._notified.add(msg.payload);
         this._wake();
       }
     });
@@ -426,13 +455,14 @@ class Worker {
     this._listenClient = client;
   }
 
-  async _claim(n) {
+  async _claim(queue, n) {
     const waiting = this.wait !== null;
-    const args = [this.queue, this.workerId, n, this.lease, this.tenant];
+    const args = [queue, this.workerId, n, this.lease, this.tenant];
     if (waiting) args.push(`${this.wait} milliseconds`);
     const client = await this.pool.connect();
     let broken = false;
-    this._claimPid = client.processID;
+    const pid = client.processID;
+    this._claimPids.add(pid);
     try {
       if (this._stopping) return [];
       const r = await client.query(
@@ -452,25 +482,29 @@ class Worker {
       broken = !e.code;
       throw e;
     } finally {
-      this._claimPid = null;
+      this._claimPids.delete(pid);
       client.release(broken);
     }
   }
 
-  async _loop() {
+  async _loop(queue) {
     let delay = this.pollMin;
     while (!this._stopping) {
-      const free = this.concurrency - this._inflight.size;
+      const free = this.slots.get(queue) - this._busy.get(queue);
       if (free <= 0) {
         await this._sleep(null); // a finished handler wakes the loop
         continue;
       }
+      const n = Math.min(free, this.batch);
       let tasks;
       try {
         await this._ensureListener();
-        tasks = await this._claim(Math.min(free, this.batch));
+        tasks = await this._claim(queue, n);
       } catch (e) {
-        if (!isRetryable(e)) throw wrapError(e);
+        if (!isRetryable(e)) {
+          this.stop({ grace: this.grace }); // the other queues' loops end too
+          throw wrapError(e);
+        }
         this.log.warn(`worker ${this.workerId}: claim failed (SQLSTATE ${e.code}): ${e.message}`);
         await this._sleep(delay);
         delay = Math.min(delay * 2, this.pollMax);
@@ -478,11 +512,11 @@ class Worker {
       }
       if (tasks.length > 0) {
         delay = this.pollMin;
-        for (const t of tasks) this._start(t);
+        for (const t of tasks) this._start(queue, t);
         continue;
       }
-      if (this._notified) {
-        this._notified = false;
+      if (this._notified.has(queue)) {
+        this._notified.delete(queue);
         continue;
       }
       if (this.wait !== null) continue; // the claim itself waited
@@ -495,13 +529,15 @@ class Worker {
     return this.heartbeatEvery !== null ? this.heartbeatEvery : Math.max(100, t.leaseMs / 3);
   }
 
-  _start(task) {
+  _start(queue, task) {
     this.stats.claimed += 1;
+    this._busy.set(queue, this._busy.get(queue) + 1);
     this._inflight.set(task.id, task);
     this._scheduleBeat(task, this._beatPeriod(task));
     task._promise = this._process(task).finally(() => {
       clearTimeout(task._timer);
       this._inflight.delete(task.id);
+      this._busy.set(queue, this._busy.get(queue) - 1);
       this._wake();
     });
   }

@@ -4,9 +4,11 @@
 // The edges are the definition's (docs/workflows.md, "The graph"):
 // depends_on, on_success, on_failure, on_timeout and a decision's targets.
 // Layout: each step in the layer of its longest path from an entry step
-// (left to right), steps of a layer ordered by a barycenter pass over their
-// predecessors; edges are curves from the right of one box to the left of
-// the next.  Each box links to the step's section of the run page and is
+// (left to right); an edge that skips layers gets a waypoint in each layer
+// it crosses, which takes a slot there like a box does, so that no box
+// stands in its way; the steps and waypoints of a layer are ordered by a
+// barycenter pass over their predecessors.  An edge is drawn from the right
+// of one box, through its waypoints, to the left of its target box.  Each box links to the step's section of the run page and is
 // coloured by the step's state (classes in static/console.css).
 
 const { html } = require('./html');
@@ -67,9 +69,35 @@ function layout(ids, edges) {
   let maxLayer = Math.max(0, ...[...layer.values()]);
   for (const id of ids) if (!seen.has(id)) layer.set(id, ++maxLayer);
 
+  // Waypoints: an edge from layer i to layer j > i + 1 becomes a chain
+  // through one waypoint in each layer between.
+  const chains = new Map();   // edge index -> [waypoint ids]
+  const all = [...ids];
   const order = new Map(ids.map((id, i) => [id, i]));
+  const unit = [];            // edges of one layer each: {from, to}
+  edges.forEach((e, i) => {
+    const a = layer.get(e.from);
+    const b = layer.get(e.to);
+    if (b <= a + 1) { unit.push({ from: e.from, to: e.to }); return; }
+    const way = [];
+    let prev = e.from;
+    for (let l = a + 1; l < b; l++) {
+      const v = `\u0000${i}:${l}`;
+      layer.set(v, l);
+      order.set(v, ids.length + i);
+      all.push(v);
+      way.push(v);
+      unit.push({ from: prev, to: v });
+      prev = v;
+    }
+    unit.push({ from: prev, to: e.to });
+    chains.set(i, way);
+  });
+  const preds2 = new Map(all.map((id) => [id, []]));
+  for (const e of unit) preds2.get(e.to).push(e.from);
+
   const rows = [];
-  for (const id of ids) {
+  for (const id of all) {
     const l = layer.get(id);
     (rows[l] = rows[l] || []).push(id);
   }
@@ -81,13 +109,13 @@ function layout(ids, edges) {
   rows.forEach((row) => row.forEach((id, i) => pos.set(id, i)));
   for (let l = 1; l < rows.length; l++) {
     const key = (id) => {
-      const p = preds.get(id).filter((x) => layer.get(x) < l);
+      const p = preds2.get(id).filter((x) => layer.get(x) < l);
       return p.length ? p.reduce((a, x) => a + pos.get(x), 0) / p.length : pos.get(id);
     };
     rows[l].sort((a, b) => key(a) - key(b) || order.get(a) - order.get(b));
     rows[l].forEach((id, i) => pos.set(id, i));
   }
-  return { layer, rows };
+  return { layer, rows, chains };
 }
 
 function clip(s, n) {
@@ -104,7 +132,7 @@ function renderDag(specSteps, stepsById) {
   }
   const ids = steps.map((s) => s.step_id);
   const edges = edgesOf(steps);
-  const { rows } = layout(ids, edges);
+  const { rows, chains } = layout(ids, edges);
   const tallest = Math.max(1, ...rows.map((r) => r.length));
   const width = PAD * 2 + rows.length * W + (rows.length - 1) * GX;
   const height = PAD * 2 + tallest * H + (tallest - 1) * GY;
@@ -114,16 +142,25 @@ function renderDag(specSteps, stepsById) {
     row.forEach((id, i) => at.set(id, { x: PAD + l * (W + GX), y: PAD + offset + i * (H + GY) }));
   });
 
-  const edgeSvg = edges.map((e) => {
+  const curve = (x1, y1, x2, y2) => {
+    const dx = Math.max(GX / 2, (x2 - x1) / 3);
+    return `C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`;
+  };
+  const edgeSvg = edges.map((e, i) => {
     const a = at.get(e.from);
     const b = at.get(e.to);
-    const x1 = a.x + W;
-    const y1 = a.y + H / 2;
-    const x2 = b.x - 2;
-    const y2 = b.y + H / 2;
-    const dx = Math.max(GX / 2, (x2 - x1) / 3);
-    const d = `M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`;
-    return html`<path class="edge edge-${e.kind}" d="${d}" marker-end="url(#arrow-${e.kind})"><title>${e.from} → ${e.to} (${EDGE_KINDS[e.kind]})</title></path>`;
+    let x = a.x + W;
+    let y = a.y + H / 2;
+    let d = `M${x},${y}`;
+    // through each waypoint: into its slot, straight across it
+    for (const v of chains.get(i) || []) {
+      const p = at.get(v);
+      d += ` ${curve(x, y, p.x, p.y + H / 2)} L${p.x + W},${p.y + H / 2}`;
+      x = p.x + W;
+      y = p.y + H / 2;
+    }
+    d += ` ${curve(x, y, b.x - 2, b.y + H / 2)}`;
+    return html`<path class="edge edge-${e.kind}" data-from="${e.from}" data-to="${e.to}" d="${d}" marker-end="url(#arrow-${e.kind})"><title>${e.from} → ${e.to} (${EDGE_KINDS[e.kind]})</title></path>`;
   });
 
   const nodeSvg = steps.map((s) => {

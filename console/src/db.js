@@ -25,6 +25,24 @@ const DEAD_LETTER_REASONS = ['max_attempts_exhausted', 'max_failures_exhausted',
   'compensation_required', 'not_safe_to_retry'];
 const RUN_STATES = ['running', 'waiting_approval', 'paused', 'succeeded', 'failed', 'canceled'];
 const PAGE = 100;
+const COUNT_CAP = 10000;      // totals are counted up to this, then shown as "more than"
+const BULK_MAX = 1000;        // the most tasks one bulk action touches
+
+// Derived states: what orch_queue_stats counts, as conditions on the
+// columns of orch_tasks.  Each names the raw state it is a case of.
+const DERIVED_STATES = {
+  ready: { label: 'ready', raw: 'queued', sql: "(state = 'queued' AND NOT gated AND run_at <= now())" },
+  delayed: { label: 'delayed', raw: 'queued', sql: "(state = 'queued' AND NOT gated AND run_at > now())" },
+  gated: { label: 'gated', raw: 'queued', sql: "(state = 'queued' AND gated)" },
+  retry_waiting: { label: 'retry waiting', raw: 'awaiting_tool', sql: "(state = 'awaiting_tool' AND retry_at IS NOT NULL)" },
+  tool_waiting: { label: 'awaiting a tool', raw: 'awaiting_tool', sql: "(state = 'awaiting_tool' AND retry_at IS NULL)" },
+};
+
+// The derived state of a row of orch_tasks, in SQL (NULL: none).
+const DERIVED_SQL = `CASE WHEN state = 'awaiting_tool' AND retry_at IS NOT NULL THEN 'retry_waiting'
+                          WHEN state = 'queued' AND gated THEN 'gated'
+                          WHEN state = 'queued' AND run_at > now() THEN 'delayed'
+                          WHEN state = 'queued' THEN 'ready' END AS derived`;
 
 // where(filters): a WHERE clause and its parameters from [column, operator,
 // value] triples whose value is not empty.  Columns and operators come from
@@ -64,36 +82,110 @@ function createDb(connectionString) {
     // ---- queues ---------------------------------------------------------
     queueStats: () => q('SELECT * FROM orch_queue_stats ORDER BY queue, tenant_id'),
     queues: () => q('SELECT queue, paused FROM orch_queues ORDER BY queue'),
+    pauseQueue: (name) => one('SELECT orch_pause_queue($1) AS r', [name]),
+    resumeQueue: (name) => one('SELECT orch_resume_queue($1) AS r', [name]),
+    // The folded counters of every queue, for the throughput sampler.
+    queueTotals: () => q(`SELECT queue, tenant_id, enqueued_total, completed_total, failed_total, metrics_as_of
+                            FROM orch_queue_stats`),
     errorStats: () => q(`SELECT * FROM orch_error_stats WHERE retries_1h > 0 OR failures_1h > 0
                           ORDER BY queue, tenant_id, error_class, reason_code`),
     metricsRefresh: () => one('SELECT orch_metrics_refresh() AS n'),
 
     // ---- tasks ----------------------------------------------------------
+    // taskWhere(f): the WHERE clause of a task filter over orch_tasks.  The
+    // derived states are the open-task figures of orch_queue_stats, read
+    // from the view's columns: a retry wait is awaiting_tool with a
+    // retry_at, delayed is queued for later, gated waits for a
+    // concurrency slot.
+    taskWhere(f, params) {
+      const parts = [];
+      const add = (sql, value, cast) => {
+        if (value === undefined || value === null || value === '') return;
+        params.push(value);
+        parts.push(sql.replace('?', `$${params.length}${cast ? `::${cast}` : ''}`));
+      };
+      add('queue = ?', f.queue);
+      if (DERIVED_STATES[f.state]) parts.push(DERIVED_STATES[f.state].sql);
+      else add('state = ?', f.state);
+      add('tenant_id = ?', f.tenant);
+      add('last_error_class = ?', f.error_class);
+      add('created_at >= ?', f.from, 'timestamptz');
+      add('created_at < ?', f.to, 'timestamptz');
+      add('run_id = ?', f.run_id, 'bigint');
+      add('correlation_id = ?', f.correlation_id);
+      add('payload @> ?', f.payload, 'jsonb');
+      return parts;
+    },
     tasks(f) {
       const params = [];
-      const w = where([
-        ['queue', '=', f.queue], ['state', '=', f.state], ['tenant_id', '=', f.tenant],
-        ['last_error_class', '=', f.error_class], ['created_at', '>=', f.from, 'timestamptz'],
-        ['created_at', '<', f.to, 'timestamptz'], ['run_id', '=', f.run_id, 'bigint'],
-        ['correlation_id', '=', f.correlation_id], ['task_id', '<', f.before, 'bigint'],
-      ], params);
+      const parts = this.taskWhere(f, params);
       // no filter but the page: the reader by key, which a tenant-bound role
       // reads through an index (the view reads every row of its tenants)
       const cols = `task_id, tenant_id, queue, state, reason_code, priority, attempts, failures,
-                    last_error_class, last_error, run_id, step_key, correlation_id, created_at, updated_at`;
-      if (onlyPaging(f, ['queue', 'state', 'tenant', 'error_class', 'from', 'to', 'run_id', 'correlation_id'])) {
+                    last_error_class, last_error, run_id, step_key, correlation_id, created_at, updated_at,
+                    run_at, retry_at, gated, ${DERIVED_SQL}`;
+      if (!parts.length && !f.after) {
         return q(`SELECT ${cols} FROM orch_task_rows(before => $1::bigint, "limit" => $2)
                    ORDER BY task_id DESC`, [f.before || null, PAGE + 1]);
       }
+      if (f.after) {
+        // a page of newer tasks: read upwards, shown newest first
+        params.push(f.after);
+        parts.push(`task_id > $${params.length}::bigint`);
+        params.push(PAGE + 1);
+        return q(`SELECT * FROM (SELECT ${cols} FROM orch_tasks WHERE ${parts.join(' AND ')}
+                   ORDER BY task_id LIMIT $${params.length}) t ORDER BY task_id DESC`, params);
+      }
+      if (f.before) { params.push(f.before); parts.push(`task_id < $${params.length}::bigint`); }
       params.push(PAGE + 1);
-      return q(`SELECT ${cols} FROM orch_tasks ${w} ORDER BY task_id DESC LIMIT $${params.length}`, params);
+      return q(`SELECT ${cols} FROM orch_tasks WHERE ${parts.join(' AND ')}
+                 ORDER BY task_id DESC LIMIT $${params.length}`, params);
     },
+    // How many tasks match (paging aside), counted up to COUNT_CAP + 1.
+    async taskCount(f) {
+      const params = [];
+      const parts = this.taskWhere(f, params);
+      params.push(COUNT_CAP + 1);
+      const r = await one(`SELECT count(*)::int AS n FROM (SELECT 1 FROM orch_tasks
+                             ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''} LIMIT $${params.length}) c`, params);
+      return r.n;
+    },
+    // The ids of the tasks matching a filter, newest first, at most max.
+    async taskIds(f, max) {
+      const params = [];
+      const parts = this.taskWhere(f, params);
+      params.push(max);
+      return (await q(`SELECT task_id FROM orch_tasks ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''}
+                        ORDER BY task_id DESC LIMIT $${params.length}`, params)).map((r) => r.task_id);
+    },
+    // Is there a task newer than this id under the filter?
+    async newerTask(f, id) {
+      const params = [];
+      const parts = this.taskWhere(f, params);
+      params.push(id);
+      parts.push(`task_id > $${params.length}::bigint`);
+      return !!(await one(`SELECT 1 AS x FROM orch_tasks WHERE ${parts.join(' AND ')} LIMIT 1`, params));
+    },
+    // What bulk actions need to know of some tasks: state, whether it is a
+    // dead letter, its reason, its run.
+    bulkRows: (ids) => q(`SELECT t.task_id, t.queue, t.state, t.reason_code, t.run_id, t.step_key,
+                                 (t.state = 'failed' AND t.reason_code = ANY ($2::text[])
+                                  AND NOT EXISTS (SELECT 1 FROM orch_task_rows(retry_of => t.task_id))) AS dead_letter
+                            FROM orch_task_rows(task_ids => $1::bigint[], "limit" => 10000) t
+                           ORDER BY t.task_id DESC`, [ids, DEAD_LETTER_REASONS]),
+    // Do the bulk functions exist here?
+    hasBulk: async () => (await one(`SELECT to_regprocedure('orch_cancel_where(jsonb,text,integer)') IS NOT NULL
+                                            AND to_regprocedure('orch_retry_where(jsonb,integer)') IS NOT NULL AS b`)).b,
+    cancelWhere: (ids, reason) => q(`SELECT task_id, state FROM orch_cancel_where($1::jsonb, $2, $3::int)`,
+      [JSON.stringify({ task_ids: ids.map(Number) }), reason || null, Math.max(1, ids.length)]),
+    retryWhere: (ids) => q(`SELECT task_id, new_task_id FROM orch_retry_where($1::jsonb, $2::int)`,
+      [JSON.stringify({ task_ids: ids.map(Number) }), Math.max(1, ids.length)]),
     // orch_status raises OR005 for an unknown task (or one of another tenant).
     taskStatus: (id) => one('SELECT * FROM orch_status($1::bigint)', [id]),
     taskDetail: (id) => one(`SELECT jsonb_pretty(payload) AS payload, jsonb_pretty(result) AS result,
                                     jsonb_pretty(wait_data) AS wait_data, jsonb_pretty(resume_data) AS resume_data,
                                     run_id, step_key, owner, concurrency_key, idempotency_key, correlation_id,
-                                    retry_of, finished_at, claimed_at, max_attempts, max_failures, gated
+                                    retry_of, finished_at, claimed_at, max_attempts, max_failures, gated, ${DERIVED_SQL}
                                FROM orch_task_rows(task_ids => ARRAY[$1::bigint])`, [id]),
     taskHistory: (id) => q('SELECT * FROM orch_history($1::bigint)', [id]),
     redrivenAs: (id) => q('SELECT task_id, state FROM orch_task_rows(retry_of => $1::bigint) ORDER BY task_id', [id]),
@@ -105,16 +197,45 @@ function createDb(connectionString) {
     cancelTask: (id, reason) => one('SELECT orch_cancel($1::bigint, $2) AS state', [id, reason || null]),
 
     // ---- dead letters ---------------------------------------------------
-    deadLetters(f) {
+    deadLetterWhere(f, params) {
+      const parts = [];
+      const add = (sql, value, cast) => {
+        if (value === undefined || value === null || value === '') return;
+        params.push(value);
+        parts.push(sql.replace('?', `$${params.length}${cast ? `::${cast}` : ''}`));
+      };
+      add('queue = ?', f.queue);
+      add('reason = ?', f.reason);
+      add('tenant_id = ?', f.tenant);
+      add('last_error_class = ?', f.error_class);
+      add('failed_at >= ?', f.failed_after, 'timestamptz');
+      add('payload @> ?', f.payload, 'jsonb');
+      return parts;
+    },
+    deadLetters(f, limit = PAGE + 1) {
       const params = [];
-      const w = where([
-        ['queue', '=', f.queue], ['reason', '=', f.reason], ['tenant_id', '=', f.tenant],
-        ['last_error_class', '=', f.error_class], ['failed_at', '>=', f.failed_after, 'timestamptz'],
-      ], params);
-      params.push(PAGE + 1);
-      return q(`SELECT task_id, tenant_id, queue, reason, failed_at, last_error, last_error_class, attempts,
-                       failures, jsonb_pretty(payload) AS payload, owner, created_at
-                  FROM orch_dead_letters ${w} ORDER BY failed_at DESC, task_id DESC LIMIT $${params.length}`, params);
+      const parts = this.deadLetterWhere(f, params);
+      params.push(limit);
+      return q(`SELECT d.task_id, d.tenant_id, d.queue, d.reason, d.failed_at, d.last_error, d.last_error_class, d.attempts,
+                       d.failures, jsonb_pretty(d.payload) AS payload, d.owner, d.created_at, t.run_id, t.step_key
+                  FROM (SELECT * FROM orch_dead_letters ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''}
+                         ORDER BY failed_at DESC, task_id DESC LIMIT $${params.length}) d
+                  LEFT JOIN LATERAL orch_task_rows(task_ids => ARRAY[d.task_id]) t ON true
+                 ORDER BY d.failed_at DESC, d.task_id DESC`, params);
+    },
+    async deadLetterCount(f) {
+      const params = [];
+      const parts = this.deadLetterWhere(f, params);
+      params.push(COUNT_CAP + 1);
+      return (await one(`SELECT count(*)::int AS n FROM (SELECT 1 FROM orch_dead_letters
+                           ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''} LIMIT $${params.length}) c`, params)).n;
+    },
+    async deadLetterIds(f, max) {
+      const params = [];
+      const parts = this.deadLetterWhere(f, params);
+      params.push(max);
+      return (await q(`SELECT task_id FROM orch_dead_letters ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''}
+                        ORDER BY failed_at DESC, task_id DESC LIMIT $${params.length}`, params)).map((r) => r.task_id);
     },
     retry: (id) => one('SELECT orch_retry($1::bigint) AS new_task_id', [id]),
     reprocess: (f) => q(`SELECT task_id, new_task_id
@@ -176,4 +297,4 @@ function createDb(connectionString) {
   };
 }
 
-module.exports = { createDb, TASK_STATES, ERROR_CLASSES, DEAD_LETTER_REASONS, RUN_STATES, PAGE };
+module.exports = { createDb, TASK_STATES, ERROR_CLASSES, DEAD_LETTER_REASONS, RUN_STATES, PAGE, COUNT_CAP, BULK_MAX, DERIVED_STATES };

@@ -4,7 +4,10 @@
 
 const { html, url } = require('./html');
 const { renderDag, legend } = require('./dag');
-const { TASK_STATES, ERROR_CLASSES, DEAD_LETTER_REASONS, RUN_STATES, PAGE } = require('./db');
+const { TASK_STATES, ERROR_CLASSES, DEAD_LETTER_REASONS, RUN_STATES, PAGE, COUNT_CAP, BULK_MAX, DERIVED_STATES } = require('./db');
+const { sparkline } = require('./throughput');
+
+const REFRESH_CHOICES = [0, 5, 15, 60];
 
 const NAV = [
   ['/queues', 'Queues'], ['/tasks', 'Tasks'], ['/dead-letters', 'Dead letters'],
@@ -22,12 +25,14 @@ function layout(ctx, title, body) {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title} · orchestrator console</title>
+${ctx.refresh && !ctx.noRefresh ? html`<meta http-equiv="refresh" content="${ctx.refresh}">` : ''}
 <link rel="stylesheet" href="/static/console.css">
 </head>
 <body>
 <header class="top">
   <a class="brand" href="/queues">orchestrator</a>
   <nav>${NAV.map(([href, label]) => html`<a href="${href}"${ctx.section === href ? html` class="current"` : ''}>${label}</a>`)}</nav>
+  ${refreshToggle(ctx)}
   <span class="who">role <b>${who.role || '?'}</b> · database <b>${who.db || '?'}</b> · tenants ${tenants}${ctx.readonly ? html` · <span class="ro">read-only</span>` : ''}</span>
 </header>
 <main>
@@ -37,6 +42,14 @@ ${body}
 </main>
 </body>
 </html>`;
+}
+
+// The auto-refresh switch: off by default; a choice holds for the session.
+function refreshToggle(ctx) {
+  if (ctx.noRefresh) return '';
+  const back = ctx.path || '/queues';
+  return html`<span class="refresh" id="refresh">auto-refresh${ctx.refresh ? html` <span class="live">every ${ctx.refresh} s</span>` : ''}:
+${REFRESH_CHOICES.map((n) => html` <a href="${url('/refresh', { every: n, back })}" data-every="${n}"${(ctx.refresh || 0) === n ? html` class="current" aria-current="true"` : ''}>${n ? `${n} s` : 'off'}</a>`)}</span>`;
 }
 
 function flashBox(f) {
@@ -94,34 +107,47 @@ function field(label, name, control) {
 
 function moreLink(path, filters, rows, idKey) {
   if (rows.length <= PAGE) return '';
-  return html`<p class="more"><a href="${url(path, { ...filters, before: rows[PAGE - 1][idKey] })}">older →</a></p>`;
+  return html`<p class="more"><a href="${url(path, { ...filters, before: rows[PAGE - 1][idKey] })}" id="older">older →</a></p>`;
 }
 
 const TIME_HINT = 'e.g. 2026-11-25 14:00 (the database session time zone applies)';
 
 // ---- queues ----------------------------------------------------------------
 
-function queuesPage(ctx, { stats, queues, errors }) {
+function queuesPage(ctx, { stats, queues, errors, series }) {
   const paused = new Map(queues.map((q) => [q.queue, q.paused]));
   const asOf = stats.length ? stats[0].metrics_as_of : null;
+  // a count links to the task list filtered to what it counts
+  const count = (s, col, state, n = s[col]) => html`<td class="n" data-col="${col}">${Number(n) > 0
+    ? html`<a href="${url('/tasks', { queue: s.queue, tenant: s.tenant_id, state })}">${n}</a>` : n}</td>`;
+  const seen = new Set();
+  const queueControl = (q) => {
+    if (seen.has(q)) return '';
+    seen.add(q);
+    return paused.get(q)
+      ? postForm(ctx, `/queues/${encodeURIComponent(q)}/resume`, html`<button type="submit" class="act small" data-resume="${q}">resume</button>`)
+      : postForm(ctx, `/queues/${encodeURIComponent(q)}/pause`, html`<button type="submit" class="small" data-pause="${q}">pause</button>`);
+  };
   const body = html`
-<p class="note">Open tasks are counted live. Throughput and totals are the rolling counters
-(<code>orch_queue_stats</code>), folded by <code>orch_maintain()</code>; as of ${ts(asOf)}.</p>
+<p class="note">Open tasks are counted live; a count links to those tasks. Throughput and totals are the rolling counters
+(<code>orch_queue_stats</code>), folded by <code>orch_maintain()</code>; as of ${ts(asOf)}. The sparklines show enqueued,
+completed and failed tasks per minute over the last hour, as the folds counted them while this console ran.</p>
 ${postForm(ctx, '/metrics/refresh', html`<button type="submit">Fold the counters now (orch_metrics_refresh)</button>`)}
 <div class="scroll">
 <table class="grid wrap" id="queues">
 <thead>
-<tr><th colspan="2"></th><th colspan="9" class="group">open tasks</th><th colspan="2"></th><th colspan="3" class="group">last hour</th><th colspan="3" class="group">all time</th></tr>
-<tr><th>queue</th><th>tenant</th>
+<tr><th colspan="3"></th><th colspan="9" class="group">open tasks</th><th colspan="2"></th><th colspan="3" class="group">last hour</th><th colspan="3" class="group">all time</th></tr>
+<tr><th>queue</th><th>tenant</th><th>per minute <span class="lg-spark"><i class="k-enqueued">enqueued</i> <i class="k-completed">completed</i> <i class="k-failed">failed</i></span></th>
 <th>received</th><th>queued</th><th>ready</th><th>delayed</th><th>retry waiting</th><th>gated</th><th>executing</th><th>awaiting tool</th><th>awaiting confirm&shy;ation</th>
 <th>dead letters</th><th>oldest ready</th>
 <th>completed</th><th>failed</th><th>lease expiries</th><th>enqueued</th><th>completed</th><th>failed</th></tr>
 </thead>
 <tbody>
 ${stats.map((s) => html`<tr data-queue="${s.queue}" data-tenant="${s.tenant_id}">
-<td><a href="${url('/tasks', { queue: s.queue, tenant: s.tenant_id })}">${s.queue}</a>${paused.get(s.queue) ? html` <span class="state state-paused">paused</span>` : ''}</td><td>${s.tenant_id}</td>
-<td class="n">${s.received}</td><td class="n" data-col="queued">${s.queued}</td><td class="n" data-col="ready">${s.ready}</td><td class="n">${s.delayed}</td><td class="n">${s.retry_waiting}</td><td class="n">${s.gated}</td>
-<td class="n" data-col="executing">${s.executing}</td><td class="n">${s.awaiting_tool}</td><td class="n">${s.awaiting_user_confirmation}</td>
+<td><a href="${url('/tasks', { queue: s.queue, tenant: s.tenant_id })}">${s.queue}</a>${paused.get(s.queue) ? html` <span class="state state-paused">paused</span>` : ''} ${queueControl(s.queue)}</td><td>${s.tenant_id}</td>
+<td class="sparkcell">${sparkline(series(s.queue, s.tenant_id))}</td>
+${count(s, 'received', 'received')}${count(s, 'queued', 'queued')}${count(s, 'ready', 'ready')}${count(s, 'delayed', 'delayed')}${count(s, 'retry_waiting', 'retry_waiting')}${count(s, 'gated', 'gated')}
+${count(s, 'executing', 'executing')}${count(s, 'awaiting_tool', 'awaiting_tool')}${count(s, 'awaiting_user_confirmation', 'awaiting_user_confirmation')}
 <td class="n" data-col="dead_letters">${Number(s.dead_letters) > 0 ? html`<a href="${url('/dead-letters', { queue: s.queue, tenant: s.tenant_id })}">${s.dead_letters}</a>` : s.dead_letters}</td>
 <td data-col="oldest_ready_age">${val(s.oldest_ready_age)}</td>
 <td class="n" data-col="completed_1h">${s.completed_1h}</td><td class="n" data-col="failed_1h">${s.failed_1h}</td><td class="n">${s.lease_expiries_1h}</td>
@@ -142,31 +168,87 @@ ${errors.length ? html`<table class="grid" id="errors">
 
 // ---- tasks -----------------------------------------------------------------
 
-function tasksPage(ctx, { filters: f, rows, queues }) {
+// The state of a task: its derived state (what the Queues page counts it
+// as), with the raw state beside it.
+function taskState(t) {
+  const d = t.derived && DERIVED_STATES[t.derived];
+  if (!d || t.derived === 'ready') return stateBadge(t.state);
+  return html`<span class="state state-${t.derived}" data-derived="${t.derived}">${d.label}</span> <small class="raw" title="the task's state">${t.state}</small>`;
+}
+
+function stateSelect(current) {
+  const opt = (v, label) => html`<option value="${v}"${v === current ? html` selected` : ''}>${label}</option>`;
+  return html`<select name="state" id="f-state"><option value="">any</option>
+<optgroup label="state">${TASK_STATES.map((s) => opt(s, s))}</optgroup>
+<optgroup label="derived (raw state)">${Object.entries(DERIVED_STATES).map(([k, d]) => opt(k, `${d.label} (${d.raw})`))}</optgroup></select>`;
+}
+
+function totalLine(n, what) {
+  return html`<p class="total" id="total" data-total="${n > COUNT_CAP ? '' : n}">${n > COUNT_CAP ? `More than ${COUNT_CAP.toLocaleString('en')}` : n.toLocaleString('en')} ${what}${n === 1 ? '' : 's'} match${n === 1 ? 'es' : ''}.</p>`;
+}
+
+// pager(path, filters, rows, idKey, hasNewer): "newer" and "older" links.
+function pager(path, f, rows, idKey, hasNewer) {
+  const base = { ...f };
+  delete base.before;
+  delete base.after;
+  const shown = rows.slice(0, PAGE);
+  const older = f.after ? shown.length > 0 : rows.length > PAGE;
+  const out = [];
+  if (hasNewer && shown.length) out.push(html`<a href="${url(path, { ...base, after: shown[0][idKey] })}" rel="prev" id="newer">← newer</a>`);
+  if (older && shown.length) out.push(html`<a href="${url(path, { ...base, before: shown[shown.length - 1][idKey] })}" rel="next" id="older">older →</a>`);
+  return out.length ? html`<p class="more pager">${out.map((x, i) => html`${i ? ' · ' : ''}${x}`)}</p>` : '';
+}
+
+// bulkBar(ctx, scope, f, total, actions): the buttons that act on the
+// ticked rows, and the links to act on everything the filter matches.
+function bulkBar(ctx, scope, f, total, actions) {
+  if (ctx.readonly) return '';
+  const filters = { ...f };
+  delete filters.before;
+  delete filters.after;
+  const n = Math.min(total, BULK_MAX);
+  return html`<div class="bulkbar">
+<span>ticked:</span> ${actions.map((a) => html`<button type="submit" name="action" value="${a}" class="${a === 'cancel' ? 'danger' : ''}" id="bulk-${a}-selected">${a === 'cancel' ? 'Cancel' : 'Retry'} selected…</button> `)}
+${total > 0 ? html`<span>everything this filter matches:</span> ${actions.map((a) => html`<a class="button${a === 'cancel' ? ' danger' : ''}" id="bulk-${a}-matching" href="${url('/bulk', { scope, action: a, matching: 1, ...filters })}">${a === 'cancel' ? 'Cancel' : 'Retry'} all ${total > BULK_MAX ? `${n} (of ${total > COUNT_CAP ? `${COUNT_CAP}+` : total})` : total} matching…</a> `)}` : ''}
+</div>`;
+}
+
+function tasksPage(ctx, { filters: f, rows, queues, total, hasNewer }) {
+  const ro = ctx.readonly;
   const body = html`
+<form method="get" action="/tasks/go" class="jump" id="jump">
+<label for="f-jump">task id</label> <input type="text" name="id" id="f-jump" size="10" inputmode="numeric" placeholder="e.g. 42"> <button type="submit">Go</button>
+</form>
 <form method="get" action="/tasks" class="filters">
 ${field('queue', 'queue', select('queue', queues.map((q) => q.queue), f.queue))}
-${field('state', 'state', select('state', TASK_STATES, f.state))}
+${field('state', 'state', stateSelect(f.state))}
 ${field('tenant', 'tenant', textInput('tenant', f.tenant, 'any', 10))}
 ${field('error class', 'error_class', select('error_class', ERROR_CLASSES, f.error_class))}
 ${field('created from', 'from', textInput('from', f.from, TIME_HINT, 16))}
 ${field('to', 'to', textInput('to', f.to, '', 16))}
 ${field('run', 'run_id', textInput('run_id', f.run_id, 'id', 6))}
 ${field('correlation id', 'correlation_id', textInput('correlation_id', f.correlation_id, '', 12))}
+${field('payload contains', 'payload', textInput('payload', f.payload, '{"customer": 42}', 18))}
 <button type="submit">Filter</button> <a href="/tasks">clear</a>
 </form>
+${totalLine(total, 'task')}
+<form method="get" action="/bulk" id="bulk-form">
+<input type="hidden" name="scope" value="tasks">
+${bulkBar(ctx, 'tasks', f, total, ['cancel', 'retry'])}
 <table class="grid" id="tasks">
-<thead><tr><th>task</th><th>queue</th><th>tenant</th><th>state</th><th>reason</th><th>attempts</th><th>error class</th><th>last error</th><th>run / step</th><th>created</th></tr></thead>
+<thead><tr>${ro ? '' : html`<th></th>`}<th>task</th><th>queue</th><th>tenant</th><th>state</th><th>reason</th><th>attempts</th><th>error class</th><th>last error</th><th>run / step</th><th>created</th></tr></thead>
 <tbody>
 ${rows.slice(0, PAGE).map((t) => html`<tr data-task="${t.task_id}">
-<td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.queue}</td><td>${t.tenant_id}</td><td>${stateBadge(t.state)}</td><td>${val(t.reason_code)}</td>
+${ro ? '' : html`<td><input type="checkbox" name="id" value="${t.task_id}" aria-label="select task ${t.task_id}"></td>`}<td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.queue}</td><td>${t.tenant_id}</td><td class="st">${taskState(t)}</td><td>${val(t.reason_code)}</td>
 <td class="n">${t.attempts}</td><td>${val(t.last_error_class)}</td><td>${clip(t.last_error, 80)}</td>
 <td>${t.run_id ? html`<a href="/runs/${t.run_id}">run ${t.run_id}</a> ${t.step_key}` : html`<span class="none">—</span>`}</td>
 <td>${ts(t.created_at)}</td></tr>`)}
 </tbody>
 </table>
+</form>
 ${rows.length ? '' : html`<p class="none">No task matches.</p>`}
-${moreLink('/tasks', f, rows, 'task_id')}`;
+${pager('/tasks', f, rows, 'task_id', hasNewer)}`;
   return layout(ctx, 'Tasks', body);
 }
 
@@ -187,10 +269,10 @@ function taskPage(ctx, { status: s, detail: d, history, deadLetter, redriven }) 
   const attempts = history.filter((h) => h.kind === 'attempt').length;
   const events = history.length - attempts;
   const actions = html`
-${deadLetter ? postForm(ctx, `/dead-letters/${s.task_id}/retry`, html`<button type="submit" class="act">Retry this dead letter (orch_retry)</button>`) : ''}
+${deadLetter ? retryControl(ctx, { task_id: s.task_id, reason: s.reason_code, run_id: d.run_id }, 'Retry this dead letter (orch_retry)') : ''}
 ${!TERMINAL.has(s.state) ? postForm(ctx, `/tasks/${s.task_id}/cancel`, html`<input type="text" name="reason" placeholder="reason" size="24"> <button type="submit" class="act danger">Cancel task (orch_cancel)</button>`) : ''}`;
   const body = html`
-<p>${stateBadge(s.state)} ${deadLetter ? html`<span class="state state-dead">dead letter</span>` : ''}</p>
+<p id="task-state">${taskState({ ...s, derived: d.derived })} ${deadLetter ? html`<span class="state state-dead">dead letter</span>` : ''}</p>
 <div class="actions">${actions}</div>
 <dl class="facts">
 <dt>queue</dt><dd><a href="${url('/tasks', { queue: s.queue })}">${s.queue}</a></dd>
@@ -226,7 +308,44 @@ ${historyTable(history)}`;
 
 // ---- dead letters ----------------------------------------------------------
 
-function deadLettersPage(ctx, { filters: f, rows, queues }) {
+// Why re-driving a dead letter needs a second look, or null.
+function retryRisk(t) {
+  if (t.run_id) {
+    return { kind: 'workflow_step', text: `This task is step ${t.step_key || ''} of run ${t.run_id}. Re-driving the task alone does not move the run: retry the run (orch_retry_run), which re-runs its failed steps.` };
+  }
+  if (t.reason === 'not_safe_to_retry' || t.reason_code === 'not_safe_to_retry') {
+    return { kind: 'not_safe_to_retry', text: 'Its queue or step declares the work not safe to retry (retry_safety NOT_SAFE_TO_RETRY): it may have had its effect already. Check that it did not before running it again.' };
+  }
+  return null;
+}
+
+// retryControl(ctx, t, label): a dead letter's retry button, or a link to
+// its confirmation page when re-driving it needs a second look.
+function retryControl(ctx, t, label = 'Retry') {
+  if (ctx.readonly) return '';
+  if (retryRisk(t)) {
+    return html`<a class="button" href="/dead-letters/${t.task_id}/retry" data-confirm-retry="${t.task_id}">${label}…</a>`;
+  }
+  return postForm(ctx, `/dead-letters/${t.task_id}/retry`, html`<button type="submit" class="act">${label}</button>`);
+}
+
+function retryConfirmPage(ctx, { task: t }) {
+  const risk = retryRisk(t);
+  const body = html`
+<div class="confirm" id="confirm">
+<p class="why" id="why">${risk.text}</p>
+<dl class="facts"><dt>queue</dt><dd>${t.queue}</dd><dt>reason</dt><dd>${t.reason_code}</dd>
+<dt>last error</dt><dd>${clip(t.last_error, 300)}</dd>${t.run_id ? html`<dt>run / step</dt><dd><a href="/runs/${t.run_id}">run ${t.run_id}</a> ${t.step_key}</dd>` : ''}</dl>
+${t.run_id ? html`<p><a class="button act" id="to-run" href="/runs/${t.run_id}">Go to run ${t.run_id} and retry it there</a></p>` : ''}
+${postForm(ctx, `/dead-letters/${t.task_id}/retry`, html`<input type="hidden" name="confirm" value="yes">
+<button type="submit" class="${t.run_id ? 'danger' : 'act'}" id="confirm-retry">${t.run_id ? 'Re-drive the task alone anyway (orch_retry)' : 'Re-drive it (orch_retry)'}</button>`)}
+<p><a href="/dead-letters">back to the dead letters</a></p>
+</div>`;
+  return layout({ ...ctx, noRefresh: true }, `Re-drive dead letter #${t.task_id}?`, body);
+}
+
+function deadLettersPage(ctx, { filters: f, rows, queues, total }) {
+  const ro = ctx.readonly;
   const bulk = postForm(ctx, '/dead-letters/reprocess', html`
 <fieldset><legend>Re-drive by filter (<code>orch_reprocess</code>: the oldest dead letters matching every given filter)</legend>
 ${field('queue', 'bulk-queue', html`<select name="queue" id="f-bulk-queue"><option value="">any</option>${queues.map((q) => html`<option value="${q.queue}"${q.queue === f.queue ? html` selected` : ''}>${q.queue}</option>`)}</select>`)}
@@ -243,22 +362,96 @@ ${field('reason', 'reason', select('reason', DEAD_LETTER_REASONS, f.reason))}
 ${field('tenant', 'tenant', textInput('tenant', f.tenant, 'any', 10))}
 ${field('error class', 'error_class', select('error_class', ERROR_CLASSES, f.error_class))}
 ${field('failed after', 'failed_after', textInput('failed_after', f.failed_after, TIME_HINT, 16))}
+${field('payload contains', 'payload', textInput('payload', f.payload, '{"customer": 42}', 18))}
 <button type="submit">Filter</button> <a href="/dead-letters">clear</a>
 </form>
-${bulk}
+${totalLine(total, 'dead letter')}
+<form method="get" action="/bulk" id="bulk-form">
+<input type="hidden" name="scope" value="dead-letters">
+${bulkBar(ctx, 'dead-letters', f, total, ['retry'])}
 <table class="grid" id="dead-letters">
-<thead><tr><th>task</th><th>queue</th><th>tenant</th><th>reason</th><th>failed at</th><th>error class</th><th>last error</th><th>attempts</th><th>payload</th><th></th></tr></thead>
+<thead><tr>${ro ? '' : html`<th></th>`}<th>task</th><th>queue</th><th>tenant</th><th>reason</th><th>failed at</th><th>error class</th><th>last error</th><th>attempts</th><th>payload</th><th></th></tr></thead>
 <tbody>
 ${rows.slice(0, PAGE).map((t) => html`<tr data-task="${t.task_id}">
-<td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.queue}</td><td>${t.tenant_id}</td><td>${t.reason}</td>
+${ro ? '' : html`<td><input type="checkbox" name="id" value="${t.task_id}" aria-label="select task ${t.task_id}"></td>`}<td><a href="/tasks/${t.task_id}">#${t.task_id}</a></td><td>${t.queue}</td><td>${t.tenant_id}</td><td>${t.reason}${t.run_id ? html` <small><a href="/runs/${t.run_id}">run ${t.run_id}</a> ${t.step_key}</small>` : ''}</td>
 <td>${ts(t.failed_at)}</td><td>${val(t.last_error_class)}</td><td>${clip(t.last_error, 80)}</td><td class="n">${t.attempts}</td>
 <td><details><summary>${clip(t.payload.replace(/\s+/g, ' '), 40)}</summary>${pre(t.payload)}</details></td>
-<td>${postForm(ctx, `/dead-letters/${t.task_id}/retry`, html`<button type="submit" class="act">Retry</button>`)}</td></tr>`)}
+<td class="act-cell">${ro ? '' : retryRisk(t) ? retryControl(ctx, t) : html`<button type="submit" form="retry-${t.task_id}" class="act">Retry</button>`}</td></tr>`)}
 </tbody>
 </table>
+</form>
+${ro ? '' : rows.slice(0, PAGE).filter((t) => !retryRisk(t)).map((t) => html`<form method="post" action="/dead-letters/${t.task_id}/retry" id="retry-${t.task_id}" class="hidden">${csrfField(ctx)}<input type="hidden" name="back" value="${ctx.path}"></form>`)}
 ${rows.length ? '' : html`<p class="none">No dead letter matches.</p>`}
-${rows.length > PAGE ? html`<p class="more">Showing the newest ${PAGE}; narrow the filter to see others.</p>` : ''}`;
+${rows.length > PAGE ? html`<p class="more">Showing the newest ${PAGE}; narrow the filter to see others.</p>` : ''}
+${bulk}`;
   return layout(ctx, 'Dead letters', body);
+}
+
+// ---- bulk actions ------------------------------------------------------------
+
+const TERMINAL_STATES = new Set(['completed', 'failed', 'cancelled']);
+
+// sortBulk(action, rows, includeUnsafe): which of the tasks the action
+// applies to, and which it leaves, with why.
+function sortBulk(action, rows, includeUnsafe) {
+  const act = [];
+  const unsafe = [];
+  const steps = [];
+  const skip = [];
+  for (const t of rows) {
+    if (action === 'cancel') {
+      (TERMINAL_STATES.has(t.state) ? skip : act).push(t);
+    } else if (!t.dead_letter) {
+      skip.push(t);
+    } else if (t.run_id) {
+      steps.push(t);
+    } else if (t.reason_code === 'not_safe_to_retry') {
+      (includeUnsafe ? act : unsafe).push(t);
+    } else {
+      act.push(t);
+    }
+  }
+  return { act, unsafe, steps, skip };
+}
+
+function idList(rows, n = 40) {
+  return html`${rows.slice(0, n).map((t) => html`<a href="/tasks/${t.task_id}">#${t.task_id}</a> `)}${rows.length > n ? `and ${rows.length - n} more` : ''}`;
+}
+
+function bulkPage(ctx, { scope, action, matching, filters, ids, rows, total, bulk }) {
+  const what = action === 'cancel' ? 'Cancel' : 'Re-drive';
+  const sorted = sortBulk(action, rows, false);
+  const hidden = [];
+  hidden.push(html`<input type="hidden" name="scope" value="${scope}"><input type="hidden" name="action" value="${action}">`);
+  if (matching) {
+    hidden.push(html`<input type="hidden" name="matching" value="1">`);
+    for (const [k, v] of Object.entries(filters)) hidden.push(html`<input type="hidden" name="f_${k}" value="${v}">`);
+  } else {
+    for (const id of ids) hidden.push(html`<input type="hidden" name="id" value="${id}">`);
+  }
+  const how = action === 'cancel'
+    ? (bulk ? 'one call of orch_cancel_where over these task ids' : 'one orch_cancel call per task')
+    : (bulk ? 'one call of orch_retry_where over these task ids' : 'one orch_retry call per dead letter');
+  const filterText = Object.entries(filters).map(([k, v]) => `${k} = ${v}`).join(', ');
+  const body = html`
+<div class="confirm" id="confirm">
+<p id="preview" data-count="${sorted.act.length}" data-total="${total}">${matching
+    ? html`The filter (${filterText || 'none'}) matches <b>${total > COUNT_CAP ? `more than ${COUNT_CAP}` : total}</b> ${scope === 'tasks' ? 'task' : 'dead letter'}${total === 1 ? '' : 's'}${total > BULK_MAX ? html`; one action takes the newest <b>${BULK_MAX}</b>` : ''}.`
+    : html`<b>${ids.length}</b> ticked.`}
+${what} applies to <b id="act-count">${sorted.act.length}</b> of them (${how}); the tasks are read again when you confirm.</p>
+${sorted.act.length ? html`<p class="sub">${idList(sorted.act)}</p>` : ''}
+${sorted.skip.length ? html`<p class="sub" id="skipped">Left alone, ${action === 'cancel' ? 'already finished' : 'not dead letters'}: ${idList(sorted.skip)}</p>` : ''}
+${sorted.steps.length ? html`<p class="warn" id="steps">${sorted.steps.length} belong${sorted.steps.length === 1 ? 's' : ''} to a workflow run and ${sorted.steps.length === 1 ? 'is' : 'are'} left alone: re-driving a step's task does not move its run; retry the run instead: ${sorted.steps.map((t) => html`<a href="/runs/${t.run_id}">run ${t.run_id}</a> (#${t.task_id}) `)}</p>` : ''}
+${postForm(ctx, '/bulk', html`${hidden}
+${action === 'cancel' ? html`<label for="f-reason">reason</label> <input type="text" name="reason" id="f-reason" size="28" placeholder="why (kept in the audit trail)">` : ''}
+${sorted.unsafe.length ? html`<p class="warn" id="unsafe">${sorted.unsafe.length} ${sorted.unsafe.length === 1 ? 'is' : 'are'} not safe to retry (retry_safety NOT_SAFE_TO_RETRY): the work may have had its effect already. ${idList(sorted.unsafe)}<br>
+<label><input type="checkbox" name="include_unsafe" value="yes" id="f-include-unsafe"> re-drive those too</label></p>` : ''}
+<label><input type="checkbox" name="confirm" value="yes" id="f-confirm" required> I mean it</label>
+<button type="submit" class="act${action === 'cancel' ? ' danger' : ''}" id="confirm-bulk">${what} ${matching ? 'everything matching' : 'the ticked tasks'}</button>`, 'bulk-confirm')}
+${ctx.readonly ? html`<p class="none">Read-only console: it takes no action.</p>` : ''}
+<p><a href="${matching ? url(scope === 'tasks' ? '/tasks' : '/dead-letters', filters) : (scope === 'tasks' ? '/tasks' : '/dead-letters')}">back</a></p>
+</div>`;
+  return layout({ ...ctx, noRefresh: true }, `${what} ${scope === 'tasks' ? 'tasks' : 'dead letters'}?`, body);
 }
 
 // ---- runs ------------------------------------------------------------------
@@ -439,7 +632,7 @@ ${e.hint ? html`<p><b>Hint:</b> ${e.hint}</p>` : ''}
 ${e.call ? html`<p class="note">The call: <code>${e.call}</code>, as role <b>${(ctx.who && ctx.who.role) || '?'}</b>.</p>` : ''}
 </div>
 <p><a href="${e.back || '/queues'}">back</a></p>`;
-  return layout(ctx, e.title || 'Refused', body);
+  return layout({ ...ctx, noRefresh: true }, e.title || 'Refused', body);
 }
 
-module.exports = { queuesPage, tasksPage, taskPage, deadLettersPage, runsPage, runPage, approvalsPage, errorPage, layout };
+module.exports = { bulkPage, sortBulk, retryConfirmPage, retryRisk, queuesPage, tasksPage, taskPage, deadLettersPage, runsPage, runPage, approvalsPage, errorPage, layout };

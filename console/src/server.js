@@ -9,7 +9,11 @@ const path = require('path');
 const config = require('./config');
 const csrf = require('./csrf');
 const pages = require('./pages');
-const { createDb } = require('./db');
+const { url } = require('./html');
+const { createDb, BULK_MAX } = require('./db');
+const { Sampler } = require('./throughput');
+
+const SAMPLE_EVERY = 60 * 1000;   // ms between reads of the counters for the sparklines
 
 const CSS = fs.readFileSync(path.join(__dirname, '..', 'static', 'console.css'));
 const MAX_BODY = 64 * 1024;
@@ -48,8 +52,8 @@ class HttpError extends Error {
 
 // Filters a page accepts from its query string.
 const FILTERS = {
-  tasks: ['queue', 'state', 'tenant', 'error_class', 'from', 'to', 'run_id', 'correlation_id', 'before'],
-  deadLetters: ['queue', 'reason', 'tenant', 'error_class', 'failed_after'],
+  tasks: ['queue', 'state', 'tenant', 'error_class', 'from', 'to', 'run_id', 'correlation_id', 'payload', 'before', 'after'],
+  deadLetters: ['queue', 'reason', 'tenant', 'error_class', 'failed_after', 'payload'],
   runs: ['definition', 'state', 'tenant', 'from', 'to', 'correlation_id', 'before'],
 };
 function pick(params, keys) {
@@ -81,9 +85,10 @@ function readForm(req) {
       }
     });
     req.on('end', () => {
-      const form = {};
+      const form = { ids: [] };
       for (const [k, v] of new URLSearchParams(Buffer.concat(chunks).toString('utf8'))) {
-        if (!(k in form)) form[k] = v;
+        if (k === 'id') form.ids.push(v);
+        else if (!(k in form)) form[k] = v;
       }
       resolve(form);
     });
@@ -119,6 +124,12 @@ function redactedDb(cs) {
 function createServer(cfg, db) {
   const hosts = csrf.allowedHosts(cfg);
   const flashes = new Map();   // session id -> message shown on the next page
+  const refreshes = new Map(); // session id -> auto-refresh period (s), when on
+  const sampler = new Sampler();
+  const sample = () => db.queueTotals().then((rows) => sampler.record(rows), () => {});
+  sample();
+  const sampleTimer = setInterval(sample, SAMPLE_EVERY);
+  sampleTimer.unref();
 
   const setFlash = (sid, f) => {
     if (flashes.size > 10000) flashes.clear();
@@ -129,6 +140,98 @@ function createServer(cfg, db) {
     flashes.delete(sid);
     return f;
   };
+
+  // ---- bulk actions -------------------------------------------------------
+  // A bulk action acts on ticked tasks (ids) or on everything a filter
+  // matches (the newest BULK_MAX, read again when confirmed).
+  function bulkRequest(scope, action, matching, filters, ids) {
+    if (scope !== 'tasks' && scope !== 'dead-letters') throw new HttpError(400, 'Bad request', 'Unknown list.');
+    if (!(action === 'cancel' || action === 'retry') || (scope === 'dead-letters' && action !== 'retry')) {
+      throw new HttpError(400, 'Bad request', 'Unknown action.');
+    }
+    const f = { ...filters };
+    delete f.before;
+    delete f.after;
+    if (!matching) {
+      if (!ids.length) throw new HttpError(400, 'Nothing ticked', 'Tick the tasks to act on, or act on everything the filter matches.');
+      if (ids.length > BULK_MAX) throw new HttpError(400, 'Too many', `One action takes at most ${BULK_MAX} tasks.`);
+      if (!ids.every((id) => /^\d{1,19}$/.test(id))) throw new HttpError(400, 'Bad request', 'A task id is a number.');
+    }
+    return { scope, action, matching, filters: matching ? f : {}, ids: matching ? [] : [...new Set(ids)] };
+  }
+  async function bulkIds(b) {
+    if (!b.matching) return { ids: b.ids, total: b.ids.length };
+    const tasks = b.scope === 'tasks';
+    const [ids, total] = await Promise.all([
+      tasks ? db.taskIds(b.filters, BULK_MAX) : db.deadLetterIds(b.filters, BULK_MAX),
+      tasks ? db.taskCount(b.filters) : db.deadLetterCount(b.filters)]);
+    return { ids, total };
+  }
+  // One call per task, when the extension has no bulk function: each call
+  // commits on its own; a refusal is reported and the others go on, except
+  // a refusal of the role (42501), which stops at the first.
+  async function eachTask(ids, fn, ctx, name) {
+    const done = [];
+    const refused = [];
+    for (const id of ids) {
+      ctx.call = `${name}(${id})`;
+      try {
+        done.push({ task_id: id, ...(await fn(id)) });
+      } catch (e) {
+        if (!e.code || e.code === '42501' || /^(08|57P)/.test(e.code)) throw e;
+        refused.push({ task_id: id, code: e.code, message: e.message });
+      }
+    }
+    return { done, refused };
+  }
+  async function bulkAct(form, ctx) {
+    const filters = {};
+    for (const k of form.scope === 'tasks' ? FILTERS.tasks : FILTERS.deadLetters) {
+      const v = form[`f_${k}`];
+      if (typeof v === 'string' && v.trim() !== '') filters[k] = v.trim();
+    }
+    const b = bulkRequest(form.scope, form.action, form.matching === '1', filters, form.ids);
+    if (form.confirm !== 'yes') throw new HttpError(400, 'Not confirmed', 'Tick "I mean it" to act on many tasks at once.');
+    const { ids } = await bulkIds(b);
+    const rows = ids.length ? await db.bulkRows(ids) : [];
+    const sorted = pages.sortBulk(b.action, rows, form.include_unsafe === 'yes');
+    const act = sorted.act.map((t) => t.task_id);
+    const left = rows.length - act.length;
+    const back = url(b.scope === 'tasks' ? '/tasks' : '/dead-letters', b.filters);
+    if (!act.length) return { text: `Nothing to ${b.action === 'cancel' ? 'cancel' : 're-drive'}: none of the ${rows.length} task${rows.length === 1 ? '' : 's'} qualifies.`, items: [], back };
+    const bulk = await db.hasBulk();
+    let done;
+    let refused = [];
+    let how;
+    if (b.action === 'cancel') {
+      if (bulk) {
+        ctx.call = 'orch_cancel_where(filter, reason, max)';
+        done = await db.cancelWhere(act, form.reason);
+        how = 'orch_cancel_where';
+      } else {
+        ({ done, refused } = await eachTask(act, async (id) => ({ state: (await db.cancelTask(id, form.reason)).state }), ctx, 'orch_cancel'));
+        how = `${act.length} orch_cancel call${act.length === 1 ? '' : 's'}`;
+      }
+    } else if (bulk) {
+      ctx.call = 'orch_retry_where(filter, max)';
+      done = await db.retryWhere(act);
+      how = 'orch_retry_where';
+    } else {
+      ({ done, refused } = await eachTask(act, async (id) => ({ new_task_id: (await db.retry(id)).new_task_id }), ctx, 'orch_retry'));
+      how = `${act.length} orch_retry call${act.length === 1 ? '' : 's'}`;
+    }
+    ctx.call = null;
+    const items = done.slice(0, 50).map((r) => (r.new_task_id
+      ? { text: `#${r.task_id} → #${r.new_task_id}`, href: `/tasks/${r.new_task_id}` }
+      : { text: `#${r.task_id}: ${r.state}`, href: `/tasks/${r.task_id}` }));
+    if (done.length > 50) items.push({ text: `and ${done.length - 50} more` });
+    for (const r of refused.slice(0, 20)) items.push({ text: `#${r.task_id} refused: ${r.code} ${r.message}`, href: `/tasks/${r.task_id}` });
+    const verb = b.action === 'cancel' ? 'Cancelled' : 'Re-drove';
+    return {
+      text: `${verb} ${done.length} task${done.length === 1 ? '' : 's'} (${how})${refused.length ? `; ${refused.length} refused` : ''}${left ? `; ${left} left alone` : ''}.`,
+      items, back,
+    };
+  }
 
   function send(res, status, body, type = 'text/html; charset=utf-8') {
     res.writeHead(status, { 'Content-Type': type });
@@ -162,13 +265,29 @@ function createServer(cfg, db) {
       ctx.section = '/queues';
       const [stats, queues, errors, who_] = await Promise.all([db.queueStats(), db.queues(), db.errorStats(), db.whoami()]);
       ctx.who = who_;
-      return page(res, ctx, (c) => pages.queuesPage(c, { stats, queues, errors }));
+      sampler.record(stats);
+      const series = (queue, tenant) => sampler.series(queue, tenant);
+      return page(res, ctx, (c) => pages.queuesPage(c, { stats, queues, errors, series }));
+    }
+    if (p === '/refresh') {
+      const every = Number(u.searchParams.get('every'));
+      if ([5, 15, 60].includes(every)) refreshes.set(ctx.sid, every);
+      else refreshes.delete(ctx.sid);
+      if (refreshes.size > 10000) refreshes.clear();
+      return redirect(res, localPath(u.searchParams.get('back'), '/queues'));
+    }
+    if (p === '/tasks/go') {
+      const id = String(u.searchParams.get('id') || '').trim().replace(/^#/, '');
+      if (!/^\d{1,19}$/.test(id)) throw new HttpError(400, 'Not a task id', 'A task id is a number, e.g. 42.');
+      return redirect(res, `/tasks/${id}`);
     }
     if (p === '/tasks') {
       ctx.section = '/tasks';
       const filters = pick(u.searchParams, FILTERS.tasks);
-      const [rows, queues] = await Promise.all([db.tasks(filters), db.queues()]);
-      return page(res, ctx, (c) => pages.tasksPage(c, { filters, rows, queues }));
+      const [rows, queues, total] = await Promise.all([db.tasks(filters), db.queues(), db.taskCount(filters)]);
+      const first = rows.length ? rows[0].task_id : null;
+      const hasNewer = first !== null && (filters.before || filters.after) ? await db.newerTask(filters, first) : false;
+      return page(res, ctx, (c) => pages.tasksPage(c, { filters, rows, queues, total, hasNewer }));
     }
     if ((m = /^\/tasks\/(\d{1,19})$/.exec(p))) {
       ctx.section = '/tasks';
@@ -183,8 +302,24 @@ function createServer(cfg, db) {
     if (p === '/dead-letters') {
       ctx.section = '/dead-letters';
       const filters = pick(u.searchParams, FILTERS.deadLetters);
-      const [rows, queues] = await Promise.all([db.deadLetters(filters), db.queues()]);
-      return page(res, ctx, (c) => pages.deadLettersPage(c, { filters, rows, queues }));
+      const [rows, queues, total] = await Promise.all([db.deadLetters(filters), db.queues(), db.deadLetterCount(filters)]);
+      return page(res, ctx, (c) => pages.deadLettersPage(c, { filters, rows, queues, total }));
+    }
+    if ((m = /^\/dead-letters\/(\d{1,19})\/retry$/.exec(p))) {
+      ctx.section = '/dead-letters';
+      ctx.call = `orch_status(${m[1]})`;
+      const [status] = await Promise.all([db.taskStatus(m[1])]);
+      const detail = (await db.taskDetail(m[1])) || {};
+      return page(res, ctx, (c) => pages.retryConfirmPage(c, { task: { ...status, run_id: detail.run_id, step_key: detail.step_key } }));
+    }
+    if (p === '/bulk') {
+      const b = bulkRequest(u.searchParams.get('scope'), u.searchParams.get('action'), u.searchParams.get('matching') === '1',
+        pick(u.searchParams, u.searchParams.get('scope') === 'tasks' ? FILTERS.tasks : FILTERS.deadLetters),
+        u.searchParams.getAll('id'));
+      ctx.section = b.scope === 'tasks' ? '/tasks' : '/dead-letters';
+      const { ids, total } = await bulkIds(b);
+      const [rows, bulk] = await Promise.all([ids.length ? db.bulkRows(ids) : [], db.hasBulk()]);
+      return page(res, ctx, (c) => pages.bulkPage(c, { ...b, ids, rows, total, bulk }));
     }
     if (p === '/runs') {
       ctx.section = '/runs';
@@ -225,14 +360,37 @@ function createServer(cfg, db) {
     let m;
     const ok = (text, items, fallback) => {
       setFlash(ctx.sid, { kind: 'ok', text, items });
-      redirect(res, localPath(form.back, fallback));
+      // a confirmation page is not where one goes back to
+      const back = localPath(form.back, fallback);
+      redirect(res, /^\/(bulk|dead-letters\/\d+\/retry)\b/.test(back) ? fallback : back);
     };
     if ((m = /^\/tasks\/(\d{1,19})\/cancel$/.exec(p))) {
       ctx.call = `orch_cancel(${m[1]}, reason)`;
       const r = await db.cancelTask(m[1], form.reason);
       return ok(`Task #${m[1]}: ${r.state}.`, [], `/tasks/${m[1]}`);
     }
+    if (p === '/bulk') {
+      const r = await bulkAct(form, ctx);
+      return ok(r.text, r.items, r.back);
+    }
+    if ((m = /^\/queues\/([^/]{1,200})\/(pause|resume)$/.exec(p))) {
+      let name;
+      try {
+        name = decodeURIComponent(m[1]);
+      } catch {
+        throw new HttpError(400, 'Bad request', 'Not a queue name.');
+      }
+      ctx.call = `orch_${m[2]}_queue('${name}')`;
+      await (m[2] === 'pause' ? db.pauseQueue(name) : db.resumeQueue(name));
+      return ok(`Queue ${name} ${m[2] === 'pause' ? 'paused: orch_dequeue hands out none of its tasks until it is resumed' : 'resumed'}.`, [], '/queues');
+    }
     if ((m = /^\/dead-letters\/(\d{1,19})\/retry$/.exec(p))) {
+      if (form.confirm !== 'yes') {
+        // a dead letter not safe to retry, or a workflow step's: ask first
+        ctx.call = `orch_status(${m[1]})`;
+        const [st, detail] = await Promise.all([db.taskStatus(m[1]), db.taskDetail(m[1])]);
+        if (pages.retryRisk({ ...st, run_id: detail && detail.run_id })) return redirect(res, `/dead-letters/${m[1]}/retry`);
+      }
       ctx.call = `orch_retry(${m[1]})`;
       const r = await db.retry(m[1]);
       return ok(`Dead letter #${m[1]} re-driven as task #${r.new_task_id} (orch_retry).`,
@@ -322,7 +480,7 @@ function createServer(cfg, db) {
     const sess = csrf.session(req, res);
     const ctx = {
       method: req.method, sid: sess.sid, csrf: csrf.token(sess.sid), readonly: cfg.readonly,
-      path: u.pathname + u.search, flash: null, who: null, call: null,
+      path: u.pathname + u.search, flash: null, who: null, call: null, refresh: refreshes.get(sess.sid) || 0,
     };
     try {
       if (req.method === 'POST') {

@@ -465,18 +465,353 @@ test('refusal-page-42501', async () => {
 
 test('tenant-bound-role', async () => {
   assert.equal(await goto(`${ACME}/tasks`), 200);
-  const tenants = await texts('#tasks tbody tr td:nth-child(3)');
+  const tenants = await texts('#tasks tbody tr td:nth-child(4)');   // after the checkbox, task and queue
   const want = await val(`SELECT count(*)::int FROM orch_tasks WHERE tenant_id = 'acme'`);
   assert.equal(tenants.length, want);
   assert.ok(tenants.every((t) => t === 'acme'));
   await goto(`${ACME}/queues`);
   assert.deepEqual([...new Set(await attrs('#queues tbody tr', 'data-tenant'))], ['acme']);
   await goto(`${ACME}/dead-letters`);
-  assert.ok((await texts('#dead-letters tbody tr td:nth-child(3)')).every((t) => t === 'acme'));
+  assert.ok((await texts('#dead-letters tbody tr td:nth-child(4)')).every((t) => t === 'acme'));
   // another tenant's task does not exist for this role
   const other = await val(`SELECT task_id FROM orch_tasks WHERE tenant_id = 'default' LIMIT 1`);
   assert.equal(await goto(`${ACME}/tasks/${other}`), 404);
   assert.equal(await text('#sqlstate'), 'OR005');
+});
+
+// ---- a live console ---------------------------------------------------------
+
+test('auto-refresh', async () => {
+  await goto(`${ADMIN}/queues`);
+  assert.equal(await page.$('meta[http-equiv="refresh"]'), null, 'off by default');
+  assert.match(await text('#refresh a.current'), /off/);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#refresh a[data-every="5"]')]);
+  assert.equal(new URL(page.url()).pathname, '/queues', 'back on the same page');
+  assert.equal(await page.$eval('meta[http-equiv="refresh"]', (e) => e.getAttribute('content')), '5');
+  assert.match(await text('#refresh'), /every 5 s/);
+  // the page reloads by itself
+  const t0 = Date.now();
+  await page.waitForNavigation({ waitUntil: 'load', timeout: 20000 });
+  assert.ok(Date.now() - t0 >= 3000, 'not at once: after the interval');
+  // it holds on other pages, not on a confirmation
+  await goto(`${ADMIN}/tasks`);
+  assert.ok(await page.$('meta[http-equiv="refresh"]'));
+  await goto(`${ADMIN}/bulk?scope=tasks&action=cancel&matching=1&queue=bulkq`);
+  assert.equal(await page.$('meta[http-equiv="refresh"]'), null, 'a confirmation page does not reload');
+  await goto(`${ADMIN}/queues`);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#refresh a[data-every="0"]')]);
+  assert.equal(await page.$('meta[http-equiv="refresh"]'), null, 'switched off');
+});
+
+test('queue-counts-link-to-tasks', async () => {
+  await goto(`${ADMIN}/queues`);
+  const stats = (await sql(`SELECT * FROM orch_queue_stats WHERE queue = 'reports' AND tenant_id = 'default'`))[0];
+  const row = '#queues tr[data-queue="reports"][data-tenant="default"]';
+  for (const [col, state] of [['queued', 'queued'], ['ready', 'ready'], ['delayed', 'delayed'], ['retry_waiting', 'retry_waiting'],
+    ['executing', 'executing'], ['awaiting_tool', 'awaiting_tool'], ['awaiting_user_confirmation', 'awaiting_user_confirmation']]) {
+    assert.ok(Number(stats[col]) > 0, `fixture has ${col}`);
+    const href = await page.$eval(`${row} td[data-col="${col}"] a`, (a) => a.getAttribute('href'));
+    const u = new URL(href, ADMIN);
+    assert.equal(u.searchParams.get('state'), state);
+    assert.equal(u.searchParams.get('queue'), 'reports');
+    await goto(`${ADMIN}${href}`);
+    assert.equal((await attrs('#tasks tbody tr', 'data-task')).length, Number(stats[col]), `${col}: the list has what the count says`);
+    assert.equal(await page.$eval('#total', (e) => e.getAttribute('data-total')), String(stats[col]), `${col}: total`);
+    await goto(`${ADMIN}/queues`);
+  }
+});
+
+test('throughput-sparklines', async () => {
+  await sql(`SELECT orch_create_queue('sparkq', '{}')`);
+  const spark = '#queues tr[data-queue="sparkq"][data-tenant="default"] svg.spark';
+  const sums = async () => {
+    await goto(`${ADMIN}/queues`);
+    return page.$eval(spark, (e) => ({ enq: Number(e.dataset.enqueued), done: Number(e.dataset.completed), failed: Number(e.dataset.failed) }));
+  };
+  await sql('SELECT orch_metrics_refresh()');
+  const before = await sums();
+  // enqueue 4, complete 3, fail 1 (NON_RETRYABLE)
+  for (let i = 0; i < 4; i++) {
+    await sql(`SELECT orch_enqueue('sparkq', jsonb_build_object('n', $1::int))`, [i]);
+    const t = (await sql(`SELECT task_id, lease_token FROM orch_dequeue('sparkq', 'spark')`))[0];
+    if (i < 3) await sql('SELECT orch_complete($1, $2)', [t.task_id, t.lease_token]);
+    else await sql(`SELECT * FROM orch_fail($1, $2, 'NON_RETRYABLE', 'spark failure')`, [t.task_id, t.lease_token]);
+  }
+  await sql('SELECT orch_metrics_refresh()');
+  const after = await sums();
+  assert.deepEqual({ enq: after.enq - before.enq, done: after.done - before.done, failed: after.failed - before.failed },
+    { enq: 4, done: 3, failed: 1 });
+  assert.equal((await page.$$('#queues svg.spark')).length, (await attrs('#queues tbody tr', 'data-queue')).length, 'one per row');
+  assert.equal((await page.$$(`${spark} polyline`)).length, 3);
+  await shot('queues');
+});
+
+test('queue-pause-resume', async () => {
+  await goto(`${ADMIN}/queues`);
+  assert.equal(await val(`SELECT paused FROM orch_queues WHERE queue = 'reports'`), false);
+  assert.equal(await submit('button[data-pause="reports"]'), 200);
+  assert.match(await text('.flash-ok'), /Queue reports paused/);
+  assert.equal(await val(`SELECT paused FROM orch_queues WHERE queue = 'reports'`), true);
+  assert.match(await text('#queues tr[data-queue="reports"] td:first-child'), /paused/);
+  assert.equal(await submit('button[data-resume="reports"]'), 200);
+  assert.equal(await val(`SELECT paused FROM orch_queues WHERE queue = 'reports'`), false);
+  // a reader may not: the database says so
+  await goto(`${READER}/queues`);
+  assert.equal(await submit('button[data-pause="reports"]'), 403);
+  assert.equal(await text('#sqlstate'), '42501');
+  assert.equal(await val(`SELECT paused FROM orch_queues WHERE queue = 'reports'`), false);
+});
+
+// ---- navigation ------------------------------------------------------------
+
+test('derived-states', async () => {
+  const weekly = await val(`SELECT task_id FROM orch_tasks WHERE queue = 'reports' AND payload ->> 'report' = 'weekly'`);
+  const geo = await val(`SELECT task_id FROM orch_tasks WHERE queue = 'reports' AND payload ->> 'report' = 'geo'`);
+  // the filter offers the derived states with their raw state
+  await goto(`${ADMIN}/tasks`);
+  const opts = await page.$$eval('#f-state optgroup[label^="derived"] option', (els) => els.map((e) => [e.value, e.textContent]));
+  assert.deepEqual(opts.map((o) => o[0]).sort(), ['delayed', 'gated', 'ready', 'retry_waiting', 'tool_waiting']);
+  assert.ok(opts.some(([v, t]) => v === 'retry_waiting' && /retry waiting \(awaiting_tool\)/.test(t)));
+  await page.select('#f-queue', 'reports');
+  await page.select('#f-state', 'retry_waiting');
+  await submit('form.filters button[type=submit]');
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), [weekly]);
+  // a task waiting to retry reads as such, its raw state beside
+  assert.equal(await text(`#tasks tr[data-task="${weekly}"] td.st [data-derived]`), 'retry waiting');
+  assert.equal(await text(`#tasks tr[data-task="${weekly}"] td.st small.raw`), 'awaiting_tool');
+  // a task waiting for a tool is not a retry wait
+  await goto(`${ADMIN}/tasks?queue=reports&state=tool_waiting`);
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), [geo]);
+  await goto(`${ADMIN}/tasks?queue=reports&state=delayed`);
+  const delayed = (await sql(`SELECT task_id FROM orch_tasks WHERE queue = 'reports' AND state = 'queued' AND run_at > now() ORDER BY task_id DESC`)).map((r) => r.task_id);
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), delayed);
+  assert.equal(await text(`#tasks tr[data-task="${delayed[0]}"] td.st small.raw`), 'queued');
+  // and on the task's own page
+  await goto(`${ADMIN}/tasks/${weekly}`);
+  assert.match(await text('#task-state'), /retry waiting\s+awaiting_tool/);
+});
+
+test('total-paging-both-ways', async () => {
+  const all = (await sql(`SELECT task_id FROM orch_tasks WHERE queue = 'bulkq' ORDER BY task_id DESC`)).map((r) => r.task_id);
+  assert.equal(all.length, 130);
+  await goto(`${ADMIN}/tasks?queue=bulkq`);
+  assert.equal(await page.$eval('#total', (e) => e.getAttribute('data-total')), '130');
+  assert.match(await text('#total'), /130 tasks match/);
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), all.slice(0, 100));
+  assert.equal(await page.$('#newer'), null, 'the first page has nothing newer');
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#older')]);
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), all.slice(100));
+  assert.equal(await page.$('#older'), null, 'the last page has nothing older');
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#newer')]);
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), all.slice(0, 100), 'newer leads back to the first page');
+  assert.equal(await page.$('#newer'), null);
+  // unfiltered too
+  await goto(`${ADMIN}/tasks`);
+  const total = await val('SELECT count(*)::int FROM orch_tasks');
+  assert.equal(await page.$eval('#total', (e) => e.getAttribute('data-total')), String(total));
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#older')]);
+  assert.ok(await page.$('#newer'));
+});
+
+test('jump-to-task-and-payload-search', async () => {
+  const id = await val(`SELECT task_id FROM orch_tasks WHERE queue = 'bulkq' AND payload ->> 'n' = '7'`);
+  await goto(`${ADMIN}/tasks`);
+  await page.type('#f-jump', String(id));
+  assert.equal(await submit('#jump button'), 200);
+  assert.equal(new URL(page.url()).pathname, `/tasks/${id}`);
+  assert.equal(await goto(`${ADMIN}/tasks/go?id=abc`), 400);
+  // payload containment
+  await goto(`${ADMIN}/tasks`);
+  await page.type('#f-payload', '{"n": 7}');
+  await submit('form.filters button[type=submit]');
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), [id]);
+  await goto(`${ADMIN}/tasks?payload=${encodeURIComponent('{"grp": "a"}')}`);
+  const want = (await sql(`SELECT task_id FROM orch_tasks WHERE payload @> '{"grp": "a"}' ORDER BY task_id DESC`)).map((r) => r.task_id);
+  assert.equal(want.length, 13);
+  assert.deepEqual(await attrs('#tasks tbody tr', 'data-task'), want);
+  // not JSON: the database's 22P02
+  assert.equal(await goto(`${ADMIN}/tasks?payload=${encodeURIComponent('{n: 7')}`), 400);
+  assert.equal(await text('#sqlstate'), '22P02');
+});
+
+// ---- bulk actions ----------------------------------------------------------
+
+const hasBulkFns = async () => val(`SELECT to_regprocedure('orch_cancel_where(jsonb,text,integer)') IS NOT NULL`);
+// withoutBulkFns(fn): run fn as against an extension without
+// orch_cancel_where / orch_retry_where (renamed for the while), so that the
+// console falls back to one call per task.
+async function withoutBulkFns(fn) {
+  if (!(await hasBulkFns())) return fn();
+  await sql('ALTER FUNCTION orch_cancel_where(jsonb, text, integer) RENAME TO orch_cancel_where_hidden');
+  await sql('ALTER FUNCTION orch_retry_where(jsonb, integer) RENAME TO orch_retry_where_hidden');
+  try {
+    return await fn();
+  } finally {
+    await sql('ALTER FUNCTION orch_cancel_where_hidden(jsonb, text, integer) RENAME TO orch_cancel_where');
+    await sql('ALTER FUNCTION orch_retry_where_hidden(jsonb, integer) RENAME TO orch_retry_where');
+  }
+}
+
+test('bulk-cancel-selected', async () => {
+  const ids = (await sql(`SELECT task_id FROM orch_tasks WHERE queue = 'bulkq' AND payload ->> 'grp' = 'b' ORDER BY task_id DESC LIMIT 2`)).map((r) => r.task_id);
+  await goto(`${ADMIN}/tasks?queue=bulkq`);
+  for (const id of ids) await page.click(`#tasks tr[data-task="${id}"] input[type=checkbox]`);
+  assert.equal(await submit('#bulk-cancel-selected'), 200);
+  assert.equal(new URL(page.url()).pathname, '/bulk');
+  assert.equal(await page.$eval('#preview', (e) => e.getAttribute('data-count')), '2');
+  // nothing happens before the confirmation
+  assert.equal(await val(`SELECT count(*)::int FROM orch_tasks WHERE task_id = ANY($1::bigint[]) AND state = 'cancelled'`, [ids]), 0);
+  await page.type('#f-reason', 'duplicate import');
+  await page.click('#f-confirm');
+  await shot('bulk');
+  // one orch_cancel per task when the extension has no orch_cancel_where
+  await withoutBulkFns(async () => {
+    assert.equal(await submit('#confirm-bulk'), 200);
+    assert.match(await text('.flash-ok'), /Cancelled 2 tasks \(2 orch_cancel calls\)/);
+  });
+  assert.deepEqual((await sql('SELECT state FROM orch_tasks WHERE task_id = ANY($1::bigint[])', [ids])).map((r) => r.state), ['cancelled', 'cancelled']);
+  const note = await val(`SELECT note FROM orch_events WHERE task_id = $1 AND to_state = 'cancelled'`, [ids[0]]);
+  assert.match(String(note), /duplicate import/);
+});
+
+test('bulk-cancel-matching', async () => {
+  const f = '{"grp": "a"}';
+  const want = (await sql(`SELECT task_id FROM orch_tasks WHERE queue = 'bulkq' AND payload @> $1::jsonb AND state = 'queued' ORDER BY task_id`, [f])).map((r) => r.task_id);
+  assert.equal(want.length, 13);
+  await goto(`${ADMIN}/tasks?queue=bulkq&payload=${encodeURIComponent(f)}`);
+  assert.match(await text('#bulk-cancel-matching'), /Cancel all 13 matching/);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#bulk-cancel-matching')]);
+  assert.equal(await page.$eval('#preview', (e) => e.getAttribute('data-total')), '13');
+  assert.match(await text('#preview'), /matches 13 tasks/);
+  // without "I mean it" the browser does not send the form; the server refuses it too
+  const { cookie, token } = await session(ADMIN, page.url().replace(ADMIN, ''));
+  const host = new URL(ADMIN).host;
+  const r = await request(ADMIN, 'POST', '/bulk', { headers: { Cookie: cookie, 'Content-Type': 'application/x-www-form-urlencoded', Origin: `http://${host}` },
+    body: `csrf=${encodeURIComponent(token)}&scope=tasks&action=cancel&matching=1&f_queue=bulkq&f_payload=${encodeURIComponent(f)}` });
+  assert.equal(r.status, 400);
+  assert.equal(await val(`SELECT count(*)::int FROM orch_tasks WHERE task_id = ANY($1::bigint[]) AND state = 'cancelled'`, [want]), 0);
+  await page.click('#f-confirm');
+  assert.equal(await submit('#confirm-bulk'), 200);
+  assert.equal(await hasBulkFns(), true, 'this extension has the bulk functions');
+  assert.match(await text('.flash-ok'), /Cancelled 13 tasks \(orch_cancel_where\)/);
+  assert.equal(await val(`SELECT count(*)::int FROM orch_tasks WHERE task_id = ANY($1::bigint[]) AND state = 'cancelled'`, [want]), 13);
+  assert.equal(await val(`SELECT count(*)::int FROM orch_tasks WHERE queue = 'bulkq' AND state = 'queued'`), 130 - 2 - 13);
+});
+
+test('bulk-retry-dead-letters', async () => {
+  const ids = (await sql(`SELECT task_id FROM orch_dead_letters WHERE queue = 'imports' ORDER BY task_id`)).map((r) => r.task_id);
+  assert.equal(ids.length, 4);
+  // two ticked
+  await goto(`${ADMIN}/dead-letters?queue=imports`);
+  assert.match(await text('#total'), /4 dead letters match/);
+  for (const id of ids.slice(0, 2)) await page.click(`#dead-letters tr[data-task="${id}"] input[type=checkbox]`);
+  assert.equal(await submit('#bulk-retry-selected'), 200);
+  assert.equal(await page.$eval('#preview', (e) => e.getAttribute('data-count')), '2');
+  await page.click('#f-confirm');
+  await withoutBulkFns(async () => {
+    assert.equal(await submit('#confirm-bulk'), 200);
+    assert.match(await text('.flash-ok'), /Re-drove 2 tasks \(2 orch_retry calls\)/);
+  });
+  assert.deepEqual((await sql('SELECT retry_of FROM orch_tasks WHERE retry_of = ANY($1::bigint[]) ORDER BY retry_of', [ids])).map((r) => r.retry_of), ids.slice(0, 2));
+  // the rest, by filter
+  await goto(`${ADMIN}/dead-letters?queue=imports`);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#bulk-retry-matching')]);
+  assert.equal(await page.$eval('#preview', (e) => e.getAttribute('data-count')), '2');
+  await page.click('#f-confirm');
+  assert.equal(await submit('#confirm-bulk'), 200);
+  assert.match(await text('.flash-ok'), /Re-drove 2 tasks \(orch_retry_where\)/);
+  assert.equal(await val(`SELECT count(*)::int FROM orch_dead_letters WHERE queue = 'imports'`), 0);
+  assert.equal(await val('SELECT count(*)::int FROM orch_tasks WHERE retry_of = ANY($1::bigint[])', [ids]), 4);
+});
+
+// ---- safer re-drive --------------------------------------------------------
+
+test('redrive-not-safe-to-retry-asks', async () => {
+  const id = await val(`SELECT task_id FROM orch_dead_letters WHERE queue = 'payments'`);
+  assert.equal(await val('SELECT reason FROM orch_dead_letters WHERE task_id = $1', [id]), 'not_safe_to_retry');
+  await goto(`${ADMIN}/dead-letters?queue=payments`);
+  // no one-click retry: a link to the confirmation
+  assert.equal(await page.$(`#dead-letters tr[data-task="${id}"] button[type=submit]`), null);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click(`#dead-letters tr[data-task="${id}"] a[data-confirm-retry]`)]);
+  assert.match(await text('#why'), /not safe to retry/);
+  assert.match(await text('#why'), /may have had its effect already/);
+  // a POST without the confirmation is sent to the question, and does nothing
+  const { cookie, token } = await session(ADMIN, `/dead-letters/${id}/retry`);
+  const host = new URL(ADMIN).host;
+  const r = await request(ADMIN, 'POST', `/dead-letters/${id}/retry`, { headers: { Cookie: cookie, 'Content-Type': 'application/x-www-form-urlencoded', Origin: `http://${host}` },
+    body: `csrf=${encodeURIComponent(token)}` });
+  assert.equal(r.status, 303);
+  assert.equal(r.headers.location, `/dead-letters/${id}/retry`);
+  assert.equal(await isDeadLetter(id), true);
+  // in bulk it is held back unless ticked
+  await goto(`${ADMIN}/bulk?scope=dead-letters&action=retry&matching=1&queue=payments`);
+  assert.equal(await page.$eval('#preview', (e) => e.getAttribute('data-count')), '0');
+  assert.match(await text('#unsafe'), /not safe to retry/);
+  // confirmed: re-driven
+  await goto(`${ADMIN}/dead-letters/${id}/retry`);
+  assert.equal(await submit('#confirm-retry'), 200);
+  assert.match(await text('.flash-ok'), new RegExp(`#${id} re-driven`));
+  assert.equal(await isDeadLetter(id), false);
+});
+
+test('redrive-workflow-step-points-to-run', async () => {
+  const run = await runId('fx-fail');
+  const id = await val(`SELECT d.task_id FROM orch_dead_letters d JOIN orch_tasks t USING (task_id) WHERE t.run_id = $1`, [run]);
+  assert.ok(id, 'the failed deploy is a dead letter');
+  await goto(`${ADMIN}/tasks/${id}`);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('a[data-confirm-retry]')]);
+  assert.match(await text('#why'), new RegExp(`step deploy of run ${run}`));
+  assert.match(await text('#why'), /retry the run \(orch_retry_run\)/);
+  assert.equal(await page.$eval('#to-run', (a) => a.getAttribute('href')), `/runs/${run}`);
+  await shot('redrive-confirm');
+  // in bulk a step's dead letter is left alone, with its run linked
+  await goto(`${ADMIN}/bulk?scope=dead-letters&action=retry&matching=1&queue=release`);
+  assert.equal(await page.$eval('#preview', (e) => e.getAttribute('data-count')), '0');
+  assert.ok(await page.$(`#steps a[href="/runs/${run}"]`));
+  assert.equal(await isDeadLetter(id), true);
+  // the run's retry is where it leads
+  await goto(`${ADMIN}/runs/${run}`);
+  assert.ok(await page.$(`form[action="/runs/${run}/retry"]`));
+});
+
+// ---- the graph ---------------------------------------------------------------
+
+test('dag-long-edge-ends-in-its-box', async () => {
+  const id = await runId('fx-diamond');
+  assert.equal(await goto(`${ADMIN}/runs/${id}`), 200);
+  const check = await page.evaluate(() => {
+    const boxes = {};
+    for (const a of document.querySelectorAll('svg.dag a.node')) {
+      const r = a.querySelector('rect');
+      boxes[a.getAttribute('data-step')] = { x: +r.getAttribute('x'), y: +r.getAttribute('y'), w: +r.getAttribute('width'), h: +r.getAttribute('height') };
+    }
+    const inside = (b, p, m = 1) => p.x > b.x + m && p.x < b.x + b.w - m && p.y > b.y + m && p.y < b.y + b.h - m;
+    const out = [];
+    for (const path of document.querySelectorAll('svg.dag path.edge')) {
+      const from = path.getAttribute('data-from');
+      const to = path.getAttribute('data-to');
+      const len = path.getTotalLength();
+      const end = path.getPointAtLength(len);
+      const t = boxes[to];
+      const crossed = new Set();
+      for (let i = 1; i < 200; i++) {
+        const p = path.getPointAtLength((len * i) / 200);
+        for (const [k, b] of Object.entries(boxes)) if (k !== from && k !== to && inside(b, p)) crossed.add(k);
+      }
+      out.push({ from, to, endsAtTarget: Math.abs(end.x - t.x) <= 3 && end.y > t.y && end.y < t.y + t.h, crossed: [...crossed] });
+    }
+    return out;
+  });
+  assert.equal(check.length, 5);
+  const long = check.find((e) => e.from === 'right' && e.to === 'join');
+  assert.ok(long, 'the long edge is drawn');
+  for (const e of check) {
+    assert.ok(e.endsAtTarget, `${e.from} → ${e.to} ends at the left side of ${e.to}`);
+    assert.deepEqual(e.crossed, [], `${e.from} → ${e.to} passes through no other box`);
+  }
+  // the release run's graph too
+  await goto(`${ADMIN}/runs/${await runId('fx-wait3')}`);
+  assert.ok((await page.$$('svg.dag path.edge')).length >= 8);
 });
 
 // ---------------------------------------------------------------------------

@@ -5,12 +5,16 @@
 -- Roles: console_admin (orch_admin), console_reader (orch_reader only),
 -- console_acme (orch_reader, bound to tenant acme).
 -- Queues: emails, billing, reports (tasks in every state, dead letters, two
--- tenants, payloads with markup), release (a workflow's steps).
+-- tenants, payloads with markup), payments (a dead letter not safe to
+-- retry), imports (dead letters to re-drive in bulk), bulkq (130 queued
+-- tasks), release and diamond (workflow steps).
 -- Workflow 'release': plan -> design_review (gate) -> build -> unit_tests +
 -- integration_tests -> release_approval (gate) -> deploy, and
 -- notify_rejected on a rejected design review.  Runs (idempotency keys):
 -- fx-ok succeeded, fx-fail failed at deploy (build compensated), fx-wait1
 -- and fx-wait2 waiting at design_review, fx-wait3 waiting at release_approval.
+-- Workflow 'diamond': start -> left -> left2 -> join and start -> right ->
+-- join (an edge that skips a layer); run fx-diamond.
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 
@@ -79,6 +83,20 @@ SELECT orch_cancel(orch_enqueue('reports', '{"report": "obsolete"}'), 'no longer
 SELECT orch_enqueue('reports', '{"report": "monthly"}', run_at => now() + interval '1 day');           -- delayed
 SELECT orch_enqueue('reports', jsonb_build_object('report', 'adhoc-' || i)) FROM generate_series(1, 3) i;  -- ready
 
+-- payments: work not safe to retry; a failure is a dead letter that asks
+-- for a second look before it is re-driven
+SELECT orch_create_queue('payments', '{"retry_safety": "NOT_SAFE_TO_RETRY"}');
+SELECT pg_temp.task('payments', '{"charge": "CH-1", "amount": 120}', 'TRANSIENT', err => 'gateway timeout after capture');
+
+-- imports: dead letters for the bulk re-drive; bulkq: 130 queued tasks
+-- (paging, payload search, bulk cancel)
+SELECT orch_create_queue('imports', '{}');
+SELECT pg_temp.task('imports', jsonb_build_object('file', 'f' || i || '.csv'), 'NON_RETRYABLE', err => 'bad header')
+  FROM generate_series(1, 4) i;
+SELECT orch_create_queue('bulkq', '{}');
+SELECT count(*) FROM orch_enqueue_batch('bulkq',
+  ARRAY(SELECT jsonb_build_object('n', i, 'grp', CASE WHEN i % 10 = 0 THEN 'a' ELSE 'b' END) FROM generate_series(1, 130) i));
+
 -- the workflow
 SELECT orch_define('release', $spec$
 {
@@ -137,6 +155,22 @@ SELECT orch_approve(:r_ok, 'release_approval', 'FX-REL-1', 'bob', 'window open')
 SELECT orch_approve(:r_fail, 'release_approval', 'FX-REL-2', 'bob', 'window open');
 SELECT pg_temp.drive();
 SELECT pg_temp.drive();   -- the failed run's compensation
+
+-- a diamond whose one side is longer: the edge right -> join skips a layer
+SELECT orch_define('diamond', $spec$
+{
+  "description": "Console fixture: a diamond with a long edge",
+  "policies": {"queue": "diamond"},
+  "steps": [
+    {"step_id": "start", "handler": "d.start"},
+    {"step_id": "left", "handler": "d.left", "depends_on": ["start"]},
+    {"step_id": "left2", "handler": "d.left2", "depends_on": ["left"]},
+    {"step_id": "right", "handler": "d.right", "depends_on": ["start"]},
+    {"step_id": "join", "handler": "d.join", "depends_on": ["left2", "right"]}
+  ]
+}$spec$) AS v \gset
+SELECT orch_publish('diamond', :v);
+SELECT orch_start('diamond', '{"shape": "diamond"}', idempotency_key => 'fx-diamond');
 
 -- a run whose first step waits for a signal, with a signal of another name
 -- kept for a later wait

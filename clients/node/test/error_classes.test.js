@@ -8,7 +8,7 @@ const assert = require('node:assert/strict');
 const {
   Client, Worker, TransientError, RetryableError, RateLimitedError, DependencyFailedError,
   NonRetryableError, CompensationRequiredError,
-} = require('..');
+} = require('./client');
 const { connection, quiet, uniq, connect, waitUntil, one, rows, task, createQueue } = require('./support');
 
 const FIRST_ATTEMPT = {

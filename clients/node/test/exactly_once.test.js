@@ -2,7 +2,7 @@
 // A worker with concurrency 4 processes N tasks exactly once.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { Client, Worker } = require('..');
+const { Client, Worker } = require('./client');
 const { connection, quiet, uniq, connect, waitUntil, one, rows, createQueue } = require('./support');
 
 const N = 40;

@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { once } = require('events');
-const { Client, Worker } = require('..');
+const { Client, Worker } = require('./client');
 const { connection, quiet, uniq, connect, waitUntil, one, rows, task, createQueue } = require('./support');
 
 test('the lease is renewed past its length while the handler runs', async (t) => {

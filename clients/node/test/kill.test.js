@@ -7,7 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('path');
 const { spawn } = require('child_process');
-const { Client, Worker } = require('..');
+const { Client, Worker } = require('./client');
 const { connection, quiet, uniq, connect, waitUntil, one, rows, createQueue, states } = require('./support');
 
 const N = 9;

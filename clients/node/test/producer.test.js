@@ -3,10 +3,10 @@
 // driven by a worker, and the LISTEN/NOTIFY wake-up.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const pg = require('pg');
+const pg = require('./pg');
 const {
   Client, Worker, OrchestratorError, NotFound, IdempotencyConflict, TerminalState,
-} = require('..');
+} = require('./client');
 const { connection, quiet, uniq, connect, waitUntil, one, task, createQueue } = require('./support');
 
 async function setup(t) {

@@ -6,7 +6,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('path');
 const { spawn } = require('child_process');
-const { Client, Worker } = require('..');
+const { Client, Worker } = require('./client');
 const { connection, quiet, uniq, connect, waitUntil, one, rows, task, createQueue, states, waitLine } = require('./support');
 
 function gate() {

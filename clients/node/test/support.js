@@ -4,7 +4,7 @@
 // it), queue names are unique, and waiting is on database state with a
 // deadline (never sleep-and-hope).
 const crypto = require('crypto');
-const pg = require('pg');
+const pg = require('./pg');
 
 const connection = process.env.ORCH_TEST_URL ? { connectionString: process.env.ORCH_TEST_URL } : {};
 const quiet = { info() {}, warn() {}, error() {} };

@@ -10,8 +10,8 @@
 //               completes writing its result row.
 // Each handler start is recorded in executions_<QUEUE>.  Logs go to stderr;
 // run() handles SIGTERM/SIGINT.
-const pg = require('pg');
-const { Worker } = require('..');
+const pg = require('./pg');
+const { Worker } = require('./client');
 const { connection } = require('./support');
 
 const [queue, workerId, mode] = process.argv.slice(2);

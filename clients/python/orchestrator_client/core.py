@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import psycopg
 from psycopg.rows import dict_row
@@ -40,6 +40,10 @@ __all__ = [
 log = logging.getLogger("orchestrator_client")
 
 Interval = Union[None, str, int, float, _dt.timedelta]
+#: An on_complete hook: fn(cursor) for Worker; for AsyncWorker it gets an
+#: AsyncCursor and may be a coroutine function.
+CompleteHook = Union[Callable[[psycopg.Cursor], object],
+                     Callable[[psycopg.AsyncCursor], Awaitable[object]]]
 
 # --------------------------------------------------------------------------
 # Handler exceptions: raise one of these to choose orch_fail's error class
@@ -173,7 +177,7 @@ def _interval(v: Interval) -> Union[None, str, _dt.timedelta]:
     raise TypeError(f"an interval must be seconds, a timedelta or a string, not {v!r}")
 
 
-def _retryable(e: psycopg.Error, conn: Optional[psycopg.Connection]) -> bool:
+def _retryable(e: psycopg.Error, conn: Union[None, psycopg.Connection, psycopg.AsyncConnection]) -> bool:
     """A connection failure, server shutdown, resource shortage or
     serialization failure: worth retrying on a new connection."""
     st = getattr(e, "sqlstate", None)
@@ -208,7 +212,7 @@ _START_OPTIONS = {
 }
 
 
-def _named(options: Dict[str, Any], allowed: Dict[str, tuple], params: list) -> str:
+def _named(options: Dict[str, Any], allowed: Mapping[str, tuple], params: list) -> str:
     """', name => %s::type' for each given option (names from a fixed list)."""
     sql = []
     for name, value in options.items():
@@ -302,7 +306,9 @@ class Client:
         result, last_error, ...).  Unknown id: :class:`NotFound` (OR005)."""
         with _db_errors(), self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute("SELECT * FROM orch_status(%s::bigint)", [task_id])
-            return cur.fetchone()
+            row = cur.fetchone()
+            assert row is not None      # orch_status raises OR005 for an unknown task
+            return row
 
     def cancel(self, task_id: int, reason: Optional[str] = None) -> str:
         """``orch_cancel``: cancels a task that has not finished."""
@@ -337,14 +343,14 @@ class Task:
         self.lease_seconds: float = float(row["lease_seconds"])
         self.cancel_event = threading.Event()
         self.cancel_reason: Optional[str] = None
-        self._on_complete: List[Callable[[psycopg.Cursor], None]] = []
+        self._on_complete: List[CompleteHook] = []
         self._next_beat = 0.0
 
     @property
     def cancelled(self) -> bool:
         return self.cancel_event.is_set()
 
-    def on_complete(self, fn: Callable[[psycopg.Cursor], None]) -> None:
+    def on_complete(self, fn: CompleteHook) -> None:
         """Run ``fn(cursor)`` in the transaction that calls orch_complete,
         before it: your writes commit if and only if the completion does
         (a lost lease rolls them back).  Use it for exactly-once effects
@@ -527,7 +533,7 @@ class Worker:
             self._notified = True
 
     def _wait(self, timeout: Optional[float], conn: Optional[psycopg.Connection]) -> None:
-        fds = [self._wake_r]
+        fds: List[Any] = [self._wake_r]
         if conn is not None and self.listen and not conn.closed:
             fds.append(conn.fileno())
         try:
@@ -572,6 +578,9 @@ class Worker:
             return [Task(r) for r in cur.fetchall()]
 
     def _run(self) -> None:
+        log.info("worker %s: queue %s, concurrency %d, lease %s, %s", self.worker_id, self.queue,
+                 self.concurrency, self.lease or "the queue's",
+                 f"claims wait {self.wait:g} s" if self.wait is not None else "polling")
         jobs: "list" = []
         self._jobs_cv = threading.Condition()
         self._jobs = jobs
@@ -623,9 +632,9 @@ class Worker:
                     delay = self.poll_min
                     now = time.monotonic()
                     with self._lock:
-                        for t in tasks:
-                            t._next_beat = now + self._beat_period(t)
-                            self._inflight[t.id] = t
+                        for task in tasks:
+                            task._next_beat = now + self._beat_period(task)
+                            self._inflight[task.id] = task
                             self.stats.claimed += 1
                         self._lock.notify_all()
                     with self._jobs_cv:
@@ -672,8 +681,8 @@ class Worker:
             self._jobs.extend([_STOP] * len(threads))
             self._jobs_cv.notify_all()
         hb.join(5)
-        for t in threads:
-            t.join(0 if self.stats.abandoned else 5)
+        for th in threads:
+            th.join(0 if self.stats.abandoned else 5)
 
     def _beat_period(self, t: Task) -> float:
         if self.heartbeat_every is not None:
@@ -716,8 +725,9 @@ class Worker:
             if self._abandoned or t.id not in self._inflight:
                 return
         try:
-            state = conn.execute("SELECT orch_heartbeat(%s::bigint, %s::uuid, %s::interval)",
-                                 [t.id, t.lease_token, self.lease]).fetchone()[0]
+            beat = conn.execute("SELECT orch_heartbeat(%s::bigint, %s::uuid, %s::interval)",
+                                [t.id, t.lease_token, self.lease]).fetchone()
+            state = beat[0] if beat is not None else None
         except psycopg.Error as e:
             st = getattr(e, "sqlstate", None)
             if st in ("OR002", "OR003", "OR005"):
@@ -774,7 +784,7 @@ class Worker:
                     with conn.transaction():
                         with conn.cursor() as cur:
                             for fn in t._on_complete:
-                                fn(cur)
+                                fn(cur)  # type: ignore[arg-type]  # a Worker's hooks take a Cursor
                             cur.execute("SELECT orch_complete(%s::bigint, %s::uuid, %s::jsonb)",
                                         [t.id, t.lease_token, _jsonb(result)])
                     self._count("completed")
@@ -819,6 +829,7 @@ class Worker:
                 "SELECT state, reason_code, retry_at FROM orch_fail(%s::bigint, %s::uuid,"
                 " %s::text, %s::text, %s::interval)",
                 [t.id, t.lease_token, cls, text, retry_after]).fetchone()
+            assert row is not None      # orch_fail returns one row
             log.info("worker %s: task %s failed (%s): %s %s", self.worker_id, t.id, cls, row[0], row[1])
             self._count("failed")
         except psycopg.Error as e:

@@ -12,7 +12,10 @@ import unittest
 import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# the client from this checkout, unless the tests run against an installed
+# package (ORCH_CLIENT_INSTALLED=1, as scripts/test-clients.sh does)
+if os.environ.get("ORCH_CLIENT_INSTALLED") != "1":
+    sys.path.insert(0, os.path.dirname(HERE))
 
 DSN = os.environ.get("ORCH_TEST_DSN", "")
 

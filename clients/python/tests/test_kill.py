@@ -1,7 +1,7 @@
-"""Exactly once under kill -9: a worker process is killed while it holds
-claimed tasks; after their leases expire a second worker finishes
-everything, and every task completes exactly once (result rows are written
-in the completion's transaction)."""
+"""Exactly once under kill -9: a worker process (threaded, or on asyncio) is
+killed while it holds claimed tasks; after their leases expire a second
+worker finishes everything, and every task completes exactly once (result
+rows are written in the completion's transaction)."""
 
 import os
 import signal
@@ -17,6 +17,12 @@ N = 9
 
 class Kill(DBTestCase):
     def test_kill_9_then_second_worker(self):
+        self.kill_then_second_worker([])
+
+    def test_kill_9_asyncio_worker_then_second_worker(self):
+        self.kill_then_second_worker(["asyncio"])
+
+    def kill_then_second_worker(self, variant):
         queue = uniq("kill")
         create_queue(self.db, queue, {"lease": 2})
         for t in ("executions", "results"):
@@ -26,7 +32,7 @@ class Kill(DBTestCase):
             # finishes 1 and 2, then holds 0 and 3
             ids = c.enqueue_batch(queue, [{"i": i, "block": i % 3 == 0} for i in range(N)])
         blocked = [ids[0], ids[3]]
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"), queue, "w-killed", "kill"],
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"), queue, "w-killed", "kill", *variant],
                              cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_until(lambda: self.rows(

@@ -1,6 +1,6 @@
 """A worker process for the kill and SIGTERM tests.
 
-    python3 worker_proc.py QUEUE WORKER_ID MODE
+    python3 worker_proc.py QUEUE WORKER_ID MODE [asyncio]
 
 MODE kill:    tasks whose payload has "block" never finish (until the
               process is killed); the others write their result row in the
@@ -8,7 +8,8 @@ MODE kill:    tasks whose payload has "block" never finish (until the
 MODE sigterm: every task waits until the table go_<QUEUE> has a row, then
               completes writing its result row.
 Each handler start is recorded (autocommit) in executions_<QUEUE>.  Logs go
-to stderr; run() installs the SIGTERM/SIGINT handlers.
+to stderr; run() installs the SIGTERM/SIGINT handlers.  With "asyncio", the
+worker is an AsyncWorker and the handler a coroutine (MODE kill only).
 """
 
 import logging
@@ -20,9 +21,10 @@ import time
 import psycopg
 
 from support import DSN
-from orchestrator_client import Worker
+from orchestrator_client import AsyncWorker, Worker
 
 queue, worker_id, mode = sys.argv[1:4]
+use_asyncio = sys.argv[4:5] == ["asyncio"]
 
 
 def orphan_watch(parent=os.getppid()):
@@ -50,6 +52,24 @@ def handler(task):
     return {"by": worker_id}
 
 
-w = Worker(DSN, queue, handler, concurrency=2, lease=2, worker_id=worker_id, poll_max=0.2, grace=30)
-stats = w.run()
+async def async_handler(task):
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as c:
+        await c.execute(f"INSERT INTO executions_{queue} VALUES (%s, %s, %s)", [task.id, worker_id, task.attempt])
+    if mode == "kill" and task.payload.get("block"):
+        while True:
+            await asyncio.sleep(1)
+
+    async def record(cur):
+        await cur.execute(f"INSERT INTO results_{queue} VALUES (%s, %s)", [task.id, worker_id])
+    task.on_complete(record)
+    return {"by": worker_id}
+
+
+if use_asyncio:
+    import asyncio
+    aw = AsyncWorker(DSN, queue, async_handler, concurrency=2, lease=2, worker_id=worker_id, grace=30)
+    stats = asyncio.run(aw.run())
+else:
+    w = Worker(DSN, queue, handler, concurrency=2, lease=2, worker_id=worker_id, poll_max=0.2, grace=30)
+    stats = w.run()
 print(f"stats {stats}", flush=True)
