@@ -3317,3 +3317,40 @@ REVOKE ALL ON orch.signals_rows, orch_signals FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION orch_signal(bigint, text, jsonb, text) TO orch_producer;
 GRANT EXECUTE ON FUNCTION orch.caller_signals() TO orch_reader;
 GRANT SELECT ON orch_signals TO orch_reader;
+
+-- Per-minute throughput of each queue, from the folded counters.
+CREATE FUNCTION orch_throughput(since interval DEFAULT '1 hour')
+RETURNS TABLE (minute timestamptz, tenant_id text, queue text, enqueued bigint, completed bigint, failed bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    vis text[] := orch.caller_tenants();   -- read here, passed as a value (Citus)
+BEGIN
+    IF since IS NULL THEN
+        RAISE EXCEPTION 'since must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF since <= interval '0' OR since > interval '2 days' THEN
+        RAISE EXCEPTION 'since must be a positive interval of at most 2 days (the per-minute counters are kept two days)'
+              USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT m.minute, m.tenant_id, m.queue,
+               coalesce(sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'enqueued'), 0)::bigint,
+               coalesce(sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'finished'
+                                               AND m.l1 OPERATOR(pg_catalog.=) 'completed'), 0)::bigint,
+               coalesce(sum(m.value) FILTER (WHERE m.metric OPERATOR(pg_catalog.=) 'failed'), 0)::bigint
+          FROM orch.metric_minutes m
+         WHERE m.minute OPERATOR(pg_catalog.>) (now() OPERATOR(pg_catalog.-) since)
+           AND m.metric OPERATOR(pg_catalog.=) ANY (ARRAY['enqueued', 'finished', 'failed'])
+           AND (vis IS NULL OR m.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
+         GROUP BY 1, 2, 3
+         ORDER BY 1, 2, 3;
+END
+$fn$;
+COMMENT ON FUNCTION orch_throughput(interval) IS
+  'Tasks enqueued, completed and failed per minute, by tenant and queue, over the last "since" (at most two days), from the counters orch_maintain and orch_metrics_refresh fold: minutes without any are left out.';
+REVOKE ALL ON FUNCTION orch_throughput(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_throughput(interval) TO orch_reader;

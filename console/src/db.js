@@ -84,6 +84,15 @@ function createDb(connectionString) {
     queues: () => q('SELECT queue, paused FROM orch_queues ORDER BY queue'),
     pauseQueue: (name) => one('SELECT orch_pause_queue($1) AS r', [name]),
     resumeQueue: (name) => one('SELECT orch_resume_queue($1) AS r', [name]),
+    // The per-minute series of the last hour (orch_throughput), for the
+    // sparklines; null where the extension does not have it.
+    throughput: async () => {
+      const have = await one("SELECT to_regprocedure('orch_throughput(interval)') IS NOT NULL AS ok");
+      if (!have.ok) return null;
+      return q(`SELECT (extract(epoch FROM minute) / 60)::bigint AS minute, queue, tenant_id,
+                       enqueued, completed, failed
+                  FROM orch_throughput('1 hour')`);
+    },
     // The folded counters of every queue, for the throughput sampler.
     queueTotals: () => q(`SELECT queue, tenant_id, enqueued_total, completed_total, failed_total, metrics_as_of
                             FROM orch_queue_stats`),

@@ -265,7 +265,9 @@ function createServer(cfg, db) {
       ctx.section = '/queues';
       const [stats, queues, errors, who_] = await Promise.all([db.queueStats(), db.queues(), db.errorStats(), db.whoami()]);
       ctx.who = who_;
-      sampler.record(stats);
+      const perMinute = await db.throughput();
+      if (perMinute) sampler.load(perMinute);
+      else sampler.record(stats);
       const series = (queue, tenant) => sampler.series(queue, tenant);
       return page(res, ctx, (c) => pages.queuesPage(c, { stats, queues, errors, series }));
     }

@@ -2,12 +2,14 @@
 // throughput.js: per-minute throughput of each queue, for the sparklines of
 // the Queues page.
 //
-// The SQL API folds enqueued, completed and failed tasks into counters
+// The extension folds enqueued, completed and failed tasks per minute, and
+// orch_throughput('1 hour') reads them: load() takes that series as it is,
+// so the lines are whole from the console's first page.  Against an
+// extension without orch_throughput the sampler falls back to the totals
 // (orch_queue_stats: enqueued_total, completed_total, failed_total, as of
-// metrics_as_of), but offers no per-minute series.  The sampler reads the
-// totals every minute (and whenever the Queues page is shown); what a total
-// grew by between two folds is counted in the minute of the later fold.
-// The series starts when the console starts and keeps the last hour.
+// metrics_as_of), read every minute and whenever the Queues page is shown:
+// what a total grew by between two folds is counted in the minute of the
+// later fold, and the series starts when the console starts.
 
 const { html } = require('./html');
 
@@ -44,6 +46,20 @@ class Sampler {
       for (const m of METRICS) cell[m] += Math.max(0, now[m] - prev[m]);
       b.set(minute, cell);
       for (const k of b.keys()) if (k <= minute - MINUTES) b.delete(k);
+    }
+  }
+
+  // load(rows): rows of orch_throughput (minute as a number of minutes since
+  // the epoch, queue, tenant_id, enqueued, completed, failed): the series,
+  // replacing what the sampler counted.
+  load(rows) {
+    this.buckets = new Map();
+    for (const r of rows) {
+      const key = `${r.queue}\t${r.tenant_id}`;
+      let b = this.buckets.get(key);
+      if (!b) this.buckets.set(key, (b = new Map()));
+      b.set(Number(r.minute), { enqueued: Number(r.enqueued), completed: Number(r.completed),
+        failed: Number(r.failed) });
     }
   }
 

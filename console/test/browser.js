@@ -542,6 +542,14 @@ test('throughput-sparklines', async () => {
   assert.deepEqual({ enq: after.enq - before.enq, done: after.done - before.done, failed: after.failed - before.failed },
     { enq: 4, done: 3, failed: 1 });
   assert.equal((await page.$$('#queues svg.spark')).length, (await attrs('#queues tbody tr', 'data-queue')).length, 'one per row');
+  // the series is the extension's (orch_throughput), whole from the first
+  // page: a queue whose tasks were folded before the console ever showed it
+  await sql(`SELECT orch_create_queue('sparkq2', '{}')`);
+  await sql(`SELECT orch_enqueue_batch('sparkq2', ARRAY['{}', '{}']::jsonb[])`);
+  await sql('SELECT orch_metrics_refresh()');
+  await goto(`${ADMIN}/queues`);
+  assert.equal(await page.$eval('#queues tr[data-queue="sparkq2"][data-tenant="default"] svg.spark',
+    (e) => Number(e.dataset.enqueued)), 2, 'the minutes folded before the first look are drawn');
   assert.equal((await page.$$(`${spark} polyline`)).length, 3);
   await shot('queues');
 });

@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(714);
+SELECT plan(720);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 74::bigint,
-          'the extension has the 74 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 75::bigint,
+          'the extension has the 75 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -81,7 +81,7 @@ SELECT ok(NOT has_schema_privilege('tap_nobody', 'orch', 'USAGE'), 'PUBLIC has n
 SELECT is(pg_temp.executable('tap_reader'),
     ARRAY['orch_caller_tenants', 'orch_cron_next', 'orch_definition', 'orch_duration_stats', 'orch_history',
           'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_queue_settings', 'orch_retry_decision',
-          'orch_run_rows', 'orch_run_status', 'orch_run_step_rows', 'orch_status', 'orch_task_rows',
+          'orch_run_rows', 'orch_run_status', 'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_throughput',
           'orch_validate_definition'],
     'orch_reader executes exactly the read functions');
 SELECT is(pg_temp.executable('tap_producer'),
@@ -90,7 +90,7 @@ SELECT is(pg_temp.executable('tap_producer'),
           'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
           'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_run', 'orch_pause_schedule', 'orch_queue_settings',
           'orch_resume_run', 'orch_resume_schedule', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
-          'orch_run_step_rows', 'orch_schedule', 'orch_signal', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_unschedule',
+          'orch_run_step_rows', 'orch_schedule', 'orch_signal', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_unschedule',
           'orch_validate_definition'],
     'orch_producer executes reader + enqueue, enqueue_batch, cancel, cancel_where, command, start, pause_run, resume_run, cancel_run, cancel_runs_where, schedule, unschedule, pause_schedule, resume_schedule, signal');
 SELECT is(pg_temp.executable('tap_worker'),
@@ -99,13 +99,13 @@ SELECT is(pg_temp.executable('tap_worker'),
           'orch_fail', 'orch_heartbeat', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
           'orch_progress', 'orch_queue_settings', 'orch_release', 'orch_resume', 'orch_retry_decision',
           'orch_run_rows', 'orch_run_status',
-          'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
+          'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_validate_definition'],
     'orch_worker executes reader + dequeue, complete, complete_batch, fail, heartbeat (both forms), progress, release, await_tool, await_confirmation, resume, command_result');
 SELECT is(pg_temp.executable('tap_approver'),
     ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_caller_tenants', 'orch_confirm', 'orch_cron_next',
           'orch_definition', 'orch_duration_stats', 'orch_history', 'orch_metrics_prometheus', 'orch_metrics_refresh',
           'orch_queue_settings', 'orch_reject', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
-          'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_validate_definition'],
+          'orch_run_step_rows', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_validate_definition'],
     'orch_approver executes reader + confirm, approve, reject, acknowledge_drift');
 SELECT is(pg_temp.executable('tap_admin'),
     ARRAY['orch_acknowledge_drift', 'orch_approve', 'orch_attach_state_machine', 'orch_await_confirmation',
@@ -121,7 +121,7 @@ SELECT is(pg_temp.executable('tap_admin'),
           'orch_retry_decision', 'orch_retry_run', 'orch_retry_where', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
           'orch_schedule', 'orch_schedule_maintenance', 'orch_schedule_tick', 'orch_set_concurrency_limit',
           'orch_set_fairness_weight', 'orch_signal', 'orch_start',
-          'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_unbind_tenant',
+          'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_unbind_tenant',
           'orch_unschedule', 'orch_unschedule_maintenance', 'orch_validate_definition'],
     'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
 SELECT is(pg_temp.executable('tap_nobody'), '{}'::text[], 'a role without grants executes no API function');
@@ -251,6 +251,7 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_metrics_refresh',      $$SELECT orch_metrics_refresh()$$),
     ('orch_metrics_prometheus',   $$SELECT length(orch_metrics_prometheus())$$),
     ('orch_duration_stats',       $$SELECT count(*) FROM orch_duration_stats('1 day')$$),
+    ('orch_throughput',           $$SELECT count(*) FROM orch_throughput('1 day')$$),
     ('orch_queue_stats',          $$SELECT count(*) FROM orch_queue_stats$$),
     ('orch_error_stats',          $$SELECT count(*) FROM orch_error_stats$$),
     ('orch_durations',            $$SELECT count(*) FROM orch_durations$$),
@@ -323,7 +324,7 @@ SELECT * FROM pg_temp.run_as('tap_reader',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
-          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_producer',
     ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_cancel_where', 'orch_command',
@@ -333,7 +334,7 @@ SELECT * FROM pg_temp.run_as('tap_producer',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
-          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_worker',
     ARRAY['orch_dequeue', 'orch_heartbeat', 'orch_progress', 'orch_release', 'orch_await_tool', 'orch_resume',
@@ -342,7 +343,7 @@ SELECT * FROM pg_temp.run_as('tap_worker',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
-          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_approver',
     ARRAY['orch_confirm', 'orch_approve', 'orch_reject', 'orch_acknowledge_drift',
@@ -350,7 +351,7 @@ SELECT * FROM pg_temp.run_as('tap_approver',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
           'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
-          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_queue_stats', 'orch_error_stats',
+          'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 
 -- The admin may do everything through the API (with fresh work for the worker calls).

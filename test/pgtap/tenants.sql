@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(8305);
+SELECT plan(8340);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -342,7 +342,7 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
        unnest(ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision',
                     'orch_caller_tenants', 'orch.tenant_visible', 'orch.caller_is_admin',
                     'orch_definition', 'orch_validate_definition', 'orch_run_status',
-                    'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats',
+                    'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput',
                     'orch.open_tasks', 'orch.dead_letter_counts', 'orch.review_items',
                     'orch.queue_stats', 'orch.error_stats', 'orch.caller_tenants',
                     'orch.caller_queues', 'orch.caller_tasks', 'orch.caller_attempts', 'orch.caller_commands',
@@ -822,6 +822,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      $q$SELECT orch_metrics_prometheus() LIKE '# HELP %'$q$, NULL, '{"*": "00000:true"}'),
     ('orch_duration_stats', 'any', NULL, 'duration statistics',
      'SELECT count(*) >= 0 FROM orch_duration_stats()', NULL, '{"*": "00000:true"}'),
+    ('orch_throughput', 'any', NULL, 'throughput per minute: the caller''s tenants'' rows only',
+     'SELECT count(*) FROM orch_throughput(''2 days'') t WHERE NOT orch.tenant_visible(t.tenant_id)', NULL, '{"*": "00000:0"}'),
     ('orch.open_tasks', 'any', NULL, 'open tasks by queue',
      'SELECT count(*) >= 0 FROM orch.open_tasks()', NULL, '{"*": "00000:true"}'),
     ('orch.dead_letter_counts', 'any', NULL, 'dead letters by queue',

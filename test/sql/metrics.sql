@@ -618,6 +618,20 @@ SELECT pg_temp.try($$SELECT count(*) FROM orch_duration_stats(NULL)$$) AS null_s
        pg_temp.try($$SELECT count(*) FROM orch_duration_stats('3 days')$$) AS past_the_kept_minutes,
        pg_temp.try($$SELECT count(*) >= 0 FROM orch_duration_stats('2 days')$$) AS two_days;
 
+-- 9b. orch_throughput: the same folded counters per minute, by tenant and
+-- queue (what the console's sparklines draw); summed over the minutes they
+-- are the totals of orch_queue_stats (nothing here is older than a day).
+SELECT t.tenant_id, t.queue, sum(t.enqueued) = s.enqueued_total AS enqueued_matches,
+       sum(t.completed) = s.completed_total AS completed_matches,
+       sum(t.failed) = s.failed_total AS failed_matches
+  FROM orch_throughput('2 days') t
+  JOIN orch_queue_stats s ON s.tenant_id = t.tenant_id AND s.queue = t.queue
+ GROUP BY t.tenant_id, t.queue, s.enqueued_total, s.completed_total, s.failed_total
+ ORDER BY 1, 2;
+SELECT pg_temp.try($$SELECT count(*) FROM orch_throughput(NULL)$$) AS null_since,
+       pg_temp.try($$SELECT count(*) FROM orch_throughput('0 seconds')$$) AS zero_since,
+       pg_temp.try($$SELECT count(*) FROM orch_throughput('3 days')$$) AS past_the_kept_minutes;
+
 -- 10. A re-driven dead letter (orch_retry) keeps its correlation id.
 SELECT orch_create_queue('m_rd', '{"max_attempts": 1}') IS NOT NULL AS created;
 SELECT orch_enqueue('m_rd', '{"n": 1}', correlation_id => 'order-77') AS rd \gset
