@@ -2372,6 +2372,92 @@ COMMENT ON FUNCTION orch_set_fairness_weight(text, text, integer) IS
 REVOKE ALL ON FUNCTION orch_set_fairness_weight(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION orch_set_fairness_weight(text, text, integer) TO orch_admin;
 
+-- Signals (src/signals.c, src/run_signals.c): messages sent to a run
+-- (orch_signal) that the run's wait steps for their name consume, in the
+-- order they were sent.  Kept in partitions by run id like the run's steps
+-- and retired with the run (history_partitions.c).
+CREATE SEQUENCE orch.signals_id_seq;
+CREATE TABLE orch.signals (
+    id              bigint NOT NULL DEFAULT pg_catalog.nextval('orch.signals_id_seq'),
+    run_id          bigint NOT NULL,
+    tenant_id       text NOT NULL DEFAULT 'default',
+    name            text NOT NULL,
+    payload         jsonb NOT NULL,
+    idempotency_key text,
+    sent_by         text NOT NULL,
+    sent_at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    consumed_at     timestamptz,
+    consumed_by     text
+) PARTITION BY RANGE (run_id);
+CREATE TABLE orch.signals_default PARTITION OF orch.signals (PRIMARY KEY (run_id, id, tenant_id)) DEFAULT;
+-- The run's signals not yet consumed, by name in the order sent.
+CREATE INDEX signals_pending_idx ON orch.signals_default (run_id, tenant_id, name, id)
+    WHERE consumed_at IS NULL;
+-- One signal per idempotency key and run.
+CREATE UNIQUE INDEX signals_key_idx ON orch.signals_default (run_id, tenant_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+COMMENT ON TABLE orch.signals IS
+  'Signals sent to workflow runs (orch_signal): consumed at most once, by the first wait step for their name, in the order sent; retired with their run.';
+SELECT pg_catalog.pg_extension_config_dump('orch.signals_default', '');
+SELECT pg_catalog.pg_extension_config_dump('orch.signals_id_seq', '');
+ALTER TABLE orch.signals ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON orch.signals USING (orch.tenant_visible(tenant_id))
+    WITH CHECK (orch.tenant_visible(tenant_id));
+ALTER TABLE orch.signals_default ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON orch.signals_default USING (orch.tenant_visible(tenant_id))
+    WITH CHECK (orch.tenant_visible(tenant_id));
+ALTER TABLE orch.signals ALTER COLUMN run_id SET STATISTICS 0;
+ALTER TABLE orch.signals ALTER COLUMN name SET STATISTICS 0;
+ALTER TABLE orch.signals ALTER COLUMN payload SET STATISTICS 0;
+ALTER TABLE orch.signals ALTER COLUMN idempotency_key SET STATISTICS 0;
+ALTER TABLE orch.signals ALTER COLUMN sent_by SET STATISTICS 0;
+ALTER TABLE orch.signals ALTER COLUMN consumed_by SET STATISTICS 0;
+REVOKE ALL ON orch.signals, orch.signals_default, orch.signals_id_seq FROM PUBLIC;
+
+CREATE FUNCTION orch_signal(run_id bigint, name text, payload jsonb DEFAULT '{}',
+                            idempotency_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_signal';
+COMMENT ON FUNCTION orch_signal(bigint, text, jsonb, text) IS
+  'Sends a signal to a run: the first wait step for its name consumes it (now, or when one is reached or the paused run resumes); returns the signal''s id (the same for a repeated idempotency key).';
+
+CREATE FUNCTION orch.caller_signals()
+RETURNS SETOF orch.signals
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS $fn$
+    SELECT x.* FROM orch.signals x
+     WHERE ((SELECT orch.caller_tenants()) IS NULL
+            OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
+$fn$;
+COMMENT ON FUNCTION orch.caller_signals() IS
+  'The signals of the caller''s tenants'' runs (every row for an unbound caller): the bound branch of orch_signals.';
+
+-- What orch_signals reads: every row for an unbound caller, the caller's
+-- tenants' otherwise.
+CREATE VIEW orch.signals_rows AS
+SELECT x.* FROM orch.signals x
+ WHERE (SELECT orch_caller_tenants()) IS NULL
+UNION ALL
+SELECT * FROM orch.caller_signals()
+ WHERE (SELECT orch_caller_tenants()) IS NOT NULL;
+CREATE VIEW orch_signals AS
+SELECT g.run_id, g.tenant_id, g.id AS signal_id, g.name, g.payload, g.sent_at, g.consumed_at,
+       g.consumed_by
+  FROM orch.signals_rows g;
+COMMENT ON VIEW orch_signals IS
+  'Signals sent to workflow runs: pending (consumed_at null) or consumed by a wait step (consumed_by); a bound role sees its tenants''.';
+
+REVOKE ALL ON FUNCTION orch_signal(bigint, text, jsonb, text), orch.caller_signals() FROM PUBLIC;
+REVOKE ALL ON orch.signals_rows, orch_signals FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_signal(bigint, text, jsonb, text) TO orch_producer;
+GRANT EXECUTE ON FUNCTION orch.caller_signals() TO orch_reader;
+GRANT SELECT ON orch_signals TO orch_reader;
+
 -- ---------------------------------------------------------------------------
 -- Schedules: cron slots that enqueue a task or start a run (src/schedules.c,
 -- src/cron.c).  orch_schedule_tick fires what is due; orch_maintain calls it.

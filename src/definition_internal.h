@@ -19,6 +19,7 @@ extern int64 orch_def_check_interval(JsonbValue *v, const char *path, const char
 extern void orch_def_check_keys(JsonbContainer *obj, const char *path, const char *const *allowed, const char *what);
 extern char *orch_def_check_name(JsonbValue *v, const char *path, const char *key, int maxlen);
 extern void orch_def_check_queue(JsonbValue *v, const char *path, const char *key);
+extern void orch_def_check_signal(JsonbValue *v, const char *path);
 extern JsonbValue *orch_def_check_retry_policy(JsonbValue *v, const char *path);
 extern void orch_def_check_safety(JsonbValue *v, const char *path, JsonbValue *policy_safety);
 extern void orch_def_check_text(JsonbValue *v, const char *path, const char *key);

@@ -64,7 +64,7 @@ static const char *const step_keys[] = {
 	"step_id", "type", "description", "queue", "handler", "depends_on", "join",
 	"on_success", "on_failure", "on_timeout", "retry_policy", "retry_safety",
 	"timeout", "compensation", "targets", "rules", "default", "duration",
-	"until_path", "map", "output_schema", NULL
+	"until_path", "signal", "map", "output_schema", NULL
 };
 static const char *const compensation_keys[] = {"handler", "queue", "mode", NULL};
 static const char *const rule_keys[] = {"when", "then", NULL};
@@ -706,13 +706,13 @@ check_step_decision(DefCheck *c, int i, DefStep *s, JsonbContainer *o, const cha
 
 }
 
-/* A wait step's duration or until_path (refused on other steps) */
+/* A wait step's duration, until_path or signal (refused on other steps) */
 static void
 check_step_wait(DefStep *s, JsonbContainer *o, const char *spath)
 {
 	if (s->type != ST_WAIT)
 	{
-		static const char *const keys[] = {"duration", "until_path", NULL};
+		static const char *const keys[] = {"duration", "until_path", "signal", NULL};
 
 		for (const char *const *k = keys; *k; k++)
 			if (orch_def_get(o, *k) != NULL)
@@ -722,12 +722,18 @@ check_step_wait(DefStep *s, JsonbContainer *o, const char *spath)
 	{
 		JsonbValue *duration = orch_def_get(o, "duration");
 		JsonbValue *until = orch_def_get(o, "until_path");
+		JsonbValue *signal = orch_def_get(o, "signal");
 
 		if (duration != NULL && until != NULL)
 			orch_def_fail(spath, NULL, "a wait step takes duration or until_path, not both");
-		if (duration == NULL && until == NULL)
-			orch_def_fail(spath, NULL, "a wait step needs duration or until_path");
-		if (duration != NULL)
+		if (signal != NULL && (duration != NULL || until != NULL))
+			orch_def_fail(spath, NULL, "a wait step for a signal takes no %s",
+						  duration != NULL ? "duration" : "until_path");
+		if (duration == NULL && until == NULL && signal == NULL)
+			orch_def_fail(spath, NULL, "a wait step needs duration, until_path or signal");
+		if (signal != NULL)
+			orch_def_check_signal(signal, orch_def_path_key(spath, "signal"));
+		else if (duration != NULL)
 			orch_def_check_interval(duration, orch_def_path_key(spath, "duration"), "duration");
 		else
 			check_input_path(until, orch_def_path_key(spath, "until_path"));
@@ -808,12 +814,12 @@ check_step(DefCheck *c, int i)
 	check_step_wait(s, o, spath);
 	check_step_map(c, i, s, o, spath);
 
-	/* output_schema: only where a handler's result is the output */
+	/* output_schema: only where a handler's result (or a signal's payload) is the output */
 	if ((e = orch_def_get(o, "output_schema")) != NULL)
 	{
-		if (handler == NULL)
+		if (handler == NULL && !(s->type == ST_WAIT && orch_def_get(o, "signal") != NULL))
 			orch_def_fail(orch_def_path_key(spath, "output_schema"), NULL,
-						  "output_schema is only allowed on steps that run a handler");
+						  "output_schema is only allowed on steps that run a handler or wait for a signal");
 		check_schema(e, orch_def_path_key(spath, "output_schema"));
 	}
 }

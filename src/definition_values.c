@@ -326,6 +326,25 @@ orch_def_probe_queue(void *arg)
 	orch_check_name((const char *) arg, "queue");
 }
 
+static void
+orch_def_probe_signal(void *arg)
+{
+	orch_check_name((const char *) arg, "signal");
+}
+
+/* A wait step's signal: a name as orch_signal takes it */
+void
+orch_def_check_signal(JsonbValue *v, const char *path)
+{
+	ErrorData  *ed;
+
+	if (v->type != jbvString)
+		orch_def_fail(path, NULL, "signal must be a signal name (a string), not %s", orch_def_kind(v));
+	if ((ed = orch_try_data_exception(orch_def_probe_signal,
+									  pnstrdup(v->val.string.val, v->val.string.len))) != NULL)
+		orch_def_fail_from(path, ed);
+}
+
 /* A queue name as orch_check_name accepts it */
 void
 orch_def_check_queue(JsonbValue *v, const char *path, const char *key)

@@ -2,7 +2,7 @@
  * history_partitions.c
  *	  The history tables (orch.events, orch.attempts) are partitioned by time
  *	  (range on at / finished_at), the workflow tables (orch.runs,
- *	  orch.run_steps, orch.approvals) by run id (range on id / run_id); each
+ *	  orch.run_steps, orch.approvals, orch.signals) by run id (range on id / run_id); each
  *	  has a DEFAULT partition too.  orch_maintain creates the partitions
  *	  ahead (of now; of the run ids allocated, as many ids each as runs
  *	  started in a partition width of time lately) and retires them whole
@@ -107,6 +107,7 @@ static const HistoryTable history_tables[] = {
 		"DELETE FROM orch.approval_refs f USING %1$s h"
 		"   WHERE f.approval_ref = h.approval_ref AND f.tenant_id = h.tenant_id AND f.run_id = h.run_id"
 		"   AND NOT %2$s", false},
+	{"signals", "run_id", true, RUN_KEPT, RUN_READY, NULL, false},
 	{"events", "at", false,
 		"((h.task_id IS NOT NULL AND EXISTS (SELECT 1 FROM orch.tasks t"
 		"    WHERE t.id = h.task_id AND t.tenant_id = h.tenant_id))"
@@ -635,6 +636,9 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 		empty[t] = NULL;
 		nempty[t] = 0;
 		if (h->by_id && !orch_runs_partitioned())
+			continue;
+		/* signals: from 0.8.0 on, never distributed (orch_signal is refused on Citus) */
+		if (strcmp(h->table, "signals") == 0 && (!orch_schema_signals() || orch_citus()))
 			continue;
 		nparts[t] = read_partitions(h->table, &parts[t]);
 		empty[t] = palloc(sizeof(Partition) * Max(nparts[t], 1));

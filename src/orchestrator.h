@@ -470,6 +470,7 @@ extern bool orch_schema_approval_tasks(void);
 extern bool orch_schema_run_keys(void);
 extern bool orch_schema_distributed_fold(void);
 extern bool orch_schema_fair_claims(void);
+extern bool orch_schema_signals(void);
 extern bool orch_schema_schedules(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);

@@ -109,6 +109,10 @@ extern void orch_run_settle_approval(RunRow *r, const char *step, bool compensat
 extern void orch_run_cancel_approvals(RunRow *r, const char *reason);
 extern bool orch_run_record_approval(const RunRow *r, const char *ref, const char *step, bool approved,
 									 const char *label, const char *note);
+/* run_signals.c: the signals a run's wait steps consume */
+extern bool orch_run_signals_enabled(void);
+extern bool orch_run_take_signal(RunRow *r, const char *step, int64 *id, Jsonb **payload);
+extern int	orch_run_signal_waits(RunRow *r);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);

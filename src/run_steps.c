@@ -109,9 +109,20 @@ output_mismatch(Jsonb *schema, Jsonb *output)
 	return psprintf("output does not match output_schema at %s: %s", p.path, p.message);
 }
 
+static void step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output,
+						   const char *chosen, const char *event_reason);
+
 /* A step succeeded with an output: record, take its on_success edges. */
 void
 orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen)
+{
+	step_succeeded(r, step, from, output, chosen, "step_succeeded");
+}
+
+/* The same, with the reason of the step's event */
+static void
+step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, const char *chosen,
+			   const char *event_reason)
 {
 	OrchArgs	a = {0};
 	OrchArgs	edge;
@@ -131,7 +142,7 @@ orch_run_step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *ou
 		return;
 	has_success_edges = SPI_processed == 1 &&
 		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
-	orch_step_event(r, step, from, "succeeded", "step_succeeded");
+	orch_step_event(r, step, from, "succeeded", event_reason);
 	if (chosen)
 	{
 		/* a decision activates exactly the target it chose */
@@ -222,6 +233,62 @@ read_step_row(RunRow *r, const char *step, const char *sql)
 	orch_args_sql(&a, sql, false, 0, SPI_OK_SELECT);
 }
 
+/*
+ * A signal consumed by the step that waited for it: its payload is the
+ * step's output, checked against the step's output_schema (a mismatch
+ * fails the step, reason output_schema_mismatch, the signal consumed all
+ * the same).  The step's event is labelled with the signal's id.
+ */
+static void
+signal_step_settle(RunRow *r, const char *step, int64 signal, Jsonb *payload)
+{
+	bool		isnull;
+	Datum		d;
+	Jsonb	   *schema = NULL;
+	char	   *mismatch;
+	int			ev;
+
+	read_step_row(r, step, "SELECT spec -> 'output_schema' FROM orch.run_steps"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		schema = DatumGetJsonbPCopy(d);
+	ev = orch_set_event_context(psprintf("signal " INT64_FORMAT, signal), NULL);
+	mismatch = output_mismatch(schema, payload);
+	if (mismatch != NULL)
+		step_failed(r, step, "failed", mismatch, false, "output_schema_mismatch");
+	else
+		step_succeeded(r, step, "waiting", payload, NULL, "signal_received");
+	orch_clear_event_context(ev);
+}
+
+/*
+ * A wait step for a signal: it waits (bounded by its timeout) unless a
+ * signal of its name is kept already, which it consumes at once.  True
+ * when it settled.
+ */
+static bool
+start_signal_wait_step(RunRow *r, const char *step, const Interval *timeout)
+{
+	OrchArgs	a = {0};
+	TimestampTz now;
+	int64		signal;
+	Jsonb	   *payload;
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	now = orch_arg_clock(&a);
+	orch_arg_step_cap(&a, now, timeout);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'waiting', started_at = $4, cap_at = $5, wake_at = NULL"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	orch_step_event(r, step, "ready", "waiting", "wait_started");
+	if (!orch_run_take_signal(r, step, &signal, &payload))
+		return false;
+	signal_step_settle(r, step, signal, payload);
+	return true;
+}
+
 /* A wait step: for a duration from now, or until a time the input names */
 static bool
 start_wait_step(RunRow *r, const char *step, const Interval *timeout)
@@ -236,8 +303,10 @@ start_wait_step(RunRow *r, const char *step, const Interval *timeout)
 	bool		wake_ok = true;
 	Datum		d;
 
-	read_step_row(r, step, "SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration")
+	read_step_row(r, step, "SELECT spec ->> 'until_path', " RUN_SPEC_INTERVAL("spec", "duration") ", spec ? 'signal'"
 				  " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3");
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)))
+		return start_signal_wait_step(r, step, timeout);
 	until = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	if (!isnull)
@@ -954,12 +1023,41 @@ collect_compensations(RunRow *r)
 	orch_run_advance_compensation(r);
 }
 
-/* Settle steps whose tasks, timers or approvals have finished. */
+/*
+ * Steps waiting for a signal that one was sent for: each consumes the
+ * oldest of its name, the steps in the order they began to wait.  Not
+ * while the run is paused (its signals wait for the resume), nor once it
+ * compensates.  After the timers: a wait whose timeout passed times out
+ * and leaves the signal to a later wait.
+ */
+static void
+collect_signals(RunRow *r)
+{
+	int			n;
+	char	  **steps;
+
+	if (r->state == RS_PAUSED || orch_run_terminal(r->state) || strcmp(r->phase, "forward") != 0)
+		return;
+	if ((n = orch_run_signal_waits(r)) == 0)
+		return;
+	steps = orch_spi_column(1);
+	for (int i = 0; i < n && !orch_run_terminal(r->state) && strcmp(r->phase, "forward") == 0; i++)
+	{
+		int64		signal;
+		Jsonb	   *payload;
+
+		if (orch_run_take_signal(r, steps[i], &signal, &payload))
+			signal_step_settle(r, steps[i], signal, payload);
+	}
+}
+
+/* Settle steps whose tasks, timers, signals or approvals have finished. */
 static void
 collect_outcomes(RunRow *r)
 {
 	collect_task_steps(r);
 	collect_timers(r);
+	collect_signals(r);
 	collect_compensations(r);
 }
 

@@ -458,7 +458,7 @@ orch_start(PG_FUNCTION_ARGS)
  * ($1 run, $2 the caller's tenants); TASK_EVENTS: where its tasks' events
  * are (orch.history from 0.8.0 on); ATTEMPTS: its attempts (orch.attempt_history).
  */
-#define RUN_STATUS_SQL(TASK_EVENTS, ATTEMPTS) \
+#define RUN_STATUS_SQL(TASK_EVENTS, ATTEMPTS, SIGNALS) \
 	"SELECT jsonb_build_object(" \
 	"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id)," \
 	"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type," \
@@ -476,6 +476,8 @@ orch_start(PG_FUNCTION_ARGS)
 	"                 OR t.step_key = s.step_id || ':compensate'" \
 	"                 OR t.step_key = s.step_id || '" ORCH_APPROVAL_SUFFIX "'" \
 	"                 OR t.step_key = s.step_id || ':compensate" ORCH_APPROVAL_SUFFIX "')))" \
+	/* a wait for a signal: the signal's name */ \
+	"     || CASE WHEN s.spec ? 'signal' THEN jsonb_build_object('signal', s.spec -> 'signal') ELSE '{}' END" \
 	"     ORDER BY s.ord) FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id), '[]')," \
 	"  'approvals', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.decided_at) FROM orch.approvals p" \
 	"       WHERE p.run_id = r.id AND p.tenant_id = r.tenant_id), '[]')," \
@@ -489,7 +491,15 @@ orch_start(PG_FUNCTION_ARGS)
 	"             SELECT x.* FROM orch.tasks t JOIN " TASK_EVENTS " x ON x.task_id = t.id" \
 	"              WHERE t.run_id = r.id AND t.tenant_id = r.tenant_id" \
 	"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))" \
+	SIGNALS \
 	" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2")
+
+/* A run's signals (0.8.0 on), in the order sent: a key of its status when it has any */
+#define RUN_STATUS_SIGNALS \
+	" || coalesce((SELECT jsonb_build_object('signals', jsonb_agg(jsonb_build_object('signal_id', g.id," \
+	"       'name', g.name, 'payload', g.payload, 'sent_at', g.sent_at, 'consumed_at', g.consumed_at," \
+	"       'consumed_by', g.consumed_by) ORDER BY g.id)) FROM orch.signals g" \
+	"     WHERE g.run_id = r.id AND g.tenant_id = r.tenant_id HAVING count(*) > 0), '{}')"
 
 /* ----------------------------------------------------------------------
  * orch_run_status(run_id) -> jsonb: the run, its steps, attempts, events
@@ -510,8 +520,11 @@ orch_run_status(PG_FUNCTION_ARGS)
 	/* on Citus: the run's shard (a run that is not found is reported below) */
 	(void) orch_scope_run(run_id);
 	orch_arg_caller_tenants(&a);
-	if (orch_args_sql(&a, orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history")
-				 : RUN_STATUS_SQL("orch.events", "orch.attempts"),
+	/* (signals are not kept on Citus: orch.signals stays a local table there) */
+	if (orch_args_sql(&a, orch_schema_signals() && !orch_citus()
+				 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", RUN_STATUS_SIGNALS)
+				 : orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", "")
+				 : RUN_STATUS_SQL("orch.events", "orch.attempts", ""),
 			false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),

@@ -271,6 +271,13 @@ orch_schema_fair_claims(void)
 	return !schema_previous();
 }
 
+/* orch.signals: signals sent to runs (orch_signal) and the wait steps for them. */
+bool
+orch_schema_signals(void)
+{
+	return !schema_previous();
+}
+
 /* Cron schedules (orch.schedules) */
 bool
 orch_schema_schedules(void)

@@ -12,8 +12,9 @@
 # a user table with rows, a tenant binding, a deferred concurrency-key
 # decision (gate_repairs), and workflows: a published definition (a task step
 # with a compensation, then a human approval) and a draft, a run waiting for
-# approval, a run whose step task is queued, and a run approved to the end
-# (an approval row); a fair queue's weight and cursor.
+# approval, a run whose step task is queued, a run approved to the end
+# (an approval row), and a run waiting for a signal that keeps a pending
+# signal of another name (orch.signals); a fair queue's weight and cursor.
 #
 # It is copied twice: pg_dump -Fc + createdb + pg_restore -d dst, and
 # pg_dump src | psql -v ON_ERROR_STOP=1 dst2.  Both must succeed without any
@@ -35,7 +36,9 @@
 #     waits for approval, a restored approval reference is still single-use,
 #     orch_run_status works, a published definition is still immutable
 #     (OR007 on a raw UPDATE or DELETE), a finished run still terminal (OR002),
-#     a new run gets a new id.
+#     a new run gets a new id; the pending signal is there, its idempotency
+#     key replays, a new signal is consumed by the wait and the pending one
+#     stays.
 # Finally: the restore exemption applies only to restore sessions: in a
 # normal session (row_security on) the superuser's raw INSERT of a
 # 'completed' task, or of a 'succeeded' run, still raises OR001.
@@ -269,6 +272,15 @@ is( sql('src', "SELECT string_agg(run_id || '=' || state, ',' ORDER BY run_id) F
 	join(',', sort { $a cmp $b } ("$run_a=waiting_approval", "$run_b=running", "$run_c=succeeded")),
 	'src: runs waiting for approval, running and succeeded');
 is(sql('src', "SELECT state FROM orch.tasks WHERE id = $t_run_b"), 'queued', "src: run B's step task is queued");
+# run D: a wait step for signal "go"; a signal of another name, sent under an
+# idempotency key, is kept for it unconsumed (orch.signals)
+sql('src', q{SELECT orch_define('wf_sig', '{"steps": [{"step_id": "w", "type": "wait", "signal": "go"}]}')});
+sql('src', q{SELECT orch_publish('wf_sig', 1)});
+my $run_d = sql('src', q{SELECT orch_start('wf_sig', '{"doc": "D"}')});
+my $sig_d = sql('src', qq{SELECT orch_signal($run_d, 'other', '{"n": 1}', 'dr-sig-1')});
+is( sql('src', "SELECT state || ' ' || (SELECT string_agg(name || ' ' || (consumed_at IS NULL), ',')"
+		  . " FROM orch_signals WHERE run_id = $run_d) FROM orch_runs WHERE run_id = $run_d"),
+	'running other true', 'src: run D waits for its signal and keeps a pending one');
 
 # cron schedules (0.8.0): a yearly one that fired its first slot (a task under
 # its key, an event in its history) and a paused one; their slots are far
@@ -615,6 +627,20 @@ for my $db (qw(dst dst2))
 	# run B's key still names it (orch.run_keys restored)
 	is(sql($db, q{SELECT orch_start('wf_dr', '{"doc": "B"}', idempotency_key => 'dr-B')}),
 		$run_b, "$db: run B's idempotency key replays to run B");
+	# run D's pending signal (orch.signals restored): its key replays, a new
+	# signal gets a new id and the wait consumes it, the restored one stays
+	is( sql($db, "SELECT signal_id || ' ' || name || ' ' || payload || ' ' || (consumed_at IS NULL)"
+			  . " FROM orch_signals WHERE run_id = $run_d"),
+		"$sig_d other {\"n\": 1} true", "$db: run D's pending signal is restored");
+	is(sql($db, qq{SELECT orch_signal($run_d, 'other', '{"n": 1}', 'dr-sig-1')}),
+		$sig_d, "$db: the signal's idempotency key replays to it");
+	my $sig_go = sql($db, qq{SELECT orch_signal($run_d, 'go', '{"n": 2}')});
+	cmp_ok($sig_go, '>', $sig_d, "$db: a new signal's id is above the restored one");
+	is( sql($db, "SELECT state || ' ' || (output -> 'w' ->> 'n') FROM orch_runs WHERE run_id = $run_d"),
+		'succeeded 2', "$db: run D's wait consumed the new signal, the run succeeded with its payload");
+	is( sql($db, "SELECT string_agg(name || '=' || coalesce(consumed_by, '-'), ' ' ORDER BY signal_id)"
+			  . " FROM orch_signals WHERE run_id = $run_d"),
+		'other=- go=w', "$db: the restored signal stays pending");
 	# a new run gets a new id
 	my $new_run = sql($db, q{SELECT orch_start('wf_dr', '{"doc": "new"}')});
 	cmp_ok($new_run, '>', $max{runs}, "$db: a new run's id is above every restored run id");
@@ -670,8 +696,8 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		"$db: the queued ones are the delayed, the rate-limited owner's, the tenant's and the three new tasks");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
 	              SELECT state, count(*) AS n FROM orch.runs GROUP BY state) s}),
-		'running=1 succeeded=2 waiting_approval=1',
-		"$db: final run states: A and C succeeded, B waits for approval, the new run is running");
+		'running=1 succeeded=3 waiting_approval=1',
+		"$db: final run states: A, C and D succeeded, B waits for approval, the new run is running");
 }
 
 # ---------------------------------------------------------------------------

@@ -813,6 +813,17 @@ for my $t ($ta, $tb)
 	is(q1("SELECT orch_cancel_run($r)"), 'canceled', "$ta: orch_cancel_run again: idempotent");
 }
 
+# signals are not supported on Citus: refused, nothing stored; a run's
+# status (with no signals) still reads
+{
+	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$ta')");
+	is(sqlstate_of("SELECT orch_signal($r, 'go')"), '0A000', "$ta: orch_signal -> 0A000 on Citus");
+	is(q1("SELECT count(*) FROM orch.signals"), '0', 'no signal was stored');
+	is(q1("SELECT (orch_run_status($r) ? 'signals')::text || '/' || (orch_run_status($r) -> 'run' ->> 'state')"),
+		'false/running', "$ta: orch_run_status of a run on Citus");
+	is(q1("SELECT orch_cancel_run($r)"), 'canceled', "$ta: the run canceled");
+}
+
 # pause, resume, a failed run retried, and an approval rejected, by id
 {
 	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$tb')");

@@ -519,6 +519,10 @@ function runPage(ctx, { run: r, status, steps, tasks, spec, specError, retriedAs
   const taskById = new Map(tasks.map((t) => [String(t.task_id), t]));
   const events = status.events || [];
   const approvals = status.approvals || [];
+  // Signals sent to the run (orch_signal), pending or consumed, and the
+  // steps that wait for one (a wait step's "signal" in orch_run_status).
+  const signals = status.signals || [];
+  const signalWaits = (status.steps || []).filter((s) => s.signal && s.state === 'waiting');
 
   const stepSection = (s) => {
     const doc = docSteps.get(s.step_id) || {};
@@ -536,6 +540,7 @@ function runPage(ctx, { run: r, status, steps, tasks, spec, specError, retriedAs
 <dt>started</dt><dd>${ts(s.started_at)}</dd><dt>finished</dt><dd>${ts(s.finished_at)}</dd>
 ${s.timeout_at ? html`<dt>${s.type === 'human_approval' ? 'approval expires' : 'times out'}</dt><dd>${ts(s.timeout_at)}</dd>` : ''}
 ${s.wake_at ? html`<dt>wakes</dt><dd>${ts(s.wake_at)}</dd>` : ''}
+${doc.signal ? html`<dt>${s.state === 'waiting' ? 'waits for signal' : 'signal'}</dt><dd><code>${doc.signal}</code></dd>` : ''}
 ${s.error ? html`<dt>error</dt><dd>${clip(s.error, 400)}</dd>` : ''}
 </dl>
 ${waiting ? html`<div class="actions">${decideForm(ctx, r.run_id, s.step_id, `step-${s.step_id}`)}</div>` : ''}
@@ -580,6 +585,12 @@ ${r.failed_step ? html`<dt>failed step</dt><dd><a href="#step-${r.failed_step}">
 ${approvals.length ? html`<table class="grid" id="run-approvals"><thead><tr><th>step</th><th>decision</th><th>reference</th><th>actor</th><th>label</th><th>note</th><th>decided</th></tr></thead>
 <tbody>${approvals.map((a) => html`<tr><td>${a.step_id}</td><td>${a.approved ? 'approved' : 'rejected'}</td><td>${a.approval_ref}</td><td>${val(a.actor)}</td><td>${val(a.label)}</td><td>${clip(a.note, 200)}</td><td>${ts(a.decided_at)}</td></tr>`)}</tbody></table>`
     : html`<p class="none">No decision yet.</p>`}
+<h2>Signals</h2>
+${signalWaits.length ? html`<p id="run-signal-waits">Waiting for a signal: ${signalWaits.map((w, i) => html`${i ? ', ' : ''}<a href="#step-${w.step_id}">${w.step_id}</a> (<code>${w.signal}</code>)`)}</p>` : ''}
+${signals.length ? html`<table class="grid" id="run-signals"><thead><tr><th>signal</th><th>name</th><th>payload</th><th>sent</th><th>consumed</th><th>by step</th></tr></thead>
+<tbody>${signals.map((g) => html`<tr data-signal="${g.signal_id}"><td>${g.signal_id}</td><td><code>${g.name}</code></td><td>${clip(JSON.stringify(g.payload), 200)}</td><td>${ts(g.sent_at)}</td>
+<td>${g.consumed_at ? ts(g.consumed_at) : html`<span class="state state-pending">pending</span>`}</td><td>${g.consumed_by ? html`<a href="#step-${g.consumed_by}">${g.consumed_by}</a>` : html`<span class="none">—</span>`}</td></tr>`)}</tbody></table>`
+    : html`<p class="none">No signal.</p>`}
 <h2>Steps</h2>
 ${steps.map(stepSection)}
 <h2>Run events</h2>

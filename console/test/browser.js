@@ -239,6 +239,23 @@ test('run-page-dag', async () => {
   assert.match(await text('#step-build'), /build:compensate/);
 });
 
+test('run-page-signals', async () => {
+  const id = await runId('fx-signal');
+  assert.equal(await goto(`${ADMIN}/runs/${id}`), 200);
+  // the step that waits, and the signals as orch_signals has them
+  assert.match(await text('#run-signal-waits'), /paid \(payment_received\)/);
+  assert.match(await text('#step-paid'), /waits for signal\s*payment_received/);
+  const rows = await page.$$eval('#run-signals tbody tr', (els) => els.map((e) => [e.getAttribute('data-signal'), e.textContent]));
+  const want = await sql('SELECT signal_id, name, consumed_at FROM orch_signals WHERE run_id = $1 ORDER BY signal_id', [id]);
+  assert.deepEqual(rows.map(([sid]) => sid), want.map((w) => String(w.signal_id)));
+  assert.equal(want.length, 1);
+  assert.match(rows[0][1], /refund_requested/);
+  assert.match(rows[0][1], /pending/);
+  // a run without signals says so
+  await goto(`${ADMIN}/runs/${await runId('fx-ok')}`);
+  assert.match(await text('body'), /No signal\./);
+});
+
 test('approvals-page', async () => {
   assert.equal(await goto(`${ADMIN}/approvals`), 200);
   const rows = await page.$$eval('#approvals tbody tr', (els) => els.map((e) => ({

@@ -172,6 +172,15 @@ SELECT orch_define('diamond', $spec$
 SELECT orch_publish('diamond', :v);
 SELECT orch_start('diamond', '{"shape": "diamond"}', idempotency_key => 'fx-diamond');
 
+-- a run whose first step waits for a signal, with a signal of another name
+-- kept for a later wait
+SELECT orch_define('payment', '{"description": "Console fixture: a wait for a signal", "steps": [
+    {"step_id": "paid", "type": "wait", "signal": "payment_received", "timeout": "3 days"},
+    {"step_id": "ship", "queue": "shipping", "handler": "ship", "depends_on": ["paid"]}]}') AS pv \gset
+SELECT orch_publish('payment', :pv);
+SELECT orch_start('payment', '{"order": "ORD-7"}', idempotency_key => 'fx-signal') AS r_signal \gset
+SELECT orch_signal(:r_signal, 'refund_requested', '{"reason": "duplicate"}', 'fx-signal-1');
+
 -- the counters, as orch_maintain folds them
 SELECT orch_metrics_refresh();
 

@@ -9,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(701);
+SELECT plan(720);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (rolled back at the end): one LOGIN role per orch role, and one
@@ -52,8 +52,8 @@ $$;
 -- ---------------------------------------------------------------------------
 -- 1. Catalog: nothing to PUBLIC.
 -- ---------------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM tap_api), 74::bigint,
-          'the extension has the 74 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
+SELECT is((SELECT count(*) FROM tap_api), 75::bigint,
+          'the extension has the 75 orch_ functions of 0.8.0 (with the internal orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute)');
 
 SELECT is(
     (SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY 1), '{}')
@@ -90,9 +90,9 @@ SELECT is(pg_temp.executable('tap_producer'),
           'orch_duration_stats', 'orch_enqueue', 'orch_enqueue_batch', 'orch_history',
           'orch_metrics_prometheus', 'orch_metrics_refresh', 'orch_pause_run', 'orch_pause_schedule', 'orch_queue_settings',
           'orch_resume_run', 'orch_resume_schedule', 'orch_retry_decision', 'orch_run_rows', 'orch_run_status',
-          'orch_run_step_rows', 'orch_schedule', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_unschedule',
+          'orch_run_step_rows', 'orch_schedule', 'orch_signal', 'orch_start', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_unschedule',
           'orch_validate_definition'],
-    'orch_producer executes reader + enqueue, enqueue_batch, cancel, cancel_where, command, start, pause_run, resume_run, cancel_run, cancel_runs_where, schedule, unschedule, pause_schedule, resume_schedule');
+    'orch_producer executes reader + enqueue, enqueue_batch, cancel, cancel_where, command, start, pause_run, resume_run, cancel_run, cancel_runs_where, schedule, unschedule, pause_schedule, resume_schedule, signal');
 SELECT is(pg_temp.executable('tap_worker'),
     ARRAY['orch_await_confirmation', 'orch_await_tool', 'orch_caller_tenants', 'orch_command_result',
           'orch_complete', 'orch_complete_batch', 'orch_cron_next', 'orch_definition', 'orch_dequeue', 'orch_duration_stats',
@@ -120,7 +120,7 @@ SELECT is(pg_temp.executable('tap_admin'),
           'orch_reprocess', 'orch_resume', 'orch_resume_queue', 'orch_resume_run', 'orch_resume_schedule', 'orch_retry',
           'orch_retry_decision', 'orch_retry_run', 'orch_retry_where', 'orch_run_rows', 'orch_run_status', 'orch_run_step_rows',
           'orch_schedule', 'orch_schedule_maintenance', 'orch_schedule_tick', 'orch_set_concurrency_limit',
-          'orch_set_fairness_weight', 'orch_start',
+          'orch_set_fairness_weight', 'orch_signal', 'orch_start',
           'orch_state_machine_trigger', 'orch_status', 'orch_task_rows', 'orch_throughput', 'orch_unbind_tenant',
           'orch_unschedule', 'orch_unschedule_maintenance', 'orch_validate_definition'],
     'orch_admin executes every API function (the internal trigger functions orch_tasks_statement_end, orch_definitions_guard, orch_run_lifecycle and orch_queues_changed, and the superuser-only orch_distribute aside)');
@@ -232,6 +232,8 @@ INSERT INTO calls (fn, sql) VALUES
     ('orch_validate_definition',  $$SELECT orch_validate_definition('{"steps": [{"step_id": "s", "queue": "q", "handler": "h"}]}')$$),
     ('orch_definitions',          $$SELECT count(*) FROM orch_definitions$$),
     ('orch_start',                $$SELECT orch_start('tap_wf', '{"by": "role"}')$$),
+    ('orch_signal',               $$SELECT orch_signal((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'), 'tap.signal', '{"by": "role"}')$$),
+    ('orch_signals',              $$SELECT count(*) FROM orch_signals$$),
     ('orch_pause_run',            $$SELECT orch_pause_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'))$$),
     ('orch_resume_run',           $$SELECT orch_resume_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'paused'), '{"definition": "tap_wf"}')$$),
     ('orch_cancel_run',           $$SELECT orch_cancel_run((SELECT max(run_id) FROM orch_runs WHERE definition = 'tap_wf' AND state = 'running'), 'by role')$$),
@@ -283,6 +285,7 @@ INSERT INTO writes (sql) VALUES
     ($$DELETE FROM orch.definitions$$),
     ($$UPDATE orch.runs SET state = 'succeeded'$$),
     ($$DELETE FROM orch.run_steps$$),
+    ($$DELETE FROM orch.signals$$),
     ($$INSERT INTO orch.approvals (approval_ref, run_id, step_id, approved, actor) VALUES ('forged', 1, 'gate', true, 'forger')$$),
     ($$DELETE FROM orch.gate_repairs$$),
     ($$UPDATE orch.metric_totals SET value = 0$$),
@@ -319,17 +322,17 @@ SELECT * FROM pg_temp.run_as('tap_nobody', '{}');
 SELECT * FROM pg_temp.run_as('tap_reader',
     ARRAY['orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
 SELECT * FROM pg_temp.run_as('tap_producer',
     ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_cancel_where', 'orch_command',
           'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run', 'orch_cancel_runs_where',
-          'orch_schedule', 'orch_pause_schedule', 'orch_resume_schedule', 'orch_unschedule',
+          'orch_schedule', 'orch_pause_schedule', 'orch_resume_schedule', 'orch_unschedule', 'orch_signal',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
@@ -338,7 +341,7 @@ SELECT * FROM pg_temp.run_as('tap_worker',
           'orch_complete', 'orch_fail', 'orch_await_confirmation', 'orch_command_result',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
@@ -346,7 +349,7 @@ SELECT * FROM pg_temp.run_as('tap_approver',
     ARRAY['orch_confirm', 'orch_approve', 'orch_reject', 'orch_acknowledge_drift',
           'orch_status', 'orch_history', 'orch_queue_settings', 'orch_retry_decision', 'orch_caller_tenants',
           'orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
-          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps',
+          'orch_definition', 'orch_validate_definition', 'orch_definitions', 'orch_run_status', 'orch_runs', 'orch_run_steps', 'orch_signals',
           'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
           'orch_metrics_refresh', 'orch_metrics_prometheus', 'orch_duration_stats', 'orch_throughput', 'orch_queue_stats', 'orch_error_stats',
           'orch_durations', 'orch_review_queue', 'orch_maintenance_log', 'orch_schedules', 'orch_cron_next']);
@@ -361,6 +364,7 @@ SELECT * FROM pg_temp.run_as('tap_admin', ARRAY(SELECT DISTINCT fn FROM calls));
 
 -- The allowed calls did what they say.
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p'), 6::bigint, 'producer and admin each enqueued three tasks');
+SELECT is((SELECT count(*) FROM orch.signals WHERE name = 'tap.signal'), 2::bigint, 'producer and admin each sent a signal');
 SELECT is((SELECT count(*) FROM orch.tasks WHERE queue = 'tap_p' AND state = 'cancelled'), 4::bigint,
           'producer and admin each cancelled one by id and one by a filter');
 SELECT is((SELECT array_agg(DISTINCT h.actor || ':' || h.note ORDER BY h.actor || ':' || h.note)

@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(242);
+SELECT plan(255);
 
 -- Tables.
 SELECT has_schema('orch');
@@ -20,14 +20,14 @@ SELECT has_table('orch', t, 'table orch.' || t || ' exists')
                     'state_machines', 'state_transitions', 'concurrency_limits', 'rate_window', 'commands',
                     'tenant_bindings', 'gate_repairs', 'definitions', 'runs', 'run_steps', 'approvals',
                     'metric_state', 'metric_shard_state', 'metric_totals', 'metric_minutes', 'maintenance_log',
-                    'fair_weights', 'fair_cursors', 'schedules']) t;
+                    'fair_weights', 'fair_cursors', 'schedules', 'signals']) t;
 SELECT has_view(v, 'view ' || v || ' exists')
   FROM unnest(ARRAY['orch_tasks', 'orch_events', 'orch_attempts', 'orch_queues', 'orch_dead_letters', 'orch_commands',
                     'orch_tenant_bindings', 'orch_definitions', 'orch_runs', 'orch_run_steps',
                     'orch_queue_stats', 'orch_error_stats', 'orch_durations', 'orch_review_queue',
-                    'orch_maintenance_log', 'orch_schedules']) v;
+                    'orch_maintenance_log', 'orch_schedules', 'orch_signals']) v;
 SELECT has_sequence('orch', s, 'sequence orch.' || s || ' exists')
-  FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq', 'maintenance_log_id_seq']) s;
+  FROM unnest(ARRAY['runs_id_seq', 'run_steps_done_seq', 'maintenance_log_id_seq', 'signals_id_seq']) s;
 
 -- Every table carries tenant_id text NOT NULL DEFAULT 'default' (SPEC §1);
 -- orch.tenant_bindings (0.4.0) names a tenant in every row, without a default;
@@ -61,7 +61,9 @@ SELECT col_is_pk('orch', 'tenant_bindings', ARRAY['role', 'tenant_id'], 'orch.te
 -- refused with the tables distributed (they key on tenant_id all the same).
 -- gate_repairs, a reference table, still carries tenant_id in its key
 -- (a deferred key decision is per tenant); so does definitions.
--- (the history's partitions, 0.8.0, are in it: they carry the keys)
+-- (the history's partitions, 0.8.0, are in it: they carry the keys; so are
+-- the signals of runs, 0.8.0, which orch_distribute leaves on the
+-- coordinator: orch_signal is refused on Citus)
 CREATE TEMP VIEW dist_tables AS
 SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -71,24 +73,25 @@ SELECT c.oid, c.relname::text AS name, c.relispartition AS partition
                          'fair_weights', 'fair_cursors', 'schedules');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM dist_tables WHERE NOT partition),
           ARRAY['approval_refs', 'approvals', 'attempts', 'commands', 'events', 'idempotency_keys', 'metric_minutes',
-                'metric_totals', 'rate_window', 'run_keys', 'run_steps', 'runs', 'tasks'],
-          'the distributed tables are approval_refs, approvals, attempts, commands, events, idempotency_keys, metric_minutes, metric_totals, rate_window, run_keys, run_steps, runs, tasks');
+                'metric_totals', 'rate_window', 'run_keys', 'run_steps', 'runs', 'signals', 'tasks'],
+          'the tenant tables are approval_refs, approvals, attempts, commands, events, idempotency_keys, metric_minutes, metric_totals, rate_window, run_keys, run_steps, runs, signals, tasks');
 SELECT has_pk('orch', t, 'orch.' || t || ' has a primary key')
   FROM unnest(ARRAY['attempts_default', 'commands', 'events_default', 'idempotency_keys', 'tasks', 'runs_default',
-                    'run_steps_default', 'approvals_default', 'run_keys', 'approval_refs']) t;
+                    'run_steps_default', 'approvals_default', 'run_keys', 'approval_refs', 'signals_default']) t;
 -- the history (0.8.0): partitioned by time, each partition with its own
 -- keys; runs, their steps and approvals (0.8.0) by run id
 SELECT is((SELECT array_agg(c.relname || ' ' || pg_get_partkeydef(c.oid) ORDER BY c.relname)
              FROM pg_class c WHERE c.relnamespace = 'orch'::regnamespace AND c.relkind = 'p'),
           ARRAY['approvals RANGE (run_id)', 'attempts RANGE (finished_at)', 'events RANGE (at)',
-                'run_steps RANGE (run_id)', 'runs RANGE (id)'],
-          'orch.events and orch.attempts are partitioned by time, orch.runs, orch.run_steps and orch.approvals by run id, and no other table');
+                'run_steps RANGE (run_id)', 'runs RANGE (id)', 'signals RANGE (run_id)'],
+          'orch.events and orch.attempts are partitioned by time, orch.runs, orch.run_steps, orch.approvals and orch.signals by run id, and no other table');
 SELECT col_is_pk('orch', t, ARRAY['id', 'tenant_id'], 'orch.' || t || ' is keyed by (id, tenant_id)')
   FROM unnest(ARRAY['attempts_default', 'events_default']) t;
 SELECT col_is_pk('orch', 'tasks', ARRAY['id', 'tenant_id'], 'orch.tasks is keyed by (id, tenant_id)');
 SELECT col_is_pk('orch', 'runs_default', ARRAY['id', 'tenant_id'], 'orch.runs_default is keyed by (id, tenant_id)');
 SELECT col_is_pk('orch', 'run_steps_default', ARRAY['run_id', 'step_id', 'tenant_id'], 'orch.run_steps_default is keyed by (run_id, step_id, tenant_id)');
 SELECT col_is_pk('orch', 'approvals_default', ARRAY['approval_ref', 'tenant_id'], 'orch.approvals_default is keyed by (approval_ref, tenant_id)');
+SELECT col_is_pk('orch', 'signals_default', ARRAY['run_id', 'id', 'tenant_id'], 'orch.signals_default is keyed by (run_id, id, tenant_id)');
 SELECT col_is_pk('orch', 'run_keys', ARRAY['tenant_id', 'idempotency_key'], 'orch.run_keys is keyed by (tenant_id, idempotency_key): one run per key across the partitions of orch.runs');
 SELECT col_is_pk('orch', 'approval_refs', ARRAY['approval_ref', 'tenant_id'], 'orch.approval_refs is keyed by (approval_ref, tenant_id): a reference is single-use across the partitions of orch.approvals');
 SELECT col_is_pk('orch', 'gate_repairs', ARRAY['queue', 'key', 'tenant_id'], 'orch.gate_repairs is keyed by (queue, key, tenant_id)');

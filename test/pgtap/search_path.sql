@@ -20,7 +20,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(481);
+SELECT plan(487);
 
 -- ---------------------------------------------------------------------------
 -- Roles (NOLOGIN; created in this transaction, reused when they exist).
@@ -199,7 +199,7 @@ BEGIN
     FOREACH t IN ARRAY ARRAY['tasks', 'events', 'queues', 'attempts', 'commands', 'idempotency_keys',
                              'tenant_bindings', 'state_machines', 'state_transitions', 'concurrency_limits',
                              'rate_window', 'gate_repairs', 'task_status', 'definitions', 'runs', 'run_steps',
-                             'approvals'] LOOP
+                             'approvals', 'signals'] LOOP
         EXECUTE format('CREATE VIEW public.%I AS SELECT 1::bigint AS id, ''default''::text AS tenant_id, '
                        '''x''::text AS queue, ''x''::text AS name, ''x''::text AS role, ''queued''::text AS state '
                        'WHERE public.hj_hit(%L)', t, 'read public.' || t);
@@ -214,7 +214,7 @@ DO $$
 DECLARE t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['tasks', 'events', 'queues', 'attempts', 'commands', 'tenant_bindings', 'state_machines',
-                             'definitions', 'runs', 'run_steps', 'approvals'] LOOP
+                             'definitions', 'runs', 'run_steps', 'approvals', 'signals'] LOOP
         EXECUTE format('CREATE TEMP VIEW %I AS SELECT 1::bigint AS id, ''default''::text AS tenant_id, '
                        '''x''::text AS queue, ''x''::text AS name, ''queued''::text AS state '
                        'WHERE public.hj_hit(%L)', t, 'read pg_temp.' || t);
@@ -428,6 +428,8 @@ INSERT INTO sp_steps (who, label, sql, save, want) VALUES
     ('reader', 'orch_run_steps', $$SELECT pg_catalog.string_agg(step_id OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||) state, ',' ORDER BY ord) AS r FROM orch_run_steps WHERE run_id OPERATOR(pg_catalog.=) {id:w1}$$, NULL, 'work=succeeded,gate=succeeded'),
     ('producer', 'start a second run', $$SELECT orch_start('sp{n}_wf', '{"doc": 2}') AS task_id$$, 'w2', '{"task_id": %}'),
     ('producer', 'pause it', $$SELECT orch_pause_run({id:w2}) AS r$$, NULL, 'paused'),
+    ('producer', 'signal the paused run: kept', $$SELECT (orch_signal({id:w2}, 'sp.signal', '{"s": 1}') OPERATOR(pg_catalog.>) 0) AS r$$, NULL, 'true'),
+    ('reader', 'orch_signals', $$SELECT (name OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) (consumed_at IS NULL)) AS r FROM orch_signals WHERE run_id OPERATOR(pg_catalog.=) {id:w2}$$, NULL, 'sp.signal/true'),
     ('producer', 'resume it (its pins hold)', $$SELECT orch_resume_run({id:w2}, '{"definition": "sp{n}_wf", "version": 1}') AS r$$, NULL, 'running'),
     ('producer', 'pause it again', $$SELECT orch_pause_run({id:w2}) AS r$$, NULL, 'paused'),
     ('producer', 'resume with drifted pins: OR010', $$SELECT orch_resume_run({id:w2}, '{"version": 2}') AS r$$, NULL, 'OR010:%'),

@@ -25,7 +25,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(79);
+SELECT plan(81);
 SET LOCAL jit = off;
 
 -- ---------------------------------------------------------------------------
@@ -78,6 +78,7 @@ BEGIN
         INSERT INTO fx SELECT t || '_cmd', x.command_id FROM orch_command('tx.kind', t || '-cmd-5', '{}', tenant => t) x;
         INSERT INTO fx VALUES (t || '_run', orch_start('tx_wf', jsonb_build_object('secret', t || '-input-5'),
                                                       idempotency_key => t || '-run-5', tenant => t));
+        PERFORM orch_signal((SELECT id FROM fx WHERE name = t || '_run'), 'tx.signal', jsonb_build_object('secret', t || '-signal-5'));
     END LOOP;
 END $$;
 DO $$
@@ -149,6 +150,8 @@ INSERT INTO probes (v, pred, val, other) VALUES
     ('orch_runs', 'idempotency_key = %s', 'ta-run-5', 'ta-run-6'),
     ('orch_runs', 'run_id = %s::bigint', (SELECT id FROM fx WHERE name = 'ta_run')::text, '999999999'),
     ('orch_run_steps', 'run_id = %s::bigint', (SELECT id FROM fx WHERE name = 'ta_run')::text, '999999999'),
+    ('orch_signals', 'run_id = %s::bigint', (SELECT id FROM fx WHERE name = 'ta_run')::text, '999999999'),
+    ('orch_signals', 'payload ->> ''secret'' = %s', 'ta-signal-5', 'ta-signal-6'),
     ('orch_queues', 'queue = %s', 'tx-ta-secret-q5', 'tx-ta-secret-q6'),
     ('orch_queues', 'queue < %s', 'tx-ta-secret-q6', 'tx-ta-secret-q4'),
     ('orch_tenant_bindings', 'role = %s', 'tx_secret_role_a', 'tx_secret_role_z'),

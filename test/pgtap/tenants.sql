@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(8122);
+SELECT plan(8340);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -324,6 +324,12 @@ SELECT is((SELECT string_agg(tenant_id || '=' || name || '/' || paused || '/' ||
           'ta=tt_due/false/true,ta=tt_paused/true/false,ta=tt_sched/false/false,'
           'tb=tt_due/false/true,tb=tt_paused/true/false,tb=tt_sched/false/false',
           'fixture: schedules of ta and tb, active, paused and due');
+-- a signal kept by each tenant's running run
+DO $$ BEGIN
+    PERFORM orch_signal(pg_temp.fx('run_exec', t), 'fx.signal', jsonb_build_object('t', t)) FROM unnest(ARRAY['ta', 'tb']) t;
+END $$;
+SELECT is((SELECT string_agg(tenant_id, ',' ORDER BY tenant_id) FROM orch.signals), 'ta,tb',
+          'fixture: a signal of each tenant');
 
 -- ---------------------------------------------------------------------------
 -- 3. The matrix.
@@ -343,13 +349,13 @@ SELECT k, f FROM unnest(ARRAY['reader', 'producer', 'worker', 'approver', 'admin
                     'orch.caller_dead_letters', 'orch.caller_runs', 'orch.caller_run_steps', 'orch.caller_events',
                     'orch.caller_definitions', 'orch.caller_maintenance_log',
                     'orch_task_rows', 'orch_run_rows', 'orch_run_step_rows',
-                    'orch_cron_next', 'orch.caller_schedules']) f
+                    'orch_cron_next', 'orch.caller_schedules', 'orch.caller_signals']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['producer', 'admin']) k,
        unnest(ARRAY['orch_enqueue', 'orch_enqueue_batch', 'orch_cancel', 'orch_command',
                     'orch_start', 'orch_pause_run', 'orch_resume_run', 'orch_cancel_run',
                     'orch_cancel_where', 'orch_cancel_runs_where',
-                    'orch_schedule', 'orch_unschedule', 'orch_pause_schedule', 'orch_resume_schedule']) f
+                    'orch_schedule', 'orch_unschedule', 'orch_pause_schedule', 'orch_resume_schedule', 'orch_signal']) f
 UNION ALL
 SELECT k, f FROM unnest(ARRAY['worker', 'admin']) k,
        unnest(ARRAY['orch_dequeue', 'orch_complete', 'orch_complete_batch', 'orch_fail', 'orch_heartbeat',
@@ -733,6 +739,13 @@ BEGIN
          format($q$SELECT r.state || '/' || k.state FROM orch.runs r JOIN orch.tasks k ON k.run_id = r.id AND k.tenant_id = r.tenant_id
                     WHERE r.id = %s$q$, pg_temp.fx('run_exec', t)),
          '{"own": "00000:canceled|canceled/cancelled", "other": "OR005"}'),
+        ('orch_signal', 'task', t, 'signal a running run',
+         format($q$SELECT orch_signal(%s, 'tt.signal', '{"s": 1}') > 0$q$, pg_temp.fx('run_exec', t)),
+         format($q$SELECT count(*) FROM orch.signals WHERE run_id = %s AND name = 'tt.signal'$q$, pg_temp.fx('run_exec', t)),
+         '{"own": "00000:true|1", "other": "OR005"}'),
+        ('orch_signal', 'task', t, 'signal a succeeded run: OR002',
+         format($q$SELECT orch_signal(%s, 'tt.signal') > 0$q$, pg_temp.fx('run_done', t)), NULL,
+         '{"own": "OR002", "other": "OR005"}'),
         ('orch_retry_run', 'task', t, 're-run a failed run',
          format('SELECT orch_retry_run(%s)', pg_temp.fx('run_failed', t)),
          format('SELECT tenant_id || ''/'' || state FROM orch.runs WHERE retry_of = %s', pg_temp.fx('run_failed', t)),
@@ -852,6 +865,9 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch.caller_run_steps', 'implicit', NULL, 'the callers tenants run steps',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_run_steps()$q$, NULL,
      '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}'),
+    ('orch.caller_signals', 'implicit', NULL, 'the callers tenants signals',
+     $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_signals()$q$, NULL,
+     '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:ta", "*": "00000:ta,tb"}'),
     ('orch.caller_events', 'implicit', NULL, 'the callers tenants events',
      $q$SELECT coalesce(string_agg(DISTINCT tenant_id, ',' ORDER BY tenant_id), '') FROM orch.caller_events()$q$, NULL,
      '{"ta": "00000:ta", "tb": "00000:tb", "ta,tb": "00000:ta,tb", "default,ta": "00000:default,ta", "*": "00000:default,ta,tb"}'),
@@ -939,6 +955,7 @@ CREATE FUNCTION pg_temp.tt_snap() RETURNS jsonb LANGUAGE sql AS $$
             UNION ALL SELECT tenant_id, 'U' || to_jsonb(u)::text FROM orch.runs u
             UNION ALL SELECT tenant_id, 'S' || to_jsonb(p)::text FROM orch.run_steps p
             UNION ALL SELECT tenant_id, 'P' || to_jsonb(v)::text FROM orch.approvals v
+            UNION ALL SELECT tenant_id, 'G' || to_jsonb(g)::text FROM orch.signals g
             UNION ALL SELECT tenant_id, 'K' || to_jsonb(k)::text FROM orch.schedules k) s
          GROUP BY tenant_id
         UNION ALL
@@ -1048,6 +1065,7 @@ INSERT INTO tt_views VALUES
     ('orch_commands', 'SELECT tenant_id FROM orch.commands'),
     ('orch_runs', 'SELECT tenant_id FROM orch.runs'),
     ('orch_run_steps', 'SELECT tenant_id FROM orch.run_steps'),
+    ('orch_signals', 'SELECT tenant_id FROM orch.signals'),
     ('orch_schedules', 'SELECT tenant_id FROM orch.schedules'),
     ('orch_dead_letters', $$SELECT t.tenant_id FROM orch.tasks t WHERE t.state = 'failed'
         AND t.reason_code IN ('max_attempts_exhausted', 'max_failures_exhausted', 'non_retryable',
@@ -1303,7 +1321,7 @@ SELECT is((SELECT count(*) FROM orch.history WHERE id > :ev_mark AND actor NOT I
 CREATE TEMP TABLE tt_rls (tbl text);
 INSERT INTO tt_rls VALUES ('tasks'), ('attempts'), ('events'), ('idempotency_keys'), ('commands'),
                           ('rate_window'), ('concurrency_limits'), ('runs'), ('run_steps'), ('approvals'),
-                          ('gate_repairs'), ('metric_totals'), ('metric_minutes'), ('schedules');
+                          ('gate_repairs'), ('metric_totals'), ('metric_minutes'), ('schedules'), ('signals');
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = ('orch.' || tbl)::regclass),
           'row-level security is enabled on orch.' || tbl)
   FROM tt_rls ORDER BY tbl;
