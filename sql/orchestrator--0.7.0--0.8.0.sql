@@ -2277,7 +2277,7 @@ RETURNS TABLE (state text, lease_expires_at timestamptz)
 LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
-AS 'MODULE_PATHNAME', 'orch_heartbeat_progress';
+AS 'MODULE_PATHNAME', 'orch_heartbeat';
 COMMENT ON FUNCTION orch_heartbeat(bigint, uuid, interval, jsonb) IS
   'Extends a lease (and, when progress is not null, sets the task''s progress); returns the task''s state and the new lease expiry (''cancelled'' and null when the task was cancelled meanwhile).';
 

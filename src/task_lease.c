@@ -17,7 +17,6 @@
 #include "orchestrator.h"
 
 PG_FUNCTION_INFO_V1(orch_heartbeat);
-PG_FUNCTION_INFO_V1(orch_heartbeat_progress);
 PG_FUNCTION_INFO_V1(orch_progress);
 PG_FUNCTION_INFO_V1(orch_release);
 
@@ -87,29 +86,22 @@ heartbeat(FunctionCallInfo fcinfo, Jsonb *progress, TimestampTz *expires)
 
 /*
  * orch_heartbeat(task_id, lease_token, extend) -> state
- */
-Datum
-orch_heartbeat(PG_FUNCTION_ARGS)
-{
-	TimestampTz expires;
-
-	return orch_task_call_end(heartbeat(fcinfo, NULL, &expires));
-}
-
-/*
  * orch_heartbeat(task_id, lease_token, extend, progress)
  *	  -> (state, lease_expires_at)
  */
 Datum
-orch_heartbeat_progress(PG_FUNCTION_ARGS)
+orch_heartbeat(PG_FUNCTION_ARGS)
 {
-	Jsonb	   *progress = orch_jsonb_arg(fcinfo, 3, "progress");
+	Jsonb	   *progress;
 	TimestampTz expires;
 	const char *state;
 	TupleDesc	td;
 	Datum		v[2];
 	bool		n[2] = {false, false};
 
+	if (PG_NARGS() < 4)
+		return orch_task_call_end(heartbeat(fcinfo, NULL, &expires));
+	progress = orch_jsonb_arg(fcinfo, 3, "progress");
 	if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "orchestrator: orch_heartbeat must return a row");
 	state = heartbeat(fcinfo, progress, &expires);
