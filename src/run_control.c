@@ -420,6 +420,7 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	nr.phase = "forward";
 	nr.reason = NULL;
 	nr.past_deadline = false;
+	nr.signals_due = false;
 	if (orch_citus())
 	{
 		/* the queues the retry needs (its definition: a reference table) */

@@ -42,6 +42,8 @@ typedef struct RunRow
 	char	   *phase;			/* forward | compensating */
 	char	   *reason;
 	bool		past_deadline;
+	bool		signals_due;	/* a signal was sent, or the run resumed: its
+								 * waits may consume kept signals now */
 } RunRow;
 
 /* run_state.c: the bottom */

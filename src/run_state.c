@@ -191,6 +191,7 @@ orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
 	r->phase = SPI_getvalue(tup, td, 4);
 	r->reason = SPI_getvalue(tup, td, 5);
 	r->past_deadline = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
+	r->signals_due = false;
 	return true;
 }
 
@@ -512,6 +513,9 @@ orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 
 	if (r->state == to)
 		return;
+	/* a resumed run's waits take the signals sent while it was paused */
+	if (r->state == RS_PAUSED && to == RS_RUNNING)
+		r->signals_due = true;
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, orch_run_state_names[to]);

@@ -1025,10 +1025,12 @@ collect_compensations(RunRow *r)
 
 /*
  * Steps waiting for a signal that one was sent for: each consumes the
- * oldest of its name, the steps in the order they began to wait.  Not
- * while the run is paused (its signals wait for the resume), nor once it
- * compensates.  After the timers: a wait whose timeout passed times out
- * and leaves the signal to a later wait.
+ * oldest of its name, the steps in the order they began to wait.  Only
+ * when a signal was sent or the run resumed (signals_due: a step that
+ * begins to wait takes a kept signal itself), not while the run is paused
+ * (its signals wait for the resume), nor once it compensates.  After the
+ * timers: a wait whose timeout passed times out and leaves the signal to a
+ * later wait.
  */
 static void
 collect_signals(RunRow *r)
@@ -1036,8 +1038,10 @@ collect_signals(RunRow *r)
 	int			n;
 	char	  **steps;
 
-	if (r->state == RS_PAUSED || orch_run_terminal(r->state) || strcmp(r->phase, "forward") != 0)
+	if (!r->signals_due || r->state == RS_PAUSED || orch_run_terminal(r->state) ||
+		strcmp(r->phase, "forward") != 0)
 		return;
+	r->signals_due = false;
 	if ((n = orch_run_signal_waits(r)) == 0)
 		return;
 	steps = orch_spi_column(1);

@@ -445,6 +445,7 @@ orch_start(PG_FUNCTION_ARGS)
 	r.phase = "forward";
 	r.reason = NULL;
 	r.past_deadline = false;
+	r.signals_due = false;
 	orch_run_create_steps(&r);
 	orch_run_advance(&r);
 	orch_clear_event_context(ev);

@@ -129,6 +129,7 @@ orch_signal(PG_FUNCTION_ARGS)
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	/* a step waiting for it consumes it now (not while the run is paused) */
 	ev = orch_set_event_context(NULL, NULL);
+	r.signals_due = true;
 	orch_run_progress(&r);
 	orch_clear_event_context(ev);
 	orch_run_busy_end(0);
