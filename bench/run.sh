@@ -280,7 +280,8 @@ reset_all() {
         sql "CREATE EXTENSION orchestrator" >/dev/null
         sql "SELECT orch_create_queue('bench'), orch_create_queue('lat')" >/dev/null
     fi
-    if want pgmq; then
+    # (pgmq: in the throughput groups only)
+    if want pgmq && { group enqueue || group process || group batch; }; then
         sql "DROP EXTENSION IF EXISTS pgmq CASCADE" >/dev/null
         sql "CREATE EXTENSION pgmq" >/dev/null
         sql "SELECT pgmq.create('bench')" >/dev/null
