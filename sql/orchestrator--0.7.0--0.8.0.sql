@@ -82,6 +82,8 @@ BEGIN
     END LOOP;
 END
 $attach_runs$;
+-- a subflow step: the first of its sub-workflows that failed or was canceled
+ALTER TABLE orch.run_steps ADD COLUMN child_failed bigint;
 CREATE TRIGGER runs_lifecycle
     BEFORE INSERT OR UPDATE ON orch.runs
     FOR EACH ROW EXECUTE FUNCTION orch_run_lifecycle();
@@ -1511,6 +1513,18 @@ $fn$;
 ALTER TABLE orch.definitions ADD COLUMN published_by text;
 ALTER TABLE orch.runs ADD COLUMN probe_pins jsonb;
 ALTER TABLE orch.runs ADD COLUMN drift jsonb;
+-- Sub-workflows: a run's parent run, the parent's step and the map item it
+-- runs; the top of the family of runs (its lock).
+ALTER TABLE orch.runs ADD COLUMN parent_run_id bigint;
+ALTER TABLE orch.runs ADD COLUMN parent_step text;
+ALTER TABLE orch.runs ADD COLUMN parent_index integer;
+ALTER TABLE orch.runs ADD COLUMN root_run_id bigint;
+CREATE INDEX runs_parent_idx ON orch.runs_default (parent_run_id, parent_step, parent_index)
+    WHERE parent_run_id IS NOT NULL;
+-- (the runs from before 0.8.0 have no parent: an empty index, so that a
+-- look for a run's children never reads them)
+CREATE INDEX runs_before_080_parent_idx ON orch.runs_before_080 (parent_run_id, parent_step, parent_index)
+    WHERE parent_run_id IS NOT NULL;
 COMMENT ON COLUMN orch.definitions.published_by IS
   'The role that published the version: its drift probes run with this role''s rights.';
 COMMENT ON COLUMN orch.runs.probe_pins IS
@@ -1549,7 +1563,7 @@ CREATE OR REPLACE VIEW orch_runs AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
-       r.correlation_id, r.probe_pins, r.drift
+       r.correlation_id, r.probe_pins, r.drift, r.parent_run_id
   FROM orch.runs_rows r;
 COMMENT ON FUNCTION orch_resume_run(bigint, jsonb) IS
   'Resumes a paused run (idempotent); with pins, every pin must equal the run''s pinned context, else OR010 and nothing changes. Its drift probes are checked first: unacknowledged drift is OR010; new drift stops the run again (returns paused).';
@@ -2207,7 +2221,7 @@ BEGIN
         SELECT r.id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
                r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
                r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
-               r.correlation_id, r.probe_pins, r.drift
+               r.correlation_id, r.probe_pins, r.drift, r.parent_run_id
           FROM orch.runs r
          WHERE r.id OPERATOR(pg_catalog.=) ANY (ids)
            AND (vis IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY (vis))
@@ -2633,6 +2647,19 @@ COMMENT ON FUNCTION orch_throughput(interval) IS
   'Tasks enqueued, completed and failed per minute, by tenant and queue, over the last "since" (at most two days), from the counters orch_maintain and orch_metrics_refresh fold: minutes without any are left out.';
 REVOKE ALL ON FUNCTION orch_throughput(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION orch_throughput(interval) TO orch_reader;
+
+-- Internal: the sub-workflow a run's subflow step starts (src/run_subflows.c);
+-- refused outside a step's progression.
+CREATE FUNCTION orch.start_subflow(parent_run_id bigint, parent_step text, parent_index integer,
+                                   name text, version integer, input jsonb)
+RETURNS bigint
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_start_subflow';
+COMMENT ON FUNCTION orch.start_subflow(bigint, text, integer, text, integer, jsonb) IS
+  'Internal, for a run''s subflow step: starts its sub-workflow in the parent''s tenant (42501 when called otherwise).';
+REVOKE ALL ON FUNCTION orch.start_subflow(bigint, text, integer, text, integer, jsonb) FROM PUBLIC;
 
 -- Last: a relcache invalidation of orch.tasks tells every backend that the
 -- schema changed (the library keeps the installed version across

@@ -1369,7 +1369,13 @@ CREATE TABLE orch.runs (
     finished_at     timestamptz,
     correlation_id  text,
     probe_pins      jsonb,
-    drift           jsonb
+    drift           jsonb,
+    -- a sub-workflow's parent run, the parent's step and the map item it runs
+    parent_run_id   bigint,
+    parent_step     text,
+    parent_index    integer,
+    -- the top of a family of runs (parent and sub-workflows): its lock
+    root_run_id     bigint
 ) PARTITION BY RANGE (id);
 -- Runs, their steps and the approvals given to them are kept in partitions
 -- by run id (range on id / run_id, plus a DEFAULT partition each), created
@@ -1388,6 +1394,9 @@ CREATE INDEX runs_retry_of_idx ON orch.runs_default (retry_of, tenant_id) WHERE 
 -- Correlation ids; failed runs listed without scanning finished history.
 CREATE INDEX runs_correlation_idx ON orch.runs_default (correlation_id) WHERE correlation_id IS NOT NULL;
 CREATE INDEX runs_failed_idx ON orch.runs_default (finished_at) WHERE state OPERATOR(pg_catalog.=) 'failed';
+-- A run's sub-workflows, by the step (and map item) that started them.
+CREATE INDEX runs_parent_idx ON orch.runs_default (parent_run_id, parent_step, parent_index)
+    WHERE parent_run_id IS NOT NULL;
 -- One run per idempotency key and tenant, for as long as the run is kept.
 CREATE TABLE orch.run_keys (
     tenant_id       text NOT NULL DEFAULT 'default',
@@ -1430,7 +1439,9 @@ CREATE TABLE orch.run_steps (
     -- a map step's items: how many, how many have a task, how many completed
     items_total  integer,
     items_next   integer NOT NULL DEFAULT 0,
-    items_done   integer NOT NULL DEFAULT 0
+    items_done   integer NOT NULL DEFAULT 0,
+    -- a subflow step: the first of its sub-workflows that failed or was canceled
+    child_failed bigint
 ) PARTITION BY RANGE (run_id);
 -- (fillfactor: every partition gets the DEFAULT partition's settings)
 CREATE TABLE orch.run_steps_default PARTITION OF orch.run_steps (PRIMARY KEY (run_id, step_id, tenant_id))
@@ -1505,6 +1516,19 @@ SET jit = off
 AS 'MODULE_PATHNAME', 'orch_start';
 COMMENT ON FUNCTION orch_start(text, jsonb, integer, text, text, jsonb, text) IS
   'Starts a run of a published workflow version (default: the latest) and returns its id; the same idempotency key and request return the same run, another request raises OR004.';
+
+-- Internal: the sub-workflow a run's subflow step starts (src/run_subflows.c);
+-- refused outside a step's progression.
+CREATE FUNCTION orch.start_subflow(parent_run_id bigint, parent_step text, parent_index integer,
+                                   name text, version integer, input jsonb)
+RETURNS bigint
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_start_subflow';
+COMMENT ON FUNCTION orch.start_subflow(bigint, text, integer, text, integer, jsonb) IS
+  'Internal, for a run''s subflow step: starts its sub-workflow in the parent''s tenant (42501 when called otherwise).';
+REVOKE ALL ON FUNCTION orch.start_subflow(bigint, text, integer, text, integer, jsonb) FROM PUBLIC;
 
 CREATE FUNCTION orch_approve(run_id bigint, step_id text, approval_ref text,
                              actor text DEFAULT NULL, note text DEFAULT NULL)
@@ -1607,7 +1631,7 @@ CREATE VIEW orch_runs AS
 SELECT r.id AS run_id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
        r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
        r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
-       r.correlation_id, r.probe_pins, r.drift
+       r.correlation_id, r.probe_pins, r.drift, r.parent_run_id
   FROM orch.runs_rows r;
 COMMENT ON VIEW orch_runs IS 'Workflow runs (a bound role sees its tenants).';
 
@@ -3086,7 +3110,7 @@ BEGIN
         SELECT r.id, r.tenant_id, r.definition, r.version, r.content_hash, r.state, r.phase,
                r.input, r.output, r.pins, r.idempotency_key, r.reason_code, r.failed_step, r.error,
                r.deadline_at, r.retry_of, r.created_by, r.created_at, r.updated_at, r.finished_at,
-               r.correlation_id, r.probe_pins, r.drift
+               r.correlation_id, r.probe_pins, r.drift, r.parent_run_id
           FROM orch.runs r
          WHERE r.id OPERATOR(pg_catalog.=) ANY (ids)
            AND (vis IS NULL OR r.tenant_id OPERATOR(pg_catalog.=) ANY (vis))

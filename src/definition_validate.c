@@ -40,11 +40,12 @@ typedef enum StepType
 	ST_WAIT,
 	ST_EXTERNAL_CALL,
 	ST_NOTIFY,
-	ST_HUMAN_APPROVAL
+	ST_HUMAN_APPROVAL,
+	ST_SUBFLOW
 } StepType;
 
 static const char *const step_types[] = {
-	"task", "decision", "wait", "external_call", "notify", "human_approval", NULL
+	"task", "decision", "wait", "external_call", "notify", "human_approval", "subflow", NULL
 };
 
 /*
@@ -64,7 +65,7 @@ static const char *const step_keys[] = {
 	"step_id", "type", "description", "queue", "handler", "depends_on", "join",
 	"on_success", "on_failure", "on_timeout", "retry_policy", "retry_safety",
 	"timeout", "compensation", "targets", "rules", "default", "duration",
-	"until_path", "signal", "map", "output_schema", NULL
+	"until_path", "signal", "map", "output_schema", "definition", "version", "input", NULL
 };
 static const char *const compensation_keys[] = {"handler", "queue", "mode", NULL};
 static const char *const rule_keys[] = {"when", "then", NULL};
@@ -583,12 +584,12 @@ check_step_worker(DefCheck *c, DefStep *s, JsonbContainer *o, const char *spath,
 	JsonbValue *e;
 	const char *tname = step_types[s->type];
 	bool		worker_type = s->type == ST_TASK || s->type == ST_EXTERNAL_CALL || s->type == ST_NOTIFY;
-	bool		no_handler = s->type == ST_WAIT || s->type == ST_HUMAN_APPROVAL;
+	bool		no_handler = s->type == ST_WAIT || s->type == ST_HUMAN_APPROVAL || s->type == ST_SUBFLOW;
 
 	if ((e = orch_def_get(o, "queue")) != NULL)
 	{
 		/* a human_approval step's queue is where its task waits (run_approvals.c) */
-		if (s->type == ST_WAIT)
+		if (s->type == ST_WAIT || s->type == ST_SUBFLOW)
 			orch_def_fail(orch_def_path_key(spath, "queue"), NULL, "queue is not allowed on %s steps", tname);
 		if (s->type == ST_DECISION && handler == NULL)
 			orch_def_fail(orch_def_path_key(spath, "queue"), NULL,
@@ -752,8 +753,8 @@ check_step_map(DefCheck *c, int i, DefStep *s, JsonbContainer *o, const char *sp
 		char	   *mpath = orch_def_path_key(spath, "map");
 		JsonbValue *m;
 
-		if (s->type != ST_TASK)
-			orch_def_fail(mpath, NULL, "map is only allowed on task steps");
+		if (s->type != ST_TASK && s->type != ST_SUBFLOW)
+			orch_def_fail(mpath, NULL, "map is only allowed on task and subflow steps");
 		if (!orch_def_is_object(e))
 			orch_def_fail(mpath, NULL, "map must be an object {\"over\": ...}, not %s", orch_def_kind(e));
 		orch_def_check_keys(e->val.binary.data, mpath, map_keys, "map");
@@ -764,6 +765,52 @@ check_step_map(DefCheck *c, int i, DefStep *s, JsonbContainer *o, const char *sp
 			orch_def_check_int(m, orch_def_path_key(mpath, "max_parallel"), "max_parallel", 1);
 	}
 
+}
+
+/* A subflow step's definition, version and input (refused on other steps) */
+static void
+check_step_subflow(DefCheck *c, DefStep *s, JsonbContainer *o, const char *spath)
+{
+	JsonbValue *e;
+
+	if (s->type != ST_SUBFLOW)
+	{
+		static const char *const keys[] = {"definition", "version", "input", NULL};
+
+		for (const char *const *k = keys; *k; k++)
+			if (orch_def_get(o, *k) != NULL)
+				orch_def_fail(orch_def_path_key(spath, *k), NULL, "%s is only allowed on subflow steps", *k);
+		return;
+	}
+	if ((e = orch_def_get(o, "definition")) == NULL)
+		orch_def_fail(spath, NULL, "definition is required for subflow steps");
+	orch_def_check_name(e, orch_def_path_key(spath, "definition"), "definition", NAMEDATALEN * 4);
+	if ((e = orch_def_get(o, "version")) != NULL)
+		orch_def_check_int(e, orch_def_path_key(spath, "version"), "version", 1);
+	if ((e = orch_def_get(o, "input")) != NULL)
+	{
+		char	   *ipath = orch_def_path_key(spath, "input");
+
+		if (orch_def_get(o, "map") != NULL)
+			orch_def_fail(ipath, NULL, "a map of sub-workflows gives each its item as input; input is not allowed with map");
+		if (orch_def_is_object(e))
+		{
+			JsonbIterator *it = JsonbIteratorInit(e->val.binary.data);
+			JsonbValue	v;
+			JsonbIteratorToken tok;
+			char	   *key = NULL;
+
+			while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+			{
+				if (tok == WJB_KEY)
+					key = pnstrdup(v.val.string.val, v.val.string.len);
+				else if (tok == WJB_VALUE)
+					check_context_path(c, &v, orch_def_path_key(ipath, key), false);
+			}
+		}
+		else
+			check_context_path(c, e, ipath, false);
+	}
 }
 
 /* Every check of one step, in the documented order */
@@ -813,13 +860,14 @@ check_step(DefCheck *c, int i)
 	check_step_decision(c, i, s, o, spath, handler);
 	check_step_wait(s, o, spath);
 	check_step_map(c, i, s, o, spath);
+	check_step_subflow(c, s, o, spath);
 
-	/* output_schema: only where a handler's result (or a signal's payload) is the output */
+	/* output_schema: where a handler's result, a signal's payload or a sub-workflow's output is the output */
 	if ((e = orch_def_get(o, "output_schema")) != NULL)
 	{
-		if (handler == NULL && !(s->type == ST_WAIT && orch_def_get(o, "signal") != NULL))
+		if (handler == NULL && s->type != ST_SUBFLOW && !(s->type == ST_WAIT && orch_def_get(o, "signal") != NULL))
 			orch_def_fail(orch_def_path_key(spath, "output_schema"), NULL,
-						  "output_schema is only allowed on steps that run a handler or wait for a signal");
+						  "output_schema is only allowed on steps that run a handler, wait for a signal or start a sub-workflow");
 		check_schema(e, orch_def_path_key(spath, "output_schema"));
 	}
 }

@@ -21,6 +21,7 @@ int			orch_stuck_after = 3600;
 int			orch_max_step_input_size = 16 * 1024 * 1024;
 char	   *orch_command_queue = NULL;
 int			orch_max_claim_wait = 300;
+int			orch_max_subflow_depth = 8;
 
 void		_PG_init(void);
 
@@ -46,6 +47,13 @@ _PG_init(void)
 							NULL,
 							&orch_max_batch_size,
 							10000, 1, 1000000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.max_subflow_depth",
+							"Deepest a sub-workflow may start below its top run (a run started by orch_start is at depth 0).",
+							"A subflow step that would start one deeper fails with an error that says so.",
+							&orch_max_subflow_depth,
+							8, 1, 100,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("orchestrator.max_step_input_size",

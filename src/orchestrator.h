@@ -412,6 +412,7 @@ extern int	orch_history_partition;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 extern int	orch_max_claim_wait;
+extern int	orch_max_subflow_depth;
 
 /* args.c: argument checks and value conversions */
 extern void orch_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
@@ -472,6 +473,7 @@ extern bool orch_schema_distributed_fold(void);
 extern bool orch_schema_fair_claims(void);
 extern bool orch_schema_signals(void);
 extern bool orch_schema_schedules(void);
+extern bool orch_schema_subflows(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));

@@ -31,6 +31,8 @@ static Datum
 run_call_result(const char *state)
 {
 	orch_run_busy_end(0);
+	/* the parents of the sub-workflows that ended here progress now */
+	orch_run_flush_notes();
 	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
@@ -229,6 +231,59 @@ raise_run_state(RunRow *r, const char *action)
 			 errmsg("run " INT64_FORMAT " is \"%s\"; cannot %s it", r->id, orch_run_state_names[r->state], action)));
 }
 
+/*
+ * A paused run's running sub-workflows pause with it (reason
+ * parent_paused), and theirs; a resumed run's resume those it paused (a
+ * child paused on its own stays paused), each checking its drift probes
+ * as orch_resume_run does.  The family's lock is held.
+ */
+static void
+pause_children(RunRow *r)
+{
+	int			n = r->root_run_id != 0 ? orch_run_open_children(r, NULL) : 0;
+	int64	   *ids = palloc(sizeof(int64) * (n + 1));
+	bool		isnull;
+
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	for (int i = 0; i < n; i++)
+	{
+		RunRow		c;
+
+		if (!orch_lock_run(ids[i], r->tenant, &c) || c.state != RS_RUNNING)
+			continue;
+		orch_set_run_state(&c, RS_PAUSED, strcmp(c.phase, "compensating") == 0 ? NULL : "parent_paused", NULL);
+		pause_children(&c);
+	}
+}
+
+static void
+resume_children(RunRow *r)
+{
+	int			n = r->root_run_id != 0 ? orch_run_open_children(r, NULL) : 0;
+	int64	   *ids = palloc(sizeof(int64) * (n + 1));
+	bool		isnull;
+
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	for (int i = 0; i < n; i++)
+	{
+		RunRow		c;
+		int64		prev;
+
+		if (!orch_lock_run(ids[i], r->tenant, &c) || c.state != RS_PAUSED ||
+			c.reason == NULL || strcmp(c.reason, "parent_paused") != 0)
+			continue;
+		if (strcmp(c.phase, "forward") == 0 && !orch_run_probes_resume(&c))
+			continue;
+		prev = orch_run_busy_begin(c.id);
+		orch_set_run_state(&c, RS_RUNNING, "resumed", NULL);
+		resume_children(&c);
+		orch_run_progress(&c);
+		orch_run_busy_end(prev);
+	}
+}
+
 Datum
 orch_pause_run(PG_FUNCTION_ARGS)
 {
@@ -245,6 +300,7 @@ orch_pause_run(PG_FUNCTION_ARGS)
 		ev = orch_set_event_context(NULL, NULL);
 		/* a compensating run keeps the reason it fails for */
 		orch_set_run_state(&r, RS_PAUSED, strcmp(r.phase, "compensating") == 0 ? NULL : "paused", NULL);
+		pause_children(&r);
 		orch_clear_event_context(ev);
 	}
 	return run_call_result(orch_run_state_names[r.state]);
@@ -291,6 +347,7 @@ orch_resume_run(PG_FUNCTION_ARGS)
 	{
 		ev = orch_set_event_context(NULL, NULL);
 		orch_set_run_state(&r, RS_RUNNING, strcmp(r.phase, "compensating") == 0 ? NULL : "resumed", NULL);
+		resume_children(&r);
 		orch_run_progress(&r);
 		orch_clear_event_context(ev);
 	}
@@ -310,10 +367,8 @@ orch_resume_run(PG_FUNCTION_ARGS)
 const char *
 orch_run_cancel(int64 run_id, const char *reason, bool quiet)
 {
-	int			ev;
 	RunRow		r;
 	OrchArgs	a = {0};
-	OrchArgs	run = {0};
 
 	if (!orch_scope_run(run_id))
 		ereport(ERROR,
@@ -333,17 +388,8 @@ orch_run_cancel(int64 run_id, const char *reason, bool quiet)
 		orch_run_busy_end(0);
 		return orch_run_state_names[r.state];
 	}
-	orch_arg_int8(&run, r.id);
-	orch_arg_text(&run, r.tenant);
-	orch_run_cancel_approvals(&r, "run_canceled");
 	/* the tasks are locked already (above): none is skipped */
-	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
-					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
-					 &run, r.tenant, "run_canceled");
-	ev = orch_set_event_context(NULL, reason);
-	orch_run_close_open_steps(&r, "run_canceled", true);
-	orch_set_run_state(&r, RS_CANCELED, "canceled", NULL);
-	orch_clear_event_context(ev);
+	orch_run_cancel_locked(&r, "run_canceled", reason);
 	orch_run_busy_end(0);
 	return "canceled";
 }
@@ -421,6 +467,17 @@ orch_retry_run(PG_FUNCTION_ARGS)
 	nr.reason = NULL;
 	nr.past_deadline = false;
 	nr.signals_due = false;
+	/* a retry heads a family of its own (a retried child is a run of its own) */
+	nr.parent_run_id = 0;
+	nr.parent_step = NULL;
+	nr.root_run_id = r.root_run_id != 0 ? nr.id : 0;
+	if (nr.root_run_id != 0)
+	{
+		OrchArgs	f = {0};
+
+		orch_arg_int8(&f, nr.id);
+		orch_args_sql(&f, "UPDATE orch.runs SET root_run_id = id WHERE id = $1", false, 0, SPI_OK_UPDATE);
+	}
 	if (orch_citus())
 	{
 		/* the queues the retry needs (its definition: a reference table) */

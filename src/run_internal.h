@@ -44,10 +44,14 @@ typedef struct RunRow
 	bool		past_deadline;
 	bool		signals_due;	/* a signal was sent, or the run resumed: its
 								 * waits may consume kept signals now */
+	int64		parent_run_id;	/* a sub-workflow's parent (0: none) */
+	char	   *parent_step;	/* the parent's step that started it */
+	int64		root_run_id;	/* the top of its family (0: not in one) */
 } RunRow;
 
 /* run_state.c: the bottom */
 extern bool orch_lock_run(int64 run_id, const char *tenant, RunRow *r);
+extern bool orch_run_family_try_lock(int64 run_id, const char *tenant);
 extern void orch_lock_run_or_not_found(int64 run_id, RunRow *r);
 extern void orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output);
 extern void orch_step_event(RunRow *r, const char *step, const char *from, const char *to,
@@ -115,6 +119,12 @@ extern bool orch_run_record_approval(const RunRow *r, const char *ref, const cha
 extern bool orch_run_signals_enabled(void);
 extern bool orch_run_take_signal(RunRow *r, const char *step, int64 *id, Jsonb **payload);
 extern int	orch_run_signal_waits(RunRow *r);
+/* run_subflows.c: the sub-workflows of subflow steps */
+extern bool orch_run_subflows_enabled(void);
+extern bool orch_run_starting_child(void);
+extern int64 orch_run_start_child(RunRow *r, const char *step, int index, const char *definition,
+								  int version, Jsonb *input, char **error);
+extern int	orch_run_open_children(RunRow *r, const char *step);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);
@@ -161,6 +171,8 @@ extern void orch_run_step_failed(RunRow *r, const char *step, const char *state,
 							bool compensation_required);
 extern void orch_run_advance_compensation(RunRow *r);
 extern void orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensations);
+extern void orch_run_cancel_locked(RunRow *r, const char *reason, const char *note);
+extern void orch_run_flush_notes(void);
 extern void orch_run_start_compensation(RunRow *r, const char *step);
 
 #endif							/* RUN_INTERNAL_H */

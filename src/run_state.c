@@ -165,6 +165,54 @@ orch_run_lifecycle(PG_FUNCTION_ARGS)
 /* ----------------------------------------------------------------------
  * SQL helpers (caller connected to SPI)
  * ---------------------------------------------------------------------- */
+/*
+ * Families of runs: a run with sub-workflows and its descendants.  Every
+ * call that locks one of a family's runs first takes the family's advisory
+ * lock (keyed by its top run, root_run_id), so that a parent and its
+ * children are changed by one transaction at a time: a parent's cancel
+ * reaches every open child, and a child's end its parent's step, without
+ * two transactions ever waiting for each other's rows.  Runs outside a
+ * family (root_run_id NULL) take no lock of the kind.  Not on Citus, where
+ * sub-workflows are refused.
+ */
+static bool
+run_families(void)
+{
+	return orch_schema_subflows() && !orch_citus();
+}
+
+/* The family (its top run's id) of a run; 0 when it is in none */
+static int64
+run_family(int64 run_id, const char *tenant)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+	Datum		d;
+
+	orch_arg_int8(&a, run_id);
+	orch_arg_text(&a, tenant);
+	if (orch_args_sql(&a, "SELECT root_run_id FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
+					  false, 1, SPI_OK_SELECT) == 0)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/* The family's lock (held to the transaction's end); try: once, false when taken */
+static bool
+family_lock(int64 root, bool try)
+{
+	char		key[32];
+
+	if (root == 0)
+		return true;
+	snprintf(key, sizeof(key), INT64_FORMAT, root);
+	if (try)
+		return orch_xact_try_lock("run-family", key, NULL);
+	orch_xact_lock("run-family", key, NULL);
+	return true;
+}
+
 /* Lock the run's row; false when it does not exist (or is another tenant's). */
 bool
 orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
@@ -173,11 +221,20 @@ orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
 	HeapTuple	tup;
 	TupleDesc	td;
 	bool		isnull;
+	bool		families = run_families();
 
+	if (families)
+		family_lock(run_family(run_id, tenant), false);
 	orch_arg_int8(&a, run_id);
 	orch_arg_text(&a, tenant);
 	orch_arg_caller_tenants(&a);
-	if (orch_args_sql(&a, "SELECT id, tenant_id, state, phase, reason_code,"
+	if (orch_args_sql(&a, families
+					  ? "SELECT id, tenant_id, state, phase, reason_code,"
+					  " coalesce(deadline_at <= now(), false),"
+					  " coalesce(parent_run_id, 0), parent_step, coalesce(root_run_id, 0)"
+					  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+					  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE"
+					  : "SELECT id, tenant_id, state, phase, reason_code,"
 					  " coalesce(deadline_at <= now(), false)"
 					  " FROM orch.runs WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
 					  "   AND " ORCH_TENANT_IN("tenant_id", "$3") " FOR UPDATE",
@@ -192,7 +249,21 @@ orch_lock_run(int64 run_id, const char *tenant, RunRow *r)
 	r->reason = SPI_getvalue(tup, td, 5);
 	r->past_deadline = DatumGetBool(SPI_getbinval(tup, td, 6, &isnull));
 	r->signals_due = false;
+	r->parent_run_id = families ? DatumGetInt64(SPI_getbinval(tup, td, 7, &isnull)) : 0;
+	r->parent_step = families ? SPI_getvalue(tup, td, 8) : NULL;
+	r->root_run_id = families ? DatumGetInt64(SPI_getbinval(tup, td, 9, &isnull)) : 0;
 	return true;
+}
+
+/*
+ * The same for maintenance, which passes over a run another transaction
+ * holds: its family's lock tried once (false when another holds it), before
+ * its row is tried.
+ */
+bool
+orch_run_family_try_lock(int64 run_id, const char *tenant)
+{
+	return !run_families() || family_lock(run_family(run_id, tenant), true);
 }
 
 /*
@@ -505,6 +576,29 @@ orch_run_notes_next(RunNote *out)
 	return true;
 }
 
+/*
+ * A sub-workflow ended: its parent's step counts it (a success, or the
+ * first child that failed or was canceled) and the parent progresses at
+ * statement end, where its step settles.  The family's lock is held (the
+ * child is locked), so the parent's step row is this transaction's to write.
+ */
+static void
+child_ended(RunRow *r)
+{
+	OrchArgs	a = {0};
+
+	orch_arg_int8(&a, r->parent_run_id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_int8(&a, r->id);
+	orch_arg_bool(&a, r->state == RS_SUCCEEDED);
+	orch_arg_text(&a, r->parent_step);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET items_done = items_done + CASE WHEN $4 THEN 1 ELSE 0 END,"
+				  " child_failed = CASE WHEN $4 THEN child_failed ELSE coalesce(child_failed, $3) END"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $5 AND state = 'running'"
+				  "   AND type = 'subflow'", false, 0, SPI_OK_UPDATE);
+	orch_runs_note(r->parent_run_id, r->tenant, 0, NULL, false);
+}
+
 /* Move the run to a state (through the trigger), with a reason. */
 void
 orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
@@ -527,6 +621,8 @@ orch_set_run_state(RunRow *r, RunState to, const char *reason, Jsonb *output)
 	r->state = to;
 	if (reason)
 		r->reason = pstrdup(reason);
+	if (r->parent_run_id != 0 && orch_run_terminal(to))
+		child_ended(r);
 }
 
 void

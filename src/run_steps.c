@@ -394,9 +394,15 @@ map_items_settle(RunRow *r, const char *step, const char *over, bool is_array, i
 	return false;
 }
 
-/* A map step fans out over an array: one task per item, results joined in order */
+static void subflow_fill(RunRow *r, const char *step);
+static bool subflow_look(RunRow *r, const char *step);
+
+/*
+ * A map step fans out over an array: one task per item (subflow: one
+ * sub-workflow per item), results joined in order
+ */
 static bool
-start_map_step(RunRow *r, const char *step, const Interval *timeout)
+start_map_step(RunRow *r, const char *step, const Interval *timeout, bool subflow)
 {
 	bool		isnull;
 	OrchArgs	a = {0};
@@ -432,8 +438,13 @@ start_map_step(RunRow *r, const char *step, const Interval *timeout)
 	orch_step_event(r, step, "ready", "running", "step_started");
 	if (map_items_settle(r, step, over, is_array, count, schema))
 		return true;
-	map_fill(r, step, false);
-	return false;
+	if (!subflow)
+	{
+		map_fill(r, step, false);
+		return false;
+	}
+	subflow_fill(r, step);
+	return subflow_look(r, step);
 }
 
 /* A task step (and a decision with a handler): its task is enqueued */
@@ -451,10 +462,165 @@ start_task_step(RunRow *r, const char *step, const Interval *timeout)
 	return false;
 }
 
+/*
+ * The input of a single subflow step's child: the run's input, or what the
+ * step's "input" names (a path into the run's context, or an object of
+ * such paths, each key given the value its path names, or null).  NULL
+ * with *error when a lone path names nothing.
+ */
+static Jsonb *
+subflow_input(RunRow *r, Jsonb *mapping, char **error)
+{
+	Jsonb	   *ctx = orch_run_context(r, NULL);
+	JsonbValue	v;
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	StringInfoData b;
+	bool		first = true;
+
+	if (mapping == NULL)
+		return orch_run_context_value(r, ctx, "$.input");
+	if (JsonbExtractScalar(&mapping->root, &v))
+	{
+		char	   *path = pnstrdup(v.val.string.val, v.val.string.len);
+		Jsonb	   *value = orch_run_context_value(r, ctx, path);
+
+		if (value == NULL)
+			*error = psprintf("input %s names nothing in the run", path);
+		return value;
+	}
+	/* {"key": "<path>", ...}: keys in the object's order */
+	initStringInfo(&b);
+	appendStringInfoChar(&b, '{');
+	it = JsonbIteratorInit(&mapping->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+		Jsonb	   *value;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		(void) JsonbIteratorNext(&it, &v, true);
+		value = orch_run_context_value(r, ctx, pnstrdup(v.val.string.val, v.val.string.len));
+		if (!first)
+			appendStringInfoString(&b, ", ");
+		first = false;
+		escape_json(&b, key);
+		appendStringInfo(&b, ": %s", value ? JsonbToCString(NULL, &value->root, VARSIZE(value)) : "null");
+	}
+	appendStringInfoChar(&b, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(b.data)));
+}
+
+/*
+ * A subflow step starts its sub-workflow (map: one per item, below) and
+ * waits for it without a task: the child's end settles it (subflow_look).
+ */
+static bool
+start_subflow_step(RunRow *r, const char *step, bool is_map, const Interval *timeout)
+{
+	OrchArgs	a = {0};
+	TimestampTz now;
+	bool		isnull;
+	Datum		d;
+	char	   *definition;
+	int			version;
+	Jsonb	   *mapping;
+	Jsonb	   *input;
+	char	   *error = NULL;
+
+	if (!orch_run_subflows_enabled())
+	{
+		orch_run_step_failed(r, step, "failed", "sub-workflows need the 0.8.0 schema and are not available on Citus", false);
+		return true;
+	}
+	if (is_map)
+		return start_map_step(r, step, timeout, true);
+	read_step_row(r, step, "SELECT spec ->> 'definition', (spec ->> 'version')::int, spec -> 'input'"
+				  " FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3");
+	definition = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	version = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	mapping = isnull ? NULL : DatumGetJsonbPCopy(d);
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	now = orch_arg_clock(&a);
+	orch_arg_step_cap(&a, now, timeout);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET state = 'running', started_at = $4, cap_at = $5"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	orch_step_event(r, step, "ready", "running", "step_started");
+	input = subflow_input(r, mapping, &error);
+	if (error == NULL && orch_run_start_child(r, step, -1, definition, version, input, &error) == 0 &&
+		error == NULL)
+		error = "the sub-workflow did not start";
+	if (error != NULL)
+	{
+		orch_run_step_failed(r, step, "failed", error, false);
+		return true;
+	}
+	return subflow_look(r, step);
+}
+
+/*
+ * The next items of a running map of sub-workflows started, at most
+ * max_parallel open at once (a child that cannot start fails the step).
+ */
+static void
+subflow_fill(RunRow *r, const char *step)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+	int			total,
+				next,
+				done,
+				maxp,
+				upto,
+				version;
+	char	   *definition;
+	Jsonb	   *items;
+
+	step_args(&a, r, step);
+	if (orch_args_sql(&a, "SELECT items_total, items_next, items_done,"
+			" coalesce((spec -> 'map' ->> 'max_parallel')::int, 2147483647), items,"
+			" spec ->> 'definition', (spec ->> 'version')::int"
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			"   AND state = 'running' AND items_total IS NOT NULL", false, 0, SPI_OK_SELECT) != 1)
+		return;
+	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	next = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	done = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	upto = (maxp >= total - done) ? total : done + maxp;
+	if (upto <= next)
+		return;
+	items = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull));
+	definition = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6);
+	version = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull));
+	for (int i = next; i < upto; i++)
+	{
+		JsonbValue *item = getIthJsonbValueFromContainer(&items->root, i);
+		char	   *error = NULL;
+		OrchArgs	n = {0};
+
+		if (orch_run_start_child(r, step, i, definition, version, JsonbValueToJsonb(item), &error) == 0)
+		{
+			orch_run_step_failed(r, step, "failed", error ? error : "the sub-workflow did not start", false);
+			return;
+		}
+		/* counted as each starts: a child that ends at once is counted by then */
+		step_args(&n, r, step);
+		orch_args_sql(&n, "UPDATE orch.run_steps SET items_next = items_next + 1"
+					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	}
+}
+
 typedef enum StepKind
 {
 	STEP_TASK,					/* a task step, or a decision with a handler */
 	STEP_MAP,
+	STEP_SUBFLOW,
 	STEP_APPROVAL,
 	STEP_WAIT,
 	STEP_DECISION				/* decided by its rules alone */
@@ -469,6 +635,8 @@ step_kind(const char *type, bool is_map, bool has_handler)
 		return STEP_WAIT;
 	if (strcmp(type, "decision") == 0 && !has_handler)
 		return STEP_DECISION;
+	if (strcmp(type, "subflow") == 0)
+		return STEP_SUBFLOW;
 	return is_map ? STEP_MAP : STEP_TASK;
 }
 
@@ -495,7 +663,9 @@ start_step(RunRow *r, const char *step, const char *type, bool is_map, bool has_
 		case STEP_DECISION:
 			return start_decision_step(r, step);
 		case STEP_MAP:
-			return start_map_step(r, step, timeout);
+			return start_map_step(r, step, timeout, false);
+		case STEP_SUBFLOW:
+			return start_subflow_step(r, step, is_map, timeout);
 		case STEP_TASK:
 			break;
 	}
@@ -520,6 +690,61 @@ cancel_open_step_tasks(RunRow *r, const char *reason)
 					 &a, r->tenant, reason);
 }
 
+
+/*
+ * Cancel run r, locked: its approvals and open tasks (never waiting for a
+ * locked one), its open steps with their sub-workflows, then the run
+ * (reason: the reason of its steps' and tasks' events; note: of its own
+ * and its steps' events).
+ */
+void
+orch_run_cancel_locked(RunRow *r, const char *reason, const char *note)
+{
+	int			ev;
+	OrchArgs	run = {0};
+
+	step_args(&run, r, NULL);
+	orch_run_cancel_approvals(r, reason);
+	orch_run_cancel_tasks("SELECT id FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
+					 "   AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY id FOR UPDATE SKIP LOCKED",
+					 &run, r->tenant, reason);
+	ev = orch_set_event_context(NULL, note);
+	orch_run_close_open_steps(r, reason, true);
+	orch_set_run_state(r, RS_CANCELED, "canceled", NULL);
+	orch_clear_event_context(ev);
+}
+
+/*
+ * The open sub-workflows of run r (of its step, unless NULL) are canceled
+ * with r's reason, each audited as canceled because its parent ended (and
+ * so on down).  The family's lock is held: they are locked at once.
+ */
+static void
+cancel_children(RunRow *r, const char *step, const char *reason)
+{
+	int			n;
+	int64	   *ids;
+	bool		isnull;
+
+	if (r->root_run_id == 0 || (n = orch_run_open_children(r, step)) == 0)
+		return;
+	ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	for (int i = 0; i < n; i++)
+	{
+		RunRow		c;
+		int64		prev;
+
+		if (!orch_lock_run(ids[i], r->tenant, &c) || orch_run_terminal(c.state))
+			continue;
+		prev = orch_run_busy_begin(c.id);
+		orch_run_cancel_locked(&c, reason,
+							   psprintf("parent run " INT64_FORMAT " %s: %s", r->id,
+										step ? psprintf("step %s", step) : "ended", reason));
+		orch_run_busy_end(prev);
+	}
+}
 
 /*
  * The run ends (fails or is canceled): its open steps stop — pending and
@@ -570,6 +795,8 @@ orch_run_close_open_steps(RunRow *r, const char *reason, bool cancel_compensatio
 		if (strcmp(from[i], to[i]) != 0)
 			orch_step_event(r, steps[i], from[i], to[i], reason);
 	orch_events_undefer(true);
+	/* and the sub-workflows of the steps that stopped */
+	cancel_children(r, NULL, reason);
 }
 
 /*
@@ -633,6 +860,7 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
 	OrchArgs	key;
 	bool		handled = false;
 	bool		isnull;
+	bool		subflow;
 
 	step_args(&a, r, step);
 	key = a;					/* $1 to $3 */
@@ -643,10 +871,15 @@ step_failed(RunRow *r, const char *step, const char *state, const char *error,
 			"   FOR UPDATE)"
 			" UPDATE orch.run_steps s SET state = $4, error = $5, finished_at = $6,"
 			"   wake_at = NULL, cap_at = NULL FROM o"
-			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state", false, 0, SPI_OK_UPDATE_RETURNING);
+			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3 RETURNING o.state, s.type = 'subflow'",
+			false, 0, SPI_OK_UPDATE_RETURNING);
+	subflow = SPI_processed == 1 && DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	orch_step_event(r, step, SPI_processed ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
 			   state, event_reason ? event_reason :
 			   strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
+	/* a subflow step's open sub-workflows stop with it */
+	if (subflow)
+		cancel_children(r, step, strcmp(state, "timed_out") == 0 ? "step_timed_out" : "step_failed");
 	if (compensation_required)
 	{
 		fail_run(r, "compensation_required", step, error);
@@ -969,7 +1202,8 @@ collect_timers(RunRow *r)
 			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2"
 			" AND ((state IN ('running', 'retrying', 'waiting', 'awaiting_approval') AND cap_at <= clock_timestamp())"
 			"   OR (state = 'waiting' AND wake_at <= clock_timestamp())"
-			"   OR (state = 'running' AND items_total IS NOT NULL)) ORDER BY ord", false, 0, SPI_OK_SELECT);
+			"   OR (state = 'running' AND items_total IS NOT NULL AND type <> 'subflow')) ORDER BY ord",
+			false, 0, SPI_OK_SELECT);
 	steps = orch_spi_column(1);
 	states = orch_spi_column(2);
 	for (int i = 0; i < nrows && !orch_run_terminal(r->state) && strcmp(r->phase, "compensating") != 0; i++)
@@ -1055,6 +1289,107 @@ collect_signals(RunRow *r)
 	}
 }
 
+/*
+ * One subflow step whose children moved: one failed or was canceled (the
+ * step fails; its other children are canceled with it), all succeeded (the
+ * step succeeds with the child's output, or a map's in item order, checked
+ * against its output_schema), or a map has items left to start.
+ */
+static void
+subflow_settle(RunRow *r, const char *step, int64 failed, bool done, bool is_map, Jsonb *schema)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+	Datum		d;
+	Jsonb	   *out;
+	char	   *mismatch;
+
+	step_args(&a, r, step);
+	if (failed != 0)
+	{
+		orch_arg_int8(&a, failed);
+		orch_args_sql(&a, "SELECT state, coalesce(error, reason_code) FROM orch.runs WHERE id = $4 AND tenant_id = $2",
+					  false, 0, SPI_OK_SELECT);
+		orch_run_step_failed(r, step, "failed",
+							 psprintf("sub-workflow run " INT64_FORMAT " %s: %s", failed,
+									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)), false);
+		return;
+	}
+	if (!done)
+	{
+		if (r->state != RS_PAUSED && strcmp(r->phase, "forward") == 0)
+			subflow_fill(r, step);
+		return;
+	}
+	orch_arg_bool(&a, is_map);
+	orch_args_sql(&a, "SELECT CASE WHEN $4 THEN coalesce(jsonb_agg(output ORDER BY parent_index), '[]')"
+				  "   ELSE (array_agg(output))[1] END"
+				  " FROM orch.runs WHERE parent_run_id = $1 AND tenant_id = $2 AND parent_step = $3"
+				  "   AND id > $1 AND state = 'succeeded'", false, 0, SPI_OK_SELECT);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	out = isnull ? NULL : DatumGetJsonbPCopy(d);
+	mismatch = output_mismatch(schema, out);
+	if (mismatch != NULL)
+		step_failed(r, step, "failed", mismatch, false, "output_schema_mismatch");
+	else
+		step_succeeded(r, step, "running", out, NULL, "step_succeeded");
+}
+
+/*
+ * The running subflow steps of run r (only step, unless NULL) whose children
+ * moved, settled (subflow_settle).  True when one settled.
+ */
+static bool
+subflow_look(RunRow *r, const char *step)
+{
+	OrchArgs	a = {0};
+	int			n;
+	char	  **steps;
+	int64	   *failed;
+	bool	   *done;
+	bool	   *is_map;
+	Jsonb	  **schemas;
+	bool		isnull;
+	bool		settled = false;
+
+	if (r->root_run_id == 0)
+		return false;
+	orch_arg_int8(&a, r->id);
+	orch_arg_text(&a, r->tenant);
+	orch_arg_text(&a, step);
+	n = (int) orch_args_sql(&a, "SELECT step_id, coalesce(child_failed, 0), items_done >= coalesce(items_total, 1),"
+			" items_total IS NOT NULL, spec -> 'output_schema'"
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR step_id = $3)"
+			"   AND state = 'running' AND type = 'subflow'"
+			"   AND (child_failed IS NOT NULL OR items_done >= coalesce(items_total, 1)"
+			"     OR items_next < items_total)"
+			" ORDER BY ord", false, 0, SPI_OK_SELECT);
+	steps = orch_spi_column(1);
+	failed = palloc(sizeof(int64) * (n + 1));
+	done = palloc(sizeof(bool) * (n + 1));
+	is_map = palloc(sizeof(bool) * (n + 1));
+	schemas = palloc(sizeof(Jsonb *) * (n + 1));
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		Datum		d;
+
+		failed[i] = DatumGetInt64(SPI_getbinval(tup, td, 2, &isnull));
+		done[i] = DatumGetBool(SPI_getbinval(tup, td, 3, &isnull));
+		is_map[i] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
+		d = SPI_getbinval(tup, td, 5, &isnull);
+		schemas[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+	}
+	for (int i = 0; i < n && !orch_run_terminal(r->state); i++)
+	{
+		subflow_settle(r, steps[i], failed[i], done[i], is_map[i], schemas[i]);
+		settled |= failed[i] != 0 || done[i];
+	}
+	return settled;
+}
+
 /* Settle steps whose tasks, timers, signals or approvals have finished. */
 static void
 collect_outcomes(RunRow *r)
@@ -1062,6 +1397,7 @@ collect_outcomes(RunRow *r)
 	collect_task_steps(r);
 	collect_timers(r);
 	collect_signals(r);
+	(void) subflow_look(r, NULL);
 	collect_compensations(r);
 }
 
@@ -1462,9 +1798,14 @@ orch_run_create_steps(RunRow *r)
 	 * Plain statements with small row estimates: one cross product of the
 	 * steps' JSON here would be costed high enough to be JIT-compiled.
 	 */
-	orch_args_sql(&a, "INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
+	orch_args_sql(&a, "WITH i AS (INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
 			"   out_edges)"
-			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), x.step,"
+			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'),"
+			/* a subflow step's version: the one it names, else the latest published now */
+			"   CASE WHEN x.step ->> 'type' = 'subflow' AND NOT x.step ? 'version'"
+			"     THEN x.step || jsonb_build_object('version', (SELECT max(v.version) FROM orch.definitions v"
+			"       WHERE v.name = x.step ->> 'definition' AND v.tenant_id = 'default' AND v.status = 'published'))"
+			"     ELSE x.step END,"
 			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
 			"   coalesce(x.step ->> 'join', 'all_succeeded'),"
 			"   ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.step -> k.key) = 'array' THEN x.step -> k.key"
@@ -1474,8 +1815,85 @@ orch_run_create_steps(RunRow *r)
 			" FROM orch.runs r JOIN orch.definitions d"
 			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
 			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
-			" WHERE r.id = $1 AND r.tenant_id = $2", false, 0, SPI_OK_INSERT);
+			" WHERE r.id = $1 AND r.tenant_id = $2 RETURNING step_id, type, spec)"
+			" SELECT step_id, spec ->> 'definition' FROM i WHERE type = 'subflow' AND spec -> 'version' = 'null'"
+			" ORDER BY step_id LIMIT 1", false, 0, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ORCH_NOT_FOUND),
+				 errmsg("workflow \"%s\" of step \"%s\" has no published version",
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+				 errhint("Publish a version of it with orch_publish first: a subflow step starts the version published when its run starts.")));
 	orch_args_sql(&a, "UPDATE orch.run_steps s SET needs_edge = true"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
 			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", false, 0, SPI_OK_UPDATE);
+}
+
+/*
+ * Progress the noted runs: at statement end (runs.c), and at the end of
+ * the calls that act on a run (a sub-workflow that ended there noted its
+ * parent).
+ */
+void
+orch_run_flush_notes(void)
+{
+	volatile bool deferred;
+	RunNote		note;
+
+	/* not again from the statements of the progression itself */
+	if (!orch_run_notes_pending() || !orch_run_flush_enter())
+		return;
+	/* the events of the progression go in with one INSERT at its end */
+	orch_events_defer();
+	deferred = true;
+	PG_TRY();
+	{
+		/* runs locked in one order by every session: no lock-order deadlock */
+		orch_run_notes_sort();
+		while (orch_run_notes_next(&note))
+		{
+			RunRow		r;
+
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "orchestrator: SPI_connect failed");
+			if (orch_lock_run(note.run_id, note.tenant, &r))
+			{
+				int64		prev = orch_run_busy_begin(note.run_id);
+
+				/* a retry wait began or ended: the step's state follows */
+				if (note.retry)
+					orch_run_sync_retrying(&r);
+				if (note.general)
+					orch_run_progress(&r);
+				else if (note.done != NIL)
+				{
+					/* one completion at a time, until one needs the general path */
+					ListCell   *lc;
+
+					foreach(lc, note.done)
+					{
+						RunDone    *d = (RunDone *) lfirst(lc);
+
+						if (!orch_run_progress_completed(&r, d->task_id, d->step_key))
+							break;
+					}
+				}
+				orch_run_busy_end(prev);
+			}
+			SPI_finish();
+		}
+		if (deferred)
+		{
+			deferred = false;
+			orch_events_undefer(true);
+		}
+	}
+	PG_FINALLY();
+	{
+		orch_run_flush_leave();
+		if (deferred)
+			orch_events_undefer(false);
+	}
+	PG_END_TRY();
 }

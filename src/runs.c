@@ -32,70 +32,14 @@
 #include "run_internal.h"
 
 PG_FUNCTION_INFO_V1(orch_start);
+PG_FUNCTION_INFO_V1(orch_start_subflow);
 PG_FUNCTION_INFO_V1(orch_run_status);
 
 /* At statement end (statement_end.c): progress the noted runs. */
 void
 orch_runs_flush(void)
 {
-	volatile bool deferred;
-	RunNote		note;
-
-	/* not again from the statements of the progression itself */
-	if (!orch_run_notes_pending() || !orch_run_flush_enter())
-		return;
-	/* the events of the progression go in with one INSERT at its end */
-	orch_events_defer();
-	deferred = true;
-	PG_TRY();
-	{
-		/* runs locked in one order by every session: no lock-order deadlock */
-		orch_run_notes_sort();
-		while (orch_run_notes_next(&note))
-		{
-			RunRow		r;
-
-			if (SPI_connect() != SPI_OK_CONNECT)
-				elog(ERROR, "orchestrator: SPI_connect failed");
-			if (orch_lock_run(note.run_id, note.tenant, &r))
-			{
-				int64		prev = orch_run_busy_begin(note.run_id);
-
-				/* a retry wait began or ended: the step's state follows */
-				if (note.retry)
-					orch_run_sync_retrying(&r);
-				if (note.general)
-					orch_run_progress(&r);
-				else if (note.done != NIL)
-				{
-					/* one completion at a time, until one needs the general path */
-					ListCell   *lc;
-
-					foreach(lc, note.done)
-					{
-						RunDone    *d = (RunDone *) lfirst(lc);
-
-						if (!orch_run_progress_completed(&r, d->task_id, d->step_key))
-							break;
-					}
-				}
-				orch_run_busy_end(prev);
-			}
-			SPI_finish();
-		}
-		if (deferred)
-		{
-			deferred = false;
-			orch_events_undefer(true);
-		}
-	}
-	PG_FINALLY();
-	{
-		orch_run_flush_leave();
-		if (deferred)
-			orch_events_undefer(false);
-	}
-	PG_END_TRY();
+	orch_run_flush_notes();
 }
 
 /*
@@ -152,6 +96,9 @@ orch_runs_maintain(int limit)
 		 */
 		orch_arg_int8(&run, ids[i]);
 		orch_arg_text(&run, tenants[i]);
+		/* a family another transaction acts on is left to it too (its lock comes before rows) */
+		if (!orch_run_family_try_lock(ids[i], tenants[i]))
+			continue;
 		orch_args_sql(&run, "SELECT 1 FROM orch.tasks WHERE run_id = $1 AND tenant_id = $2"
 				" AND state NOT IN ('completed', 'failed', 'cancelled')"
 				" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE SKIP LOCKED", false, 0, SPI_OK_SELECT);
@@ -170,6 +117,8 @@ orch_runs_maintain(int limit)
 		orch_clear_event_context(ev);
 		moved++;
 	}
+	/* the parents of the sub-workflows that ended */
+	orch_run_flush_notes();
 	/*
 	 * Step tasks still open in finished runs (a claim raced the run's end);
 	 * never an approval task: the run's end waits for it (run_approvals.c).
@@ -371,21 +320,123 @@ pin_run_probes(int64 run_id, const char *tenant, PublishedDef *d, const char *na
 				  false, 0, SPI_OK_UPDATE);
 }
 
-Datum
-orch_start(PG_FUNCTION_ARGS)
+/*
+ * A new run's place in its family: the top run's id, and a sub-workflow's
+ * parent, the parent's step and map item (index; -1: none).
+ */
+static void
+set_family(RunRow *r, int index)
+{
+	OrchArgs	a = {0};
+
+	orch_arg_int8(&a, r->id);
+	orch_arg_int8(&a, r->root_run_id);
+	orch_arg(&a, INT8OID, Int64GetDatum(r->parent_run_id), r->parent_run_id == 0);
+	orch_arg_text(&a, r->parent_step);
+	orch_arg(&a, INT4OID, Int32GetDatum(index), index < 0);
+	orch_args_sql(&a, "UPDATE orch.runs SET root_run_id = $2, parent_run_id = $3, parent_step = $4,"
+				  " parent_index = $5 WHERE id = $1", false, 0, SPI_OK_UPDATE);
+}
+
+/* What a run starts from: orch_start's arguments, or a subflow step's */
+typedef struct StartRequest
+{
+	const char *name;
+	Datum		version;
+	bool		version_null;
+	Jsonb	   *input;
+	const char *key;
+	const char *tenant;
+	Jsonb	   *pins;
+	const char *corr;
+	/* a sub-workflow: its parent, the parent's step and map item, its family */
+	int64		parent;
+	const char *parent_step;
+	int			parent_index;	/* -1: none */
+	int64		root;
+} StartRequest;
+
+/* Does a definition have subflow steps (its runs head a family)? */
+static bool
+has_subflow_steps(Jsonb *spec)
+{
+	OrchArgs	a = {0};
+
+	orch_arg_jsonb(&a, spec);
+	orch_args_sql(&a, "SELECT 1 FROM jsonb_array_elements($1 -> 'steps') s WHERE s ->> 'type' = 'subflow' LIMIT 1",
+				  false, 0, SPI_OK_SELECT);
+	return SPI_processed > 0;
+}
+
+/* Start a run (connected to SPI): its id, or an existing one its key names */
+static int64
+start_run(StartRequest *q)
 {
 	int			ev;
-	char	   *name;
-	Jsonb	   *input;
-	char	   *key = orch_text_arg(fcinfo, 3);
-	char	   *tenant;
-	Jsonb	   *pins = orch_jsonb_arg(fcinfo, 5, "pins");
-	char	   *corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
 	OrchArgs	a = {0};
 	bool		keys_table = orch_schema_run_keys();
 	PublishedDef def;
 	bool		isnull;
+	bool		family;
 	RunRow		r;
+
+	load_published(q->name, q->version, q->version_null, &def);
+	check_input(def.spec, q->input);
+	family = orch_schema_subflows() && has_subflow_steps(def.spec);
+	if (family && orch_citus())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("workflow \"%s\" has subflow steps; sub-workflows are not available on Citus", q->name)));
+
+	orch_arg_text(&a, q->tenant);
+	orch_arg_text(&a, q->name);
+	orch_arg_int4(&a, def.version);
+	orch_arg_text(&a, def.hash);
+	orch_arg_jsonb(&a, q->input);
+	orch_arg_jsonb(&a, q->pins);
+	orch_arg_text(&a, q->key);
+	orch_arg_text(&a, orch_current_actor());
+	/* a replay that names a version must name the run's */
+	orch_arg(&a, INT4OID, Int32GetDatum(def.version), q->version_null);
+	orch_arg_text(&a, q->corr);
+	orch_arg_jsonb(&a, NULL);	/* probe_pins: below, once the run is new */
+	orch_arg(&a, INTERVALOID, def.deadline, def.no_deadline);
+	ev = orch_set_event_context(NULL, NULL);
+
+	if (!insert_run(q->key, keys_table, &a))
+	{
+		/* the key names an existing run: the same request returns it */
+		int64		existing = replayed_run(q->key, keys_table, &a);
+
+		orch_clear_event_context(ev);
+		return existing;
+	}
+	r.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	orch_route_note(ORCH_ROUTE_RUN, r.id, q->tenant);	/* on Citus: its calls by id go to its shard */
+	r.parent_run_id = q->parent;
+	r.parent_step = (char *) q->parent_step;
+	r.root_run_id = q->parent != 0 ? q->root : family ? r.id : 0;
+	if (r.root_run_id != 0)
+		set_family(&r, q->parent_index);
+	pin_run_probes(r.id, q->tenant, &def, q->name);
+	orch_run_ensure_step_queues(def.spec);
+	r.tenant = (char *) q->tenant;
+	r.state = RS_RUNNING;
+	r.phase = "forward";
+	r.reason = NULL;
+	r.past_deadline = false;
+	r.signals_due = false;
+	orch_run_create_steps(&r);
+	orch_run_advance(&r);
+	orch_clear_event_context(ev);
+	return r.id;
+}
+
+Datum
+orch_start(PG_FUNCTION_ARGS)
+{
+	StartRequest q = {0};
+	int64		id;
 	MemoryContext outer = CurrentMemoryContext;
 
 	orch_require_arg(fcinfo, 0, "name");
@@ -396,62 +447,72 @@ orch_start(PG_FUNCTION_ARGS)
 				 errmsg("workflow runs on Citus need the 0.8.0 schema"),
 				 errdetail("This installation's tables were distributed at an earlier version."),
 				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (docs/citus.md, Upgrading a distributed installation).")));
-	name = orch_text_arg(fcinfo, 0);
-	input = orch_jsonb_arg(fcinfo, 1, "input");
-	if (key != NULL && (key[0] == '\0' || strlen(key) > 512))
+	q.name = orch_text_arg(fcinfo, 0);
+	q.input = orch_jsonb_arg(fcinfo, 1, "input");
+	q.version = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	q.version_null = PG_ARGISNULL(2);
+	q.key = orch_text_arg(fcinfo, 3);
+	q.pins = orch_jsonb_arg(fcinfo, 5, "pins");
+	q.corr = PG_NARGS() > 6 ? orch_correlation_arg(fcinfo, 6) : NULL;
+	q.parent_index = -1;
+	if (q.key != NULL && (q.key[0] == '\0' || strlen(q.key) > 512))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idempotency key must have 1 to 512 characters")));
-	if (pins != NULL && !JB_ROOT_IS_OBJECT(pins))
+	if (q.pins != NULL && !JB_ROOT_IS_OBJECT(q.pins))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pins must be a JSON object")));
-	tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 4));
+	q.tenant = orch_resolve_tenant(orch_text_arg(fcinfo, 4));
 
 	SPI_connect();
-	load_published(name, PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2), &def);
-	check_input(def.spec, input);
-
-	orch_arg_text(&a, tenant);
-	orch_arg_text(&a, name);
-	orch_arg_int4(&a, def.version);
-	orch_arg_text(&a, def.hash);
-	orch_arg_jsonb(&a, input);
-	orch_arg_jsonb(&a, pins);
-	orch_arg_text(&a, key);
-	orch_arg_text(&a, orch_current_actor());
-	/* a replay that names a version must name the run's */
-	orch_arg(&a, INT4OID, Int32GetDatum(def.version), PG_ARGISNULL(2));
-	orch_arg_text(&a, corr);
-	orch_arg_jsonb(&a, NULL);	/* probe_pins: below, once the run is new */
-	orch_arg(&a, INTERVALOID, def.deadline, def.no_deadline);
-	ev = orch_set_event_context(NULL, NULL);
-
-	if (!insert_run(key, keys_table, &a))
-	{
-		/* the key names an existing run: the same request returns it */
-		int64		existing = replayed_run(key, keys_table, &a);
-
-		orch_clear_event_context(ev);
-		SPI_finish();
-		PG_RETURN_INT64(existing);
-	}
-	r.id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	orch_route_note(ORCH_ROUTE_RUN, r.id, tenant);	/* on Citus: its calls by id go to its shard */
-	pin_run_probes(r.id, tenant, &def, name);
-	orch_run_ensure_step_queues(def.spec);
-	r.tenant = tenant;
-	r.state = RS_RUNNING;
-	r.phase = "forward";
-	r.reason = NULL;
-	r.past_deadline = false;
-	r.signals_due = false;
-	orch_run_create_steps(&r);
-	orch_run_advance(&r);
-	orch_clear_event_context(ev);
+	id = start_run(&q);
+	orch_run_flush_notes();
 	SPI_finish();
 	MemoryContextSwitchTo(outer);
-	PG_RETURN_INT64(r.id);
+	PG_RETURN_INT64(id);
+}
+
+/* ----------------------------------------------------------------------
+ * orch.start_subflow(parent_run_id, parent_step, parent_index, name,
+ * version, input) -> run id: a subflow step's child (run_subflows.c), in
+ * its parent's tenant and family, with the parent's correlation id
+ * ---------------------------------------------------------------------- */
+Datum
+orch_start_subflow(PG_FUNCTION_ARGS)
+{
+	StartRequest q = {0};
+	OrchArgs	a = {0};
+	bool		isnull;
+	int64		id;
+	MemoryContext outer = CurrentMemoryContext;
+
+	if (!orch_run_starting_child())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("orch.start_subflow is called by a run's subflow step only")));
+	q.parent = PG_GETARG_INT64(0);
+	q.parent_step = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	q.parent_index = PG_ARGISNULL(2) ? -1 : PG_GETARG_INT32(2);
+	q.name = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	q.version = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+	q.version_null = PG_ARGISNULL(4);
+	q.input = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
+	if (q.input == NULL)
+		q.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
+	SPI_connect();
+	orch_arg_int8(&a, q.parent);
+	orch_args_sql(&a, "SELECT tenant_id, coalesce(root_run_id, id), correlation_id FROM orch.runs WHERE id = $1",
+				  false, 1, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		elog(ERROR, "orchestrator: the parent run " INT64_FORMAT " of a sub-workflow vanished", q.parent);
+	q.tenant = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	q.root = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	q.corr = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	id = start_run(&q);
+	SPI_finish();
+	MemoryContextSwitchTo(outer);
+	PG_RETURN_INT64(id);
 }
 
 /*
@@ -459,7 +520,7 @@ orch_start(PG_FUNCTION_ARGS)
  * ($1 run, $2 the caller's tenants); TASK_EVENTS: where its tasks' events
  * are (orch.history from 0.8.0 on); ATTEMPTS: its attempts (orch.attempt_history).
  */
-#define RUN_STATUS_SQL(TASK_EVENTS, ATTEMPTS, SIGNALS) \
+#define RUN_STATUS_SQL(TASK_EVENTS, ATTEMPTS, SIGNALS, STEP_EXTRA) \
 	"SELECT jsonb_build_object(" \
 	"  'run', to_jsonb(r) - 'tenant_id' || jsonb_build_object('tenant_id', r.tenant_id)," \
 	"  'steps', coalesce((SELECT jsonb_agg(jsonb_build_object('step_id', s.step_id, 'type', s.type," \
@@ -479,6 +540,7 @@ orch_start(PG_FUNCTION_ARGS)
 	"                 OR t.step_key = s.step_id || ':compensate" ORCH_APPROVAL_SUFFIX "')))" \
 	/* a wait for a signal: the signal's name */ \
 	"     || CASE WHEN s.spec ? 'signal' THEN jsonb_build_object('signal', s.spec -> 'signal') ELSE '{}' END" \
+	STEP_EXTRA \
 	"     ORDER BY s.ord) FROM orch.run_steps s WHERE s.run_id = r.id AND s.tenant_id = r.tenant_id), '[]')," \
 	"  'approvals', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.decided_at) FROM orch.approvals p" \
 	"       WHERE p.run_id = r.id AND p.tenant_id = r.tenant_id), '[]')," \
@@ -494,6 +556,20 @@ orch_start(PG_FUNCTION_ARGS)
 	"                AND x.run_id = r.id AND x.tenant_id = r.tenant_id) e), '[]'))" \
 	SIGNALS \
 	" FROM orch.runs r WHERE r.id = $1 AND " ORCH_TENANT_IN("r.tenant_id", "$2")
+
+/*
+ * A run's sub-workflows (0.8.0 on): a single subflow step's child, and the
+ * key "children" when it has any (its parent is in its row)
+ */
+#define RUN_STATUS_STEP_CHILD \
+	"     || CASE WHEN s.type = 'subflow' AND s.items_total IS NULL THEN coalesce((SELECT" \
+	"          jsonb_build_object('child_run_id', c.id) FROM orch.runs c WHERE c.parent_run_id = r.id" \
+	"          AND c.tenant_id = r.tenant_id AND c.parent_step = s.step_id AND c.id > r.id), '{}') ELSE '{}' END"
+#define RUN_STATUS_CHILDREN \
+	" || coalesce((SELECT jsonb_build_object('children', jsonb_agg(jsonb_build_object('run_id', c.id," \
+	"       'step_id', c.parent_step, 'index', c.parent_index, 'definition', c.definition," \
+	"       'version', c.version, 'state', c.state) ORDER BY c.id)) FROM orch.runs c" \
+	"     WHERE c.parent_run_id = r.id AND c.tenant_id = r.tenant_id AND c.id > r.id HAVING count(*) > 0), '{}')"
 
 /* A run's signals (0.8.0 on), in the order sent: a key of its status when it has any */
 #define RUN_STATUS_SIGNALS \
@@ -523,9 +599,10 @@ orch_run_status(PG_FUNCTION_ARGS)
 	orch_arg_caller_tenants(&a);
 	/* (signals are not kept on Citus: orch.signals stays a local table there) */
 	if (orch_args_sql(&a, orch_schema_signals() && !orch_citus()
-				 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", RUN_STATUS_SIGNALS)
-				 : orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", "")
-				 : RUN_STATUS_SQL("orch.events", "orch.attempts", ""),
+				 ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", RUN_STATUS_SIGNALS RUN_STATUS_CHILDREN,
+								  RUN_STATUS_STEP_CHILD)
+				 : orch_schema_rows_record_history() ? RUN_STATUS_SQL("orch.history", "orch.attempt_history", "", "")
+				 : RUN_STATUS_SQL("orch.events", "orch.attempts", "", ""),
 			false, 0, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),

@@ -285,6 +285,13 @@ orch_schema_schedules(void)
 	return !schema_previous();
 }
 
+/* Sub-workflows: orch.runs.parent_run_id and root_run_id, orch.start_subflow */
+bool
+orch_schema_subflows(void)
+{
+	return !schema_previous();
+}
+
 /* The schema orch; InvalidOid when there is none. */
 Oid
 orch_namespace_oid(void)

@@ -133,6 +133,8 @@ orch_signal(PG_FUNCTION_ARGS)
 	orch_run_progress(&r);
 	orch_clear_event_context(ev);
 	orch_run_busy_end(0);
+	/* a sub-workflow that ended here: its parent progresses */
+	orch_run_flush_notes();
 	orch_scope_clear();
 	SPI_finish();
 	PG_RETURN_INT64(id);
