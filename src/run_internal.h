@@ -89,6 +89,7 @@ typedef struct RunDone
 extern int64 orch_run_busy_begin(int64 run_id);
 extern void orch_run_busy_end(int64 prev);
 extern void orch_run_busy_on_shard_begin(RunRow *r);
+extern bool orch_run_busy_now(void);
 extern bool orch_run_flush_enter(void);
 extern void orch_run_flush_leave(void);
 extern bool orch_run_notes_pending(void);

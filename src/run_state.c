@@ -355,6 +355,18 @@ notes_reset(bool xact_end)
 
 static OrchXactLists notes_state = {{&run_notes}, notes_reset};
 
+/*
+ * Is a run being acted on in this backend now?  The noted runs then wait
+ * for the outer call's flush: a sub-workflow's parent may be further up
+ * the same call, in the middle of its own progression.  (On Citus the mark
+ * also stands in a shard's backend, whose flush is left as it was.)
+ */
+bool
+orch_run_busy_now(void)
+{
+	return busy_run != 0 && !orch_citus();
+}
+
 /* Begin / end acting on a run (nested calls keep the outer one). */
 int64
 orch_run_busy_begin(int64 run_id)

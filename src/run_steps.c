@@ -1841,8 +1841,8 @@ orch_run_flush_notes(void)
 	volatile bool deferred;
 	RunNote		note;
 
-	/* not again from the statements of the progression itself */
-	if (!orch_run_notes_pending() || !orch_run_flush_enter())
+	/* not again from the statements of the progression itself, nor inside another run's */
+	if (!orch_run_notes_pending() || orch_run_busy_now() || !orch_run_flush_enter())
 		return;
 	/* the events of the progression go in with one INSERT at its end */
 	orch_events_defer();

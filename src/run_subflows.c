@@ -131,9 +131,18 @@ orch_run_start_child(RunRow *r, const char *step, int index, const char *definit
 						  definition, depth, orch_max_subflow_depth);
 		return 0;
 	}
-	if ((e = orch_subxact_try(start_child, &c)) != NULL)
+	e = orch_subxact_try(start_child, &c);
+	/*
+	 * The parent is the run being acted on again, marked at this level: the
+	 * child's start marked itself inside the subtransaction, whose end (an
+	 * abort above all) would otherwise leave the parent unmarked.
+	 */
+	(void) orch_run_busy_begin(r->id);
+	if (e != NULL)
 	{
-		*error = psprintf("sub-workflow %s did not start: %s", definition, e->message);
+		*error = e->detail
+			? psprintf("sub-workflow %s did not start: %s (%s)", definition, e->message, e->detail)
+			: psprintf("sub-workflow %s did not start: %s", definition, e->message);
 		return 0;
 	}
 	return c.child;
