@@ -391,6 +391,8 @@ orch_run_cancel(int64 run_id, const char *reason, bool quiet)
 	/* the tasks are locked already (above): none is skipped */
 	orch_run_cancel_locked(&r, "run_canceled", reason);
 	orch_run_busy_end(0);
+	/* a sub-workflow canceled: its parent's step fails now */
+	orch_run_flush_notes();
 	return "canceled";
 }
 

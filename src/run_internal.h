@@ -78,6 +78,8 @@ typedef struct RunNote
 	List	   *done;
 	/* a step's task entered or left a retry wait (orch_run_sync_retrying) */
 	bool		retry;
+	/* where it is locked in the flush: its family's top run, else itself */
+	int64		order;
 } RunNote;
 
 /* One completed task of a run: its id and step key */
