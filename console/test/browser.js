@@ -1091,6 +1091,24 @@ test('run-pages-with-the-extension-as-it-is', async () => {
   assert.ok(await page.$(`#run-children tr[data-run="${child.run_id}"] a[href="/runs/${child.run_id}"]`));
   await goto(`${ADMIN}/runs`);
   assert.equal(await page.$eval(`#runs tr[data-run="${child.run_id}"] td.parent a`, (a) => a.getAttribute('href')), `/runs/${child.parent_run_id}`);
+  // the fixture's family: every child as orch_run_status lists it, the single
+  // subflow's child linked from its step and its box, the map's from its step
+  const family = await runId('fx-family');
+  if (!family) return;
+  const st = JSON.parse((await sql('SELECT orch_run_status($1)::text AS d', [family]))[0].d);
+  assert.equal(st.children.length, 3);
+  await goto(`${ADMIN}/runs/${family}`);
+  assert.deepEqual(await page.$$eval('#run-children tbody tr', (els) => els.map((e) => [e.getAttribute('data-run'), e.getAttribute('data-step'), e.querySelector('.state').textContent])),
+    st.children.map((c) => [String(c.run_id), c.step_id, c.state]));
+  const one = st.steps.find((x) => x.step_id === 'one').child_run_id;
+  assert.ok(one, 'the single subflow names its child');
+  assert.equal(await page.$eval('#step-one a.child-run', (a) => a.getAttribute('href')), `/runs/${one}`);
+  assert.match(await page.$eval('svg.dag a.node[data-step="one"] .node-type', (t) => t.textContent), new RegExp(`subflow → run ${one}`));
+  assert.deepEqual(await attrs('#step-each table.child-runs tbody tr', 'data-run'),
+    st.children.filter((c) => c.step_id === 'each').map((c) => String(c.run_id)));
+  const item = st.children.find((c) => c.step_id === 'each' && c.index === 1);
+  await goto(`${ADMIN}/runs/${item.run_id}`);
+  assert.match(await text('#run-parent'), new RegExp(`Child run of run ${family}, started by its step each, map item 1\\.`));
 });
 
 // ---------------------------------------------------------------------------

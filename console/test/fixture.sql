@@ -17,6 +17,8 @@
 -- join (an edge that skips a layer); run fx-diamond.
 -- Schedules: nightly-report (fired once, into queue digests), release-train
 -- (runs of release), hourly-sync (paused), acme-digest (tenant acme).
+-- With sub-workflows in the extension: run fx-family and its child runs
+-- (queue family).
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 
@@ -199,6 +201,29 @@ SELECT orch_schedule('hourly-sync', '@hourly', '{"queue": "digests", "payload": 
 SELECT orch_pause_schedule('hourly-sync');
 SELECT orch_schedule('acme-digest', '*/15 * * * *', '{"queue": "digests", "payload": {"digest": "acme"}}',
                      '{"tenant": "acme"}');
+
+-- sub-workflows, when the extension has them (orch_runs.parent_run_id): run
+-- fx-family, a task and then two subflow steps, one child run (one) and a
+-- map of two (each); the first child to be worked on has finished
+SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'orch_runs'::regclass
+                AND attname = 'parent_run_id' AND NOT attisdropped) AS has_subflows \gset
+\if :has_subflows
+SELECT orch_create_queue('family', '{}');
+SELECT orch_define('fx_item', '{"description": "Console fixture: a child run",
+    "steps": [{"step_id": "work", "queue": "family", "handler": "work"}]}') AS iv \gset
+SELECT orch_publish('fx_item', :iv);
+SELECT orch_define('fx_family', '{"description": "Console fixture: a run with child runs", "steps": [
+    {"step_id": "prepare", "queue": "family", "handler": "prepare"},
+    {"step_id": "one", "type": "subflow", "definition": "fx_item", "depends_on": ["prepare"], "input": "$.input"},
+    {"step_id": "each", "type": "subflow", "definition": "fx_item", "depends_on": ["prepare"],
+     "map": {"over": "$.input.items"}}]}') AS fv \gset
+SELECT orch_publish('fx_family', :fv);
+SELECT orch_start('fx_family', '{"items": [{"n": 1}, {"n": 2}]}', idempotency_key => 'fx-family');
+SELECT count(orch_complete(c.task_id, c.lease_token, '{"prepared": true}'))
+  FROM orch_dequeue('family', 'fixture-worker', 1) c;   -- prepare: the children start
+SELECT count(orch_complete(c.task_id, c.lease_token, '{"done": true}'))
+  FROM orch_dequeue('family', 'fixture-worker', 1) c;   -- one child's task
+\endif
 
 -- the counters, as orch_maintain folds them
 SELECT orch_metrics_refresh();
