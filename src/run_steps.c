@@ -1787,7 +1787,36 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 	return true;
 }
 
-/* Create the run's steps from its definition. */
+/*
+ * The run's steps from its definition ($1 the run, $2 its tenant), each
+ * with the spec SPEC makes of its definition's step x.step
+ */
+#define CREATE_STEPS(SPEC) \
+	"INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy, out_edges)" \
+	" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), " SPEC "," \
+	"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}')," \
+	"   coalesce(x.step ->> 'join', 'all_succeeded')," \
+	"   ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.step -> k.key) = 'array' THEN x.step -> k.key" \
+	"          WHEN jsonb_typeof(x.step -> k.key) = 'string' THEN jsonb_build_array(x.step -> k.key)" \
+	"          ELSE '[]' END)" \
+	"         FROM (VALUES ('on_success'), ('on_failure'), ('on_timeout'), ('targets')) k(key))" \
+	" FROM orch.runs r JOIN orch.definitions d" \
+	"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'," \
+	"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)" \
+	" WHERE r.id = $1 AND r.tenant_id = $2"
+
+/* A subflow step's version: the one it names, else the latest published now */
+#define SUBFLOW_STEP_SPEC \
+	"CASE WHEN x.step ->> 'type' = 'subflow' AND NOT x.step ? 'version'" \
+	"  THEN x.step || jsonb_build_object('version', (SELECT max(v.version) FROM orch.definitions v" \
+	"    WHERE v.name = x.step ->> 'definition' AND v.tenant_id = 'default' AND v.status = 'published'))" \
+	"  ELSE x.step END"
+
+/*
+ * Create the run's steps from its definition.  A run of a family (its
+ * definition has subflow steps, or it is a sub-workflow) pins its subflow
+ * steps' versions: one with no published version refuses the start (OR005).
+ */
 void
 orch_run_create_steps(RunRow *r)
 {
@@ -1798,27 +1827,12 @@ orch_run_create_steps(RunRow *r)
 	 * Plain statements with small row estimates: one cross product of the
 	 * steps' JSON here would be costed high enough to be JIT-compiled.
 	 */
-	orch_args_sql(&a, "WITH i AS (INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
-			"   out_edges)"
-			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'),"
-			/* a subflow step's version: the one it names, else the latest published now */
-			"   CASE WHEN x.step ->> 'type' = 'subflow' AND NOT x.step ? 'version'"
-			"     THEN x.step || jsonb_build_object('version', (SELECT max(v.version) FROM orch.definitions v"
-			"       WHERE v.name = x.step ->> 'definition' AND v.tenant_id = 'default' AND v.status = 'published'))"
-			"     ELSE x.step END,"
-			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
-			"   coalesce(x.step ->> 'join', 'all_succeeded'),"
-			"   ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.step -> k.key) = 'array' THEN x.step -> k.key"
-			"          WHEN jsonb_typeof(x.step -> k.key) = 'string' THEN jsonb_build_array(x.step -> k.key)"
-			"          ELSE '[]' END)"
-			"         FROM (VALUES ('on_success'), ('on_failure'), ('on_timeout'), ('targets')) k(key))"
-			" FROM orch.runs r JOIN orch.definitions d"
-			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
-			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
-			" WHERE r.id = $1 AND r.tenant_id = $2 RETURNING step_id, type, spec)"
-			" SELECT step_id, spec ->> 'definition' FROM i WHERE type = 'subflow' AND spec -> 'version' = 'null'"
-			" ORDER BY step_id LIMIT 1", false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (r->root_run_id == 0)
+		orch_args_sql(&a, CREATE_STEPS("x.step"), false, 0, SPI_OK_INSERT);
+	else if (orch_args_sql(&a, "WITH i AS (" CREATE_STEPS(SUBFLOW_STEP_SPEC) " RETURNING step_id, type, spec)"
+						   " SELECT step_id, spec ->> 'definition' FROM i"
+						   " WHERE type = 'subflow' AND spec -> 'version' = 'null'"
+						   " ORDER BY step_id LIMIT 1", false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("workflow \"%s\" of step \"%s\" has no published version",
