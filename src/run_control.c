@@ -240,12 +240,9 @@ raise_run_state(RunRow *r, const char *action)
 static void
 pause_children(RunRow *r)
 {
-	int			n = r->root_run_id != 0 ? orch_run_open_children(r, NULL) : 0;
-	int64	   *ids = palloc(sizeof(int64) * (n + 1));
-	bool		isnull;
+	int			n;
+	int64	   *ids = orch_run_open_children(r, NULL, &n);
 
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	for (int i = 0; i < n; i++)
 	{
 		RunRow		c;
@@ -260,12 +257,9 @@ pause_children(RunRow *r)
 static void
 resume_children(RunRow *r)
 {
-	int			n = r->root_run_id != 0 ? orch_run_open_children(r, NULL) : 0;
-	int64	   *ids = palloc(sizeof(int64) * (n + 1));
-	bool		isnull;
+	int			n;
+	int64	   *ids = orch_run_open_children(r, NULL, &n);
 
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	for (int i = 0; i < n; i++)
 	{
 		RunRow		c;

@@ -127,7 +127,7 @@ extern bool orch_run_subflows_enabled(void);
 extern bool orch_run_starting_child(void);
 extern int64 orch_run_start_child(RunRow *r, const char *step, int index, const char *definition,
 								  int version, Jsonb *input, char **error);
-extern int	orch_run_open_children(RunRow *r, const char *step);
+extern int64 *orch_run_open_children(RunRow *r, const char *step, int *n);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);
