@@ -824,6 +824,16 @@ for my $t ($ta, $tb)
 	is(q1("SELECT orch_cancel_run($r)"), 'canceled', "$ta: the run canceled");
 }
 
+# sub-workflows are not supported on Citus: a definition with a subflow
+# step does not start, and nothing is stored
+{
+	q1(q{SELECT orch_publish('wf_parent', orch_define('wf_parent', '{"steps": [{"step_id": "s", "type": "subflow", "definition": "wf_saga"}]}'))});
+	my $runs = q1("SELECT count(*) FROM orch.runs");
+	is(sqlstate_of("SELECT orch_start('wf_parent', '{}', tenant => '$ta')"), '0A000',
+		"$ta: a run with a subflow step -> 0A000 on Citus");
+	is(q1("SELECT count(*) FROM orch.runs"), $runs, 'no run was stored');
+}
+
 # pause, resume, a failed run retried, and an approval rejected, by id
 {
 	my $r = q1("SELECT orch_start('wf_saga', '{}', tenant => '$tb')");
