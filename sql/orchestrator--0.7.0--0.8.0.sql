@@ -82,8 +82,6 @@ BEGIN
     END LOOP;
 END
 $attach_runs$;
--- a subflow step: the first of its sub-workflows that failed or was canceled
-ALTER TABLE orch.run_steps ADD COLUMN child_failed bigint;
 CREATE TRIGGER runs_lifecycle
     BEFORE INSERT OR UPDATE ON orch.runs
     FOR EACH ROW EXECUTE FUNCTION orch_run_lifecycle();
@@ -442,7 +440,9 @@ DROP FUNCTION orch_events_flush();
 ALTER TABLE orch.run_steps
     ADD COLUMN items_total integer,
     ADD COLUMN items_next integer NOT NULL DEFAULT 0,
-    ADD COLUMN items_done integer NOT NULL DEFAULT 0;
+    ADD COLUMN items_done integer NOT NULL DEFAULT 0,
+    -- a subflow step: the first of its sub-workflows that failed or was canceled
+    ADD COLUMN child_failed bigint;
 UPDATE orch.run_steps
    SET items_total = pg_catalog.jsonb_array_length(items)
  WHERE pg_catalog.jsonb_typeof(items) OPERATOR(pg_catalog.=) 'array';

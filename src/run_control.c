@@ -240,12 +240,9 @@ raise_run_state(RunRow *r, const char *action)
 static void
 pause_children(RunRow *r)
 {
-	int			n = r->root_run_id != 0 ? orch_run_open_children(r, NULL) : 0;
-	int64	   *ids = palloc(sizeof(int64) * (n + 1));
-	bool		isnull;
+	int			n;
+	int64	   *ids = orch_run_open_children(r, NULL, &n);
 
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	for (int i = 0; i < n; i++)
 	{
 		RunRow		c;
@@ -260,12 +257,9 @@ pause_children(RunRow *r)
 static void
 resume_children(RunRow *r)
 {
-	int			n = r->root_run_id != 0 ? orch_run_open_children(r, NULL) : 0;
-	int64	   *ids = palloc(sizeof(int64) * (n + 1));
-	bool		isnull;
+	int			n;
+	int64	   *ids = orch_run_open_children(r, NULL, &n);
 
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	for (int i = 0; i < n; i++)
 	{
 		RunRow		c;
@@ -391,6 +385,8 @@ orch_run_cancel(int64 run_id, const char *reason, bool quiet)
 	/* the tasks are locked already (above): none is skipped */
 	orch_run_cancel_locked(&r, "run_canceled", reason);
 	orch_run_busy_end(0);
+	/* a sub-workflow canceled: its parent's step fails now */
+	orch_run_flush_notes();
 	return "canceled";
 }
 

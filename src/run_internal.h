@@ -78,6 +78,8 @@ typedef struct RunNote
 	List	   *done;
 	/* a step's task entered or left a retry wait (orch_run_sync_retrying) */
 	bool		retry;
+	/* where it is locked in the flush: its family's top run, else itself */
+	int64		order;
 } RunNote;
 
 /* One completed task of a run: its id and step key */
@@ -125,7 +127,7 @@ extern bool orch_run_subflows_enabled(void);
 extern bool orch_run_starting_child(void);
 extern int64 orch_run_start_child(RunRow *r, const char *step, int index, const char *definition,
 								  int version, Jsonb *input, char **error);
-extern int	orch_run_open_children(RunRow *r, const char *step);
+extern int64 *orch_run_open_children(RunRow *r, const char *step, int *n);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);
 extern Jsonb *orch_run_context(RunRow *r, Jsonb *result);

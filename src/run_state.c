@@ -14,6 +14,7 @@
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -485,6 +486,7 @@ note_of(int64 run_id, const char *tenant)
 	n->general = false;
 	n->done = NIL;
 	n->retry = false;
+	n->order = run_id;
 	run_notes = lappend(run_notes, n);
 	MemoryContextSwitchTo(old);
 	return n;
@@ -531,6 +533,30 @@ orch_runs_note_retry(int64 run_id, const char *tenant)
 	note_of(run_id, tenant)->retry = true;
 }
 
+/* Each note's order: its run's family (its top run), else the run itself */
+static void
+notes_order_by_family(void)
+{
+	OrchArgs	a = {0};
+	ListCell   *lc;
+	Datum	   *ids = palloc(sizeof(Datum) * list_length(run_notes));
+	int			n = 0;
+	bool		isnull;
+
+	foreach(lc, run_notes)
+		ids[n++] = Int64GetDatum(((RunNote *) lfirst(lc))->run_id);
+	orch_arg(&a, INT8ARRAYOID, PointerGetDatum(construct_array(ids, n, INT8OID, 8, true, TYPALIGN_DOUBLE)), false);
+	/* one row per note, in the notes' order */
+	if (orch_args_sql(&a, "SELECT coalesce((SELECT r.root_run_id FROM orch.runs r WHERE r.id = u.id), u.id)"
+					  " FROM unnest($1::bigint[]) WITH ORDINALITY u(id, k) ORDER BY u.k",
+					  false, 0, SPI_OK_SELECT) != (uint64) n)
+		return;
+	n = 0;
+	foreach(lc, run_notes)
+		((RunNote *) lfirst(lc))->order =
+			DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[n++], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 static int
 run_note_cmp(const ListCell *a, const ListCell *b)
 {
@@ -540,6 +566,8 @@ run_note_cmp(const ListCell *a, const ListCell *b)
 
 	if (c != 0)
 		return c;
+	if (x->order != y->order)
+		return x->order < y->order ? -1 : 1;
 	return x->run_id < y->run_id ? -1 : (x->run_id > y->run_id ? 1 : 0);
 }
 
@@ -553,6 +581,13 @@ orch_run_notes_pending(void)
 void
 orch_run_notes_sort(void)
 {
+	/*
+	 * A family's runs are locked under its lock, taken at the first of
+	 * them: the families in the order of their top runs, so that two
+	 * sessions never take two families' locks in opposite orders.
+	 */
+	if (list_length(run_notes) > 1 && run_families())
+		notes_order_by_family();
 	list_sort(run_notes, run_note_cmp);
 }
 

@@ -153,6 +153,54 @@ step_succeeded(RunRow *r, const char *step, const char *from, Jsonb *output, con
 		take_edges(r, step, "on_success");
 }
 
+/* The items a map step may start now: next .. upto - 1 of items */
+typedef struct MapWindow
+{
+	int			next;
+	int			upto;
+	Jsonb	   *items;
+	char	   *definition;		/* a map of sub-workflows: what it starts */
+	int			version;
+} MapWindow;
+
+/*
+ * The window of a running map step (subflow: of sub-workflows): the items
+ * not started yet that max_parallel lets in now; false when there is none.
+ */
+static bool
+map_window(RunRow *r, const char *step, bool subflow, MapWindow *w)
+{
+	OrchArgs	a = {0};
+	bool		isnull;
+	int			total,
+				done,
+				maxp;
+	HeapTuple	tup;
+	TupleDesc	td;
+
+	step_args(&a, r, step);
+	if (orch_args_sql(&a, "SELECT items_total, items_next, items_done,"
+			" coalesce((spec -> 'map' ->> 'max_parallel')::int, 2147483647), items,"
+			" spec ->> 'definition', (spec ->> 'version')::int"
+			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
+			"   AND items_total IS NOT NULL", false, 0, SPI_OK_SELECT) != 1)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	total = DatumGetInt32(SPI_getbinval(tup, td, 1, &isnull));
+	w->next = DatumGetInt32(SPI_getbinval(tup, td, 2, &isnull));
+	done = DatumGetInt32(SPI_getbinval(tup, td, 3, &isnull));
+	maxp = DatumGetInt32(SPI_getbinval(tup, td, 4, &isnull));
+	/* open items: started and not finished (a failed one ends the step) */
+	w->upto = (maxp >= total - done) ? total : done + maxp;
+	if (w->upto <= w->next)
+		return false;
+	w->items = DatumGetJsonbPCopy(SPI_getbinval(tup, td, 5, &isnull));
+	w->definition = subflow ? SPI_getvalue(tup, td, 6) : NULL;
+	w->version = subflow ? DatumGetInt32(SPI_getbinval(tup, td, 7, &isnull)) : 0;
+	return true;
+}
+
 /*
  * Enqueue the next items of a map step, at most max_parallel open at once.
  * Its counters say how many items have a task and how many completed
@@ -164,13 +212,7 @@ static void
 map_fill(RunRow *r, const char *step, bool recount)
 {
 	OrchArgs	a = {0};
-	bool		isnull;
-	int			total,
-				next,
-				done,
-				maxp,
-				upto;
-	Jsonb	   *items;
+	MapWindow	w;
 
 	step_args(&a, r, step);
 	if (recount)
@@ -179,21 +221,9 @@ map_fill(RunRow *r, const char *step, bool recount)
 				"   WHERE t.run_id = s.run_id AND t.tenant_id = $2"
 				"     AND left(t.step_key, length(s.step_id) + 1) = s.step_id || '#')"
 				" WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3", false, 0, SPI_OK_UPDATE);
-	if (orch_args_sql(&a, "SELECT s.items_total, s.items_next, s.items_done,"
-			" coalesce((s.spec -> 'map' ->> 'max_parallel')::int, 2147483647), s.items"
-			" FROM orch.run_steps s WHERE s.run_id = $1 AND s.tenant_id = $2 AND s.step_id = $3"
-			"   AND s.items_total IS NOT NULL", false, 0, SPI_OK_SELECT) != 1)
+	if (!map_window(r, step, false, &w))
 		return;
-	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	next = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	done = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-	/* open items: created and not completed (a failed one ends the step) */
-	upto = (maxp >= total - done) ? total : done + maxp;
-	if (upto <= next)
-		return;
-	items = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull));
-	if (orch_run_enqueue_map_items(r, step, next, upto, items) < 0)
+	if (orch_run_enqueue_map_items(r, step, w.next, w.upto, w.items) < 0)
 		orch_run_step_failed(r, step, "failed", orch_run_step_no_queue(), false);
 }
 
@@ -570,41 +600,17 @@ start_subflow_step(RunRow *r, const char *step, bool is_map, const Interval *tim
 static void
 subflow_fill(RunRow *r, const char *step)
 {
-	OrchArgs	a = {0};
-	bool		isnull;
-	int			total,
-				next,
-				done,
-				maxp,
-				upto,
-				version;
-	char	   *definition;
-	Jsonb	   *items;
+	MapWindow	w;
 
-	step_args(&a, r, step);
-	if (orch_args_sql(&a, "SELECT items_total, items_next, items_done,"
-			" coalesce((spec -> 'map' ->> 'max_parallel')::int, 2147483647), items,"
-			" spec ->> 'definition', (spec ->> 'version')::int"
-			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3"
-			"   AND state = 'running' AND items_total IS NOT NULL", false, 0, SPI_OK_SELECT) != 1)
+	if (!map_window(r, step, true, &w))
 		return;
-	total = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	next = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	done = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	maxp = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-	upto = (maxp >= total - done) ? total : done + maxp;
-	if (upto <= next)
-		return;
-	items = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull));
-	definition = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6);
-	version = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull));
-	for (int i = next; i < upto; i++)
+	for (int i = w.next; i < w.upto; i++)
 	{
-		JsonbValue *item = getIthJsonbValueFromContainer(&items->root, i);
+		JsonbValue *item = getIthJsonbValueFromContainer(&w.items->root, i);
 		char	   *error = NULL;
 		OrchArgs	n = {0};
 
-		if (orch_run_start_child(r, step, i, definition, version, JsonbValueToJsonb(item), &error) == 0)
+		if (orch_run_start_child(r, step, i, w.definition, w.version, JsonbValueToJsonb(item), &error) == 0)
 		{
 			orch_run_step_failed(r, step, "failed", error ? error : "the sub-workflow did not start", false);
 			return;
@@ -723,14 +729,8 @@ static void
 cancel_children(RunRow *r, const char *step, const char *reason)
 {
 	int			n;
-	int64	   *ids;
-	bool		isnull;
+	int64	   *ids = orch_run_open_children(r, step, &n);
 
-	if (r->root_run_id == 0 || (n = orch_run_open_children(r, step)) == 0)
-		return;
-	ids = palloc(sizeof(int64) * n);
-	for (int i = 0; i < n; i++)
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	for (int i = 0; i < n; i++)
 	{
 		RunRow		c;
@@ -1787,7 +1787,36 @@ orch_run_progress_completed(RunRow *r, int64 task_id, const char *step_key)
 	return true;
 }
 
-/* Create the run's steps from its definition. */
+/*
+ * The run's steps from its definition ($1 the run, $2 its tenant), each
+ * with the spec SPEC makes of its definition's step x.step
+ */
+#define CREATE_STEPS(SPEC) \
+	"INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy, out_edges)" \
+	" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'), " SPEC "," \
+	"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}')," \
+	"   coalesce(x.step ->> 'join', 'all_succeeded')," \
+	"   ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.step -> k.key) = 'array' THEN x.step -> k.key" \
+	"          WHEN jsonb_typeof(x.step -> k.key) = 'string' THEN jsonb_build_array(x.step -> k.key)" \
+	"          ELSE '[]' END)" \
+	"         FROM (VALUES ('on_success'), ('on_failure'), ('on_timeout'), ('targets')) k(key))" \
+	" FROM orch.runs r JOIN orch.definitions d" \
+	"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default'," \
+	"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)" \
+	" WHERE r.id = $1 AND r.tenant_id = $2"
+
+/* A subflow step's version: the one it names, else the latest published now */
+#define SUBFLOW_STEP_SPEC \
+	"CASE WHEN x.step ->> 'type' = 'subflow' AND NOT x.step ? 'version'" \
+	"  THEN x.step || jsonb_build_object('version', (SELECT max(v.version) FROM orch.definitions v" \
+	"    WHERE v.name = x.step ->> 'definition' AND v.tenant_id = 'default' AND v.status = 'published'))" \
+	"  ELSE x.step END"
+
+/*
+ * Create the run's steps from its definition.  A run of a family (its
+ * definition has subflow steps, or it is a sub-workflow) pins its subflow
+ * steps' versions: one with no published version refuses the start (OR005).
+ */
 void
 orch_run_create_steps(RunRow *r)
 {
@@ -1798,27 +1827,12 @@ orch_run_create_steps(RunRow *r)
 	 * Plain statements with small row estimates: one cross product of the
 	 * steps' JSON here would be costed high enough to be JIT-compiled.
 	 */
-	orch_args_sql(&a, "WITH i AS (INSERT INTO orch.run_steps (run_id, tenant_id, step_id, ord, type, spec, deps, join_policy,"
-			"   out_edges)"
-			" SELECT $1, $2, x.step ->> 'step_id', x.n, coalesce(x.step ->> 'type', 'task'),"
-			/* a subflow step's version: the one it names, else the latest published now */
-			"   CASE WHEN x.step ->> 'type' = 'subflow' AND NOT x.step ? 'version'"
-			"     THEN x.step || jsonb_build_object('version', (SELECT max(v.version) FROM orch.definitions v"
-			"       WHERE v.name = x.step ->> 'definition' AND v.tenant_id = 'default' AND v.status = 'published'))"
-			"     ELSE x.step END,"
-			"   coalesce(ARRAY(SELECT jsonb_array_elements_text(x.step -> 'depends_on')), '{}'),"
-			"   coalesce(x.step ->> 'join', 'all_succeeded'),"
-			"   ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(x.step -> k.key) = 'array' THEN x.step -> k.key"
-			"          WHEN jsonb_typeof(x.step -> k.key) = 'string' THEN jsonb_build_array(x.step -> k.key)"
-			"          ELSE '[]' END)"
-			"         FROM (VALUES ('on_success'), ('on_failure'), ('on_timeout'), ('targets')) k(key))"
-			" FROM orch.runs r JOIN orch.definitions d"
-			"   ON d.name = r.definition AND d.version = r.version AND d.tenant_id = 'default',"
-			"   jsonb_array_elements(d.spec -> 'steps') WITH ORDINALITY AS x(step, n)"
-			" WHERE r.id = $1 AND r.tenant_id = $2 RETURNING step_id, type, spec)"
-			" SELECT step_id, spec ->> 'definition' FROM i WHERE type = 'subflow' AND spec -> 'version' = 'null'"
-			" ORDER BY step_id LIMIT 1", false, 0, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (r->root_run_id == 0)
+		orch_args_sql(&a, CREATE_STEPS("x.step"), false, 0, SPI_OK_INSERT);
+	else if (orch_args_sql(&a, "WITH i AS (" CREATE_STEPS(SUBFLOW_STEP_SPEC) " RETURNING step_id, type, spec)"
+						   " SELECT step_id, spec ->> 'definition' FROM i"
+						   " WHERE type = 'subflow' AND spec -> 'version' = 'null'"
+						   " ORDER BY step_id LIMIT 1", false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
 				 errmsg("workflow \"%s\" of step \"%s\" has no published version",

@@ -149,21 +149,28 @@ orch_run_start_child(RunRow *r, const char *step, int index, const char *definit
 }
 
 /*
- * The open children of run r (of its step, unless NULL), oldest first, into
- * SPI_tuptable (id); their number.
+ * The open children of run r (of its step, unless NULL), oldest first: their
+ * ids (*n of them).
  */
-int
-orch_run_open_children(RunRow *r, const char *step)
+int64 *
+orch_run_open_children(RunRow *r, const char *step, int *n)
 {
 	OrchArgs	a = {0};
+	int64	   *ids;
+	bool		isnull;
 
-	if (!orch_run_subflows_enabled())
-		return 0;
+	*n = 0;
+	if (r->root_run_id == 0 || !orch_run_subflows_enabled())
+		return NULL;
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, step);
-	return (int) orch_args_sql(&a, "SELECT id FROM orch.runs WHERE parent_run_id = $1 AND tenant_id = $2"
-							   " AND ($3::text IS NULL OR parent_step = $3) AND id > $1"
-							   " AND state IN ('running', 'waiting_approval', 'paused') ORDER BY id",
-							   false, 0, SPI_OK_SELECT);
+	*n = (int) orch_args_sql(&a, "SELECT id FROM orch.runs WHERE parent_run_id = $1 AND tenant_id = $2"
+							 " AND ($3::text IS NULL OR parent_step = $3) AND id > $1"
+							 " AND state IN ('running', 'waiting_approval', 'paused') ORDER BY id",
+							 false, 0, SPI_OK_SELECT);
+	ids = palloc(sizeof(int64) * (*n + 1));
+	for (int i = 0; i < *n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	return ids;
 }

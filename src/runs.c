@@ -9,9 +9,11 @@
  *	  pause/resume, cancel, retry) are in run_control.c; progression in
  *	  run_steps.c; the run's state in run_state.c.
  *
- *	  Lock order: a step task's row, then its run's row.  Calls that start
- *	  from the run (cancel, deadline) lock the run's open tasks first, then
- *	  the run; progression never waits for another task's lock (SKIP LOCKED).
+ *	  Lock order: a step task's row, then its run's family (a parent and
+ *	  its sub-workflows: an advisory lock, run_state.c), then its run's row.
+ *	  Calls that start from the run (cancel, deadline) lock the run's open
+ *	  tasks first, then the run; progression never waits for another
+ *	  task's lock (SKIP LOCKED).
  */
 #include "postgres.h"
 

@@ -124,7 +124,8 @@ function clip(s, n) {
 }
 
 // renderDag(specSteps, stepsById): the SVG.  stepsById maps a step id to
-// what the run says of it ({type, state, compensation}).
+// what the run says of it ({type, state, compensation, child}: child, of a
+// subflow step, says which run it started, e.g. "run 12" or "3 runs").
 function renderDag(specSteps, stepsById) {
   const steps = specSteps.filter((s) => s && typeof s.step_id === 'string');
   for (const id of Object.keys(stepsById)) {
@@ -170,10 +171,10 @@ function renderDag(specSteps, stepsById) {
     const state = run.state || 'not started';
     const cls = String(state).replace(/[^a-z_]/g, '_');
     return html`<a href="#step-${s.step_id}" class="node state-${cls}" data-step="${s.step_id}" data-state="${state}">
-<title>${s.step_id} (${type}): ${state}${run.compensation ? `, compensation ${run.compensation}` : ''}</title>
+<title>${s.step_id} (${type}): ${state}${run.compensation ? `, compensation ${run.compensation}` : ''}${run.child ? `, child ${run.child}` : ''}</title>
 <rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="6"/>
 <text x="${p.x + 10}" y="${p.y + 19}" class="node-id">${clip(s.step_id, 20)}</text>
-<text x="${p.x + 10}" y="${p.y + 36}" class="node-type">${clip(type, 22)}</text>
+<text x="${p.x + 10}" y="${p.y + 36}" class="node-type">${clip(run.child ? `${type} → ${run.child}` : type, 22)}</text>
 <text x="${p.x + 10}" y="${p.y + 51}" class="node-state">${clip(state, 17)}${run.compensation ? clip(` ↺ ${run.compensation}`, 12) : ''}</text>
 </a>`;
   });

@@ -62,6 +62,15 @@ function onlyPaging(f, filters) {
   return filters.every((k) => f[k] === undefined || f[k] === null || f[k] === '');
 }
 
+// The columns of a schedule the console shows: the target's kind and name
+// apart, the next slot also as a wall-clock time in the schedule's zone.
+const SCHEDULE_COLS = `name, tenant_id, cron, timezone, jsonb_pretty(target) AS target_pretty,
+  target ->> 'queue' AS target_queue, target ->> 'definition' AS target_definition,
+  target ->> 'version' AS target_version, overlap, catch_up, catch_up_window, paused, next_fire_at,
+  to_char(next_fire_at AT TIME ZONE timezone, 'YYYY-MM-DD HH24:MI') AS next_fire_local,
+  last_fired_slot, to_char(last_fired_slot AT TIME ZONE timezone, 'YYYY-MM-DD HH24:MI') AS last_fired_local,
+  pending_slot, last_task_id, last_run_id, fired, skipped, last_error, created_by, created_at, updated_at`;
+
 function createDb(connectionString) {
   const pool = new Pool({
     connectionString: connectionString || undefined,
@@ -254,7 +263,7 @@ function createDb(connectionString) {
 
     // ---- runs -----------------------------------------------------------
     definitions: () => q('SELECT DISTINCT name FROM orch_definitions ORDER BY name'),
-    runs(f) {
+    runs(f, { parent = false } = {}) {
       const params = [];
       const w = where([
         ['definition', '=', f.definition], ['state', '=', f.state], ['tenant_id', '=', f.tenant],
@@ -262,7 +271,7 @@ function createDb(connectionString) {
         ['correlation_id', '=', f.correlation_id], ['run_id', '<', f.before, 'bigint'],
       ], params);
       const cols = `run_id, tenant_id, definition, version, state, phase, reason_code, failed_step,
-                    error, correlation_id, created_at, updated_at, finished_at, retry_of`;
+                    error, correlation_id, created_at, updated_at, finished_at, retry_of${parent ? ', parent_run_id' : ''}`;
       if (onlyPaging(f, ['definition', 'state', 'tenant', 'from', 'to', 'correlation_id'])) {
         return q(`SELECT ${cols} FROM orch_run_rows(before => $1::bigint, "limit" => $2)
                    ORDER BY run_id DESC`, [f.before || null, PAGE + 1]);
@@ -289,6 +298,54 @@ function createDb(connectionString) {
     pauseRun: (id) => one('SELECT orch_pause_run($1::bigint) AS state', [id]),
     resumeRun: (id, pins) => one('SELECT orch_resume_run($1::bigint, $2::jsonb) AS state', [id, pins || null]),
     retryRun: (id) => one('SELECT orch_retry_run($1::bigint) AS new_run_id', [id]),
+
+    // Does orch_runs have parent_run_id (an extension with sub-workflows)?
+    runsHaveParent: async () => (await one(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                                                     WHERE attrelid = to_regclass('orch_runs')
+                                                       AND attname = 'parent_run_id' AND NOT attisdropped) AS ok`)).ok,
+
+    // ---- schedules ------------------------------------------------------
+    // scheduleWhere(f): the WHERE clause of a filter over orch_schedules
+    // (the view shows a tenant-bound role its tenants' only).
+    scheduleWhere(f, params) {
+      const parts = [];
+      const add = (sql, value) => {
+        if (value === undefined || value === null || value === '') return;
+        params.push(value);
+        parts.push(sql.replace(/\?/g, `$${params.length}`));
+      };
+      add('strpos(lower(name), lower(?)) > 0', f.name);
+      add('tenant_id = ?', f.tenant);
+      add("coalesce(target ->> 'queue', target ->> 'definition') = ?", f.target);
+      if (f.kind === 'queue') parts.push("target ? 'queue'");
+      if (f.kind === 'definition') parts.push("target ? 'definition'");
+      if (f.state === 'paused') parts.push('paused');
+      if (f.state === 'active') parts.push('NOT paused');
+      return parts;
+    },
+    // A page of schedules by name (then tenant), from after a (name, tenant).
+    schedules(f) {
+      const params = [];
+      const parts = this.scheduleWhere(f, params);
+      if (f.after) {
+        params.push(f.after, f.after_tenant || '');
+        parts.push(`(name, tenant_id) > ($${params.length - 1}, $${params.length})`);
+      }
+      params.push(PAGE + 1);
+      return q(`SELECT ${SCHEDULE_COLS} FROM orch_schedules ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''}
+                 ORDER BY name, tenant_id LIMIT $${params.length}`, params);
+    },
+    async scheduleCount(f) {
+      const params = [];
+      const parts = this.scheduleWhere(f, params);
+      params.push(COUNT_CAP + 1);
+      return (await one(`SELECT count(*)::int AS n FROM (SELECT 1 FROM orch_schedules
+                           ${parts.length ? `WHERE ${parts.join(' AND ')}` : ''} LIMIT $${params.length}) c`, params)).n;
+    },
+    schedule: (name, tenant) => one(`SELECT ${SCHEDULE_COLS} FROM orch_schedules WHERE name = $1 AND tenant_id = $2`, [name, tenant]),
+    pauseSchedule: (name, tenant) => one('SELECT orch_pause_schedule($1, $2) AS r', [name, tenant]),
+    resumeSchedule: (name, tenant) => one('SELECT orch_resume_schedule($1, $2) AS r', [name, tenant]),
+    unschedule: async (name, tenant) => (await one('SELECT orch_unschedule($1, $2) AS removed', [name, tenant])).removed,
 
     // ---- approvals ------------------------------------------------------
     // What waits for a person's decision, from the review queue; the expiry

@@ -11,7 +11,7 @@ const REFRESH_CHOICES = [0, 5, 15, 60];
 
 const NAV = [
   ['/queues', 'Queues'], ['/tasks', 'Tasks'], ['/dead-letters', 'Dead letters'],
-  ['/runs', 'Runs'], ['/approvals', 'Approvals'],
+  ['/runs', 'Runs'], ['/approvals', 'Approvals'], ['/schedules', 'Schedules'],
 ];
 
 // ---- small pieces ----------------------------------------------------------
@@ -456,7 +456,7 @@ ${ctx.readonly ? html`<p class="none">Read-only console: it takes no action.</p>
 
 // ---- runs ------------------------------------------------------------------
 
-function runsPage(ctx, { filters: f, rows, definitions }) {
+function runsPage(ctx, { filters: f, rows, definitions, parent = false }) {
   const body = html`
 <form method="get" action="/runs" class="filters">
 ${field('definition', 'definition', select('definition', definitions.map((d) => d.name), f.definition))}
@@ -468,10 +468,10 @@ ${field('correlation id', 'correlation_id', textInput('correlation_id', f.correl
 <button type="submit">Filter</button> <a href="/runs">clear</a>
 </form>
 <table class="grid" id="runs">
-<thead><tr><th>run</th><th>definition</th><th>tenant</th><th>state</th><th>phase</th><th>reason</th><th>failed step</th><th>error</th><th>created</th><th>finished</th></tr></thead>
+<thead><tr><th>run</th>${parent ? html`<th>parent run</th>` : ''}<th>definition</th><th>tenant</th><th>state</th><th>phase</th><th>reason</th><th>failed step</th><th>error</th><th>created</th><th>finished</th></tr></thead>
 <tbody>
-${rows.slice(0, PAGE).map((r) => html`<tr data-run="${r.run_id}">
-<td><a href="/runs/${r.run_id}">run ${r.run_id}</a></td><td>${r.definition} v${r.version}</td><td>${r.tenant_id}</td><td>${stateBadge(r.state)}</td>
+${rows.slice(0, PAGE).map((r) => html`<tr data-run="${r.run_id}"${r.parent_run_id ? html` data-parent="${r.parent_run_id}"` : ''}>
+<td><a href="/runs/${r.run_id}">run ${r.run_id}</a></td>${parent ? html`<td class="parent">${r.parent_run_id ? html`↳ <a href="/runs/${r.parent_run_id}">run ${r.parent_run_id}</a>` : html`<span class="none">—</span>`}</td>` : ''}<td>${r.definition} v${r.version}</td><td>${r.tenant_id}</td><td>${stateBadge(r.state)}</td>
 <td>${val(r.phase)}</td><td>${val(r.reason_code)}</td><td>${val(r.failed_step)}</td><td>${clip(r.error, 60)}</td><td>${ts(r.created_at)}</td><td>${ts(r.finished_at)}</td></tr>`)}
 </tbody>
 </table>
@@ -512,10 +512,59 @@ function eventsTable(events, id) {
 </table>`;
 }
 
+// A run id from a status document, or null: only digits make a link.
+function runRef(v) {
+  return v !== null && v !== undefined && /^\d{1,19}$/.test(String(v)) ? String(v) : null;
+}
+
+// runFamily(status, r): a run's place among sub-workflows, as
+// orch_run_status tells it: its parent (the run object's parent_run_id,
+// parent_step, parent_index; or the row's parent_run_id) and its child runs
+// ("children": run_id, step_id, index, definition, version, state).  Neither
+// exists for an extension without sub-workflows: null then.
+function runFamily(status, r) {
+  const doc = status && status.run && typeof status.run === 'object' ? status.run : {};
+  const pick = (k) => {
+    if (doc[k] !== undefined && doc[k] !== null) return doc[k];
+    return r && r[k] !== undefined && r[k] !== null ? r[k] : null;
+  };
+  const parentId = runRef(pick('parent_run_id'));
+  const parent = parentId ? { run_id: parentId, step: pick('parent_step'), index: pick('parent_index') } : null;
+  const children = status && Array.isArray(status.children)
+    ? status.children.filter((c) => c && typeof c === 'object' && runRef(c.run_id)) : null;
+  return { parent, children };
+}
+
+function childRunsTable(children, id, withStep = true) {
+  return html`<table class="grid child-runs"${id ? html` id="${id}"` : ''}>
+<thead><tr><th>run</th>${withStep ? html`<th>step</th>` : ''}<th>item</th><th>definition</th><th>state</th></tr></thead>
+<tbody>${children.map((c) => html`<tr data-run="${runRef(c.run_id)}" data-step="${c.step_id}">
+<td><a href="/runs/${runRef(c.run_id)}" class="child-run">run ${runRef(c.run_id)}</a></td>
+${withStep ? html`<td>${c.step_id ? html`<a href="#step-${c.step_id}">${c.step_id}</a>` : html`<span class="none">—</span>`}</td>` : ''}
+<td class="n">${val(c.index)}</td>
+<td>${c.definition ? html`<a href="${url('/runs', { definition: c.definition })}">${c.definition}</a>${c.version !== null && c.version !== undefined ? `@${c.version}` : ''}` : html`<span class="none">—</span>`}</td>
+<td>${stateBadge(c.state)}</td></tr>`)}</tbody></table>`;
+}
+
+// "3 child runs: 2 succeeded, 1 running"
+function childSummary(children) {
+  const by = new Map();
+  for (const c of children) by.set(c.state || '?', (by.get(c.state || '?') || 0) + 1);
+  return `${children.length} child run${children.length === 1 ? '' : 's'}: ${[...by].map(([k, n]) => `${n} ${k}`).join(', ')}`;
+}
+
 function runPage(ctx, { run: r, status, steps, tasks, spec, specError, retriedAs }) {
   const docSteps = new Map((status.steps || []).map((s) => [s.step_id, s]));
+  const { parent, children } = runFamily(status, r);
+  const childrenOf = (stepId) => (children || []).filter((c) => c.step_id === stepId);
   const byId = {};
-  for (const s of steps) byId[s.step_id] = { type: s.type, state: s.state, compensation: s.compensation };
+  for (const s of steps) {
+    // a subflow step names its child run (or, for a map, how many it started)
+    const childId = runRef((docSteps.get(s.step_id) || {}).child_run_id);
+    const n = childrenOf(s.step_id).length;
+    const child = childId && n <= 1 ? `run ${childId}` : (n ? `${n} runs` : null);
+    byId[s.step_id] = { type: s.type, state: s.state, compensation: s.compensation, child };
+  }
   const taskById = new Map(tasks.map((t) => [String(t.task_id), t]));
   const events = status.events || [];
   const approvals = status.approvals || [];
@@ -534,6 +583,9 @@ function runPage(ctx, { run: r, status, steps, tasks, spec, specError, retriedAs
       || (e.task_id !== null && e.task_id !== undefined && taskIds.has(String(e.task_id))));
     const inputs = stepTasks.filter((t) => t.payload);
     const waiting = s.state === 'awaiting_approval';
+    const childId = runRef(doc.child_run_id);
+    const stepChildren = childrenOf(s.step_id);
+    const childState = childId ? (stepChildren.find((c) => runRef(c.run_id) === childId) || {}).state : null;
     return html`<section class="step" id="step-${s.step_id}">
 <h3>${s.step_id} <small>${s.type}</small> ${stateBadge(s.state)}${s.compensation ? html` <span class="state">compensation ${s.compensation}</span>` : ''}</h3>
 <dl class="facts">
@@ -541,8 +593,11 @@ function runPage(ctx, { run: r, status, steps, tasks, spec, specError, retriedAs
 ${s.timeout_at ? html`<dt>${s.type === 'human_approval' ? 'approval expires' : 'times out'}</dt><dd>${ts(s.timeout_at)}</dd>` : ''}
 ${s.wake_at ? html`<dt>wakes</dt><dd>${ts(s.wake_at)}</dd>` : ''}
 ${doc.signal ? html`<dt>${s.state === 'waiting' ? 'waits for signal' : 'signal'}</dt><dd><code>${doc.signal}</code></dd>` : ''}
+${childId ? html`<dt>child run</dt><dd><a href="/runs/${childId}" class="child-run" data-run="${childId}">run ${childId}</a>${childState ? html` ${stateBadge(childState)}` : ''}</dd>` : ''}
 ${s.error ? html`<dt>error</dt><dd>${clip(s.error, 400)}</dd>` : ''}
 </dl>
+${stepChildren.length && !(stepChildren.length === 1 && runRef(stepChildren[0].run_id) === childId)
+    ? html`<h4>Child runs <small>(${childSummary(stepChildren)})</small></h4>${childRunsTable(stepChildren, null, false)}` : ''}
 ${waiting ? html`<div class="actions">${decideForm(ctx, r.run_id, s.step_id, `step-${s.step_id}`)}</div>` : ''}
 <div class="cols">
 <section><h4>Input</h4>${inputs.length ? inputs.map((t) => html`<p class="sub">task <a href="/tasks/${t.task_id}">#${t.task_id}</a> ${t.step_key}</p>${pre(t.payload)}`) : html`<p class="none">No task (the run's input applies).</p>`}</section>
@@ -558,8 +613,11 @@ ${eventsTable(ev)}
 </section>`;
   };
 
+  const parentStep = parent && parent.step !== null && parent.step !== undefined ? String(parent.step) : null;
   const body = html`
 <p>${stateBadge(r.state)} ${r.definition} version ${r.version} · phase ${val(r.phase)} · reason ${val(r.reason_code)}</p>
+${parent ? html`<p class="family" id="run-parent">Child run of <a href="/runs/${parent.run_id}" id="parent-link">run ${parent.run_id}</a>${parentStep
+    ? html`, started by its step <a href="/runs/${parent.run_id}#step-${parentStep}">${parentStep}</a>` : ''}${parent.index !== null && parent.index !== undefined ? html`, map item ${parent.index}` : ''}.</p>` : ''}
 <div class="actions">${runActions(ctx, r)}</div>
 <div class="dagbox">${spec ? renderDag(spec.steps || [], byId) : renderDag([], byId)}</div>
 ${legend()}
@@ -572,6 +630,7 @@ ${r.failed_step ? html`<dt>failed step</dt><dd><a href="#step-${r.failed_step}">
 <dt>started by</dt><dd>${val(r.created_by)}</dd>
 <dt>idempotency key</dt><dd>${val(r.idempotency_key)}</dd>
 <dt>correlation id</dt><dd>${val(r.correlation_id)}</dd>
+${parent ? html`<dt>parent run</dt><dd><a href="/runs/${parent.run_id}">run ${parent.run_id}</a>${parentStep ? ` step ${parentStep}` : ''}${parent.index !== null && parent.index !== undefined ? ` item ${parent.index}` : ''}</dd>` : ''}
 <dt>retry of</dt><dd>${r.retry_of ? html`<a href="/runs/${r.retry_of}">run ${r.retry_of}</a>` : html`<span class="none">—</span>`}</dd>
 <dt>retried as</dt><dd>${retriedAs.length ? retriedAs.map((x) => html`<a href="/runs/${x.run_id}">run ${x.run_id}</a> (${x.state}) `) : html`<span class="none">—</span>`}</dd>
 <dt>created</dt><dd>${ts(r.created_at)}</dd><dt>finished</dt><dd>${ts(r.finished_at)}</dd>
@@ -581,6 +640,8 @@ ${r.failed_step ? html`<dt>failed step</dt><dd><a href="#step-${r.failed_step}">
 <section><h2>Output</h2>${pre(r.output_pretty)}</section>
 <section><h2>Pins</h2>${pre(r.pins_pretty)}</section>
 </div>
+${children ? html`<h2>Child runs <small>(${children.length ? childSummary(children) : 'none'})</small></h2>
+${children.length ? childRunsTable(children, 'run-children') : html`<p class="none">No child run.</p>`}` : ''}
 <h2>Approvals</h2>
 ${approvals.length ? html`<table class="grid" id="run-approvals"><thead><tr><th>step</th><th>decision</th><th>reference</th><th>actor</th><th>label</th><th>note</th><th>decided</th></tr></thead>
 <tbody>${approvals.map((a) => html`<tr><td>${a.step_id}</td><td>${a.approved ? 'approved' : 'rejected'}</td><td>${a.approval_ref}</td><td>${val(a.actor)}</td><td>${val(a.label)}</td><td>${clip(a.note, 200)}</td><td>${ts(a.decided_at)}</td></tr>`)}</tbody></table>`
@@ -620,6 +681,122 @@ ${rows.length ? '' : html`<p class="none">Nothing waits for a decision.</p>`}`;
   return layout(ctx, 'Approvals waiting', body);
 }
 
+// ---- schedules -------------------------------------------------------------
+
+// What a schedule fires: a task in a queue, or a run of a definition.
+function scheduleTarget(s) {
+  if (s.target_queue !== null && s.target_queue !== undefined) {
+    return html`<span class="kind">task in</span> <a href="${url('/tasks', { queue: s.target_queue, tenant: s.tenant_id })}" data-target="queue">${s.target_queue}</a>`;
+  }
+  if (s.target_definition !== null && s.target_definition !== undefined) {
+    return html`<span class="kind">run of</span> <a href="${url('/runs', { definition: s.target_definition, tenant: s.tenant_id })}" data-target="definition">${s.target_definition}</a>${s.target_version ? `@${s.target_version}` : ''}`;
+  }
+  return html`<span class="none">—</span>`;
+}
+
+// A slot: as PostgreSQL prints it, and as a wall-clock time of the
+// schedule's time zone.
+function slot(v, local, tz) {
+  if (!v) return html`<span class="none">—</span>`;
+  const same = local && String(v).replace('T', ' ').startsWith(local);   // the same wall clock: said once
+  return html`${ts(v)}${local && !same ? html`<br><small class="local">${local} ${tz}</small>` : ''}`;
+}
+
+function scheduleHidden(s) {
+  return html`<input type="hidden" name="name" value="${s.name}"><input type="hidden" name="tenant" value="${s.tenant_id}">`;
+}
+
+function scheduleActions(ctx, s) {
+  if (ctx.readonly) return '';
+  return html`${s.paused
+    ? postForm(ctx, '/schedules/resume', html`${scheduleHidden(s)}<button type="submit" class="act small" data-resume="${s.name}">resume</button>`)
+    : postForm(ctx, '/schedules/pause', html`${scheduleHidden(s)}<button type="submit" class="small" data-pause="${s.name}">pause</button>`)}<a
+ class="button small danger" href="${url('/schedules/unschedule', { name: s.name, tenant: s.tenant_id })}" data-unschedule="${s.name}">unschedule…</a>`;
+}
+
+function scheduleFired(s) {
+  const made = [];
+  if (s.last_task_id) made.push(html`<a href="/tasks/${s.last_task_id}">task #${s.last_task_id}</a>`);
+  if (s.last_run_id) made.push(html`<a href="/runs/${s.last_run_id}">run ${s.last_run_id}</a>`);
+  return html`${slot(s.last_fired_slot, s.last_fired_local, s.timezone)}${made.length ? html`<br><small>made ${made}</small>` : ''}${s.pending_slot
+    ? html`<br><small class="pending" title="overlap queue_one: fires when the last fire's work is finished">held back: ${ts(s.pending_slot)}</small>` : ''}`;
+}
+
+function schedulePager(f, rows) {
+  const base = { ...f };
+  delete base.after;
+  delete base.after_tenant;
+  const out = [];
+  if (f.after) out.push(html`<a href="${url('/schedules', base)}" id="first">← first page</a>`);
+  if (rows.length > PAGE) {
+    const last = rows[PAGE - 1];
+    out.push(html`<a href="${url('/schedules', { ...base, after: last.name, after_tenant: last.tenant_id })}" rel="next" id="next">next →</a>`);
+  }
+  return out.length ? html`<p class="more pager">${out.map((x, i) => html`${i ? ' · ' : ''}${x}`)}</p>` : '';
+}
+
+function schedulesPage(ctx, { filters: f, rows, total }) {
+  const body = html`
+<p class="note">Cron schedules (<code>orch_schedules</code>): at each slot a schedule enqueues a task or starts a run. Slots
+fire when <code>orch_maintain</code> (pg_cron) or <code>orch_schedule_tick</code> runs. A slot is shown as PostgreSQL prints
+it and, below, as the wall-clock time of the schedule's time zone. Pause, resume and unschedule call
+<code>orch_pause_schedule</code>, <code>orch_resume_schedule</code> and <code>orch_unschedule</code> as this console's role.</p>
+<form method="get" action="/schedules" class="filters">
+${field('name contains', 'name', textInput('name', f.name, '', 14))}
+${field('tenant', 'tenant', textInput('tenant', f.tenant, 'any', 10))}
+${field('fires', 'kind', html`<select name="kind" id="f-kind"><option value="">anything</option><option value="queue"${f.kind === 'queue' ? html` selected` : ''}>tasks</option><option value="definition"${f.kind === 'definition' ? html` selected` : ''}>runs</option></select>`)}
+${field('queue or definition', 'target', textInput('target', f.target, '', 12))}
+${field('state', 'state', select('state', ['active', 'paused'], f.state))}
+<button type="submit">Filter</button> <a href="/schedules">clear</a>
+</form>
+${totalLine(total, 'schedule')}
+<div class="scroll">
+<table class="grid" id="schedules">
+<thead><tr><th>schedule</th><th>tenant</th><th>cron <small>time zone</small></th><th>fires</th><th>next slot</th><th>last fired slot</th>
+<th>fired</th><th>skipped</th><th>overlap<br>catch-up</th><th>last error</th><th>state</th></tr></thead>
+<tbody>
+${rows.slice(0, PAGE).map((s) => html`<tr data-name="${s.name}" data-tenant="${s.tenant_id}"${s.paused ? html` class="paused"` : ''}>
+<td><b>${s.name}</b></td><td>${s.tenant_id}</td><td data-col="cron"><code>${s.cron}</code><br><small data-col="timezone">${s.timezone}</small></td>
+<td data-col="target">${scheduleTarget(s)}<details><summary>target</summary>${pre(s.target_pretty)}</details></td>
+<td data-col="next_fire_at">${s.paused ? html`<span class="none">none while paused</span>` : slot(s.next_fire_at, s.next_fire_local, s.timezone)}</td>
+<td data-col="last_fired_slot">${scheduleFired(s)}</td>
+<td class="n" data-col="fired">${s.fired}</td><td class="n" data-col="skipped">${s.skipped}</td>
+<td data-col="policies">${s.overlap}<br>${s.catch_up}${s.catch_up === 'all' ? html` <small>(${s.catch_up_window})</small>` : ''}</td>
+<td data-col="last_error">${clip(s.last_error, 80)}</td>
+<td data-col="state" class="act-cell">${s.paused ? stateBadge('paused') : stateBadge('active')}${ctx.readonly ? '' : html`<div class="acts">${scheduleActions(ctx, s)}</div>`}</td></tr>`)}
+</tbody>
+</table>
+</div>
+${rows.length ? '' : html`<p class="none">No schedule matches.</p>`}
+${schedulePager(f, rows)}`;
+  return layout(ctx, 'Schedules', body);
+}
+
+function unscheduleConfirmPage(ctx, { schedule: s }) {
+  const body = html`
+<div class="confirm" id="confirm">
+<p class="why" id="why">Unscheduling removes schedule <b>${s.name}</b> of tenant <b>${s.tenant_id}</b>: none of its slots fires
+again, and its counts and last fired slot go with it. The tasks and runs it fired stay. To stop it for a while, pause it
+instead: it keeps its counts, and resumed it goes on from its first slot after then.</p>
+<dl class="facts">
+<dt>cron</dt><dd><code>${s.cron}</code> (${s.timezone})</dd>
+<dt>fires</dt><dd>${scheduleTarget(s)}</dd>
+<dt>next slot</dt><dd>${s.paused ? html`<span class="none">none while paused</span>` : slot(s.next_fire_at, s.next_fire_local, s.timezone)}</dd>
+<dt>last fired slot</dt><dd>${scheduleFired(s)}</dd>
+<dt>fired / skipped</dt><dd>${s.fired} / ${s.skipped}</dd>
+<dt>state</dt><dd>${s.paused ? stateBadge('paused') : stateBadge('active')}</dd>
+</dl>
+${pre(s.target_pretty)}
+${postForm(ctx, '/schedules/unschedule', html`${scheduleHidden(s)}
+<label><input type="checkbox" name="confirm" value="yes" id="f-confirm" required> I mean it</label>
+<button type="submit" class="act danger" id="confirm-unschedule">Unschedule it (orch_unschedule)</button>`, 'bulk-confirm')}
+${s.paused ? '' : postForm(ctx, '/schedules/pause', html`${scheduleHidden(s)}<button type="submit" id="pause-instead">Pause it instead (orch_pause_schedule)</button>`)}
+${ctx.readonly ? html`<p class="none">Read-only console: it takes no action.</p>` : ''}
+<p><a href="/schedules">back to the schedules</a></p>
+</div>`;
+  return layout({ ...ctx, noRefresh: true }, `Unschedule ${s.name}?`, body);
+}
+
 // ---- errors ----------------------------------------------------------------
 
 function errorPage(ctx, e) {
@@ -635,4 +812,4 @@ ${e.call ? html`<p class="note">The call: <code>${e.call}</code>, as role <b>${(
   return layout({ ...ctx, noRefresh: true }, e.title || 'Refused', body);
 }
 
-module.exports = { bulkPage, sortBulk, retryConfirmPage, retryRisk, queuesPage, tasksPage, taskPage, deadLettersPage, runsPage, runPage, approvalsPage, errorPage, layout };
+module.exports = { bulkPage, sortBulk, retryConfirmPage, retryRisk, queuesPage, tasksPage, taskPage, deadLettersPage, runsPage, runPage, runFamily, approvalsPage, schedulesPage, unscheduleConfirmPage, errorPage, layout };

@@ -55,6 +55,7 @@ const FILTERS = {
   tasks: ['queue', 'state', 'tenant', 'error_class', 'from', 'to', 'run_id', 'correlation_id', 'payload', 'before', 'after'],
   deadLetters: ['queue', 'reason', 'tenant', 'error_class', 'failed_after', 'payload'],
   runs: ['definition', 'state', 'tenant', 'from', 'to', 'correlation_id', 'before'],
+  schedules: ['name', 'tenant', 'kind', 'target', 'state', 'after', 'after_tenant'],
 };
 function pick(params, keys) {
   const out = {};
@@ -94,6 +95,14 @@ function readForm(req) {
     });
     req.on('error', reject);
   });
+}
+
+// A schedule is named by its name and tenant (one name per tenant); the
+// database checks both (22023 for a malformed one).
+function scheduleKey(name, tenant) {
+  const ok = (v) => typeof v === 'string' && v.length > 0 && v.length <= 256;
+  if (!ok(name) || !ok(tenant)) throw new HttpError(400, 'Bad request', 'A schedule is named by its name and its tenant.');
+  return { name, tenant };
 }
 
 // A "back" path from a form: a local path only.
@@ -326,8 +335,9 @@ function createServer(cfg, db) {
     if (p === '/runs') {
       ctx.section = '/runs';
       const filters = pick(u.searchParams, FILTERS.runs);
-      const [rows, definitions] = await Promise.all([db.runs(filters), db.definitions()]);
-      return page(res, ctx, (c) => pages.runsPage(c, { filters, rows, definitions }));
+      const parent = await db.runsHaveParent();
+      const [rows, definitions] = await Promise.all([db.runs(filters, { parent }), db.definitions()]);
+      return page(res, ctx, (c) => pages.runsPage(c, { filters, rows, definitions, parent }));
     }
     if ((m = /^\/runs\/(\d{1,19})$/.exec(p))) {
       ctx.section = '/runs';
@@ -345,6 +355,21 @@ function createServer(cfg, db) {
         specError = e.code ? `${e.code}: ${e.message}` : e.message;
       }
       return page(res, ctx, (c) => pages.runPage(c, { run, status, steps, tasks, spec, specError, retriedAs }));
+    }
+    if (p === '/schedules') {
+      ctx.section = '/schedules';
+      const filters = pick(u.searchParams, FILTERS.schedules);
+      if (filters.kind && !['queue', 'definition'].includes(filters.kind)) throw new HttpError(400, 'Bad request', 'A schedule fires tasks (queue) or runs (definition).');
+      if (filters.state && !['active', 'paused'].includes(filters.state)) throw new HttpError(400, 'Bad request', 'A schedule is active or paused.');
+      const [rows, total] = await Promise.all([db.schedules(filters), db.scheduleCount(filters)]);
+      return page(res, ctx, (c) => pages.schedulesPage(c, { filters, rows, total }));
+    }
+    if (p === '/schedules/unschedule') {
+      ctx.section = '/schedules';
+      const { name, tenant } = scheduleKey(u.searchParams.get('name'), u.searchParams.get('tenant'));
+      const schedule = await db.schedule(name, tenant);
+      if (!schedule) throw new HttpError(404, 'Not found', `There is no schedule ${name} of tenant ${tenant} visible to this role.`);
+      return page(res, ctx, (c) => pages.unscheduleConfirmPage(c, { schedule }));
     }
     if (p === '/approvals') {
       ctx.section = '/approvals';
@@ -364,7 +389,7 @@ function createServer(cfg, db) {
       setFlash(ctx.sid, { kind: 'ok', text, items });
       // a confirmation page is not where one goes back to
       const back = localPath(form.back, fallback);
-      redirect(res, /^\/(bulk|dead-letters\/\d+\/retry)\b/.test(back) ? fallback : back);
+      redirect(res, /^\/(bulk|dead-letters\/\d+\/retry|schedules\/unschedule)\b/.test(back) ? fallback : back);
     };
     if ((m = /^\/tasks\/(\d{1,19})\/cancel$/.exec(p))) {
       ctx.call = `orch_cancel(${m[1]}, reason)`;
@@ -427,6 +452,22 @@ function createServer(cfg, db) {
       const r = await db.decide(form.decision === 'approve', form);
       return ok(`Run ${form.run_id}, step ${form.step_id}: ${form.decision === 'approve' ? 'approved' : 'rejected'} with reference ${form.approval_ref}; the run is ${r.state}.`,
         [{ text: `run ${form.run_id}`, href: `/runs/${form.run_id}` }], '/approvals');
+    }
+    if ((m = /^\/schedules\/(pause|resume|unschedule)$/.exec(p))) {
+      const { name, tenant } = scheduleKey(form.name, form.tenant);
+      const what = m[1];
+      const which = `Schedule ${name}${tenant === 'default' ? '' : ` (tenant ${tenant})`}`;
+      if (what === 'unschedule') {
+        if (form.confirm !== 'yes') throw new HttpError(400, 'Not confirmed', 'Tick "I mean it" to remove a schedule.');
+        ctx.call = `orch_unschedule('${name}', '${tenant}')`;
+        const removed = await db.unschedule(name, tenant);
+        return ok(removed ? `${which} removed (orch_unschedule): no slot of it fires again; what it fired stays.`
+          : `${which} was not there any more: nothing to remove.`, [], '/schedules');
+      }
+      ctx.call = `orch_${what}_schedule('${name}', '${tenant}')`;
+      await (what === 'pause' ? db.pauseSchedule(name, tenant) : db.resumeSchedule(name, tenant));
+      return ok(what === 'pause' ? `${which} paused: no slot fires until it is resumed.`
+        : `${which} resumed: it goes on from its first slot after now.`, [], '/schedules');
     }
     if (p === '/metrics/refresh') {
       ctx.call = 'orch_metrics_refresh()';

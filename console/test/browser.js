@@ -822,6 +822,295 @@ test('dag-long-edge-ends-in-its-box', async () => {
   assert.ok((await page.$$('svg.dag path.edge')).length >= 8);
 });
 
+// ---- schedules ---------------------------------------------------------------
+
+const scheduleRow = (name, tenant = 'default') => `#schedules tr[data-name="${name}"][data-tenant="${tenant}"]`;
+const scheduleOf = async (name, tenant = 'default') => (await sql(`SELECT *, next_fire_at::text AS next_t, last_fired_slot::text AS last_t
+                                                                     FROM orch_schedules WHERE name = $1 AND tenant_id = $2`, [name, tenant]))[0];
+
+test('schedules-page', async () => {
+  assert.equal(await goto(`${ADMIN}/schedules`), 200);
+  assert.equal(await page.$eval('header nav a[href="/schedules"]', (a) => a.className), 'current');
+  const want = await sql(`SELECT name, tenant_id, cron, timezone, paused, fired::int, skipped::int, next_fire_at::text AS next_t,
+                                 last_fired_slot::text AS last_t, last_task_id, last_run_id,
+                                 coalesce(target ->> 'queue', target ->> 'definition') AS target
+                            FROM orch_schedules ORDER BY name, tenant_id`);
+  assert.ok(want.length >= 4, 'the fixture has schedules');
+  const shown = await page.$$eval('#schedules tbody tr', (els) => els.map((e) => [e.getAttribute('data-name'), e.getAttribute('data-tenant')]));
+  assert.deepEqual(shown, want.map((w) => [w.name, w.tenant_id]));
+  assert.equal(await page.$eval('#total', (e) => e.getAttribute('data-total')), String(want.length));
+  for (const w of want) {
+    const row = scheduleRow(w.name, w.tenant_id);
+    const cell = (col) => text(`${row} td[data-col="${col}"]`);
+    assert.match(await cell('cron'), new RegExp(`^${w.cron.replace(/[*]/g, '\\*')}\\s+${w.timezone}$`), `${w.name}: cron and time zone`);
+    assert.equal(await cell('fired'), String(w.fired), `${w.name}: fired`);
+    assert.equal(await cell('skipped'), String(w.skipped), `${w.name}: skipped`);
+    assert.match(await cell('state'), new RegExp(`^${w.paused ? 'paused' : 'active'}`), `${w.name}: state`);
+    assert.equal(await page.$eval(`${row} td[data-col="target"] a[data-target]`, (a) => a.textContent), w.target, `${w.name}: target`);
+    if (w.paused) assert.match(await cell('next_fire_at'), /none while paused/);
+    else assert.equal(await page.$eval(`${row} td[data-col="next_fire_at"] time`, (t) => t.getAttribute('title')), w.next_t, `${w.name}: next slot`);
+  }
+  // what fired: the slot and the task it made, which carries the slot
+  const nightly = want.find((w) => w.name === 'nightly-report');
+  assert.equal(nightly.fired, 1);
+  assert.equal(await page.$eval(`${scheduleRow('nightly-report')} td[data-col="last_fired_slot"] time`, (t) => t.getAttribute('title')), nightly.last_t);
+  assert.equal(await page.$eval(`${scheduleRow('nightly-report')} td[data-col="last_fired_slot"] a`, (a) => a.getAttribute('href')), `/tasks/${nightly.last_task_id}`);
+  assert.ok(await val(`SELECT payload ? 'scheduled_for' FROM orch_tasks WHERE task_id = $1`, [nightly.last_task_id]));
+  // the wall clock of the schedule's zone
+  assert.match(await text(`${scheduleRow('nightly-report')} td[data-col="next_fire_at"] small.local`), / 02:30 Europe\/Berlin$/);
+  // a target of a run links to the definition's runs
+  assert.equal(await page.$eval(`${scheduleRow('release-train')} a[data-target="definition"]`, (a) => a.getAttribute('href')), '/runs?definition=release&tenant=default');
+  // the target's payload, markup included, is text
+  const dom = await page.evaluate(() => ({ scripts: document.querySelectorAll('script').length, text: document.querySelector('#schedules').textContent }));
+  assert.equal(dom.scripts, 0);
+  assert.ok(dom.text.includes('"note": "<script>alert(5)</script>"'), 'the payload shown as text');
+  await shot('schedules');
+});
+
+test('schedules-filters-and-paging', async () => {
+  await goto(`${ADMIN}/schedules?state=paused`);
+  assert.deepEqual(await attrs('#schedules tbody tr', 'data-name'), (await sql('SELECT name FROM orch_schedules WHERE paused ORDER BY name')).map((r) => r.name));
+  await goto(`${ADMIN}/schedules?kind=definition`);
+  assert.deepEqual(await attrs('#schedules tbody tr', 'data-name'), ['release-train']);
+  await goto(`${ADMIN}/schedules`);
+  await page.type('#f-target', 'digests');
+  await page.select('#f-state', 'active');
+  await submit('form.filters button[type=submit]');
+  assert.deepEqual(await attrs('#schedules tbody tr', 'data-name'),
+    (await sql(`SELECT name FROM orch_schedules WHERE target ->> 'queue' = 'digests' AND NOT paused ORDER BY name, tenant_id`)).map((r) => r.name));
+  assert.equal(await goto(`${ADMIN}/schedules?kind=bogus`), 400);
+  // 130 more, a page of 100 and the rest
+  await sql(`SELECT orch_schedule('page-' || lpad(i::text, 3, '0'), '0 0 1 1 *', '{"queue": "digests", "payload": {}}')
+               FROM generate_series(1, 130) i`);
+  try {
+    const all = (await sql(`SELECT name FROM orch_schedules WHERE name LIKE 'page-%' ORDER BY name, tenant_id`)).map((r) => r.name);
+    assert.equal(all.length, 130);
+    await goto(`${ADMIN}/schedules?name=page-`);
+    assert.equal(await page.$eval('#total', (e) => e.getAttribute('data-total')), '130');
+    assert.deepEqual(await attrs('#schedules tbody tr', 'data-name'), all.slice(0, 100));
+    assert.equal(await page.$('#first'), null, 'the first page');
+    await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#next')]);
+    assert.deepEqual(await attrs('#schedules tbody tr', 'data-name'), all.slice(100));
+    assert.equal(await page.$('#next'), null, 'the last page');
+    assert.equal(new URL(page.url()).searchParams.get('name'), 'page-', 'the filter holds');
+    await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click('#first')]);
+    assert.deepEqual(await attrs('#schedules tbody tr', 'data-name'), all.slice(0, 100));
+  } finally {
+    await sql(`SELECT orch_unschedule(name) FROM orch_schedules WHERE name LIKE 'page-%'`);
+  }
+});
+
+test('schedule-pause-resume', async () => {
+  await goto(`${ADMIN}/schedules`);
+  assert.equal((await scheduleOf('nightly-report')).paused, false);
+  assert.equal(await submit(`${scheduleRow('nightly-report')} button[data-pause]`), 200);
+  assert.match(await text('.flash-ok'), /Schedule nightly-report paused/);
+  assert.equal(new URL(page.url()).pathname, '/schedules');
+  assert.equal((await scheduleOf('nightly-report')).paused, true);
+  assert.match(await text(`${scheduleRow('nightly-report')} td[data-col="state"]`), /^paused/);
+  assert.match(await text(`${scheduleRow('nightly-report')} td[data-col="next_fire_at"]`), /none while paused/);
+  assert.equal(await submit(`${scheduleRow('nightly-report')} button[data-resume]`), 200);
+  assert.match(await text('.flash-ok'), /Schedule nightly-report resumed/);
+  const s = await scheduleOf('nightly-report');
+  assert.equal(s.paused, false);
+  assert.ok(await val('SELECT next_fire_at > now() FROM orch_schedules WHERE name = $1', ['nightly-report']), 'goes on from a slot after now');
+  assert.equal(await page.$eval(`${scheduleRow('nightly-report')} td[data-col="next_fire_at"] time`, (t) => t.getAttribute('title')), s.next_t);
+  // another tenant's schedule, as an unbound admin: its tenant is passed
+  assert.equal(await submit(`${scheduleRow('acme-digest', 'acme')} button[data-pause]`), 200);
+  assert.match(await text('.flash-ok'), /Schedule acme-digest \(tenant acme\) paused/);
+  assert.equal((await scheduleOf('acme-digest', 'acme')).paused, true);
+  assert.equal(await submit(`${scheduleRow('acme-digest', 'acme')} button[data-resume]`), 200);
+  assert.equal((await scheduleOf('acme-digest', 'acme')).paused, false);
+  // a reader may not: the database says so
+  await goto(`${READER}/schedules`);
+  assert.equal(await submit(`${scheduleRow('nightly-report')} button[data-pause]`), 403);
+  assert.equal(await text('#sqlstate'), '42501');
+  assert.match(await text('#message'), /orch_pause_schedule/);
+  assert.match(await text('#refusal'), /orch_pause_schedule\('nightly-report', 'default'\)/);
+  assert.equal((await scheduleOf('nightly-report')).paused, false);
+  // a schedule that is gone: OR005
+  const { cookie, token } = await session(ADMIN, '/schedules');
+  const host = new URL(ADMIN).host;
+  const r = await request(ADMIN, 'POST', '/schedules/pause', { headers: { Cookie: cookie, 'Content-Type': 'application/x-www-form-urlencoded', Origin: `http://${host}` },
+    body: `csrf=${encodeURIComponent(token)}&name=no-such-schedule&tenant=default` });
+  assert.equal(r.status, 404);
+  assert.match(r.body, /OR005/);
+});
+
+test('schedule-unschedule', async () => {
+  const before = await scheduleOf('nightly-report');
+  await goto(`${ADMIN}/schedules`);
+  await Promise.all([page.waitForNavigation({ waitUntil: 'load' }), page.click(`${scheduleRow('nightly-report')} a[data-unschedule]`)]);
+  assert.equal(new URL(page.url()).pathname, '/schedules/unschedule');
+  assert.match(await text('#why'), /removes schedule nightly-report of tenant default/);
+  assert.match(await text('#why'), /The tasks and runs it fired stay/);
+  assert.equal(await page.$('meta[http-equiv="refresh"]'), null);
+  // not without "I mean it", nor without the CSRF token
+  const { cookie, token } = await session(ADMIN, page.url().replace(ADMIN, ''));
+  const host = new URL(ADMIN).host;
+  const post = (body) => request(ADMIN, 'POST', '/schedules/unschedule', { headers: { Cookie: cookie, 'Content-Type': 'application/x-www-form-urlencoded', Origin: `http://${host}` }, body });
+  assert.equal((await post(`csrf=${encodeURIComponent(token)}&name=nightly-report&tenant=default`)).status, 400);
+  assert.equal((await post('name=nightly-report&tenant=default&confirm=yes')).status, 403);
+  assert.ok(await scheduleOf('nightly-report'), 'still there');
+  await page.click('#f-confirm');
+  assert.equal(await submit('#confirm-unschedule'), 200);
+  assert.equal(new URL(page.url()).pathname, '/schedules', 'back to the list, not to the question');
+  assert.match(await text('.flash-ok'), /Schedule nightly-report removed \(orch_unschedule\)/);
+  assert.equal(await scheduleOf('nightly-report'), undefined);
+  assert.equal(await page.$(scheduleRow('nightly-report')), null, 'no longer listed');
+  assert.ok(await val('SELECT count(*)::int FROM orch_tasks WHERE task_id = $1', [before.last_task_id]), 'what it fired stays');
+  // the question for a schedule that is not there
+  assert.equal(await goto(`${ADMIN}/schedules/unschedule?name=nightly-report&tenant=default`), 404);
+});
+
+test('schedules-read-only', async () => {
+  for (const p of ['/schedules', '/schedules/unschedule?name=release-train&tenant=default']) {
+    assert.equal(await goto(`${RO}${p}`), 200, p);
+    assert.equal((await page.$$('form[method=post]')).length, 0, `${p}: no action form`);
+    assert.equal((await page.$$('button.act, a[data-unschedule]')).length, 0, `${p}: no action`);
+  }
+  assert.match(await text('#confirm'), /Read-only console/);
+  const host = new URL(RO).host;
+  const { cookie } = await session(RO, '/schedules');
+  const r = await request(RO, 'POST', '/schedules/pause', {
+    headers: { Cookie: cookie, 'Content-Type': 'application/x-www-form-urlencoded', Origin: `http://${host}` }, body: 'csrf=x&name=release-train&tenant=default',
+  });
+  assert.equal(r.status, 403);
+  assert.equal((await scheduleOf('release-train')).paused, false);
+});
+
+test('schedules-tenant-bound', async () => {
+  assert.equal(await goto(`${ACME}/schedules`), 200);
+  const rows = await page.$$eval('#schedules tbody tr', (els) => els.map((e) => [e.getAttribute('data-name'), e.getAttribute('data-tenant')]));
+  const want = (await sql(`SELECT name, tenant_id FROM orch_schedules WHERE tenant_id = 'acme' ORDER BY name`)).map((r) => [r.name, r.tenant_id]);
+  assert.ok(want.length >= 1);
+  assert.deepEqual(rows, want);
+  assert.ok(await val(`SELECT count(*)::int FROM orch_schedules WHERE tenant_id <> 'acme'`) > 0, 'other tenants have schedules');
+  // another tenant's schedule does not exist for this role
+  assert.equal(await goto(`${ACME}/schedules/unschedule?name=release-train&tenant=default`), 404);
+  assert.equal(await goto(`${ACME}/schedules?tenant=default`), 200);
+  assert.equal((await attrs('#schedules tbody tr', 'data-name')).length, 0);
+});
+
+// ---- sub-workflows: a run's parent and children ---------------------------
+// orch_run_status tells a child run its parent (run.parent_run_id,
+// parent_step, parent_index) and a parent its children ("children"); a
+// subflow step names its child (child_run_id).  The run page is rendered
+// from such a document by its page function and shown in the browser; with
+// an extension that has sub-workflows and a child run, a live one too.
+
+const pages = require('../src/pages');
+
+function familyPage({ parent = true, children = true } = {}) {
+  const ctx = { csrf: 'token', path: '/runs/41', readonly: false, section: '/runs', who: { role: 'console_admin', db: 'orch_console', tenants: null } };
+  const run = {
+    run_id: '41', tenant_id: 'default', definition: 'fanout', version: 2, state: 'running', phase: 'forward', reason_code: 'started',
+    content_hash: 'c0ffee', created_at: '2026-11-29 12:00:00+00', input_pretty: '{}', output_pretty: null, pins_pretty: '{}',
+  };
+  const step = (step_id, type, state, extra = {}) => ({ step_id, type, state, tasks: [], output: null, error: null, ...extra });
+  const status = {
+    run: { id: 41, definition: 'fanout', state: 'running', ...(parent ? { parent_run_id: 7, parent_step: 'ship_all', parent_index: 2 } : {}) },
+    steps: [step('prepare', 'task', 'succeeded'), step('one_child', 'subflow', 'running', { child_run_id: 42 }), step('per_item', 'subflow', 'running')],
+    events: [],
+    approvals: [],
+    ...(children ? {
+      children: [
+        { run_id: 42, step_id: 'one_child', index: null, definition: 'child', version: 1, state: 'running' },
+        { run_id: 43, step_id: 'per_item', index: 0, definition: 'item<b>x</b>', version: 3, state: 'succeeded' },
+        { run_id: 44, step_id: 'per_item', index: 1, definition: 'item<b>x</b>', version: 3, state: 'failed' },
+      ],
+    } : {}),
+  };
+  const steps = status.steps.map((s, i) => ({ step_id: s.step_id, ord: i, type: s.type, state: s.state, output: null }));
+  const spec = { steps: [{ step_id: 'prepare' }, { step_id: 'one_child', type: 'subflow', depends_on: ['prepare'] },
+    { step_id: 'per_item', type: 'subflow', depends_on: ['prepare'] }] };
+  return String(pages.runPage(ctx, { run, status, steps, tasks: [], spec, specError: null, retriedAs: [] }));
+}
+
+test('run-page-parent-and-children', async () => {
+  await goto(`${ADMIN}/runs`);   // the console's origin, for its stylesheet
+  await page.setContent(familyPage(), { waitUntil: 'load' });
+  // the parent: run, step, map item
+  assert.equal(await page.$eval('#parent-link', (a) => a.getAttribute('href')), '/runs/7');
+  assert.match(await text('#run-parent'), /Child run of run 7, started by its step ship_all, map item 2\./);
+  assert.equal(await page.$eval('#run-parent a[href="/runs/7#step-ship_all"]', (a) => a.textContent), 'ship_all');
+  // the children, each linked, with its step, item, definition@version and state
+  const rows = await page.$$eval('#run-children tbody tr', (els) => els.map((e) => ({
+    run: e.getAttribute('data-run'), step: e.getAttribute('data-step'), href: e.querySelector('a.child-run').getAttribute('href'),
+    cells: [...e.querySelectorAll('td')].map((td) => td.textContent.trim()),
+  })));
+  assert.deepEqual(rows.map((r) => [r.run, r.step, r.href]), [['42', 'one_child', '/runs/42'], ['43', 'per_item', '/runs/43'], ['44', 'per_item', '/runs/44']]);
+  assert.deepEqual(rows[1].cells, ['run 43', 'per_item', '0', 'item<b>x</b>@3', 'succeeded']);
+  assert.equal(rows[0].cells[2], '—', 'a single subflow has no item index');
+  assert.equal(await page.$$eval('#run-children b', (els) => els.length), 0, 'a definition name is text');
+  assert.match(await text('main'), /3 child runs: 1 running, 1 succeeded, 1 failed/);
+  // a subflow step links its child; a map of subflows lists its children
+  assert.equal(await page.$eval('#step-one_child a.child-run', (a) => a.getAttribute('href')), '/runs/42');
+  assert.deepEqual(await attrs('#step-per_item table.child-runs tbody tr', 'data-run'), ['43', '44']);
+  assert.equal(await page.$('#step-prepare a.child-run'), null);
+  // and the graph says so in its boxes
+  assert.match(await page.$eval('svg.dag a.node[data-step="one_child"] .node-type', (t) => t.textContent), /subflow → run 42/);
+  assert.match(await page.$eval('svg.dag a.node[data-step="per_item"] .node-type', (t) => t.textContent), /subflow → 2 runs/);
+  // without the keys (an extension without sub-workflows): neither
+  await page.setContent(familyPage({ parent: false, children: false }), { waitUntil: 'load' });
+  assert.equal(await page.$('#run-parent'), null);
+  assert.equal(await page.$('#run-children'), null);
+  assert.equal(await page.$eval('#step-one_child a.child-run', (a) => a.getAttribute('href')), '/runs/42', 'child_run_id alone still links');
+  // the runs list, when orch_runs has parent_run_id: a parent column
+  const list = String(pages.runsPage({ csrf: 't', path: '/runs', who: {} }, {
+    filters: {}, definitions: [], parent: true,
+    rows: [{ run_id: '42', parent_run_id: '41', definition: 'child', version: 1, tenant_id: 'default', state: 'running' },
+      { run_id: '41', parent_run_id: null, definition: 'fanout', version: 2, tenant_id: 'default', state: 'running' }],
+  }));
+  await page.setContent(list, { waitUntil: 'load' });
+  assert.equal(await page.$eval('#runs tr[data-run="42"] td.parent a', (a) => a.getAttribute('href')), '/runs/41');
+  assert.match(await text('#runs tr[data-run="41"] td.parent'), /—/);
+});
+
+test('run-pages-with-the-extension-as-it-is', async () => {
+  // today's runs render, with a parent column exactly when orch_runs has one
+  const hasParent = await val(`SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'orch_runs'::regclass
+                                                AND attname = 'parent_run_id' AND NOT attisdropped)`);
+  assert.equal(await goto(`${ADMIN}/runs`), 200);
+  assert.equal((await texts('#runs thead th')).includes('parent run'), hasParent);
+  const id = await runId('fx-diamond');
+  assert.equal(await goto(`${ADMIN}/runs/${id}`), 200);
+  const doc = JSON.parse((await sql('SELECT orch_run_status($1)::text AS d', [id]))[0].d);
+  assert.equal(!!(await page.$('#run-children')), Array.isArray(doc.children));
+  assert.equal(!!(await page.$('#run-parent')), !!doc.run.parent_run_id);
+  // a child run of the database, if there is one: its page links its parent,
+  // and the parent's lists it
+  const child = hasParent ? (await sql('SELECT run_id, parent_run_id FROM orch_runs WHERE parent_run_id IS NOT NULL ORDER BY run_id LIMIT 1'))[0] : null;
+  if (!child) {
+    console.log(`    | (no child run in this database${hasParent ? '' : ': orch_runs has no parent_run_id'}; the page function's test covers them)`);
+    return;
+  }
+  assert.equal(await goto(`${ADMIN}/runs/${child.run_id}`), 200);
+  assert.equal(await page.$eval('#parent-link', (a) => a.getAttribute('href')), `/runs/${child.parent_run_id}`);
+  assert.equal(await goto(`${ADMIN}/runs/${child.parent_run_id}`), 200);
+  assert.ok(await page.$(`#run-children tr[data-run="${child.run_id}"] a[href="/runs/${child.run_id}"]`));
+  await goto(`${ADMIN}/runs`);
+  assert.equal(await page.$eval(`#runs tr[data-run="${child.run_id}"] td.parent a`, (a) => a.getAttribute('href')), `/runs/${child.parent_run_id}`);
+  // the fixture's family: every child as orch_run_status lists it, the single
+  // subflow's child linked from its step and its box, the map's from its step
+  const family = await runId('fx-family');
+  if (!family) return;
+  const st = JSON.parse((await sql('SELECT orch_run_status($1)::text AS d', [family]))[0].d);
+  assert.equal(st.children.length, 3);
+  await goto(`${ADMIN}/runs/${family}`);
+  assert.deepEqual(await page.$$eval('#run-children tbody tr', (els) => els.map((e) => [e.getAttribute('data-run'), e.getAttribute('data-step'), e.querySelector('.state').textContent])),
+    st.children.map((c) => [String(c.run_id), c.step_id, c.state]));
+  const one = st.steps.find((x) => x.step_id === 'one').child_run_id;
+  assert.ok(one, 'the single subflow names its child');
+  assert.equal(await page.$eval('#step-one a.child-run', (a) => a.getAttribute('href')), `/runs/${one}`);
+  assert.match(await page.$eval('svg.dag a.node[data-step="one"] .node-type', (t) => t.textContent), new RegExp(`subflow → run ${one}`));
+  assert.deepEqual(await attrs('#step-each table.child-runs tbody tr', 'data-run'),
+    st.children.filter((c) => c.step_id === 'each').map((c) => String(c.run_id)));
+  const item = st.children.find((c) => c.step_id === 'each' && c.index === 1);
+  await goto(`${ADMIN}/runs/${item.run_id}`);
+  assert.match(await text('#run-parent'), new RegExp(`Child run of run ${family}, started by its step each, map item 1\\.`));
+});
+
 // ---------------------------------------------------------------------------
 async function main() {
   for (const [k, v] of Object.entries({ CONSOLE_URL: ADMIN, CONSOLE_RO_URL: RO, CONSOLE_READER_URL: READER, CONSOLE_ACME_URL: ACME })) {

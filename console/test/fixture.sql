@@ -7,7 +7,7 @@
 -- Queues: emails, billing, reports (tasks in every state, dead letters, two
 -- tenants, payloads with markup), payments (a dead letter not safe to
 -- retry), imports (dead letters to re-drive in bulk), bulkq (130 queued
--- tasks), release and diamond (workflow steps).
+-- tasks), release and diamond (workflow steps), digests (schedules).
 -- Workflow 'release': plan -> design_review (gate) -> build -> unit_tests +
 -- integration_tests -> release_approval (gate) -> deploy, and
 -- notify_rejected on a rejected design review.  Runs (idempotency keys):
@@ -15,6 +15,10 @@
 -- and fx-wait2 waiting at design_review, fx-wait3 waiting at release_approval.
 -- Workflow 'diamond': start -> left -> left2 -> join and start -> right ->
 -- join (an edge that skips a layer); run fx-diamond.
+-- Schedules: nightly-report (fired once, into queue digests), release-train
+-- (runs of release), hourly-sync (paused), acme-digest (tenant acme).
+-- With sub-workflows in the extension: run fx-family and its child runs
+-- (queue family).
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 
@@ -180,6 +184,46 @@ SELECT orch_define('payment', '{"description": "Console fixture: a wait for a si
 SELECT orch_publish('payment', :pv);
 SELECT orch_start('payment', '{"order": "ORD-7"}', idempotency_key => 'fx-signal') AS r_signal \gset
 SELECT orch_signal(:r_signal, 'refund_requested', '{"reason": "duplicate"}', 'fx-signal-1');
+
+-- schedules (nothing ticks them but this file: no maintenance job runs):
+-- nightly-report fired one slot into queue digests (a tick a day ahead),
+-- release-train starts runs of release, hourly-sync is paused, acme-digest
+-- belongs to tenant acme; the target payload carries markup
+SELECT orch_create_queue('digests', '{}');
+SELECT orch_schedule('nightly-report', '30 2 * * *',
+                     '{"queue": "digests", "payload": {"report": "sales", "note": "<script>alert(5)</script>"}}',
+                     '{"timezone": "Europe/Berlin"}');
+SELECT orch_schedule_tick(as_of => now() + interval '1 day');
+SELECT orch_schedule('release-train', '0 9 * * mon-fri',
+                     '{"definition": "release", "input": {"change": "CHG-TRAIN", "scenario": "wait"}}',
+                     '{"timezone": "America/New_York", "overlap": "queue_one", "catch_up": "all", "catch_up_window": "2 hours"}');
+SELECT orch_schedule('hourly-sync', '@hourly', '{"queue": "digests", "payload": {"sync": true}}');
+SELECT orch_pause_schedule('hourly-sync');
+SELECT orch_schedule('acme-digest', '*/15 * * * *', '{"queue": "digests", "payload": {"digest": "acme"}}',
+                     '{"tenant": "acme"}');
+
+-- sub-workflows, when the extension has them (orch_runs.parent_run_id): run
+-- fx-family, a task and then two subflow steps, one child run (one) and a
+-- map of two (each); the first child to be worked on has finished
+SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'orch_runs'::regclass
+                AND attname = 'parent_run_id' AND NOT attisdropped) AS has_subflows \gset
+\if :has_subflows
+SELECT orch_create_queue('family', '{}');
+SELECT orch_define('fx_item', '{"description": "Console fixture: a child run",
+    "steps": [{"step_id": "work", "queue": "family", "handler": "work"}]}') AS iv \gset
+SELECT orch_publish('fx_item', :iv);
+SELECT orch_define('fx_family', '{"description": "Console fixture: a run with child runs", "steps": [
+    {"step_id": "prepare", "queue": "family", "handler": "prepare"},
+    {"step_id": "one", "type": "subflow", "definition": "fx_item", "depends_on": ["prepare"], "input": "$.input"},
+    {"step_id": "each", "type": "subflow", "definition": "fx_item", "depends_on": ["prepare"],
+     "map": {"over": "$.input.items"}}]}') AS fv \gset
+SELECT orch_publish('fx_family', :fv);
+SELECT orch_start('fx_family', '{"items": [{"n": 1}, {"n": 2}]}', idempotency_key => 'fx-family');
+SELECT count(orch_complete(c.task_id, c.lease_token, '{"prepared": true}'))
+  FROM orch_dequeue('family', 'fixture-worker', 1) c;   -- prepare: the children start
+SELECT count(orch_complete(c.task_id, c.lease_token, '{"done": true}'))
+  FROM orch_dequeue('family', 'fixture-worker', 1) c;   -- one child's task
+\endif
 
 -- the counters, as orch_maintain folds them
 SELECT orch_metrics_refresh();

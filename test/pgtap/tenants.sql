@@ -16,7 +16,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
 
 BEGIN;
-SELECT plan(8340);
+SELECT plan(8380);
 
 -- ---------------------------------------------------------------------------
 -- Test roles (NOLOGIN; created in this transaction, so rolled back at the
@@ -891,6 +891,8 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
      'SELECT orch.run_busy_on_shard(1, true)', NULL, '{"*": "42501"}'),
     ('orch.step_claimable', 'any', NULL, 'call step_claimable directly (it tells whether a run is running)',
      $q$SELECT orch.step_claimable(1, 'ta', NULL)$q$, NULL, '{"*": "42501"}'),
+    ('orch.start_subflow', 'any', NULL, 'call start_subflow directly (a run''s subflow step starts its child)',
+     $q$SELECT orch.start_subflow(1, 's', NULL, 'd', 1, '{}')$q$, NULL, '{"*": "42501"}'),
     ('orch.histogram_le', 'any', NULL, 'call histogram_le directly',
      'SELECT orch.histogram_le(1)', NULL, '{"*": "42501"}'),
     ('orch.histogram_quantile', 'any', NULL, 'call histogram_quantile directly',
