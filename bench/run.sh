@@ -13,8 +13,12 @@
 #                           the throughput groups only, from the pgmq release
 #                           tarball, BENCH_PGMQ or ../shared/vendor/pgmq-1.5.1.tar.gz;
 #                           skipped with a line when it is absent)
-#   BENCH_WORKLOADS="enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf decay"   which groups to run
+#   BENCH_WORKLOADS="enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf subflows signals decay"   which groups to run
 #   BENCH_WF_RUNS=N         runs started per workflow run (default 2000, quick 300)
+#   BENCH_SUB_SIZES="100 1000"  children of the parent run of each subflows run
+#   BENCH_SIG_RUNS=N        round trips of each signals run (default 500, quick 200)
+#   ORCH_PG_BINDIR=DIR      bin directory of the PostgreSQL 15 to use (default
+#                           /usr/lib/postgresql/15/bin; a relocated copy works)
 #   BENCH_REPS=N            repetitions of each throughput workload (default 3,
 #                           quick 1), the sides alternating; the table shows
 #                           the median of the repetitions
@@ -34,7 +38,7 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_DIR/.." && pwd)
-PGBIN=/usr/lib/postgresql/15/bin
+PGBIN=${ORCH_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 PG_CONFIG=$PGBIN/pg_config
 
 PORT=${BENCH_PORT:-55433}
@@ -46,7 +50,7 @@ PGMQ_TAR=${BENCH_PGMQ:-$REPO/../shared/vendor/pgmq-1.5.1.tar.gz}
 TP_SYSTEMS=$SYSTEMS
 SYSTEMS=$(echo "$SYSTEMS" | tr ' ' '\n' | grep -v '^pgmq$' | tr '\n' ' ' | sed 's/ *$//')
 PGMQ_NOTE=
-GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf decay}
+GROUPS_=${BENCH_WORKLOADS:-enqueue process batch latency steady waiting backlog tenants readers fair retention keys wf subflows signals decay}
 PROFILE=${BENCH_PROFILE:-0}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
@@ -65,6 +69,7 @@ if [ "$QUICK" = 1 ]; then
     KEY_JOBS=10000      # jobs of the concurrency-key runs
     BLOCKED_BIG=2000    # blocked keys of the "many blocked keys" latency run
     WF_RUNS=300         # workflow runs started (before the workers) per wf run
+    SIG_RUNS=200        # signal round trips per signals run
     DELAYED=20000       # future-dated + retry-waiting tasks of the backlog latency run
     DECAY_CHUNK=100000  # tasks per round of the no-decay run
     DECAY_ROUNDS=5      # rounds of the no-decay run
@@ -91,6 +96,7 @@ else
     KEY_JOBS=100000
     BLOCKED_BIG=10000
     WF_RUNS=2000
+    SIG_RUNS=500
     DELAYED=200000
     DECAY_CHUNK=1000000
     DECAY_ROUNDS=10
@@ -115,6 +121,10 @@ BLOCKED_SMALL=10
 LOAD_CHUNK=10000        # rows per pre-load transaction
 PROC_CAP=${BENCH_PROC_CAP:-$PROC_CAP}
 WF_RUNS=${BENCH_WF_RUNS:-$WF_RUNS}
+SIG_RUNS=${BENCH_SIG_RUNS:-$SIG_RUNS}
+SIG_WARM=20             # round trips first made on the same connection and left out of the figures
+SUB_SIZES=${BENCH_SUB_SIZES:-100 1000}
+SUB_LIMIT=10            # seconds: no call of the subflows group may take longer
 WF_WORKERS=4            # workers of the workflow runs (as "process, 4 workers")
 WF_TARGET=1.5           # step overhead target: bare-task jobs/s / linear steps/s
 
@@ -159,7 +169,7 @@ ensure_packages() {
     # postgresql-contrib-15 is a virtual package provided by postgresql-15 on
     # Debian; pgbench and pg_stat_statements ship in postgresql-15.
     [ -x "$PGBIN/postgres" ] || missing+=(postgresql-15)
-    [ -x "$PGBIN/pgbench" ] && [ -f /usr/lib/postgresql/15/lib/pg_stat_statements.so ] \
+    [ -x "$PGBIN/pgbench" ] && [ -f "$(dirname "$PGBIN")/lib/pg_stat_statements.so" ] \
         || missing+=(postgresql-contrib-15)
     [ -x "$PG_CONFIG" ] && [ -f "$($PG_CONFIG --pgxs 2>/dev/null || echo /nonexistent)" ] \
         || missing+=(postgresql-server-dev-15)
@@ -1090,6 +1100,165 @@ run_workflows() {
 }
 
 # ---------------------------------------------------------------------------
+# Sub-workflows (orchestrator only): one parent run whose map step starts
+# one child run per item (bench/subflow_definitions.sql: each child is one
+# task step in queue 'sub'), for each N of SUB_SIZES.  Measured: the
+# orch_start of the parent, which starts the N children and enqueues their
+# tasks in its transaction, and the growth of its backend's peak resident
+# memory (VmHWM of /proc/self/status, read by the backend itself, before
+# and after); then WF_WORKERS workers run bench/orch_process.sql (claim one,
+# complete it) on queue 'sub', together as many claims as there are tasks
+# and a few more, until the parent succeeds (window: pgbench start .. the
+# parent's finish), and the longest of their claim + complete pairs
+# (pgbench -l).  The reference: the same N items as the tasks of a plain
+# map step (no child runs).  Target: no call over SUB_LIMIT seconds.
+# ---------------------------------------------------------------------------
+declare -A SUB          # SUB[kind,N] = "start_s hwm_kb done_s longest_ms"
+
+# sub_start DEFINITION N -> "run_id|seconds|kB": one session; the input is
+# built before the clock starts
+sub_start() {
+    "${PSQL[@]}" -d bench -At <<EOF
+SELECT substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s+(\d+) kB')::bigint AS h0,
+       jsonb_build_object('items', (SELECT jsonb_agg(jsonb_build_object('n', g)) FROM generate_series(1, $2) g)) AS input
+\gset
+SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
+SELECT orch_start('$1', :'input') AS run \gset
+SELECT :run, round(extract(epoch FROM clock_timestamp()) - :t0, 3),
+       substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s+(\d+) kB')::bigint - :h0;
+EOF
+}
+
+run_subflows() {
+    local n kind def res run start_s hwm t0 prefix per done_s longest state
+    want orchestrator || return 0
+    for n in $SUB_SIZES; do
+        for kind in subflow map; do
+            if [ "$kind" = subflow ]; then def=bench_sub_parent; else def=bench_sub_plainmap; fi
+            reset_all
+            sqlf "$BENCH_DIR/subflow_definitions.sql"
+            settle
+            log "subflows: $def with $n items"
+            res=$(sub_start "$def" "$n") || die "subflows: orch_start of $def failed"
+            IFS='|' read -r run start_s hwm <<<"$res"
+            [ "$(sql "SELECT count(*) FROM orch.tasks WHERE queue = 'sub' AND state = 'queued'")" = "$n" ] \
+                || die "subflows: $def did not enqueue $n tasks"
+            if [ "$kind" = subflow ]; then
+                [ "$(sql "SELECT count(*) FROM orch.runs WHERE parent_run_id = $run AND state = 'running'")" = "$n" ] \
+                    || die "subflows: $def did not start $n children"
+            fi
+            sql "CHECKPOINT" >/dev/null
+            prefix=$WORK/subflows-$kind-$n
+            per=$(( (n + WF_WORKERS - 1) / WF_WORKERS + 2 ))
+            t0=$(now_epoch)
+            "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+                -c "$WF_WORKERS" -j "$(threads_for "$WF_WORKERS")" -t "$per" \
+                -D queue=sub -f "$BENCH_DIR/orch_process.sql" \
+                -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1 || true
+            pgbench_check "$prefix.out"
+            state=$(sql "SELECT state FROM orch.runs WHERE id = $run")
+            [ "$state" = succeeded ] \
+                || die "subflows: the parent is $state after the workers ($(sql "SELECT string_agg(state || '=' || n, ' ')
+                         FROM (SELECT state, count(*) AS n FROM orch.tasks WHERE queue = 'sub' GROUP BY state) s"))"
+            done_s=$(sql "SELECT round(extract(epoch FROM finished_at) - $t0, 3) FROM orch.runs WHERE id = $run")
+            longest=$(lat_stats "$prefix".*[0-9] | awk '{ print $4 }')
+            SUB[$kind,$n]="$start_s $hwm $done_s $longest"
+            log "  start ${start_s} s, VmHWM +${hwm} kB; all done in ${done_s} s; longest claim+complete ${longest} ms"
+        done
+    done
+}
+
+report_subflows() {
+    local n kind v label worst=0
+    echo "sub-workflows (orchestrator; one parent run, its map step starts one child run per item, each child one task step;"
+    echo "               $WF_WORKERS workers claim one + complete; reference: the same items as a plain map step's tasks)"
+    printf '  %-22s | %6s | %9s | %11s | %9s | %9s | %10s | %8s | %s\n' \
+        "" items "start s" "ms per item" "VmHWM +MB" "kB/item" "all done s" "items/s" "longest claim+complete ms"
+    for n in $SUB_SIZES; do
+        for kind in subflow map; do
+            v=${SUB[$kind,$n]:-}
+            [ -n "$v" ] || continue
+            if [ "$kind" = subflow ]; then label="subflow map (children)"; else label="plain map (tasks)"; fi
+            # shellcheck disable=SC2086
+            set -- $v
+            awk -v l="$label" -v n="$n" -v s="$1" -v h="$2" -v d="$3" -v m="$4" 'BEGIN {
+                printf "  %-22s | %6d | %9.3f | %11.3f | %9.1f | %9.1f | %10.2f | %8.0f | %.1f\n",
+                       l, n, s, 1000 * s / n, h / 1024, h / n, d, (d > 0) ? n / d : 0, m }'
+            worst=$(awk -v w="$worst" -v s="$1" -v m="$4" 'BEGIN { x = (s > m / 1000) ? s : m / 1000; print (x > w) ? x : w }')
+        done
+    done
+    awk -v w="$worst" -v lim="$SUB_LIMIT" 'BEGIN {
+        printf "  longest call (orch_start, or a claim + complete pair): %.3f s   target no call over %d s: %s\n",
+               w, lim, (w <= lim) ? "met" : "NOT met" }'
+}
+
+# ---------------------------------------------------------------------------
+# Signals (orchestrator only): SIG_WARM + SIG_RUNS runs of bench_signal
+# (bench/signal_definitions.sql) wait at step "w" for signal "go", with
+# step "next" (a task in queue 'sig') after it.  One client signals them one
+# after another and claims at once (bench/orch_signal_claim.sql): the
+# round trip from orch_signal (its transaction: the wait consumes the
+# signal, next's task is enqueued, the commit) to the claim of that task
+# returning (a second transaction).  Beside it the reference: a plain
+# task's orch_enqueue and its claim (bench/orch_enqueue_claim.sql).
+# Latencies from pgbench -l, the first SIG_WARM of each left out (the
+# connection's plans being made).
+# ---------------------------------------------------------------------------
+declare -A SIG          # SIG[signal|plain] = "p50 p90 p99 max n"
+run_signals() {
+    local kind prefix total claimed
+    want orchestrator || return 0
+    total=$(( SIG_WARM + SIG_RUNS ))
+    for kind in signal plain; do
+        reset_all
+        sqlf "$BENCH_DIR/signal_definitions.sql"
+        if [ "$kind" = signal ]; then
+            sql "INSERT INTO bench_signal_runs
+                 SELECT g, orch_start('bench_signal', jsonb_build_object('n', g)) FROM generate_series(1, $total) g" >/dev/null
+            [ "$(sql "SELECT count(*) FROM orch_run_steps WHERE step_id = 'w' AND state = 'waiting'")" = "$total" ] \
+                || die "signals: the runs do not all wait for their signal"
+        fi
+        settle
+        log "signals: $kind, $total round trips"
+        prefix=$WORK/signals-$kind
+        if [ "$kind" = signal ]; then
+            "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared -c 1 -j 1 -t "$total" \
+                -D queue=sig -D i=0 -f "$BENCH_DIR/orch_signal_claim.sql" \
+                -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1 || true
+            claimed=$(sql "SELECT count(*) FROM orch_tasks WHERE queue = 'sig' AND state = 'executing'")
+        else
+            "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared -c 1 -j 1 -t "$total" \
+                -D queue=sigbase -f "$BENCH_DIR/orch_enqueue_claim.sql" \
+                -l --log-prefix="$prefix" bench >"$prefix.out" 2>&1 || true
+            claimed=$(sql "SELECT count(*) FROM orch_tasks WHERE queue = 'sigbase' AND state = 'executing'")
+        fi
+        pgbench_check "$prefix.out"
+        [ "$claimed" = "$total" ] || die "signals: $kind: $claimed of $total tasks were claimed"
+        awk -v w="$SIG_WARM" '$2 > w' "$prefix".*[0-9] >"$prefix.measured"
+        SIG[$kind]=$(lat_stats "$prefix.measured")
+        log "  p50/p90/p99/max/n = ${SIG[$kind]}"
+    done
+}
+
+report_signals() {
+    local kind
+    echo "signals (orchestrator; 1 client, one run after another; ms from the call's start to the claim's return; first $SIG_WARM left out):"
+    for kind in signal plain; do
+        [ -n "${SIG[$kind]:-}" ] || continue
+        awk -v s="${SIG[$kind]}" -v k="$kind" 'BEGIN {
+            split(s, a, " ");
+            printf "  %-52s p50 %.3f p90 %.3f p99 %.3f max %.3f (n %d)\n",
+                   (k == "signal") ? "orch_signal, then the claim of the next step'"'"'s task" : "orch_enqueue of a plain task, then its claim",
+                   a[1], a[2], a[3], a[4], a[5] }'
+    done
+    if [ -n "${SIG[signal]:-}" ] && [ -n "${SIG[plain]:-}" ]; then
+        awk -v s="${SIG[signal]}" -v p="${SIG[plain]}" 'BEGIN {
+            split(s, a, " "); split(p, b, " ");
+            printf "  signal / plain: p50 %.2fx, p99 %.2fx\n", (b[1] > 0) ? a[1] / b[1] : 0, (b[3] > 0) ? a[3] / b[3] : 0 }'
+    fi
+}
+
+# ---------------------------------------------------------------------------
 # Steady load: one producer enqueues one job per transaction at a fixed rate
 # (pgbench -R), W workers claim up to B jobs, complete them, and sleep 5 ms
 # when nothing was claimable.  Each run starts from empty tables whose
@@ -1321,6 +1490,8 @@ if group batch; then
     run_process "process, claim 100, $BATCH_WORKERS workers" process_batch "$BATCH_WORKERS" "$BATCH_JOBS"
 fi
 if group wf; then run_workflows; fi
+if group subflows; then run_subflows; fi
+if group signals; then run_signals; fi
 if group latency; then run_latency; fi
 if group steady; then run_steady; fi
 if group backlog; then run_backlog; fi
@@ -1449,6 +1620,8 @@ report() {
     echo
     fi
     if want orchestrator && group wf; then report_wf; echo; fi
+    if want orchestrator && group subflows; then report_subflows; echo; fi
+    if want orchestrator && group signals; then report_signals; echo; fi
     if group latency; then
     echo "latency, 1 client, backlog kept near its size (ms; from pgbench -l, per transaction)"
     printf '%-14s | %-15s | %10s | %9s | %9s | %9s | %9s | %7s\n' \

@@ -13,8 +13,11 @@
 # decision (gate_repairs), and workflows: a published definition (a task step
 # with a compensation, then a human approval) and a draft, a run waiting for
 # approval, a run whose step task is queued, a run approved to the end
-# (an approval row), and a run waiting for a signal that keeps a pending
-# signal of another name (orch.signals); a fair queue's weight and cursor.
+# (an approval row), a run waiting for a signal that keeps a pending
+# signal of another name (orch.signals), a run that keeps a signal for a
+# wait it has not reached, and a parent run whose subflow step waits for a
+# running child run (its step task claimed); cron schedules (one fired,
+# one paused); a fair queue's weight and cursor.
 #
 # It is copied twice: pg_dump -Fc + createdb + pg_restore -d dst, and
 # pg_dump src | psql -v ON_ERROR_STOP=1 dst2.  Both must succeed without any
@@ -38,7 +41,14 @@
 #     (OR007 on a raw UPDATE or DELETE), a finished run still terminal (OR002),
 #     a new run gets a new id; the pending signal is there, its idempotency
 #     key replays, a new signal is consumed by the wait and the pending one
-#     stays.
+#     stays; the signal sent ahead of its wait is consumed when the wait is
+#     reached; the parent and its child keep parent_run_id, parent_step and
+#     root_run_id, and completing the child's task with its original lease
+#     token ends the child, settles the parent's step with its output, and
+#     the parent goes on to succeed;
+#   - the schedules are listed in orch_schedules with src's next fire
+#     times; a slot fired in src does not fire again, the next one fires
+#     once.
 # Finally: the restore exemption applies only to restore sessions: in a
 # normal session (row_security on) the superuser's raw INSERT of a
 # 'completed' task, or of a 'succeeded' run, still raises OR001.
@@ -282,6 +292,39 @@ is( sql('src', "SELECT state || ' ' || (SELECT string_agg(name || ' ' || (consum
 		  . " FROM orch_signals WHERE run_id = $run_d) FROM orch_runs WHERE run_id = $run_d"),
 	'running other true', 'src: run D waits for its signal and keeps a pending one');
 
+# run E: a task step, then a wait for signal "go"; the signal is sent before
+# the wait is reached, so it is kept pending until the wait starts
+sql('src', q{SELECT orch_publish('wf_sig_later', orch_define('wf_sig_later', '{"steps": [
+  {"step_id": "first", "queue": "q_sig", "handler": "dr.first"},
+  {"step_id": "w", "type": "wait", "signal": "go", "depends_on": ["first"]}]}'))});
+my $run_e = sql('src', q{SELECT orch_start('wf_sig_later', '{"doc": "E"}')});
+my $sig_e = sql('src', qq{SELECT orch_signal($run_e, 'go', '{"n": 5}')});
+is( sql('src', "SELECT (SELECT string_agg(step_id || '=' || state, ' ' ORDER BY step_id) FROM orch_run_steps"
+		  . " WHERE run_id = $run_e) || ' ' || (SELECT string_agg(name || ' ' || (consumed_at IS NULL), ',')"
+		  . " FROM orch_signals WHERE run_id = $run_e)"),
+	'first=running w=pending go true', "src: run E keeps signal go for the wait it has not reached");
+
+# run P with a running sub-workflow (0.8.0): P's subflow step "sub" started
+# child run P1 (wf_child, its input mapped from P's), whose step task is
+# claimed (executing); P's step "after" waits for sub
+sql('src', q{SELECT orch_create_queue('q_sub', '{"lease": "1 hour"}')});
+sql('src', q{SELECT orch_publish('wf_child', orch_define('wf_child', '{"steps": [
+  {"step_id": "c", "queue": "q_sub", "handler": "dr.child"}]}'))});
+sql('src', q{SELECT orch_publish('wf_parent', orch_define('wf_parent', '{"steps": [
+  {"step_id": "sub", "type": "subflow", "definition": "wf_child", "input": {"doc": "$.input.doc"}},
+  {"step_id": "after", "queue": "q_sub", "handler": "dr.after", "depends_on": ["sub"]}]}'))});
+my $run_p = sql('src', q{SELECT orch_start('wf_parent', '{"doc": "P"}')});
+my $run_p1 = sql('src', "SELECT run_id FROM orch_runs WHERE parent_run_id = $run_p");
+my $family_sql = "SELECT string_agg(id || ' ' || coalesce(parent_run_id::text, '-') || ' '"
+  . " || coalesce(parent_step, '-') || ' ' || coalesce(parent_index::text, '-') || ' '"
+  . " || root_run_id || ' ' || state || ' ' || input, ',' ORDER BY id)"
+  . " FROM orch.runs WHERE root_run_id = $run_p";
+my $family = "$run_p - - - $run_p running {\"doc\": \"P\"},$run_p1 $run_p sub - $run_p running {\"doc\": \"P\"}";
+is(sql('src', $family_sql), $family, 'src: run P and its child P1, running, with parent_run_id, parent_step and root_run_id');
+my ($t_child, $tok_child) = split /\|/,
+  sql('src', q{SELECT task_id, lease_token FROM orch_dequeue('q_sub', 'w-sub')});
+is(sql('src', "SELECT run_id FROM orch.tasks WHERE id = $t_child"), $run_p1, "src: claimed child P1's step task");
+
 # cron schedules (0.8.0): a yearly one that fired its first slot (a task under
 # its key, an event in its history) and a paused one; their slots are far
 # enough ahead that no maintenance pass below fires them
@@ -294,6 +337,9 @@ SELECT orch_pause_schedule('s_paused');
 COMMIT;
 SELECT next_fire_at FROM orch.schedules WHERE name = 's_yearly'});
 is(sql('src', "SELECT orch_schedule_tick('$sched_slot')"), '1', 'src: the yearly schedule fired its first slot');
+my $sched_listed = sql('src', q{SELECT string_agg(name || ' ' || paused || ' ' || coalesce(next_fire_at::text, '-'), ','
+                                          ORDER BY name) FROM orch_schedules});
+like($sched_listed, qr/^s_paused true .*,s_yearly false \d{4}-\d\d-\d\d /, 'src: orch_schedules lists both, the yearly one with its next fire time');
 
 # fair claims (0.8.0): a round_robin queue's weight (orch.fair_weights) and
 # the cursor its claim left (orch.fair_cursors); the claimed task completed
@@ -641,6 +687,37 @@ for my $db (qw(dst dst2))
 	is( sql($db, "SELECT string_agg(name || '=' || coalesce(consumed_by, '-'), ' ' ORDER BY signal_id)"
 			  . " FROM orch_signals WHERE run_id = $run_d"),
 		'other=- go=w', "$db: the restored signal stays pending");
+	# run E's signal, sent before its wait was reached: completing first
+	# reaches w, which consumes it
+	@c = claim($db, 'q_sig', 'w-sig');
+	is(join(';', map { "$_->[0] $_->[2]" } @c), sql($db, "SELECT id FROM orch.tasks WHERE run_id = $run_e") . ' 1',
+		"$db: run E's first step task is claimed");
+	is(sql($db, "SELECT orch_complete($c[0][0], '$c[0][1]')"), 'completed', "$db: and completes");
+	is( sql($db, "SELECT state || ' ' || (output -> 'w' ->> 'n') FROM orch_runs WHERE run_id = $run_e"),
+		'succeeded 5', "$db: run E's wait consumed the restored pending signal, the run succeeded with its payload");
+	is( sql($db, "SELECT signal_id || ' ' || consumed_by FROM orch_signals WHERE run_id = $run_e"),
+		"$sig_e w", "$db: the restored signal is consumed by w");
+	# run P and its running child P1: the family as src had it; completing
+	# the child's task with its original token ends P1, whose output settles
+	# P's step sub; after starts, and once it completes P succeeds
+	is(sql($db, $family_sql), $family, "$db: run P and its child P1 keep parent_run_id, parent_step and root_run_id");
+	is( sql($db, "SELECT (s -> 'steps' -> 0 ->> 'child_run_id') || ' '"
+			  . " || (SELECT string_agg((c ->> 'run_id') || ' ' || (c ->> 'step_id') || ' ' || (c ->> 'state'), ',')"
+			  . "       FROM jsonb_array_elements(s -> 'children') c)"
+			  . " FROM orch_run_status($run_p) AS f(s)"),
+		"$run_p1 $run_p1 sub running", "$db: orch_run_status of run P names its running child");
+	is(sql($db, "SELECT orch_complete($t_child, '$tok_child', '{\"child\": \"P1\"}')"),
+		'completed', "$db: child P1's step task completes with its original lease token");
+	is( sql($db, "SELECT (SELECT state FROM orch_runs WHERE run_id = $run_p1) || ' '"
+			  . " || string_agg(step_id || '=' || state || coalesce(' ' || output::text, ''), ', ' ORDER BY ord)"
+			  . " FROM orch_run_steps WHERE run_id = $run_p"),
+		'succeeded sub=succeeded {"c": {"child": "P1"}}, after=running',
+		"$db: P1 succeeded, its output settled P's step sub, and after started");
+	@c = claim($db, 'q_sub', 'w-sub2');
+	is(scalar(@c), 1, "$db: P's step after is claimed");
+	is(sql($db, "SELECT orch_complete($c[0][0], '$c[0][1]')"), 'completed', "$db: and completes");
+	is(sql($db, "SELECT state || ' ' || (output -> 'sub' ->> 'c') FROM orch_runs WHERE run_id = $run_p"),
+		'succeeded {"child": "P1"}', "$db: run P succeeded");
 	# a new run gets a new id
 	my $new_run = sql($db, q{SELECT orch_start('wf_dr', '{"doc": "new"}')});
 	cmp_ok($new_run, '>', $max{runs}, "$db: a new run's id is above every restored run id");
@@ -684,7 +761,8 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		                             WHERE to_state = 'completed' AND entity = 'task' AND id > $max{events}}),
 		"$db: completed counter = src's + the completions after the restore");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
-	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue NOT IN ('q_early', 'q_sched', 'q_fair') GROUP BY state) s}),
+	              SELECT state, count(*) AS n FROM orch.tasks WHERE queue NOT IN ('q_early', 'q_sched', 'q_fair', 'q_sig', 'q_sub')
+	              GROUP BY state) s}),
 		'awaiting_user_confirmation=1 cancelled=1 completed=18 failed=3 queued=6',
 		"$db: final states: 18 completed (with the approval tasks of runs A and C), 3 failed, 1 cancelled, "
 		. "6 queued, 1 awaiting confirmation (run B's approval)");
@@ -696,8 +774,8 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 		"$db: the queued ones are the delayed, the rate-limited owner's, the tenant's and the three new tasks");
 	is( sql($db, q{SELECT string_agg(state || '=' || n, ' ' ORDER BY state) FROM (
 	              SELECT state, count(*) AS n FROM orch.runs GROUP BY state) s}),
-		'running=1 succeeded=3 waiting_approval=1',
-		"$db: final run states: A, C and D succeeded, B waits for approval, the new run is running");
+		'running=1 succeeded=6 waiting_approval=1',
+		"$db: final run states: A, C, D, E, P and its child P1 succeeded, B waits for approval, the new run is running");
 }
 
 # ---------------------------------------------------------------------------
@@ -706,6 +784,9 @@ SELECT command_id FROM orch_command('order.cancel', 'cancel-1', '{"order_id": "o
 # ---------------------------------------------------------------------------
 for my $db (qw(dst dst2))
 {
+	is( sql($db, q{SELECT string_agg(name || ' ' || paused || ' ' || coalesce(next_fire_at::text, '-'), ','
+	                                 ORDER BY name) FROM orch_schedules}),
+		$sched_listed, "$db: orch_schedules lists the schedules with src's next fire times");
 	is(sql($db, "SELECT orch_schedule_tick('$sched_slot')"), '0', "$db: the slot src fired does not fire again");
 	is( sql($db, "SELECT orch_schedule_tick('$sched_slot'::timestamptz + interval '1 year')"),
 		'1', "$db: the yearly schedule's next slot fires once; the paused one does not");
