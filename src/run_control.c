@@ -371,7 +371,15 @@ orch_run_cancel(int64 run_id, const char *reason, bool quiet)
 	orch_arg_int8(&a, run_id);
 	orch_arg_text(&a, NULL);	/* $2: not used */
 	orch_arg_caller_tenants(&a);
-	orch_args_sql(&a, "SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
+	/* with its open sub-workflows' tasks, which its cancel reaches too */
+	orch_args_sql(&a, orch_run_subflows_enabled()
+			? "WITH RECURSIVE f (id) AS (SELECT $1::bigint"
+			"   UNION ALL SELECT c.id FROM f JOIN orch.runs c ON c.parent_run_id = f.id AND c.id > f.id"
+			"     AND c.state IN ('running', 'waiting_approval', 'paused'))"
+			" SELECT 1 FROM orch.tasks WHERE run_id IN (SELECT id FROM f) AND " ORCH_TENANT_IN("tenant_id", "$3")
+			" AND state NOT IN ('completed', 'failed', 'cancelled')"
+			" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE"
+			: "SELECT 1 FROM orch.tasks WHERE run_id = $1 AND " ORCH_TENANT_IN("tenant_id", "$3")
 			" AND state NOT IN ('completed', 'failed', 'cancelled')"
 			" AND step_key NOT LIKE '%" ORCH_APPROVAL_SUFFIX "' ORDER BY id FOR UPDATE", false, 0, SPI_OK_SELECT);
 	orch_lock_run_or_not_found(run_id, &r);

@@ -125,8 +125,8 @@ extern int	orch_run_signal_waits(RunRow *r);
 /* run_subflows.c: the sub-workflows of subflow steps */
 extern bool orch_run_subflows_enabled(void);
 extern bool orch_run_starting_child(void);
-extern int64 orch_run_start_child(RunRow *r, const char *step, int index, const char *definition,
-								  int version, Jsonb *input, char **error);
+extern bool orch_run_start_children(RunRow *r, const char *step, int from, int to, Jsonb *items,
+									Jsonb *input, const char *definition, int version, char **error);
 extern int64 *orch_run_open_children(RunRow *r, const char *step, int *n);
 /* run_decisions.c: beside progression */
 extern Datum orch_run_path_keys(RunRow *r, const char *path);

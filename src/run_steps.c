@@ -582,9 +582,8 @@ start_subflow_step(RunRow *r, const char *step, bool is_map, const Interval *tim
 				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 	orch_step_event(r, step, "ready", "running", "step_started");
 	input = subflow_input(r, mapping, &error);
-	if (error == NULL && orch_run_start_child(r, step, -1, definition, version, input, &error) == 0 &&
-		error == NULL)
-		error = "the sub-workflow did not start";
+	if (error == NULL)
+		(void) orch_run_start_children(r, step, -1, 0, NULL, input, definition, version, &error);
 	if (error != NULL)
 	{
 		orch_run_step_failed(r, step, "failed", error, false);
@@ -601,25 +600,20 @@ static void
 subflow_fill(RunRow *r, const char *step)
 {
 	MapWindow	w;
+	OrchArgs	a = {0};
+	char	   *error;
 
 	if (!map_window(r, step, true, &w))
 		return;
-	for (int i = w.next; i < w.upto; i++)
+	if (!orch_run_start_children(r, step, w.next, w.upto, w.items, NULL, w.definition, w.version, &error))
 	{
-		JsonbValue *item = getIthJsonbValueFromContainer(&w.items->root, i);
-		char	   *error = NULL;
-		OrchArgs	n = {0};
-
-		if (orch_run_start_child(r, step, i, w.definition, w.version, JsonbValueToJsonb(item), &error) == 0)
-		{
-			orch_run_step_failed(r, step, "failed", error ? error : "the sub-workflow did not start", false);
-			return;
-		}
-		/* counted as each starts: a child that ends at once is counted by then */
-		step_args(&n, r, step);
-		orch_args_sql(&n, "UPDATE orch.run_steps SET items_next = items_next + 1"
-					  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+		orch_run_step_failed(r, step, "failed", error, false);
+		return;
 	}
+	step_args(&a, r, step);
+	orch_arg_int4(&a, w.upto);
+	orch_args_sql(&a, "UPDATE orch.run_steps SET items_next = $4"
+				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
 }
 
 typedef enum StepKind

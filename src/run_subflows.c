@@ -16,6 +16,7 @@
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "run_internal.h"
 
@@ -57,95 +58,125 @@ run_depth(RunRow *r)
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-/* A child to start, and what came of it */
-typedef struct ChildStart
+/*
+ * The children of a subflow step to start: one (index -1, its input), or
+ * items from .. to - 1 of a map (each item its input)
+ */
+typedef struct ChildStarts
 {
 	RunRow	   *parent;
 	const char *step;
-	int			index;			/* the map item; -1 for a single subflow */
+	int			from;
+	int			to;
+	Jsonb	   *items;			/* a map's items; NULL: one child of input */
+	Jsonb	   *input;
 	const char *definition;
 	int			version;		/* 0: the latest published */
-	Jsonb	   *input;
-	int64		child;
-} ChildStart;
+	int			current;		/* the index being started */
+} ChildStarts;
 
-static void
-start_child(void *arg)
+/* The child of the step and index, started before: its id, else 0 */
+static int64
+existing_child(ChildStarts *c, int index)
 {
-	ChildStart *c = (ChildStart *) arg;
 	OrchArgs	a = {0};
 	bool		isnull;
 
 	orch_arg_int8(&a, c->parent->id);
+	orch_arg_text(&a, c->parent->tenant);
 	orch_arg_text(&a, c->step);
-	orch_arg(&a, INT4OID, Int32GetDatum(c->index), c->index < 0);
-	orch_arg_text(&a, c->definition);
-	orch_arg(&a, INT4OID, Int32GetDatum(c->version), c->version <= 0);
-	orch_arg_jsonb(&a, c->input);
+	orch_arg_int4(&a, index);
+	/* a child's id is above its parent's: the partitions below are not read */
+	if (orch_args_sql(&a, index < 0
+					  ? "SELECT id FROM orch.runs WHERE parent_run_id = $1 AND tenant_id = $2"
+					  " AND parent_step = $3 AND parent_index IS NULL AND id > $1 AND $4 < 0"
+					  : "SELECT id FROM orch.runs WHERE parent_run_id = $1 AND tenant_id = $2"
+					  " AND parent_step = $3 AND parent_index = $4 AND id > $1",
+					  false, 1, SPI_OK_SELECT) == 0)
+		return 0;
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Start the children not started yet, each with its memory freed after it */
+static void
+start_children(void *arg)
+{
+	ChildStarts *c = (ChildStarts *) arg;
+	MemoryContext each = AllocSetContextCreate(CurrentMemoryContext, "orchestrator sub-workflow start",
+											   ALLOCSET_DEFAULT_SIZES);
+	MemoryContext outer = MemoryContextSwitchTo(each);
+
 	starting_child = true;
 	PG_TRY();
 	{
-		orch_args_sql(&a, "SELECT orch.start_subflow($1, $2, $3, $4, $5, $6)", false, 0, SPI_OK_SELECT);
-		c->child = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		for (c->current = c->from; c->current < c->to; c->current++)
+		{
+			OrchArgs	a = {0};
+			int			i = c->current;
+
+			if (existing_child(c, i) == 0)
+			{
+				orch_arg_int8(&a, c->parent->id);
+				orch_arg_text(&a, c->step);
+				orch_arg(&a, INT4OID, Int32GetDatum(i), i < 0);
+				orch_arg_text(&a, c->definition);
+				orch_arg(&a, INT4OID, Int32GetDatum(c->version), c->version <= 0);
+				orch_arg_jsonb(&a, c->items
+							   ? JsonbValueToJsonb(getIthJsonbValueFromContainer(&c->items->root, i))
+							   : c->input);
+				orch_args_sql(&a, "SELECT orch.start_subflow($1, $2, $3, $4, $5, $6)", false, 0, SPI_OK_SELECT);
+			}
+			MemoryContextReset(each);
+		}
 	}
 	PG_FINALLY();
 	{
 		starting_child = false;
 	}
 	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	MemoryContextDelete(each);
 }
 
 /*
- * The child of run r's step (and map item index, -1 for none): the one
- * started before, else started now from definition (version 0: the latest
- * published) with input.  0 when it cannot start: *error says why (no such
- * published version, an input its input_schema refuses, the depth limit).
+ * Start the children of run r's step: one from input (from -1), or items
+ * from .. to - 1 of a map's items, from definition (version 0: the latest
+ * published).  A child started before is found again, not started twice.
+ * All of them start in one subtransaction: when one cannot (no such
+ * published version, an input its input_schema refuses, the depth limit),
+ * none of them is started, and *error says why, for the step to fail.
  */
-int64
-orch_run_start_child(RunRow *r, const char *step, int index, const char *definition, int version,
-					 Jsonb *input, char **error)
+bool
+orch_run_start_children(RunRow *r, const char *step, int from, int to, Jsonb *items, Jsonb *input,
+						const char *definition, int version, char **error)
 {
-	OrchArgs	a = {0};
-	ChildStart	c = {r, step, index, definition, version, input, 0};
+	ChildStarts c = {r, step, from, to, items, input, definition, version, from};
 	ErrorData  *e;
 	int			depth;
+	char	   *which;
 
 	*error = NULL;
-	orch_arg_int8(&a, r->id);
-	orch_arg_text(&a, r->tenant);
-	orch_arg_text(&a, step);
-	orch_arg(&a, INT4OID, Int32GetDatum(index), index < 0);
-	/* a child's id is above its parent's: the partitions below are not read */
-	if (orch_args_sql(&a, "SELECT id FROM orch.runs WHERE parent_run_id = $1 AND tenant_id = $2"
-					  " AND parent_step = $3 AND parent_index IS NOT DISTINCT FROM $4 AND id > $1",
-					  false, 1, SPI_OK_SELECT) == 1)
-	{
-		bool		isnull;
-
-		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
 	depth = run_depth(r) + 1;
 	if (depth > orch_max_subflow_depth)
 	{
 		*error = psprintf("a sub-workflow of %s would run at depth %d; orchestrator.max_subflow_depth is %d",
 						  definition, depth, orch_max_subflow_depth);
-		return 0;
+		return false;
 	}
-	e = orch_subxact_try(start_child, &c);
+	e = orch_subxact_try(start_children, &c);
 	/*
-	 * The parent is the run being acted on again, marked at this level: the
+	 * The parent is the run being acted on again, marked at this level: a
 	 * child's start marked itself inside the subtransaction, whose end (an
 	 * abort above all) would otherwise leave the parent unmarked.
 	 */
 	(void) orch_run_busy_begin(r->id);
-	if (e != NULL)
-	{
-		*error = e->detail
-			? psprintf("sub-workflow %s did not start: %s (%s)", definition, e->message, e->detail)
-			: psprintf("sub-workflow %s did not start: %s", definition, e->message);
-		return 0;
-	}
-	return c.child;
+	if (e == NULL)
+		return true;
+	which = c.current >= 0 ? psprintf("%s (item %d)", definition, c.current) : pstrdup(definition);
+	*error = e->detail
+		? psprintf("sub-workflow %s did not start: %s (%s)", which, e->message, e->detail)
+		: psprintf("sub-workflow %s did not start: %s", which, e->message);
+	return false;
 }
 
 /*

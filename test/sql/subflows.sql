@@ -159,13 +159,21 @@ SELECT pg_temp.st(:f3), (SELECT error FROM orch.runs WHERE id = :f3);
 -- 6. Failure: a child that cannot start, a child that fails, a child
 --    canceled; a map's other children stop; on_failure routes it
 -- ---------------------------------------------------------------------------
--- an item its input_schema refuses: the step fails; the child started before it is canceled
+-- an item its input_schema refuses: the step fails; the children of its
+-- window start together or not at all, so none is left behind
 SELECT orch_start('sf_fan', '{"items": [{"n": 1}, {"m": 2}]}') AS f4 \gset
 SELECT pg_temp.st(:f4);
 SELECT error FROM orch.runs WHERE id = :f4;
-SELECT child, idx, state, reason FROM pg_temp.kids(:f4);
-SELECT count(*) FILTER (WHERE state = 'cancelled') AS cancelled, min(reason_code) AS reason
-  FROM orch.tasks WHERE run_id IN (SELECT id FROM orch.runs WHERE parent_run_id = :f4);
+SELECT count(*) AS children FROM orch.runs WHERE parent_run_id = :f4;
+-- a child of a map fails: the step fails and the other child is canceled with its task
+SELECT orch_start('sf_fan', '{"items": [{"n": 1}, {"n": 2}]}') AS f4b \gset
+SELECT (orch_fail(c.task_id, c.lease_token, 'NON_RETRYABLE', 'item broke')).state
+  FROM orch_dequeue('sf_q', 'sf-worker') c WHERE c.payload -> 'input' ->> 'n' = '1';
+SELECT pg_temp.st(:f4b);
+SELECT child, idx, state, reason FROM pg_temp.kids(:f4b);
+SELECT t.state, t.reason_code FROM orch.tasks t JOIN orch.runs r ON r.id = t.run_id
+ WHERE r.parent_run_id = :f4b ORDER BY r.parent_index;
+SELECT pg_temp.drain('sf_q') >= 0 AS drained;
 -- a child that fails: the step fails, on_failure takes over
 SELECT orch_define('sf_route', '{"steps": [
     {"step_id": "sub", "type": "subflow", "definition": "sf_child", "version": 1, "input": "$.input",
