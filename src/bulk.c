@@ -436,6 +436,33 @@ orch_retry_where(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The runs to cancel in the order of their families (a sub-workflow's
+ * family is its top run's, any other run's its own), each family's runs by
+ * id: a cancel locks a run's family, so that two such calls take the
+ * families' locks in one order.
+ */
+static void
+family_order(int64 *ids, int count)
+{
+	OrchArgs	a = {0};
+	Datum	   *d;
+	bool		isnull;
+
+	if (count < 2 || !orch_schema_subflows() || orch_citus())
+		return;
+	d = palloc(sizeof(Datum) * count);
+	for (int i = 0; i < count; i++)
+		d[i] = Int64GetDatum(ids[i]);
+	orch_arg(&a, INT8ARRAYOID, PointerGetDatum(construct_array(d, count, INT8OID, 8, true, TYPALIGN_DOUBLE)), false);
+	if (orch_args_sql(&a, "SELECT u.id FROM unnest($1::bigint[]) u(id)"
+					  " ORDER BY coalesce((SELECT r.root_run_id FROM orch.runs r WHERE r.id = u.id), u.id), u.id",
+					  false, 0, SPI_OK_SELECT) != (uint64) count)
+		return;
+	for (int i = 0; i < count; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
  * orch_cancel_runs_where(filter jsonb, reason text, max int DEFAULT 100)
  *	  -> TABLE(run_id bigint, state text)
  *
@@ -457,6 +484,7 @@ orch_cancel_runs_where(PG_FUNCTION_ARGS)
 				  " WHERE " ORCH_TENANT_IN("r.tenant_id", "$1")
 				  "   AND r.state NOT IN ('succeeded', 'failed', 'canceled')",
 				  "r.id", 2, 100, "", &count);
+	family_order(ids, count);
 	for (int i = 0; i < count; i++)
 	{
 		put_row(fcinfo, ids[i], orch_run_cancel(ids[i], reason, true), 0);

@@ -408,6 +408,12 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 				nkept;
 	bool		isnull;
 
+	/* a sub-workflow is kept while its parent is open: the parent reads its output */
+	if (strcmp(h->table, "runs") == 0 && orch_schema_subflows() && !orch_citus())
+		kept = psprintf("(%s OR (h.parent_run_id IS NOT NULL AND EXISTS (SELECT 1 FROM orch.runs p"
+						" WHERE p.id = h.parent_run_id AND p.tenant_id = h.tenant_id AND p.finished_at IS NULL)))",
+						kept);
+
 	/* the DEFAULT partition: nothing to do unless a row in it is past the retention */
 	if (p->is_default &&
 		orch_sql_once(h->by_id

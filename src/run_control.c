@@ -233,9 +233,10 @@ raise_run_state(RunRow *r, const char *action)
 
 /*
  * A paused run's running sub-workflows pause with it (reason
- * parent_paused), and theirs; a resumed run's resume those it paused (a
- * child paused on its own stays paused), each checking its drift probes
- * as orch_resume_run does.  The family's lock is held.
+ * parent_paused), and theirs; one that compensates finishes its
+ * compensation.  A resumed run's resume those it paused (a child paused on
+ * its own stays paused), each checking its drift probes as orch_resume_run
+ * does.  The family's lock is held.
  */
 static void
 pause_children(RunRow *r)
@@ -247,9 +248,11 @@ pause_children(RunRow *r)
 	{
 		RunRow		c;
 
-		if (!orch_lock_run(ids[i], r->tenant, &c) || c.state != RS_RUNNING)
+		/* (a child that compensates finishes its compensation) */
+		if (!orch_lock_run(ids[i], r->tenant, &c) || c.state != RS_RUNNING ||
+			strcmp(c.phase, "forward") != 0)
 			continue;
-		orch_set_run_state(&c, RS_PAUSED, strcmp(c.phase, "compensating") == 0 ? NULL : "parent_paused", NULL);
+		orch_set_run_state(&c, RS_PAUSED, "parent_paused", NULL);
 		pause_children(&c);
 	}
 }
@@ -268,7 +271,7 @@ resume_children(RunRow *r)
 		if (!orch_lock_run(ids[i], r->tenant, &c) || c.state != RS_PAUSED ||
 			c.reason == NULL || strcmp(c.reason, "parent_paused") != 0)
 			continue;
-		if (strcmp(c.phase, "forward") == 0 && !orch_run_probes_resume(&c))
+		if (!orch_run_probes_resume(&c))
 			continue;
 		prev = orch_run_busy_begin(c.id);
 		orch_set_run_state(&c, RS_RUNNING, "resumed", NULL);

@@ -424,7 +424,7 @@ map_items_settle(RunRow *r, const char *step, const char *over, bool is_array, i
 	return false;
 }
 
-static void subflow_fill(RunRow *r, const char *step);
+static int	subflow_fill(RunRow *r, const char *step);
 static bool subflow_look(RunRow *r, const char *step);
 
 /*
@@ -473,7 +473,9 @@ start_map_step(RunRow *r, const char *step, const Interval *timeout, bool subflo
 		map_fill(r, step, false);
 		return false;
 	}
-	subflow_fill(r, step);
+	/* a child that cannot start fails the step: settled */
+	if (subflow_fill(r, step) < 0)
+		return true;
 	return subflow_look(r, step);
 }
 
@@ -594,9 +596,10 @@ start_subflow_step(RunRow *r, const char *step, bool is_map, const Interval *tim
 
 /*
  * The next items of a running map of sub-workflows started, at most
- * max_parallel open at once (a child that cannot start fails the step).
+ * max_parallel open at once: 1 when it started some, 0 when there were
+ * none to start, -1 when one could not start (the step failed).
  */
-static void
+static int
 subflow_fill(RunRow *r, const char *step)
 {
 	MapWindow	w;
@@ -604,16 +607,17 @@ subflow_fill(RunRow *r, const char *step)
 	char	   *error;
 
 	if (!map_window(r, step, true, &w))
-		return;
+		return 0;
 	if (!orch_run_start_children(r, step, w.next, w.upto, w.items, NULL, w.definition, w.version, &error))
 	{
 		orch_run_step_failed(r, step, "failed", error, false);
-		return;
+		return -1;
 	}
 	step_args(&a, r, step);
 	orch_arg_int4(&a, w.upto);
 	orch_args_sql(&a, "UPDATE orch.run_steps SET items_next = $4"
 				  " WHERE run_id = $1 AND tenant_id = $2 AND step_id = $3", false, 0, SPI_OK_UPDATE);
+	return 1;
 }
 
 typedef enum StepKind
@@ -1283,13 +1287,21 @@ collect_signals(RunRow *r)
 	}
 }
 
+/* What subflow_settle did with a step */
+enum
+{
+	SUBFLOW_WAITS,				/* nothing: it waits for its children */
+	SUBFLOW_STARTED,			/* it started more children (a map) */
+	SUBFLOW_SETTLED				/* it ended */
+};
+
 /*
  * One subflow step whose children moved: one failed or was canceled (the
  * step fails; its other children are canceled with it), all succeeded (the
  * step succeeds with the child's output, or a map's in item order, checked
  * against its output_schema), or a map has items left to start.
  */
-static void
+static int
 subflow_settle(RunRow *r, const char *step, int64 failed, bool done, bool is_map, Jsonb *schema)
 {
 	OrchArgs	a = {0};
@@ -1308,13 +1320,21 @@ subflow_settle(RunRow *r, const char *step, int64 failed, bool done, bool is_map
 							 psprintf("sub-workflow run " INT64_FORMAT " %s: %s", failed,
 									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
 									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)), false);
-		return;
+		return SUBFLOW_SETTLED;
 	}
 	if (!done)
 	{
-		if (r->state != RS_PAUSED && strcmp(r->phase, "forward") == 0)
-			subflow_fill(r, step);
-		return;
+		if (r->state == RS_PAUSED || strcmp(r->phase, "forward") != 0)
+			return SUBFLOW_WAITS;
+		switch (subflow_fill(r, step))
+		{
+			case -1:
+				return SUBFLOW_SETTLED;
+			case 1:
+				return SUBFLOW_STARTED;
+			default:
+				return SUBFLOW_WAITS;
+		}
 	}
 	orch_arg_bool(&a, is_map);
 	orch_args_sql(&a, "SELECT CASE WHEN $4 THEN coalesce(jsonb_agg(output ORDER BY parent_index), '[]')"
@@ -1328,6 +1348,7 @@ subflow_settle(RunRow *r, const char *step, int64 failed, bool done, bool is_map
 		step_failed(r, step, "failed", mismatch, false, "output_schema_mismatch");
 	else
 		step_succeeded(r, step, "running", out, NULL, "step_succeeded");
+	return SUBFLOW_SETTLED;
 }
 
 /*
@@ -1338,48 +1359,62 @@ static bool
 subflow_look(RunRow *r, const char *step)
 {
 	OrchArgs	a = {0};
-	int			n;
-	char	  **steps;
-	int64	   *failed;
-	bool	   *done;
-	bool	   *is_map;
-	Jsonb	  **schemas;
-	bool		isnull;
 	bool		settled = false;
+	bool		moved = true;
 
 	if (r->root_run_id == 0)
 		return false;
 	orch_arg_int8(&a, r->id);
 	orch_arg_text(&a, r->tenant);
 	orch_arg_text(&a, step);
-	n = (int) orch_args_sql(&a, "SELECT step_id, coalesce(child_failed, 0), items_done >= coalesce(items_total, 1),"
-			" items_total IS NOT NULL, spec -> 'output_schema'"
-			" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR step_id = $3)"
-			"   AND state = 'running' AND type = 'subflow'"
-			"   AND (child_failed IS NOT NULL OR items_done >= coalesce(items_total, 1)"
-			"     OR items_next < items_total)"
-			" ORDER BY ord", false, 0, SPI_OK_SELECT);
-	steps = orch_spi_column(1);
-	failed = palloc(sizeof(int64) * (n + 1));
-	done = palloc(sizeof(bool) * (n + 1));
-	is_map = palloc(sizeof(bool) * (n + 1));
-	schemas = palloc(sizeof(Jsonb *) * (n + 1));
-	for (int i = 0; i < n; i++)
+	/* again while a map started more children (they may have ended at once) */
+	while (moved && !orch_run_terminal(r->state))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	td = SPI_tuptable->tupdesc;
-		Datum		d;
+		int			n;
+		char	  **steps;
+		int64	   *failed;
+		bool	   *done;
+		bool	   *is_map;
+		Jsonb	  **schemas;
+		bool		isnull;
 
-		failed[i] = DatumGetInt64(SPI_getbinval(tup, td, 2, &isnull));
-		done[i] = DatumGetBool(SPI_getbinval(tup, td, 3, &isnull));
-		is_map[i] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
-		d = SPI_getbinval(tup, td, 5, &isnull);
-		schemas[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
-	}
-	for (int i = 0; i < n && !orch_run_terminal(r->state); i++)
-	{
-		subflow_settle(r, steps[i], failed[i], done[i], is_map[i], schemas[i]);
-		settled |= failed[i] != 0 || done[i];
+		moved = false;
+		n = (int) orch_args_sql(&a, "SELECT step_id, coalesce(child_failed, 0), items_done >= coalesce(items_total, 1),"
+				" items_total IS NOT NULL, spec -> 'output_schema'"
+				" FROM orch.run_steps WHERE run_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR step_id = $3)"
+				"   AND state = 'running' AND type = 'subflow'"
+				"   AND (child_failed IS NOT NULL OR items_done >= coalesce(items_total, 1)"
+				"     OR items_next < items_total)"
+				" ORDER BY ord", false, 0, SPI_OK_SELECT);
+		steps = orch_spi_column(1);
+		failed = palloc(sizeof(int64) * (n + 1));
+		done = palloc(sizeof(bool) * (n + 1));
+		is_map = palloc(sizeof(bool) * (n + 1));
+		schemas = palloc(sizeof(Jsonb *) * (n + 1));
+		for (int i = 0; i < n; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	td = SPI_tuptable->tupdesc;
+			Datum		d;
+
+			failed[i] = DatumGetInt64(SPI_getbinval(tup, td, 2, &isnull));
+			done[i] = DatumGetBool(SPI_getbinval(tup, td, 3, &isnull));
+			is_map[i] = DatumGetBool(SPI_getbinval(tup, td, 4, &isnull));
+			d = SPI_getbinval(tup, td, 5, &isnull);
+			schemas[i] = isnull ? NULL : DatumGetJsonbPCopy(d);
+		}
+		for (int i = 0; i < n && !orch_run_terminal(r->state); i++)
+			switch (subflow_settle(r, steps[i], failed[i], done[i], is_map[i], schemas[i]))
+			{
+				case SUBFLOW_SETTLED:
+					settled = true;
+					break;
+				case SUBFLOW_STARTED:
+					moved = true;
+					break;
+				default:
+					break;
+			}
 	}
 	return settled;
 }
@@ -1824,15 +1859,18 @@ orch_run_create_steps(RunRow *r)
 	if (r->root_run_id == 0)
 		orch_args_sql(&a, CREATE_STEPS("x.step"), false, 0, SPI_OK_INSERT);
 	else if (orch_args_sql(&a, "WITH i AS (" CREATE_STEPS(SUBFLOW_STEP_SPEC) " RETURNING step_id, type, spec)"
-						   " SELECT step_id, spec ->> 'definition' FROM i"
-						   " WHERE type = 'subflow' AND spec -> 'version' = 'null'"
+						   " SELECT step_id, spec ->> 'definition', coalesce(' ' || (spec ->> 'version'), '') FROM i"
+						   " WHERE type = 'subflow' AND (spec -> 'version' = 'null' OR NOT EXISTS (SELECT 1"
+						   "   FROM orch.definitions v WHERE v.name = i.spec ->> 'definition' AND v.tenant_id = 'default'"
+						   "     AND v.version = (i.spec ->> 'version')::int AND v.status = 'published'))"
 						   " ORDER BY step_id LIMIT 1", false, 0, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_ORCH_NOT_FOUND),
-				 errmsg("workflow \"%s\" of step \"%s\" has no published version",
+				 errmsg("workflow \"%s\" of step \"%s\" has no published version%s",
 						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
-						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
-				 errhint("Publish a version of it with orch_publish first: a subflow step starts the version published when its run starts.")));
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)),
+				 errhint("Publish it with orch_publish first: a subflow step starts the version it names, else the latest published when its run starts.")));
 	orch_args_sql(&a, "UPDATE orch.run_steps s SET needs_edge = true"
 			" WHERE s.run_id = $1 AND s.tenant_id = $2 AND EXISTS (SELECT 1 FROM orch.run_steps x"
 			"   WHERE x.run_id = $1 AND x.tenant_id = $2 AND s.step_id = ANY (x.out_edges))", false, 0, SPI_OK_UPDATE);
@@ -1857,8 +1895,14 @@ orch_run_flush_notes(void)
 	deferred = true;
 	PG_TRY();
 	{
-		/* runs locked in one order by every session: no lock-order deadlock */
+		/*
+		 * runs locked in one order by every session: no lock-order deadlock
+		 * (the order asks which families the runs are in: a query of its own)
+		 */
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "orchestrator: SPI_connect failed");
 		orch_run_notes_sort();
+		SPI_finish();
 		while (orch_run_notes_next(&note))
 		{
 			RunRow		r;

@@ -138,6 +138,20 @@ start_children(void *arg)
 	MemoryContextDelete(each);
 }
 
+/* An error that says nothing of the child: the transaction's or the server's */
+static bool
+transient(int code)
+{
+	int			class = ERRCODE_TO_CATEGORY(code);
+
+	return class == ERRCODE_TRANSACTION_ROLLBACK ||			/* 40: deadlock, serialization */
+		class == ERRCODE_INSUFFICIENT_RESOURCES ||			/* 53 */
+		code == ERRCODE_LOCK_NOT_AVAILABLE ||				/* 55P03 */
+		class == ERRCODE_OPERATOR_INTERVENTION ||			/* 57 */
+		class == ERRCODE_SYSTEM_ERROR ||					/* 58 */
+		class == ERRCODE_INTERNAL_ERROR;					/* XX */
+}
+
 /*
  * Start the children of run r's step: one from input (from -1), or items
  * from .. to - 1 of a map's items, from definition (version 0: the latest
@@ -172,6 +186,13 @@ orch_run_start_children(RunRow *r, const char *step, int from, int to, Jsonb *it
 	(void) orch_run_busy_begin(r->id);
 	if (e == NULL)
 		return true;
+	/*
+	 * Not the child's doing (a deadlock, a serialization failure, a lock or
+	 * resource limit, an internal error): the caller's transaction fails,
+	 * to be retried, rather than the step for good.
+	 */
+	if (transient(e->sqlerrcode))
+		ReThrowError(e);
 	which = c.current >= 0 ? psprintf("%s (item %d)", definition, c.current) : pstrdup(definition);
 	*error = e->detail
 		? psprintf("sub-workflow %s did not start: %s (%s)", which, e->message, e->detail)

@@ -185,7 +185,7 @@ typedef struct PublishedDef
  * the latest.  OR005 when there is none.
  */
 static void
-load_published(const char *name, Datum version_arg, bool version_null, PublishedDef *d)
+load_published(const char *name, Datum version_arg, bool version_null, bool deprecated_too, PublishedDef *d)
 {
 	OrchArgs	a = {0};
 	bool		isnull;
@@ -194,10 +194,12 @@ load_published(const char *name, Datum version_arg, bool version_null, Published
 
 	orch_arg_text(&a, name);
 	orch_arg(&a, INT4OID, version_arg, version_null);
+	orch_arg_bool(&a, deprecated_too);
 	if (orch_args_sql(&a, "SELECT version, spec, content_hash, published_by,"
 					  "  " RUN_SPEC_INTERVAL("spec -> 'policies'", "deadline")
 					  " FROM orch.definitions"
-					  " WHERE name = $1 AND tenant_id = 'default' AND status = 'published'"
+					  " WHERE name = $1 AND tenant_id = 'default'"
+					  "   AND (status = 'published' OR ($3 AND $2::int IS NOT NULL AND status = 'deprecated'))"
 					  "   AND ($2::int IS NULL OR version = $2)"
 					  " ORDER BY version DESC LIMIT 1",
 					  false, 1, SPI_OK_SELECT) == 0)
@@ -382,7 +384,8 @@ start_run(StartRequest *q)
 	bool		family;
 	RunRow		r;
 
-	load_published(q->name, q->version, q->version_null, &def);
+	/* a sub-workflow starts its pinned version, deprecated since or not */
+	load_published(q->name, q->version, q->version_null, q->parent != 0, &def);
 	check_input(def.spec, q->input);
 	family = orch_schema_subflows() && has_subflow_steps(def.spec);
 	if (family && orch_citus())
@@ -502,6 +505,7 @@ orch_start_subflow(PG_FUNCTION_ARGS)
 	q.input = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
 	if (q.input == NULL)
 		q.input = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
+	orch_check_payload_size(q.input, "input");
 	SPI_connect();
 	orch_arg_int8(&a, q.parent);
 	orch_args_sql(&a, "SELECT tenant_id, coalesce(root_run_id, id), correlation_id FROM orch.runs WHERE id = $1",

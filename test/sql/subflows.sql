@@ -302,3 +302,80 @@ SELECT count(orch_complete(c.task_id, c.lease_token, '{}')) FROM orch_dequeue('s
 SELECT count(orch_complete(c.task_id, c.lease_token, '{}')) FROM orch_dequeue('sf_q', 'a-worker') c;
 RESET ROLE;
 SELECT pg_temp.st(:t1);
+
+-- ---------------------------------------------------------------------------
+-- 12. One statement that finishes the tasks of several runs progresses each
+--     of them (runs of families and plain runs alike)
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('sf_b') IS NOT NULL AS queue;
+SELECT orch_define('sf_plain', '{"steps": [{"step_id": "one", "queue": "sf_b", "handler": "one"},
+    {"step_id": "two", "queue": "sf_b", "handler": "two", "depends_on": ["one"],
+     "retry_policy": {"max_attempts": 3, "backoff": "fixed", "initial_delay": 0}}]}') AS v;
+SELECT orch_publish('sf_plain', 1) IS NOT NULL AS published;
+SELECT orch_start('sf_plain', '{}') AS b1 \gset
+SELECT orch_start('sf_plain', '{}') AS b2 \gset
+SELECT orch_start('sf_fan', '{"items": [{"n": 1}, {"n": 2}]}') AS b3 \gset
+-- two plain runs' tasks and two children's tasks, completed in one call
+SELECT orch_complete_batch(array_agg(c.task_id), array_agg(c.lease_token)) AS completed
+  FROM (SELECT * FROM orch_dequeue('sf_b', 'sf-worker', 10) UNION ALL SELECT * FROM orch_dequeue('sf_q', 'sf-worker', 10)) c;
+SELECT pg_temp.st(:b1), pg_temp.st(:b2), pg_temp.st(:b3);
+-- their next steps' tasks fail an attempt, and are claimed again in one call
+SELECT count(*) AS failed_attempts FROM orch_dequeue('sf_b', 'sf-worker', 10) c,
+       LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'flaky') f;
+SELECT count(*) AS claimed_again FROM orch_dequeue('sf_b', 'sf-worker', 10);
+SELECT pg_temp.st(:b1), pg_temp.st(:b2);
+
+-- ---------------------------------------------------------------------------
+-- 13. A map of sub-workflows whose child cannot start follows on_failure
+-- ---------------------------------------------------------------------------
+SELECT orch_define('sf_fan_route', '{"steps": [
+    {"step_id": "fan", "type": "subflow", "definition": "sf_child", "version": 1,
+     "map": {"over": "$.input.items"}, "on_failure": "recover"},
+    {"step_id": "recover", "queue": "sf_q", "handler": "recover"}]}') AS v;
+SELECT orch_publish('sf_fan_route', 1) IS NOT NULL AS published;
+SELECT orch_start('sf_fan_route', '{"items": [{"n": 1}, {"bad": true}]}') AS m1 \gset
+SELECT pg_temp.st(:m1);
+SELECT pg_temp.drain('sf_q');
+SELECT pg_temp.st(:m1);
+
+-- ---------------------------------------------------------------------------
+-- 14. Versions: a child's pinned version deprecated meanwhile still starts;
+--     a named version that is not published refuses the parent's start
+-- ---------------------------------------------------------------------------
+SELECT orch_define('sf_serial', '{"steps": [
+    {"step_id": "fan", "type": "subflow", "definition": "sf_child", "map": {"over": "$.input.items", "max_parallel": 1}}]}') AS v;
+SELECT orch_publish('sf_serial', 1) IS NOT NULL AS published;
+SELECT orch_define('sf_child', '{"steps": [{"step_id": "work3", "queue": "sf_q", "handler": "work3"}]}') AS v3;
+SELECT orch_publish('sf_child', 3) IS NOT NULL AS published;
+SELECT orch_start('sf_serial', '{"items": [{"n": 1}, {"n": 2}]}') AS v1 \gset
+SELECT child, def FROM pg_temp.kids(:v1);
+SELECT orch_deprecate('sf_child', 3) IS NOT NULL AS deprecated;
+SELECT pg_temp.drain('sf_q');
+SELECT child, def, state FROM pg_temp.kids(:v1);
+SELECT pg_temp.st(:v1);
+SELECT orch_define('sf_named', '{"steps": [{"step_id": "s", "type": "subflow", "definition": "sf_child", "version": 3}]}') AS v;
+SELECT orch_publish('sf_named', 1) IS NOT NULL AS published;
+SELECT pg_temp.stored() AS before \gset
+SELECT pg_temp.try($$SELECT orch_start('sf_named', '{"n": 1}')$$);
+SELECT pg_temp.stored() = :'before' AS nothing_stored;
+
+-- ---------------------------------------------------------------------------
+-- 15. A child that compensates when its parent pauses finishes its
+--     compensation; the parent's resume leaves nothing paused
+-- ---------------------------------------------------------------------------
+SELECT orch_define('sf_saga', '{"steps": [
+    {"step_id": "reserve", "queue": "sf_q", "handler": "reserve", "compensation": {"handler": "unreserve"}},
+    {"step_id": "charge", "queue": "sf_q", "handler": "charge", "depends_on": ["reserve"]}]}') AS v;
+SELECT orch_publish('sf_saga', 1) IS NOT NULL AS published;
+SELECT orch_define('sf_saga_parent', '{"steps": [
+    {"step_id": "sub", "type": "subflow", "definition": "sf_saga", "input": "$.input"}]}') AS v;
+SELECT orch_publish('sf_saga_parent', 1) IS NOT NULL AS published;
+SELECT orch_start('sf_saga_parent', '{}') AS g1 \gset
+SELECT pg_temp.work('sf_q', 1);
+SELECT (orch_fail(c.task_id, c.lease_token, 'NON_RETRYABLE', 'declined')).state FROM orch_dequeue('sf_q', 'sf-worker') c;
+SELECT state, phase FROM orch.runs WHERE id = :g1 + 1;
+SELECT orch_pause_run(:g1);
+SELECT state, phase FROM orch.runs WHERE id = :g1 + 1;
+SELECT orch_resume_run(:g1);
+SELECT pg_temp.drain('sf_q');
+SELECT pg_temp.st(:g1), (SELECT state || '/' || reason_code FROM orch.runs WHERE id = :g1 + 1) AS child;
