@@ -1658,7 +1658,18 @@ REVOKE ALL ON FUNCTION orch.metrics_mark() FROM PUBLIC;
 -- only rows whose ids are in that node's range (rows a shard move brought
 -- from another node were counted there).  Rows whose id is at most id_hi
 -- and above the state's floors are counted.
-CREATE FUNCTION orch.metrics_fold_on(tables regclass[], state regclass, state_id bigint, id_hi bigint)
+--
+-- With max_rows (NULL: no bound) a fold reads about that many rows at most:
+-- it folds the transactions it has not counted in the order of their ids,
+-- up to and including the one that brings its rows to max_rows (the rows
+-- of a transaction are folded together), and stores as its snapshot the
+-- one this leaves: xmax the first transaction id not folded, the ids below
+-- it still in progress in xip.  The next fold goes on from there.  Which
+-- transaction that is is found first, from the transaction ids alone of
+-- the rows waiting (the lowest max_rows of them), read through the same
+-- indexes: a small part of the cost of folding them (docs/storage.md).
+CREATE FUNCTION orch.metrics_fold_on(tables regclass[], state regclass, state_id bigint, id_hi bigint,
+                                     max_rows bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, orch, pg_temp
@@ -1690,9 +1701,25 @@ DECLARE
     keep        integer[];
     m           integer;
     new_xmin    bigint;
+    new_xmax    bigint;
+    new_xip     bigint[];
     -- where the task rows this fold has to read start
     task_floor  bigint := 0;
     time_floor  timestamptz := '-infinity';
+    -- which rows of each kind it reads (cond, with the columns of the kind)
+    c_attempt   text;
+    c_event     text;
+    c_complete  text;
+    c_enqueue   text;
+    c_claim     text;
+    c_completed text;
+    -- the snapshot, and the transaction id up to which this fold counts:
+    -- its xmax, or the first id past the max_rows-th row waiting
+    cur_xmax    bigint;
+    cur_xip     bigint[];
+    horizon     bigint;
+    waiting     bigint;
+    last_xact   bigint;
 BEGIN
     -- One fold at a time; a caller that finds one running leaves it to it.
     -- The snapshot is taken after the lock, so that it sees the state the
@@ -1747,6 +1774,60 @@ BEGIN
         IF m IS NOT NULL AND NOT reset THEN
             task_floor := st.mark_task[m];
             time_floor := st.mark_time[m];
+        END IF;
+    END IF;
+
+    -- The rows of each kind (completions: by the finished index, enqueues:
+    -- by the primary key; none on Citus, see above).
+    c_attempt := format(cond, 'a.xact', 'a.id', '$8');
+    c_event := format(cond, 'e.xact', 'e.id', '$7');
+    c_complete := CASE WHEN derived THEN 't.finished_at >= $10 AND '
+                                         || format(cond, 't.complete_xact', 't.complete_attempt_id', '$8')
+                       ELSE 'false' END;
+    c_enqueue := CASE WHEN derived THEN 't.id > $11 AND ' || format(cond, 't.created_xact', 't.enqueue_event_id', '$7')
+                      ELSE 'false' END;
+    c_claim := format(cond, 't.claim_xact', 't.claim_event_id', '$7');
+    c_completed := CASE WHEN derived THEN 't.finished_at >= $10' ELSE 'false' END;
+    cur_xmax := (pg_snapshot_xmax(s)::text)::bigint;
+    cur_xip := coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[]);
+
+    -- How far this fold goes: with more than max_rows rows waiting, up to
+    -- the transaction of the max_rows-th in transaction order (the rows
+    -- counted as the fold's statement counts them: a completion a task row
+    -- records is an event and an attempt).
+    horizon := cur_xmax;
+    IF max_rows < 1 THEN
+        RAISE EXCEPTION 'max_rows must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_rows IS NOT NULL THEN
+        EXECUTE format($q$
+        SELECT count(*), max(w.x) FROM (
+            SELECT r.x FROM (
+                SELECT a.xact AS x FROM %3$s a WHERE %4$s
+                UNION ALL
+                SELECT e.xact FROM %2$s e WHERE %5$s
+                UNION ALL
+                SELECT t.complete_xact FROM %1$s t WHERE %6$s AND t.complete_attempt_id IS NOT NULL
+                UNION ALL
+                SELECT t.complete_xact FROM %1$s t
+                 WHERE %6$s AND t.complete_attempt_id IS NOT NULL AND t.complete_event_id IS NOT NULL
+                UNION ALL
+                SELECT t.claim_xact FROM %1$s t
+                 WHERE %9$s AND t.complete_event_id IS NOT NULL AND %8$s AND t.claim_event_id IS NOT NULL
+                UNION ALL
+                SELECT t.created_xact FROM %1$s t WHERE %7$s AND t.enqueue_event_id IS NOT NULL
+                UNION ALL
+                SELECT t.claim_xact FROM %1$s t
+                 WHERE t.state = 'executing' AND %8$s AND t.claim_event_id IS NOT NULL
+            ) r
+            ORDER BY r.x LIMIT $12
+        ) w
+        $q$, tables[1], tables[2], tables[3], c_attempt, c_event, c_complete, c_enqueue, c_claim, c_completed)
+        INTO waiting, last_xact
+        USING st.snap_xmin, st.snap_xmax, st.snap_xip, cur_xmax, cur_xip,
+              own, st.event_floor, st.attempt_floor, id_hi, time_floor, task_floor, max_rows;
+        IF waiting >= max_rows THEN
+            horizon := last_xact + 1;
         END IF;
     END IF;
 
@@ -1886,14 +1967,7 @@ BEGIN
             format('UNION ALL SELECT l.started_at, %L, %L, %L, %L, %L, 1 FROM %s l WHERE ',
                    '', '', 'maintenance_runs', '', '', tables[8])
             || format(cond, 'l.xact', '0', '-1') END,
-        format(cond, 'a.xact', 'a.id', '$8'),
-        -- (completions: by the finished index, enqueues: by the primary key)
-        CASE WHEN derived THEN 't.finished_at >= $10 AND ' || format(cond, 't.complete_xact', 't.complete_attempt_id', '$8')
-             ELSE 'false' END,
-        format(cond, 'e.xact', 'e.id', '$7'),
-        CASE WHEN derived THEN 't.id > $11 AND ' || format(cond, 't.created_xact', 't.enqueue_event_id', '$7')
-             ELSE 'false' END,
-        format(cond, 't.claim_xact', 't.claim_event_id', '$7'),
+        c_attempt, c_complete, c_event, c_enqueue, c_claim,
         -- the step type a task t's metrics are labelled with
         format($s$CASE WHEN t.run_id IS NULL THEN 'task'
                     -- a compensation's task, and the task of the approval it waits for
@@ -1904,16 +1978,22 @@ BEGIN
                                     WHERE s.run_id = t.run_id AND s.tenant_id = t.tenant_id
                                       AND s.step_id = split_part(split_part(t.step_key, '#', 1), ':', 1)), 'task')
                END$s$, tables[5]),
-        CASE WHEN derived THEN 't.finished_at >= $10' ELSE 'false' END)
+        c_completed)
     INTO folded
-    USING st.snap_xmin, st.snap_xmax, st.snap_xip,
-          (pg_snapshot_xmax(s)::text)::bigint,
-          coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[]),
+    USING st.snap_xmin, st.snap_xmax, st.snap_xip, horizon, cur_xip,
           own, st.event_floor, st.attempt_floor, id_hi, time_floor, task_floor;
 
-    -- This transaction's rows are the next fold's.
-    new_xmin := CASE WHEN own IS NOT NULL THEN least((pg_snapshot_xmin(s)::text)::bigint, own)
-                     ELSE (pg_snapshot_xmin(s)::text)::bigint END;
+    -- The snapshot stored: what is left not counted.  Below the horizon,
+    -- the transactions still in progress and this one (its rows are the
+    -- next fold's); from the horizon on, all, and below the last snapshot's
+    -- xmax only those that were in progress then (a horizon can be below
+    -- it when transactions in progress then committed many rows since).
+    new_xmax := greatest(horizon, st.snap_xmax);
+    new_xip := ARRAY(SELECT x FROM unnest(cur_xip) x WHERE x < horizon
+                     UNION SELECT own WHERE own < horizon
+                     UNION SELECT x FROM unnest(st.snap_xip) x WHERE x >= horizon AND x < new_xmax
+                     ORDER BY 1);
+    new_xmin := least(new_xmax, new_xip[1]);
     -- The marks the next folds may start from: the last one at or below
     -- the xmin stored now (which only grows), the later ones, this one; 64
     -- at most (a transaction held open for long keeps the xmin back: the
@@ -1926,26 +2006,27 @@ BEGIN
             keep := keep[1:1] || keep[cardinality(keep) - 61:];
         END IF;
     END IF;
-    EXECUTE format('UPDATE %s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3, refreshed_at = now(),'
+    -- (refreshed_at: when the counters were last brought up to date; a fold
+    -- that stopped short of its snapshot leaves it)
+    EXECUTE format('UPDATE %s m SET snap_xmin = $1, snap_xmax = $2, snap_xip = $3,'
+                   ' refreshed_at = CASE WHEN $10 THEN now() ELSE m.refreshed_at END,'
                    ' folded_total = m.folded_total + $4%s WHERE m.id = $5', state,
                    CASE WHEN derived THEN
                      ', mark_xact = (SELECT array_agg(m.mark_xact[k] ORDER BY k) FROM unnest($6) k) || $7,'
                      ' mark_task = (SELECT array_agg(m.mark_task[k] ORDER BY k) FROM unnest($6) k) || $8,'
                      ' mark_time = (SELECT array_agg(m.mark_time[k] ORDER BY k) FROM unnest($6) k) || $9' ELSE '' END)
-    USING new_xmin,
-          (pg_snapshot_xmax(s)::text)::bigint,
-          coalesce((SELECT array_agg((x::text)::bigint) FROM pg_snapshot_xip(s) x), '{}'::bigint[])
-            || CASE WHEN own IS NOT NULL AND own < (pg_snapshot_xmax(s)::text)::bigint THEN ARRAY[own] ELSE '{}'::bigint[] END,
-          folded, state_id, keep, mark_x, mark_k, mark_t;
+    USING new_xmin, new_xmax, new_xip, folded, state_id, keep, mark_x, mark_k, mark_t, horizon = cur_xmax;
 
     EXECUTE format('DELETE FROM %s WHERE minute < now() - interval ''2 days''', tables[7]);
     RETURN folded;
 END
 $fn$;
-COMMENT ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint) IS
-  'Adds the events and attempts of one set of tables committed since the fold''s last snapshot (kept in a state table) to their counter tables; returns how many rows it read.';
+COMMENT ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint, bigint) IS
+  'Adds the events and attempts of one set of tables committed since the fold''s last snapshot (kept in a state table) to their counter tables, with max_rows about that many rows at most (the transactions in id order, each whole); returns how many rows it read.';
 
-CREATE OR REPLACE FUNCTION orch.metrics_fold()
+-- (max_rows: 0.8.0)
+DROP FUNCTION orch.metrics_fold();
+CREATE FUNCTION orch.metrics_fold(max_rows bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, orch, pg_temp
@@ -1959,11 +2040,12 @@ BEGIN
     END IF;
     RETURN orch.metrics_fold_on('{orch.tasks, orch.events, orch.attempts, orch.runs, orch.run_steps,'
                                 ' orch.metric_totals, orch.metric_minutes, orch.maintenance_log}',
-                                'orch.metric_state', 1, 9223372036854775807);
+                                'orch.metric_state', 1, 9223372036854775807, max_rows);
 END
 $fn$;
-COMMENT ON FUNCTION orch.metrics_fold() IS
-  'Adds the events and attempts committed since the last fold to orch.metric_totals and orch.metric_minutes; returns how many rows it read.';
+COMMENT ON FUNCTION orch.metrics_fold(bigint) IS
+  'Adds the events and attempts committed since the last fold to orch.metric_totals and orch.metric_minutes, with max_rows about that many at most (NULL: all); returns how many rows it read.';
+REVOKE ALL ON FUNCTION orch.metrics_fold(bigint) FROM PUBLIC;
 
 -- On Citus, where each node folds the shards it holds (see above): one row
 -- per shard group of orch.tasks, on that node only (never distributed).
@@ -2000,7 +2082,8 @@ COMMENT ON FUNCTION orch.stamp_on_node() IS
 -- starts from where that fold stopped.  With from_now, a first fold starts
 -- from the rows present instead, counting none of them (the update of a
 -- distributed installation: docs/citus-upgrade-0.7.0-0.8.0.sql).
-CREATE FUNCTION orch.metrics_fold_shard(tasks_shard text, from_now boolean DEFAULT false)
+CREATE FUNCTION orch.metrics_fold_shard(tasks_shard text, from_now boolean DEFAULT false,
+                                        max_rows bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, orch, pg_temp
@@ -2039,13 +2122,27 @@ BEGIN
     END IF;
     -- the shards are written here, not through their distributed tables
     PERFORM set_config('citus.enable_manual_changes_to_shards', 'on', true);
-    RETURN orch.metrics_fold_on(names || NULL::regclass, 'orch.metric_shard_state', sid, ((g + 1) << 48) - 1);
+    RETURN orch.metrics_fold_on(names || NULL::regclass, 'orch.metric_shard_state', sid, ((g + 1) << 48) - 1,
+                                max_rows);
 END
 $fn$;
-COMMENT ON FUNCTION orch.metrics_fold_shard(text, boolean) IS
-  'On Citus: folds the events and attempts of one orch.tasks shard group on the node that holds it into its co-located metric shards; returns how many rows it read.';
-REVOKE ALL ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint),
-    orch.metrics_fold_shard(text, boolean), orch.stamp_on_node() FROM PUBLIC;
+COMMENT ON FUNCTION orch.metrics_fold_shard(text, boolean, bigint) IS
+  'On Citus: folds the events and attempts of one orch.tasks shard group on the node that holds it into its co-located metric shards, with max_rows about that many at most (NULL: all); returns how many rows it read.';
+REVOKE ALL ON FUNCTION orch.metrics_fold_on(regclass[], regclass, bigint, bigint, bigint),
+    orch.metrics_fold_shard(text, boolean, bigint), orch.stamp_on_node() FROM PUBLIC;
+
+-- orch_metrics_refresh folds at most about max_rows rows a call.
+DROP FUNCTION orch_metrics_refresh();
+CREATE FUNCTION orch_metrics_refresh(max_rows integer DEFAULT 250000)
+RETURNS bigint
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, orch, pg_temp
+SET jit = off
+AS 'MODULE_PATHNAME', 'orch_metrics_refresh';
+COMMENT ON FUNCTION orch_metrics_refresh(integer) IS
+  'Brings the rolling counters up to date now (orch_maintain does it on every pass), folding at most about max_rows events and attempts (the transactions in order, each whole); returns how many it folded, 0 when another session is folding: less than max_rows means up to date, else call it again. It folds every tenant''s rows: 42501 for a role bound to tenants.';
+REVOKE ALL ON FUNCTION orch_metrics_refresh(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION orch_metrics_refresh(integer) TO orch_reader;
 REVOKE ALL ON orch.metric_shard_state FROM PUBLIC;
 
 REVOKE ALL ON orch.tenant_bindings_rows, orch.queues_rows, orch.tasks_rows, orch.attempts_rows,

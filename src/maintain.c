@@ -198,13 +198,15 @@ typedef struct Action
 
 /*
  * Fold the metrics in a subtransaction: a failure there (reported as a
- * WARNING) must never stop the recovery work of the pass.  Caller is
+ * WARNING) must never stop the recovery work of the pass.  A pass folds at
+ * most about ORCH_FOLD_MAX_ROWS rows, as orch_metrics_refresh() does by
+ * default; a larger backlog is left to the next passes.  Caller is
  * connected to SPI.
  */
 static void
 fold_metrics_step(void *arg)
 {
-	*(int64 *) arg = orch_metrics_fold_now();
+	*(int64 *) arg = orch_metrics_fold_now(ORCH_FOLD_MAX_ROWS);
 }
 
 static int64

@@ -149,28 +149,43 @@ orch_histogram_quantile(PG_FUNCTION_ARGS)
 
 /*
  * Fold what committed since the last fold into the counters; returns how
- * many history rows were read.  On one node orch.metrics_fold() does it.  On
- * Citus every shard group of orch.tasks is folded on the node that holds it
+ * many history rows were read.  A fold reads at most about max_rows rows:
+ * the transactions not counted yet in the order of their ids, up to the
+ * one whose rows bring the count to max_rows (orch.metrics_fold_on), so a
+ * call that returns less than max_rows has folded everything committed
+ * before it began.  On one node orch.metrics_fold() does it (a 0.7.0
+ * schema, during an update, folds everything at once).  On Citus every
+ * shard group of orch.tasks is folded on the node that holds it
  * (orch.metrics_fold_shard, each in its own transaction there, through
- * run_command_on_shards): a shard whose node does not answer is left for
- * the next fold (a WARNING says so), the others are folded.  When every
- * shard was folded, the coordinator notes when (orch.metric_state's
- * refreshed_at, which orch_queue_stats shows as metrics_as_of).  A
+ * run_command_on_shards), each at most about max_rows rows: a shard whose
+ * node does not answer is left for the next fold (a WARNING says so), the
+ * others are folded.  When every shard was folded up to its snapshot, the
+ * coordinator notes when (orch.metric_state's refreshed_at, which
+ * orch_queue_stats shows as metrics_as_of; on one node the fold does).  A
  * schema distributed before 0.8.0 has no shard fold: 0A000.  Caller is
  * connected to SPI.
  */
 int64
-orch_metrics_fold_now(void)
+orch_metrics_fold_now(int32 max_rows)
 {
 	bool		isnull;
 	Datum		d;
 	int64		folded;
 	int64		failed;
+	int64		short_of;
 	OrchArgs	a = {0};
 
+	Assert(max_rows >= 1);
 	if (!orch_citus())
 	{
-		if (orch_sql_once("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) != 1)
+		if (!orch_schema_bounded_fold())
+			orch_sql_once("SELECT orch.metrics_fold()", 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT);
+		else
+		{
+			orch_arg_int8(&a, max_rows);
+			orch_args_sql_once(&a, "SELECT orch.metrics_fold($1)", false, 1, SPI_OK_SELECT);
+		}
+		if (SPI_processed != 1)
 			elog(ERROR, "orchestrator: metrics fold failed");
 		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		return isnull ? 0 : DatumGetInt64(d);
@@ -181,12 +196,16 @@ orch_metrics_fold_now(void)
 				 errmsg("metrics on Citus need the 0.8.0 schema"),
 				 errdetail("This installation's tables were distributed at an earlier version, which folds no metrics there."),
 				 errhint("Update it with docs/citus-upgrade-0.7.0-0.8.0.sql (docs/citus.md, Upgrading a distributed installation).")));
-	orch_sql_once("SELECT coalesce(sum(result::bigint) FILTER (WHERE success), 0)::bigint,"
-				  " count(*) FILTER (WHERE NOT success), min(result) FILTER (WHERE NOT success)"
-				  " FROM run_command_on_shards('orch.tasks', 'SELECT orch.metrics_fold_shard(''%s'')')",
+	/* (a shard that read max_rows rows or more may have stopped short) */
+	orch_sql_once(psprintf("SELECT coalesce(sum(result::bigint) FILTER (WHERE success), 0)::bigint,"
+						   " count(*) FILTER (WHERE NOT success), min(result) FILTER (WHERE NOT success),"
+						   " count(*) FILTER (WHERE success AND result::bigint >= %d)"
+						   " FROM run_command_on_shards('orch.tasks',"
+						   " 'SELECT orch.metrics_fold_shard(''%%s'', false, %d)')", max_rows, max_rows),
 				  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT);
 	folded = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	failed = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	short_of = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 	if (failed > 0)
 	{
 		/*
@@ -200,29 +219,37 @@ orch_metrics_fold_now(void)
 				 errhint("Their nodes' rows are folded by the next fold that reaches them.")));
 		return folded;
 	}
-	/* (values, not functions: Citus's rule for an upsert's SET) */
+	/*
+	 * (values, not functions: Citus's rule for an upsert's SET; a fold
+	 * that stopped short of the present leaves metrics_as_of where it was)
+	 */
 	orch_arg_int8(&a, folded);
 	orch_arg(&a, TIMESTAMPTZOID, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-	orch_args_sql_once(&a, "INSERT INTO orch.metric_state AS m (snap_xmin, snap_xmax, refreshed_at) VALUES (0, 0, $2)"
+	orch_args_sql_once(&a, short_of > 0 ?
+					   "INSERT INTO orch.metric_state AS m (snap_xmin, snap_xmax, refreshed_at) VALUES (0, 0, $2)"
+					   " ON CONFLICT (id) DO UPDATE SET folded_total = m.folded_total + $1" :
+					   "INSERT INTO orch.metric_state AS m (snap_xmin, snap_xmax, refreshed_at) VALUES (0, 0, $2)"
 					   " ON CONFLICT (id) DO UPDATE SET refreshed_at = $2, folded_total = m.folded_total + $1",
 					   false, 0, SPI_OK_INSERT);
 	return folded;
 }
 
 /*
- * orch_metrics_refresh() -> bigint
- *	  Runs the fold now: the rows of every tenant, so a role bound to
- *	  tenants may not (42501; the count would tell it how busy the others
- *	  are).
+ * orch_metrics_refresh(max_rows int DEFAULT 250000) -> bigint
+ *	  Runs the fold now, at most about max_rows rows (NULL: the default;
+ *	  22023 below 1): the rows of every tenant, so a role bound to tenants
+ *	  may not (42501; the count would tell it how busy the others are).  A
+ *	  0.7.0 schema's orch_metrics_refresh() has no argument.
  */
 Datum
 orch_metrics_refresh(PG_FUNCTION_ARGS)
 {
+	int32		max_rows = orch_int4_arg(fcinfo, 0, "max_rows", 1, PG_INT32_MAX, ORCH_FOLD_MAX_ROWS);
 	int64		n;
 
 	orch_require_unrestricted("orch_metrics_refresh");
 	SPI_connect();
-	n = orch_metrics_fold_now();
+	n = orch_metrics_fold_now(max_rows);
 	SPI_finish();
 	PG_RETURN_INT64(n);
 }

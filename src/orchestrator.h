@@ -470,6 +470,7 @@ extern bool orch_schema_step_claimable(void);
 extern bool orch_schema_approval_tasks(void);
 extern bool orch_schema_run_keys(void);
 extern bool orch_schema_distributed_fold(void);
+extern bool orch_schema_bounded_fold(void);
 extern bool orch_schema_fair_claims(void);
 extern bool orch_schema_signals(void);
 extern bool orch_schema_schedules(void);
@@ -607,8 +608,13 @@ extern OrchEvent *orch_claim_event(const Datum *v, const bool *isnull);
 /* spi.c: are the tables distributed with Citus (once per transaction)? */
 extern bool orch_citus(void);
 
-/* metrics.c: fold the history into the counters (on Citus, on every shard) */
-extern int64 orch_metrics_fold_now(void);
+/*
+ * metrics.c: fold the history into the counters (on Citus, on every shard),
+ * at most about max_rows rows (on Citus, per shard); ORCH_FOLD_MAX_ROWS is
+ * the bound of orch_metrics_refresh by default and of each orch_maintain pass
+ */
+#define ORCH_FOLD_MAX_ROWS 250000
+extern int64 orch_metrics_fold_now(int32 max_rows);
 
 /* history_partitions.c: history in time-range partitions, retired whole */
 extern bool orch_history_partitioned(void);

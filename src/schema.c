@@ -264,6 +264,13 @@ orch_schema_distributed_fold(void)
 	return !schema_previous();
 }
 
+/* The metrics fold bounded per call: orch.metrics_fold(max_rows). */
+bool
+orch_schema_bounded_fold(void)
+{
+	return !schema_previous();
+}
+
 /* orch.fair_weights and orch.fair_cursors: fair claims (fairness round_robin). */
 bool
 orch_schema_fair_claims(void)

@@ -57,11 +57,12 @@
 # the shards unchanged; every node folds the shards it holds: after tasks
 # are enqueued, claimed, completed and failed in two tenants on different
 # workers, each counter is exact, a second fold (orch_metrics_refresh,
-# orch_maintain) adds nothing, the rows from before the distribution are
-# counted once, a bound role gets 42501 from orch_metrics_refresh and its
-# own counters in the Prometheus text; with one worker stopped the fold
-# counts the other worker's rows and warns, and the stopped worker's rows
-# are counted once it is back.
+# orch_maintain) adds nothing, folds bounded by max_rows (per shard) go on
+# where the last one stopped and count each row once, the rows from before
+# the distribution are counted once, a bound role gets 42501 from
+# orch_metrics_refresh and its own counters in the Prometheus text; with
+# one worker stopped the fold counts the other worker's rows and warns, and
+# the stopped worker's rows are counted once it is back.
 #
 # A role bound to one tenant (not a superuser) reads only its tenant through
 # orch_status, orch_history, the statistics views and the Prometheus text.
@@ -534,6 +535,29 @@ q1('SELECT count(*) FROM orch_maintain()');
 is($mq_counts->($ta) . ' ' . $mq_counts->($tb), '4,3,2,1,2,1 4,3,2,1,2,1',
 	'folded again (orch_metrics_refresh, orch_maintain): nothing is counted twice');
 cmp_ok($mtotal->('', 'maintenance_runs', undef, ''), '>=', 1, 'an orch_maintain pass counts itself');
+# bounded folds: each shard's fold reads at most about max_rows rows (its
+# transactions in order, each whole); with max_rows 1, three transactions
+# of one enqueue in each tenant's shard take three calls of one row per
+# shard, and the call that reads less than max_rows (none) is the one that
+# moves metrics_as_of
+q1(q{SELECT orch_create_queue('mq3')});
+for my $i (1 .. 3)
+{
+	q1("SELECT orch_enqueue('mq3', '{}', tenant => '$_')") for ($ta, $tb);
+}
+q1(q{UPDATE orch.metric_state SET refreshed_at = '2000-01-01 00:00:00+00'});
+{
+	my (@read, @as_of);
+	for my $call (1 .. 4)
+	{
+		push @read, q1('SELECT orch_metrics_refresh(1)');
+		push @as_of, q1(q{SELECT refreshed_at = '2000-01-01 00:00:00+00' FROM orch.metric_state});
+	}
+	is(join(',', @read), '2,2,2,0', 'orch_metrics_refresh(1) on Citus: a transaction per shard a call, then none');
+	is(join(',', @as_of), 't,t,t,f', 'metrics_as_of moves with the call that read less than max_rows');
+	is($mtotal->($ta, 'enqueued', undef, 'mq3') . ',' . $mtotal->($tb, 'enqueued', undef, 'mq3'), '3,3',
+		'each enqueue counted once across the bounded folds');
+}
 is(q1(q{SELECT count(*) FROM run_command_on_shards('orch.tasks',
           $$SELECT 1 FROM orch.metric_shard_state WHERE id = (regexp_match('%s', '_([0-9]+)$'))[1]::bigint$$)
          WHERE success AND result = '1'}), '8', 'each of the 8 shards keeps its fold state on the node that holds it');

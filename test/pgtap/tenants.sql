@@ -880,7 +880,7 @@ INSERT INTO tt_cases (fn, class, tgt, label, sql, chk, want) VALUES
     ('orch.metrics_fold', 'any', NULL, 'call the fold directly',
      'SELECT orch.metrics_fold()', NULL, '{"*": "42501"}'),
     ('orch.metrics_fold_on', 'any', NULL, 'call metrics_fold_on directly',
-     $q$SELECT orch.metrics_fold_on('{orch.tasks}', 'orch.metric_state', 1, 1)$q$, NULL, '{"*": "42501"}'),
+     $q$SELECT orch.metrics_fold_on('{orch.tasks}', 'orch.metric_state', 1, 1, NULL)$q$, NULL, '{"*": "42501"}'),
     ('orch.metrics_mark', 'any', NULL, 'call metrics_mark directly (it publishes the fold''s clock)',
      'SELECT orch.metrics_mark()', NULL, '{"*": "42501"}'),
     ('orch.metrics_fold_shard', 'any', NULL, 'call metrics_fold_shard directly',

@@ -734,6 +734,82 @@ SELECT clock_reset, mark_time <= clock_timestamp() AS at_the_clock FROM orch.met
 SELECT (SELECT last_value FROM orch.metrics_clock) <= (extract(epoch FROM clock_timestamp() - '2000-01-01 00:00:00+00') * 1000000)::bigint
          AS published_back;
 
+-- ---------------------------------------------------------------------------
+-- 12. A fold reads at most about max_rows rows a call (orch_metrics_refresh's
+--     max_rows, by default 250,000; orch_maintain's pass likewise): the
+--     transactions it has not counted, in the order of their ids, each
+--     whole, up to the one that brings the rows read to max_rows.  A call
+--     that reads less than max_rows has reached the present; until then
+--     metrics_as_of stays where it was.  Counted by rows read and calls.
+-- ---------------------------------------------------------------------------
+SELECT orch_metrics_refresh() >= 0 AS folded;
+SELECT orch_create_queue('m_bound') IS NOT NULL AS created;
+-- ten transactions of three enqueues each: 30 rows
+CREATE PROCEDURE pg_temp.enqueue_in_transactions(n int, per int) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1 .. n LOOP
+        PERFORM orch_enqueue_batch('m_bound', array_fill('{}'::jsonb, ARRAY[per]));
+        COMMIT;
+    END LOOP;
+END
+$$;
+CALL pg_temp.enqueue_in_transactions(10, 3);
+UPDATE orch.metric_state SET refreshed_at = '2000-01-01 00:00:00+00';
+-- max_rows 7: three transactions (9 rows) a call, then the last three rows
+SELECT orch_metrics_refresh(7) AS call_1;
+SELECT value AS enqueued_so_far FROM orch.metric_totals WHERE queue = 'm_bound' AND metric = 'enqueued';
+SELECT refreshed_at = '2000-01-01 00:00:00+00' AS as_of_unchanged FROM orch.metric_state;
+SELECT orch_metrics_refresh(7) AS call_2;
+SELECT orch_metrics_refresh(7) AS call_3;
+SELECT refreshed_at = '2000-01-01 00:00:00+00' AS as_of_unchanged FROM orch.metric_state;
+SELECT orch_metrics_refresh(7) AS call_4;
+SELECT refreshed_at > now() - interval '1 hour' AS as_of_now FROM orch.metric_state;
+SELECT orch_metrics_refresh(7) AS call_5;
+SELECT value AS enqueued FROM orch.metric_totals WHERE queue = 'm_bound' AND metric = 'enqueued';
+-- a transaction with more rows than max_rows is folded whole
+CALL pg_temp.enqueue_in_transactions(1, 5);
+SELECT orch_metrics_refresh(2) AS one_transaction_of_five;
+SELECT orch_metrics_refresh(2) AS then_nothing;
+-- Enqueues, claims and completions the task rows record, and the events
+-- and attempts written as rows, each folded once however the calls cut
+-- the transactions: four tasks enqueued in one transaction (4 rows),
+-- claimed in one (4), three completed in one (an event and an attempt
+-- each: 6), the fourth failed (an event and an attempt: 2; its claim is
+-- then written out as an event of the claiming transaction).  With
+-- max_rows 3 each transaction is a call: 4, 4, 6, then 2 (less than 3:
+-- done).
+CALL pg_temp.enqueue_in_transactions(1, 4);
+SELECT pg_temp.claim('b' || i, 'm_bound') IS NOT NULL AS claimed FROM generate_series(1, 4) i;
+SELECT pg_temp.done('b' || i) FROM generate_series(1, 3) i;
+SELECT pg_temp.fail('b4', 'NON_RETRYABLE');
+-- the loop that brings the counters up to date, a call at a time
+CREATE FUNCTION pg_temp.drain(max_rows int) RETURNS TABLE (calls int, rows_read bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    calls := 0;
+    rows_read := 0;
+    LOOP
+        n := orch_metrics_refresh(max_rows);
+        calls := calls + 1;
+        rows_read := rows_read + n;
+        EXIT WHEN n < max_rows;
+    END LOOP;
+    RETURN NEXT;
+END
+$$;
+SELECT * FROM pg_temp.drain(3);
+SELECT metric, l1, value FROM orch.metric_totals
+ WHERE queue = 'm_bound' AND metric IN ('enqueued', 'started', 'finished', 'attempt') ORDER BY 1, 2;
+-- (every row of the queue's history read once: 39 + 4 + 6 + 2)
+SELECT (SELECT count(*) FROM orch.history h JOIN orch.tasks t ON t.id = h.task_id WHERE t.queue = 'm_bound')
+     + (SELECT count(*) FROM orch.attempt_history a JOIN orch.tasks t ON t.id = a.task_id WHERE t.queue = 'm_bound')
+       AS rows_written;
+-- max_rows: NULL is the default; below 1 is refused
+SELECT orch_metrics_refresh(NULL) AS folded_with_the_default;
+SELECT pg_temp.sqlstate_of('SELECT orch_metrics_refresh(0)') AS zero;
+SELECT pg_temp.sqlstate_of('SELECT orch.metrics_fold(0)') AS zero_internal;
+
 -- back to the suite's database; the test's own goes
 \c :suite_db
 SET client_min_messages = warning;
