@@ -364,12 +364,25 @@ typedef struct StartRequest
 static bool
 has_subflow_steps(Jsonb *spec)
 {
-	OrchArgs	a = {0};
+	JsonbValue *steps = getKeyJsonValueFromContainer(&spec->root, "steps", 5, NULL);
+	int			n;
 
-	orch_arg_jsonb(&a, spec);
-	orch_args_sql(&a, "SELECT 1 FROM jsonb_array_elements($1 -> 'steps') s WHERE s ->> 'type' = 'subflow' LIMIT 1",
-				  false, 0, SPI_OK_SELECT);
-	return SPI_processed > 0;
+	if (steps == NULL || steps->type != jbvBinary || !JsonContainerIsArray(steps->val.binary.data))
+		return false;
+	n = JsonContainerSize(steps->val.binary.data);
+	for (int i = 0; i < n; i++)
+	{
+		JsonbValue *step = getIthJsonbValueFromContainer(steps->val.binary.data, i);
+		JsonbValue *type;
+
+		if (step == NULL || step->type != jbvBinary || !JsonContainerIsObject(step->val.binary.data))
+			continue;
+		type = getKeyJsonValueFromContainer(step->val.binary.data, "type", 4, NULL);
+		if (type != NULL && type->type == jbvString && type->val.string.len == 7 &&
+			memcmp(type->val.string.val, "subflow", 7) == 0)
+			return true;
+	}
+	return false;
 }
 
 /* Start a run (connected to SPI): its id, or an existing one its key names */

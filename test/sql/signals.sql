@@ -11,12 +11,6 @@ RESET client_min_messages;
 
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/setup.inc
--- st(run): the run's state and its steps' states
-CREATE FUNCTION pg_temp.st(run bigint) RETURNS text LANGUAGE sql AS $$
-    SELECT (SELECT state || coalesce('/' || reason_code, '') FROM orch.runs WHERE id = run) || ': ' ||
-           string_agg(step_id || '=' || state, ' ' ORDER BY ord)
-      FROM orch.run_steps WHERE run_id = run
-$$;
 -- sig(run): the run's signals, in the order sent (ids as their rank)
 CREATE FUNCTION pg_temp.sig(run bigint) RETURNS TABLE (n bigint, name text, payload jsonb, consumed boolean,
                                                        consumed_by text)
@@ -112,13 +106,13 @@ SELECT orch_publish('sg_schema', 1) IS NOT NULL AS published;
 -- 3. A signal to a waiting step: its payload is the step's output
 -- ---------------------------------------------------------------------------
 SELECT orch_start('sg_wait', '{}') AS r1 \gset
-SELECT pg_temp.st(:r1);
+SELECT pg_temp.run_st(:r1);
 -- orch_run_status names the signal the step waits for
 SELECT x ->> 'step_id' AS step, x ->> 'state' AS state, x ->> 'signal' AS signal
   FROM jsonb_array_elements((SELECT orch_run_status(:r1)) -> 'steps') x;
 SELECT orch_run_status(:r1) ? 'signals' AS lists_signals;
 SELECT orch_signal(:r1, 'go', '{"by": "alice"}') AS s1 \gset
-SELECT pg_temp.st(:r1);
+SELECT pg_temp.run_st(:r1);
 SELECT output FROM orch.run_steps WHERE run_id = :r1 AND step_id = 'w';
 SELECT * FROM pg_temp.sig(:r1);
 -- the step's event names the signal (label), reason signal_received
@@ -137,7 +131,7 @@ SELECT orch_signal(:r1, 'go') > :s1 AS kept;
 SELECT * FROM pg_temp.sig(:r1);
 -- the run ends: the signal no wait consumed stays visible with it
 SELECT pg_temp.complete1('sg_q') AS completed;
-SELECT pg_temp.st(:r1);
+SELECT pg_temp.run_st(:r1);
 SELECT * FROM pg_temp.sig(:r1);
 
 -- ---------------------------------------------------------------------------
@@ -149,14 +143,14 @@ SELECT orch_signal(:r2, 'go', '{"n": 1}') IS NOT NULL AS s1,
        orch_signal(:r2, 'other', '{"n": 2}') IS NOT NULL AS s2,
        orch_signal(:r2, 'go', '{"n": 3}') IS NOT NULL AS s3,
        orch_signal(:r2, 'go', '{"n": 4}') IS NOT NULL AS s4;
-SELECT pg_temp.st(:r2);
+SELECT pg_temp.run_st(:r2);
 SELECT * FROM pg_temp.sig(:r2);
 -- pending signals show in orch_run_status
 SELECT jsonb_array_length(s -> 'signals') AS signals,
        (SELECT count(*) FROM jsonb_array_elements(s -> 'signals') g WHERE g ->> 'consumed_at' IS NULL) AS pending
   FROM orch_run_status(:r2) s;
 SELECT pg_temp.complete1('sg_q2') AS completed;
-SELECT pg_temp.st(:r2);
+SELECT pg_temp.run_st(:r2);
 SELECT step_id, output FROM orch.run_steps WHERE run_id = :r2 AND type = 'wait' ORDER BY ord;
 SELECT * FROM pg_temp.sig(:r2);
 
@@ -204,14 +198,14 @@ SELECT orch_start('sg_wait', '{"t": 1}') AS r4 \gset
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :r4 AND step_id = 'w';
 -- a signal sent once the timeout passed (before maintenance noticed it)
 SELECT orch_signal(:r4, 'go', '{"late": true}') IS NOT NULL AS sent_late;
-SELECT pg_temp.st(:r4);
+SELECT pg_temp.run_st(:r4);
 SELECT * FROM pg_temp.ev(:r4);
 SELECT * FROM pg_temp.sig(:r4);
 -- and with maintenance first
 SELECT orch_start('sg_wait', '{"t": 2}') AS r5 \gset
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :r5 AND step_id = 'w';
 SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:r5);
+SELECT pg_temp.run_st(:r5);
 SELECT orch_signal(:r5, 'go') IS NOT NULL AS sent_after;
 SELECT * FROM pg_temp.sig(:r5);
 SELECT count(*) AS signal_events FROM orch_events WHERE run_id IN (:r4, :r5) AND reason_code = 'signal_received';
@@ -221,14 +215,14 @@ SELECT count(*) AS signal_events FROM orch_events WHERE run_id IN (:r4, :r5) AND
 -- ---------------------------------------------------------------------------
 SELECT orch_start('sg_schema', '{}') AS r6 \gset
 SELECT orch_signal(:r6, 'verdict', '{"approved": "yes"}') IS NOT NULL AS sent;
-SELECT pg_temp.st(:r6);
+SELECT pg_temp.run_st(:r6);
 SELECT error FROM orch.run_steps WHERE run_id = :r6;
 SELECT * FROM pg_temp.ev(:r6);
 SELECT * FROM pg_temp.sig(:r6);
 SELECT pg_temp.err(format($$SELECT orch_signal(%s, 'verdict', '{"approved": true}')$$, :r6)) AS run_failed;
 SELECT orch_start('sg_schema', '{}') AS r7 \gset
 SELECT orch_signal(:r7, 'verdict', '{"approved": true}') IS NOT NULL AS sent;
-SELECT pg_temp.st(:r7);
+SELECT pg_temp.run_st(:r7);
 
 -- ---------------------------------------------------------------------------
 -- 9. Pause: a paused run takes signals and keeps them; the wait is
@@ -237,10 +231,10 @@ SELECT pg_temp.st(:r7);
 SELECT orch_start('sg_wait', '{"p": 1}') AS r8 \gset
 SELECT orch_pause_run(:r8) AS paused;
 SELECT orch_signal(:r8, 'go', '{"p": true}') IS NOT NULL AS sent;
-SELECT pg_temp.st(:r8);
+SELECT pg_temp.run_st(:r8);
 SELECT * FROM pg_temp.sig(:r8);
 SELECT orch_resume_run(:r8) AS resumed;
-SELECT pg_temp.st(:r8);
+SELECT pg_temp.run_st(:r8);
 SELECT * FROM pg_temp.sig(:r8);
 
 -- ---------------------------------------------------------------------------
@@ -250,9 +244,9 @@ SELECT orch_start('sg_wait', '{"x": 1}') AS r9 \gset
 SELECT pg_temp.stored() AS before \gset
 BEGIN;
 SELECT orch_signal(:r9, 'go') IS NOT NULL AS sent;
-SELECT pg_temp.st(:r9);
+SELECT pg_temp.run_st(:r9);
 ROLLBACK;
-SELECT pg_temp.stored() = :'before' AS nothing_left, pg_temp.st(:r9);
+SELECT pg_temp.stored() = :'before' AS nothing_left, pg_temp.run_st(:r9);
 
 -- ---------------------------------------------------------------------------
 -- 11. The cap: a run keeps at most 1000 signals unconsumed
@@ -261,7 +255,7 @@ INSERT INTO orch.signals (run_id, tenant_id, name, payload, sent_by)
 SELECT :r9, 'default', 'pile', '{}', 'test' FROM generate_series(1, 998);
 -- a consumed signal does not count
 SELECT orch_signal(:r9, 'go') IS NOT NULL AS consumed_at_once;
-SELECT pg_temp.st(:r9);
+SELECT pg_temp.run_st(:r9);
 SELECT orch_signal(:r9, 'pile') IS NOT NULL AS the_999th, orch_signal(:r9, 'pile') IS NOT NULL AS the_1000th;
 SELECT pg_temp.stored() AS before \gset
 SELECT pg_temp.err(format('SELECT orch_signal(%s, ''pile'')', :r9)) AS the_1001st;
@@ -288,7 +282,7 @@ RESET ROLE;
 SET ROLE sg_bound_b;
 SELECT count(*) AS b_sees FROM orch_signals;
 RESET ROLE;
-SELECT pg_temp.st(:ra) AS a, pg_temp.st(:rb) AS b;
+SELECT pg_temp.run_st(:ra) AS a, pg_temp.run_st(:rb) AS b;
 SET ROLE sg_reader;
 SELECT pg_temp.err(format('SELECT orch_signal(%s, ''go'')', :rb)) AS reader_may_not;
 SELECT count(*) > 0 AS reader_reads FROM orch_signals;
@@ -296,7 +290,7 @@ RESET ROLE;
 SET ROLE sg_producer;
 SELECT orch_signal(:rb, 'go') IS NOT NULL AS producer_may;
 RESET ROLE;
-SELECT pg_temp.st(:rb) AS b;
+SELECT pg_temp.run_st(:rb) AS b;
 -- the table itself is not for the roles
 SET ROLE sg_producer;
 SELECT pg_temp.err('SELECT count(*) FROM orch.signals') AS table_read;

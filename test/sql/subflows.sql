@@ -12,12 +12,6 @@ RESET client_min_messages;
 
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/setup.inc
--- st(run): the run's state and its steps' states
-CREATE FUNCTION pg_temp.st(run bigint) RETURNS text LANGUAGE sql AS $$
-    SELECT (SELECT state || coalesce('/' || reason_code, '') FROM orch.runs WHERE id = run) || ': ' ||
-           string_agg(step_id || '=' || state, ' ' ORDER BY ord)
-      FROM orch.run_steps WHERE run_id = run
-$$;
 -- kids(run): the run's children, by item (ids as their offset from the parent)
 CREATE FUNCTION pg_temp.kids(run bigint) RETURNS TABLE (child bigint, step text, idx integer, def text,
                                                        state text, reason text, output jsonb)
@@ -100,7 +94,7 @@ SELECT orch_publish('sf_fan', 1) IS NOT NULL AS published;
 -- ---------------------------------------------------------------------------
 SELECT orch_start('sf_one', '{"n": 7}', correlation_id => 'order-7') AS p1 \gset
 SELECT pg_temp.work('sf_q');
-SELECT pg_temp.st(:p1);
+SELECT pg_temp.run_st(:p1);
 SELECT * FROM pg_temp.kids(:p1);
 SELECT c.input, c.correlation_id, c.root_run_id = :p1 AS same_family, c.tenant_id
   FROM orch.runs c WHERE c.parent_run_id = :p1;
@@ -116,11 +110,11 @@ SELECT (orch_run_status(:p1 + 1) -> 'run' ->> 'parent_run_id')::bigint = :p1 AS 
        (SELECT parent_run_id = :p1 FROM orch_runs WHERE run_id = :p1 + 1) AS view_names_parent;
 -- the child's task is done: the step succeeds with the child's output
 SELECT pg_temp.work('sf_q');
-SELECT pg_temp.st(:p1), pg_temp.st(:p1 + 1);
+SELECT pg_temp.run_st(:p1), pg_temp.run_st(:p1 + 1);
 SELECT output FROM orch.run_steps WHERE run_id = :p1 AND step_id = 'sub';
 SELECT t.payload -> 'deps' -> 'sub' AS after_reads FROM orch.tasks t WHERE t.run_id = :p1 AND t.step_key = 'after';
 SELECT pg_temp.work('sf_q');
-SELECT pg_temp.st(:p1);
+SELECT pg_temp.run_st(:p1);
 -- the step's events
 SELECT note AS step, from_state, to_state, reason_code FROM orch_events
  WHERE run_id = :p1 AND entity = 'run_step' AND note = 'sub' ORDER BY event_id;
@@ -136,7 +130,7 @@ SELECT child, def FROM pg_temp.kids(:p2);
 SELECT step_id FROM orch.run_steps WHERE run_id = (SELECT id FROM orch.runs WHERE parent_run_id = :p2);
 SELECT orch_deprecate('sf_child', 2) IS NOT NULL AS deprecated;
 SELECT pg_temp.work('sf_q'), pg_temp.work('sf_q');
-SELECT pg_temp.st(:p2);
+SELECT pg_temp.run_st(:p2);
 
 -- ---------------------------------------------------------------------------
 -- 5. A map of sub-workflows: max_parallel open at once, outputs in item
@@ -148,12 +142,12 @@ SELECT items_total, items_next, items_done FROM orch.run_steps WHERE run_id = :f
 SELECT pg_temp.work('sf_q', 1);
 SELECT child, idx, state FROM pg_temp.kids(:f1);
 SELECT pg_temp.work('sf_q'), pg_temp.work('sf_q'), pg_temp.work('sf_q');
-SELECT pg_temp.st(:f1);
+SELECT pg_temp.run_st(:f1);
 SELECT output FROM orch.runs WHERE id = :f1;
 SELECT orch_start('sf_fan', '{"items": []}') AS f2 \gset
-SELECT pg_temp.st(:f2), (SELECT output FROM orch.runs WHERE id = :f2);
+SELECT pg_temp.run_st(:f2), (SELECT output FROM orch.runs WHERE id = :f2);
 SELECT orch_start('sf_fan', '{"items": {"n": 1}}') AS f3 \gset
-SELECT pg_temp.st(:f3), (SELECT error FROM orch.runs WHERE id = :f3);
+SELECT pg_temp.run_st(:f3), (SELECT error FROM orch.runs WHERE id = :f3);
 
 -- ---------------------------------------------------------------------------
 -- 6. Failure: a child that cannot start, a child that fails, a child
@@ -162,14 +156,14 @@ SELECT pg_temp.st(:f3), (SELECT error FROM orch.runs WHERE id = :f3);
 -- an item its input_schema refuses: the step fails; the children of its
 -- window start together or not at all, so none is left behind
 SELECT orch_start('sf_fan', '{"items": [{"n": 1}, {"m": 2}]}') AS f4 \gset
-SELECT pg_temp.st(:f4);
+SELECT pg_temp.run_st(:f4);
 SELECT error FROM orch.runs WHERE id = :f4;
 SELECT count(*) AS children FROM orch.runs WHERE parent_run_id = :f4;
 -- a child of a map fails: the step fails and the other child is canceled with its task
 SELECT orch_start('sf_fan', '{"items": [{"n": 1}, {"n": 2}]}') AS f4b \gset
 SELECT (orch_fail(c.task_id, c.lease_token, 'NON_RETRYABLE', 'item broke')).state
   FROM orch_dequeue('sf_q', 'sf-worker') c WHERE c.payload -> 'input' ->> 'n' = '1';
-SELECT pg_temp.st(:f4b);
+SELECT pg_temp.run_st(:f4b);
 SELECT child, idx, state, reason FROM pg_temp.kids(:f4b);
 SELECT t.state, t.reason_code FROM orch.tasks t JOIN orch.runs r ON r.id = t.run_id
  WHERE r.parent_run_id = :f4b ORDER BY r.parent_index;
@@ -182,12 +176,12 @@ SELECT orch_define('sf_route', '{"steps": [
 SELECT orch_publish('sf_route', 1) IS NOT NULL AS published;
 SELECT orch_start('sf_route', '{"n": 3}') AS f5 \gset
 SELECT (orch_fail(c.task_id, c.lease_token, 'NON_RETRYABLE', 'boom')).state FROM orch_dequeue('sf_q', 'sf-worker') c;
-SELECT pg_temp.st(:f5 + 1), pg_temp.st(:f5);
+SELECT pg_temp.run_st(:f5 + 1), pg_temp.run_st(:f5);
 SELECT regexp_replace(error, 'run \d+', 'run N') AS error FROM orch.run_steps WHERE run_id = :f5 AND step_id = 'sub';
 -- a child canceled by its own call: the parent's step fails the same way
 SELECT orch_start('sf_route', '{"n": 4}') AS f6 \gset
 SELECT orch_cancel_run(:f6 + 1, 'not needed');
-SELECT pg_temp.st(:f6);
+SELECT pg_temp.run_st(:f6);
 SELECT regexp_replace(error, 'run \d+', 'run N') AS error FROM orch.run_steps WHERE run_id = :f6 AND step_id = 'sub';
 SELECT pg_temp.work('sf_q'), pg_temp.work('sf_q');
 
@@ -228,7 +222,7 @@ SELECT orch_publish('sf_capped', 1) IS NOT NULL AS published;
 SELECT orch_start('sf_capped', '{"n": 12}') AS c1 \gset
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :c1 AND step_id = 'sub';
 SELECT count > 0 AS maintained FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:c1), pg_temp.st(:c1 + 1);
+SELECT pg_temp.run_st(:c1), pg_temp.run_st(:c1 + 1);
 SELECT pg_temp.drain('sf_q') > 0 AS drained, pg_temp.drain('sf_side') > 0 AS drained_side;
 
 -- ---------------------------------------------------------------------------
@@ -244,7 +238,7 @@ SELECT orch_resume_run(:f7);
 SELECT child, state, reason FROM pg_temp.kids(:f7);
 SELECT orch_resume_run(:f7 + 2);
 SELECT pg_temp.work('sf_q');
-SELECT pg_temp.st(:f7);
+SELECT pg_temp.run_st(:f7);
 
 -- ---------------------------------------------------------------------------
 -- 9. The depth limit
@@ -301,7 +295,7 @@ SET ROLE sf_bound_a;
 SELECT count(orch_complete(c.task_id, c.lease_token, '{}')) FROM orch_dequeue('sf_q', 'a-worker') c;
 SELECT count(orch_complete(c.task_id, c.lease_token, '{}')) FROM orch_dequeue('sf_q', 'a-worker') c;
 RESET ROLE;
-SELECT pg_temp.st(:t1);
+SELECT pg_temp.run_st(:t1);
 
 -- ---------------------------------------------------------------------------
 -- 12. One statement that finishes the tasks of several runs progresses each
@@ -318,12 +312,12 @@ SELECT orch_start('sf_fan', '{"items": [{"n": 1}, {"n": 2}]}') AS b3 \gset
 -- two plain runs' tasks and two children's tasks, completed in one call
 SELECT orch_complete_batch(array_agg(c.task_id), array_agg(c.lease_token)) AS completed
   FROM (SELECT * FROM orch_dequeue('sf_b', 'sf-worker', 10) UNION ALL SELECT * FROM orch_dequeue('sf_q', 'sf-worker', 10)) c;
-SELECT pg_temp.st(:b1), pg_temp.st(:b2), pg_temp.st(:b3);
+SELECT pg_temp.run_st(:b1), pg_temp.run_st(:b2), pg_temp.run_st(:b3);
 -- their next steps' tasks fail an attempt, and are claimed again in one call
 SELECT count(*) AS failed_attempts FROM orch_dequeue('sf_b', 'sf-worker', 10) c,
        LATERAL orch_fail(c.task_id, c.lease_token, 'TRANSIENT', 'flaky') f;
 SELECT count(*) AS claimed_again FROM orch_dequeue('sf_b', 'sf-worker', 10);
-SELECT pg_temp.st(:b1), pg_temp.st(:b2);
+SELECT pg_temp.run_st(:b1), pg_temp.run_st(:b2);
 
 -- ---------------------------------------------------------------------------
 -- 13. A map of sub-workflows whose child cannot start follows on_failure
@@ -334,9 +328,9 @@ SELECT orch_define('sf_fan_route', '{"steps": [
     {"step_id": "recover", "queue": "sf_q", "handler": "recover"}]}') AS v;
 SELECT orch_publish('sf_fan_route', 1) IS NOT NULL AS published;
 SELECT orch_start('sf_fan_route', '{"items": [{"n": 1}, {"bad": true}]}') AS m1 \gset
-SELECT pg_temp.st(:m1);
+SELECT pg_temp.run_st(:m1);
 SELECT pg_temp.drain('sf_q');
-SELECT pg_temp.st(:m1);
+SELECT pg_temp.run_st(:m1);
 
 -- ---------------------------------------------------------------------------
 -- 14. Versions: a child's pinned version deprecated meanwhile still starts;
@@ -352,7 +346,7 @@ SELECT child, def FROM pg_temp.kids(:v1);
 SELECT orch_deprecate('sf_child', 3) IS NOT NULL AS deprecated;
 SELECT pg_temp.drain('sf_q');
 SELECT child, def, state FROM pg_temp.kids(:v1);
-SELECT pg_temp.st(:v1);
+SELECT pg_temp.run_st(:v1);
 SELECT orch_define('sf_named', '{"steps": [{"step_id": "s", "type": "subflow", "definition": "sf_child", "version": 3}]}') AS v;
 SELECT orch_publish('sf_named', 1) IS NOT NULL AS published;
 SELECT pg_temp.stored() AS before \gset
@@ -378,4 +372,4 @@ SELECT orch_pause_run(:g1);
 SELECT state, phase FROM orch.runs WHERE id = :g1 + 1;
 SELECT orch_resume_run(:g1);
 SELECT pg_temp.drain('sf_q');
-SELECT pg_temp.st(:g1), (SELECT state || '/' || reason_code FROM orch.runs WHERE id = :g1 + 1) AS child;
+SELECT pg_temp.run_st(:g1), (SELECT state || '/' || reason_code FROM orch.runs WHERE id = :g1 + 1) AS child;

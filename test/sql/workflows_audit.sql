@@ -10,12 +10,6 @@ RESET client_min_messages;
 
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/setup.inc
--- st(run): the run's state (and reason) and its steps' states
-CREATE FUNCTION pg_temp.st(run bigint) RETURNS text LANGUAGE sql AS $$
-    SELECT (SELECT state || coalesce('/' || reason_code, '') FROM orch.runs WHERE id = run) || ': ' ||
-           string_agg(step_id || '=' || state, ' ' ORDER BY ord)
-      FROM orch.run_steps WHERE run_id = run
-$$;
 -- ev(run): the run's and its steps' events, in order (step events name the step)
 CREATE FUNCTION pg_temp.ev(run bigint) RETURNS TABLE (what text, from_state text, to_state text,
                                                      reason_code text, label text)
@@ -72,17 +66,17 @@ SELECT orch_publish('au_gate', 1) IS NOT NULL AS published;
 -- a: expired by the maintenance pass
 SELECT orch_start('au_gate', '{}') AS e1 \gset
 SELECT pg_temp.complete1('au_q');
-SELECT pg_temp.st(:e1);
+SELECT pg_temp.run_st(:e1);
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :e1 AND step_id = 'gate';
 -- before the pass: the approval's time is up, so it is refused (OR009) and
 -- records nothing (the same for a rejection)
 SELECT pg_temp.n_audit(:e1) AS before;
 SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'gate', 'AU-1', 'alice', 'late')$$, :e1)) AS approve_expired;
 SELECT pg_temp.try(format($$SELECT orch_reject(%s, 'gate', 'AU-2', 'alice', 'late')$$, :e1)) AS reject_expired;
-SELECT pg_temp.n_audit(:e1) AS after, pg_temp.st(:e1);
+SELECT pg_temp.n_audit(:e1) AS after, pg_temp.run_st(:e1);
 SELECT * FROM pg_temp.err(format($$SELECT orch_approve(%s, 'gate', 'AU-1', 'alice')$$, :e1));
 SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:e1);
+SELECT pg_temp.run_st(:e1);
 -- the gate timed out with reason approval_expired, labelled with the
 -- maintenance pass (orchestrator); the run left waiting_approval for the
 -- same reason (not approval_decided); deploy was skipped as a dependant
@@ -108,7 +102,7 @@ SELECT orch_publish('au_two', 1) IS NOT NULL AS published;
 SELECT orch_start('au_two', '{}') AS e2 \gset
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :e2 AND step_id = 'g2';
 SELECT orch_approve(:e2, 'g1', 'AU-10', 'alice', 'fine');
-SELECT pg_temp.st(:e2);
+SELECT pg_temp.run_st(:e2);
 SELECT * FROM pg_temp.ev(:e2);
 
 -- c: past the run's deadline an approval is refused (OR009) and records
@@ -122,12 +116,12 @@ UPDATE orch.runs SET deadline_at = now() - interval '1 second' WHERE id = :e3;
 SELECT pg_temp.n_audit(:e3) AS before;
 SELECT pg_temp.try(format($$SELECT orch_approve(%s, 'gate', 'AU-20', 'bob')$$, :e3)) AS approve_past_deadline;
 SELECT pg_temp.try(format($$SELECT orch_reject(%s, 'gate', 'AU-21', 'bob')$$, :e3)) AS reject_past_deadline;
-SELECT pg_temp.n_audit(:e3) AS after, pg_temp.st(:e3);
+SELECT pg_temp.n_audit(:e3) AS after, pg_temp.run_st(:e3);
 SELECT * FROM pg_temp.err(format($$SELECT orch_approve(%s, 'gate', 'AU-20', 'bob')$$, :e3));
 -- the reference was not consumed: another run may still use it
 SELECT count(*) AS approvals_with_ref FROM orch.approvals WHERE approval_ref = 'AU-20';
 SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:e3);
+SELECT pg_temp.run_st(:e3);
 SELECT * FROM pg_temp.ev(:e3);
 
 -- ---------------------------------------------------------------------------
@@ -141,19 +135,19 @@ SELECT orch_define('au_retry', '{"steps": [
 SELECT orch_publish('au_retry', 1) IS NOT NULL AS published;
 SELECT orch_start('au_retry', '{}') AS r1 \gset
 SELECT pg_temp.fail1('au_r', 'TRANSIENT');
-SELECT pg_temp.st(:r1);
+SELECT pg_temp.run_st(:r1);
 SELECT state, retry_at IS NOT NULL AS retry_wait FROM orch_tasks WHERE run_id = :r1;
 -- due: the claim takes it again and the step runs again
 UPDATE orch.tasks SET retry_at = now() - interval '1 second' WHERE run_id = :r1 AND state = 'awaiting_tool';
 CREATE TEMP TABLE au_claim AS SELECT task_id, lease_token, step_key FROM orch_dequeue('au_r', 'audit-worker');
 SELECT step_key FROM au_claim;
-SELECT pg_temp.st(:r1);
+SELECT pg_temp.run_st(:r1);
 -- its lease expires: maintenance recovers it into a retry wait (retrying, by orchestrator)
 UPDATE orch.tasks SET lease_expires_at = now() - interval '1 second' WHERE id = (SELECT task_id FROM au_claim);
 SELECT action, count FROM orch_maintain() WHERE action = 'leases_recovered';
-SELECT pg_temp.st(:r1);
+SELECT pg_temp.run_st(:r1);
 UPDATE orch.tasks SET retry_at = now() - interval '1 second' WHERE run_id = :r1 AND state = 'awaiting_tool';
-SELECT pg_temp.complete1('au_r') AS completed, pg_temp.st(:r1);
+SELECT pg_temp.complete1('au_r') AS completed, pg_temp.run_st(:r1);
 SELECT * FROM pg_temp.ev(:r1);
 -- in orch_run_status
 SELECT e ->> 'to_state' AS to_state, e ->> 'reason_code' AS reason_code
@@ -168,14 +162,14 @@ SELECT orch_start('au_tool', '{}') AS r2 \gset
 DELETE FROM au_claim;
 INSERT INTO au_claim SELECT task_id, lease_token, step_key FROM orch_dequeue('au_t', 'audit-worker');
 SELECT orch_await_tool(task_id, lease_token, 'tool', '{}') FROM au_claim;
-SELECT pg_temp.st(:r2);
+SELECT pg_temp.run_st(:r2);
 SELECT orch_resume(task_id, '{}') FROM au_claim;
 SELECT pg_temp.fail1('au_t', 'TRANSIENT');
-SELECT pg_temp.st(:r2);
+SELECT pg_temp.run_st(:r2);
 -- from retrying the step fails for good (its task is cancelled while it
 -- waits) and, with nothing to handle it, the run fails
 SELECT orch_cancel((SELECT task_id FROM au_claim), 'given up');
-SELECT pg_temp.st(:r2);
+SELECT pg_temp.run_st(:r2);
 SELECT * FROM pg_temp.ev(:r2);
 -- a retrying step whose timeout passes times out and follows on_timeout
 SELECT orch_define('au_retry_to', '{"steps": [
@@ -185,10 +179,10 @@ SELECT orch_define('au_retry_to', '{"steps": [
 SELECT orch_publish('au_retry_to', 1) IS NOT NULL AS published;
 SELECT orch_start('au_retry_to', '{}') AS r3 \gset
 SELECT pg_temp.fail1('au_rt', 'TRANSIENT');
-SELECT pg_temp.st(:r3);
+SELECT pg_temp.run_st(:r3);
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :r3 AND step_id = 'call';
 SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:r3);
+SELECT pg_temp.run_st(:r3);
 SELECT * FROM pg_temp.ev(:r3);
 SELECT step_key, state, reason_code FROM orch_tasks WHERE run_id = :r3 ORDER BY task_id;
 -- a plain task (no run) retries as before
@@ -211,7 +205,7 @@ SELECT orch_define('au_skip', '{"steps": [
 SELECT orch_publish('au_skip', 1) IS NOT NULL AS published;
 SELECT orch_start('au_skip', '{}') AS s1 \gset
 SELECT pg_temp.complete1('au_s');
-SELECT pg_temp.st(:s1);
+SELECT pg_temp.run_st(:s1);
 SELECT * FROM pg_temp.ev(:s1);
 -- a dependency failed: dependency_failed (its failure handled by on_failure)
 SELECT orch_define('au_dep', '{"steps": [
@@ -223,7 +217,7 @@ SELECT orch_publish('au_dep', 1) IS NOT NULL AS published;
 SELECT orch_start('au_dep', '{}') AS s2 \gset
 SELECT pg_temp.fail1('au_s', 'NON_RETRYABLE');
 SELECT pg_temp.complete1('au_s');
-SELECT pg_temp.st(:s2);
+SELECT pg_temp.run_st(:s2);
 SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s2) WHERE what <> 'run';
 -- the run is canceled: pending steps skipped, running ones canceled, each
 -- with run_canceled and the caller's reason as note
@@ -234,14 +228,14 @@ SELECT orch_define('au_cancel', '{"steps": [
 SELECT orch_publish('au_cancel', 1) IS NOT NULL AS published;
 SELECT orch_start('au_cancel', '{}') AS s3 \gset
 SELECT orch_cancel_run(:s3, 'customer withdrew');
-SELECT pg_temp.st(:s3);
+SELECT pg_temp.run_st(:s3);
 SELECT note, from_state, to_state, reason_code, actor = current_user AS by_caller
   FROM orch_events WHERE run_id = :s3 AND entity = 'run_step' ORDER BY event_id;
 -- the run fails (a step failed with nothing to handle it): open steps stop
 -- with run_failed (the failed step's own event says step_failed)
 SELECT orch_start('au_cancel', '{}') AS s4 \gset
 SELECT pg_temp.fail1('au_c', 'NON_RETRYABLE');
-SELECT pg_temp.st(:s4);
+SELECT pg_temp.run_st(:s4);
 SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s4) WHERE what <> 'run';
 -- a paused run: a step that became ready has its event (step_ready); it
 -- starts on resume
@@ -250,9 +244,9 @@ DELETE FROM au_claim;
 INSERT INTO au_claim SELECT task_id, lease_token, step_key FROM orch_dequeue('au_c', 'audit-worker');
 SELECT orch_pause_run(:s5);
 SELECT orch_complete(task_id, lease_token, '{}') FROM au_claim;
-SELECT pg_temp.st(:s5);
+SELECT pg_temp.run_st(:s5);
 SELECT orch_resume_run(:s5);
-SELECT pg_temp.st(:s5);
+SELECT pg_temp.run_st(:s5);
 SELECT what, from_state, to_state, reason_code FROM pg_temp.ev(:s5) WHERE what = 'two';
 
 -- ---------------------------------------------------------------------------
@@ -282,7 +276,7 @@ SELECT orch_publish('au_appr', 1) IS NOT NULL AS published;
 --    orchestrator and handed to a human (one attempt), never claimable
 SELECT orch_start('au_appr', '{}', tenant => 'au_ten') AS a1 \gset
 SELECT id AS a1t FROM orch.tasks WHERE run_id = :a1 AND step_key = 'gate:approval' \gset
-SELECT pg_temp.st(:a1), pg_temp.at(:a1t);
+SELECT pg_temp.run_st(:a1), pg_temp.at(:a1t);
 SELECT tenant_id, payload - 'run_id' AS payload, (payload ->> 'run_id')::bigint = :a1 AS payload_run,
        wait_data ->> 'decide' = format('SELECT orch_approve(%s, ''gate'', <approval_ref>) or orch_reject(...)', :a1) AS prompt,
        lease_owner
@@ -313,7 +307,7 @@ SELECT pg_temp.at(:a1t), (SELECT count(*) FROM orch.history WHERE task_id = :a1t
 -- c: approved: the approver takes the task (a second attempt) and completes
 --    it with the decision as its result; the run goes on
 SELECT orch_approve(:a1, 'gate', 'AU-40', 'alice', 'ship');
-SELECT pg_temp.st(:a1), pg_temp.at(:a1t);
+SELECT pg_temp.run_st(:a1), pg_temp.at(:a1t);
 SELECT result - 'actor' AS result, result ->> 'actor' = current_user AS by_caller FROM orch.tasks WHERE id = :a1t;
 SELECT * FROM pg_temp.tev(:a1t);
 SELECT attempt, worker = 'orchestrator' AS by_orchestrator, outcome FROM orch.attempts WHERE task_id = :a1t ORDER BY id;
@@ -330,7 +324,7 @@ SELECT count(*) AS history_rows FROM orch_history(:a1t);
 SELECT orch_start('au_appr', '{}') AS a2 \gset
 SELECT id AS a2t FROM orch.tasks WHERE run_id = :a2 AND step_key = 'gate:approval' \gset
 SELECT orch_reject(:a2, 'gate', 'AU-41', 'bob', 'not today');
-SELECT pg_temp.st(:a2), pg_temp.at(:a2t);
+SELECT pg_temp.run_st(:a2), pg_temp.at(:a2t);
 SELECT last_error, resume_data ->> 'approval_ref' AS ref FROM orch.tasks WHERE id = :a2t;
 SELECT from_state, to_state, reason_code, label FROM pg_temp.tev(:a2t) WHERE to_state = 'failed';
 SELECT count(*) AS dead_letters FROM orch_dead_letters WHERE task_id = :a2t;
@@ -342,7 +336,7 @@ SELECT orch_start('au_appr', '{}') AS a3 \gset
 SELECT id AS a3t FROM orch.tasks WHERE run_id = :a3 AND step_key = 'gate:approval' \gset
 UPDATE orch.run_steps SET cap_at = now() - interval '1 second' WHERE run_id = :a3 AND step_id = 'gate';
 SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:a3), pg_temp.at(:a3t);
+SELECT pg_temp.run_st(:a3), pg_temp.at(:a3t);
 SELECT from_state, to_state, reason_code, label FROM pg_temp.tev(:a3t) WHERE to_state = 'cancelled';
 
 -- f: the run canceled, or failed past its deadline: the task is cancelled
@@ -353,7 +347,7 @@ SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a4;
 SELECT orch_start('au_appr', '{}') AS a5 \gset
 UPDATE orch.runs SET deadline_at = now() - interval '1 second' WHERE id = :a5;
 SELECT action, count FROM orch_maintain() WHERE action = 'runs_progressed';
-SELECT pg_temp.st(:a5), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a5;
+SELECT pg_temp.run_st(:a5), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a5;
 -- nothing of these runs is left open, nor in the review queue as a task
 SELECT count(*) AS open_tasks FROM orch.tasks
  WHERE run_id IN (:a1, :a2, :a3, :a4, :a5) AND state NOT IN ('completed', 'failed', 'cancelled')
@@ -379,7 +373,7 @@ SELECT orch_publish('au_comp', 1) IS NOT NULL AS published;
 SELECT orch_start('au_comp', '{}') AS a7 \gset
 SELECT pg_temp.complete1('au_cp');
 SELECT pg_temp.fail1('au_cp', 'NON_RETRYABLE');
-SELECT pg_temp.st(:a7);
+SELECT pg_temp.run_st(:a7);
 SELECT id AS a7t FROM orch.tasks WHERE run_id = :a7 AND step_key = 'book:compensate:approval' \gset
 SELECT pg_temp.at(:a7t);
 SELECT kind, task_id = :a7t AS its_task, step_id FROM orch_review_queue WHERE run_id = :a7;
@@ -387,13 +381,13 @@ SELECT sqlstate FROM pg_temp.err(format('SELECT orch_confirm(%s, true)', :a7t));
 SELECT orch_approve(:a7, 'book', 'AU-50', 'carol', 'undo it');
 SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a7 AND step_key LIKE 'book:%' ORDER BY id;
 SELECT pg_temp.complete1('au_cp') AS compensated;
-SELECT pg_temp.st(:a7);
+SELECT pg_temp.run_st(:a7);
 -- rejected: the compensation is not run, the run fails for review
 SELECT orch_start('au_comp', '{}') AS a8 \gset
 SELECT pg_temp.complete1('au_cp');
 SELECT pg_temp.fail1('au_cp', 'NON_RETRYABLE');
 SELECT orch_reject(:a8, 'book', 'AU-51', 'carol', 'leave it');
-SELECT pg_temp.st(:a8), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a8 AND step_key LIKE 'book:%';
+SELECT pg_temp.run_st(:a8), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a8 AND step_key LIKE 'book:%';
 
 -- i: another step's failure fails the run: the waiting gate's task is
 --    cancelled with run_failed, as the gate's own event reads
@@ -403,7 +397,7 @@ SELECT orch_define('au_rf', '{"policies": {"queue": "au_rf"}, "steps": [
 SELECT orch_publish('au_rf', 1) IS NOT NULL AS published;
 SELECT orch_start('au_rf', '{}') AS a9 \gset
 SELECT pg_temp.fail1('au_rf', 'NON_RETRYABLE');
-SELECT pg_temp.st(:a9), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a9 AND step_key = 'gate:approval';
+SELECT pg_temp.run_st(:a9), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a9 AND step_key = 'gate:approval';
 SELECT what, to_state, reason_code FROM pg_temp.ev(:a9) WHERE what = 'gate';
 
 -- j: dropping the queue an approval waits in neither counts nor cancels its
@@ -416,4 +410,4 @@ SELECT orch_drop_queue('au_dq');
 SELECT count(*) AS queue_left FROM orch.queues WHERE name = 'au_dq';
 SELECT pg_temp.at(id) FROM orch.tasks WHERE run_id = :a10;
 SELECT orch_approve(:a10, 'gate', 'AU-60', 'dana');
-SELECT pg_temp.st(:a10), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a10;
+SELECT pg_temp.run_st(:a10), pg_temp.at(id) FROM orch.tasks WHERE run_id = :a10;
