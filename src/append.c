@@ -20,16 +20,21 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "commands/extension.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "access/attmap.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
@@ -37,10 +42,13 @@
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/uuid.h"
 
 #include "orchestrator.h"
@@ -113,22 +121,64 @@ direct_parent_possible(Relation parent)
 		!parent->rd_rel->relforcerowsecurity && !orch_citus();
 }
 
-/* Can a direct write serve this relation exactly as an INSERT would? */
+/*
+ * Are rel's triggers exactly the extension's own two on orch.tasks, firing
+ * as they would for this session's INSERT: the lifecycle row trigger (which
+ * the task append runs in C, orch_task_inserting) and the statement-end
+ * trigger (orch_tasks_inserted)?  Any other trigger, a WHEN clause, or one
+ * disabled or set to fire on replicas only: no.
+ */
 static bool
-direct_write_possible(Relation rel)
+task_triggers_ours(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+
+	if (td == NULL || td->numtriggers != 2 ||
+		SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN)
+		return false;
+	for (int i = 0; i < td->numtriggers; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+		char	   *fn = get_func_name(t->tgfoid);
+		bool		row = TRIGGER_FOR_ROW(t->tgtype);
+
+		if ((t->tgenabled != TRIGGER_FIRES_ON_ORIGIN && t->tgenabled != TRIGGER_FIRES_ALWAYS) ||
+			t->tgqual != NULL || fn == NULL)
+			return false;
+		if (strcmp(t->tgname, "tasks_lifecycle") == 0 && row && TRIGGER_FOR_BEFORE(t->tgtype) &&
+			strcmp(fn, "orch_state_machine_trigger") == 0 && t->tgnargs == 2 &&
+			strcmp(t->tgargs[0], "state") == 0 && strcmp(t->tgargs[1], "task") == 0)
+			continue;
+		if (strcmp(t->tgname, "tasks_statement_end") == 0 && !row && TRIGGER_FOR_AFTER(t->tgtype) &&
+			strcmp(fn, "orch_tasks_statement_end") == 0)
+			continue;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Can a direct write serve this relation exactly as an INSERT would?
+ * tasks: the rows are task rows, whose two triggers the caller runs.
+ */
+static bool
+direct_write_possible(Relation rel, bool tasks)
 {
 	if (rel->rd_att->constr && rel->rd_att->constr->has_generated_stored)
 		return false;			/* stored generated columns: the SQL INSERT computes them */
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-		rel->trigdesc != NULL ||
+		(rel->trigdesc != NULL && !(tasks && task_triggers_ours(rel))) ||
 		rel->rd_rel->relhasrules ||
 		rel->rd_rel->relforcerowsecurity)
+		return false;
+	/* row security that applies to this role, or no right to insert: as SQL says */
+	if (tasks && (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED ||
+				  pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_INSERT) != ACLCHECK_OK))
 		return false;
 	/* a distributed table is a shell on the coordinator: leave it to SQL */
 	return !orch_citus();
 }
-
 
 /*
  * The relation append_rows writes: the table, or for a partitioned one the
@@ -136,7 +186,7 @@ direct_write_possible(Relation rel)
  * (nothing left open) when the rows cannot be appended without SQL.
  */
 static Relation
-open_append_target(Oid relid, Relation *root_out, int ncols, const char *const *cols,
+open_append_target(Oid relid, Relation *root_out, bool tasks, int ncols, const char *const *cols,
 				   int nrows, const Datum *values, const bool *nulls)
 {
 	Relation	root = table_open(relid, RowExclusiveLock);
@@ -165,7 +215,7 @@ open_append_target(Oid relid, Relation *root_out, int ncols, const char *const *
 		table_close(root, RowExclusiveLock);
 		return NULL;			/* a partition is written through its parent */
 	}
-	if (!direct_write_possible(rel) || (rel != root && !direct_parent_possible(root)))
+	if (!direct_write_possible(rel, tasks) || (rel != root && !direct_parent_possible(root)))
 	{
 		if (rel != root)
 			table_close(rel, RowExclusiveLock);
@@ -246,14 +296,157 @@ append_fill_slot(TupleTableSlot *slot, TupleDesc desc, ExprState **defaults, Exp
 	ExecStoreVirtualTuple(slot);
 }
 
+/* ----------------------------------------------------------------------
+ * Index entries.  A partial index's predicate reads columns that the rows
+ * of one append mostly share (a task's state, queue, run): its result for
+ * a row whose predicate columns equal those of a row already tested is
+ * that row's, and is computed again only for a row that differs.
+ * ---------------------------------------------------------------------- */
+typedef struct IndexEntries
+{
+	ResultRelInfo *rri;
+	bool		direct;			/* entries made here (no exclusion or deferred unique index) */
+	Bitmapset **pred_cols;		/* per index: the columns its predicate reads */
+	int8	   *pred_ref;		/* per index: its reference row's result; -1: none yet */
+	Datum	  **ref_values;		/* per index: its reference row's predicate columns (copied) */
+	bool	  **ref_nulls;
+} IndexEntries;
+
+static void
+entries_init(IndexEntries *ie, ResultRelInfo *rri)
+{
+	int			n = Max(rri->ri_NumIndices, 1);
+	int			natts = RelationGetDescr(rri->ri_RelationDesc)->natts;
+
+	ie->rri = rri;
+	ie->direct = true;
+	ie->pred_cols = palloc0(sizeof(Bitmapset *) * n);
+	ie->pred_ref = palloc(sizeof(int8) * n);
+	ie->ref_values = palloc0(sizeof(Datum *) * n);
+	ie->ref_nulls = palloc0(sizeof(bool *) * n);
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+		Relation	ir = rri->ri_IndexRelationDescs[i];
+		int			k = -1;
+
+		if (ii->ii_ExclusionOps != NULL || (ir->rd_index->indisunique && !ir->rd_index->indimmediate))
+			ie->direct = false;
+		ie->pred_ref[i] = -1;
+		pull_varattnos((Node *) ii->ii_Predicate, 1, &ie->pred_cols[i]);
+		/* a predicate on a system column is tested on every row */
+		while ((k = bms_next_member(ie->pred_cols[i], k)) >= 0)
+			if (k + FirstLowInvalidHeapAttributeNumber <= 0)
+				ie->pred_ref[i] = -2;
+		ie->ref_values[i] = palloc0(sizeof(Datum) * natts);
+		ie->ref_nulls[i] = palloc0(sizeof(bool) * natts);
+	}
+}
+
+/*
+ * Columns given as k - FirstLowInvalidHeapAttributeNumber (pull_varattnos),
+ * user columns only: their index in the row's values.
+ */
+static inline int
+entries_col(int k)
+{
+	return k + FirstLowInvalidHeapAttributeNumber - 1;
+}
+
+/* Does the row go into index i: its predicate, tested or known */
+static bool
+entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate)
+{
+	IndexInfo  *ii = ie->rri->ri_IndexRelationInfo[i];
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+	Datum	   *rv = ie->ref_values[i];
+	bool	   *rn = ie->ref_nulls[i];
+	bool		ok;
+	int			k = -1;
+
+	if (ii->ii_Predicate == NIL)
+		return true;
+	if (ie->pred_ref[i] >= 0)
+	{
+		bool		same = true;
+
+		while (same && (k = bms_next_member(ie->pred_cols[i], k)) >= 0)
+		{
+			int			a = entries_col(k);
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			same = slot->tts_isnull[a] == rn[a] &&
+				(rn[a] || datum_image_eq(slot->tts_values[a], rv[a], att->attbyval, att->attlen));
+		}
+		if (same)
+			return ie->pred_ref[i] == 1;
+	}
+	if (ii->ii_PredicateState == NULL)
+		ii->ii_PredicateState = ExecPrepareQual(ii->ii_Predicate, estate);
+	ok = ExecQual(ii->ii_PredicateState, GetPerTupleExprContext(estate));
+	if (ie->pred_ref[i] == -1)
+	{
+		/* the first row tested is the reference */
+		while ((k = bms_next_member(ie->pred_cols[i], k)) >= 0)
+		{
+			int			a = entries_col(k);
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			rn[a] = slot->tts_isnull[a];
+			if (!rn[a])
+				rv[a] = datumCopy(slot->tts_values[a], att->attbyval, att->attlen);
+		}
+		ie->pred_ref[i] = ok ? 1 : 0;
+	}
+	return ok;
+}
+
+/* The index entries of one row just written (its tid in the slot) */
+static void
+entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
+{
+	ResultRelInfo *rri = ie->rri;
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+
+	if (!ie->direct)
+	{
+		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+		return;
+	}
+	GetPerTupleExprContext(estate)->ecxt_scantuple = slot;
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Relation	ir = rri->ri_IndexRelationDescs[i];
+		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+
+		if (ir == NULL || !ii->ii_ReadyForInserts || !entries_wanted(ie, i, slot, estate))
+			continue;
+		FormIndexDatum(ii, slot, estate, values, isnull);
+		(void) index_insert(ir, values, isnull, &slot->tts_tid, rri->ri_RelationDesc,
+							ir->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+							false, ii);
+	}
+}
+
+/* What a caller adds to a plain append */
+typedef struct AppendHooks
+{
+	/* the row trigger's work, on every column's values of each row (set in place) */
+	void		(*row)(Relation rel, Datum *values, bool *nulls);
+	/* each row's value of its column "id", when not NULL */
+	int64	   *ids;
+} AppendHooks;
+
 /*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
  * per row, for the columns named in cols.  Returns false, having written
  * nothing, when the table needs the SQL path.  Rows appear in the order
- * given (ids from the column's sequence, in that order).
+ * given (ids from the column's sequence, in that order).  hooks: NULL for
+ * a table without triggers.
  */
 static bool
-append_rows(Oid relid, int ncols, const char *const *cols,
+append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *cols,
 			int nrows, const Datum *values, const bool *nulls)
 {
 	Relation	root,
@@ -262,16 +455,18 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 	AttrNumber *attno;
 	EState	   *estate;
 	ResultRelInfo *rri;
+	IndexEntries ie;
 	ExprState **defaults;
 	TupleTableSlot **slots;
 	CommandId	cid;
 	MemoryContext work,
 				old;
 	int			nslots = Min(nrows, STORE_CHUNK);
+	AttrNumber	idcol = InvalidAttrNumber;
 
 	if (nrows <= 0)
 		return true;
-	rel = open_append_target(relid, &root, ncols, cols, nrows, values, nulls);
+	rel = open_append_target(relid, &root, hooks != NULL, ncols, cols, nrows, values, nulls);
 	if (rel == NULL)
 		return false;
 	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
@@ -284,7 +479,16 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
+	entries_init(&ie, rri);
 	defaults = append_defaults(root, desc, ncols, attno, estate);
+	if (hooks && hooks->ids)
+	{
+		const char *id = "id";
+
+		idcol = *append_attnos(desc, 1, &id);
+		if (idcol == InvalidAttrNumber)
+			elog(ERROR, "orchestrator: orch.%s has no column \"id\"", RelationGetRelationName(rel));
+	}
 
 	cid = GetCurrentCommandId(true);
 	slots = palloc(sizeof(TupleTableSlot *) * nslots);
@@ -300,12 +504,16 @@ append_rows(Oid relid, int ncols, const char *const *cols,
 		{
 			append_fill_slot(slots[i], desc, defaults, econtext, ncols, attno,
 							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
+			if (hooks && hooks->row)
+				hooks->row(rel, slots[i]->tts_values, slots[i]->tts_isnull);
+			if (hooks && hooks->ids)
+				hooks->ids[done + i] = DatumGetInt64(slots[i]->tts_values[idcol - 1]);
 			if (rel->rd_att->constr)
 				ExecConstraints(rri, slots[i], estate);
 		}
 		table_multi_insert(rel, slots, m, cid, 0, NULL);
 		for (int i = 0; i < m; i++)
-			list_free(ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL));
+			entries_insert(&ie, slots[i], estate);
 		ResetPerTupleExprContext(estate);
 		done += m;
 	}
@@ -328,7 +536,28 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 {
 	Oid			relid = orch_relid(relname);
 
-	return OidIsValid(relid) && append_rows(relid, ncols, cols, nrows, values, nulls);
+	return OidIsValid(relid) && append_rows(relid, NULL, ncols, cols, nrows, values, nulls);
+}
+
+/*
+ * Append nrows task rows (orch.tasks; values and nulls as orch_table_append
+ * takes them), each checked and derived by the lifecycle trigger's code
+ * (orch_task_inserting) before it is written, and the statement-end
+ * trigger's work done after the last (orch_tasks_inserted); their ids into
+ * ids, in order.  False, having written nothing, when the table needs the
+ * SQL INSERT: another trigger on it, row security that applies, Citus.
+ */
+bool
+orch_tasks_append(int ncols, const char *const *cols, int nrows,
+				  const Datum *values, const bool *nulls, int64 *ids)
+{
+	AppendHooks hooks = {orch_task_inserting, ids};
+	Oid			relid = orch_relid("tasks");
+
+	if (!OidIsValid(relid) || !append_rows(relid, &hooks, ncols, cols, nrows, values, nulls))
+		return false;
+	orch_tasks_inserted();
+	return true;
 }
 
 /* ----------------------------------------------------------------------
@@ -419,7 +648,7 @@ orch_events_store(OrchEvent *const *events, int n)
 #undef PUT_TEXT
 #undef PUT
 	}
-	ok = append_rows(relid, ncols, event_columns, n, v, nl);
+	ok = append_rows(relid, NULL, ncols, event_columns, n, v, nl);
 	pfree(v);
 	pfree(nl);
 	return ok;

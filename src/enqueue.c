@@ -399,7 +399,8 @@ insert_batch(EnqueueOpts *o, ArrayType *payloads, int np, int64 *ids)
 
 	task_row(o, &t, NULL, 0, true);
 	orch_tasks_insert(&t, PointerGetDatum(payloads), (Datum) 0, np, ids);
-	orch_route_note_rows(ORCH_ROUTE_TASK, SPI_tuptable, SPI_processed, 1, o->tenant);
+	for (int i = 0; i < np && orch_citus(); i++)
+		orch_route_note(ORCH_ROUTE_TASK, ids[i], o->tenant);
 }
 
 Datum

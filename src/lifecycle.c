@@ -397,7 +397,7 @@ record_no_claim(NewRow *row)
 
 /*
  * One row's transition as the task trigger sees it, filled phase by phase:
- * read and checked (change_read), its derived columns set (change_derive),
+ * read and checked (change_check), its derived columns set (change_derive),
  * the admission gate (change_gate), the facts of its event
  * (change_event_facts), its run noted (change_note_run), then recorded by the
  * row itself (a claim, an enqueue, a completion) or as an event row
@@ -438,22 +438,16 @@ complete_columns(int cols[5])
 }
 
 /*
- * Read the row and check its transition against the matrix (refused:
- * error).  False for an update of a terminal row that changes nothing,
- * which is let through as it is.
+ * Check the row's transition against the matrix (refused: error), its new
+ * values read into c->row.  False for an update of a terminal row that
+ * changes nothing, which is let through as it is.
  */
 static bool
-change_read(TaskChange *c, TriggerData *trigdata)
+change_check(TaskChange *c)
 {
-	Relation	rel = trigdata->tg_relation;
-	HeapTuple	newtup = c->is_insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple;
 	bool		isnull;
 
-	c->td = RelationGetDescr(rel);
-	c->oldtup = c->is_insert ? NULL : trigdata->tg_trigtuple;
 	c->from = TS_INVALID;
-	load_task_cols(rel);
-	row_read(&c->row, newtup, c->td);
 	c->task_id = DatumGetInt64(row_get(&c->row, task_cols.id, &isnull));
 	c->to_name = row_text(&c->row, task_cols.state);
 	c->to = c->to_name ? orch_state_from_name(c->to_name) : TS_INVALID;
@@ -471,7 +465,7 @@ change_read(TaskChange *c, TriggerData *trigdata)
 			 c->task_id, c->from_name);
 	if (orch_state_is_terminal(c->from))
 	{
-		if (c->to == c->from && orch_tuples_identical(c->oldtup, newtup, c->td))
+		if (c->to == c->from && orch_tuples_identical(c->oldtup, c->row.tup, c->td))
 			return false;
 		orch_raise_terminal(task_what(c->task_id), c->from_name, c->to_name);
 	}
@@ -800,11 +794,31 @@ change_write_event(TaskChange *c, Relation rel)
 	AtEOXact_GUC(true, nest);
 }
 
+/*
+ * What a checked transition does: its derived columns, the admission gate,
+ * the claims' wake-up, and its event (recorded by the row, or written).
+ */
+static void
+change_apply(TaskChange *c, Relation rel)
+{
+	change_derive(c);
+	change_gate(c);
+	change_wake(c);
+	/* a self-transition writes no event */
+	if (!c->is_insert && c->from == c->to)
+		return;
+	change_event_facts(c);
+	change_note_run(c);
+	if (!change_record_claim(c) && !change_record_enqueue(c) && !change_record_completion(c))
+		change_write_event(c, rel);
+}
+
 /* The built-in task lifecycle on orch.tasks. */
 static HeapTuple
 task_trigger(TriggerData *trigdata)
 {
 	TaskChange	c = {0};
+	Relation	rel = trigdata->tg_relation;
 
 	c.is_insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
 
@@ -820,19 +834,37 @@ task_trigger(TriggerData *trigdata)
 	 */
 	if (c.is_insert && orch_restoring())
 		return trigdata->tg_trigtuple;
-	if (!change_read(&c, trigdata))
+	c.td = RelationGetDescr(rel);
+	c.oldtup = c.is_insert ? NULL : trigdata->tg_trigtuple;
+	load_task_cols(rel);
+	row_read(&c.row, c.is_insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple, c.td);
+	if (!change_check(&c))
 		return trigdata->tg_newtuple;
-	change_derive(&c);
-	change_gate(&c);
-	change_wake(&c);
-	/* a self-transition writes no event */
-	if (!c.is_insert && c.from == c.to)
-		return row_form(&c.row);
-	change_event_facts(&c);
-	change_note_run(&c);
-	if (!change_record_claim(&c) && !change_record_enqueue(&c) && !change_record_completion(&c))
-		change_write_event(&c, trigdata->tg_relation);
+	change_apply(&c, rel);
 	return row_form(&c.row);
+}
+
+/*
+ * A task row inserted without the executor (append.c): its values (one per
+ * column of rel, set in place) checked and derived exactly as the row
+ * trigger does for an INSERT, its event buffered for the statement's end
+ * (orch_tasks_inserted).
+ */
+void
+orch_task_inserting(Relation rel, Datum *values, bool *nulls)
+{
+	TaskChange	c = {0};
+
+	if (orch_restoring())
+		return;
+	c.is_insert = true;
+	c.td = RelationGetDescr(rel);
+	load_task_cols(rel);
+	c.row.td = c.td;
+	c.row.values = values;
+	c.row.nulls = nulls;
+	(void) change_check(&c);
+	change_apply(&c, rel);
 }
 
 Datum

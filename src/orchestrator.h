@@ -308,6 +308,10 @@ extern void orch_buffer_event(const char *entity, const char *tenant, bool has_t
 							  int64 waited_us);
 extern bool orch_has_flush_trigger(Relation rel);
 extern void orch_events_statement_end(void);
+/* lifecycle.c: a task row inserted without the executor, as the row trigger takes it */
+extern void orch_task_inserting(Relation rel, Datum *values, bool *nulls);
+/* statement_end.c: the statement-end trigger's work after such inserts */
+extern void orch_tasks_inserted(void);
 extern void orch_write_event(const char *tenant, int64 task_id, bool has_task,
 							 const char *entity, const char *from_state,
 							 const char *to_state, const char *reason_code,
@@ -593,6 +597,8 @@ extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, boo
 extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
 							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
+extern bool orch_tasks_append(int ncols, const char *const *cols, int nrows,
+							  const Datum *values, const bool *nulls, int64 *ids);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);
 #define ORCH_CLAIM_FIELDS 11

@@ -55,6 +55,16 @@ orch_tasks_statement_end(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Task rows appended without the executor (append.c) end their statement
+ * as an INSERT's trigger would.
+ */
+void
+orch_tasks_inserted(void)
+{
+	statement_end(true, false);
+}
+
+/*
  * A 0.7.0 schema has two triggers instead, fired in name order:
  * tasks_events (INSERT and UPDATE) and tasks_gate (UPDATE), each calling
  * the dispatcher for its part.

@@ -84,18 +84,113 @@ orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key)
 	return id;
 }
 
+/* The columns a batch of tasks is appended with, in append_values' order */
+enum
+{
+	TC_TENANT, TC_QUEUE, TC_STATE, TC_REASON, TC_PRIORITY, TC_RUN_AT, TC_READY_AT,
+	TC_MAX_ATTEMPTS, TC_MAX_FAILURES, TC_RETRY_POLICY, TC_TIMEOUT, TC_KEY, TC_OWNER,
+	TC_CONCURRENCY_KEY, TC_RUN_ID, TC_RETRY_OF, TC_CORRELATION, TC_PAYLOAD, TC_STEP_KEY,
+	TC_COUNT
+};
+
+static const char *const task_append_cols[TC_COUNT] = {
+	"tenant_id", "queue", "state", "reason_code", "priority", "run_at", "ready_at",
+	"max_attempts", "max_failures", "retry_policy", "timeout", "idempotency_key", "owner",
+	"concurrency_key", "run_id", "retry_of", "correlation_id", "payload", "step_key"
+};
+
+/* What every row of a batch shares: the values of the INSERT's $2 .. $17 */
+static void
+append_shared(const OrchTaskRow *t, Datum *v, bool *nl)
+{
+	TimestampTz run_at = t->has_run_at ? t->run_at : GetCurrentTransactionStartTimestamp();
+
+#define PUT(c, d, isnull) do { v[c] = (d); nl[c] = (isnull); } while (0)
+#define PUT_TEXT(c, s) PUT(c, (s) ? CStringGetTextDatum(s) : (Datum) 0, (s) == NULL)
+	PUT_TEXT(TC_TENANT, t->tenant);
+	PUT_TEXT(TC_QUEUE, t->queue);
+	PUT_TEXT(TC_STATE, t->state ? t->state : "queued");
+	PUT_TEXT(TC_REASON, t->reason_code ? t->reason_code : "enqueued");
+	PUT(TC_PRIORITY, Int32GetDatum(t->priority), false);
+	PUT(TC_RUN_AT, TimestampTzGetDatum(run_at), false);
+	PUT(TC_READY_AT, TimestampTzGetDatum(run_at), false);
+	PUT(TC_MAX_ATTEMPTS, Int32GetDatum(t->max_attempts), !t->has_max_attempts);
+	PUT(TC_MAX_FAILURES, Int32GetDatum(t->max_failures), !t->has_max_failures);
+	PUT(TC_RETRY_POLICY, JsonbPGetDatum(t->retry_policy), t->retry_policy == NULL);
+	PUT(TC_TIMEOUT, IntervalPGetDatum(t->timeout), t->timeout == NULL);
+	PUT_TEXT(TC_KEY, t->idempotency_key);
+	PUT_TEXT(TC_OWNER, t->owner);
+	PUT_TEXT(TC_CONCURRENCY_KEY, t->concurrency_key);
+	PUT(TC_RUN_ID, Int64GetDatum(t->run_id), t->run_id == 0);
+	PUT(TC_RETRY_OF, Int64GetDatum(t->retry_of), t->retry_of == 0);
+	PUT_TEXT(TC_CORRELATION, t->correlation_id);
+#undef PUT_TEXT
+#undef PUT
+}
+
+/*
+ * The batch written without SQL (append.c), when it can be: rows alike but
+ * for their payloads and step keys, the lifecycle trigger's work done on
+ * each in C.  Not for keyed tasks, whose admission gate reads the rows
+ * the statement inserted before.  False: nothing written.
+ */
+static bool
+tasks_append(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64 *ids)
+{
+	Datum	   *pv;
+	Datum	   *kv = NULL;
+	bool	   *kn = NULL;
+	int			np,
+				nk = 0;
+	Datum	   *v;
+	bool	   *nl;
+	bool		ok;
+
+	if (t->concurrency_key != NULL || n < 2)
+		return false;
+	deconstruct_array(DatumGetArrayTypeP(payloads), JSONBOID, -1, false, TYPALIGN_INT, &pv, NULL, &np);
+	if (step_keys != (Datum) 0)
+		deconstruct_array(DatumGetArrayTypeP(step_keys), TEXTOID, -1, false, TYPALIGN_INT, &kv, &kn, &nk);
+	if (np != n || (kv != NULL && nk != n))
+		return false;
+	v = palloc(sizeof(Datum) * TC_COUNT * n);
+	nl = palloc(sizeof(bool) * TC_COUNT * n);
+	append_shared(t, v, nl);
+	for (int i = 0; i < n; i++)
+	{
+		Datum	   *rv = v + (size_t) i * TC_COUNT;
+		bool	   *rn = nl + (size_t) i * TC_COUNT;
+
+		if (i > 0)
+		{
+			memcpy(rv, v, sizeof(Datum) * TC_COUNT);
+			memcpy(rn, nl, sizeof(bool) * TC_COUNT);
+		}
+		rv[TC_PAYLOAD] = pv[i];
+		rn[TC_PAYLOAD] = false;
+		rv[TC_STEP_KEY] = kv ? kv[i] : (Datum) 0;
+		rn[TC_STEP_KEY] = kv ? kn[i] : true;
+	}
+	ok = orch_tasks_append(TC_COUNT, task_append_cols, n, v, nl, ids);
+	pfree(v);
+	pfree(nl);
+	return ok;
+}
+
 /*
  * Insert n tasks alike but for their payloads (a jsonb[] of n) and step
  * keys (a text[] of n, or (Datum) 0: none), in the arrays' order; their ids
- * into ids (n of them), unless NULL.  t->id must be 0.  The result (the
- * ids, in order) is left in SPI_tuptable.
+ * into ids (n of them, in order), unless NULL.  t->id must be 0.
  */
 void
 orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64 *ids)
 {
 	OrchArgs	a = {0};
+	int64	   *out = ids ? ids : palloc(sizeof(int64) * Max(n, 1));
 
 	Assert(t->id == 0);
+	if (tasks_append(t, payloads, step_keys, n, out))
+		return;
 	task_args(&a, t);			/* ($1, the id, is NULL and unused) */
 	orch_arg(&a, JSONBARRAYOID, payloads, false);
 	orch_arg(&a, TEXTARRAYOID, step_keys, step_keys == (Datum) 0);
@@ -104,11 +199,11 @@ orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, 
 					  " FROM unnest($18, $19) WITH ORDINALITY AS p(payload, step_key, ord)"
 					  " ORDER BY p.ord RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != (uint64) n)
 		elog(ERROR, "orchestrator: task batch insert failed");
-	for (int i = 0; ids != NULL && i < n; i++)
+	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
 
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		out[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 }
 

@@ -1,0 +1,138 @@
+-- writes: a batch of tasks (orch_enqueue_batch without keys or a rate
+-- limit, a map step's items) is written without SQL: the heap's
+-- multi-insert (one WAL record per page), the lifecycle trigger's checks
+-- and derived columns done in C on each row, the index entries made by the
+-- index access methods, the statement-end trigger's work after the last
+-- row.  The rows and index entries are those an INSERT writes; a table the
+-- direct write cannot serve as an INSERT would (here: a trigger of yours
+-- on it) gets the SQL INSERT.
+\set VERBOSITY terse
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS orchestrator;
+CREATE EXTENSION IF NOT EXISTS pg_walinspect;
+CREATE EXTENSION IF NOT EXISTS amcheck;
+RESET client_min_messages;
+
+-- wr_batches(queue): the batches of the comparison, each a call of its own:
+-- due now with settings, not due yet (off the claim index, in the due
+-- index), of a tenant (its own claim index), and two rejected ones.
+CREATE FUNCTION pg_temp.wr_batches(q text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint := 0;
+BEGIN
+    SELECT n + count(*) INTO n FROM orch_enqueue_batch(q, ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[],
+        priority => 2, owner => 'wr-owner', max_attempts => 3, max_failures => 2,
+        retry_policy => '{"backoff": "fixed", "initial_delay": "1 second"}', timeout => '1 minute',
+        correlation_id => 'wr-' || q);
+    SELECT n + count(*) INTO n FROM orch_enqueue_batch(q, ARRAY['{"later": 1}', '{"later": 2}']::jsonb[],
+        run_at => now() + interval '1 hour');
+    SELECT n + count(*) INTO n FROM orch_enqueue_batch(q, ARRAY['{"t": 1}', '{"t": 2}']::jsonb[],
+        tenant => 'wr-tenant');
+    BEGIN
+        PERFORM orch_enqueue_batch(q, ARRAY['{"bad": 1}', NULL]::jsonb[]);
+    EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'a null payload: %', SQLSTATE;
+    END;
+    BEGIN
+        PERFORM orch_enqueue_batch(q, ARRAY['{"bad": 2}', '{"bad": 3}']::jsonb[], max_attempts => 0);
+    EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'max_attempts 0: %', SQLSTATE;
+    END;
+    RETURN n;
+END $$;
+-- the columns of a task row, but those that differ from call to call
+CREATE FUNCTION pg_temp.wr_row(t orch.tasks) RETURNS jsonb LANGUAGE sql AS $$
+    SELECT to_jsonb(t) - ARRAY['id', 'queue', 'created_at', 'updated_at', 'run_at', 'ready_at',
+                                'created_xact', 'enqueue_event_id', 'correlation_id']
+        || jsonb_build_object('ready', t.ready_at IS NOT NULL, 'ready_is_run_at', t.ready_at = t.run_at,
+                              'xact', t.created_xact IS NOT NULL, 'event', t.enqueue_event_id IS NOT NULL,
+                              'correlation', t.correlation_id IS NOT NULL)
+$$;
+
+-- 1. The direct write: the heap of the task table gets multi-insert
+--    records, not one insert record per row.
+SELECT pg_current_wal_flush_lsn() AS before_direct \gset
+SELECT pg_temp.wr_batches('wr_direct') AS direct_tasks;
+SELECT count(*) FILTER (WHERE record_type = 'MULTI_INSERT') > 0 AS multi_insert,
+       count(*) FILTER (WHERE record_type IN ('INSERT', 'INSERT+INIT')) AS row_inserts
+  FROM pg_get_wal_records_info(:'before_direct', pg_current_wal_flush_lsn())
+ WHERE resource_manager IN ('Heap', 'Heap2')
+   AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
+
+-- 2. The same through SQL: a trigger of yours on orch.tasks (it counts the
+--    rows it sees); every row goes through the INSERT.
+CREATE TABLE wr_seen (task_id bigint, state text);
+CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER wr_seen AFTER INSERT ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
+SELECT pg_current_wal_flush_lsn() AS before_sql \gset
+SELECT pg_temp.wr_batches('wr_sql') AS sql_tasks;
+SELECT count(*) FILTER (WHERE record_type = 'MULTI_INSERT') AS multi_inserts,
+       count(*) FILTER (WHERE record_type IN ('INSERT', 'INSERT+INIT')) AS row_inserts
+  FROM pg_get_wal_records_info(:'before_sql', pg_current_wal_flush_lsn())
+ WHERE resource_manager IN ('Heap', 'Heap2')
+   AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
+SELECT count(*) AS rows_your_trigger_saw, min(state) AS state FROM wr_seen;
+DROP TRIGGER wr_seen ON orch.tasks;
+DROP TABLE wr_seen;
+DROP FUNCTION wr_seen_task();
+
+-- 3. Both wrote the same rows, in the same order (the n-th task of one
+--    queue is the n-th of the other), with ids in the order of the
+--    payloads, and nothing of the refused calls.
+CREATE TEMP VIEW wr_rows AS
+SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, pg_temp.wr_row(t) AS row
+  FROM orch.tasks t WHERE t.queue IN ('wr_direct', 'wr_sql');
+SELECT count(*) FILTER (WHERE queue = 'wr_direct') AS direct,
+       count(*) FILTER (WHERE queue = 'wr_sql') AS via_sql FROM wr_rows;
+SELECT count(*) AS rows_that_differ
+  FROM ((SELECT n, row FROM wr_rows WHERE queue = 'wr_direct'
+         EXCEPT ALL SELECT n, row FROM wr_rows WHERE queue = 'wr_sql')
+        UNION ALL
+        (SELECT n, row FROM wr_rows WHERE queue = 'wr_sql'
+         EXCEPT ALL SELECT n, row FROM wr_rows WHERE queue = 'wr_direct')) d;
+SELECT n, row ->> 'payload' AS payload, row ->> 'state' AS state, row ->> 'tenant_id' AS tenant,
+       row ->> 'ready' AS ready, row ->> 'event' AS recorded_enqueue
+  FROM wr_rows WHERE queue = 'wr_direct' ORDER BY n;
+-- the enqueue of a row, read from the row (no event row)
+SELECT kind, from_state, to_state, reason_code
+  FROM orch_history((SELECT min(id) FROM orch.tasks WHERE queue = 'wr_direct'));
+SELECT count(*) AS event_rows FROM orch.events e JOIN orch.tasks t ON t.id = e.task_id
+ WHERE t.queue IN ('wr_direct', 'wr_sql');
+
+-- 4. Every index has the entries an INSERT makes (amcheck's heapallindexed:
+--    each heap row that an index's predicate takes is found in it), and
+--    the claims, readers and lookups find the rows.
+SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+ WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
+SET enable_seqscan = off;
+SELECT q, (SELECT count(*) FROM orch.tasks WHERE queue = q AND ready_at IS NOT NULL) AS claimable,
+       (SELECT count(*) FROM orch.tasks WHERE queue = q AND tenant_id = 'wr-tenant' AND ready_at IS NOT NULL) AS tenant_claimable,
+       (SELECT count(*) FROM orch.tasks WHERE correlation_id = 'wr-' || q) AS by_correlation
+  FROM unnest(ARRAY['wr_direct', 'wr_sql']) q;
+RESET enable_seqscan;
+SELECT count(*) AS claimed, min(attempt) AS attempt FROM orch_dequeue('wr_direct', 'wr-worker', 10);
+SELECT count(*) AS claimed_by_tenant FROM orch_dequeue('wr_direct', 'wr-worker', 10, tenant => 'wr-tenant');
+
+-- 5. A single enqueue, a batch with idempotency keys and a keyed batch go
+--    through SQL as before (the keyed tasks' admission reads the rows the
+--    statement inserted before); all are found.
+SELECT count(*) AS keyed FROM orch_enqueue_batch('wr_direct', ARRAY['{"k": 1}', '{"k": 2}']::jsonb[],
+                                                 idempotency_keys => ARRAY['wr-1', 'wr-2']);
+SELECT orch_set_concurrency_limit('wr_direct', 'wr-key', 1);
+SELECT count(*) AS gated_batch FROM orch_enqueue_batch('wr_direct', ARRAY['{"g": 1}', '{"g": 2}']::jsonb[],
+                                                       concurrency_key => 'wr-key');
+SELECT payload ->> 'g' AS g, gated, ready_at IS NOT NULL AS claimable
+  FROM orch.tasks WHERE queue = 'wr_direct' AND concurrency_key = 'wr-key' ORDER BY id;
+
+-- 6. A batch rolled back leaves no row and no index entry behind that a
+--    reader sees.
+BEGIN;
+SELECT count(*) AS in_the_rolled_back_batch FROM orch_enqueue_batch('wr_gone', ARRAY['{"x": 1}', '{"x": 2}']::jsonb[]);
+ROLLBACK;
+SELECT count(*) AS rows_after_rollback FROM orch.tasks WHERE queue = 'wr_gone';
+SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+ WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
