@@ -248,17 +248,36 @@ append_attnos(TupleDesc desc, int ncols, const char *const *cols)
 	return attno;
 }
 
-/* The defaults of the columns not filled (id, xact, ...): an INSERT's, the parent's */
-static ExprState **
-append_defaults(Relation root, TupleDesc desc, int ncols, const AttrNumber *attno, EState *estate)
+/*
+ * The defaults of the columns not filled (id, xact, ...): an INSERT's, the
+ * parent's.  One that calls no volatile function (a constant, now()) has
+ * the same value for every row of the statement, computed here once; a
+ * volatile one (nextval) is computed for each row.
+ */
+typedef struct AppendDefaults
 {
-	ExprState **defaults = palloc0(sizeof(ExprState *) * desc->natts);
+	ExprState **per_row;		/* per column: its default, computed per row */
+	Datum	   *fixed;			/* per column: its default's one value */
+	bool	   *fixed_null;
+	bool	   *has_fixed;
+} AppendDefaults;
 
+static void
+append_defaults(AppendDefaults *d, Relation root, TupleDesc desc, int ncols, const AttrNumber *attno,
+				EState *estate)
+{
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+
+	d->per_row = palloc0(sizeof(ExprState *) * desc->natts);
+	d->fixed = palloc0(sizeof(Datum) * desc->natts);
+	d->fixed_null = palloc0(sizeof(bool) * desc->natts);
+	d->has_fixed = palloc0(sizeof(bool) * desc->natts);
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
 		bool		filled = false;
 		Node	   *def;
+		ExprState  *es;
 
 		if (att->attisdropped || att->attgenerated)
 			continue;
@@ -267,15 +286,25 @@ append_defaults(Relation root, TupleDesc desc, int ncols, const AttrNumber *attn
 		if (filled)
 			continue;
 		def = build_column_default(root, att->attnum);
-		if (def)
-			defaults[a] = ExecPrepareExpr((Expr *) def, estate);
+		if (def == NULL)
+			continue;
+		es = ExecPrepareExpr((Expr *) def, estate);
+		if (contain_volatile_functions(def))
+		{
+			d->per_row[a] = es;
+			continue;
+		}
+		d->fixed[a] = ExecEvalExprSwitchContext(es, econtext, &d->fixed_null[a]);
+		if (!d->fixed_null[a])
+			d->fixed[a] = datumCopy(d->fixed[a], att->attbyval, att->attlen);
+		d->has_fixed[a] = true;
 	}
-	return defaults;
+	ResetExprContext(econtext);
 }
 
 /* Fill a slot with one row: the defaults, then the values given */
 static void
-append_fill_slot(TupleTableSlot *slot, TupleDesc desc, ExprState **defaults, ExprContext *econtext,
+append_fill_slot(TupleTableSlot *slot, TupleDesc desc, const AppendDefaults *d, ExprContext *econtext,
 				 int ncols, const AttrNumber *attno, const Datum *rv, const bool *rn)
 {
 	ExecClearTuple(slot);
@@ -283,9 +312,14 @@ append_fill_slot(TupleTableSlot *slot, TupleDesc desc, ExprState **defaults, Exp
 	{
 		slot->tts_isnull[a] = true;
 		slot->tts_values[a] = (Datum) 0;
-		if (defaults[a])
-			slot->tts_values[a] = ExecEvalExprSwitchContext(defaults[a], econtext,
+		if (d->per_row[a])
+			slot->tts_values[a] = ExecEvalExprSwitchContext(d->per_row[a], econtext,
 															 &slot->tts_isnull[a]);
+		else if (d->has_fixed[a])
+		{
+			slot->tts_values[a] = d->fixed[a];
+			slot->tts_isnull[a] = d->fixed_null[a];
+		}
 	}
 	for (int c = 0; c < ncols; c++)
 		if (attno[c] != InvalidAttrNumber)
@@ -456,7 +490,7 @@ append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *c
 	EState	   *estate;
 	ResultRelInfo *rri;
 	IndexEntries ie;
-	ExprState **defaults;
+	AppendDefaults defaults;
 	TupleTableSlot **slots;
 	CommandId	cid;
 	MemoryContext work,
@@ -480,7 +514,7 @@ append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *c
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
 	entries_init(&ie, rri);
-	defaults = append_defaults(root, desc, ncols, attno, estate);
+	append_defaults(&defaults, root, desc, ncols, attno, estate);
 	if (hooks && hooks->ids)
 	{
 		const char *id = "id";
@@ -502,7 +536,7 @@ append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *c
 
 		for (int i = 0; i < m; i++)
 		{
-			append_fill_slot(slots[i], desc, defaults, econtext, ncols, attno,
+			append_fill_slot(slots[i], desc, &defaults, econtext, ncols, attno,
 							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
 			if (hooks && hooks->row)
 				hooks->row(rel, slots[i]->tts_values, slots[i]->tts_isnull);
