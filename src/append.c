@@ -122,11 +122,11 @@ direct_parent_possible(Relation parent)
 }
 
 /*
- * Are rel's triggers exactly the extension's own two on orch.tasks, firing
- * as they would for this session's INSERT: the lifecycle row trigger (which
- * the task append runs in C, orch_task_inserting) and the statement-end
- * trigger (orch_tasks_inserted)?  Any other trigger, a WHEN clause, or one
- * disabled or set to fire on replicas only: no.
+ * Are rel's triggers exactly the extension's own two on orch.tasks, each
+ * firing as it would for this session's INSERT: the lifecycle row trigger
+ * (whose work the caller's row hook does) and the statement-end trigger
+ * (whose work after an INSERT the caller does)?  Any other trigger, a
+ * WHEN clause, or one disabled or firing on replicas only: no.
  */
 static bool
 task_triggers_ours(Relation rel)
@@ -463,24 +463,17 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 	}
 }
 
-/* What a caller adds to a plain append */
-typedef struct AppendHooks
-{
-	/* the row trigger's work, on every column's values of each row (set in place) */
-	void		(*row)(Relation rel, Datum *values, bool *nulls);
-	/* each row's value of its column "id", when not NULL */
-	int64	   *ids;
-} AppendHooks;
-
 /*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
  * per row, for the columns named in cols.  Returns false, having written
  * nothing, when the table needs the SQL path.  Rows appear in the order
- * given (ids from the column's sequence, in that order).  hooks: NULL for
- * a table without triggers.
+ * given (ids from the column's sequence, in that order).  row_hook: NULL
+ * for a table without triggers; for the task table, its row trigger's
+ * work, run on each row's values (every column, set in place) before the
+ * row is written; then each row's id goes to ids (in order).
  */
 static bool
-append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *cols,
+append_rows(Oid relid, OrchRowHook row_hook, int64 *ids, int ncols, const char *const *cols,
 			int nrows, const Datum *values, const bool *nulls)
 {
 	Relation	root,
@@ -500,7 +493,7 @@ append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *c
 
 	if (nrows <= 0)
 		return true;
-	rel = open_append_target(relid, &root, hooks != NULL, ncols, cols, nrows, values, nulls);
+	rel = open_append_target(relid, &root, row_hook != NULL, ncols, cols, nrows, values, nulls);
 	if (rel == NULL)
 		return false;
 	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
@@ -515,7 +508,7 @@ append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *c
 	ExecOpenIndices(rri, false);
 	entries_init(&ie, rri);
 	append_defaults(&defaults, root, desc, ncols, attno, estate);
-	if (hooks && hooks->ids)
+	if (ids != NULL)
 	{
 		const char *id = "id";
 
@@ -538,10 +531,10 @@ append_rows(Oid relid, const AppendHooks *hooks, int ncols, const char *const *c
 		{
 			append_fill_slot(slots[i], desc, &defaults, econtext, ncols, attno,
 							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
-			if (hooks && hooks->row)
-				hooks->row(rel, slots[i]->tts_values, slots[i]->tts_isnull);
-			if (hooks && hooks->ids)
-				hooks->ids[done + i] = DatumGetInt64(slots[i]->tts_values[idcol - 1]);
+			if (row_hook)
+				row_hook(rel, slots[i]->tts_values, slots[i]->tts_isnull);
+			if (ids != NULL)
+				ids[done + i] = DatumGetInt64(slots[i]->tts_values[idcol - 1]);
 			if (rel->rd_att->constr)
 				ExecConstraints(rri, slots[i], estate);
 		}
@@ -570,28 +563,23 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 {
 	Oid			relid = orch_relid(relname);
 
-	return OidIsValid(relid) && append_rows(relid, NULL, ncols, cols, nrows, values, nulls);
+	return OidIsValid(relid) && append_rows(relid, NULL, NULL, ncols, cols, nrows, values, nulls);
 }
 
 /*
  * Append nrows task rows (orch.tasks; values and nulls as orch_table_append
- * takes them), each checked and derived by the lifecycle trigger's code
- * (orch_task_inserting) before it is written, and the statement-end
- * trigger's work done after the last (orch_tasks_inserted); their ids into
- * ids, in order.  False, having written nothing, when the table needs the
- * SQL INSERT: another trigger on it, row security that applies, Citus.
+ * takes them), row_hook doing the row trigger's work on each before it is
+ * written; their ids into ids, in order.  False, having written nothing,
+ * when the table needs the SQL INSERT: a trigger of another's on it, row
+ * security that applies, Citus.
  */
 bool
-orch_tasks_append(int ncols, const char *const *cols, int nrows,
+orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols, int nrows,
 				  const Datum *values, const bool *nulls, int64 *ids)
 {
-	AppendHooks hooks = {orch_task_inserting, ids};
 	Oid			relid = orch_relid("tasks");
 
-	if (!OidIsValid(relid) || !append_rows(relid, &hooks, ncols, cols, nrows, values, nulls))
-		return false;
-	orch_tasks_inserted();
-	return true;
+	return OidIsValid(relid) && append_rows(relid, row_hook, ids, ncols, cols, nrows, values, nulls);
 }
 
 /* ----------------------------------------------------------------------
@@ -682,7 +670,7 @@ orch_events_store(OrchEvent *const *events, int n)
 #undef PUT_TEXT
 #undef PUT
 	}
-	ok = append_rows(relid, NULL, ncols, event_columns, n, v, nl);
+	ok = append_rows(relid, NULL, NULL, ncols, event_columns, n, v, nl);
 	pfree(v);
 	pfree(nl);
 	return ok;

@@ -391,14 +391,24 @@ enqueue_rows(EnqueueOpts *o, Datum *payloads, Datum *keys, bool *key_nulls, int 
 	MemoryContextDelete(rowcxt);
 }
 
-/* A batch without keys: one set-based INSERT; ids follow the payloads' order */
+/*
+ * A batch without keys: written at once when the table allows it, the row
+ * trigger's work done by lifecycle.c on each row and the statement-end
+ * trigger's after the last, as for an INSERT; else one set-based INSERT.
+ * Keyed tasks always take the INSERT: their admission gate reads the rows
+ * the statement inserted before them.  Ids follow the payloads' order.
+ */
 static void
 insert_batch(EnqueueOpts *o, ArrayType *payloads, int np, int64 *ids)
 {
 	OrchTaskRow t;
 
 	task_row(o, &t, NULL, 0, true);
-	orch_tasks_insert(&t, PointerGetDatum(payloads), (Datum) 0, np, ids);
+	if (t.concurrency_key == NULL && np > 1 &&
+		orch_tasks_write(&t, PointerGetDatum(payloads), np, ids, orch_task_inserting))
+		orch_tasks_inserted();
+	else
+		orch_tasks_insert(&t, PointerGetDatum(payloads), (Datum) 0, np, ids);
 	for (int i = 0; i < np && orch_citus(); i++)
 		orch_route_note(ORCH_ROUTE_TASK, ids[i], o->tenant);
 }

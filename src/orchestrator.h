@@ -261,6 +261,10 @@ typedef struct OrchTaskRow
 extern int64 orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key);
 extern void orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n,
 							  int64 *ids);
+/* a row trigger's work on one row's values (every column, set in place) */
+typedef void (*OrchRowHook) (Relation rel, Datum *values, bool *nulls);
+extern bool orch_tasks_write(const OrchTaskRow *t, Datum payloads, int n, int64 *ids,
+							 OrchRowHook row_hook);
 /* ... and of attempt rows: tenant_id, task_id, attempt, worker, lease_token, started_at, outcome, error_class, error, retry_at */
 #define ORCH_ATTEMPT_COLS 10
 extern void orch_attempts_insert(int n, const Datum *v, const bool *nulls);
@@ -308,7 +312,7 @@ extern void orch_buffer_event(const char *entity, const char *tenant, bool has_t
 							  int64 waited_us);
 extern bool orch_has_flush_trigger(Relation rel);
 extern void orch_events_statement_end(void);
-/* lifecycle.c: a task row inserted without the executor, as the row trigger takes it */
+/* lifecycle.c: the row trigger's work on a task row inserted without the executor */
 extern void orch_task_inserting(Relation rel, Datum *values, bool *nulls);
 /* statement_end.c: the statement-end trigger's work after such inserts */
 extern void orch_tasks_inserted(void);
@@ -597,7 +601,7 @@ extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, boo
 extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
 							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
-extern bool orch_tasks_append(int ncols, const char *const *cols, int nrows,
+extern bool orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols, int nrows,
 							  const Datum *values, const bool *nulls, int64 *ids);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);

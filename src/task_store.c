@@ -84,19 +84,19 @@ orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key)
 	return id;
 }
 
-/* The columns a batch of tasks is appended with, in append_values' order */
+/* The columns a batch of tasks is written with (orch_tasks_write) */
 enum
 {
 	TC_TENANT, TC_QUEUE, TC_STATE, TC_REASON, TC_PRIORITY, TC_RUN_AT, TC_READY_AT,
 	TC_MAX_ATTEMPTS, TC_MAX_FAILURES, TC_RETRY_POLICY, TC_TIMEOUT, TC_KEY, TC_OWNER,
-	TC_CONCURRENCY_KEY, TC_RUN_ID, TC_RETRY_OF, TC_CORRELATION, TC_PAYLOAD, TC_STEP_KEY,
+	TC_CONCURRENCY_KEY, TC_RUN_ID, TC_RETRY_OF, TC_CORRELATION, TC_PAYLOAD,
 	TC_COUNT
 };
 
 static const char *const task_append_cols[TC_COUNT] = {
 	"tenant_id", "queue", "state", "reason_code", "priority", "run_at", "ready_at",
 	"max_attempts", "max_failures", "retry_policy", "timeout", "idempotency_key", "owner",
-	"concurrency_key", "run_id", "retry_of", "correlation_id", "payload", "step_key"
+	"concurrency_key", "run_id", "retry_of", "correlation_id", "payload"
 };
 
 /* What every row of a batch shares: the values of the INSERT's $2 .. $17 */
@@ -129,30 +129,25 @@ append_shared(const OrchTaskRow *t, Datum *v, bool *nl)
 }
 
 /*
- * The batch written without SQL (append.c), when it can be: rows alike but
- * for their payloads and step keys, the lifecycle trigger's work done on
- * each in C.  Not for keyed tasks, whose admission gate reads the rows
- * the statement inserted before.  False: nothing written.
+ * Write n tasks alike but for their payloads (a jsonb[] of n) without SQL,
+ * when the table allows it (append.c): row_hook does the row trigger's
+ * work on each row before it is written; the caller then does the
+ * statement-end trigger's.  Their ids into ids, in the payloads' order.
+ * False, having written nothing: insert them with orch_tasks_insert.
  */
-static bool
-tasks_append(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64 *ids)
+bool
+orch_tasks_write(const OrchTaskRow *t, Datum payloads, int n, int64 *ids, OrchRowHook row_hook)
 {
 	Datum	   *pv;
-	Datum	   *kv = NULL;
-	bool	   *kn = NULL;
-	int			np,
-				nk = 0;
+	int			np;
 	Datum	   *v;
 	bool	   *nl;
 	bool		ok;
 
-	if (t->concurrency_key != NULL || n < 2)
-		return false;
+	Assert(t->id == 0);
 	deconstruct_array(DatumGetArrayTypeP(payloads), JSONBOID, -1, false, TYPALIGN_INT, &pv, NULL, &np);
-	if (step_keys != (Datum) 0)
-		deconstruct_array(DatumGetArrayTypeP(step_keys), TEXTOID, -1, false, TYPALIGN_INT, &kv, &kn, &nk);
-	if (np != n || (kv != NULL && nk != n))
-		return false;
+	if (np != n)
+		elog(ERROR, "orchestrator: %d payloads for a batch of %d tasks", np, n);
 	v = palloc(sizeof(Datum) * TC_COUNT * n);
 	nl = palloc(sizeof(bool) * TC_COUNT * n);
 	append_shared(t, v, nl);
@@ -168,10 +163,8 @@ tasks_append(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64
 		}
 		rv[TC_PAYLOAD] = pv[i];
 		rn[TC_PAYLOAD] = false;
-		rv[TC_STEP_KEY] = kv ? kv[i] : (Datum) 0;
-		rn[TC_STEP_KEY] = kv ? kn[i] : true;
 	}
-	ok = orch_tasks_append(TC_COUNT, task_append_cols, n, v, nl, ids);
+	ok = orch_tasks_append(row_hook, TC_COUNT, task_append_cols, n, v, nl, ids);
 	pfree(v);
 	pfree(nl);
 	return ok;
@@ -179,18 +172,16 @@ tasks_append(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64
 
 /*
  * Insert n tasks alike but for their payloads (a jsonb[] of n) and step
- * keys (a text[] of n, or (Datum) 0: none), in the arrays' order; their ids
- * into ids (n of them, in order), unless NULL.  t->id must be 0.
+ * keys (a text[] of n, or (Datum) 0: none) with one statement, in the
+ * arrays' order; their ids into ids (n of them, in order), unless NULL.
+ * t->id must be 0.  The result (the ids, in order) is left in SPI_tuptable.
  */
 void
 orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, int64 *ids)
 {
 	OrchArgs	a = {0};
-	int64	   *out = ids ? ids : palloc(sizeof(int64) * Max(n, 1));
 
 	Assert(t->id == 0);
-	if (tasks_append(t, payloads, step_keys, n, out))
-		return;
 	task_args(&a, t);			/* ($1, the id, is NULL and unused) */
 	orch_arg(&a, JSONBARRAYOID, payloads, false);
 	orch_arg(&a, TEXTARRAYOID, step_keys, step_keys == (Datum) 0);
@@ -199,11 +190,11 @@ orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, 
 					  " FROM unnest($18, $19) WITH ORDINALITY AS p(payload, step_key, ord)"
 					  " ORDER BY p.ord RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != (uint64) n)
 		elog(ERROR, "orchestrator: task batch insert failed");
-	for (int i = 0; i < n; i++)
+	for (int i = 0; ids != NULL && i < n; i++)
 	{
 		bool		isnull;
 
-		out[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 }
 

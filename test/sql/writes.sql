@@ -1,11 +1,11 @@
--- writes: a batch of tasks (orch_enqueue_batch without keys or a rate
--- limit, a map step's items) is written without SQL: the heap's
--- multi-insert (one WAL record per page), the lifecycle trigger's checks
--- and derived columns done in C on each row, the index entries made by the
--- index access methods, the statement-end trigger's work after the last
--- row.  The rows and index entries are those an INSERT writes; a table the
--- direct write cannot serve as an INSERT would (here: a trigger of yours
--- on it) gets the SQL INSERT.
+-- writes: a batch of tasks (orch_enqueue_batch without keys, a rate limit
+-- or a concurrency key) is written without SQL: the heap's multi-insert
+-- (one WAL record per page), the lifecycle trigger's checks and derived
+-- columns done in C on each row by the trigger's own code, the index
+-- entries made by the index access methods, the statement-end trigger's
+-- work after the last row.  The rows and index entries are those an INSERT
+-- writes; a table the direct write cannot serve as an INSERT would (here:
+-- a trigger of yours on it) gets the SQL INSERT.
 \set VERBOSITY terse
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS orchestrator;
@@ -136,3 +136,13 @@ SELECT count(*) AS rows_after_rollback FROM orch.tasks WHERE queue = 'wr_gone';
 SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
  WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
+
+-- 7. With session_replication_role = replica (a logical replica's apply,
+--    pg_restore --disable-triggers) an INSERT fires none of the table's
+--    triggers; a batch then takes the INSERT, and its rows record nothing
+--    the lifecycle trigger would have derived.
+SET session_replication_role = replica;
+SELECT count(*) AS replica_batch FROM orch_enqueue_batch('wr_replica', ARRAY['{"r": 1}', '{"r": 2}']::jsonb[]);
+RESET session_replication_role;
+SELECT count(*) AS rows, count(enqueue_event_id) AS recorded_enqueues, count(created_xact) AS with_xact
+  FROM orch.tasks WHERE queue = 'wr_replica';
