@@ -27,8 +27,11 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_proc.h"
 #include "commands/extension.h"
+#include "commands/sequence.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -122,44 +125,65 @@ direct_parent_possible(Relation parent)
 }
 
 /*
- * Are rel's triggers exactly the extension's own two on orch.tasks, each
- * firing as it would for this session's INSERT: the lifecycle row trigger
- * (whose work the caller's row hook does) and the statement-end trigger
- * (whose work after an INSERT the caller does)?  Any other trigger, a
- * WHEN clause, or one disabled or firing on replicas only: no.
+ * Is the trigger the extension's own (its function a member of the
+ * extension) of that name, fired before or after each row or statement of
+ * an INSERT, as this session fires it (enabled, not for replicas only, no
+ * WHEN clause)?
+ */
+static bool
+own_insert_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, bool before)
+{
+	char	   *tfn = get_func_name(t->tgfoid);
+
+	return strcmp(t->tgname, name) == 0 && tfn != NULL && strcmp(tfn, fn) == 0 &&
+		getExtensionOfObject(ProcedureRelationId, t->tgfoid) == extoid &&
+		TRIGGER_FOR_ROW(t->tgtype) == row && TRIGGER_FOR_BEFORE(t->tgtype) == before &&
+		(t->tgenabled == TRIGGER_FIRES_ON_ORIGIN || t->tgenabled == TRIGGER_FIRES_ALWAYS) &&
+		t->tgqual == NULL;
+}
+
+/*
+ * Are the triggers an INSERT into rel fires exactly the extension's own two
+ * on orch.tasks: the lifecycle row trigger (whose work the caller's row
+ * hook does) and the statement-end trigger (whose work after an INSERT the
+ * caller does)?  Triggers that fire on no INSERT (a foreign key's, yours
+ * on UPDATE) do not count.  Either missing, disabled or firing on replicas
+ * only, a WHEN clause, or any other trigger on INSERT: no.
  */
 static bool
 task_triggers_ours(Relation rel)
 {
 	TriggerDesc *td = rel->trigdesc;
+	Oid			extoid = get_extension_oid("orchestrator", true);
+	bool		lifecycle = false;
+	bool		statement_end = false;
 
-	if (td == NULL || td->numtriggers != 2 ||
+	if (td == NULL || !OidIsValid(extoid) ||
 		SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN)
 		return false;
 	for (int i = 0; i < td->numtriggers; i++)
 	{
 		Trigger    *t = &td->triggers[i];
-		char	   *fn = get_func_name(t->tgfoid);
-		bool		row = TRIGGER_FOR_ROW(t->tgtype);
 
-		if ((t->tgenabled != TRIGGER_FIRES_ON_ORIGIN && t->tgenabled != TRIGGER_FIRES_ALWAYS) ||
-			t->tgqual != NULL || fn == NULL)
+		if (!TRIGGER_FOR_INSERT(t->tgtype))
+			continue;
+		if (!lifecycle &&
+			own_insert_trigger(t, extoid, "tasks_lifecycle", "orch_state_machine_trigger", true, true) &&
+			t->tgnargs == 2 && strcmp(t->tgargs[0], "state") == 0 && strcmp(t->tgargs[1], "task") == 0)
+			lifecycle = true;
+		else if (!statement_end &&
+				 own_insert_trigger(t, extoid, "tasks_statement_end", "orch_tasks_statement_end", false, false))
+			statement_end = true;
+		else
 			return false;
-		if (strcmp(t->tgname, "tasks_lifecycle") == 0 && row && TRIGGER_FOR_BEFORE(t->tgtype) &&
-			strcmp(fn, "orch_state_machine_trigger") == 0 && t->tgnargs == 2 &&
-			strcmp(t->tgargs[0], "state") == 0 && strcmp(t->tgargs[1], "task") == 0)
-			continue;
-		if (strcmp(t->tgname, "tasks_statement_end") == 0 && !row && TRIGGER_FOR_AFTER(t->tgtype) &&
-			strcmp(fn, "orch_tasks_statement_end") == 0)
-			continue;
-		return false;
 	}
-	return true;
+	return lifecycle && statement_end;
 }
 
 /*
  * Can a direct write serve this relation exactly as an INSERT would?
- * tasks: the rows are task rows, whose two triggers the caller runs.
+ * tasks: the rows are task rows, whose two triggers the caller runs (and
+ * which must be there).
  */
 static bool
 direct_write_possible(Relation rel, bool tasks)
@@ -168,7 +192,7 @@ direct_write_possible(Relation rel, bool tasks)
 		return false;			/* stored generated columns: the SQL INSERT computes them */
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-		(rel->trigdesc != NULL && !(tasks && task_triggers_ours(rel))) ||
+		(tasks ? !task_triggers_ours(rel) : rel->trigdesc != NULL) ||
 		rel->rd_rel->relhasrules ||
 		rel->rd_rel->relforcerowsecurity)
 		return false;
@@ -199,27 +223,27 @@ open_append_target(Oid relid, Relation *root_out, bool tasks, int ncols, const c
 
 		if (!OidIsValid(leaf))
 		{
-			table_close(root, RowExclusiveLock);
+			table_close(root, NoLock);
 			return NULL;
 		}
 		rel = table_open(leaf, RowExclusiveLock);
 		if (build_attrmap_by_name_if_req(RelationGetDescr(root), RelationGetDescr(rel)) != NULL)
 		{
-			table_close(rel, RowExclusiveLock);
-			table_close(root, RowExclusiveLock);
+			table_close(rel, NoLock);
+			table_close(root, NoLock);
 			return NULL;
 		}
 	}
 	else if (root->rd_rel->relispartition)
 	{
-		table_close(root, RowExclusiveLock);
+		table_close(root, NoLock);
 		return NULL;			/* a partition is written through its parent */
 	}
 	if (!direct_write_possible(rel, tasks) || (rel != root && !direct_parent_possible(root)))
 	{
 		if (rel != root)
-			table_close(rel, RowExclusiveLock);
-		table_close(root, RowExclusiveLock);
+			table_close(rel, NoLock);
+		table_close(root, NoLock);
 		return NULL;
 	}
 	return rel;
@@ -339,7 +363,7 @@ append_fill_slot(TupleTableSlot *slot, TupleDesc desc, const AppendDefaults *d, 
 typedef struct IndexEntries
 {
 	ResultRelInfo *rri;
-	bool		direct;			/* entries made here (no exclusion or deferred unique index) */
+	bool		direct;			/* no exclusion or deferred unique index: entries made here */
 	Bitmapset **pred_cols;		/* per index: the columns its predicate reads */
 	int8	   *pred_ref;		/* per index: its reference row's result; -1: none yet */
 	Datum	  **ref_values;		/* per index: its reference row's predicate columns (copied) */
@@ -387,7 +411,11 @@ entries_col(int k)
 	return k + FirstLowInvalidHeapAttributeNumber - 1;
 }
 
-/* Does the row go into index i: its predicate, tested or known */
+/*
+ * Does the row go into index i: its predicate, tested or known.  (The
+ * slot's values are read with slot_getattr: the heap's multi-insert
+ * materialized the slot.)
+ */
 static bool
 entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate)
 {
@@ -408,9 +436,10 @@ entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate)
 		{
 			int			a = entries_col(k);
 			Form_pg_attribute att = TupleDescAttr(desc, a);
+			bool		isnull;
+			Datum		d = slot_getattr(slot, a + 1, &isnull);
 
-			same = slot->tts_isnull[a] == rn[a] &&
-				(rn[a] || datum_image_eq(slot->tts_values[a], rv[a], att->attbyval, att->attlen));
+			same = isnull == rn[a] && (isnull || datum_image_eq(d, rv[a], att->attbyval, att->attlen));
 		}
 		if (same)
 			return ie->pred_ref[i] == 1;
@@ -425,10 +454,10 @@ entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate)
 		{
 			int			a = entries_col(k);
 			Form_pg_attribute att = TupleDescAttr(desc, a);
+			Datum		d = slot_getattr(slot, a + 1, &rn[a]);
 
-			rn[a] = slot->tts_isnull[a];
 			if (!rn[a])
-				rv[a] = datumCopy(slot->tts_values[a], att->attbyval, att->attlen);
+				rv[a] = datumCopy(d, att->attbyval, att->attlen);
 		}
 		ie->pred_ref[i] = ok ? 1 : 0;
 	}
@@ -443,11 +472,7 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 	Datum		values[INDEX_MAX_KEYS];
 	bool		isnull[INDEX_MAX_KEYS];
 
-	if (!ie->direct)
-	{
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
-		return;
-	}
+	Assert(ie->direct);
 	GetPerTupleExprContext(estate)->ecxt_scantuple = slot;
 	for (int i = 0; i < rri->ri_NumIndices; i++)
 	{
@@ -463,6 +488,23 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 	}
 }
 
+/* Are the columns named of the types given (no typmod, no domain)? */
+static bool
+append_types_match(TupleDesc desc, int ncols, const AttrNumber *attno, const Oid *types)
+{
+	for (int c = 0; types != NULL && c < ncols; c++)
+	{
+		Form_pg_attribute att;
+
+		if (attno[c] == InvalidAttrNumber)
+			return false;
+		att = TupleDescAttr(desc, attno[c] - 1);
+		if (att->atttypid != types[c] || att->atttypmod >= 0)
+			return false;
+	}
+	return true;
+}
+
 /*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
  * per row, for the columns named in cols.  Returns false, having written
@@ -470,11 +512,15 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
  * given (ids from the column's sequence, in that order).  row_hook: NULL
  * for a table without triggers; for the task table, its row trigger's
  * work, run on each row's values (every column, set in place) before the
- * row is written; then each row's id goes to ids (in order).
+ * row is written.  types: NULL, or the type of each column named (a
+ * column of another type, a typmod or a domain: the SQL path coerces).
+ * id_seq: InvalidOid, or the sequence each row's column "id" (which cols
+ * must name) is drawn from once the rows are known to be written here,
+ * into ids (in order).
  */
 static bool
-append_rows(Oid relid, OrchRowHook row_hook, int64 *ids, int ncols, const char *const *cols,
-			int nrows, const Datum *values, const bool *nulls)
+append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64 *ids,
+			int ncols, const char *const *cols, int nrows, const Datum *values, const bool *nulls)
 {
 	Relation	root,
 				rel;
@@ -507,15 +553,23 @@ append_rows(Oid relid, OrchRowHook row_hook, int64 *ids, int ncols, const char *
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
 	entries_init(&ie, rri);
-	append_defaults(&defaults, root, desc, ncols, attno, estate);
-	if (ids != NULL)
+	if (!ie.direct || !append_types_match(desc, ncols, attno, types))
 	{
-		const char *id = "id";
-
-		idcol = *append_attnos(desc, 1, &id);
-		if (idcol == InvalidAttrNumber)
-			elog(ERROR, "orchestrator: orch.%s has no column \"id\"", RelationGetRelationName(rel));
+		ExecCloseIndices(rri);
+		FreeExecutorState(estate);
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(work);
+		if (rel != root)
+			table_close(rel, NoLock);
+		table_close(root, NoLock);
+		return false;
 	}
+	append_defaults(&defaults, root, desc, ncols, attno, estate);
+	for (int c = 0; OidIsValid(id_seq) && c < ncols; c++)
+		if (strcmp(cols[c], "id") == 0)
+			idcol = attno[c];
+	if (OidIsValid(id_seq) && idcol == InvalidAttrNumber)
+		elog(ERROR, "orchestrator: orch.%s has no column \"id\"", RelationGetRelationName(rel));
 
 	cid = GetCurrentCommandId(true);
 	slots = palloc(sizeof(TupleTableSlot *) * nslots);
@@ -531,10 +585,20 @@ append_rows(Oid relid, OrchRowHook row_hook, int64 *ids, int ncols, const char *
 		{
 			append_fill_slot(slots[i], desc, &defaults, econtext, ncols, attno,
 							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
+			if (idcol != InvalidAttrNumber)
+			{
+				ids[done + i] = nextval_internal(id_seq, true);
+				slots[i]->tts_values[idcol - 1] = Int64GetDatum(ids[done + i]);
+				slots[i]->tts_isnull[idcol - 1] = false;
+			}
 			if (row_hook)
+			{
+				/* what it sets lives until the chunk is written */
+				MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+
 				row_hook(rel, slots[i]->tts_values, slots[i]->tts_isnull);
-			if (ids != NULL)
-				ids[done + i] = DatumGetInt64(slots[i]->tts_values[idcol - 1]);
+				MemoryContextSwitchTo(rowcxt);
+			}
 			if (rel->rd_att->constr)
 				ExecConstraints(rri, slots[i], estate);
 		}
@@ -563,23 +627,28 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 {
 	Oid			relid = orch_relid(relname);
 
-	return OidIsValid(relid) && append_rows(relid, NULL, NULL, ncols, cols, nrows, values, nulls);
+	return OidIsValid(relid) && append_rows(relid, NULL, NULL, InvalidOid, NULL, ncols, cols, nrows, values, nulls);
 }
 
 /*
  * Append nrows task rows (orch.tasks; values and nulls as orch_table_append
- * takes them), row_hook doing the row trigger's work on each before it is
- * written; their ids into ids, in order.  False, having written nothing,
- * when the table needs the SQL INSERT: a trigger of another's on it, row
- * security that applies, Citus.
+ * takes them, of the types given, the column "id" among them, filled here
+ * from orch.tasks_id_seq as the INSERT draws it: the ids into ids, in
+ * order), row_hook doing the row trigger's work on each before it is
+ * written.  False, having written nothing and drawn no id, when the table
+ * needs the SQL INSERT: a trigger of another's on it (or either of its own
+ * missing or off), row security that applies, a column of another type,
+ * Citus.
  */
 bool
-orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols, int nrows,
-				  const Datum *values, const bool *nulls, int64 *ids)
+orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols, const Oid *types,
+				  int nrows, const Datum *values, const bool *nulls, int64 *ids)
 {
 	Oid			relid = orch_relid("tasks");
+	Oid			seq = orch_relid("tasks_id_seq");
 
-	return OidIsValid(relid) && append_rows(relid, row_hook, ids, ncols, cols, nrows, values, nulls);
+	return OidIsValid(relid) && OidIsValid(seq) &&
+		append_rows(relid, row_hook, types, seq, ids, ncols, cols, nrows, values, nulls);
 }
 
 /* ----------------------------------------------------------------------
@@ -670,7 +739,7 @@ orch_events_store(OrchEvent *const *events, int n)
 #undef PUT_TEXT
 #undef PUT
 	}
-	ok = append_rows(relid, NULL, NULL, ncols, event_columns, n, v, nl);
+	ok = append_rows(relid, NULL, NULL, InvalidOid, NULL, ncols, event_columns, n, v, nl);
 	pfree(v);
 	pfree(nl);
 	return ok;

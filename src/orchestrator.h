@@ -601,8 +601,9 @@ extern void orch_queue_cache_put(const char *queue, const QueueSettings *qs, boo
 extern bool orch_table_append(const char *relname, int ncols, const char *const *cols,
 							  int nrows, const Datum *values, const bool *nulls);
 extern bool orch_events_store(OrchEvent *const *events, int n);
-extern bool orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols, int nrows,
-							  const Datum *values, const bool *nulls, int64 *ids);
+extern bool orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols,
+							  const Oid *types, int nrows, const Datum *values, const bool *nulls,
+							  int64 *ids);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);
 #define ORCH_CLAIM_FIELDS 11

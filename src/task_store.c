@@ -87,16 +87,23 @@ orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key)
 /* The columns a batch of tasks is written with (orch_tasks_write) */
 enum
 {
-	TC_TENANT, TC_QUEUE, TC_STATE, TC_REASON, TC_PRIORITY, TC_RUN_AT, TC_READY_AT,
+	TC_ID, TC_TENANT, TC_QUEUE, TC_STATE, TC_REASON, TC_PRIORITY, TC_RUN_AT, TC_READY_AT,
 	TC_MAX_ATTEMPTS, TC_MAX_FAILURES, TC_RETRY_POLICY, TC_TIMEOUT, TC_KEY, TC_OWNER,
 	TC_CONCURRENCY_KEY, TC_RUN_ID, TC_RETRY_OF, TC_CORRELATION, TC_PAYLOAD,
 	TC_COUNT
 };
 
 static const char *const task_append_cols[TC_COUNT] = {
-	"tenant_id", "queue", "state", "reason_code", "priority", "run_at", "ready_at",
+	"id", "tenant_id", "queue", "state", "reason_code", "priority", "run_at", "ready_at",
 	"max_attempts", "max_failures", "retry_policy", "timeout", "idempotency_key", "owner",
 	"concurrency_key", "run_id", "retry_of", "correlation_id", "payload"
+};
+
+/* ... and their types (a column of another type: the INSERT, which coerces) */
+static const Oid task_append_types[TC_COUNT] = {
+	INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	INT4OID, INT4OID, JSONBOID, INTERVALOID, TEXTOID, TEXTOID,
+	TEXTOID, INT8OID, INT8OID, TEXTOID, JSONBOID
 };
 
 /* What every row of a batch shares: the values of the INSERT's $2 .. $17 */
@@ -132,8 +139,9 @@ append_shared(const OrchTaskRow *t, Datum *v, bool *nl)
  * Write n tasks alike but for their payloads (a jsonb[] of n) without SQL,
  * when the table allows it (append.c): row_hook does the row trigger's
  * work on each row before it is written; the caller then does the
- * statement-end trigger's.  Their ids into ids, in the payloads' order.
- * False, having written nothing: insert them with orch_tasks_insert.
+ * statement-end trigger's.  Their ids (from orch.tasks_id_seq, as the
+ * INSERT draws them) into ids, in the payloads' order.  False, having
+ * written nothing: insert them with orch_tasks_insert.
  */
 bool
 orch_tasks_write(const OrchTaskRow *t, Datum payloads, int n, int64 *ids, OrchRowHook row_hook)
@@ -161,10 +169,12 @@ orch_tasks_write(const OrchTaskRow *t, Datum payloads, int n, int64 *ids, OrchRo
 			memcpy(rv, v, sizeof(Datum) * TC_COUNT);
 			memcpy(rn, nl, sizeof(bool) * TC_COUNT);
 		}
+		rv[TC_ID] = (Datum) 0;	/* drawn by the append */
+		rn[TC_ID] = true;
 		rv[TC_PAYLOAD] = pv[i];
 		rn[TC_PAYLOAD] = false;
 	}
-	ok = orch_tasks_append(row_hook, TC_COUNT, task_append_cols, n, v, nl, ids);
+	ok = orch_tasks_append(row_hook, TC_COUNT, task_append_cols, task_append_types, n, v, nl, ids);
 	pfree(v);
 	pfree(nl);
 	return ok;

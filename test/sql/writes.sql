@@ -14,20 +14,27 @@ CREATE EXTENSION IF NOT EXISTS amcheck;
 RESET client_min_messages;
 
 -- wr_batches(queue): the batches of the comparison, each a call of its own:
--- due now with settings, not due yet (off the claim index, in the due
--- index), of a tenant (its own claim index), and two rejected ones.
+-- due now with settings (every other payload flagged: an index of yours
+-- below takes those only), not due yet (off the claim index, in the due
+-- index), of a tenant (its own claim index), and two refused ones.  Each
+-- call's ids are checked against its rows, in order; returns how many.
+CREATE TEMP TABLE wr_ids (queue text, ids bigint[]);
 CREATE FUNCTION pg_temp.wr_batches(q text) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
+    got bigint[];
     n bigint := 0;
 BEGIN
-    SELECT n + count(*) INTO n FROM orch_enqueue_batch(q, ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[],
+    got := ARRAY(SELECT orch_enqueue_batch(q, ARRAY['{"n": 1, "flag": true}', '{"n": 2}', '{"n": 3, "flag": true}',
+                                                     '{"n": 4}']::jsonb[],
         priority => 2, owner => 'wr-owner', max_attempts => 3, max_failures => 2,
         retry_policy => '{"backoff": "fixed", "initial_delay": "1 second"}', timeout => '1 minute',
-        correlation_id => 'wr-' || q);
-    SELECT n + count(*) INTO n FROM orch_enqueue_batch(q, ARRAY['{"later": 1}', '{"later": 2}']::jsonb[],
-        run_at => now() + interval '1 hour');
-    SELECT n + count(*) INTO n FROM orch_enqueue_batch(q, ARRAY['{"t": 1}', '{"t": 2}']::jsonb[],
-        tenant => 'wr-tenant');
+        correlation_id => 'wr-' || q));
+    INSERT INTO wr_ids VALUES (q, got);
+    got := ARRAY(SELECT orch_enqueue_batch(q, ARRAY['{"later": 1}', '{"later": 2}']::jsonb[],
+        run_at => now() + interval '1 hour'));
+    INSERT INTO wr_ids VALUES (q, got);
+    got := ARRAY(SELECT orch_enqueue_batch(q, ARRAY['{"t": 1}', '{"t": 2}']::jsonb[], tenant => 'wr-tenant'));
+    INSERT INTO wr_ids VALUES (q, got);
     BEGIN
         PERFORM orch_enqueue_batch(q, ARRAY['{"bad": 1}', NULL]::jsonb[]);
     EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'a null payload: %', SQLSTATE;
@@ -36,8 +43,12 @@ BEGIN
         PERFORM orch_enqueue_batch(q, ARRAY['{"bad": 2}', '{"bad": 3}']::jsonb[], max_attempts => 0);
     EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'max_attempts 0: %', SQLSTATE;
     END;
+    SELECT sum(cardinality(ids)) INTO n FROM wr_ids WHERE queue = q;
     RETURN n;
 END $$;
+-- an index of yours whose predicate reads the payload, which differs from
+-- row to row of a batch
+CREATE INDEX wr_flag_idx ON orch.tasks (id) WHERE payload ? 'flag';
 -- the columns of a task row, but those that differ from call to call
 CREATE FUNCTION pg_temp.wr_row(t orch.tasks) RETURNS jsonb LANGUAGE sql AS $$
     SELECT to_jsonb(t) - ARRAY['id', 'queue', 'created_at', 'updated_at', 'run_at', 'ready_at',
@@ -51,8 +62,8 @@ $$;
 --    records, not one insert record per row.
 SELECT pg_current_wal_flush_lsn() AS before_direct \gset
 SELECT pg_temp.wr_batches('wr_direct') AS direct_tasks;
-SELECT count(*) FILTER (WHERE record_type = 'MULTI_INSERT') > 0 AS multi_insert,
-       count(*) FILTER (WHERE record_type IN ('INSERT', 'INSERT+INIT')) AS row_inserts
+SELECT count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') > 0 AS multi_insert,
+       count(*) FILTER (WHERE record_type LIKE 'INSERT%') AS row_inserts
   FROM pg_get_wal_records_info(:'before_direct', pg_current_wal_flush_lsn())
  WHERE resource_manager IN ('Heap', 'Heap2')
    AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
@@ -68,8 +79,8 @@ END $$;
 CREATE TRIGGER wr_seen AFTER INSERT ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
 SELECT pg_current_wal_flush_lsn() AS before_sql \gset
 SELECT pg_temp.wr_batches('wr_sql') AS sql_tasks;
-SELECT count(*) FILTER (WHERE record_type = 'MULTI_INSERT') AS multi_inserts,
-       count(*) FILTER (WHERE record_type IN ('INSERT', 'INSERT+INIT')) AS row_inserts
+SELECT count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') AS multi_inserts,
+       count(*) FILTER (WHERE record_type LIKE 'INSERT%') AS row_inserts
   FROM pg_get_wal_records_info(:'before_sql', pg_current_wal_flush_lsn())
  WHERE resource_manager IN ('Heap', 'Heap2')
    AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
@@ -92,6 +103,13 @@ SELECT count(*) AS rows_that_differ
         UNION ALL
         (SELECT n, row FROM wr_rows WHERE queue = 'wr_sql'
          EXCEPT ALL SELECT n, row FROM wr_rows WHERE queue = 'wr_direct')) d;
+-- the ids each call returned are its rows', in the payloads' order
+SELECT w.queue, bool_and(w.ids = ARRAY(SELECT t.id FROM orch.tasks t WHERE t.id = ANY (w.ids) ORDER BY t.id)
+                         AND cardinality(w.ids) = (SELECT count(*) FROM orch.tasks t WHERE t.id = ANY (w.ids))) AS ids_are_the_rows
+  FROM wr_ids w GROUP BY w.queue ORDER BY w.queue;
+SELECT w.queue, (SELECT array_agg(t.payload ->> 'n' ORDER BY u.ord)
+                   FROM unnest(w.ids) WITH ORDINALITY u(id, ord) JOIN orch.tasks t ON t.id = u.id) AS payloads_in_the_order_of_the_ids
+  FROM (SELECT DISTINCT ON (queue) * FROM wr_ids ORDER BY queue, ids[1]) w ORDER BY w.queue;
 SELECT n, row ->> 'payload' AS payload, row ->> 'state' AS state, row ->> 'tenant_id' AS tenant,
        row ->> 'ready' AS ready, row ->> 'event' AS recorded_enqueue
   FROM wr_rows WHERE queue = 'wr_direct' ORDER BY n;
@@ -110,8 +128,16 @@ SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
 SET enable_seqscan = off;
 SELECT q, (SELECT count(*) FROM orch.tasks WHERE queue = q AND ready_at IS NOT NULL) AS claimable,
        (SELECT count(*) FROM orch.tasks WHERE queue = q AND tenant_id = 'wr-tenant' AND ready_at IS NOT NULL) AS tenant_claimable,
-       (SELECT count(*) FROM orch.tasks WHERE correlation_id = 'wr-' || q) AS by_correlation
+       (SELECT count(*) FROM orch.tasks WHERE correlation_id = 'wr-' || q) AS by_correlation,
+       (SELECT count(*) FROM orch.tasks WHERE payload ? 'flag' AND queue = q) AS flagged
   FROM unnest(ARRAY['wr_direct', 'wr_sql']) q;
+-- the flagged rows through your index: only those (no entry too many)
+SET enable_bitmapscan = off;
+SET enable_indexonlyscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM orch.tasks WHERE payload ? 'flag';
+SELECT count(*) AS flagged_by_your_index FROM orch.tasks WHERE payload ? 'flag';
+RESET enable_bitmapscan;
+RESET enable_indexonlyscan;
 RESET enable_seqscan;
 SELECT count(*) AS claimed, min(attempt) AS attempt FROM orch_dequeue('wr_direct', 'wr-worker', 10);
 SELECT count(*) AS claimed_by_tenant FROM orch_dequeue('wr_direct', 'wr-worker', 10, tenant => 'wr-tenant');
@@ -146,3 +172,14 @@ SELECT count(*) AS replica_batch FROM orch_enqueue_batch('wr_replica', ARRAY['{"
 RESET session_replication_role;
 SELECT count(*) AS rows, count(enqueue_event_id) AS recorded_enqueues, count(created_xact) AS with_xact
   FROM orch.tasks WHERE queue = 'wr_replica';
+
+-- 8. Without the table's own triggers (dropped here, in a transaction
+--    rolled back) an INSERT records nothing they would; nor does a batch,
+--    which takes the INSERT.
+BEGIN;
+DROP TRIGGER tasks_lifecycle ON orch.tasks;
+DROP TRIGGER tasks_statement_end ON orch.tasks;
+SELECT count(*) AS batch_without_triggers FROM orch_enqueue_batch('wr_bare', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[]);
+SELECT count(*) AS rows, count(enqueue_event_id) AS recorded_enqueues FROM orch.tasks WHERE queue = 'wr_bare';
+ROLLBACK;
+DROP INDEX orch.wr_flag_idx;
