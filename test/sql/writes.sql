@@ -12,6 +12,9 @@ CREATE EXTENSION IF NOT EXISTS orchestrator;
 CREATE EXTENSION IF NOT EXISTS pg_walinspect;
 CREATE EXTENSION IF NOT EXISTS amcheck;
 RESET client_min_messages;
+-- every commit flushes its WAL, whatever the cluster's setting, so that
+-- the WAL of each call can be read once it returns
+SET synchronous_commit = on;
 
 -- wr_batches(queue): the batches of the comparison, each a call of its own:
 -- due now with settings (every other payload flagged: an index of yours
