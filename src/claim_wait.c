@@ -20,6 +20,13 @@
  *	  is on its bucket's list before it looks, and a producer wakes it only
  *	  after its commit is visible, so a task committed before the look is
  *	  seen by it and one committed after wakes it.
+ *
+ *	  The same shared memory counts, per bucket, the commits that made a
+ *	  task claimable and the transactions whose claims were undone (a
+ *	  rollback, or a subtransaction's): where a worker's next claim may
+ *	  start (dequeue.c) holds only while its bucket's count is unchanged.
+ *	  A rolled back claim wakes the waiting claims too: its tasks are
+ *	  claimable again.
  */
 #include "postgres.h"
 
@@ -44,6 +51,7 @@
 typedef struct ClaimWaitShared
 {
 	ConditionVariable cv[CLAIM_BUCKETS];
+	pg_atomic_uint64 gen[CLAIM_BUCKETS];	/* tasks made claimable, claims undone */
 } ClaimWaitShared;
 
 static ClaimWaitShared *shared = NULL;
@@ -51,6 +59,9 @@ static shmem_request_hook_type prev_shmem_request = NULL;
 static shmem_startup_hook_type prev_shmem_startup = NULL;
 
 static uint64 xact_buckets = 0;	/* the buckets this transaction woke */
+static uint64 xact_moved = 0;	/* ... of which it made a task claimable */
+static uint64 xact_claimed = 0;	/* the buckets it claimed from */
+static uint64 xact_undone = 0;	/* ... and then rolled back a subtransaction */
 static bool xact_registered = false;
 static int	sleeping_bucket = -1;	/* the bucket a claim is on, or -1 */
 static bool use_shared = false;	/* this claim is woken by commits */
@@ -81,7 +92,10 @@ claim_wait_shmem_startup(void)
 	shared = ShmemInitStruct("orchestrator claim wait", sizeof(ClaimWaitShared), &found);
 	if (!found)
 		for (int i = 0; i < CLAIM_BUCKETS; i++)
+		{
 			ConditionVariableInit(&shared->cv[i]);
+			pg_atomic_init_u64(&shared->gen[i], 0);
+		}
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -108,43 +122,129 @@ orch_claim_wait_shared(void)
 }
 
 /*
- * At the end of the top-level transaction: its notes cleared, and on a
- * commit the claims waiting on its queues woken.  After the locks are
- * released, so after the commit's cache invalidations were sent (a queue
- * resumed: the woken claim reads the queue's new settings) and once the
- * commit is visible to every snapshot taken from now on.
+ * At the end of the top-level transaction: its notes cleared; on a commit
+ * the claims waiting on its queues woken, and on a rollback those waiting
+ * on the queues it claimed from (the tasks are claimable again), each
+ * bucket's count moved on.  After the locks are released, so after the
+ * commit's cache invalidations were sent (a queue resumed: the woken claim
+ * reads the queue's new settings) and once the commit is visible to every
+ * snapshot taken from now on.
  */
 static void
 claim_wait_release_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
 {
-	uint64		buckets = xact_buckets;
+	uint64		wake;
+	uint64		moved;
 
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
 		return;
-	xact_buckets = 0;
-	if (!isCommit || buckets == 0 || shared == NULL)
+	wake = isCommit ? (xact_buckets | xact_undone) : xact_claimed;
+	moved = isCommit ? (xact_moved | xact_undone) : xact_claimed;
+	xact_buckets = xact_moved = xact_claimed = xact_undone = 0;
+	if (wake == 0 || shared == NULL)
 		return;
 	for (int i = 0; i < CLAIM_BUCKETS; i++)
-		if (buckets & (UINT64CONST(1) << i))
+	{
+		if (moved & (UINT64CONST(1) << i))
+			pg_atomic_fetch_add_u64(&shared->gen[i], 1);
+		if (wake & (UINT64CONST(1) << i))
 			ConditionVariableBroadcast(&shared->cv[i]);
+	}
+}
+
+/* A subtransaction rolled back: the claims of the transaction may be undone */
+static void
+claim_wait_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		xact_undone |= xact_claimed;
+}
+
+static void
+claim_wait_register(void)
+{
+	if (xact_registered)
+		return;
+	RegisterResourceReleaseCallback(claim_wait_release_callback, NULL);
+	RegisterSubXactCallback(claim_wait_subxact_callback, NULL);
+	xact_registered = true;
 }
 
 /*
  * This transaction made a task of queue claimable: the claims waiting on
- * the queue are woken when it commits.  A bit in a word: as cheap as it can
- * be on every enqueue.
+ * the queue are woken when it commits, and the claims of the queue look
+ * from its beginning again.  A bit in a word: as cheap as it can be on
+ * every enqueue.
  */
 void
 orch_claim_wake_note(const char *queue)
 {
+	uint64		bit;
+
 	if (shared == NULL || queue == NULL)
 		return;
-	if (!xact_registered)
-	{
-		RegisterResourceReleaseCallback(claim_wait_release_callback, NULL);
-		xact_registered = true;
-	}
+	claim_wait_register();
+	bit = UINT64CONST(1) << bucket_of(queue);
+	xact_buckets |= bit;
+	xact_moved |= bit;
+}
+
+/*
+ * This transaction freed a slot of queue (a task left executing): a claim
+ * waiting at an owner's or the queue's limit may take one now.  Nothing
+ * became claimable: where the claims start stays.
+ */
+void
+orch_claim_slot_note(const char *queue)
+{
+	if (shared == NULL || queue == NULL)
+		return;
+	claim_wait_register();
 	xact_buckets |= UINT64CONST(1) << bucket_of(queue);
+}
+
+/*
+ * This transaction made tasks of queues it does not know claimable (a run
+ * resumed: its step tasks may be claimed again): every queue's.
+ */
+void
+orch_claim_wake_all(void)
+{
+	if (shared == NULL)
+		return;
+	claim_wait_register();
+	xact_buckets = xact_moved = ~UINT64CONST(0);
+}
+
+/* This transaction claimed tasks of queue: a rollback gives them back. */
+void
+orch_claim_taken(const char *queue)
+{
+	if (shared == NULL)
+		return;
+	claim_wait_register();
+	xact_claimed |= UINT64CONST(1) << bucket_of(queue);
+}
+
+/*
+ * The count of queue's bucket (*gen), for a claim that would start where
+ * the previous one did: false when there is none to go by (no shared
+ * memory) or when this transaction itself made a task of the bucket
+ * claimable (not counted before it commits).
+ */
+bool
+orch_claim_generation(const char *queue, uint64 *gen)
+{
+	int			b;
+
+	if (shared == NULL)
+		return false;
+	b = bucket_of(queue);
+	if (xact_moved & (UINT64CONST(1) << b))
+		return false;
+	*gen = pg_atomic_read_u64(&shared->gen[b]);
+	return true;
 }
 
 /*

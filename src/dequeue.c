@@ -108,7 +108,14 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
 	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
-	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
+	"  run_id, lease_expires_at, resume_data, created_at FROM u ORDER BY priority, created_at, id"
+
+/*
+ * Where the claim starts ($6, $7, $8: priority, created_at, id): the first
+ * task the worker's previous claim of the queue took, while nothing was
+ * made claimable since (claim_start below); else the beginning.
+ */
+#define CLAIM_FROM " AND (c.priority, c.created_at, c.id) >= ($6, $7, $8)"
 
 /*
  * The claim of a caller bound to several tenants: each tenant's best rows
@@ -569,17 +576,125 @@ claim_sql(const char *tenant, bool all_tenants)
 
 	if (tenant && is_default_tenant(tenant))
 		return steps_fn
-			? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
-			: CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c"));
+			? CLAIM_SQL(" AND c.tenant_id = $5" CLAIM_FROM, " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
+			: CLAIM_SQL(" AND c.tenant_id = $5" CLAIM_FROM, " AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (tenant)
 		return steps_fn
-			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id") CLAIM_FROM,
 						" AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
-			: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
+			: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id") CLAIM_FROM,
 						" AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (!all_tenants)
 		return steps_fn ? CLAIM_TENANTS_SQL(ORCH_RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c"));
-	return steps_fn ? CLAIM_SQL("", "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
+	return steps_fn ? CLAIM_SQL(CLAIM_FROM, "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL(CLAIM_FROM, "", RUN_FILTER_070("c"));
+}
+
+/* ----------------------------------------------------------------------
+ * Where a claim starts.  A queue's claim index holds, before the claimable
+ * tasks, the entries of the tasks claimed since the last VACUUM: dead, but
+ * on pages a scan from the queue's beginning must read, a prefix that grows
+ * while a backlog drains.  A worker's next claim of the queue starts at the
+ * first task its previous claim took, when nothing can have become
+ * claimable before that task since: what was before it then was dead, or
+ * held by another transaction (a claim, whose rollback would give its
+ * tasks back).  That holds while the queue's count in shared memory
+ * (claim_wait.c) is unchanged: it moves with every commit that made one of
+ * its tasks claimable (an enqueue, a retry or a release come due, a lease
+ * recovered, a priority changed, a run resumed) and every claim undone.
+ * What it cannot see (a task held by another kind of transaction that
+ * rolls back) waits at most CLAIM_FROM_MAX_MS: the start is then the
+ * beginning again.  Per backend; only for the claims of one tenant or of
+ * all (the statements that read one range of a claim index), in READ
+ * COMMITTED.
+ * ---------------------------------------------------------------------- */
+#define CLAIM_FROM_SLOTS 4
+#define CLAIM_FROM_MAX_MS 50
+
+typedef struct ClaimFrom
+{
+	char	   *queue;			/* NULL: a free slot */
+	char	   *tenant;			/* NULL: all tenants */
+	uint64		gen;			/* the queue's count when it was taken */
+	TimestampTz at;				/* ... and the time */
+	bool		valid;
+	int32		priority;
+	TimestampTz created_at;
+	int64		id;
+} ClaimFrom;
+
+static ClaimFrom claim_from[CLAIM_FROM_SLOTS];
+static int	claim_from_next = 0;
+
+static bool
+same_name(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* The slot of (queue, tenant), taken over when there is none */
+static ClaimFrom *
+claim_from_slot(const char *queue, const char *tenant)
+{
+	ClaimFrom  *f;
+
+	for (int i = 0; i < CLAIM_FROM_SLOTS; i++)
+		if (claim_from[i].queue && strcmp(claim_from[i].queue, queue) == 0 &&
+			same_name(claim_from[i].tenant, tenant))
+			return &claim_from[i];
+	f = &claim_from[claim_from_next];
+	claim_from_next = (claim_from_next + 1) % CLAIM_FROM_SLOTS;
+	if (f->queue)
+		pfree(f->queue);
+	if (f->tenant)
+		pfree(f->tenant);
+	memset(f, 0, sizeof(*f));
+	f->queue = MemoryContextStrdup(TopMemoryContext, queue);
+	f->tenant = tenant ? MemoryContextStrdup(TopMemoryContext, tenant) : NULL;
+	return f;
+}
+
+/*
+ * $6 .. $8 of a claim of queue for tenant (NULL: all): where it starts.
+ * Returns the slot to record the claim's first task in (NULL: none).
+ */
+static ClaimFrom *
+claim_start(OrchArgs *a, const char *queue, const char *tenant, uint64 *gen, TimestampTz *now)
+{
+	ClaimFrom  *f = NULL;
+	bool		from = false;
+
+	*now = GetCurrentTimestamp();
+	if (!IsolationUsesXactSnapshot() && orch_claim_generation(queue, gen))
+	{
+		f = claim_from_slot(queue, tenant);
+		from = f->valid && f->gen == *gen &&
+			!TimestampDifferenceExceeds(f->at, *now, CLAIM_FROM_MAX_MS);
+	}
+	orch_arg_int4(a, from ? f->priority : PG_INT32_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(from ? f->created_at : DT_NOBEGIN), false);
+	orch_arg_int8(a, from ? f->id : PG_INT64_MIN);
+	return f;
+}
+
+/* After the claim (its rows in SPI_tuptable): the next one starts at its first */
+static void
+claim_started(ClaimFrom *f, uint64 gen, TimestampTz now)
+{
+	HeapTuple	first;
+	TupleDesc	td = SPI_tuptable ? SPI_tuptable->tupdesc : NULL;
+	bool		isnull;
+
+	if (f == NULL)
+		return;
+	f->valid = SPI_processed > 0 && td != NULL && td->natts >= 12;
+	if (!f->valid)
+		return;
+	first = SPI_tuptable->vals[0];
+	f->id = DatumGetInt64(SPI_getbinval(first, td, 1, &isnull));
+	f->priority = DatumGetInt32(SPI_getbinval(first, td, 6, &isnull));
+	f->created_at = DatumGetTimestampTz(SPI_getbinval(first, td, 12, &isnull));
+	f->gen = gen;
+	f->at = now;
 }
 
 /* What one claim asks for (orch_dequeue's arguments, checked) */
@@ -660,6 +775,8 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	{
 		claimed = claim_fair(r->queue, r->worker, r->batch, lease,
 							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo, outer);
+		if (claimed > 0)
+			orch_claim_taken(r->queue);
 		orch_clear_event_context(ev);
 		if (claimed == 0 && next)
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
@@ -670,15 +787,31 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	{
 		claimed = claim_limited(r->queue, r->worker, r->batch, lease, tenants, all_tenants, &qs,
 								rsinfo, outer);
+		if (claimed > 0)
+			orch_claim_taken(r->queue);
 		orch_clear_event_context(ev);
 		if (claimed == 0 && next && !orch_citus())
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
 		SPI_finish();
 		return claimed;
 	}
+	else if (tenant || all_tenants)
+	{
+		uint64		gen = 0;
+		TimestampTz now;
+		ClaimFrom  *from;
+
+		if (!tenant)
+			orch_arg_text(&a, NULL);	/* ($5: no tenant) */
+		from = claim_start(&a, r->queue, tenant, &gen, &now);
+		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
+		claim_started(from, gen, now);
+	}
 	else
 		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
 	claimed = (int) SPI_processed;
+	if (claimed > 0)
+		orch_claim_taken(r->queue);
 	orch_clear_event_context(ev);
 	emit_claimed(rsinfo, outer);
 	if (claimed == 0 && next && !orch_citus())

@@ -538,6 +538,29 @@ change_derive(TaskChange *c)
 }
 
 /*
+ * A claimable task's place in its queue's claim order moved (its priority,
+ * its creation time changed): it may now come before where the next
+ * claims start (dequeue.c).
+ */
+static bool
+claim_key_moved(TaskChange *c)
+{
+	int			cols[2] = {task_cols.priority, task_cols.created_at};
+
+	for (int i = 0; i < 2; i++)
+	{
+		bool		old_null;
+		bool		new_null;
+		Datum		o = heap_getattr(c->oldtup, cols[i], c->td, &old_null);
+		Datum		n = row_get(&c->row, cols[i], &new_null);
+
+		if (old_null != new_null || (!old_null && o != n))
+			return true;
+	}
+	return false;
+}
+
+/*
  * A task made claimable (ready_at set now), or a slot freed (it leaves
  * executing: a queue's owner or queue limit may let another in): the
  * claims waiting on its queue look again once this transaction commits.
@@ -554,8 +577,10 @@ change_wake(TaskChange *c)
 	ready = !ready;
 	if (!c->is_insert)
 		was_ready = !heap_attisnull(c->oldtup, task_cols.ready_at, c->td);
-	if ((ready && !was_ready) || (c->from == TS_EXECUTING && c->to != TS_EXECUTING))
+	if ((ready && !was_ready) || (ready && was_ready && claim_key_moved(c)))
 		orch_claim_wake_note(row_text(&c->row, task_cols.queue));
+	else if (c->from == TS_EXECUTING && c->to != TS_EXECUTING)
+		orch_claim_slot_note(row_text(&c->row, task_cols.queue));
 }
 
 /* The admission gate, for a keyed task (one without a key passes it) */

@@ -157,6 +157,9 @@ orch_run_lifecycle(PG_FUNCTION_ARGS)
 		if (to == from)
 			return PointerGetDatum(newtup);
 	}
+	/* its step tasks may be claimed again: the claims look from the beginning */
+	if (!is_insert && to == RS_RUNNING)
+		orch_claim_wake_all();
 	reason = tuple_text(newtup, desc, "reason_code");
 	orch_write_run_event(tenant, run_id, "run", is_insert ? NULL : from_name, to_name,
 						 reason ? reason : (is_insert ? "started" : "updated"), NULL);
