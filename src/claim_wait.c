@@ -22,14 +22,15 @@
  *	  seen by it and one committed after wakes it.
  *
  *	  The same shared memory counts, per bucket, the commits that made a
- *	  task claimable and the transactions whose claims were undone (a
- *	  rollback, or a subtransaction's): where a worker's next claim may
- *	  start (dequeue.c) holds only while its bucket's count is unchanged.
- *	  A rolled back claim wakes the waiting claims too: its tasks are
- *	  claimable again.
+ *	  task claimable, the claims undone (a rollback, a subtransaction's)
+ *	  and the ends of transactions that held tasks they did not claim:
+ *	  where a worker's next claim may start (dequeue.c) holds only while
+ *	  its bucket's count is unchanged.  A claim undone wakes the waiting
+ *	  claims too: its tasks are claimable again.
  */
 #include "postgres.h"
 
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -61,7 +62,7 @@ static shmem_startup_hook_type prev_shmem_startup = NULL;
 static uint64 xact_buckets = 0;	/* the buckets this transaction woke */
 static uint64 xact_moved = 0;	/* ... of which it made a task claimable */
 static uint64 xact_claimed = 0;	/* the buckets it claimed from */
-static uint64 xact_undone = 0;	/* ... and then rolled back a subtransaction */
+static uint64 xact_kept = 0;	/* ... holding tasks it did not claim */
 static bool xact_registered = false;
 static int	sleeping_bucket = -1;	/* the bucket a claim is on, or -1 */
 static bool use_shared = false;	/* this claim is woken by commits */
@@ -131,17 +132,9 @@ orch_claim_wait_shared(void)
  * snapshot taken from now on.
  */
 static void
-claim_wait_release_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+claim_wait_move(uint64 moved, uint64 wake)
 {
-	uint64		wake;
-	uint64		moved;
-
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
-		return;
-	wake = isCommit ? (xact_buckets | xact_undone) : xact_claimed;
-	moved = isCommit ? (xact_moved | xact_undone) : xact_claimed;
-	xact_buckets = xact_moved = xact_claimed = xact_undone = 0;
-	if (wake == 0 || shared == NULL)
+	if (shared == NULL)
 		return;
 	for (int i = 0; i < CLAIM_BUCKETS; i++)
 	{
@@ -152,13 +145,30 @@ claim_wait_release_callback(ResourceReleasePhase phase, bool isCommit, bool isTo
 	}
 }
 
-/* A subtransaction rolled back: the claims of the transaction may be undone */
+static void
+claim_wait_release_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	uint64		wake;
+	uint64		moved;
+
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	wake = (isCommit ? xact_buckets : xact_claimed) | xact_kept;
+	moved = (isCommit ? xact_moved : xact_claimed) | xact_kept;
+	xact_buckets = xact_moved = xact_claimed = xact_kept = 0;
+	claim_wait_move(moved, wake);
+}
+
+/*
+ * A subtransaction rolled back (its abort recorded): the claims of the
+ * transaction may be undone, their tasks claimable again now.
+ */
 static void
 claim_wait_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-		xact_undone |= xact_claimed;
+		claim_wait_move(xact_claimed | xact_kept, xact_claimed | xact_kept);
 }
 
 static void
@@ -217,7 +227,10 @@ orch_claim_wake_all(void)
 	xact_buckets = xact_moved = ~UINT64CONST(0);
 }
 
-/* This transaction claimed tasks of queue: a rollback gives them back. */
+/*
+ * This transaction is about to claim tasks of queue: should the claim be
+ * undone (its statement fails, a rollback), they are claimable again.
+ */
 void
 orch_claim_taken(const char *queue)
 {
@@ -228,9 +241,23 @@ orch_claim_taken(const char *queue)
 }
 
 /*
+ * This transaction holds tasks of queue it did not claim (a claim that
+ * looked at more than it took): when it ends they are free again.
+ */
+void
+orch_claim_locks_kept(const char *queue)
+{
+	if (shared == NULL)
+		return;
+	claim_wait_register();
+	xact_kept |= UINT64CONST(1) << bucket_of(queue);
+}
+
+/*
  * The count of queue's bucket (*gen), for a claim that would start where
  * the previous one did: false when there is none to go by (no shared
- * memory) or when this transaction itself made a task of the bucket
+ * memory; prepared transactions allowed, whose commit or rollback would
+ * not count) or when this transaction itself made a task of the bucket
  * claimable (not counted before it commits).
  */
 bool
@@ -238,7 +265,7 @@ orch_claim_generation(const char *queue, uint64 *gen)
 {
 	int			b;
 
-	if (shared == NULL)
+	if (shared == NULL || max_prepared_xacts > 0)
 		return false;
 	b = bucket_of(queue);
 	if (xact_moved & (UINT64CONST(1) << b))

@@ -98,12 +98,14 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  * would be planned for 10% of the table).
  */
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
-	CLAIM_SQL_SET(CLAIM_SET, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF)
+	CLAIM_SQL_DUE(CLAIM_SET, CLAIM_DUE, TENANT_FILTER CLAIM_FROM, OUTER_TENANT_FILTER, RUNF)
 #define CLAIM_SQL_SET(SET, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
+	CLAIM_SQL_DUE(SET, ORCH_NOW, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF)
+#define CLAIM_SQL_DUE(SET, DUE, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " SET \
 	"  WHERE t.id = ANY (ARRAY(SELECT c.id FROM orch.tasks c" \
-	"     WHERE c.queue = $1 AND c.ready_at <= " ORCH_NOW TENANT_FILTER RUNF \
+	"     WHERE c.queue = $1 AND c.ready_at <= " DUE TENANT_FILTER RUNF \
 	"     ORDER BY priority, created_at, id" \
 	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
 	"  RETURNING " CLAIM_RETURNING ", t.created_at)" \
@@ -113,9 +115,13 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 /*
  * Where the claim starts ($6, $7, $8: priority, created_at, id): the first
  * task the worker's previous claim of the queue took, while nothing was
- * made claimable since (claim_start below); else the beginning.
+ * made claimable since (claim_start below); else the beginning.  What is
+ * due: by the claim's now, or by the moment ($9) it read the count of
+ * what was made claimable (a task due by then, committed before, is not
+ * passed over for being due later than the call's start).
  */
 #define CLAIM_FROM " AND (c.priority, c.created_at, c.id) >= ($6, $7, $8)"
+#define CLAIM_DUE "GREATEST(" ORCH_NOW ", $9)"
 
 /*
  * The claim of a caller bound to several tenants: each tenant's best rows
@@ -576,17 +582,17 @@ claim_sql(const char *tenant, bool all_tenants)
 
 	if (tenant && is_default_tenant(tenant))
 		return steps_fn
-			? CLAIM_SQL(" AND c.tenant_id = $5" CLAIM_FROM, " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
-			: CLAIM_SQL(" AND c.tenant_id = $5" CLAIM_FROM, " AND t.tenant_id = $5", RUN_FILTER_070("c"));
+			? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
+			: CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (tenant)
 		return steps_fn
-			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id") CLAIM_FROM,
+			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
 						" AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
-			: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id") CLAIM_FROM,
+			: CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
 						" AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (!all_tenants)
 		return steps_fn ? CLAIM_TENANTS_SQL(ORCH_RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c"));
-	return steps_fn ? CLAIM_SQL(CLAIM_FROM, "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL(CLAIM_FROM, "", RUN_FILTER_070("c"));
+	return steps_fn ? CLAIM_SQL("", "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
 }
 
 /* ----------------------------------------------------------------------
@@ -602,20 +608,20 @@ claim_sql(const char *tenant, bool all_tenants)
  * its tasks claimable (an enqueue, a retry or a release come due, a lease
  * recovered, a priority changed, a run resumed) and every claim undone.
  * What it cannot see (a task held by another kind of transaction that
- * rolls back) waits at most CLAIM_FROM_MAX_MS: the start is then the
- * beginning again.  Per backend; only for the claims of one tenant or of
- * all (the statements that read one range of a claim index), in READ
- * COMMITTED.
+ * rolls back) waits at most orchestrator.claim_start_max_age after the
+ * last claim that looked from the beginning: the next looks from there
+ * again.  Per backend; only for the claims of one tenant or of all (the
+ * statements that read one range of a claim index), in READ COMMITTED,
+ * and not while prepared transactions are allowed (claim_wait.c).
  * ---------------------------------------------------------------------- */
 #define CLAIM_FROM_SLOTS 4
-#define CLAIM_FROM_MAX_MS 50
 
 typedef struct ClaimFrom
 {
 	char	   *queue;			/* NULL: a free slot */
 	char	   *tenant;			/* NULL: all tenants */
-	uint64		gen;			/* the queue's count when it was taken */
-	TimestampTz at;				/* ... and the time */
+	uint64		gen;			/* the queue's count at the last look from the beginning */
+	TimestampTz at;				/* ... and its time */
 	bool		valid;
 	int32		priority;
 	TimestampTz created_at;
@@ -654,37 +660,50 @@ claim_from_slot(const char *queue, const char *tenant)
 }
 
 /*
- * $6 .. $8 of a claim of queue for tenant (NULL: all): where it starts.
- * Returns the slot to record the claim's first task in (NULL: none).
+ * $6 .. $9 of a claim of queue for tenant (NULL: all): where it starts,
+ * and the moment it read the queue's count.  Returns the slot to record
+ * the claim's first task in (NULL: none); *from: it starts there.
  */
 static ClaimFrom *
-claim_start(OrchArgs *a, const char *queue, const char *tenant, uint64 *gen, TimestampTz *now)
+claim_start(OrchArgs *a, const char *queue, const char *tenant, uint64 *gen, bool *from)
 {
 	ClaimFrom  *f = NULL;
-	bool		from = false;
+	TimestampTz now;
 
-	*now = GetCurrentTimestamp();
-	if (!IsolationUsesXactSnapshot() && orch_claim_generation(queue, gen))
+	*from = false;
+	if (orch_claim_start_max_age > 0 && !IsolationUsesXactSnapshot() &&
+		orch_claim_generation(queue, gen))
 	{
 		f = claim_from_slot(queue, tenant);
-		from = f->valid && f->gen == *gen &&
-			!TimestampDifferenceExceeds(f->at, *now, CLAIM_FROM_MAX_MS);
+		*from = f->valid && f->gen == *gen &&
+			!TimestampDifferenceExceeds(f->at, GetCurrentTimestamp(), orch_claim_start_max_age);
 	}
-	orch_arg_int4(a, from ? f->priority : PG_INT32_MIN);
-	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(from ? f->created_at : DT_NOBEGIN), false);
-	orch_arg_int8(a, from ? f->id : PG_INT64_MIN);
+	now = GetCurrentTimestamp();
+	orch_arg_int4(a, *from ? f->priority : PG_INT32_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(*from ? f->created_at : DT_NOBEGIN), false);
+	orch_arg_int8(a, *from ? f->id : PG_INT64_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
+	if (f && !*from)
+	{
+		f->gen = *gen;
+		f->at = now;
+	}
 	return f;
 }
 
-/* After the claim (its rows in SPI_tuptable): the next one starts at its first */
+/*
+ * After the claim of queue for tenant (its rows in SPI_tuptable): the next
+ * one starts at its first task; none claimed, at the beginning.  (A claim
+ * made inside this one, by a trigger, may have taken the slot over.)
+ */
 static void
-claim_started(ClaimFrom *f, uint64 gen, TimestampTz now)
+claim_started(ClaimFrom *f, const char *queue, const char *tenant)
 {
 	HeapTuple	first;
 	TupleDesc	td = SPI_tuptable ? SPI_tuptable->tupdesc : NULL;
 	bool		isnull;
 
-	if (f == NULL)
+	if (f == NULL || f->queue == NULL || strcmp(f->queue, queue) != 0 || !same_name(f->tenant, tenant))
 		return;
 	f->valid = SPI_processed > 0 && td != NULL && td->natts >= 12;
 	if (!f->valid)
@@ -693,8 +712,6 @@ claim_started(ClaimFrom *f, uint64 gen, TimestampTz now)
 	f->id = DatumGetInt64(SPI_getbinval(first, td, 1, &isnull));
 	f->priority = DatumGetInt32(SPI_getbinval(first, td, 6, &isnull));
 	f->created_at = DatumGetTimestampTz(SPI_getbinval(first, td, 12, &isnull));
-	f->gen = gen;
-	f->at = now;
 }
 
 /* What one claim asks for (orch_dequeue's arguments, checked) */
@@ -768,15 +785,16 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	ev = orch_set_event_context(r->worker, NULL);
 	if (orch_citus())
 	{
+		orch_claim_taken(r->queue);
 		claim_citus(r->queue, tenant, &qs, &a);
 		orch_scope_clear();
 	}
 	else if (qs.fair && (qs.fair_by_key || tenant == NULL) && orch_schema_fair_claims())
 	{
+		orch_claim_taken(r->queue);
+		orch_claim_locks_kept(r->queue);
 		claimed = claim_fair(r->queue, r->worker, r->batch, lease,
 							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo, outer);
-		if (claimed > 0)
-			orch_claim_taken(r->queue);
 		orch_clear_event_context(ev);
 		if (claimed == 0 && next)
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
@@ -785,10 +803,10 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	}
 	else if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
+		orch_claim_taken(r->queue);
+		orch_claim_locks_kept(r->queue);
 		claimed = claim_limited(r->queue, r->worker, r->batch, lease, tenants, all_tenants, &qs,
 								rsinfo, outer);
-		if (claimed > 0)
-			orch_claim_taken(r->queue);
 		orch_clear_event_context(ev);
 		if (claimed == 0 && next && !orch_citus())
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
@@ -798,20 +816,24 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	else if (tenant || all_tenants)
 	{
 		uint64		gen = 0;
-		TimestampTz now;
-		ClaimFrom  *from;
+		bool		from;
+		ClaimFrom  *f;
 
 		if (!tenant)
 			orch_arg_text(&a, NULL);	/* ($5: no tenant) */
-		from = claim_start(&a, r->queue, tenant, &gen, &now);
+		f = claim_start(&a, r->queue, tenant, &gen, &from);
+		orch_claim_taken(r->queue);
 		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
-		claim_started(from, gen, now);
+		claim_started(f, r->queue, tenant);
 	}
 	else
-		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
-	claimed = (int) SPI_processed;
-	if (claimed > 0)
+	{
+		/* each tenant's best rows locked, the best of them claimed */
 		orch_claim_taken(r->queue);
+		orch_claim_locks_kept(r->queue);
+		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
+	}
+	claimed = (int) SPI_processed;
 	orch_clear_event_context(ev);
 	emit_claimed(rsinfo, outer);
 	if (claimed == 0 && next && !orch_citus())

@@ -21,6 +21,7 @@ int			orch_stuck_after = 3600;
 int			orch_max_step_input_size = 16 * 1024 * 1024;
 char	   *orch_command_queue = NULL;
 int			orch_max_claim_wait = 300;
+int			orch_claim_start_max_age = 50;
 int			orch_max_subflow_depth = 8;
 
 void		_PG_init(void);
@@ -107,6 +108,13 @@ _PG_init(void)
 							&orch_max_claim_wait,
 							300, 1, 24 * 3600,
 							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("orchestrator.claim_start_max_age",
+							"How long a worker's next claim may start after the tasks its previous claim took.",
+							"While nothing became claimable before them (counted in shared memory), a claim skips the claim index's entries of tasks claimed before; this bounds how long a task that becomes claimable otherwise (held by another transaction that rolls back) can be passed over. 0: every claim looks from the beginning.",
+							&orch_claim_start_max_age,
+							50, 0, 60000,
+							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("orchestrator");
 	orch_plan_floor_init();

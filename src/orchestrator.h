@@ -228,6 +228,7 @@ extern void orch_claim_wake_note(const char *queue);
 extern void orch_claim_slot_note(const char *queue);
 extern void orch_claim_wake_all(void);
 extern void orch_claim_taken(const char *queue);
+extern void orch_claim_locks_kept(const char *queue);
 extern bool orch_claim_generation(const char *queue, uint64 *gen);
 extern void orch_claim_wait_begin(bool shared_ok);
 extern void orch_claim_wait_prepare(const char *queue);
@@ -424,6 +425,7 @@ extern int	orch_history_partition;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 extern int	orch_max_claim_wait;
+extern int	orch_claim_start_max_age;
 extern int	orch_max_subflow_depth;
 
 /* args.c: argument checks and value conversions */
