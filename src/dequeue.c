@@ -612,7 +612,10 @@ claim_sql(const char *tenant, bool all_tenants)
  * last claim that looked from the beginning: the next looks from there
  * again.  Per backend; only for the claims of one tenant or of all (the
  * statements that read one range of a claim index), in READ COMMITTED,
- * and not while prepared transactions are allowed (claim_wait.c).
+ * and not while prepared transactions are allowed (claim_wait.c).  The
+ * count is read before the claim statement takes its snapshot: a commit
+ * that becomes visible in between may be passed over by that one claim
+ * (the next takes it), as if the claim had run a moment earlier.
  * ---------------------------------------------------------------------- */
 #define CLAIM_FROM_SLOTS 4
 
