@@ -506,6 +506,25 @@ append_types_match(TupleDesc desc, int ncols, const AttrNumber *attno, const Oid
 }
 
 /*
+ * The end of an append, written or not: its indexes, executor state and
+ * memory freed, the table (and the partitioned root) closed, their locks
+ * kept until the transaction ends.
+ */
+static void
+append_close(ResultRelInfo *rri, EState *estate, MemoryContext old, MemoryContext work, Relation root)
+{
+	Relation	rel = rri->ri_RelationDesc;
+
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(work);
+	if (rel != root)
+		table_close(rel, NoLock);
+	table_close(root, NoLock);
+}
+
+/*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
  * per row, for the columns named in cols.  Returns false, having written
  * nothing, when the table needs the SQL path.  Rows appear in the order
@@ -555,13 +574,7 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 	entries_init(&ie, rri);
 	if (!ie.direct || !append_types_match(desc, ncols, attno, types))
 	{
-		ExecCloseIndices(rri);
-		FreeExecutorState(estate);
-		MemoryContextSwitchTo(old);
-		MemoryContextDelete(work);
-		if (rel != root)
-			table_close(rel, NoLock);
-		table_close(root, NoLock);
+		append_close(rri, estate, old, work, root);
 		return false;
 	}
 	append_defaults(&defaults, root, desc, ncols, attno, estate);
@@ -611,13 +624,7 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 
 	for (int i = 0; i < nslots; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
-	MemoryContextSwitchTo(old);
-	MemoryContextDelete(work);
-	if (rel != root)
-		table_close(rel, NoLock);
-	table_close(root, NoLock);
+	append_close(rri, estate, old, work, root);
 	return true;
 }
 
