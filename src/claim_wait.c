@@ -229,28 +229,22 @@ orch_claim_wake_all(void)
 
 /*
  * This transaction is about to claim tasks of queue: should the claim be
- * undone (its statement fails, a rollback), they are claimable again.
+ * undone (its statement fails, a rollback), they are claimable again; and,
+ * kept_locks, it will hold tasks it does not claim (a claim that looks at
+ * more than it takes), free again when it ends.
  */
 void
-orch_claim_taken(const char *queue)
+orch_claim_taken(const char *queue, bool kept_locks)
 {
-	if (shared == NULL)
-		return;
-	claim_wait_register();
-	xact_claimed |= UINT64CONST(1) << bucket_of(queue);
-}
+	uint64		bit;
 
-/*
- * This transaction holds tasks of queue it did not claim (a claim that
- * looked at more than it took): when it ends they are free again.
- */
-void
-orch_claim_locks_kept(const char *queue)
-{
 	if (shared == NULL)
 		return;
 	claim_wait_register();
-	xact_kept |= UINT64CONST(1) << bucket_of(queue);
+	bit = UINT64CONST(1) << bucket_of(queue);
+	xact_claimed |= bit;
+	if (kept_locks)
+		xact_kept |= bit;
 }
 
 /*

@@ -665,32 +665,33 @@ claim_from_slot(const char *queue, const char *tenant)
 /*
  * $6 .. $9 of a claim of queue for tenant (NULL: all): where it starts,
  * and the moment it read the queue's count.  Returns the slot to record
- * the claim's first task in (NULL: none); *from: it starts there.
+ * the claim's first task in (NULL: none).
  */
 static ClaimFrom *
-claim_start(OrchArgs *a, const char *queue, const char *tenant, uint64 *gen, bool *from)
+claim_start(OrchArgs *a, const char *queue, const char *tenant)
 {
 	ClaimFrom  *f = NULL;
-	TimestampTz now;
+	uint64		gen = 0;
+	bool		counted = orch_claim_start_max_age > 0 && !IsolationUsesXactSnapshot() &&
+		orch_claim_generation(queue, &gen);
+	TimestampTz now = GetCurrentTimestamp();	/* after the count was read */
+	bool		from = false;
 
-	*from = false;
-	if (orch_claim_start_max_age > 0 && !IsolationUsesXactSnapshot() &&
-		orch_claim_generation(queue, gen))
+	if (counted)
 	{
 		f = claim_from_slot(queue, tenant);
-		*from = f->valid && f->gen == *gen &&
-			!TimestampDifferenceExceeds(f->at, GetCurrentTimestamp(), orch_claim_start_max_age);
+		from = f->valid && f->gen == gen &&
+			!TimestampDifferenceExceeds(f->at, now, orch_claim_start_max_age);
+		if (!from)
+		{
+			f->gen = gen;
+			f->at = now;
+		}
 	}
-	now = GetCurrentTimestamp();
-	orch_arg_int4(a, *from ? f->priority : PG_INT32_MIN);
-	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(*from ? f->created_at : DT_NOBEGIN), false);
-	orch_arg_int8(a, *from ? f->id : PG_INT64_MIN);
+	orch_arg_int4(a, from ? f->priority : PG_INT32_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(from ? f->created_at : DT_NOBEGIN), false);
+	orch_arg_int8(a, from ? f->id : PG_INT64_MIN);
 	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
-	if (f && !*from)
-	{
-		f->gen = *gen;
-		f->at = now;
-	}
 	return f;
 }
 
@@ -788,14 +789,13 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	ev = orch_set_event_context(r->worker, NULL);
 	if (orch_citus())
 	{
-		orch_claim_taken(r->queue);
+		orch_claim_taken(r->queue, false);
 		claim_citus(r->queue, tenant, &qs, &a);
 		orch_scope_clear();
 	}
 	else if (qs.fair && (qs.fair_by_key || tenant == NULL) && orch_schema_fair_claims())
 	{
-		orch_claim_taken(r->queue);
-		orch_claim_locks_kept(r->queue);
+		orch_claim_taken(r->queue, true);
 		claimed = claim_fair(r->queue, r->worker, r->batch, lease,
 							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo, outer);
 		orch_clear_event_context(ev);
@@ -806,8 +806,7 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	}
 	else if (qs.owner_limit > 0 || qs.queue_limit > 0)
 	{
-		orch_claim_taken(r->queue);
-		orch_claim_locks_kept(r->queue);
+		orch_claim_taken(r->queue, true);
 		claimed = claim_limited(r->queue, r->worker, r->batch, lease, tenants, all_tenants, &qs,
 								rsinfo, outer);
 		orch_clear_event_context(ev);
@@ -818,22 +817,19 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	}
 	else if (tenant || all_tenants)
 	{
-		uint64		gen = 0;
-		bool		from;
 		ClaimFrom  *f;
 
 		if (!tenant)
 			orch_arg_text(&a, NULL);	/* ($5: no tenant) */
-		f = claim_start(&a, r->queue, tenant, &gen, &from);
-		orch_claim_taken(r->queue);
+		f = claim_start(&a, r->queue, tenant);
+		orch_claim_taken(r->queue, false);
 		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
 		claim_started(f, r->queue, tenant);
 	}
 	else
 	{
 		/* each tenant's best rows locked, the best of them claimed */
-		orch_claim_taken(r->queue);
-		orch_claim_locks_kept(r->queue);
+		orch_claim_taken(r->queue, true);
 		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
 	}
 	claimed = (int) SPI_processed;
