@@ -126,12 +126,12 @@ direct_parent_possible(Relation parent)
 
 /*
  * Is the trigger the extension's own (its function a member of the
- * extension) of that name, fired before or after each row or statement of
- * an INSERT, as this session fires it (enabled, not for replicas only, no
- * WHEN clause)?
+ * extension) of that name, fired before or after each row or statement,
+ * as this session fires it (enabled, not for replicas only, no WHEN
+ * clause, no column list)?
  */
 static bool
-own_insert_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, bool before)
+own_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, bool before)
 {
 	char	   *tfn = get_func_name(t->tgfoid);
 
@@ -139,40 +139,41 @@ own_insert_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, boo
 		getExtensionOfObject(ProcedureRelationId, t->tgfoid) == extoid &&
 		TRIGGER_FOR_ROW(t->tgtype) == row && TRIGGER_FOR_BEFORE(t->tgtype) == before &&
 		(t->tgenabled == TRIGGER_FIRES_ON_ORIGIN || t->tgenabled == TRIGGER_FIRES_ALWAYS) &&
-		t->tgqual == NULL;
+		t->tgqual == NULL && t->tgnattr == 0;
 }
 
 /*
- * Are the triggers an INSERT into rel fires exactly the extension's own two
- * on orch.tasks: the lifecycle row trigger (whose work the caller's row
- * hook does) and the statement-end trigger (whose work after an INSERT the
- * caller does)?  Triggers that fire on no INSERT (a foreign key's, yours
- * on UPDATE) do not count.  Either missing, disabled or firing on replicas
- * only, a WHEN clause, or any other trigger on INSERT: no.
+ * Are the triggers an INSERT (update: an UPDATE) of rel fires exactly the
+ * extension's own two on orch.tasks: the lifecycle row trigger (whose work
+ * the caller's row hook does) and the statement-end trigger (whose work
+ * the caller does after the rows)?  Triggers that fire on no such
+ * statement (a foreign key's, yours on another event) do not count.
+ * Either missing, disabled or firing on replicas only, a WHEN clause, a
+ * column list, or any other trigger on the event: no.  (The caller checks
+ * that this session fires triggers: session_replication_role.)
  */
-static bool
-task_triggers_ours(Relation rel)
+bool
+orch_task_triggers_ours(Relation rel, bool update)
 {
 	TriggerDesc *td = rel->trigdesc;
 	Oid			extoid = get_extension_oid("orchestrator", true);
 	bool		lifecycle = false;
 	bool		statement_end = false;
 
-	if (td == NULL || !OidIsValid(extoid) ||
-		SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN)
+	if (td == NULL || !OidIsValid(extoid))
 		return false;
 	for (int i = 0; i < td->numtriggers; i++)
 	{
 		Trigger    *t = &td->triggers[i];
 
-		if (!TRIGGER_FOR_INSERT(t->tgtype))
+		if (update ? !TRIGGER_FOR_UPDATE(t->tgtype) : !TRIGGER_FOR_INSERT(t->tgtype))
 			continue;
 		if (!lifecycle &&
-			own_insert_trigger(t, extoid, "tasks_lifecycle", "orch_state_machine_trigger", true, true) &&
+			own_trigger(t, extoid, "tasks_lifecycle", "orch_state_machine_trigger", true, true) &&
 			t->tgnargs == 2 && strcmp(t->tgargs[0], "state") == 0 && strcmp(t->tgargs[1], "task") == 0)
 			lifecycle = true;
 		else if (!statement_end &&
-				 own_insert_trigger(t, extoid, "tasks_statement_end", "orch_tasks_statement_end", false, false))
+				 own_trigger(t, extoid, "tasks_statement_end", "orch_tasks_statement_end", false, false))
 			statement_end = true;
 		else
 			return false;
@@ -192,7 +193,8 @@ direct_write_possible(Relation rel, bool tasks)
 		return false;			/* stored generated columns: the SQL INSERT computes them */
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-		(tasks ? !task_triggers_ours(rel) : rel->trigdesc != NULL) ||
+		(tasks ? (SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN ||
+				  !orch_task_triggers_ours(rel, false)) : rel->trigdesc != NULL) ||
 		rel->rd_rel->relhasrules ||
 		rel->rd_rel->relforcerowsecurity)
 		return false;

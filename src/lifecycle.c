@@ -465,7 +465,8 @@ change_check(TaskChange *c)
 			 c->task_id, c->from_name);
 	if (orch_state_is_terminal(c->from))
 	{
-		if (c->to == c->from && orch_tuples_identical(c->oldtup, c->row.tup, c->td))
+		if (c->to == c->from && c->row.tup != NULL &&
+			orch_tuples_identical(c->oldtup, c->row.tup, c->td))
 			return false;
 		orch_raise_terminal(task_what(c->task_id), c->from_name, c->to_name);
 	}
@@ -889,6 +890,28 @@ orch_task_inserting(Relation rel, Datum *values, bool *nulls)
 	c.row.values = values;
 	c.row.nulls = nulls;
 	(void) change_check(&c);
+	change_apply(&c, rel);
+}
+
+/*
+ * A task row updated without the executor (task_update.c): the new values
+ * (one per column of rel, set in place) checked and derived exactly as the
+ * row trigger does for an UPDATE of oldtup.
+ */
+void
+orch_task_updating(Relation rel, HeapTuple oldtup, Datum *values, bool *nulls)
+{
+	TaskChange	c = {0};
+
+	c.is_insert = false;
+	c.td = RelationGetDescr(rel);
+	c.oldtup = oldtup;
+	load_task_cols(rel);
+	c.row.td = c.td;
+	c.row.values = values;
+	c.row.nulls = nulls;
+	if (!change_check(&c))
+		return;
 	change_apply(&c, rel);
 }
 

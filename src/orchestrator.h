@@ -318,8 +318,11 @@ extern bool orch_has_flush_trigger(Relation rel);
 extern void orch_events_statement_end(void);
 /* lifecycle.c: the row trigger's work on a task row inserted without the executor */
 extern void orch_task_inserting(Relation rel, Datum *values, bool *nulls);
-/* statement_end.c: the statement-end trigger's work after such inserts */
+/* ... and on one updated without it (oldtup: the row before) */
+extern void orch_task_updating(Relation rel, HeapTuple oldtup, Datum *values, bool *nulls);
+/* statement_end.c: the statement-end trigger's work after such inserts, and updates */
 extern void orch_tasks_inserted(void);
+extern void orch_tasks_updated(void);
 extern void orch_write_event(const char *tenant, int64 task_id, bool has_task,
 							 const char *entity, const char *from_state,
 							 const char *to_state, const char *reason_code,
@@ -609,6 +612,25 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
 extern bool orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols,
 							  const Oid *types, int nrows, const Datum *values, const bool *nulls,
 							  int64 *ids);
+extern bool orch_task_triggers_ours(Relation rel, bool update);
+
+/* task_update.c: completions written without SQL */
+typedef void (*OrchUpdateHook) (Relation rel, HeapTuple oldtup, Datum *values, bool *nulls);
+typedef struct OrchCompletion
+{
+	int64		id;
+	pg_uuid_t  *token;
+	Datum		result;			/* jsonb */
+	bool		result_null;
+} OrchCompletion;
+typedef enum OrchDirect
+{
+	ORCH_DIRECT_DONE,			/* written */
+	ORCH_DIRECT_NO_MATCH,		/* the task does not meet the conditions */
+	ORCH_DIRECT_SQL				/* the UPDATE must write it */
+} OrchDirect;
+extern int	orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int n,
+									   Datum tenants, OrchDirect *stop);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);
 #define ORCH_CLAIM_FIELDS 11

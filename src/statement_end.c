@@ -64,6 +64,13 @@ orch_tasks_inserted(void)
 	statement_end(true, false);
 }
 
+/* ... and task rows updated without it, as an UPDATE's */
+void
+orch_tasks_updated(void)
+{
+	statement_end(true, true);
+}
+
 /*
  * A 0.7.0 schema has two triggers instead, fired in name order:
  * tasks_events (INSERT and UPDATE) and tasks_gate (UPDATE), each calling

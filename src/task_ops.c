@@ -402,6 +402,13 @@ orch_task_call_end(const char *state)
 	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
 
+/* The caller's tenants, the completion's $5: a text[], or (Datum) 0 for all */
+static Datum
+caller_tenants(const OrchArgs *a)
+{
+	return a->nulls[4] == 'n' ? (Datum) 0 : a->values[4];
+}
+
 /* ----------------------------------------------------------------------
  * orch_complete(task_id, lease_token, result) -> 'completed'
  * ---------------------------------------------------------------------- */
@@ -415,6 +422,8 @@ orch_complete(PG_FUNCTION_ARGS)
 	Jsonb	   *result = orch_jsonb_arg(fcinfo, 2, "result");
 	OrchArgs	a = {0};
 	bool		in_task;
+	OrchCompletion want = {id, token, PointerGetDatum(result), result == NULL};
+	OrchDirect	stop = ORCH_DIRECT_SQL;
 
 	orch_arg_int8(&a, id);
 	orch_arg(&a, UUIDOID, UUIDPGetDatum(token), false);
@@ -429,10 +438,17 @@ orch_complete(PG_FUNCTION_ARGS)
 	orch_arg_caller_tenants(&a);
 	ev = orch_set_event_context_ext(NULL, NULL, true);
 	if (in_task)
+	{
 		orch_event_context_completion_in_task();
+		/* written without SQL where the UPDATE would do the same */
+		if (orch_tasks_complete_direct(orch_task_updating, &want, 1, caller_tenants(&a), &stop) == 1)
+			orch_tasks_updated();
+	}
 	/* One statement fences and completes (and, off Citus, records it all) */
-	if (orch_args_sql(&a, in_task ? COMPLETE_SQL(", complete_attempt_id") : COMPLETE_SQL(""),
-					  false, 0, SPI_OK_UPDATE_RETURNING) == 0)
+	if (stop == ORCH_DIRECT_NO_MATCH ||
+		(stop == ORCH_DIRECT_SQL &&
+		 orch_args_sql(&a, in_task ? COMPLETE_SQL(", complete_attempt_id") : COMPLETE_SQL(""),
+					   false, 0, SPI_OK_UPDATE_RETURNING) == 0))
 	{
 		OrchTask	t;
 
@@ -441,7 +457,8 @@ orch_complete(PG_FUNCTION_ARGS)
 		orch_check_lease(&t, token, "complete");
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " could not be completed", id);
 	}
-	record_completed_attempts(SPI_tuptable, (int) SPI_processed, in_task);
+	if (stop == ORCH_DIRECT_SQL)
+		record_completed_attempts(SPI_tuptable, (int) SPI_processed, in_task);
 	orch_clear_event_context(ev);
 	return orch_task_call_end("completed");
 }
@@ -464,116 +481,216 @@ int64_cmp(const void *a, const void *b)
  *	  task is raised and nothing changes.
  * ---------------------------------------------------------------------- */
 
-Datum
-orch_complete_batch(PG_FUNCTION_ARGS)
+/* What orch_complete_batch was given, checked */
+typedef struct CompleteBatch
 {
-	int			ev;
 	ArrayType  *ids_a;
 	ArrayType  *toks_a;
+	ArrayType  *res_a;			/* NULL: no results */
+	int			n;
 	Datum	   *ids;
-	bool	   *id_nulls;
 	Datum	   *toks;
+	Datum	   *res;			/* NULL without res_a */
+	bool	   *res_nulls;
+} CompleteBatch;
+
+/* task_ids and lease_tokens of one length, no nulls, no task twice; results one per task */
+static void
+complete_batch_args(FunctionCallInfo fcinfo, CompleteBatch *b)
+{
+	bool	   *id_nulls;
 	bool	   *tok_nulls;
-	int			n,
-				ntok;
-	ArrayType  *res_a = NULL;
-	OrchArgs	a = {0};
-	int			completed;
-	bool		in_task;
+	int			ntok;
 	int64	   *sorted;
 
 	orch_require_arg(fcinfo, 0, "task_ids");
 	orch_require_arg(fcinfo, 1, "lease_tokens");
-	ids_a = PG_GETARG_ARRAYTYPE_P(0);
-	toks_a = PG_GETARG_ARRAYTYPE_P(1);
-	orch_check_batch_size(ArrayGetNItems(ARR_NDIM(ids_a), ARR_DIMS(ids_a)), "tasks");
-	deconstruct_array(ids_a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &ids, &id_nulls, &n);
-	deconstruct_array(toks_a, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &toks, &tok_nulls, &ntok);
-	if (n != ntok)
+	b->ids_a = PG_GETARG_ARRAYTYPE_P(0);
+	b->toks_a = PG_GETARG_ARRAYTYPE_P(1);
+	orch_check_batch_size(ArrayGetNItems(ARR_NDIM(b->ids_a), ARR_DIMS(b->ids_a)), "tasks");
+	deconstruct_array(b->ids_a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &b->ids, &id_nulls, &b->n);
+	deconstruct_array(b->toks_a, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &b->toks, &tok_nulls, &ntok);
+	if (b->n != ntok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("task_ids and lease_tokens must have the same length"),
-				 errdetail("There are %d task ids and %d lease tokens.", n, ntok)));
+				 errdetail("There are %d task ids and %d lease tokens.", b->n, ntok)));
 	/* a task twice: found in sorted order, in n log n (n is up to the cap) */
-	sorted = palloc(sizeof(int64) * Max(n, 1));
-	for (int i = 0; i < n; i++)
+	sorted = palloc(sizeof(int64) * Max(b->n, 1));
+	for (int i = 0; i < b->n; i++)
 	{
 		if (id_nulls[i] || tok_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("task_ids and lease_tokens must not contain nulls"),
 					 errdetail("Element %d is null.", i + 1)));
-		sorted[i] = DatumGetInt64(ids[i]);
+		sorted[i] = DatumGetInt64(b->ids[i]);
 	}
-	qsort(sorted, n, sizeof(int64), int64_cmp);
-	for (int i = 1; i < n; i++)
+	qsort(sorted, b->n, sizeof(int64), int64_cmp);
+	for (int i = 1; i < b->n; i++)
 		if (sorted[i] == sorted[i - 1])
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("task " INT64_FORMAT " appears twice in task_ids", sorted[i])));
 	pfree(sorted);
+	b->res_a = NULL;
+	b->res = NULL;
+	b->res_nulls = NULL;
 	if (!PG_ARGISNULL(2))
 	{
-		Datum	   *res;
-		bool	   *res_nulls;
 		int			nres;
 
-		res_a = PG_GETARG_ARRAYTYPE_P(2);
-		deconstruct_array(res_a, JSONBOID, -1, false, TYPALIGN_INT, &res, &res_nulls, &nres);
-		if (nres != n)
+		b->res_a = PG_GETARG_ARRAYTYPE_P(2);
+		deconstruct_array(b->res_a, JSONBOID, -1, false, TYPALIGN_INT, &b->res, &b->res_nulls, &nres);
+		if (nres != b->n)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("results must have one element per task"),
-					 errdetail("There are %d task ids and %d results.", n, nres)));
+					 errdetail("There are %d task ids and %d results.", b->n, nres)));
 		for (int i = 0; i < nres; i++)
-			if (!res_nulls[i])
-				orch_check_payload_size(DatumGetJsonbP(res[i]), "result");
+			if (!b->res_nulls[i])
+				orch_check_payload_size(DatumGetJsonbP(b->res[i]), "result");
 	}
-	if (n == 0)
-		PG_RETURN_INT32(0);
-	orch_arg(&a, INT8ARRAYOID, PointerGetDatum(ids_a), false);
-	orch_arg(&a, UUIDARRAYOID, PointerGetDatum(toks_a), false);
-	orch_arg(&a, JSONBARRAYOID, PointerGetDatum(res_a), res_a == NULL);
-	orch_arg_text(&a, "executing");
+}
 
-	SPI_connect();
-	/* none found (on Citus): the first id is reported missing below */
-	(void) orch_scope_tasks(PointerGetDatum(ids_a));
-	orch_arg_caller_tenants(&a);
-	ev = orch_set_event_context_ext(NULL, NULL, true);
-	in_task = completion_in_task();
-	if (in_task)
-		orch_event_context_completion_in_task();
+/*
+ * The first tasks of the batch completed without SQL (as many as could be,
+ * in order; *stop: why it stopped), and their statement ended.
+ */
+static int
+complete_batch_direct(const CompleteBatch *b, Datum tenants, OrchDirect *stop)
+{
+	OrchCompletion *want = palloc(sizeof(OrchCompletion) * b->n);
+	int			done;
+
+	for (int i = 0; i < b->n; i++)
+	{
+		want[i].id = DatumGetInt64(b->ids[i]);
+		want[i].token = DatumGetUUIDP(b->toks[i]);
+		want[i].result = b->res ? b->res[i] : (Datum) 0;
+		want[i].result_null = b->res == NULL || b->res_nulls[i];
+	}
+	done = orch_tasks_complete_direct(orch_task_updating, want, b->n, tenants, stop);
+	if (done > 0)
+		orch_tasks_updated();
+	pfree(want);
+	return done;
+}
+
+/* An array of the elements from..n-1 of elems (the whole array when from is 0) */
+static Datum
+array_tail(ArrayType *whole, Datum *elems, int from, int n, Oid type, int len, bool byval, char align)
+{
+	if (from == 0)
+		return PointerGetDatum(whole);
+	return PointerGetDatum(construct_array(elems + from, n - from, type, len, byval, align));
+}
+
+/*
+ * The tasks of the batch from the from-th on completed by one UPDATE; the
+ * ids it completed added to done (*ndone).  Its rows are SPI_tuptable's.
+ */
+static int
+complete_batch_sql(const CompleteBatch *b, int from, bool in_task, Datum tenants, bool all_tenants,
+				   int64 *done, int *ndone)
+{
+	OrchArgs	a = {0};
+	int			completed;
+
+	orch_arg(&a, INT8ARRAYOID,
+			 array_tail(b->ids_a, b->ids, from, b->n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE), false);
+	orch_arg(&a, UUIDARRAYOID,
+			 array_tail(b->toks_a, b->toks, from, b->n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR), false);
+	if (b->res_a == NULL)
+		orch_arg(&a, JSONBARRAYOID, (Datum) 0, true);
+	else if (from == 0)
+		orch_arg(&a, JSONBARRAYOID, PointerGetDatum(b->res_a), false);
+	else
+	{
+		int			dims[1] = {b->n - from};
+		int			lbs[1] = {1};
+
+		orch_arg(&a, JSONBARRAYOID,
+				 PointerGetDatum(construct_md_array(b->res + from, b->res_nulls + from, 1, dims, lbs,
+													JSONBOID, -1, false, TYPALIGN_INT)), false);
+	}
+	orch_arg_text(&a, "executing");
+	orch_arg(&a, TEXTARRAYOID, tenants, all_tenants);
 	completed = (int) orch_args_sql(&a, in_task ? COMPLETE_BATCH_SQL(", t.complete_attempt_id")
 									: COMPLETE_BATCH_SQL(""),
 									false, 0, SPI_OK_UPDATE_RETURNING);
-	if (completed != n)
+	for (int i = 0; i < completed; i++)
 	{
-		/* say why for the first task that did not complete; all is undone */
-		int64	   *done = palloc(sizeof(int64) * (completed + 1));
 		bool		isnull;
 
-		for (int i = 0; i < completed; i++)
-			done[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-		for (int i = 0; i < n; i++)
-		{
-			OrchTask	t;
-			bool		by_this_call = false;
-
-			for (int j = 0; j < completed && !by_this_call; j++)
-				by_this_call = done[j] == DatumGetInt64(ids[i]);
-			if (by_this_call)
-				continue;
-			orch_lock_task_or_not_found(DatumGetInt64(ids[i]), &t);
-			orch_check_lease(&t, DatumGetUUIDP(toks[i]), "complete");
-		}
-		elog(ERROR, "orchestrator: batch complete lost track of a task");
+		done[(*ndone)++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2,
+													   &isnull));
 	}
-	record_completed_attempts(SPI_tuptable, completed, in_task);
+	return completed;
+}
+
+/* The error of the first task of the batch not among done; all is undone */
+static void
+complete_batch_refused(const CompleteBatch *b, const int64 *done, int ndone)
+{
+	for (int i = 0; i < b->n; i++)
+	{
+		OrchTask	t;
+		bool		by_this_call = false;
+
+		for (int j = 0; j < ndone && !by_this_call; j++)
+			by_this_call = done[j] == DatumGetInt64(b->ids[i]);
+		if (by_this_call)
+			continue;
+		orch_lock_task_or_not_found(DatumGetInt64(b->ids[i]), &t);
+		orch_check_lease(&t, DatumGetUUIDP(b->toks[i]), "complete");
+	}
+	elog(ERROR, "orchestrator: batch complete lost track of a task");
+}
+
+Datum
+orch_complete_batch(PG_FUNCTION_ARGS)
+{
+	int			ev;
+	CompleteBatch b;
+	OrchArgs	tenants = {0};
+	bool		in_task;
+	int			direct = 0;
+	int64	   *done;
+	int			ndone = 0;
+	OrchDirect	stop = ORCH_DIRECT_SQL;
+
+	complete_batch_args(fcinfo, &b);
+	if (b.n == 0)
+		PG_RETURN_INT32(0);
+
+	SPI_connect();
+	/* none found (on Citus): the first id is reported missing below */
+	(void) orch_scope_tasks(PointerGetDatum(b.ids_a));
+	orch_arg_caller_tenants(&tenants);
+	ev = orch_set_event_context_ext(NULL, NULL, true);
+	in_task = completion_in_task();
+	done = palloc(sizeof(int64) * b.n);
+	if (in_task)
+	{
+		orch_event_context_completion_in_task();
+		/* written without SQL where the UPDATE would do the same */
+		direct = complete_batch_direct(&b, tenants.nulls[0] == 'n' ? (Datum) 0 : tenants.values[0],
+									   &stop);
+		for (int i = 0; i < direct; i++)
+			done[ndone++] = DatumGetInt64(b.ids[i]);
+	}
+	if (stop == ORCH_DIRECT_NO_MATCH ||
+		(stop == ORCH_DIRECT_SQL &&
+		 complete_batch_sql(&b, direct, in_task, tenants.values[0], tenants.nulls[0] == 'n',
+							done, &ndone) != b.n - direct))
+		complete_batch_refused(&b, done, ndone);
+	if (stop == ORCH_DIRECT_SQL)
+		record_completed_attempts(SPI_tuptable, b.n - direct, in_task);
 	orch_clear_event_context(ev);
 	orch_scope_clear();
 	SPI_finish();
-	PG_RETURN_INT32(completed);
+	PG_RETURN_INT32(b.n);
 }
 
 /* ----------------------------------------------------------------------

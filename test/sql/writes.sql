@@ -185,4 +185,122 @@ DROP TRIGGER tasks_statement_end ON orch.tasks;
 SELECT count(*) AS batch_without_triggers FROM orch_enqueue_batch('wr_bare', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[]);
 SELECT count(*) AS rows, count(enqueue_event_id) AS recorded_enqueues FROM orch.tasks WHERE queue = 'wr_bare';
 ROLLBACK;
+-- 9. A completion (orch_complete, orch_complete_batch) of a plain task is
+--    written without SQL too: the row found by its id, checked as the
+--    UPDATE's WHERE clause checks it, through the lifecycle trigger's code,
+--    written by the table's update, which locks the row as it writes it:
+--    no row lock record of its own (the UPDATE's BEFORE trigger takes
+--    one).  Completed directly here, and through SQL with a trigger of
+--    yours on UPDATE; the rows, the index entries and the history agree.
+CREATE FUNCTION pg_temp.wr_complete(q text) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    one record;
+    n int;
+BEGIN
+    PERFORM orch_enqueue_batch(q, ARRAY['{"c": 1}', '{"c": 2}', '{"c": 3}']::jsonb[]);
+    PERFORM orch_enqueue_batch(q, ARRAY['{"c": 4}', '{"c": 5}']::jsonb[], tenant => 'wr-tenant');
+    CREATE TEMP TABLE wr_claims AS SELECT * FROM orch_dequeue(q, 'wr-worker', 10);
+    SELECT task_id, lease_token INTO one FROM wr_claims ORDER BY task_id LIMIT 1;
+    PERFORM orch_complete(one.task_id, one.lease_token, '{"done": 1}');
+    SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id),
+                               array_agg(jsonb_build_object('done', task_id) ORDER BY task_id))
+      INTO n FROM wr_claims WHERE task_id <> one.task_id;
+    DROP TABLE wr_claims;
+    RETURN n + 1;
+END $$;
+CREATE FUNCTION pg_temp.wr_done(t orch.tasks) RETURNS jsonb LANGUAGE sql AS $$
+    SELECT pg_temp.wr_row(t) - ARRAY['lease_token', 'claimed_at', 'claim_event_id', 'claim_xact', 'claim_waited',
+                                      'finished_at', 'complete_event_id', 'complete_attempt_id', 'complete_xact', 'result']
+        || jsonb_build_object('claim', t.claim_event_id IS NOT NULL AND t.claim_xact IS NOT NULL,
+                              'completion', t.complete_event_id IS NOT NULL AND t.complete_attempt_id IS NOT NULL
+                                            AND t.complete_xact IS NOT NULL AND t.finished_at >= t.claimed_at,
+                              'result', t.result IS NOT NULL)
+$$;
+SELECT pg_current_wal_flush_lsn() AS before_direct_completions \gset
+SELECT pg_temp.wr_complete('wr_cd') AS completed_directly;
+-- (row lock records: the claims' own, one per task; through SQL one more
+-- per completion)
+SELECT count(*) FILTER (WHERE record_type = 'LOCK') AS row_locks,
+       count(*) FILTER (WHERE record_type LIKE '%UPDATE%') > 0 AS updates
+  FROM pg_get_wal_records_info(:'before_direct_completions', pg_current_wal_flush_lsn())
+ WHERE resource_manager = 'Heap'
+   AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
+CREATE TABLE wr_seen (task_id bigint, state text);
+CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER wr_seen AFTER UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
+SELECT pg_current_wal_flush_lsn() AS before_sql_completions \gset
+SELECT pg_temp.wr_complete('wr_cs') AS completed_through_sql;
+SELECT count(*) FILTER (WHERE record_type = 'LOCK') AS row_locks
+  FROM pg_get_wal_records_info(:'before_sql_completions', pg_current_wal_flush_lsn())
+ WHERE resource_manager = 'Heap'
+   AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
+SELECT state, count(*) AS rows_your_trigger_saw FROM wr_seen GROUP BY state ORDER BY state;
+DROP TRIGGER wr_seen ON orch.tasks;
+DROP TABLE wr_seen;
+DROP FUNCTION wr_seen_task();
+CREATE TEMP VIEW wr_done_rows AS
+SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, pg_temp.wr_done(t) AS row
+  FROM orch.tasks t WHERE t.queue IN ('wr_cd', 'wr_cs');
+SELECT count(*) FILTER (WHERE queue = 'wr_cd') AS direct,
+       count(*) FILTER (WHERE queue = 'wr_cs') AS via_sql FROM wr_done_rows;
+SELECT count(*) AS rows_that_differ
+  FROM ((SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cd'
+         EXCEPT ALL SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cs')
+        UNION ALL
+        (SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cs'
+         EXCEPT ALL SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cd')) d;
+SELECT n, row ->> 'state' AS state, row ->> 'reason_code' AS reason, row ->> 'tenant_id' AS tenant,
+       row ->> 'claim' AS recorded_claim, row ->> 'completion' AS recorded_completion, row ->> 'result' AS has_result
+  FROM wr_done_rows WHERE queue = 'wr_cd' ORDER BY n;
+-- the history: each task's enqueue, claim and completion read from its row
+-- (no event row, no attempt row); the results as given
+SELECT t.queue, count(*) FILTER (WHERE h.to_state = 'completed') AS completions,
+       count(*) FILTER (WHERE h.to_state = 'executing') AS claims,
+       (SELECT count(*) FROM orch.events e JOIN orch.tasks u ON u.id = e.task_id WHERE u.queue = t.queue) AS event_rows,
+       (SELECT count(*) FROM orch.attempts a JOIN orch.tasks u ON u.id = a.task_id WHERE u.queue = t.queue) AS attempt_rows,
+       (SELECT count(*) FROM orch.attempt_history a JOIN orch.tasks u ON u.id = a.task_id
+         WHERE u.queue = t.queue AND a.outcome = 'completed' AND a.worker = 'wr-worker') AS completed_attempts
+  FROM orch.tasks t CROSS JOIN LATERAL orch_history(t.id) h
+ WHERE t.queue IN ('wr_cd', 'wr_cs') GROUP BY t.queue ORDER BY t.queue;
+SELECT bool_and(result = CASE WHEN id = (SELECT min(id) FROM orch.tasks WHERE queue = 'wr_cd') THEN '{"done": 1}'::jsonb
+                              ELSE jsonb_build_object('done', id) END) AS results_as_given
+  FROM orch.tasks WHERE queue = 'wr_cd';
+SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+ WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
+SET enable_seqscan = off;
+SELECT (SELECT count(*) FROM orch.tasks WHERE queue = 'wr_cd' AND state = 'executing') AS executing_by_lease_index,
+       (SELECT count(*) FROM orch.tasks WHERE finished_at IS NOT NULL AND queue = 'wr_cd') AS by_finished_index;
+RESET enable_seqscan;
+
+-- 10. A completion that does not hold changes nothing and says why, as
+--     before (the SQLSTATE here; the messages name task ids): a stale
+--     token (OR003), an unknown task (OR005), a finished one (OR002); a
+--     batch is all or nothing.
+CREATE FUNCTION pg_temp.wr_try(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r text;
+BEGIN
+    EXECUTE sql INTO r;
+    RETURN r;
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END $$;
+SELECT count(*) AS enqueued FROM orch_enqueue_batch('wr_cx', ARRAY['{"x": 1}', '{"x": 2}']::jsonb[]);
+CREATE TEMP TABLE wr_cx_claims AS SELECT * FROM orch_dequeue('wr_cx', 'wr-worker', 2);
+SELECT pg_temp.wr_try(format('SELECT orch_complete(%s, gen_random_uuid(), NULL)', min(task_id))) AS stale_token
+  FROM wr_cx_claims;
+SELECT pg_temp.wr_try(format('SELECT orch_complete_batch(%L::bigint[], %L::uuid[])',
+                             array_agg(task_id ORDER BY task_id),
+                             array_agg(CASE WHEN task_id = (SELECT max(task_id) FROM wr_cx_claims)
+                                            THEN gen_random_uuid() ELSE lease_token END ORDER BY task_id))) AS batch_with_a_stale_token
+  FROM wr_cx_claims;
+SELECT pg_temp.wr_try('SELECT orch_complete(-1, gen_random_uuid(), NULL)') AS unknown_task;
+SELECT state, count(*) FROM orch.tasks WHERE queue = 'wr_cx' GROUP BY state;
+SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS completed FROM wr_cx_claims;
+SELECT pg_temp.wr_try(format('SELECT orch_complete(%s, %L, NULL)', min(task_id), min(lease_token::text))) AS finished_task
+  FROM wr_cx_claims;
 DROP INDEX orch.wr_flag_idx;
