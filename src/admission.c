@@ -145,6 +145,8 @@ note_repair(const char *queue, const char *key, const char *tenant)
 				  " ON CONFLICT (queue, key, tenant_id) DO UPDATE SET noted_at = excluded.noted_at",
 				  false, 0, SPI_OK_INSERT);
 	SPI_finish();
+	/* the queue's next claim looks for it (housekeeping.c) */
+	orch_claim_wake_note(queue);
 }
 
 

@@ -532,6 +532,9 @@ emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
 		nulls[7] = false;
 		MemoryContextSwitchTo(spicxt);
 		orch_spi_values(SPI_tuptable, i, 10, 2, out + 8, nulls + 8);
+		/* the next claims skip no look for expired leases past this one's end */
+		if (!nulls[8] && !nulls[4])
+			orch_claim_housekeeping_leased(TextDatumGetCString(out[4]), DatumGetTimestampTz(out[8]));
 		/* tuplestore copies the values into its own context */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
@@ -608,7 +611,7 @@ claim_sql(const char *tenant, bool all_tenants)
  * its tasks claimable (an enqueue, a retry or a release come due, a lease
  * recovered, a priority changed, a run resumed) and every claim undone.
  * What it cannot see (a task held by another kind of transaction that
- * rolls back) waits at most orchestrator.claim_start_max_age after the
+ * rolls back) waits at most orchestrator.claim_cache_max_age after the
  * last claim that looked from the beginning: the next looks from there
  * again.  Per backend; only for the claims of one tenant or of all (the
  * statements that read one range of a claim index), in READ COMMITTED,
@@ -672,7 +675,7 @@ claim_start(OrchArgs *a, const char *queue, const char *tenant)
 {
 	ClaimFrom  *f = NULL;
 	uint64		gen = 0;
-	bool		counted = orch_claim_start_max_age > 0 && !IsolationUsesXactSnapshot() &&
+	bool		counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() &&
 		orch_claim_generation(queue, &gen);
 	TimestampTz now = GetCurrentTimestamp();	/* after the count was read */
 	bool		from = false;
@@ -681,7 +684,7 @@ claim_start(OrchArgs *a, const char *queue, const char *tenant)
 	{
 		f = claim_from_slot(queue, tenant);
 		from = f->valid && f->gen == gen &&
-			!TimestampDifferenceExceeds(f->at, now, orch_claim_start_max_age);
+			!TimestampDifferenceExceeds(f->at, now, orch_claim_cache_max_age);
 		if (!from)
 		{
 			f->gen = gen;

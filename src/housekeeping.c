@@ -11,8 +11,14 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "orchestrator.h"
 
@@ -134,47 +140,163 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
  * Before a claim: is there an expired lease to recover, a delayed task now
  * due, a deferred key decision to settle?  One statement looks for all
  * three (each is usually absent); only what it finds is then worked on.
+ * It reads the queue's next lease to run out and next delayed task to come
+ * due, which say how long nothing will be found (*until; 0: for good).
  * The task looks are ordered scalar sub-queries, not EXISTS: EXISTS drops
  * the ORDER BY, and a plan that expects to find a row soon may then read
  * the whole table to find none.
  */
 static void
-probe(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs)
+probe(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs, TimestampTz *until)
 {
 	OrchArgs	a = {0};
-	bool		isnull;
+	Datum		v[5];
+	bool		n[5];
 
 	orch_arg(&a, INT4OID, (Datum) 0, true);	/* $1 unused: the texts share their numbering */
 	orch_arg_text(&a, queue);
 	arg_tenants(&a, tenants);
 	/* key decisions: of every tenant (on Citus, of the claim's) */
 	orch_arg_scope_tenants(&a);
-	if (orch_args_sql(&a, "SELECT (SELECT lease_expires_at FROM orch.tasks" ORCH_EXPIRED_WHERE
-					  "        ORDER BY lease_expires_at LIMIT 1) IS NOT NULL,"
-					  "       (SELECT coalesce(retry_at, run_at) FROM orch.tasks" ORCH_DELAYED_WHERE
-					  "        ORDER BY coalesce(retry_at, run_at) LIMIT 1) IS NOT NULL,"
-					  "       EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
-					  "               AND " ORCH_TENANT_IN("tenant_id", "$4") ")",
+	if (orch_args_sql(&a, "SELECT s.lease_out <= statement_timestamp(), s.next_due <= " ORCH_NOW ", s.repairs,"
+					  "       s.lease_out, s.next_due"
+					  "  FROM (SELECT (SELECT lease_expires_at FROM orch.tasks"
+					  "                 WHERE queue = $2 AND state = 'executing'"
+					  "                   AND " ORCH_TENANT_IN("tenant_id", "$3")
+					  "                 ORDER BY lease_expires_at LIMIT 1) AS lease_out,"
+					  "               (SELECT coalesce(retry_at, run_at) FROM orch.tasks"
+					  "                 WHERE queue = $2 AND ready_at IS NULL AND NOT gated"
+					  "                   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))"
+					  "                   AND " ORCH_TENANT_IN("tenant_id", "$3")
+					  "                 ORDER BY coalesce(retry_at, run_at) LIMIT 1) AS next_due,"
+					  "               EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
+					  "                       AND " ORCH_TENANT_IN("tenant_id", "$4") ") AS repairs) s",
 					  false, 1, SPI_OK_SELECT) != 1)
 		elog(ERROR, "orchestrator: claim probe failed");
-	*expired = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	*repairs = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	orch_spi_values(SPI_tuptable, 0, 1, 5, v, n);
+	*expired = !n[0] && DatumGetBool(v[0]);
+	*due = !n[1] && DatumGetBool(v[1]);
+	*repairs = DatumGetBool(v[2]);
+	*until = 0;
+	for (int i = 3; i < 5; i++)
+		if (!n[i] && (*until == 0 || DatumGetTimestampTz(v[i]) < *until))
+			*until = DatumGetTimestampTz(v[i]);
+}
+
+/*
+ * What a claim's probe found nothing of, kept for the backend's next
+ * claims of the same queue and tenants: they skip the probe while the
+ * queue's count (claim_wait.c) is unchanged -- no commit wrote a delayed
+ * task, moved one's due moment or noted a key decision -- for at most
+ * orchestrator.claim_cache_max_age, and not past the next lease or due
+ * moment the probe saw, nor a lease this backend's claims gave out since.
+ * A lease another backend gave out since runs out unseen by them for at
+ * most that long (as maintenance sees it only at its next pass).
+ */
+typedef struct ProbeSkip
+{
+	bool		valid;
+	char	   *queue;			/* in TopMemoryContext */
+	char	   *tenants;		/* the claim's tenants, joined; NULL: all */
+	uint64		gen;
+	TimestampTz until;
+} ProbeSkip;
+
+static ProbeSkip skip = {false};
+
+/* The tenants of a claim as one string (NULL: every tenant) */
+static char *
+tenants_key(Datum tenants)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	StringInfoData buf;
+
+	if (tenants == (Datum) 0)
+		return NULL;
+	deconstruct_array(DatumGetArrayTypeP(tenants), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	initStringInfo(&buf);
+	for (int i = 0; i < n; i++)
+	{
+		appendStringInfoChar(&buf, '\x1f');
+		if (!nulls[i])
+			appendStringInfoString(&buf, TextDatumGetCString(elems[i]));
+	}
+	return buf.data;
+}
+
+static bool
+skip_same(const char *queue, const char *tenants)
+{
+	return skip.valid && strcmp(skip.queue, queue) == 0 &&
+		(skip.tenants == NULL ? tenants == NULL : tenants != NULL && strcmp(skip.tenants, tenants) == 0);
+}
+
+/* May this claim skip the probe (*gen: the queue's count, read first)? */
+static bool
+skip_holds(const char *queue, const char *tenants, uint64 *gen, bool *counted)
+{
+	*counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() && !orch_citus() &&
+		orch_claim_generation(queue, gen);
+	return *counted && skip_same(queue, tenants) && skip.gen == *gen &&
+		GetCurrentTimestamp() < skip.until;
+}
+
+static void
+skip_keep(const char *queue, const char *tenants, uint64 gen, TimestampTz until)
+{
+	TimestampTz bound = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), orch_claim_cache_max_age);
+
+	if (skip.queue)
+		pfree(skip.queue);
+	if (skip.tenants)
+		pfree(skip.tenants);
+	skip.queue = MemoryContextStrdup(TopMemoryContext, queue);
+	skip.tenants = tenants ? MemoryContextStrdup(TopMemoryContext, tenants) : NULL;
+	skip.gen = gen;
+	skip.until = (until != 0 && until < bound) ? until : bound;
+	skip.valid = true;
+}
+
+/*
+ * This backend's claim of queue gave out a lease that runs out at out: the
+ * claims that skip the probe do so only until then.
+ */
+void
+orch_claim_housekeeping_leased(const char *queue, TimestampTz out)
+{
+	if (skip.valid && strcmp(skip.queue, queue) == 0 && out < skip.until)
+		skip.until = out;
 }
 
 /*
  * Before a claim: recover the queue's expired leases, let due work in and
- * settle deferred key decisions, each only when the probe found some.
+ * settle deferred key decisions, each only when the probe found some (or
+ * skipped while an earlier probe's finding holds: above).
  * tenants: the claim's tenants, or (Datum) 0 for all.
  */
 void
 orch_claim_housekeeping(const char *queue, Datum tenants)
 {
-	bool		expired = true,
-				due = true,
-				repairs = true;
+	bool		expired,
+				due,
+				repairs;
+	TimestampTz until;
+	char	   *key = tenants_key(tenants);
+	uint64		gen = 0;
+	bool		counted;
 
-	probe(queue, tenants, &expired, &due, &repairs);
+	if (skip_holds(queue, key, &gen, &counted))
+		return;
+	skip.valid = false;
+	probe(queue, tenants, &expired, &due, &repairs, &until);
+	if (!expired && !due && !repairs)
+	{
+		if (counted)
+			skip_keep(queue, key, gen, until);
+		return;
+	}
 	/* a recovered task may be due again at once, and may have freed a key */
 	if (expired && orch_recover_expired(queue, RECOVER_PER_CLAIM, tenants) > 0)
 		due = repairs = true;

@@ -562,15 +562,44 @@ claim_key_moved(TaskChange *c)
 }
 
 /*
- * A task made claimable (ready_at set now), or a slot freed (it leaves
- * executing: a queue's owner or queue limit may let another in): the
- * claims waiting on its queue look again once this transaction commits.
+ * Is the task delayed (not claimable until it is due: queued for later, or
+ * waiting to retry; see change_derive), and when is it due?  Of the new
+ * row (old false) or of the row before the change.
+ */
+static bool
+change_delayed(TaskChange *c, bool old, TimestampTz *due)
+{
+	TaskState	st = old ? c->from : c->to;
+	int			cols[4] = {task_cols.ready_at, task_cols.gated, task_cols.retry_at, task_cols.run_at};
+	Datum		v[4];
+	bool		n[4];
+
+	if (old && c->is_insert)
+		return false;
+	for (int i = 0; i < 4; i++)
+		v[i] = old ? heap_getattr(c->oldtup, cols[i], c->td, &n[i]) : row_get(&c->row, cols[i], &n[i]);
+	if (!n[0] || (!n[1] && DatumGetBool(v[1])) ||
+		!(st == TS_QUEUED || (st == TS_AWAITING_TOOL && !n[2])))
+		return false;
+	*due = !n[2] ? DatumGetTimestampTz(v[2]) : n[3] ? 0 : DatumGetTimestampTz(v[3]);
+	return true;
+}
+
+/*
+ * A task made claimable (ready_at set now), a delayed task written or its
+ * due moment moved, or a slot freed (it leaves executing: a queue's owner
+ * or queue limit may let another in): the claims waiting on its queue look
+ * again once this transaction commits, and (but for a slot) the claims of
+ * the queue no longer go by what they learnt of it before (dequeue.c,
+ * housekeeping.c).
  */
 static void
 change_wake(TaskChange *c)
 {
 	bool		ready;
 	bool		was_ready = false;
+	TimestampTz due;
+	TimestampTz was_due;
 
 	if (!orch_claim_wait_shared())
 		return;
@@ -578,7 +607,8 @@ change_wake(TaskChange *c)
 	ready = !ready;
 	if (!c->is_insert)
 		was_ready = !heap_attisnull(c->oldtup, task_cols.ready_at, c->td);
-	if ((ready && !was_ready) || (ready && was_ready && claim_key_moved(c)))
+	if ((ready && !was_ready) || (ready && was_ready && claim_key_moved(c)) ||
+		(change_delayed(c, false, &due) && (!change_delayed(c, true, &was_due) || was_due != due)))
 		orch_claim_wake_note(row_text(&c->row, task_cols.queue));
 	else if (c->from == TS_EXECUTING && c->to != TS_EXECUTING)
 		orch_claim_slot_note(row_text(&c->row, task_cols.queue));

@@ -21,7 +21,7 @@ int			orch_stuck_after = 3600;
 int			orch_max_step_input_size = 16 * 1024 * 1024;
 char	   *orch_command_queue = NULL;
 int			orch_max_claim_wait = 300;
-int			orch_claim_start_max_age = 50;
+int			orch_claim_cache_max_age = 50;
 int			orch_max_subflow_depth = 8;
 
 void		_PG_init(void);
@@ -109,10 +109,10 @@ _PG_init(void)
 							300, 1, 24 * 3600,
 							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
-	DefineCustomIntVariable("orchestrator.claim_start_max_age",
-							"How long a worker's next claim may start after the tasks its previous claim took.",
-							"While nothing became claimable before them (counted in shared memory), a claim skips the claim index's entries of tasks claimed before; this bounds how long a task that becomes claimable otherwise (held by another transaction that rolls back) can be passed over. 0: every claim looks from the beginning.",
-							&orch_claim_start_max_age,
+	DefineCustomIntVariable("orchestrator.claim_cache_max_age",
+							"How long a worker's claims of a queue go by what its earlier claim of the queue learnt.",
+							"While no commit changed the queue (counted in shared memory), a claim starts after the tasks the previous one took and skips the look for expired leases, due delayed tasks and key decisions that found none; this bounds how long a task made claimable otherwise (held by a transaction that rolls back) can be passed over and a lease another worker gave out can run out unseen. 0: every claim looks from the beginning, and looks for them.",
+							&orch_claim_cache_max_age,
 							50, 0, 60000,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);

@@ -219,6 +219,7 @@ extern void orch_gate_statement_end(void);
 extern int	orch_wake_delayed(const char *queue, int limit, Datum tenants);
 extern int	orch_recover_expired(const char *queue, int limit, Datum tenants);
 extern void orch_claim_housekeeping(const char *queue, Datum tenants);
+extern void orch_claim_housekeeping_leased(const char *queue, TimestampTz out);
 extern TimestampTz orch_next_due(const char *queue, Datum tenants);
 
 /* claim_wait.c: waking the claims that wait */
@@ -427,7 +428,7 @@ extern int	orch_history_partition;
 extern int	orch_stuck_after;
 extern char *orch_command_queue;
 extern int	orch_max_claim_wait;
-extern int	orch_claim_start_max_age;
+extern int	orch_claim_cache_max_age;
 extern int	orch_max_subflow_depth;
 
 /* args.c: argument checks and value conversions */
