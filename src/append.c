@@ -125,63 +125,6 @@ direct_parent_possible(Relation parent)
 }
 
 /*
- * Is the trigger the extension's own (its function a member of the
- * extension) of that name, fired before or after each row or statement,
- * as this session fires it (enabled, not for replicas only, no WHEN
- * clause, no column list)?
- */
-static bool
-own_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, bool before)
-{
-	char	   *tfn = get_func_name(t->tgfoid);
-
-	return strcmp(t->tgname, name) == 0 && tfn != NULL && strcmp(tfn, fn) == 0 &&
-		getExtensionOfObject(ProcedureRelationId, t->tgfoid) == extoid &&
-		TRIGGER_FOR_ROW(t->tgtype) == row && TRIGGER_FOR_BEFORE(t->tgtype) == before &&
-		(t->tgenabled == TRIGGER_FIRES_ON_ORIGIN || t->tgenabled == TRIGGER_FIRES_ALWAYS) &&
-		t->tgqual == NULL && t->tgnattr == 0;
-}
-
-/*
- * Are the triggers an INSERT (update: an UPDATE) of rel fires exactly the
- * extension's own two on orch.tasks: the lifecycle row trigger (whose work
- * the caller's row hook does) and the statement-end trigger (whose work
- * the caller does after the rows)?  Triggers that fire on no such
- * statement (a foreign key's, yours on another event) do not count.
- * Either missing, disabled or firing on replicas only, a WHEN clause, a
- * column list, or any other trigger on the event: no.  (The caller checks
- * that this session fires triggers: session_replication_role.)
- */
-bool
-orch_task_triggers_ours(Relation rel, bool update)
-{
-	TriggerDesc *td = rel->trigdesc;
-	Oid			extoid = get_extension_oid("orchestrator", true);
-	bool		lifecycle = false;
-	bool		statement_end = false;
-
-	if (td == NULL || !OidIsValid(extoid))
-		return false;
-	for (int i = 0; i < td->numtriggers; i++)
-	{
-		Trigger    *t = &td->triggers[i];
-
-		if (update ? !TRIGGER_FOR_UPDATE(t->tgtype) : !TRIGGER_FOR_INSERT(t->tgtype))
-			continue;
-		if (!lifecycle &&
-			own_trigger(t, extoid, "tasks_lifecycle", "orch_state_machine_trigger", true, true) &&
-			t->tgnargs == 2 && strcmp(t->tgargs[0], "state") == 0 && strcmp(t->tgargs[1], "task") == 0)
-			lifecycle = true;
-		else if (!statement_end &&
-				 own_trigger(t, extoid, "tasks_statement_end", "orch_tasks_statement_end", false, false))
-			statement_end = true;
-		else
-			return false;
-	}
-	return lifecycle && statement_end;
-}
-
-/*
  * Can a direct write serve this relation exactly as an INSERT would?
  * tasks: the rows are task rows, whose two triggers the caller runs (and
  * which must be there).
@@ -189,12 +132,18 @@ orch_task_triggers_ours(Relation rel, bool update)
 static bool
 direct_write_possible(Relation rel, bool tasks)
 {
+	/* a distributed table is a shell on the coordinator: leave it to SQL */
+	if (orch_citus())
+		return false;
 	if (rel->rd_att->constr && rel->rd_att->constr->has_generated_stored)
 		return false;			/* stored generated columns: the SQL INSERT computes them */
+	/* an extension that checks privileges (sepgsql, pgaudit); read-only: as SQL says */
+	if (tasks && (ExecutorCheckPerms_hook != NULL || XactReadOnly))
+		return false;
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
 		(tasks ? (SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN ||
-				  !orch_task_triggers_ours(rel, false)) : rel->trigdesc != NULL) ||
+				  !orch_task_cache_writable(orch_task_cache(rel), false)) : rel->trigdesc != NULL) ||
 		rel->rd_rel->relhasrules ||
 		rel->rd_rel->relforcerowsecurity)
 		return false;
@@ -202,8 +151,7 @@ direct_write_possible(Relation rel, bool tasks)
 	if (tasks && (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED ||
 				  pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_INSERT) != ACLCHECK_OK))
 		return false;
-	/* a distributed table is a shell on the coordinator: leave it to SQL */
-	return !orch_citus();
+	return true;
 }
 
 /*
@@ -275,6 +223,34 @@ append_attnos(TupleDesc desc, int ncols, const char *const *cols)
 }
 
 /*
+ * The attribute numbers of a task append's columns (append_attnos), kept
+ * for the task table's description they were found in and the column list
+ * (a static array of the caller's).
+ */
+static AttrNumber *
+task_attnos(OrchTaskCache *tc, TupleDesc desc, int ncols, const char *const *cols)
+{
+	static AttrNumber *kept = NULL;
+	static uint64 kept_version = 0;
+	static const char *const *kept_cols = NULL;
+	static int	kept_ncols = 0;
+	AttrNumber *found;
+
+	if (kept != NULL && kept_version == orch_task_cache_version(tc) && kept_cols == cols &&
+		kept_ncols == ncols)
+		return kept;
+	found = append_attnos(desc, ncols, cols);
+	if (kept != NULL)
+		pfree(kept);
+	kept = MemoryContextAlloc(TopMemoryContext, sizeof(AttrNumber) * Max(ncols, 1));
+	memcpy(kept, found, sizeof(AttrNumber) * ncols);
+	kept_version = orch_task_cache_version(tc);
+	kept_cols = cols;
+	kept_ncols = ncols;
+	return kept;
+}
+
+/*
  * The defaults of the columns not filled (id, xact, ...): an INSERT's, the
  * parent's.  One that calls no volatile function (a constant, now()) has
  * the same value for every row of the statement, computed here once; a
@@ -290,7 +266,7 @@ typedef struct AppendDefaults
 
 static void
 append_defaults(AppendDefaults *d, Relation root, TupleDesc desc, int ncols, const AttrNumber *attno,
-				EState *estate)
+				EState *estate, OrchTaskCache *tc)
 {
 	ExprContext *econtext = GetPerTupleExprContext(estate);
 
@@ -304,6 +280,7 @@ append_defaults(AppendDefaults *d, Relation root, TupleDesc desc, int ncols, con
 		bool		filled = false;
 		Node	   *def;
 		ExprState  *es;
+		bool		is_volatile;
 
 		if (att->attisdropped || att->attgenerated)
 			continue;
@@ -311,11 +288,22 @@ append_defaults(AppendDefaults *d, Relation root, TupleDesc desc, int ncols, con
 			filled = attno[c] == att->attnum;
 		if (filled)
 			continue;
-		def = build_column_default(root, att->attnum);
-		if (def == NULL)
-			continue;
-		es = ExecPrepareExpr((Expr *) def, estate);
-		if (contain_volatile_functions(def))
+		if (tc != NULL)
+		{
+			/* the task table's, compiled once (task_cache.c) */
+			es = orch_task_cache_default(tc, a, &is_volatile);
+			if (es == NULL)
+				continue;
+		}
+		else
+		{
+			def = build_column_default(root, att->attnum);
+			if (def == NULL)
+				continue;
+			es = ExecPrepareExpr((Expr *) def, estate);
+			is_volatile = contain_volatile_functions(def);
+		}
+		if (is_volatile)
 		{
 			d->per_row[a] = es;
 			continue;
@@ -549,7 +537,7 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 	AttrNumber *attno;
 	EState	   *estate;
 	ResultRelInfo *rri;
-	IndexEntries ie;
+	IndexEntries ie = {0};
 	AppendDefaults defaults;
 	TupleTableSlot **slots;
 	CommandId	cid;
@@ -557,6 +545,8 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 				old;
 	int			nslots = Min(nrows, STORE_CHUNK);
 	AttrNumber	idcol = InvalidAttrNumber;
+	OrchTaskCache *tc;
+	OrchTaskEntries *te = NULL;
 
 	if (nrows <= 0)
 		return true;
@@ -568,18 +558,29 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 	old = MemoryContextSwitchTo(work);
 
 	desc = RelationGetDescr(rel);
-	attno = append_attnos(desc, ncols, cols);
+	/* the task table's description is kept (task_cache.c) */
+	tc = row_hook != NULL ? orch_task_cache(rel) : NULL;
+	attno = tc != NULL ? task_attnos(tc, desc, ncols, cols) : append_attnos(desc, ncols, cols);
 	estate = CreateExecutorState();
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
-	entries_init(&ie, rri);
-	if (!ie.direct || !append_types_match(desc, ncols, attno, types))
+	/*
+	 * One task row: the kept indexes, only those opened that take it; a
+	 * batch: every index, its predicates tested against a reference row.
+	 */
+	if (tc != NULL && nrows == 1 && orch_task_cache_entries_ok(tc))
+		te = orch_task_entries_begin(tc, rel, estate);
+	else
+	{
+		ExecOpenIndices(rri, false);
+		entries_init(&ie, rri);
+	}
+	if ((te == NULL && !ie.direct) || !append_types_match(desc, ncols, attno, types))
 	{
 		append_close(rri, estate, old, work, root);
 		return false;
 	}
-	append_defaults(&defaults, root, desc, ncols, attno, estate);
+	append_defaults(&defaults, root, desc, ncols, attno, estate, tc);
 	for (int c = 0; OidIsValid(id_seq) && c < ncols; c++)
 		if (strcmp(cols[c], "id") == 0)
 			idcol = attno[c];
@@ -617,15 +618,26 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 			if (rel->rd_att->constr)
 				ExecConstraints(rri, slots[i], estate);
 		}
-		table_multi_insert(rel, slots, m, cid, 0, NULL);
-		for (int i = 0; i < m; i++)
-			entries_insert(&ie, slots[i], estate);
+		if (te != NULL)
+		{
+			/* one row: an insert record of its own, as the INSERT writes */
+			table_tuple_insert(rel, slots[0], cid, 0, NULL);
+			orch_task_entries_insert(te, slots[0], NULL, NULL);
+		}
+		else
+		{
+			table_multi_insert(rel, slots, m, cid, 0, NULL);
+			for (int i = 0; i < m; i++)
+				entries_insert(&ie, slots[i], estate);
+		}
 		ResetPerTupleExprContext(estate);
 		done += m;
 	}
 
 	for (int i = 0; i < nslots; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
+	if (te != NULL)
+		orch_task_entries_end(te);
 	append_close(rri, estate, old, work, root);
 	return true;
 }

@@ -209,12 +209,25 @@ task_row(EnqueueOpts *o, OrchTaskRow *t, const char *key, int64 id, bool admitte
 	t->correlation_id = o->correlation_id;
 }
 
+/*
+ * One task: written at once (append.c) when it has no idempotency key (its
+ * id was drawn with the key's row) and no concurrency key (the admission
+ * gate runs SQL), else by the INSERT.
+ */
 static int64
 insert_task(EnqueueOpts *o, Jsonb *payload, const char *key, int64 id)
 {
 	OrchTaskRow t;
+	Datum		one = PointerGetDatum(payload);
 
 	task_row(o, &t, key, id, rate_admit(o));
+	if (key == NULL && id == 0 && t.concurrency_key == NULL &&
+		orch_tasks_write(&t, PointerGetDatum(construct_array(&one, 1, JSONBOID, -1, false, TYPALIGN_INT)),
+						 1, &id, orch_task_inserting))
+	{
+		orch_tasks_inserted();
+		return id;
+	}
 	return orch_task_insert(&t, payload, NULL);
 }
 
@@ -404,7 +417,7 @@ insert_batch(EnqueueOpts *o, ArrayType *payloads, int np, int64 *ids)
 	OrchTaskRow t;
 
 	task_row(o, &t, NULL, 0, true);
-	if (t.concurrency_key == NULL && np > 1 &&
+	if (t.concurrency_key == NULL &&
 		orch_tasks_write(&t, PointerGetDatum(payloads), np, ids, orch_task_inserting))
 		orch_tasks_inserted();
 	else

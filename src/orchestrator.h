@@ -615,6 +615,20 @@ extern bool orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const
 							  int64 *ids);
 extern bool orch_task_triggers_ours(Relation rel, bool update);
 
+/* task_cache.c: what writes of orch.tasks without SQL need of it, kept per backend */
+typedef struct OrchTaskCache OrchTaskCache;
+typedef struct OrchTaskEntries OrchTaskEntries;
+extern OrchTaskCache *orch_task_cache(Relation rel);
+extern uint64 orch_task_cache_version(const OrchTaskCache *c);
+extern bool orch_task_cache_writable(const OrchTaskCache *c, bool update);
+extern bool orch_task_cache_entries_ok(const OrchTaskCache *c);
+extern Oid	orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first);
+extern struct ExprState *orch_task_cache_default(const OrchTaskCache *c, int a, bool *is_volatile);
+extern OrchTaskEntries *orch_task_entries_begin(OrchTaskCache *c, Relation rel, struct EState *estate);
+extern void orch_task_entries_insert(OrchTaskEntries *e, struct TupleTableSlot *slot,
+									 const Datum *ov, const bool *on);
+extern void orch_task_entries_end(OrchTaskEntries *e);
+
 /* task_update.c: completions written without SQL */
 typedef void (*OrchUpdateHook) (Relation rel, HeapTuple oldtup, Datum *values, bool *nulls);
 typedef struct OrchCompletion

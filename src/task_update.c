@@ -9,16 +9,24 @@
  *	  method's update, which locks the row as it writes it: the BEFORE
  *	  trigger's separate row lock (one WAL record per completion) is not
  *	  taken.  The index entries of the new row version are made for the
- *	  indexes whose predicate it meets, and only those are opened; the
- *	  predicates are compiled once per backend (until orch.tasks or one of
- *	  its indexes changes).  The caller then does the statement-end
- *	  trigger's work.
+ *	  indexes whose predicate it meets, and only those are opened
+ *	  (task_cache.c).  The caller then does the statement-end trigger's
+ *	  work.
+ *
+ *	  The row trigger's work is done before the update, which may then wait
+ *	  for another transaction that holds the row: the completion's moment is
+ *	  taken before that wait, and when the row turns out changed, the ids
+ *	  it drew from the sequences are left unused (the UPDATE draws its own)
+ *	  and the claims waiting on the queue are woken once more than needed.
+ *	  Only tasks whose trigger work does no more than that are written here.
  *
  *	  The UPDATE is used instead whenever it would behave differently: a
  *	  trigger of yours on UPDATE, the table's own two triggers missing,
  *	  disabled or not firing in this session, row security that applies, a
- *	  rule, a CHECK constraint, a stored generated column, an index that is
- *	  not a btree, one with a deferred unique or exclusion constraint,
+ *	  rule, a CHECK constraint, a stored generated column, a child table, an
+ *	  index that is not a btree, one with a deferred unique or exclusion
+ *	  constraint, a changed column type or primary key, a read-only
+ *	  transaction, an extension that checks privileges (sepgsql, pgaudit),
  *	  Citus; a task of a workflow run or with a concurrency key (their
  *	  trigger work runs SQL); two rows with the id; and a row that another
  *	  transaction changed since the statement's snapshot (the UPDATE reads
@@ -66,146 +74,72 @@ static const char *const update_cols[UC_COUNT] = {
 	"concurrency_key", "result", "reason_code"
 };
 
-/*
- * What a completion needs of orch.tasks, kept per backend: its indexes
- * (each one's IndexInfo and compiled predicate) and column numbers.
- * Rebuilt when the table or one of its indexes is invalidated.
- */
-typedef struct TaskIndexes
+/* ... of these types (another: the UPDATE) */
+static const Oid update_types[UC_COUNT] = {
+	INT8OID, TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, INT8OID, TEXTOID, JSONBOID, TEXTOID
+};
+
+/* The columns' numbers, for the description they were found in */
+static AttrNumber cols[UC_COUNT];
+static uint64 cols_version = 0;
+
+/* The columns a completion reads or sets found (false: an older schema) */
+static bool
+find_columns(Relation rel, OrchTaskCache *c)
 {
-	MemoryContext cxt;
-	Oid			relid;
-	bool		stale;
-	bool		usable;			/* its own two triggers and no other on UPDATE; every
-								 * index a btree, none deferred or exclusion */
-	int			n;
-	Oid		   *oids;
-	IndexInfo **infos;
-	ExprState **preds;			/* NULL: no predicate */
-	bool	   *unique;
-	int			pk;				/* position of the primary key, -1: none */
-	AttrNumber	cols[UC_COUNT];
-	ExprContext *econtext;		/* the predicates' evaluation, kept */
-} TaskIndexes;
-
-static TaskIndexes *cache = NULL;
-static bool callback_registered = false;
-
-static void
-cache_invalidate(Datum arg, Oid relid)
-{
-	if (cache == NULL)
-		return;
-	if (relid == InvalidOid || relid == cache->relid)
-		cache->stale = true;
-	for (int i = 0; i < cache->n && !cache->stale; i++)
-		if (cache->oids[i] == relid)
-			cache->stale = true;
-}
-
-/* The index entries a completion may make: each index taken in once */
-static void
-cache_add_index(TaskIndexes *c, int i, Oid indexoid, Oid pkoid)
-{
-	Relation	ir = index_open(indexoid, RowExclusiveLock);
-	IndexInfo  *ii = BuildIndexInfo(ir);
-
-	c->oids[i] = indexoid;
-	c->infos[i] = ii;
-	c->unique[i] = ir->rd_index->indisunique;
-	if (ir->rd_rel->relam != BTREE_AM_OID || ii->ii_ExclusionOps != NULL ||
-		(ir->rd_index->indisunique && !ir->rd_index->indimmediate))
-		c->usable = false;
-	if (indexoid == pkoid)
-		c->pk = i;
-	c->preds[i] = NULL;
-	if (ii->ii_Predicate != NIL)
-		c->preds[i] = ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
-	index_close(ir, NoLock);
-}
-
-static TaskIndexes *
-cache_build(Relation rel)
-{
-	MemoryContext cxt = AllocSetContextCreate(CacheMemoryContext, "orchestrator task indexes",
-											  ALLOCSET_SMALL_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	TaskIndexes *c = palloc0(sizeof(TaskIndexes));
-	List	   *indexes = RelationGetIndexList(rel);
 	TupleDesc	desc = RelationGetDescr(rel);
-	ListCell   *lc;
-	int			i = 0;
+	AttrNumber	pk_first;
 
-	c->cxt = cxt;
-	c->relid = RelationGetRelid(rel);
-	/* (a trigger created, dropped, enabled or disabled invalidates rel) */
-	c->usable = orch_task_triggers_ours(rel, true);
-	c->pk = -1;
-	c->n = list_length(indexes);
-	c->oids = palloc0(sizeof(Oid) * Max(c->n, 1));
-	c->infos = palloc0(sizeof(IndexInfo *) * Max(c->n, 1));
-	c->preds = palloc0(sizeof(ExprState *) * Max(c->n, 1));
-	c->unique = palloc0(sizeof(bool) * Max(c->n, 1));
-	foreach(lc, indexes)
-		cache_add_index(c, i++, lfirst_oid(lc), rel->rd_pkindex);
+	if (cols_version == orch_task_cache_version(c))
+		return true;
 	for (int k = 0; k < UC_COUNT; k++)
 	{
-		c->cols[k] = InvalidAttrNumber;
+		cols[k] = InvalidAttrNumber;
 		for (int a = 0; a < desc->natts; a++)
 			if (!TupleDescAttr(desc, a)->attisdropped &&
-				strcmp(NameStr(TupleDescAttr(desc, a)->attname), update_cols[k]) == 0)
-				c->cols[k] = a + 1;
-		if (c->cols[k] == InvalidAttrNumber)
-			c->usable = false;	/* an older schema: the UPDATE */
+				strcmp(NameStr(TupleDescAttr(desc, a)->attname), update_cols[k]) == 0 &&
+				TupleDescAttr(desc, a)->atttypid == update_types[k])
+				cols[k] = a + 1;
+		if (cols[k] == InvalidAttrNumber)
+			return false;
 	}
-	if (c->pk < 0)
-		c->usable = false;
-	c->econtext = CreateStandaloneExprContext();
-	MemoryContextSwitchTo(old);
-	list_free(indexes);
-	return c;
-}
-
-/* The kept description of rel, built again when it changed */
-static TaskIndexes *
-task_indexes(Relation rel)
-{
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(cache_invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	if (cache != NULL && (cache->stale || cache->relid != RelationGetRelid(rel)))
-	{
-		MemoryContextDelete(cache->cxt);
-		cache = NULL;
-	}
-	if (cache == NULL)
-		cache = cache_build(rel);
-	return cache;
+	/* the task is found by its id, the primary key's first column */
+	(void) orch_task_cache_pk(c, &pk_first);
+	if (pk_first != cols[UC_ID])
+		return false;
+	cols_version = orch_task_cache_version(c);
+	return true;
 }
 
 /*
  * Would an UPDATE of rel behave as this file does: triggers fired by this
- * session (its own two and no other: task_indexes), no rule, no CHECK
- * constraint or stored generated column, no row security that applies,
- * the right to update, not Citus?
+ * session (its own two and no other: task_cache.c), no rule, no CHECK
+ * constraint or stored generated column, no child table, no row security
+ * that applies, the rights to read and update, no hook of an extension
+ * that checks them (sepgsql, pgaudit), not read-only, not Citus?
  */
 static bool
 update_possible(Relation rel)
 {
 	TupleConstr *constr = rel->rd_att->constr;
+	AclMode		need = ACL_UPDATE | ACL_SELECT;
 
 	if (constr && (constr->num_check > 0 || constr->has_generated_stored))
 		return false;
 	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
 		rel->rd_rel->relhasrules || rel->rd_rel->relforcerowsecurity ||
-		SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN)
+		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
+		SessionReplicationRole != SESSION_REPLICATION_ROLE_ORIGIN ||
+		XactReadOnly || ExecutorCheckPerms_hook != NULL)
 		return false;
 	if (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED ||
-		pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_UPDATE | ACL_SELECT) != ACLCHECK_OK)
+		pg_class_aclmask(RelationGetRelid(rel), GetUserId(), need, ACLMASK_ALL) != need)
 		return false;
-	return !orch_citus();
+	if (orch_citus())
+		return false;
+	/* a publication that cannot replicate the update: its error, as the UPDATE raises it */
+	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
+	return true;
 }
 
 /* Is tenant among tenants (a text[]; (Datum) 0: every tenant)? */
@@ -229,20 +163,20 @@ tenant_among(Datum tenant, Datum tenants)
 
 /* The completion's WHERE clause, on the row version found */
 static OrchDirect
-completion_matches(TaskIndexes *c, Datum *v, bool *nl, const OrchCompletion *want, Datum tenants)
+completion_matches(Datum *v, bool *nl, const OrchCompletion *want, Datum tenants)
 {
 	char	   *state;
 
-	if (nl[c->cols[UC_STATE] - 1] || nl[c->cols[UC_TOKEN] - 1] || nl[c->cols[UC_EXPIRES] - 1])
+	if (nl[cols[UC_STATE] - 1] || nl[cols[UC_TOKEN] - 1] || nl[cols[UC_EXPIRES] - 1])
 		return ORCH_DIRECT_NO_MATCH;
-	state = TextDatumGetCString(v[c->cols[UC_STATE] - 1]);
+	state = TextDatumGetCString(v[cols[UC_STATE] - 1]);
 	if (strcmp(state, "executing") != 0 ||
-		memcmp(DatumGetUUIDP(v[c->cols[UC_TOKEN] - 1])->data, want->token->data, UUID_LEN) != 0 ||
-		DatumGetTimestampTz(v[c->cols[UC_EXPIRES] - 1]) <= GetCurrentStatementStartTimestamp() ||
-		!tenant_among(v[c->cols[UC_TENANT] - 1], tenants))
+		memcmp(DatumGetUUIDP(v[cols[UC_TOKEN] - 1])->data, want->token->data, UUID_LEN) != 0 ||
+		DatumGetTimestampTz(v[cols[UC_EXPIRES] - 1]) <= GetCurrentStatementStartTimestamp() ||
+		!tenant_among(v[cols[UC_TENANT] - 1], tenants))
 		return ORCH_DIRECT_NO_MATCH;
 	/* their trigger work runs SQL: the UPDATE */
-	if (!nl[c->cols[UC_RUN] - 1] || !nl[c->cols[UC_KEY] - 1])
+	if (!nl[cols[UC_RUN] - 1] || !nl[cols[UC_KEY] - 1])
 		return ORCH_DIRECT_SQL;
 	return ORCH_DIRECT_DONE;
 }
@@ -260,68 +194,6 @@ check_not_null(Relation rel, const bool *nl)
 					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
 							NameStr(TupleDescAttr(desc, a)->attname), RelationGetRelationName(rel)),
 					 errtablecol(rel, a + 1)));
-}
-
-/* Is the key of index i the same in both row versions (a hint for btree)? */
-static bool
-index_key_unchanged(IndexInfo *ii, TupleDesc desc, const Datum *ov, const bool *on,
-					const Datum *nv, const bool *nn)
-{
-	for (int k = 0; k < ii->ii_NumIndexKeyAttrs; k++)
-	{
-		int			a = ii->ii_IndexAttrNumbers[k] - 1;
-		Form_pg_attribute att;
-
-		if (a < 0)
-			return false;		/* an expression */
-		att = TupleDescAttr(desc, a);
-		if (on[a] != nn[a] || (!on[a] && !datum_image_eq(ov[a], nv[a], att->attbyval, att->attlen)))
-			return false;
-	}
-	return true;
-}
-
-/*
- * The index entries of the new row version (in slot, its tid set), made as
- * the executor makes them after an update that is not HOT.
- */
-static void
-insert_entries(Relation rel, TaskIndexes *c, Relation pk, TupleTableSlot *slot, EState *estate,
-			   const Datum *ov, const bool *on)
-{
-	Datum		values[INDEX_MAX_KEYS];
-	bool		isnull[INDEX_MAX_KEYS];
-	TupleDesc	desc = RelationGetDescr(rel);
-
-	c->econtext->ecxt_scantuple = slot;
-	GetPerTupleExprContext(estate)->ecxt_scantuple = slot;
-	for (int i = 0; i < c->n; i++)
-	{
-		IndexInfo  *ii = c->infos[i];
-		Relation	ir;
-		bool		wanted = true;
-
-		if (!ii->ii_ReadyForInserts)
-			continue;
-		if (c->preds[i] != NULL)
-		{
-			wanted = ExecQual(c->preds[i], c->econtext);
-			ResetExprContext(c->econtext);
-		}
-		if (!wanted)
-			continue;
-		ir = i == c->pk ? pk : index_open(c->oids[i], RowExclusiveLock);
-		/* an expression's state belongs to this call's executor state */
-		ii->ii_ExpressionsState = NIL;
-		FormIndexDatum(ii, slot, estate, values, isnull);
-		ii->ii_ExpressionsState = NIL;
-		(void) index_insert(ir, values, isnull, &slot->tts_tid, rel,
-							c->unique[i] ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
-							index_key_unchanged(ii, desc, ov, on, slot->tts_values, slot->tts_isnull),
-							ii);
-		if (ir != pk)
-			index_close(ir, NoLock);
-	}
 }
 
 /*
@@ -350,7 +222,7 @@ find_task(IndexScanDesc scan, int64 id, TupleTableSlot *slot, TupleTableSlot *sp
  * the UPDATE must do it.
  */
 static OrchDirect
-complete_one(Relation rel, TaskIndexes *c, Relation pk, IndexScanDesc scan, TupleTableSlot *found,
+complete_one(Relation rel, OrchTaskEntries *entries, IndexScanDesc scan, TupleTableSlot *found,
 			 TupleTableSlot *spare, TupleTableSlot *nslot, EState *estate, Snapshot snap,
 			 MemoryContext scan_cxt, OrchUpdateHook hook, const OrchCompletion *want, Datum tenants)
 {
@@ -385,7 +257,7 @@ complete_one(Relation rel, TaskIndexes *c, Relation pk, IndexScanDesc scan, Tupl
 	on = palloc(sizeof(bool) * desc->natts);
 	heap_deform_tuple(oldtup, desc, ov, on);
 	ExecClearTuple(found);
-	r = completion_matches(c, ov, on, want, tenants);
+	r = completion_matches(ov, on, want, tenants);
 	if (r != ORCH_DIRECT_DONE)
 		return r;
 
@@ -393,11 +265,11 @@ complete_one(Relation rel, TaskIndexes *c, Relation pk, IndexScanDesc scan, Tupl
 	ExecClearTuple(nslot);
 	memcpy(nslot->tts_values, ov, sizeof(Datum) * desc->natts);
 	memcpy(nslot->tts_isnull, on, sizeof(bool) * desc->natts);
-	nslot->tts_values[c->cols[UC_STATE] - 1] = CStringGetTextDatum("completed");
-	nslot->tts_values[c->cols[UC_REASON] - 1] = CStringGetTextDatum("completed");
-	nslot->tts_isnull[c->cols[UC_REASON] - 1] = false;
-	nslot->tts_values[c->cols[UC_RESULT] - 1] = want->result;
-	nslot->tts_isnull[c->cols[UC_RESULT] - 1] = want->result_null;
+	nslot->tts_values[cols[UC_STATE] - 1] = CStringGetTextDatum("completed");
+	nslot->tts_values[cols[UC_REASON] - 1] = CStringGetTextDatum("completed");
+	nslot->tts_isnull[cols[UC_REASON] - 1] = false;
+	nslot->tts_values[cols[UC_RESULT] - 1] = want->result;
+	nslot->tts_isnull[cols[UC_RESULT] - 1] = want->result_null;
 	hook(rel, oldtup, nslot->tts_values, nslot->tts_isnull);
 	check_not_null(rel, nslot->tts_isnull);
 	ExecStoreVirtualTuple(nslot);
@@ -406,7 +278,7 @@ complete_one(Relation rel, TaskIndexes *c, Relation pk, IndexScanDesc scan, Tupl
 						   true, &tmfd, &lockmode, &update_indexes) != TM_Ok)
 		return ORCH_DIRECT_SQL; /* changed since the snapshot: the UPDATE reads it again */
 	if (update_indexes)
-		insert_entries(rel, c, pk, nslot, estate, ov, on);
+		orch_task_entries_insert(entries, nslot, ov, on);
 	return ORCH_DIRECT_DONE;
 }
 
@@ -426,7 +298,9 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	Oid			relid = orch_relid("tasks");
 	Relation	rel;
 	Relation	pk;
-	TaskIndexes *c;
+	OrchTaskCache *c;
+	OrchTaskEntries *entries;
+	AttrNumber	pk_first;
 	Snapshot	snap;
 	IndexScanDesc scan;
 	TupleTableSlot *found,
@@ -441,7 +315,8 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	if (!OidIsValid(relid) || n <= 0)
 		return 0;
 	rel = table_open(relid, RowExclusiveLock);
-	if (!update_possible(rel) || !(c = task_indexes(rel))->usable)
+	if (!update_possible(rel) || !orch_task_cache_writable((c = orch_task_cache(rel)), true) ||
+		!orch_task_cache_entries_ok(c) || !find_columns(rel, c))
 	{
 		table_close(rel, NoLock);
 		return 0;
@@ -454,8 +329,9 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	UpdateActiveSnapshotCommandId();
 	snap = GetActiveSnapshot();
 	estate = CreateExecutorState();
-	pk = index_open(c->oids[c->pk], RowExclusiveLock);
+	pk = index_open(orch_task_cache_pk(c, &pk_first), RowExclusiveLock);
 	scan = index_beginscan(rel, pk, snap, 1, 0);
+	entries = orch_task_entries_begin(c, rel, estate);
 	found = table_slot_create(rel, NULL);
 	spare = table_slot_create(rel, NULL);
 	nslot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
@@ -463,7 +339,7 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	for (; done < n; done++)
 	{
 		MemoryContext row = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-		OrchDirect	r = complete_one(rel, c, pk, scan, found, spare, nslot, estate, snap,
+		OrchDirect	r = complete_one(rel, entries, scan, found, spare, nslot, estate, snap,
 									 work, hook, &want[done], tenants);
 
 		MemoryContextSwitchTo(row);
@@ -478,6 +354,7 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	if (done == n)
 		*stop = ORCH_DIRECT_DONE;
 
+	orch_task_entries_end(entries);
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(found);
 	ExecDropSingleTupleTableSlot(spare);

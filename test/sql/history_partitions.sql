@@ -39,6 +39,10 @@ SELECT tableoid::regclass AS went_to, count(*) FROM orch.attempts WHERE task_id 
 --    orchestrator.history_partition (here 2 s) after now, aligned, without
 --    gaps, the same for both tables; a second pass creates none while they
 --    still reach ahead.
+-- (three tasks claimed now, before any range partition exists: their
+-- claims, written out when they fail below, belong to the DEFAULT one)
+SELECT orch_enqueue('hp', jsonb_build_object('n', g)) > 0 AS enqueued FROM generate_series(1, 3) g;
+CREATE TEMP TABLE hp_claimed AS SELECT * FROM orch_dequeue('hp', 'w', 3);
 SET orchestrator.history_partition = 2;
 SELECT clock_timestamp() AS t0 \gset
 SELECT count > 0 AS created FROM orch_maintain() WHERE action = 'history_partitions_created';
@@ -67,8 +71,7 @@ SELECT c.relrowsecurity,
        has_table_privilege('orch_reader', c.oid, 'SELECT') AS reader_may_select
   FROM pg_class c WHERE c.oid = format('orch.%I', :'a_partition')::regclass;
 -- rows go to the partition of their time, written directly or through SQL
-SELECT orch_enqueue('hp', jsonb_build_object('n', g)) > 0 AS enqueued FROM generate_series(1, 3) g;
-CREATE TEMP TABLE hp_claimed AS SELECT * FROM orch_dequeue('hp', 'w', 3);
+-- (the three tasks were claimed before the first range began: above)
 CREATE EXTENSION IF NOT EXISTS pg_walinspect;
 -- (paced by state: the first range partition has begun)
 DO $$ BEGIN

@@ -145,9 +145,9 @@ RESET enable_seqscan;
 SELECT count(*) AS claimed, min(attempt) AS attempt FROM orch_dequeue('wr_direct', 'wr-worker', 10);
 SELECT count(*) AS claimed_by_tenant FROM orch_dequeue('wr_direct', 'wr-worker', 10, tenant => 'wr-tenant');
 
--- 5. A single enqueue, a batch with idempotency keys and a keyed batch go
---    through SQL as before (the keyed tasks' admission reads the rows the
---    statement inserted before); all are found.
+-- 5. A batch with idempotency keys and a keyed batch go through SQL as
+--    before (the keyed tasks' admission reads the rows the statement
+--    inserted before); all are found.
 SELECT count(*) AS keyed FROM orch_enqueue_batch('wr_direct', ARRAY['{"k": 1}', '{"k": 2}']::jsonb[],
                                                  idempotency_keys => ARRAY['wr-1', 'wr-2']);
 SELECT orch_set_concurrency_limit('wr_direct', 'wr-key', 1);
@@ -303,4 +303,58 @@ SELECT state, count(*) FROM orch.tasks WHERE queue = 'wr_cx' GROUP BY state;
 SELECT orch_complete_batch(array_agg(task_id), array_agg(lease_token)) AS completed FROM wr_cx_claims;
 SELECT pg_temp.wr_try(format('SELECT orch_complete(%s, %L, NULL)', min(task_id), min(lease_token::text))) AS finished_task
   FROM wr_cx_claims;
+-- 11. A single enqueue is written at once too (an insert record of its own,
+--     the kept description of the table: task_cache.c); with a trigger of
+--     yours on INSERT, through SQL; the rows agree.  An index created
+--     after this session wrote tasks is entered by its next writes (the
+--     kept description is built again): checked with amcheck, and through
+--     the index.
+SELECT pg_current_wal_flush_lsn() AS before_one \gset
+SELECT count(orch_enqueue('wr_one_d', jsonb_build_object('o', g), priority => 1, owner => 'wr-owner')) AS enqueued_directly
+  FROM generate_series(1, 3) g;
+SELECT count(*) FILTER (WHERE record_type LIKE 'INSERT%') AS insert_records,
+       count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') AS multi_inserts
+  FROM pg_get_wal_records_info(:'before_one', pg_current_wal_flush_lsn())
+ WHERE resource_manager IN ('Heap', 'Heap2')
+   AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
+CREATE TABLE wr_seen (task_id bigint, state text);
+CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER wr_seen AFTER INSERT ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
+SELECT count(orch_enqueue('wr_one_s', jsonb_build_object('o', g), priority => 1, owner => 'wr-owner')) AS enqueued_through_sql
+  FROM generate_series(1, 3) g;
+SELECT count(*) AS rows_your_trigger_saw FROM wr_seen;
+DROP TRIGGER wr_seen ON orch.tasks;
+DROP TABLE wr_seen;
+DROP FUNCTION wr_seen_task();
+CREATE TEMP VIEW wr_one_rows AS
+SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, pg_temp.wr_row(t) AS row
+  FROM orch.tasks t WHERE t.queue IN ('wr_one_d', 'wr_one_s');
+SELECT count(*) AS rows_that_differ
+  FROM ((SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_d'
+         EXCEPT ALL SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_s')
+        UNION ALL
+        (SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_s'
+         EXCEPT ALL SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_d')) d;
+SELECT n, row ->> 'state' AS state, row ->> 'priority' AS priority, row ->> 'event' AS recorded_enqueue
+  FROM wr_one_rows WHERE queue = 'wr_one_d' ORDER BY n;
+CREATE INDEX wr_late_idx ON orch.tasks (priority, id) WHERE queue = 'wr_late';
+SELECT orch_enqueue('wr_late', '{"late": 1}') IS NOT NULL AS enqueued_after_the_index;
+CREATE TEMP TABLE wr_late_claim AS SELECT * FROM orch_dequeue('wr_late', 'wr-worker', 1);
+SELECT orch_complete(task_id, lease_token, '{"late": true}') AS completed FROM wr_late_claim;
+SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+ WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SET enable_indexonlyscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM orch.tasks WHERE queue = 'wr_late' AND priority = 0;
+SELECT count(*) AS through_your_late_index, min(state) AS state FROM orch.tasks WHERE queue = 'wr_late' AND priority = 0;
+RESET enable_indexonlyscan;
+RESET enable_bitmapscan;
+RESET enable_seqscan;
+DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;

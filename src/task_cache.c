@@ -1,0 +1,400 @@
+/*
+ * task_cache.c
+ *	  What writing task rows without SQL (append.c: an enqueue, a batch;
+ *	  task_update.c: a completion) needs to know of orch.tasks, kept per
+ *	  backend: whether the triggers an INSERT and an UPDATE fire are the
+ *	  table's own two and no other, its indexes (each one's description and
+ *	  compiled predicate), its columns' compiled defaults.  Built again once
+ *	  the table or one of its indexes is invalidated (a trigger, an index, a
+ *	  default, a column changed) or a function is (one a default or a
+ *	  predicate may have inlined).  And the index entries of one row
+ *	  version, made as the executor makes them, for the indexes whose
+ *	  predicate the version meets, which alone are opened.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "catalog/index.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
+#include "utils/lsyscache.h"
+#include "executor/executor.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/datum.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+#include "orchestrator.h"
+
+struct OrchTaskCache
+{
+	MemoryContext cxt;
+	Oid			relid;
+	uint64		version;		/* of this build, never reused */
+	bool		stale;
+	bool		inserts_ours;	/* the table's own two triggers and no other on INSERT */
+	bool		updates_ours;	/* ... on UPDATE */
+	bool		btree_only;		/* every index a btree, none deferred or exclusion */
+	int			nindexes;
+	Oid		   *index_oids;
+	IndexInfo **index_infos;
+	ExprState **index_preds;	/* NULL: no predicate */
+	bool	   *index_unique;
+	int			pk;				/* position of the primary key, -1: none */
+	int			natts;
+	ExprState **defaults;		/* per column: its default, compiled; NULL: none */
+	bool	   *default_volatile;
+	ExprContext *econtext;		/* the predicates' evaluation, kept */
+};
+
+struct OrchTaskEntries
+{
+	OrchTaskCache *cache;
+	Relation	rel;
+	Relation   *open;			/* per index: opened once an entry goes in */
+	EState	   *estate;
+};
+
+static OrchTaskCache *cache = NULL;
+static uint64 builds = 0;
+static bool callbacks_registered = false;
+static uint64 invalidations = 0;	/* of any relation or function, counted */
+
+static void
+relcache_changed(Datum arg, Oid relid)
+{
+	invalidations++;
+	if (cache == NULL)
+		return;
+	if (relid == InvalidOid || relid == cache->relid)
+		cache->stale = true;
+	for (int i = 0; i < cache->nindexes && !cache->stale; i++)
+		if (cache->index_oids[i] == relid)
+			cache->stale = true;
+}
+
+static void
+function_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	invalidations++;
+	if (cache != NULL)
+		cache->stale = true;
+}
+
+/*
+ * Is the trigger the extension's own (its function a member of the
+ * extension) of that name, fired before or after each row or statement,
+ * as this session fires it (enabled, not for replicas only, no WHEN
+ * clause, no column list)?
+ */
+static bool
+own_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, bool before)
+{
+	char	   *tfn = get_func_name(t->tgfoid);
+
+	return strcmp(t->tgname, name) == 0 && tfn != NULL && strcmp(tfn, fn) == 0 &&
+		getExtensionOfObject(ProcedureRelationId, t->tgfoid) == extoid &&
+		TRIGGER_FOR_ROW(t->tgtype) == row && TRIGGER_FOR_BEFORE(t->tgtype) == before &&
+		(t->tgenabled == TRIGGER_FIRES_ON_ORIGIN || t->tgenabled == TRIGGER_FIRES_ALWAYS) &&
+		t->tgqual == NULL && t->tgnattr == 0;
+}
+
+/*
+ * Are the triggers an INSERT (update: an UPDATE) of rel fires exactly the
+ * extension's own two on orch.tasks: the lifecycle row trigger (whose work
+ * the caller's row hook does) and the statement-end trigger (whose work
+ * the caller does after the rows)?  Triggers that fire on no such
+ * statement (a foreign key's, yours on another event) do not count.
+ * Either missing, disabled or firing on replicas only, a WHEN clause, a
+ * column list, or any other trigger on the event: no.  (The caller checks
+ * that this session fires triggers: session_replication_role.)
+ */
+bool
+orch_task_triggers_ours(Relation rel, bool update)
+{
+	TriggerDesc *td = rel->trigdesc;
+	Oid			extoid = get_extension_oid("orchestrator", true);
+	bool		lifecycle = false;
+	bool		statement_end = false;
+
+	if (td == NULL || !OidIsValid(extoid))
+		return false;
+	for (int i = 0; i < td->numtriggers; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+
+		if (update ? !TRIGGER_FOR_UPDATE(t->tgtype) : !TRIGGER_FOR_INSERT(t->tgtype))
+			continue;
+		if (!lifecycle &&
+			own_trigger(t, extoid, "tasks_lifecycle", "orch_state_machine_trigger", true, true) &&
+			t->tgnargs == 2 && strcmp(t->tgargs[0], "state") == 0 && strcmp(t->tgargs[1], "task") == 0)
+			lifecycle = true;
+		else if (!statement_end &&
+				 own_trigger(t, extoid, "tasks_statement_end", "orch_tasks_statement_end", false, false))
+			statement_end = true;
+		else
+			return false;
+	}
+	return lifecycle && statement_end;
+}
+
+/* One index taken in: its description, compiled predicate, kind */
+static void
+add_index(OrchTaskCache *c, int i, Oid indexoid, Oid pkoid)
+{
+	Relation	ir = index_open(indexoid, RowExclusiveLock);
+	IndexInfo  *ii = BuildIndexInfo(ir);
+
+	c->index_oids[i] = indexoid;
+	c->index_infos[i] = ii;
+	c->index_unique[i] = ir->rd_index->indisunique;
+	if (ir->rd_rel->relam != BTREE_AM_OID || ii->ii_ExclusionOps != NULL ||
+		(ir->rd_index->indisunique && !ir->rd_index->indimmediate))
+		c->btree_only = false;
+	if (indexoid == pkoid)
+		c->pk = i;
+	c->index_preds[i] = NULL;
+	if (ii->ii_Predicate != NIL)
+		c->index_preds[i] = ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
+	index_close(ir, NoLock);
+}
+
+/* Each column's default, compiled as an INSERT compiles it */
+static void
+add_defaults(OrchTaskCache *c, Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	c->natts = desc->natts;
+	c->defaults = palloc0(sizeof(ExprState *) * Max(c->natts, 1));
+	c->default_volatile = palloc0(sizeof(bool) * Max(c->natts, 1));
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		Node	   *def;
+
+		if (att->attisdropped || att->attgenerated)
+			continue;
+		def = build_column_default(rel, att->attnum);
+		if (def == NULL)
+			continue;
+		def = (Node *) expression_planner((Expr *) def);
+		c->defaults[a] = ExecInitExpr((Expr *) def, NULL);
+		c->default_volatile[a] = contain_volatile_functions(def);
+	}
+}
+
+static void
+build_into(OrchTaskCache *c, Relation rel)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	int			i = 0;
+
+	c->relid = RelationGetRelid(rel);
+	c->version = ++builds;
+	/* (a trigger created, dropped, enabled or disabled invalidates rel) */
+	c->inserts_ours = orch_task_triggers_ours(rel, false);
+	c->updates_ours = orch_task_triggers_ours(rel, true);
+	c->btree_only = true;
+	c->pk = -1;
+	c->nindexes = list_length(indexes);
+	c->index_oids = palloc0(sizeof(Oid) * Max(c->nindexes, 1));
+	c->index_infos = palloc0(sizeof(IndexInfo *) * Max(c->nindexes, 1));
+	c->index_preds = palloc0(sizeof(ExprState *) * Max(c->nindexes, 1));
+	c->index_unique = palloc0(sizeof(bool) * Max(c->nindexes, 1));
+	foreach(lc, indexes)
+		add_index(c, i++, lfirst_oid(lc), rel->rd_pkindex);
+	add_defaults(c, rel);
+	c->econtext = CreateStandaloneExprContext();
+	list_free(indexes);
+}
+
+/*
+ * A new description of rel.  What it reads takes locks, which take in the
+ * invalidations sent meanwhile: one of them (an index created concurrently
+ * just then) leaves the new description stale, built again at the next
+ * call.  An error leaves nothing behind.
+ */
+static OrchTaskCache *
+build(Relation rel)
+{
+	MemoryContext cxt = AllocSetContextCreate(CacheMemoryContext, "orchestrator task table",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	OrchTaskCache *c = palloc0(sizeof(OrchTaskCache));
+	uint64		seen = invalidations;
+
+	c->cxt = cxt;
+	PG_TRY();
+	{
+		build_into(c, rel);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	c->stale = invalidations != seen;
+	return c;
+}
+
+/*
+ * The kept description of rel (orch.tasks, opened by the caller), built
+ * again when it changed.  Valid until the caller's next call here.
+ */
+OrchTaskCache *
+orch_task_cache(Relation rel)
+{
+	if (!callbacks_registered)
+	{
+		CacheRegisterRelcacheCallback(relcache_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, function_changed, (Datum) 0);
+		callbacks_registered = true;
+	}
+	if (cache != NULL && (cache->stale || cache->relid != RelationGetRelid(rel) ||
+						  cache->natts != RelationGetDescr(rel)->natts))
+	{
+		MemoryContextDelete(cache->cxt);
+		cache = NULL;
+	}
+	if (cache == NULL)
+		cache = build(rel);
+	return cache;
+}
+
+/* A number that changes whenever the description is built again */
+uint64
+orch_task_cache_version(const OrchTaskCache *c)
+{
+	return c->version;
+}
+
+/*
+ * Are the triggers an INSERT (update false) or an UPDATE of the table
+ * fires its own two and no other (and, for an UPDATE, is there a primary
+ * key to find a row by)?
+ */
+bool
+orch_task_cache_writable(const OrchTaskCache *c, bool update)
+{
+	return update ? c->updates_ours && c->pk >= 0 : c->inserts_ours;
+}
+
+/* Is every index one whose entries orch_task_entries_insert makes? */
+bool
+orch_task_cache_entries_ok(const OrchTaskCache *c)
+{
+	return c->btree_only;
+}
+
+/* The primary key's index, and the column its first key is (0: none) */
+Oid
+orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first)
+{
+	*first = c->pk >= 0 ? c->index_infos[c->pk]->ii_IndexAttrNumbers[0] : InvalidAttrNumber;
+	return c->pk >= 0 ? c->index_oids[c->pk] : InvalidOid;
+}
+
+/* Column a's (0-based) default, compiled (NULL: none), and whether it is volatile */
+ExprState *
+orch_task_cache_default(const OrchTaskCache *c, int a, bool *is_volatile)
+{
+	*is_volatile = c->default_volatile[a];
+	return c->defaults[a];
+}
+
+/* The index entries of row versions of rel, begun (estate: the caller's) */
+OrchTaskEntries *
+orch_task_entries_begin(OrchTaskCache *c, Relation rel, EState *estate)
+{
+	OrchTaskEntries *e = palloc(sizeof(OrchTaskEntries));
+
+	e->cache = c;
+	e->rel = rel;
+	e->estate = estate;
+	e->open = palloc0(sizeof(Relation) * Max(c->nindexes, 1));
+	return e;
+}
+
+/* Is the key of index ii the same in both row versions (a hint for btree)? */
+static bool
+key_unchanged(IndexInfo *ii, TupleDesc desc, const Datum *ov, const bool *on, TupleTableSlot *slot)
+{
+	for (int k = 0; k < ii->ii_NumIndexKeyAttrs; k++)
+	{
+		int			a = ii->ii_IndexAttrNumbers[k] - 1;
+		Form_pg_attribute att;
+
+		if (a < 0)
+			return false;		/* an expression */
+		att = TupleDescAttr(desc, a);
+		if (on[a] != slot->tts_isnull[a] ||
+			(!on[a] && !datum_image_eq(ov[a], slot->tts_values[a], att->attbyval, att->attlen)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The index entries of the row version in slot (its tid set; every
+ * column's value in tts_values), as the executor makes them after an
+ * insert (ov NULL) or an update that is not HOT (ov, on: the row before).
+ */
+void
+orch_task_entries_insert(OrchTaskEntries *e, TupleTableSlot *slot, const Datum *ov, const bool *on)
+{
+	OrchTaskCache *c = e->cache;
+	TupleDesc	desc = RelationGetDescr(e->rel);
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+
+	c->econtext->ecxt_scantuple = slot;
+	GetPerTupleExprContext(e->estate)->ecxt_scantuple = slot;
+	for (int i = 0; i < c->nindexes; i++)
+	{
+		IndexInfo  *ii = c->index_infos[i];
+		bool		wanted = true;
+
+		if (!ii->ii_ReadyForInserts)
+			continue;
+		if (c->index_preds[i] != NULL)
+		{
+			wanted = ExecQual(c->index_preds[i], c->econtext);
+			ResetExprContext(c->econtext);
+		}
+		if (!wanted)
+			continue;
+		if (e->open[i] == NULL)
+			e->open[i] = index_open(c->index_oids[i], RowExclusiveLock);
+		/* an expression's state belongs to this call's executor state */
+		ii->ii_ExpressionsState = NIL;
+		FormIndexDatum(ii, slot, e->estate, values, isnull);
+		ii->ii_ExpressionsState = NIL;
+		(void) index_insert(e->open[i], values, isnull, &slot->tts_tid, e->rel,
+							c->index_unique[i] ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+							ov != NULL && key_unchanged(ii, desc, ov, on, slot), ii);
+	}
+}
+
+/* The indexes opened closed (their locks kept until the transaction ends) */
+void
+orch_task_entries_end(OrchTaskEntries *e)
+{
+	for (int i = 0; i < e->cache->nindexes; i++)
+		if (e->open[i] != NULL)
+			index_close(e->open[i], NoLock);
+	pfree(e->open);
+	pfree(e);
+}
