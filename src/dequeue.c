@@ -97,14 +97,23 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  * generic plan stays an index scan (a join against a LIMIT $n sub-query
  * would be planned for 10% of the table).
  */
+/*
+ * The rows the sub-query locked are updated where they are (by ctid: no
+ * index descent per row; a row locked cannot move); on Citus, by id (a
+ * shard's row is not addressed by ctid through the coordinator).  A row
+ * another transaction changed and committed after the statement's
+ * snapshot and that is still claimable is locked in its new version,
+ * which the snapshot does not see: that one claim leaves it (the next
+ * takes it), where the update by id would have followed it.
+ */
 #define CLAIM_SQL(TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
-	CLAIM_SQL_DUE(CLAIM_SET, CLAIM_DUE, TENANT_FILTER CLAIM_FROM, OUTER_TENANT_FILTER, RUNF)
+	CLAIM_SQL_DUE("ctid", CLAIM_SET, CLAIM_DUE, TENANT_FILTER CLAIM_FROM, OUTER_TENANT_FILTER, RUNF)
 #define CLAIM_SQL_SET(SET, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
-	CLAIM_SQL_DUE(SET, ORCH_NOW, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF)
-#define CLAIM_SQL_DUE(SET, DUE, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
+	CLAIM_SQL_DUE("id", SET, ORCH_NOW, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF)
+#define CLAIM_SQL_DUE(KEY, SET, DUE, TENANT_FILTER, OUTER_TENANT_FILTER, RUNF) \
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " SET \
-	"  WHERE t.id = ANY (ARRAY(SELECT c.id FROM orch.tasks c" \
+	"  WHERE t." KEY " = ANY (ARRAY(SELECT c." KEY " FROM orch.tasks c" \
 	"     WHERE c.queue = $1 AND c.ready_at <= " DUE TENANT_FILTER RUNF \
 	"     ORDER BY priority, created_at, id" \
 	"     LIMIT $2 FOR UPDATE SKIP LOCKED))" OUTER_TENANT_FILTER \
