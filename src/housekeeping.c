@@ -141,13 +141,15 @@ orch_wake_delayed(const char *queue, int limit, Datum tenants)
  * due, a deferred key decision to settle?  One statement looks for all
  * three (each is usually absent); only what it finds is then worked on.
  * It reads the queue's next lease to run out and next delayed task to come
- * due, which say how long nothing will be found (*until; 0: for good).
+ * due within horizon microseconds, which say how long nothing will be
+ * found (*until; 0: nothing within the horizon).
  * The task looks are ordered scalar sub-queries, not EXISTS: EXISTS drops
  * the ORDER BY, and a plan that expects to find a row soon may then read
  * the whole table to find none.
  */
 static void
-probe(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs, TimestampTz *until)
+probe(const char *queue, Datum tenants, int64 horizon, bool *expired, bool *due, bool *repairs,
+	  TimestampTz *until)
 {
 	OrchArgs	a = {0};
 	Datum		v[5];
@@ -158,15 +160,19 @@ probe(const char *queue, Datum tenants, bool *expired, bool *due, bool *repairs,
 	arg_tenants(&a, tenants);
 	/* key decisions: of every tenant (on Citus, of the claim's) */
 	orch_arg_scope_tenants(&a);
+	orch_arg_interval(&a, horizon);
+	/* bounded looks, as before the horizon: their index ranges end at it */
 	if (orch_args_sql(&a, "SELECT s.lease_out <= statement_timestamp(), s.next_due <= " ORCH_NOW ", s.repairs,"
 					  "       s.lease_out, s.next_due"
 					  "  FROM (SELECT (SELECT lease_expires_at FROM orch.tasks"
 					  "                 WHERE queue = $2 AND state = 'executing'"
+					  "                   AND lease_expires_at <= statement_timestamp() + $5"
 					  "                   AND " ORCH_TENANT_IN("tenant_id", "$3")
 					  "                 ORDER BY lease_expires_at LIMIT 1) AS lease_out,"
 					  "               (SELECT coalesce(retry_at, run_at) FROM orch.tasks"
 					  "                 WHERE queue = $2 AND ready_at IS NULL AND NOT gated"
 					  "                   AND (state = 'queued' OR (state = 'awaiting_tool' AND retry_at IS NOT NULL))"
+					  "                   AND coalesce(retry_at, run_at) <= " ORCH_NOW " + $5"
 					  "                   AND " ORCH_TENANT_IN("tenant_id", "$3")
 					  "                 ORDER BY coalesce(retry_at, run_at) LIMIT 1) AS next_due,"
 					  "               EXISTS (SELECT 1 FROM orch.gate_repairs WHERE queue = $2"
@@ -199,6 +205,7 @@ typedef struct ProbeSkip
 	char	   *queue;			/* in TopMemoryContext */
 	char	   *tenants;		/* the claim's tenants, joined; NULL: all */
 	uint64		gen;
+	TimestampTz kept_at;
 	TimestampTz until;
 } ProbeSkip;
 
@@ -237,24 +244,31 @@ skip_same(const char *queue, const char *tenants)
 static bool
 skip_holds(const char *queue, const char *tenants, uint64 *gen, bool *counted)
 {
+	TimestampTz now;
+
 	*counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() && !orch_citus() &&
 		orch_claim_generation(queue, gen);
-	return *counted && skip_same(queue, tenants) && skip.gen == *gen &&
-		GetCurrentTimestamp() < skip.until;
+	now = GetCurrentTimestamp();	/* after the count was read */
+	return *counted && skip_same(queue, tenants) && skip.gen == *gen && now < skip.until &&
+		!TimestampDifferenceExceeds(skip.kept_at, now, orch_claim_cache_max_age);
 }
 
 static void
 skip_keep(const char *queue, const char *tenants, uint64 gen, TimestampTz until)
 {
-	TimestampTz bound = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), orch_claim_cache_max_age);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz bound = TimestampTzPlusMilliseconds(now, orch_claim_cache_max_age);
+	char	   *q = MemoryContextStrdup(TopMemoryContext, queue);
+	char	   *t = tenants ? MemoryContextStrdup(TopMemoryContext, tenants) : NULL;
 
 	if (skip.queue)
 		pfree(skip.queue);
 	if (skip.tenants)
 		pfree(skip.tenants);
-	skip.queue = MemoryContextStrdup(TopMemoryContext, queue);
-	skip.tenants = tenants ? MemoryContextStrdup(TopMemoryContext, tenants) : NULL;
+	skip.queue = q;
+	skip.tenants = t;
 	skip.gen = gen;
+	skip.kept_at = now;
 	skip.until = (until != 0 && until < bound) ? until : bound;
 	skip.valid = true;
 }
@@ -290,7 +304,8 @@ orch_claim_housekeeping(const char *queue, Datum tenants)
 	if (skip_holds(queue, key, &gen, &counted))
 		return;
 	skip.valid = false;
-	probe(queue, tenants, &expired, &due, &repairs, &until);
+	probe(queue, tenants, counted ? (int64) orch_claim_cache_max_age * 1000 : 0,
+		  &expired, &due, &repairs, &until);
 	if (!expired && !due && !repairs)
 	{
 		if (counted)

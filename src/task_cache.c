@@ -66,12 +66,18 @@ struct OrchTaskEntries
 static OrchTaskCache *cache = NULL;
 static uint64 builds = 0;
 static bool callbacks_registered = false;
-static uint64 invalidations = 0;	/* of any relation or function, counted */
+
+/* While a description is built: the table, its indexes, and whether they or a function changed */
+static Oid	building = InvalidOid;
+static List *building_indexes = NIL;
+static bool building_changed = false;
 
 static void
 relcache_changed(Datum arg, Oid relid)
 {
-	invalidations++;
+	if (OidIsValid(building) &&
+		(relid == InvalidOid || relid == building || list_member_oid(building_indexes, relid)))
+		building_changed = true;
 	if (cache == NULL)
 		return;
 	if (relid == InvalidOid || relid == cache->relid)
@@ -84,7 +90,7 @@ relcache_changed(Datum arg, Oid relid)
 static void
 function_changed(Datum arg, int cacheid, uint32 hashvalue)
 {
-	invalidations++;
+	building_changed = true;
 	if (cache != NULL)
 		cache->stale = true;
 }
@@ -120,7 +126,8 @@ own_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, 
 bool
 orch_task_triggers_ours(Relation rel, bool update)
 {
-	TriggerDesc *td = rel->trigdesc;
+	/* a copy: the lookups below may rebuild rel's entry, and its triggers */
+	TriggerDesc *td = CopyTriggerDesc(rel->trigdesc);
 	Oid			extoid = get_extension_oid("orchestrator", true);
 	bool		lifecycle = false;
 	bool		statement_end = false;
@@ -220,9 +227,10 @@ build_into(OrchTaskCache *c, Relation rel)
 
 /*
  * A new description of rel.  What it reads takes locks, which take in the
- * invalidations sent meanwhile: one of them (an index created concurrently
- * just then) leaves the new description stale, built again at the next
- * call.  An error leaves nothing behind.
+ * invalidations sent meanwhile: one of the table, of one of its indexes or
+ * of a function (an index created concurrently just then) leaves the new
+ * description stale, built again at the next call.  An error leaves
+ * nothing behind.
  */
 static OrchTaskCache *
 build(Relation rel)
@@ -231,22 +239,28 @@ build(Relation rel)
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	OrchTaskCache *c = palloc0(sizeof(OrchTaskCache));
-	uint64		seen = invalidations;
 
 	c->cxt = cxt;
+	building = RelationGetRelid(rel);
+	building_indexes = RelationGetIndexList(rel);
+	building_changed = false;
 	PG_TRY();
 	{
 		build_into(c, rel);
 	}
 	PG_CATCH();
 	{
+		building = InvalidOid;
+		building_indexes = NIL;
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(cxt);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	building = InvalidOid;
+	building_indexes = NIL;		/* (in cxt) */
 	MemoryContextSwitchTo(old);
-	c->stale = invalidations != seen;
+	c->stale = building_changed;
 	return c;
 }
 
