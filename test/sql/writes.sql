@@ -61,6 +61,35 @@ CREATE FUNCTION pg_temp.wr_row(t orch.tasks) RETURNS jsonb LANGUAGE sql AS $$
                               'correlation', t.correlation_id IS NOT NULL)
 $$;
 
+-- ... and of a completed one, but those that differ from call to call
+CREATE FUNCTION pg_temp.wr_done(t orch.tasks) RETURNS jsonb LANGUAGE sql AS $$
+    SELECT pg_temp.wr_row(t) - ARRAY['lease_token', 'claimed_at', 'claim_event_id', 'claim_xact', 'claim_waited',
+                                      'finished_at', 'complete_event_id', 'complete_attempt_id', 'complete_xact', 'result']
+        || jsonb_build_object('claim', t.claim_event_id IS NOT NULL AND t.claim_xact IS NOT NULL,
+                              'completion', t.complete_event_id IS NOT NULL AND t.complete_attempt_id IS NOT NULL
+                                            AND t.complete_xact IS NOT NULL AND t.finished_at >= t.claimed_at,
+                              'result', t.result IS NOT NULL)
+$$;
+-- the rows of queue a that are not those of queue b, and the other way
+-- round (the n-th task of one against the n-th of the other; done: as
+-- completed rows)
+CREATE FUNCTION pg_temp.wr_differ(a text, b text, done boolean) RETURNS bigint LANGUAGE sql AS $$
+    WITH r AS (SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n,
+                      CASE WHEN done THEN pg_temp.wr_done(t) ELSE pg_temp.wr_row(t) END AS row
+                 FROM orch.tasks t WHERE t.queue IN (a, b))
+    SELECT count(*) FROM ((SELECT n, row FROM r WHERE queue = a EXCEPT ALL SELECT n, row FROM r WHERE queue = b)
+                          UNION ALL
+                          (SELECT n, row FROM r WHERE queue = b EXCEPT ALL SELECT n, row FROM r WHERE queue = a)) d
+$$;
+-- a trigger of yours (created on orch.tasks where a section needs one):
+-- it records the rows it sees
+CREATE TABLE wr_seen (task_id bigint, state text);
+CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
+    RETURN NEW;
+END $$;
+
 -- 1. The direct write: the heap of the task table gets multi-insert
 --    records, not one insert record per row.
 SELECT pg_current_wal_flush_lsn() AS before_direct \gset
@@ -73,12 +102,6 @@ SELECT count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') > 0 AS multi_ins
 
 -- 2. The same through SQL: a trigger of yours on orch.tasks (it counts the
 --    rows it sees); every row goes through the INSERT.
-CREATE TABLE wr_seen (task_id bigint, state text);
-CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
-    RETURN NEW;
-END $$;
 CREATE TRIGGER wr_seen AFTER INSERT ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
 SELECT pg_current_wal_flush_lsn() AS before_sql \gset
 SELECT pg_temp.wr_batches('wr_sql') AS sql_tasks;
@@ -89,8 +112,7 @@ SELECT count(*) FILTER (WHERE record_type LIKE 'MULTI_INSERT%') AS multi_inserts
    AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
 SELECT count(*) AS rows_your_trigger_saw, min(state) AS state FROM wr_seen;
 DROP TRIGGER wr_seen ON orch.tasks;
-DROP TABLE wr_seen;
-DROP FUNCTION wr_seen_task();
+TRUNCATE wr_seen;
 
 -- 3. Both wrote the same rows, in the same order (the n-th task of one
 --    queue is the n-th of the other), with ids in the order of the
@@ -100,12 +122,7 @@ SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, pg_
   FROM orch.tasks t WHERE t.queue IN ('wr_direct', 'wr_sql');
 SELECT count(*) FILTER (WHERE queue = 'wr_direct') AS direct,
        count(*) FILTER (WHERE queue = 'wr_sql') AS via_sql FROM wr_rows;
-SELECT count(*) AS rows_that_differ
-  FROM ((SELECT n, row FROM wr_rows WHERE queue = 'wr_direct'
-         EXCEPT ALL SELECT n, row FROM wr_rows WHERE queue = 'wr_sql')
-        UNION ALL
-        (SELECT n, row FROM wr_rows WHERE queue = 'wr_sql'
-         EXCEPT ALL SELECT n, row FROM wr_rows WHERE queue = 'wr_direct')) d;
+SELECT pg_temp.wr_differ('wr_direct', 'wr_sql', false) AS rows_that_differ;
 -- the ids each call returned are its rows', in the payloads' order
 SELECT w.queue, bool_and(w.ids = ARRAY(SELECT t.id FROM orch.tasks t WHERE t.id = ANY (w.ids) ORDER BY t.id)
                          AND cardinality(w.ids) = (SELECT count(*) FROM orch.tasks t WHERE t.id = ANY (w.ids))) AS ids_are_the_rows
@@ -208,14 +225,6 @@ BEGIN
     DROP TABLE wr_claims;
     RETURN n + 1;
 END $$;
-CREATE FUNCTION pg_temp.wr_done(t orch.tasks) RETURNS jsonb LANGUAGE sql AS $$
-    SELECT pg_temp.wr_row(t) - ARRAY['lease_token', 'claimed_at', 'claim_event_id', 'claim_xact', 'claim_waited',
-                                      'finished_at', 'complete_event_id', 'complete_attempt_id', 'complete_xact', 'result']
-        || jsonb_build_object('claim', t.claim_event_id IS NOT NULL AND t.claim_xact IS NOT NULL,
-                              'completion', t.complete_event_id IS NOT NULL AND t.complete_attempt_id IS NOT NULL
-                                            AND t.complete_xact IS NOT NULL AND t.finished_at >= t.claimed_at,
-                              'result', t.result IS NOT NULL)
-$$;
 SELECT pg_current_wal_flush_lsn() AS before_direct_completions \gset
 SELECT pg_temp.wr_complete('wr_cd') AS completed_directly;
 -- (row lock records: the claims' own, one per task; through SQL one more
@@ -225,12 +234,6 @@ SELECT count(*) FILTER (WHERE record_type = 'LOCK') AS row_locks,
   FROM pg_get_wal_records_info(:'before_direct_completions', pg_current_wal_flush_lsn())
  WHERE resource_manager = 'Heap'
    AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
-CREATE TABLE wr_seen (task_id bigint, state text);
-CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
-    RETURN NEW;
-END $$;
 CREATE TRIGGER wr_seen AFTER UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
 SELECT pg_current_wal_flush_lsn() AS before_sql_completions \gset
 SELECT pg_temp.wr_complete('wr_cs') AS completed_through_sql;
@@ -240,19 +243,13 @@ SELECT count(*) FILTER (WHERE record_type = 'LOCK') AS row_locks
    AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
 SELECT state, count(*) AS rows_your_trigger_saw FROM wr_seen GROUP BY state ORDER BY state;
 DROP TRIGGER wr_seen ON orch.tasks;
-DROP TABLE wr_seen;
-DROP FUNCTION wr_seen_task();
+TRUNCATE wr_seen;
 CREATE TEMP VIEW wr_done_rows AS
 SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, pg_temp.wr_done(t) AS row
   FROM orch.tasks t WHERE t.queue IN ('wr_cd', 'wr_cs');
 SELECT count(*) FILTER (WHERE queue = 'wr_cd') AS direct,
        count(*) FILTER (WHERE queue = 'wr_cs') AS via_sql FROM wr_done_rows;
-SELECT count(*) AS rows_that_differ
-  FROM ((SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cd'
-         EXCEPT ALL SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cs')
-        UNION ALL
-        (SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cs'
-         EXCEPT ALL SELECT n, row FROM wr_done_rows WHERE queue = 'wr_cd')) d;
+SELECT pg_temp.wr_differ('wr_cd', 'wr_cs', true) AS rows_that_differ;
 SELECT n, row ->> 'state' AS state, row ->> 'reason_code' AS reason, row ->> 'tenant_id' AS tenant,
        row ->> 'claim' AS recorded_claim, row ->> 'completion' AS recorded_completion, row ->> 'result' AS has_result
   FROM wr_done_rows WHERE queue = 'wr_cd' ORDER BY n;
@@ -317,28 +314,16 @@ SELECT count(*) FILTER (WHERE record_type LIKE 'INSERT%') AS insert_records,
   FROM pg_get_wal_records_info(:'before_one', pg_current_wal_flush_lsn())
  WHERE resource_manager IN ('Heap', 'Heap2')
    AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
-CREATE TABLE wr_seen (task_id bigint, state text);
-CREATE FUNCTION wr_seen_task() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO public.wr_seen VALUES (NEW.id, NEW.state);
-    RETURN NEW;
-END $$;
 CREATE TRIGGER wr_seen AFTER INSERT ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
 SELECT count(orch_enqueue('wr_one_s', jsonb_build_object('o', g), priority => 1, owner => 'wr-owner')) AS enqueued_through_sql
   FROM generate_series(1, 3) g;
 SELECT count(*) AS rows_your_trigger_saw FROM wr_seen;
 DROP TRIGGER wr_seen ON orch.tasks;
-DROP TABLE wr_seen;
-DROP FUNCTION wr_seen_task();
+TRUNCATE wr_seen;
 CREATE TEMP VIEW wr_one_rows AS
 SELECT t.queue, row_number() OVER (PARTITION BY t.queue ORDER BY t.id) AS n, pg_temp.wr_row(t) AS row
   FROM orch.tasks t WHERE t.queue IN ('wr_one_d', 'wr_one_s');
-SELECT count(*) AS rows_that_differ
-  FROM ((SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_d'
-         EXCEPT ALL SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_s')
-        UNION ALL
-        (SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_s'
-         EXCEPT ALL SELECT n, row FROM wr_one_rows WHERE queue = 'wr_one_d')) d;
+SELECT pg_temp.wr_differ('wr_one_d', 'wr_one_s', false) AS rows_that_differ;
 SELECT n, row ->> 'state' AS state, row ->> 'priority' AS priority, row ->> 'event' AS recorded_enqueue
   FROM wr_one_rows WHERE queue = 'wr_one_d' ORDER BY n;
 CREATE INDEX wr_late_idx ON orch.tasks (priority, id) WHERE queue = 'wr_late';
@@ -358,3 +343,5 @@ RESET enable_bitmapscan;
 RESET enable_seqscan;
 DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;
+DROP TABLE wr_seen;
+DROP FUNCTION wr_seen_task();
