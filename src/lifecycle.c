@@ -106,7 +106,7 @@ task_cols_register(void)
 {
 	if (task_cols_callback)
 		return;
-	CacheRegisterRelcacheCallback(task_cols_invalidate, (Datum) 0);
+	orch_schema_on_relcache(task_cols_invalidate);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, task_schema_invalidate, (Datum) 0);
 	task_cols_callback = true;
 }

@@ -495,6 +495,7 @@ extern bool orch_schema_subflows(void);
 extern Oid	orch_namespace_oid(void);
 extern Oid	orch_relid(const char *name);
 extern void orch_schema_on_reset(void (*fn) (void));
+extern void orch_schema_on_relcache(void (*fn) (Datum arg, Oid relid));
 
 /* spi.c: SPI parameters and search_path (with orch_plan/orch_exec below) */
 extern bool orch_spi_executing_kept(void);

@@ -88,7 +88,7 @@ orch_queue_cache_get(const char *queue, QueueSettings *qs, bool *paused)
 
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(queue_cache_reset, (Datum) 0);
+		orch_schema_on_relcache(queue_cache_reset);
 		callback_registered = true;
 	}
 	/* see what other sessions committed since this transaction last looked */

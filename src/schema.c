@@ -54,6 +54,15 @@ static int	kept_nforgets = 0;
 static uint64 kept_generation = 0;	/* bumped by every reset */
 
 /*
+ * The library's caches told of every relcache invalidation through this
+ * file's one callback: PostgreSQL has ten such callbacks per backend for
+ * every library loaded together (Citus takes several).
+ */
+#define RELCACHE_LISTENERS_MAX 4
+static void (*relcache_listeners[RELCACHE_LISTENERS_MAX]) (Datum arg, Oid relid);
+static int	relcache_nlisteners = 0;
+
+/*
  * Forget what is kept.  While nothing is kept against a relation (kept_tasks
  * unset), every invalidation forgets: orch_citus() may have kept its answer
  * before orch.tasks was looked up.
@@ -61,6 +70,8 @@ static uint64 kept_generation = 0;	/* bumped by every reset */
 static void
 kept_invalidate(Datum arg, Oid relid)
 {
+	for (int i = 0; i < relcache_nlisteners; i++)
+		relcache_listeners[i] ((Datum) 0, relid);
 	if (relid != InvalidOid && OidIsValid(kept_tasks) && relid != kept_tasks)
 		return;
 	kept_valid = false;
@@ -81,6 +92,23 @@ orch_schema_on_reset(void (*fn) (void))
 	if (kept_nforgets >= KEPT_FORGETS_MAX)
 		elog(ERROR, "orchestrator: too many schema reset callbacks");
 	kept_forgets[kept_nforgets++] = fn;
+	if (!kept_callback)
+	{
+		CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
+		kept_callback = true;
+	}
+}
+
+/*
+ * Call fn (as a relcache callback: fn(0, relid)) on every relcache
+ * invalidation.  Registered once per backend by each caller.
+ */
+void
+orch_schema_on_relcache(void (*fn) (Datum arg, Oid relid))
+{
+	if (relcache_nlisteners >= RELCACHE_LISTENERS_MAX)
+		elog(ERROR, "orchestrator: too many relcache listeners");
+	relcache_listeners[relcache_nlisteners++] = fn;
 	if (!kept_callback)
 	{
 		CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);

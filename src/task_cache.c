@@ -273,7 +273,7 @@ orch_task_cache(Relation rel)
 {
 	if (!callbacks_registered)
 	{
-		CacheRegisterRelcacheCallback(relcache_changed, (Datum) 0);
+		orch_schema_on_relcache(relcache_changed);
 		CacheRegisterSyscacheCallback(PROCOID, function_changed, (Datum) 0);
 		callbacks_registered = true;
 	}
