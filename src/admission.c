@@ -146,7 +146,7 @@ note_repair(const char *queue, const char *key, const char *tenant)
 				  false, 0, SPI_OK_INSERT);
 	SPI_finish();
 	/* the queue's next claim looks for it (housekeeping.c) */
-	orch_claim_wake_note(queue);
+	orch_claim_due_note(queue);
 }
 
 

@@ -26,7 +26,10 @@
  *	  and the ends of transactions that held tasks they did not claim:
  *	  where a worker's next claim may start (dequeue.c) holds only while
  *	  its bucket's count is unchanged.  A claim undone wakes the waiting
- *	  claims too: its tasks are claimable again.
+ *	  claims too: its tasks are claimable again.  A second count, of the
+ *	  commits that wrote delayed tasks or left key decisions for later,
+ *	  says whether a claim's look for such work (housekeeping.c) may go by
+ *	  an earlier one.
  */
 #include "postgres.h"
 
@@ -53,6 +56,7 @@ typedef struct ClaimWaitShared
 {
 	ConditionVariable cv[CLAIM_BUCKETS];
 	pg_atomic_uint64 gen[CLAIM_BUCKETS];	/* tasks made claimable, claims undone */
+	pg_atomic_uint64 due[CLAIM_BUCKETS];	/* delayed tasks written, key decisions left */
 } ClaimWaitShared;
 
 static ClaimWaitShared *shared = NULL;
@@ -63,6 +67,7 @@ static uint64 xact_buckets = 0;	/* the buckets this transaction woke */
 static uint64 xact_moved = 0;	/* ... of which it made a task claimable */
 static uint64 xact_claimed = 0;	/* the buckets it claimed from */
 static uint64 xact_kept = 0;	/* ... holding tasks it did not claim */
+static uint64 xact_due = 0;		/* the buckets it wrote delayed tasks of */
 static bool xact_registered = false;
 static int	sleeping_bucket = -1;	/* the bucket a claim is on, or -1 */
 static bool use_shared = false;	/* this claim is woken by commits */
@@ -96,6 +101,7 @@ claim_wait_shmem_startup(void)
 		{
 			ConditionVariableInit(&shared->cv[i]);
 			pg_atomic_init_u64(&shared->gen[i], 0);
+			pg_atomic_init_u64(&shared->due[i], 0);
 		}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -132,7 +138,7 @@ orch_claim_wait_shared(void)
  * snapshot taken from now on.
  */
 static void
-claim_wait_move(uint64 moved, uint64 wake)
+claim_wait_move(uint64 moved, uint64 due, uint64 wake)
 {
 	if (shared == NULL)
 		return;
@@ -140,6 +146,8 @@ claim_wait_move(uint64 moved, uint64 wake)
 	{
 		if (moved & (UINT64CONST(1) << i))
 			pg_atomic_fetch_add_u64(&shared->gen[i], 1);
+		if (due & (UINT64CONST(1) << i))
+			pg_atomic_fetch_add_u64(&shared->due[i], 1);
 		if (wake & (UINT64CONST(1) << i))
 			ConditionVariableBroadcast(&shared->cv[i]);
 	}
@@ -150,13 +158,15 @@ claim_wait_release_callback(ResourceReleasePhase phase, bool isCommit, bool isTo
 {
 	uint64		wake;
 	uint64		moved;
+	uint64		due;
 
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
 		return;
 	wake = (isCommit ? xact_buckets : xact_claimed) | xact_kept;
 	moved = (isCommit ? xact_moved : xact_claimed) | xact_kept;
-	xact_buckets = xact_moved = xact_claimed = xact_kept = 0;
-	claim_wait_move(moved, wake);
+	due = isCommit ? xact_due : 0;
+	xact_buckets = xact_moved = xact_claimed = xact_kept = xact_due = 0;
+	claim_wait_move(moved, due, wake);
 }
 
 /*
@@ -168,7 +178,7 @@ claim_wait_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-		claim_wait_move(xact_claimed | xact_kept, xact_claimed | xact_kept);
+		claim_wait_move(xact_claimed | xact_kept, 0, xact_claimed | xact_kept);
 }
 
 static void
@@ -198,6 +208,26 @@ orch_claim_wake_note(const char *queue)
 	bit = UINT64CONST(1) << bucket_of(queue);
 	xact_buckets |= bit;
 	xact_moved |= bit;
+}
+
+/*
+ * This transaction wrote a delayed task of queue (or moved its due moment),
+ * or left a key decision of it for later: the claims waiting on the queue
+ * look again when it commits (their next due moment may be sooner), and
+ * the claims' looks for such work (housekeeping.c) no longer go by what an
+ * earlier look found.  Where the claims start stays.
+ */
+void
+orch_claim_due_note(const char *queue)
+{
+	uint64		bit;
+
+	if (shared == NULL || queue == NULL)
+		return;
+	claim_wait_register();
+	bit = UINT64CONST(1) << bucket_of(queue);
+	xact_buckets |= bit;
+	xact_due |= bit;
 }
 
 /*
@@ -265,6 +295,26 @@ orch_claim_generation(const char *queue, uint64 *gen)
 	if (xact_moved & (UINT64CONST(1) << b))
 		return false;
 	*gen = pg_atomic_read_u64(&shared->gen[b]);
+	return true;
+}
+
+/*
+ * The count of queue's bucket of the commits that wrote delayed tasks or
+ * left key decisions (*gen), for a claim's look that would go by an
+ * earlier one: false as orch_claim_generation, or when this transaction
+ * itself wrote such a task of the bucket.
+ */
+bool
+orch_claim_due_generation(const char *queue, uint64 *gen)
+{
+	int			b;
+
+	if (shared == NULL || max_prepared_xacts > 0)
+		return false;
+	b = bucket_of(queue);
+	if (xact_due & (UINT64CONST(1) << b))
+		return false;
+	*gen = pg_atomic_read_u64(&shared->due[b]);
 	return true;
 }
 

@@ -192,8 +192,8 @@ probe(const char *queue, Datum tenants, int64 horizon, bool *expired, bool *due,
 /*
  * What a claim's probe found nothing of, kept for the backend's next
  * claims of the same queue and tenants: they skip the probe while the
- * queue's count (claim_wait.c) is unchanged -- no commit wrote a delayed
- * task, moved one's due moment or noted a key decision -- for at most
+ * queue's count of such work (claim_wait.c) is unchanged -- no commit wrote
+ * a delayed task, moved one's due moment or noted a key decision -- for at most
  * orchestrator.claim_cache_max_age, and not past the next lease or due
  * moment the probe saw, nor a lease this backend's claims gave out since.
  * A lease another backend gave out since runs out unseen by them for at
@@ -247,7 +247,7 @@ skip_holds(const char *queue, const char *tenants, uint64 *gen, bool *counted)
 	TimestampTz now;
 
 	*counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() && !orch_citus() &&
-		orch_claim_generation(queue, gen);
+		orch_claim_due_generation(queue, gen);
 	now = GetCurrentTimestamp();	/* after the count was read */
 	return *counted && skip_same(queue, tenants) && skip.gen == *gen && now < skip.until &&
 		!TimestampDifferenceExceeds(skip.kept_at, now, orch_claim_cache_max_age);

@@ -589,9 +589,9 @@ change_delayed(TaskChange *c, bool old, TimestampTz *due)
  * A task made claimable (ready_at set now), a delayed task written or its
  * due moment moved, or a slot freed (it leaves executing: a queue's owner
  * or queue limit may let another in): the claims waiting on its queue look
- * again once this transaction commits, and (but for a slot) the claims of
- * the queue no longer go by what they learnt of it before (dequeue.c,
- * housekeeping.c).
+ * again once this transaction commits; the claims of the queue no longer
+ * start where the previous one did (a task made claimable: dequeue.c), nor
+ * skip their look for due work (a delayed task: housekeeping.c).
  */
 static void
 change_wake(TaskChange *c)
@@ -607,10 +607,11 @@ change_wake(TaskChange *c)
 	ready = !ready;
 	if (!c->is_insert)
 		was_ready = !heap_attisnull(c->oldtup, task_cols.ready_at, c->td);
-	if ((ready && !was_ready) || (ready && was_ready && claim_key_moved(c)) ||
-		(change_delayed(c, false, &due) && (!change_delayed(c, true, &was_due) || was_due != due)))
+	if ((ready && !was_ready) || (ready && was_ready && claim_key_moved(c)))
 		orch_claim_wake_note(row_text(&c->row, task_cols.queue));
-	else if (c->from == TS_EXECUTING && c->to != TS_EXECUTING)
+	else if (change_delayed(c, false, &due) && (!change_delayed(c, true, &was_due) || was_due != due))
+		orch_claim_due_note(row_text(&c->row, task_cols.queue));
+	if (c->from == TS_EXECUTING && c->to != TS_EXECUTING)
 		orch_claim_slot_note(row_text(&c->row, task_cols.queue));
 }
 

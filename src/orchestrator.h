@@ -230,6 +230,8 @@ extern void orch_claim_slot_note(const char *queue);
 extern void orch_claim_wake_all(void);
 extern void orch_claim_taken(const char *queue, bool kept_locks);
 extern bool orch_claim_generation(const char *queue, uint64 *gen);
+extern void orch_claim_due_note(const char *queue);
+extern bool orch_claim_due_generation(const char *queue, uint64 *gen);
 extern void orch_claim_wait_begin(bool shared_ok);
 extern void orch_claim_wait_prepare(const char *queue);
 extern void orch_claim_wait_sleep(TimestampTz next, TimestampTz deadline);
