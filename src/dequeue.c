@@ -138,20 +138,21 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  * locked; the default tenant's, when it is one of them, from
  * tasks_claim_idx), and the best $2 of those claimed, so that no tenant's
  * backlog is read by another's claim.  Rows locked and not chosen are free
- * again when the claim's transaction ends.
+ * again when the claim's transaction ends.  The rows chosen are updated
+ * by ctid, as CLAIM_SQL's.
  */
 #define CLAIM_TENANTS_SQL(RUNF) \
 	"WITH u AS (" \
 	"  UPDATE orch.tasks t SET " CLAIM_SET \
-	"  WHERE t.id = ANY (ARRAY(SELECT x.id FROM (" \
-	"     SELECT y.id, y.priority, y.created_at FROM pg_catalog.unnest($5::text[]) AS w(tenant)," \
-	"      LATERAL (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
+	"  WHERE t.ctid = ANY (ARRAY(SELECT x.tid FROM (" \
+	"     SELECT y.tid, y.id, y.priority, y.created_at FROM pg_catalog.unnest($5::text[]) AS w(tenant)," \
+	"      LATERAL (SELECT c.ctid AS tid, c.id, c.priority, c.created_at FROM orch.tasks c" \
 	"       WHERE c.queue = $1 AND c.tenant_id = w.tenant" NOT_DEFAULT("c.tenant_id") \
 	"         AND c.ready_at <= " ORCH_NOW RUNF \
 	"       ORDER BY c.priority, c.created_at, c.id" \
 	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) y" \
 	"     UNION ALL" \
-	"     SELECT z.id, z.priority, z.created_at FROM (SELECT c.id, c.priority, c.created_at FROM orch.tasks c" \
+	"     SELECT z.tid, z.id, z.priority, z.created_at FROM (SELECT c.ctid AS tid, c.id, c.priority, c.created_at FROM orch.tasks c" \
 	"       WHERE '" ORCH_DEFAULT_TENANT "' = ANY ($5) AND c.queue = $1" \
 	"         AND c.tenant_id = '" ORCH_DEFAULT_TENANT "' AND c.ready_at <= " ORCH_NOW RUNF \
 	"       ORDER BY c.priority, c.created_at, c.id" \
