@@ -223,34 +223,6 @@ append_attnos(TupleDesc desc, int ncols, const char *const *cols)
 }
 
 /*
- * The attribute numbers of a task append's columns (append_attnos), kept
- * for the task table's description they were found in and the column list
- * (a static array of the caller's).
- */
-static AttrNumber *
-task_attnos(OrchTaskCache *tc, TupleDesc desc, int ncols, const char *const *cols)
-{
-	static AttrNumber *kept = NULL;
-	static uint64 kept_version = 0;
-	static const char *const *kept_cols = NULL;
-	static int	kept_ncols = 0;
-	AttrNumber *found;
-
-	if (kept != NULL && kept_version == orch_task_cache_version(tc) && kept_cols == cols &&
-		kept_ncols == ncols)
-		return kept;
-	found = append_attnos(desc, ncols, cols);
-	if (kept != NULL)
-		pfree(kept);
-	kept = MemoryContextAlloc(TopMemoryContext, sizeof(AttrNumber) * Max(ncols, 1));
-	memcpy(kept, found, sizeof(AttrNumber) * ncols);
-	kept_version = orch_task_cache_version(tc);
-	kept_cols = cols;
-	kept_ncols = ncols;
-	return kept;
-}
-
-/*
  * The defaults of the columns not filled (id, xact, ...): an INSERT's, the
  * parent's.  One that calls no volatile function (a constant, now()) has
  * the same value for every row of the statement, computed here once; a
@@ -560,7 +532,8 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 	desc = RelationGetDescr(rel);
 	/* the task table's description is kept (task_cache.c) */
 	tc = row_hook != NULL ? orch_task_cache(rel) : NULL;
-	attno = tc != NULL ? task_attnos(tc, desc, ncols, cols) : append_attnos(desc, ncols, cols);
+	attno = tc != NULL ? (AttrNumber *) orch_task_cache_columns(tc, rel, ncols, cols, NULL)
+		: append_attnos(desc, ncols, cols);
 	estate = CreateExecutorState();
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);

@@ -192,13 +192,12 @@ claim_wait_register(void)
 }
 
 /*
- * This transaction made a task of queue claimable: the claims waiting on
- * the queue are woken when it commits, and the claims of the queue look
- * from its beginning again.  A bit in a word: as cheap as it can be on
- * every enqueue.
+ * This transaction's note of queue's bucket: its waiting claims woken at
+ * the commit, and the bucket's bit set in also (NULL: none), a count it
+ * moves.
  */
-void
-orch_claim_wake_note(const char *queue)
+static void
+note(const char *queue, uint64 *also)
 {
 	uint64		bit;
 
@@ -207,7 +206,20 @@ orch_claim_wake_note(const char *queue)
 	claim_wait_register();
 	bit = UINT64CONST(1) << bucket_of(queue);
 	xact_buckets |= bit;
-	xact_moved |= bit;
+	if (also)
+		*also |= bit;
+}
+
+/*
+ * This transaction made a task of queue claimable: the claims waiting on
+ * the queue are woken when it commits, and the claims of the queue look
+ * from its beginning again.  A bit in a word: as cheap as it can be on
+ * every enqueue.
+ */
+void
+orch_claim_wake_note(const char *queue)
+{
+	note(queue, &xact_moved);
 }
 
 /*
@@ -220,14 +232,7 @@ orch_claim_wake_note(const char *queue)
 void
 orch_claim_due_note(const char *queue)
 {
-	uint64		bit;
-
-	if (shared == NULL || queue == NULL)
-		return;
-	claim_wait_register();
-	bit = UINT64CONST(1) << bucket_of(queue);
-	xact_buckets |= bit;
-	xact_due |= bit;
+	note(queue, &xact_due);
 }
 
 /*
@@ -238,10 +243,7 @@ orch_claim_due_note(const char *queue)
 void
 orch_claim_slot_note(const char *queue)
 {
-	if (shared == NULL || queue == NULL)
-		return;
-	claim_wait_register();
-	xact_buckets |= UINT64CONST(1) << bucket_of(queue);
+	note(queue, NULL);
 }
 
 /*
@@ -278,43 +280,26 @@ orch_claim_taken(const char *queue, bool kept_locks)
 }
 
 /*
- * The count of queue's bucket (*gen), for a claim that would start where
- * the previous one did: false when there is none to go by (no shared
- * memory; prepared transactions allowed, whose commit or rollback would
- * not count) or when this transaction itself made a task of the bucket
- * claimable (not counted before it commits).
+ * A count of queue's bucket (*gen): for a claim that would start where the
+ * previous one did, of the commits that made a task claimable and the
+ * claims undone; with due, for a claim's look that would go by an earlier
+ * one, of the commits that wrote delayed tasks or left key decisions.
+ * False when there is none to go by (no shared memory; prepared
+ * transactions allowed, whose commit or rollback would not count) or when
+ * this transaction itself did such a thing in the bucket (not counted
+ * before it commits).
  */
 bool
-orch_claim_generation(const char *queue, uint64 *gen)
+orch_claim_generation(const char *queue, bool due, uint64 *gen)
 {
 	int			b;
 
 	if (shared == NULL || max_prepared_xacts > 0)
 		return false;
 	b = bucket_of(queue);
-	if (xact_moved & (UINT64CONST(1) << b))
+	if ((due ? xact_due : xact_moved) & (UINT64CONST(1) << b))
 		return false;
-	*gen = pg_atomic_read_u64(&shared->gen[b]);
-	return true;
-}
-
-/*
- * The count of queue's bucket of the commits that wrote delayed tasks or
- * left key decisions (*gen), for a claim's look that would go by an
- * earlier one: false as orch_claim_generation, or when this transaction
- * itself wrote such a task of the bucket.
- */
-bool
-orch_claim_due_generation(const char *queue, uint64 *gen)
-{
-	int			b;
-
-	if (shared == NULL || max_prepared_xacts > 0)
-		return false;
-	b = bucket_of(queue);
-	if (xact_due & (UINT64CONST(1) << b))
-		return false;
-	*gen = pg_atomic_read_u64(&shared->due[b]);
+	*gen = pg_atomic_read_u64(due ? &shared->due[b] : &shared->gen[b]);
 	return true;
 }
 

@@ -686,7 +686,7 @@ claim_start(OrchArgs *a, const char *queue, const char *tenant)
 	ClaimFrom  *f = NULL;
 	uint64		gen = 0;
 	bool		counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() &&
-		orch_claim_generation(queue, &gen);
+		orch_claim_generation(queue, false, &gen);
 	TimestampTz now = GetCurrentTimestamp();	/* after the count was read */
 	bool		from = false;
 

@@ -247,7 +247,7 @@ skip_holds(const char *queue, const char *tenants, uint64 *gen, bool *counted)
 	TimestampTz now;
 
 	*counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() && !orch_citus() &&
-		orch_claim_due_generation(queue, gen);
+		orch_claim_generation(queue, true, gen);
 	now = GetCurrentTimestamp();	/* after the count was read */
 	return *counted && skip_same(queue, tenants) && skip.gen == *gen && now < skip.until &&
 		!TimestampDifferenceExceeds(skip.kept_at, now, orch_claim_cache_max_age);

@@ -81,6 +81,16 @@ kept_invalidate(Datum arg, Oid relid)
 		kept_forgets[i] ();
 }
 
+/* The library's one relcache callback, registered once per backend */
+static void
+kept_register(void)
+{
+	if (kept_callback)
+		return;
+	CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
+	kept_callback = true;
+}
+
 /*
  * Call fn whenever what is kept across transactions about the schema is
  * forgotten (orch.tasks altered, dropped or distributed; every relation's
@@ -92,11 +102,7 @@ orch_schema_on_reset(void (*fn) (void))
 	if (kept_nforgets >= KEPT_FORGETS_MAX)
 		elog(ERROR, "orchestrator: too many schema reset callbacks");
 	kept_forgets[kept_nforgets++] = fn;
-	if (!kept_callback)
-	{
-		CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
-		kept_callback = true;
-	}
+	kept_register();
 }
 
 /*
@@ -109,11 +115,7 @@ orch_schema_on_relcache(void (*fn) (Datum arg, Oid relid))
 	if (relcache_nlisteners >= RELCACHE_LISTENERS_MAX)
 		elog(ERROR, "orchestrator: too many relcache listeners");
 	relcache_listeners[relcache_nlisteners++] = fn;
-	if (!kept_callback)
-	{
-		CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
-		kept_callback = true;
-	}
+	kept_register();
 }
 
 /* "0.7.0" -> 700; -1 when it is not three numbers. */
@@ -180,11 +182,7 @@ orch_schema_version(void)
 		checked_lxid = MyProc->lxid;
 		return checked_version;
 	}
-	if (!kept_callback)
-	{
-		CacheRegisterRelcacheCallback(kept_invalidate, (Datum) 0);
-		kept_callback = true;
-	}
+	kept_register();
 	generation = kept_generation;
 	extoid = get_extension_oid("orchestrator", true);
 	if (creating_extension && CurrentExtensionObject == extoid)

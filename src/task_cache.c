@@ -34,11 +34,12 @@
 
 #include "orchestrator.h"
 
+#define TASK_COLUMN_LISTS 4
+
 struct OrchTaskCache
 {
 	MemoryContext cxt;
 	Oid			relid;
-	uint64		version;		/* of this build, never reused */
 	bool		stale;
 	bool		inserts_ours;	/* the table's own two triggers and no other on INSERT */
 	bool		updates_ours;	/* ... on UPDATE */
@@ -53,6 +54,9 @@ struct OrchTaskCache
 	ExprState **defaults;		/* per column: its default, compiled; NULL: none */
 	bool	   *default_volatile;
 	ExprContext *econtext;		/* the predicates' evaluation, kept */
+	int			nlists;			/* column lists looked up (orch_task_cache_columns) */
+	const char *const *list_names[TASK_COLUMN_LISTS];
+	AttrNumber *list_attnos[TASK_COLUMN_LISTS];
 };
 
 struct OrchTaskEntries
@@ -64,7 +68,6 @@ struct OrchTaskEntries
 };
 
 static OrchTaskCache *cache = NULL;
-static uint64 builds = 0;
 static bool callbacks_registered = false;
 
 /* While a description is built: the table, its indexes, and whether they or a function changed */
@@ -207,7 +210,6 @@ build_into(OrchTaskCache *c, Relation rel)
 	int			i = 0;
 
 	c->relid = RelationGetRelid(rel);
-	c->version = ++builds;
 	/* (a trigger created, dropped, enabled or disabled invalidates rel) */
 	c->inserts_ours = orch_task_triggers_ours(rel, false);
 	c->updates_ours = orch_task_triggers_ours(rel, true);
@@ -288,11 +290,37 @@ orch_task_cache(Relation rel)
 	return cache;
 }
 
-/* A number that changes whenever the description is built again */
-uint64
-orch_task_cache_version(const OrchTaskCache *c)
+/*
+ * The attribute numbers of the n columns named (a static list of the
+ * caller's, looked up once per description), InvalidAttrNumber for one
+ * the table lacks, or (types not NULL) that is not of the type given.
+ */
+const AttrNumber *
+orch_task_cache_columns(OrchTaskCache *c, Relation rel, int n, const char *const *names,
+						const Oid *types)
 {
-	return c->version;
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber *attnos;
+
+	for (int l = 0; l < c->nlists; l++)
+		if (c->list_names[l] == names)
+			return c->list_attnos[l];
+	attnos = MemoryContextAllocZero(c->cxt, sizeof(AttrNumber) * Max(n, 1));
+	for (int k = 0; k < n; k++)
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), names[k]) == 0 &&
+				(types == NULL || att->atttypid == types[k]))
+				attnos[k] = att->attnum;
+		}
+	if (c->nlists < TASK_COLUMN_LISTS)
+	{
+		c->list_names[c->nlists] = names;
+		c->list_attnos[c->nlists++] = attnos;
+	}
+	return attnos;
 }
 
 /*

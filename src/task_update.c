@@ -79,36 +79,22 @@ static const Oid update_types[UC_COUNT] = {
 	INT8OID, TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, INT8OID, TEXTOID, JSONBOID, TEXTOID
 };
 
-/* The columns' numbers, for the description they were found in */
-static AttrNumber cols[UC_COUNT];
-static uint64 cols_version = 0;
-
-/* The columns a completion reads or sets found (false: an older schema) */
-static bool
+/*
+ * The columns a completion reads or sets, of their types (NULL: one is
+ * missing or of another type, an older or changed schema), the task found
+ * by its id, the primary key's first column.
+ */
+static const AttrNumber *
 find_columns(Relation rel, OrchTaskCache *c)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
+	const AttrNumber *cols = orch_task_cache_columns(c, rel, UC_COUNT, update_cols, update_types);
 	AttrNumber	pk_first;
 
-	if (cols_version == orch_task_cache_version(c))
-		return true;
 	for (int k = 0; k < UC_COUNT; k++)
-	{
-		cols[k] = InvalidAttrNumber;
-		for (int a = 0; a < desc->natts; a++)
-			if (!TupleDescAttr(desc, a)->attisdropped &&
-				strcmp(NameStr(TupleDescAttr(desc, a)->attname), update_cols[k]) == 0 &&
-				TupleDescAttr(desc, a)->atttypid == update_types[k])
-				cols[k] = a + 1;
 		if (cols[k] == InvalidAttrNumber)
-			return false;
-	}
-	/* the task is found by its id, the primary key's first column */
+			return NULL;
 	(void) orch_task_cache_pk(c, &pk_first);
-	if (pk_first != cols[UC_ID])
-		return false;
-	cols_version = orch_task_cache_version(c);
-	return true;
+	return pk_first == cols[UC_ID] ? cols : NULL;
 }
 
 /*
@@ -163,7 +149,7 @@ tenant_among(Datum tenant, Datum tenants)
 
 /* The completion's WHERE clause, on the row version found */
 static OrchDirect
-completion_matches(Datum *v, bool *nl, const OrchCompletion *want, Datum tenants)
+completion_matches(const AttrNumber *cols, Datum *v, bool *nl, const OrchCompletion *want, Datum tenants)
 {
 	char	   *state;
 
@@ -222,7 +208,8 @@ find_task(IndexScanDesc scan, int64 id, TupleTableSlot *slot, TupleTableSlot *sp
  * the UPDATE must do it.
  */
 static OrchDirect
-complete_one(Relation rel, OrchTaskEntries *entries, IndexScanDesc scan, TupleTableSlot *found,
+complete_one(Relation rel, const AttrNumber *cols, OrchTaskEntries *entries, IndexScanDesc scan,
+			 TupleTableSlot *found,
 			 TupleTableSlot *spare, TupleTableSlot *nslot, EState *estate, Snapshot snap,
 			 MemoryContext scan_cxt, OrchUpdateHook hook, const OrchCompletion *want, Datum tenants)
 {
@@ -257,7 +244,7 @@ complete_one(Relation rel, OrchTaskEntries *entries, IndexScanDesc scan, TupleTa
 	on = palloc(sizeof(bool) * desc->natts);
 	heap_deform_tuple(oldtup, desc, ov, on);
 	ExecClearTuple(found);
-	r = completion_matches(ov, on, want, tenants);
+	r = completion_matches(cols, ov, on, want, tenants);
 	if (r != ORCH_DIRECT_DONE)
 		return r;
 
@@ -299,6 +286,7 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	Relation	rel;
 	Relation	pk;
 	OrchTaskCache *c;
+	const AttrNumber *cols;
 	OrchTaskEntries *entries;
 	AttrNumber	pk_first;
 	Snapshot	snap;
@@ -316,7 +304,7 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 		return 0;
 	rel = table_open(relid, RowExclusiveLock);
 	if (!update_possible(rel) || !orch_task_cache_writable((c = orch_task_cache(rel)), true) ||
-		!orch_task_cache_entries_ok(c) || !find_columns(rel, c))
+		!orch_task_cache_entries_ok(c) || (cols = find_columns(rel, c)) == NULL)
 	{
 		table_close(rel, NoLock);
 		return 0;
@@ -339,7 +327,7 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	for (; done < n; done++)
 	{
 		MemoryContext row = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-		OrchDirect	r = complete_one(rel, entries, scan, found, spare, nslot, estate, snap,
+		OrchDirect	r = complete_one(rel, cols, entries, scan, found, spare, nslot, estate, snap,
 									 work, hook, &want[done], tenants);
 
 		MemoryContextSwitchTo(row);
