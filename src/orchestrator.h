@@ -615,7 +615,6 @@ extern bool orch_events_store(OrchEvent *const *events, int n);
 extern bool orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols,
 							  const Oid *types, int nrows, const Datum *values, const bool *nulls,
 							  int64 *ids);
-extern bool orch_task_triggers_ours(Relation rel, bool update);
 
 /* task_cache.c: what writes of orch.tasks without SQL need of it, kept per backend */
 typedef struct OrchTaskCache OrchTaskCache;

@@ -126,8 +126,8 @@ own_trigger(Trigger *t, Oid extoid, const char *name, const char *fn, bool row, 
  * column list, or any other trigger on the event: no.  (The caller checks
  * that this session fires triggers: session_replication_role.)
  */
-bool
-orch_task_triggers_ours(Relation rel, bool update)
+static bool
+triggers_ours(Relation rel, bool update)
 {
 	/* a copy: the lookups below may rebuild rel's entry, and its triggers */
 	TriggerDesc *td = CopyTriggerDesc(rel->trigdesc);
@@ -211,8 +211,8 @@ build_into(OrchTaskCache *c, Relation rel)
 
 	c->relid = RelationGetRelid(rel);
 	/* (a trigger created, dropped, enabled or disabled invalidates rel) */
-	c->inserts_ours = orch_task_triggers_ours(rel, false);
-	c->updates_ours = orch_task_triggers_ours(rel, true);
+	c->inserts_ours = triggers_ours(rel, false);
+	c->updates_ours = triggers_ours(rel, true);
 	c->btree_only = true;
 	c->pk = -1;
 	c->nindexes = list_length(indexes);
