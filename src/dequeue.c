@@ -162,7 +162,7 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 	" SELECT id, lease_token, attempts, payload, queue, priority, step_key, tenant_id," \
 	"  run_id, lease_expires_at, resume_data FROM u ORDER BY priority, created_at, id"
 
-static void emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer);
+static void emit_claimed(ReturnSetInfo *rsinfo);
 
 
 #define CLAIM_IDS_SQL \
@@ -377,8 +377,7 @@ limited_init(LimitedClaim *lc, const char *queue, QueueSettings *qs, int32 allow
 
 /* Claim the tasks a limited or fair claim chose (locked by it); emitted. */
 static int
-claim_chosen(LimitedClaim *lc, const char *worker, int64 lease, ReturnSetInfo *rsinfo,
-			 MemoryContext outer)
+claim_chosen(LimitedClaim *lc, const char *worker, int64 lease, ReturnSetInfo *rsinfo)
 {
 	OrchArgs	u = {0};
 	int			claimed;
@@ -397,7 +396,7 @@ claim_chosen(LimitedClaim *lc, const char *worker, int64 lease, ReturnSetInfo *r
 				  " WHERE $2 > 0 ORDER BY priority, created_at, id",
 				  false, 0, SPI_OK_SELECT);
 	claimed = (int) SPI_processed;
-	emit_claimed(rsinfo, outer);
+	emit_claimed(rsinfo);
 	return claimed;
 }
 
@@ -413,8 +412,7 @@ claim_chosen(LimitedClaim *lc, const char *worker, int64 lease, ReturnSetInfo *r
  */
 static int
 claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
-			  Datum tenants, bool all_tenants, QueueSettings *qs, ReturnSetInfo *rsinfo,
-			  MemoryContext outer)
+			  Datum tenants, bool all_tenants, QueueSettings *qs, ReturnSetInfo *rsinfo)
 {
 	Datum		cv[7];
 	char		cn[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
@@ -456,7 +454,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
 		cv[6] = BoolGetDatum(false);
 		limited_take_window(&lc, cv);
 	}
-	return claim_chosen(&lc, worker, lease, rsinfo, outer);
+	return claim_chosen(&lc, worker, lease, rsinfo);
 }
 
 /*
@@ -468,7 +466,7 @@ claim_limited(const char *queue, const char *worker, int32 batch, int64 lease,
  */
 static int
 claim_fair(const char *queue, const char *worker, int32 batch, int64 lease,
-		   Datum tenants, QueueSettings *qs, ReturnSetInfo *rsinfo, MemoryContext outer)
+		   Datum tenants, QueueSettings *qs, ReturnSetInfo *rsinfo)
 {
 	LimitedClaim lc;
 	FairClaim  *fc;
@@ -493,7 +491,7 @@ claim_fair(const char *queue, const char *worker, int32 batch, int64 lease,
 			lc.chosen[lc.nchosen++] = Int64GetDatum(ids[i]);
 			taken[i] = true;
 		}
-	claimed = claim_chosen(&lc, worker, lease, rsinfo, outer);
+	claimed = claim_chosen(&lc, worker, lease, rsinfo);
 	orch_fair_served(fc, taken);
 	return claimed;
 }
@@ -514,39 +512,43 @@ guard_key(const char *tenant, bool has_run, int64 run_id, const char *step, int6
 	return psprintf("%016llx", (unsigned long long) h);
 }
 
-/* Put the claimed rows of SPI_tuptable into the result, with their guard. */
+/*
+ * One claimed row into the result, with its guard: its values in the
+ * order of ORCH_CLAIMED_COLS (the eleven first read).
+ */
 static void
-emit_claimed(ReturnSetInfo *rsinfo, MemoryContext outer)
+emit_row(ReturnSetInfo *rsinfo, const Datum *v, const bool *n)
+{
+	Datum		out[10];
+	bool		nulls[10];
+
+	memcpy(out, v, sizeof(Datum) * 7);
+	memcpy(nulls, n, sizeof(bool) * 7);
+	out[7] = orch_text_datum(guard_key(TextDatumGetCString(v[7]), !n[8], n[8] ? 0 : DatumGetInt64(v[8]),
+									   n[6] ? NULL : TextDatumGetCString(v[6]), DatumGetInt64(v[0])));
+	nulls[7] = false;
+	out[8] = v[9];
+	nulls[8] = n[9];
+	out[9] = v[10];
+	nulls[9] = n[10];
+	/* the next claims skip no look for expired leases past this one's end */
+	if (!nulls[8] && !nulls[4])
+		orch_claim_housekeeping_leased(TextDatumGetCString(out[4]), DatumGetTimestampTz(out[8]));
+	/* tuplestore copies the values into its own context */
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+}
+
+/* Put the claimed rows of SPI_tuptable into the result */
+static void
+emit_claimed(ReturnSetInfo *rsinfo)
 {
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	td = SPI_tuptable->tupdesc;
-		Datum		out[10];
-		bool		nulls[10];
-		bool		isnull;
-		Datum		run;
-		bool		has_run;
-		char	   *step;
-		char	   *ten;
-		MemoryContext spicxt;
+		Datum		v[ORCH_CLAIMED_COLS];
+		bool		n[ORCH_CLAIMED_COLS];
 
-		orch_spi_values(SPI_tuptable, i, 1, 7, out, nulls);
-		ten = SPI_getvalue(tup, td, 8);
-		run = SPI_getbinval(tup, td, 9, &isnull);
-		has_run = !isnull;
-		step = SPI_getvalue(tup, td, 7);
-		spicxt = MemoryContextSwitchTo(outer);
-		out[7] = orch_text_datum(guard_key(ten, has_run, has_run ? DatumGetInt64(run) : 0,
-										   step, DatumGetInt64(out[0])));
-		nulls[7] = false;
-		MemoryContextSwitchTo(spicxt);
-		orch_spi_values(SPI_tuptable, i, 10, 2, out + 8, nulls + 8);
-		/* the next claims skip no look for expired leases past this one's end */
-		if (!nulls[8] && !nulls[4])
-			orch_claim_housekeeping_leased(TextDatumGetCString(out[4]), DatumGetTimestampTz(out[8]));
-		/* tuplestore copies the values into its own context */
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+		orch_spi_values(SPI_tuptable, i, 1, 11, v, n);
+		emit_row(rsinfo, v, n);
 	}
 }
 
@@ -675,60 +677,75 @@ claim_from_slot(const char *queue, const char *tenant)
 	return f;
 }
 
-/*
- * $6 .. $9 of a claim of queue for tenant (NULL: all): where it starts,
- * and the moment it read the queue's count.  Returns the slot to record
- * the claim's first task in (NULL: none).
- */
-static ClaimFrom *
-claim_start(OrchArgs *a, const char *queue, const char *tenant)
+/* Where one claim starts, and what it records for the next */
+typedef struct ClaimStart
+{
+	ClaimFrom  *slot;			/* where to record its first task; NULL: nowhere */
+	bool		from;			/* start at (priority, created_at, id) */
+	int32		priority;
+	TimestampTz created_at;
+	int64		id;
+	TimestampTz counted_at;		/* when it read the queue's count */
+} ClaimStart;
+
+/* Where a claim of queue for tenant (NULL: all) starts */
+static void
+claim_start(ClaimStart *st, const char *queue, const char *tenant)
 {
 	ClaimFrom  *f = NULL;
 	uint64		gen = 0;
 	bool		counted = orch_claim_cache_max_age > 0 && !IsolationUsesXactSnapshot() &&
 		orch_claim_generation(queue, false, &gen);
 	TimestampTz now = GetCurrentTimestamp();	/* after the count was read */
-	bool		from = false;
 
-	if (counted)
+	memset(st, 0, sizeof(*st));
+	st->counted_at = now;
+	if (!counted)
+		return;
+	f = claim_from_slot(queue, tenant);
+	st->slot = f;
+	st->from = f->valid && f->gen == gen &&
+		!TimestampDifferenceExceeds(f->at, now, orch_claim_cache_max_age);
+	if (!st->from)
 	{
-		f = claim_from_slot(queue, tenant);
-		from = f->valid && f->gen == gen &&
-			!TimestampDifferenceExceeds(f->at, now, orch_claim_cache_max_age);
-		if (!from)
-		{
-			f->gen = gen;
-			f->at = now;
-		}
+		f->gen = gen;
+		f->at = now;
+		return;
 	}
-	orch_arg_int4(a, from ? f->priority : PG_INT32_MIN);
-	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(from ? f->created_at : DT_NOBEGIN), false);
-	orch_arg_int8(a, from ? f->id : PG_INT64_MIN);
-	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(now), false);
-	return f;
+	st->priority = f->priority;
+	st->created_at = f->created_at;
+	st->id = f->id;
+}
+
+/* $6 .. $9 of the claim statement: where it starts, when it read the count */
+static void
+claim_start_args(OrchArgs *a, const ClaimStart *st)
+{
+	orch_arg_int4(a, st->from ? st->priority : PG_INT32_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(st->from ? st->created_at : DT_NOBEGIN), false);
+	orch_arg_int8(a, st->from ? st->id : PG_INT64_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(st->counted_at), false);
 }
 
 /*
- * After the claim of queue for tenant (its rows in SPI_tuptable): the next
- * one starts at its first task; none claimed, at the beginning.  (A claim
- * made inside this one, by a trigger, may have taken the slot over.)
+ * After the claim of queue for tenant: the next one starts at its first
+ * task (v: its values as ORCH_CLAIMED_COLS orders them); none claimed
+ * (v NULL), at the beginning.  (A claim made inside this one, by a
+ * trigger, may have taken the slot over.)
  */
 static void
-claim_started(ClaimFrom *f, const char *queue, const char *tenant)
+claim_started(const ClaimStart *st, const char *queue, const char *tenant, const Datum *v)
 {
-	HeapTuple	first;
-	TupleDesc	td = SPI_tuptable ? SPI_tuptable->tupdesc : NULL;
-	bool		isnull;
+	ClaimFrom  *f = st->slot;
 
 	if (f == NULL || f->queue == NULL || strcmp(f->queue, queue) != 0 || !same_name(f->tenant, tenant))
 		return;
-	f->valid = SPI_processed > 0 && td != NULL && td->natts >= 12;
+	f->valid = v != NULL;
 	if (!f->valid)
 		return;
-	first = SPI_tuptable->vals[0];
-	f->id = DatumGetInt64(SPI_getbinval(first, td, 1, &isnull));
-	f->priority = DatumGetInt32(SPI_getbinval(first, td, 6, &isnull));
-	f->created_at = DatumGetTimestampTz(SPI_getbinval(first, td, 12, &isnull));
+	f->id = DatumGetInt64(v[0]);
+	f->priority = DatumGetInt32(v[5]);
+	f->created_at = DatumGetTimestampTz(v[11]);
 }
 
 /* What one claim asks for (orch_dequeue's arguments, checked) */
@@ -742,13 +759,66 @@ typedef struct ClaimRequest
 } ClaimRequest;
 
 /*
+ * The claim of one tenant (tenant) or of all (NULL), which reads one range
+ * of a claim index: written without SQL where it can be (task_claim.c),
+ * the claim statement ($1 .. $5 in a) taking what it leaves.  Returns how
+ * many were claimed, emitted into rsinfo.
+ */
+static int
+claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, ReturnSetInfo *rsinfo)
+{
+	ClaimStart	st;
+	OrchClaimWant w = {0};
+	Datum	   *v = palloc(sizeof(Datum) * ORCH_CLAIMED_COLS * r->batch);
+	bool	   *n = palloc(sizeof(bool) * ORCH_CLAIMED_COLS * r->batch);
+	bool		rest_sql;
+	int			claimed;
+	Datum		first[ORCH_CLAIMED_COLS];
+
+	claim_start(&st, r->queue, tenant);
+	orch_claim_taken(r->queue, false);
+	w.queue = r->queue;
+	w.tenant = tenant;
+	w.worker = r->worker;
+	w.batch = r->batch;
+	w.lease = lease;
+	w.due = Max(Max(GetCurrentTransactionStartTimestamp(), GetCurrentStatementStartTimestamp()),
+				st.counted_at);
+	w.from = st.from;
+	w.from_priority = st.priority;
+	w.from_created_at = st.created_at;
+	w.from_id = st.id;
+	claimed = orch_tasks_claim_direct(orch_task_updating, &w, v, n, &rest_sql);
+	if (claimed > 0)
+	{
+		orch_tasks_updated();
+		memcpy(first, v, sizeof(first));
+	}
+	for (int i = 0; i < claimed; i++)
+		emit_row(rsinfo, v + (size_t) i * ORCH_CLAIMED_COLS, n + (size_t) i * ORCH_CLAIMED_COLS);
+	if (rest_sql)
+	{
+		/* the claim statement, for what is left ($2) */
+		claim_start_args(a, &st);
+		a->values[1] = Int32GetDatum(r->batch - claimed);
+		orch_args_sql(a, claim_sql(tenant, tenant == NULL), false, 0, SPI_OK_SELECT);
+		if (claimed == 0 && SPI_processed > 0)
+			orch_spi_values(SPI_tuptable, 0, 1, ORCH_CLAIMED_COLS, first, n);
+		claimed += (int) SPI_processed;
+		emit_claimed(rsinfo);
+	}
+	claim_started(&st, r->queue, tenant, claimed > 0 ? first : NULL);
+	return claimed;
+}
+
+/*
  * One look for work: claims up to r->batch tasks into rsinfo's tuplestore;
  * returns how many.  For a claim that waits (next not NULL), when it claims
  * none, *next is when the queue may have work without a commit (its next
  * delayed task due, its next lease out; 0: none known).
  */
 static int
-claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, TimestampTz *next)
+claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, TimestampTz *next)
 {
 	int			ev;
 	QueueSettings qs;
@@ -805,12 +875,14 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 		orch_claim_taken(r->queue, false);
 		claim_citus(r->queue, tenant, &qs, &a);
 		orch_scope_clear();
+		claimed = (int) SPI_processed;
+		emit_claimed(rsinfo);
 	}
 	else if (qs.fair && (qs.fair_by_key || tenant == NULL) && orch_schema_fair_claims())
 	{
 		orch_claim_taken(r->queue, true);
 		claimed = claim_fair(r->queue, r->worker, r->batch, lease,
-							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo, outer);
+							 all_tenants ? (Datum) 0 : tenants, &qs, rsinfo);
 		orch_clear_event_context(ev);
 		if (claimed == 0 && next)
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
@@ -821,7 +893,7 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	{
 		orch_claim_taken(r->queue, true);
 		claimed = claim_limited(r->queue, r->worker, r->batch, lease, tenants, all_tenants, &qs,
-								rsinfo, outer);
+								rsinfo);
 		orch_clear_event_context(ev);
 		if (claimed == 0 && next && !orch_citus())
 			*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
@@ -830,24 +902,19 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
 	}
 	else if (tenant || all_tenants)
 	{
-		ClaimFrom  *f;
-
 		if (!tenant)
 			orch_arg_text(&a, NULL);	/* ($5: no tenant) */
-		f = claim_start(&a, r->queue, tenant);
-		orch_claim_taken(r->queue, false);
-		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
-		claim_started(f, r->queue, tenant);
+		claimed = claim_one_range(r, tenant, lease, &a, rsinfo);
 	}
 	else
 	{
 		/* each tenant's best rows locked, the best of them claimed */
 		orch_claim_taken(r->queue, true);
 		orch_args_sql(&a, claim_sql(tenant, all_tenants), false, 0, SPI_OK_SELECT);
+		claimed = (int) SPI_processed;
+		emit_claimed(rsinfo);
 	}
-	claimed = (int) SPI_processed;
 	orch_clear_event_context(ev);
-	emit_claimed(rsinfo, outer);
 	if (claimed == 0 && next && !orch_citus())
 		*next = orch_next_due(r->queue, all_tenants ? (Datum) 0 : tenants);
 	SPI_finish();
@@ -861,7 +928,7 @@ claim_once(ClaimRequest *r, ReturnSetInfo *rsinfo, MemoryContext outer, Timestam
  * then looks again (claim_wait.c).
  */
 static void
-claim_waiting(ClaimRequest *r, int64 wait, ReturnSetInfo *rsinfo, MemoryContext outer)
+claim_waiting(ClaimRequest *r, int64 wait, ReturnSetInfo *rsinfo)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait / 1000);
 
@@ -880,7 +947,7 @@ claim_waiting(ClaimRequest *r, int64 wait, ReturnSetInfo *rsinfo, MemoryContext 
 		orch_claim_wait_prepare(r->queue);
 		/* a queue paused or resumed, its settings changed, meanwhile */
 		AcceptInvalidationMessages();
-		if (claim_once(r, rsinfo, outer, &next) > 0 || GetCurrentTimestamp() >= deadline)
+		if (claim_once(r, rsinfo, &next) > 0 || GetCurrentTimestamp() >= deadline)
 			break;
 		orch_claim_wait_sleep(next, deadline);
 	}
@@ -931,9 +998,9 @@ orch_dequeue(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (wait > 0)
-		claim_waiting(&r, wait, rsinfo, CurrentMemoryContext);
+		claim_waiting(&r, wait, rsinfo);
 	else
-		(void) claim_once(&r, rsinfo, CurrentMemoryContext, NULL);
+		(void) claim_once(&r, rsinfo, NULL);
 	return (Datum) 0;
 }
 

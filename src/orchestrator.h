@@ -625,6 +625,7 @@ extern const AttrNumber *orch_task_cache_columns(OrchTaskCache *c, Relation rel,
 extern bool orch_task_cache_writable(const OrchTaskCache *c, bool update);
 extern bool orch_task_cache_entries_ok(const OrchTaskCache *c);
 extern Oid	orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first);
+extern Oid	orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant);
 extern struct ExprState *orch_task_cache_default(const OrchTaskCache *c, int a, bool *is_volatile);
 extern OrchTaskEntries *orch_task_entries_begin(OrchTaskCache *c, Relation rel, struct EState *estate);
 extern void orch_task_entries_insert(OrchTaskEntries *e, struct TupleTableSlot *slot,
@@ -648,6 +649,28 @@ typedef enum OrchDirect
 } OrchDirect;
 extern int	orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int n,
 									   Datum tenants, OrchDirect *stop);
+extern bool orch_task_update_possible(Relation rel);
+extern void orch_task_check_not_null(Relation rel, const bool *nl);
+
+/* task_claim.c: claims written without SQL */
+typedef struct OrchClaimWant
+{
+	const char *queue;
+	const char *tenant;			/* NULL: every tenant */
+	const char *worker;
+	int32		batch;
+	int64		lease;			/* microseconds */
+	TimestampTz due;			/* claimable from ready_at at most this */
+	bool		from;			/* start at (priority, created_at, id) >= these */
+	int32		from_priority;
+	TimestampTz from_created_at;
+	int64		from_id;
+} OrchClaimWant;
+/* a claimed row: id, lease_token, attempts, payload, queue, priority, step_key,
+ * tenant_id, run_id, lease_expires_at, resume_data, created_at */
+#define ORCH_CLAIMED_COLS 12
+extern int	orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out,
+									bool *out_nulls, bool *rest_sql);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);
 #define ORCH_CLAIM_FIELDS 11

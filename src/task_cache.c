@@ -18,14 +18,20 @@
 #include "catalog/index.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "utils/lsyscache.h"
 #include "executor/executor.h"
+#include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
+#include "parser/parse_oper.h"
 #include "rewrite/rewriteHandler.h"
+#include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
@@ -50,6 +56,7 @@ struct OrchTaskCache
 	ExprState **index_preds;	/* NULL: no predicate */
 	bool	   *index_unique;
 	int			pk;				/* position of the primary key, -1: none */
+	int			claim[2];		/* the claim indexes (queue order; per tenant), -1: none */
 	int			natts;
 	ExprState **defaults;		/* per column: its default, compiled; NULL: none */
 	bool	   *default_volatile;
@@ -202,6 +209,111 @@ add_defaults(OrchTaskCache *c, Relation rel)
 	}
 }
 
+/* The claim indexes' key columns, in order (tenant_id only in the second) */
+static const char *const claim_keys[2][5] = {
+	{"queue", "priority", "created_at", "id", NULL},
+	{"queue", "tenant_id", "priority", "created_at", "id"}
+};
+
+/* Column name's attribute number in rel (InvalidAttrNumber: none) */
+static AttrNumber
+column_attno(Relation rel, const char *name)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int a = 0; a < desc->natts; a++)
+		if (!TupleDescAttr(desc, a)->attisdropped &&
+			strcmp(NameStr(TupleDescAttr(desc, a)->attname), name) == 0)
+			return a + 1;
+	return InvalidAttrNumber;
+}
+
+/*
+ * What a claim's scan of index i knows of each row it wants: claimable
+ * (ready_at IS NOT NULL) and, per tenant, not of the default tenant.
+ */
+static List *
+claim_clauses(Relation rel, bool tenant)
+{
+	AttrNumber	ready = column_attno(rel, "ready_at");
+	AttrNumber	ten = column_attno(rel, "tenant_id");
+	NullTest   *nt = makeNode(NullTest);
+	List	   *clauses;
+
+	nt->arg = (Expr *) makeVar(1, ready, TIMESTAMPTZOID, -1, InvalidOid, 0);
+	nt->nulltesttype = IS_NOT_NULL;
+	nt->location = -1;
+	clauses = list_make1(nt);
+	if (tenant)
+	{
+		Oid			ne = LookupOperName(NULL, list_make2(makeString("pg_catalog"), makeString("<>")),
+										TEXTOID, TEXTOID, true, -1);
+
+		if (!OidIsValid(ne))
+			return NIL;
+		clauses = lappend(clauses,
+						  make_opclause(ne, BOOLOID, false,
+										(Expr *) makeVar(1, ten, TEXTOID, -1, DEFAULT_COLLATION_OID, 0),
+										(Expr *) makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+														   CStringGetTextDatum(ORCH_DEFAULT_TENANT),
+														   false, false),
+										InvalidOid, DEFAULT_COLLATION_OID));
+	}
+	return clauses;
+}
+
+/*
+ * Does index i hold every claimable row of a queue (per tenant: of a tenant
+ * not the default one) in claim order: a valid btree on exactly the claim
+ * keys, plain columns ascending, each of its type's default operator class
+ * and of the column's collation, its predicate implied by the rows wanted?
+ */
+static bool
+claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
+{
+	IndexInfo  *ii = c->index_infos[i];
+	int			nkeys = tenant ? 5 : 4;
+	Relation	ir;
+	bool		fits;
+	List	   *clauses;
+
+	if (ii->ii_NumIndexKeyAttrs != nkeys || ii->ii_Expressions != NIL)
+		return false;
+	for (int k = 0; k < nkeys; k++)
+		if (ii->ii_IndexAttrNumbers[k] == InvalidAttrNumber ||
+			ii->ii_IndexAttrNumbers[k] != column_attno(rel, claim_keys[tenant][k]))
+			return false;
+	clauses = claim_clauses(rel, tenant);
+	if (clauses == NIL || !predicate_implied_by(ii->ii_Predicate, clauses, false))
+		return false;
+	ir = index_open(c->index_oids[i], AccessShareLock);
+	fits = ir->rd_rel->relam == BTREE_AM_OID && ir->rd_index->indisvalid &&
+		ir->rd_index->indisready;
+	for (int k = 0; fits && k < nkeys; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), ii->ii_IndexAttrNumbers[k] - 1);
+		Oid			opclass = GetDefaultOpClass(att->atttypid, BTREE_AM_OID);
+
+		fits = ir->rd_indoption[k] == 0 && OidIsValid(opclass) &&
+			ir->rd_opfamily[k] == get_opclass_family(opclass) &&
+			ir->rd_indcollation[k] == att->attcollation;
+	}
+	index_close(ir, NoLock);
+	return fits;
+}
+
+static void
+find_claim_indexes(OrchTaskCache *c, Relation rel)
+{
+	for (int t = 0; t < 2; t++)
+	{
+		c->claim[t] = -1;
+		for (int i = 0; i < c->nindexes && c->claim[t] < 0; i++)
+			if (claim_index_fits(c, rel, i, t == 1))
+				c->claim[t] = i;
+	}
+}
+
 static void
 build_into(OrchTaskCache *c, Relation rel)
 {
@@ -223,6 +335,7 @@ build_into(OrchTaskCache *c, Relation rel)
 	foreach(lc, indexes)
 		add_index(c, i++, lfirst_oid(lc), rel->rd_pkindex);
 	add_defaults(c, rel);
+	find_claim_indexes(c, rel);
 	c->econtext = CreateStandaloneExprContext();
 	list_free(indexes);
 }
@@ -347,6 +460,17 @@ orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first)
 {
 	*first = c->pk >= 0 ? c->index_infos[c->pk]->ii_IndexAttrNumbers[0] : InvalidAttrNumber;
 	return c->pk >= 0 ? c->index_oids[c->pk] : InvalidOid;
+}
+
+/*
+ * The index a claim of a queue reads its claimable rows from, in claim
+ * order (tenant: a tenant's own range, for a tenant not the default one),
+ * InvalidOid when the table has none such.
+ */
+Oid
+orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant)
+{
+	return c->claim[tenant] >= 0 ? c->index_oids[c->claim[tenant]] : InvalidOid;
 }
 
 /* Column a's (0-based) default, compiled (NULL: none), and whether it is volatile */

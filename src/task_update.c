@@ -104,8 +104,8 @@ find_columns(Relation rel, OrchTaskCache *c)
  * that applies, the rights to read and update, no hook of an extension
  * that checks them (sepgsql, pgaudit), not read-only, not Citus?
  */
-static bool
-update_possible(Relation rel)
+bool
+orch_task_update_possible(Relation rel)
 {
 	TupleConstr *constr = rel->rd_att->constr;
 	AclMode		need = ACL_UPDATE | ACL_SELECT;
@@ -168,8 +168,8 @@ completion_matches(const AttrNumber *cols, Datum *v, bool *nl, const OrchComplet
 }
 
 /* The not-null constraints, as the executor checks them */
-static void
-check_not_null(Relation rel, const bool *nl)
+void
+orch_task_check_not_null(Relation rel, const bool *nl)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
@@ -258,7 +258,7 @@ complete_one(Relation rel, const AttrNumber *cols, OrchTaskEntries *entries, Ind
 	nslot->tts_values[cols[UC_RESULT] - 1] = want->result;
 	nslot->tts_isnull[cols[UC_RESULT] - 1] = want->result_null;
 	hook(rel, oldtup, nslot->tts_values, nslot->tts_isnull);
-	check_not_null(rel, nslot->tts_isnull);
+	orch_task_check_not_null(rel, nslot->tts_isnull);
 	ExecStoreVirtualTuple(nslot);
 
 	if (table_tuple_update(rel, &tid, nslot, GetCurrentCommandId(true), snap, InvalidSnapshot,
@@ -303,7 +303,7 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	if (!OidIsValid(relid) || n <= 0)
 		return 0;
 	rel = table_open(relid, RowExclusiveLock);
-	if (!update_possible(rel) || !orch_task_cache_writable((c = orch_task_cache(rel)), true) ||
+	if (!orch_task_update_possible(rel) || !orch_task_cache_writable((c = orch_task_cache(rel)), true) ||
 		!orch_task_cache_entries_ok(c) || (cols = find_columns(rel, c)) == NULL)
 	{
 		table_close(rel, NoLock);

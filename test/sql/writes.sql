@@ -227,8 +227,9 @@ BEGIN
 END $$;
 SELECT pg_current_wal_flush_lsn() AS before_direct_completions \gset
 SELECT pg_temp.wr_complete('wr_cd') AS completed_directly;
--- (row lock records: the claims' own, one per task; through SQL one more
--- per completion)
+-- (row lock records: none, the claims written at once too, task_claim.c;
+-- through SQL the claim statement's, one per task, and one more per
+-- completion)
 SELECT count(*) FILTER (WHERE record_type = 'LOCK') AS row_locks,
        count(*) FILTER (WHERE record_type LIKE '%UPDATE%') > 0 AS updates
   FROM pg_get_wal_records_info(:'before_direct_completions', pg_current_wal_flush_lsn())

@@ -1,0 +1,454 @@
+/*
+ * task_claim.c
+ *	  Claims written without SQL.  orch_dequeue's claim of one tenant or of
+ *	  every tenant reads the queue's claimable tasks in claim order from its
+ *	  claim index (task_cache.c finds it: a btree on the claim keys holding
+ *	  every claimable row), from where the worker's previous claim started,
+ *	  with a fresh snapshot; checks each as the claim statement does (due,
+ *	  of the tenant asked for); gives it the claim's values, passes the new
+ *	  row through the row trigger's work (a hook, the lifecycle trigger's
+ *	  code) and writes it with the access method's update, which neither
+ *	  waits nor locks the row apart: a row another transaction holds is
+ *	  passed over, as FOR UPDATE SKIP LOCKED passes it (one this
+ *	  transaction holds is locked and taken, as SKIP LOCKED takes it), and
+ *	  the lock record the claim statement writes for each row before its
+ *	  update is not written.  The index entries of the new version are made
+ *	  for the indexes whose predicate it meets (task_cache.c).  The caller
+ *	  does the statement-end trigger's work.
+ *
+ *	  The row trigger's work is done before the update, which may then find
+ *	  the row held: only tasks whose trigger work does no more than draw an
+ *	  event id (left unused then) are claimed here: queued, of no workflow
+ *	  run, with no concurrency key, recording no earlier claim.  At the
+ *	  first other task in claim order the claim stops and says the SQL
+ *	  claim must take the rest (it reads the queue again, and finds the
+ *	  tasks claimed here claimed).  It is not used at all where the claim
+ *	  statement would behave otherwise (task_update.c's conditions: a
+ *	  trigger of yours, row security that applies, Citus, ...), nor under
+ *	  REPEATABLE READ or SERIALIZABLE (the claim statement's serialization
+ *	  errors), nor without a claim index.
+ *
+ *	  A row another transaction changed and committed since the snapshot
+ *	  is passed over by this claim (the next takes it), as the claim
+ *	  statement's update by ctid does.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/executor.h"
+#include "storage/bufmgr.h"
+#include "storage/procarray.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "orchestrator.h"
+
+/* The columns a claim reads or sets */
+enum
+{
+	CC_ID, CC_TENANT, CC_QUEUE, CC_PRIORITY, CC_CREATED, CC_READY, CC_STATE, CC_RUN, CC_KEY,
+	CC_CLAIM_EVENT, CC_ATTEMPTS, CC_TOKEN, CC_OWNER, CC_EXPIRES, CC_CLAIMED_AT, CC_RETRY_AT,
+	CC_REASON, CC_TIMEOUT, CC_PAYLOAD, CC_STEP, CC_RESUME,
+	CC_COUNT
+};
+
+static const char *const claim_cols[CC_COUNT] = {
+	"id", "tenant_id", "queue", "priority", "created_at", "ready_at", "state", "run_id",
+	"concurrency_key", "claim_event_id", "attempts", "lease_token", "lease_owner",
+	"lease_expires_at", "claimed_at", "retry_at", "reason_code", "timeout", "payload",
+	"step_key", "resume_data"
+};
+
+/* ... of these types (another: the claim statement) */
+static const Oid claim_types[CC_COUNT] = {
+	INT8OID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID,
+	TEXTOID, INT8OID, INT4OID, UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, INTERVALOID, JSONBOID, TEXTOID, JSONBOID
+};
+
+/* What a claimed row hands back (ORCH_CLAIMED_COLS), in order */
+static const int claimed_out[ORCH_CLAIMED_COLS] = {
+	CC_ID, CC_TOKEN, CC_ATTEMPTS, CC_PAYLOAD, CC_QUEUE, CC_PRIORITY, CC_STEP, CC_TENANT,
+	CC_RUN, CC_EXPIRES, CC_RESUME, CC_CREATED
+};
+
+/* One claim's scan and what it writes with */
+typedef struct ClaimScan
+{
+	Relation	rel;
+	const AttrNumber *cols;
+	const OrchClaimWant *want;
+	OrchUpdateHook hook;
+	OrchTaskEntries *entries;
+	IndexScanDesc scan;
+	TupleTableSlot *found;
+	TupleTableSlot *nslot;
+	Snapshot	snap;
+	Datum		queue;			/* want->queue as text */
+	TimestampTz now;			/* the statement's start */
+	Datum	   *ov;				/* the row found, deformed */
+	bool	   *on;
+} ClaimScan;
+
+typedef enum
+{
+	CANDIDATE_TAKE,				/* claim it here */
+	CANDIDATE_PASS,				/* not claimable by this claim: the next */
+	CANDIDATE_SQL				/* the claim statement must take it and the rest */
+} Candidate;
+
+#define COL(s, k) ((s)->cols[k] - 1)
+
+/*
+ * The columns a claim reads or sets, of their types (NULL: one is missing
+ * or of another type, an older or changed schema).
+ */
+static const AttrNumber *
+find_columns(Relation rel, OrchTaskCache *c)
+{
+	const AttrNumber *cols = orch_task_cache_columns(c, rel, CC_COUNT, claim_cols, claim_types);
+
+	for (int k = 0; k < CC_COUNT; k++)
+		if (cols[k] == InvalidAttrNumber)
+			return NULL;
+	return cols;
+}
+
+/*
+ * The scan keys of the claim index (index columns: queue, [tenant_id,]
+ * priority, created_at, id): the queue, the tenant, and where the claim
+ * starts as a row comparison (the index's own comparison functions and
+ * collations, as the planner's index scan has them).
+ */
+static int
+claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, ScanKey keys, ScanKey row)
+{
+	int			n = 0;
+	AttrNumber	a = 1;
+	Datum		from[3] = {Int32GetDatum(w->from_priority), TimestampTzGetDatum(w->from_created_at),
+	Int64GetDatum(w->from_id)};
+	Oid			types[3] = {INT4OID, TIMESTAMPTZOID, INT8OID};
+
+	ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid,
+						   ir->rd_indcollation[a - 1], F_TEXTEQ, queue);
+	a++;
+	if (by_tenant)
+	{
+		ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid,
+							   ir->rd_indcollation[a - 1], F_TEXTEQ, CStringGetTextDatum(w->tenant));
+		a++;
+	}
+	if (!w->from)
+		return n;
+	for (int k = 0; k < 3; k++)
+		ScanKeyEntryInitialize(&row[k], SK_ROW_MEMBER | (k == 2 ? SK_ROW_END : 0), a + k,
+							   BTGreaterEqualStrategyNumber, types[k], ir->rd_indcollation[a + k - 1],
+							   index_getprocid(ir, a + k, BTORDER_PROC), from[k]);
+	MemSet(&keys[n], 0, sizeof(ScanKeyData));
+	keys[n].sk_flags = SK_ROW_HEADER;
+	keys[n].sk_attno = a;
+	keys[n].sk_strategy = BTGreaterEqualStrategyNumber;
+	keys[n].sk_argument = PointerGetDatum(row);
+	return n + 1;
+}
+
+/* Is the row found (s->ov) one this claim takes here? */
+static Candidate
+candidate(ClaimScan *s)
+{
+	const bool *on = s->on;
+	const Datum *ov = s->ov;
+
+	if (on[COL(s, CC_READY)] || DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
+		return CANDIDATE_PASS;	/* not due (the claim statement's ready_at <= due) */
+	if (s->want->tenant != NULL &&
+		strcmp(TextDatumGetCString(ov[COL(s, CC_TENANT)]), s->want->tenant) != 0)
+		return CANDIDATE_PASS;
+	if (on[COL(s, CC_STATE)] || strcmp(TextDatumGetCString(ov[COL(s, CC_STATE)]), "queued") != 0 ||
+		!on[COL(s, CC_RUN)] || !on[COL(s, CC_KEY)] || !on[COL(s, CC_CLAIM_EVENT)])
+		return CANDIDATE_SQL;	/* their trigger work writes more */
+	return CANDIDATE_TAKE;
+}
+
+/*
+ * Is the row version found held by another transaction still running
+ * (another claim's, say)?  Read before any work is done on the row: the
+ * update itself decides, this only spares the work for a row that would
+ * be passed over (as FOR UPDATE SKIP LOCKED tries the lock first).
+ */
+static bool
+held_elsewhere(TupleTableSlot *slot)
+{
+	BufferHeapTupleTableSlot *b = (BufferHeapTupleTableSlot *) slot;
+	uint16		mask;
+	TransactionId xmax;
+
+	if (!TTS_IS_BUFFERTUPLE(slot) || !BufferIsValid(b->buffer))
+		return false;
+	LockBuffer(b->buffer, BUFFER_LOCK_SHARE);
+	mask = b->base.tuple->t_data->t_infomask;
+	xmax = HeapTupleHeaderGetRawXmax(b->base.tuple->t_data);
+	LockBuffer(b->buffer, BUFFER_LOCK_UNLOCK);
+	if ((mask & (HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI)) || !TransactionIdIsNormal(xmax))
+		return false;
+	return !TransactionIdIsCurrentTransactionId(xmax) && TransactionIdIsInProgress(xmax);
+}
+
+/* The claim's values on the row found, in s->nslot (CLAIM_SET in dequeue.c) */
+static void
+claim_values(ClaimScan *s)
+{
+	Datum	   *v = s->nslot->tts_values;
+	bool	   *n = s->nslot->tts_isnull;
+	int32		attempts;
+	TimestampTz expires;
+
+	memcpy(v, s->ov, sizeof(Datum) * RelationGetDescr(s->rel)->natts);
+	memcpy(n, s->on, sizeof(bool) * RelationGetDescr(s->rel)->natts);
+	if (pg_add_s32_overflow(DatumGetInt32(s->ov[COL(s, CC_ATTEMPTS)]), 1, &attempts))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("integer out of range")));
+	expires = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(s->now),
+													  IntervalPGetDatum(orch_usecs_interval(s->want->lease))));
+	if (!s->on[COL(s, CC_TIMEOUT)])
+		expires = Min(expires,
+					  DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(s->now),
+															  s->ov[COL(s, CC_TIMEOUT)])));
+#define SET(k, d) do { v[COL(s, k)] = (d); n[COL(s, k)] = false; } while (0)
+	SET(CC_STATE, CStringGetTextDatum("executing"));
+	SET(CC_ATTEMPTS, Int32GetDatum(attempts));
+	SET(CC_TOKEN, UUIDPGetDatum(orch_new_uuid()));
+	SET(CC_OWNER, CStringGetTextDatum(s->want->worker));
+	SET(CC_EXPIRES, TimestampTzGetDatum(expires));
+	SET(CC_CLAIMED_AT, TimestampTzGetDatum(s->now));
+	SET(CC_REASON, CStringGetTextDatum("claimed"));
+#undef SET
+	v[COL(s, CC_RETRY_AT)] = (Datum) 0;
+	n[COL(s, CC_RETRY_AT)] = true;
+}
+
+/*
+ * Write the claimed row; false when another transaction holds it (or
+ * changed it since the snapshot): passed over.  One this transaction
+ * holds is locked (no wait) and then updated.
+ */
+static bool
+claim_write(ClaimScan *s, ItemPointer tid)
+{
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	bool		update_indexes;
+	TM_Result	r;
+
+	r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
+						   false, &tmfd, &lockmode, &update_indexes);
+	if (r == TM_BeingModified)
+	{
+		/* held: by another (passed over), or by this transaction (taken) */
+		TupleTableSlot *locked = table_slot_create(s->rel, NULL);
+
+		r = table_tuple_lock(s->rel, tid, s->snap, locked, GetCurrentCommandId(true),
+							 LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+		ExecDropSingleTupleTableSlot(locked);
+		if (r != TM_Ok)
+			return false;
+		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
+							   true, &tmfd, &lockmode, &update_indexes);
+	}
+	if (r != TM_Ok)
+		return false;
+	if (update_indexes)
+		orch_task_entries_insert(s->entries, s->nslot, s->ov, s->on);
+	return true;
+}
+
+/* The claimed row's values handed back, copied into cxt */
+static void
+claimed_row(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
+{
+	TupleDesc	desc = RelationGetDescr(s->rel);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	for (int k = 0; k < ORCH_CLAIMED_COLS; k++)
+	{
+		int			a = COL(s, claimed_out[k]);
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+
+		out_nulls[k] = s->nslot->tts_isnull[a];
+		out[k] = (Datum) 0;
+		if (out_nulls[k])
+			continue;
+		if (att->attlen == -1)
+			out[k] = PointerGetDatum(PG_DETOAST_DATUM_COPY(s->nslot->tts_values[a]));
+		else
+			out[k] = datumCopy(s->nslot->tts_values[a], att->attbyval, att->attlen);
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The next candidate of the scan claimed; 1 when claimed (its row into
+ * out), 0 when passed over, -1 when the scan ended, -2 when the claim
+ * statement must take it and the rest.
+ */
+static int
+claim_next(ClaimScan *s, MemoryContext scan_cxt, MemoryContext cxt, Datum *out, bool *out_nulls)
+{
+	ItemPointerData tid;
+	HeapTuple	oldtup;
+	Candidate	c;
+	/* the scan's own memory lives as long as the scan; the row's, one row */
+	MemoryContext rowcxt = MemoryContextSwitchTo(scan_cxt);
+	bool		more = index_getnext_slot(s->scan, ForwardScanDirection, s->found);
+
+	MemoryContextSwitchTo(rowcxt);
+	if (!more)
+		return -1;
+	if (held_elsewhere(s->found))
+	{
+		ExecClearTuple(s->found);
+		return 0;
+	}
+	oldtup = ExecCopySlotHeapTuple(s->found);
+	tid = s->found->tts_tid;
+	heap_deform_tuple(oldtup, RelationGetDescr(s->rel), s->ov, s->on);
+	ExecClearTuple(s->found);
+	c = candidate(s);
+	if (c != CANDIDATE_TAKE)
+		return c == CANDIDATE_SQL ? -2 : 0;
+	ExecClearTuple(s->nslot);
+	claim_values(s);
+	s->hook(s->rel, oldtup, s->nslot->tts_values, s->nslot->tts_isnull);
+	orch_task_check_not_null(s->rel, s->nslot->tts_isnull);
+	ExecStoreVirtualTuple(s->nslot);
+	if (!claim_write(s, &tid))
+		return 0;
+	claimed_row(s, cxt, out, out_nulls);
+	return 1;
+}
+
+/* Open what the claim writes with, or NULL: the claim statement must claim */
+static Relation
+claim_open(OrchTaskCache **c, const AttrNumber **cols, Oid *index, const OrchClaimWant *w)
+{
+	Oid			relid = orch_relid("tasks");
+	Relation	rel;
+	bool		by_tenant = w->tenant != NULL && strcmp(w->tenant, ORCH_DEFAULT_TENANT) != 0;
+
+	if (!OidIsValid(relid) || w->batch <= 0 || IsolationUsesXactSnapshot())
+		return NULL;
+	rel = table_open(relid, RowExclusiveLock);
+	if (!orch_task_update_possible(rel) || !orch_task_cache_writable((*c = orch_task_cache(rel)), true) ||
+		!orch_task_cache_entries_ok(*c) || (*cols = find_columns(rel, *c)) == NULL ||
+		!OidIsValid(*index = orch_task_cache_claim_index(*c, by_tenant)))
+	{
+		table_close(rel, NoLock);
+		return NULL;
+	}
+	return rel;
+}
+
+/*
+ * Claim up to want->batch tasks of want->queue without SQL, in claim
+ * order (hook: the row trigger's work on an update).  Their rows go into
+ * out and out_nulls (ORCH_CLAIMED_COLS values each, allocated in the
+ * caller's memory context).  Returns how many; *rest_sql says that the
+ * claim statement must look for the rest (this claim could not be made
+ * here, or stopped at a task it does not claim).  The caller does the
+ * statement-end trigger's work when any was claimed.
+ */
+int
+orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out, bool *out_nulls,
+						bool *rest_sql)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext work;
+	OrchTaskCache *c;
+	const AttrNumber *cols;
+	Oid			index;
+	Relation	ir;
+	ClaimScan	s = {0};
+	ScanKeyData keys[3];
+	ScanKeyData row[3];
+	EState	   *estate;
+	int			nkeys;
+	int			done = 0;
+
+	*rest_sql = true;
+	s.rel = claim_open(&c, &cols, &index, want);
+	if (s.rel == NULL)
+		return 0;
+	*rest_sql = false;
+	work = AllocSetContextCreate(caller, "orchestrator claim", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(work);
+	s.cols = cols;
+	s.want = want;
+	s.hook = hook;
+	s.now = GetCurrentStatementStartTimestamp();
+	s.queue = CStringGetTextDatum(want->queue);
+	s.ov = palloc(sizeof(Datum) * RelationGetDescr(s.rel)->natts);
+	s.on = palloc(sizeof(bool) * RelationGetDescr(s.rel)->natts);
+	/* as the claim statement would: what this transaction did so far, seen */
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	s.snap = GetActiveSnapshot();
+	estate = CreateExecutorState();
+	ir = index_open(index, RowExclusiveLock);
+	nkeys = claim_keys(ir, want, want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0,
+					   s.queue, keys, row);
+	s.scan = index_beginscan(s.rel, ir, s.snap, nkeys, 0);
+	index_rescan(s.scan, keys, nkeys, NULL, 0);
+	s.entries = orch_task_entries_begin(c, s.rel, estate);
+	s.found = table_slot_create(s.rel, NULL);
+	s.nslot = MakeSingleTupleTableSlot(RelationGetDescr(s.rel), &TTSOpsVirtual);
+
+	while (done < want->batch)
+	{
+		MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+		int			r = claim_next(&s, work, caller, out + (size_t) done * ORCH_CLAIMED_COLS,
+								   out_nulls + (size_t) done * ORCH_CLAIMED_COLS);
+
+		MemoryContextSwitchTo(rowcxt);
+		ExecClearTuple(s.nslot);
+		ResetPerTupleExprContext(estate);
+		if (r < 0)
+		{
+			*rest_sql = r == -2;
+			break;
+		}
+		done += r;
+	}
+
+	orch_task_entries_end(s.entries);
+	index_endscan(s.scan);
+	ExecDropSingleTupleTableSlot(s.found);
+	ExecDropSingleTupleTableSlot(s.nslot);
+	index_close(ir, NoLock);
+	FreeExecutorState(estate);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(caller);
+	MemoryContextDelete(work);
+	table_close(s.rel, NoLock);
+	/* what follows (the statement's end, the caller's next statement) sees it */
+	if (done > 0)
+		CommandCounterIncrement();
+	return done;
+}
