@@ -342,6 +342,75 @@ SELECT count(*) AS through_your_late_index, min(state) AS state FROM orch.tasks 
 RESET enable_indexonlyscan;
 RESET enable_bitmapscan;
 RESET enable_seqscan;
+-- 12. A claim of one tenant or of every tenant is written at once too
+--     (task_claim.c): in claim order from the queue's claim index, each
+--     row given the claim statement's values (the lease capped by the
+--     task's timeout), no row lock record.  At a task whose trigger work
+--     writes more (here: a concurrency key) the claim statement claims it
+--     and the rest, which then write their lock records.  A tenant's
+--     claim reads its own range.  Under REPEATABLE READ, or without a
+--     claim index (dropped, then made again), the claim statement claims.
+CREATE FUNCTION pg_temp.wr_locks(since pg_lsn) RETURNS bigint LANGUAGE sql AS $$
+    SELECT count(*) FROM pg_get_wal_records_info(since, pg_current_wal_flush_lsn())
+     WHERE resource_manager = 'Heap' AND record_type = 'LOCK'
+       AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks');
+$$;
+SELECT count(*) AS enqueued FROM (
+    SELECT orch_enqueue('wr_cl', '{"n": 1}', timeout => '10 seconds')
+    UNION ALL SELECT orch_enqueue('wr_cl', '{"n": 2}')
+    UNION ALL SELECT orch_enqueue('wr_cl', '{"n": 3}', concurrency_key => 'wr-key')
+    UNION ALL SELECT orch_enqueue('wr_cl', '{"n": 4}')
+    UNION ALL SELECT orch_enqueue('wr_cl', '{"n": 0}', priority => -1)) s;
+SELECT pg_current_wal_flush_lsn() AS before_claims \gset
+CREATE TEMP TABLE wr_cl_claims AS SELECT * FROM orch_dequeue('wr_cl', 'wr-worker', 2, lease => '1 hour');
+SELECT string_agg(payload ->> 'n', ',' ORDER BY ctid) AS claimed_in_order FROM wr_cl_claims;
+SELECT pg_temp.wr_locks(:'before_claims') AS lock_records_of_two_claims;
+INSERT INTO wr_cl_claims SELECT * FROM orch_dequeue('wr_cl', 'wr-worker', 10, lease => '1 hour');
+SELECT string_agg(payload ->> 'n', ',' ORDER BY ctid) AS claimed_in_order FROM wr_cl_claims;
+SELECT pg_temp.wr_locks(:'before_claims') AS lock_records_after_the_keyed_task;
+SELECT c.payload ->> 'n' AS n, c.attempt, t.state, t.reason_code, t.lease_owner, t.retry_at,
+       t.lease_expires_at - t.claimed_at AS lease, t.claim_event_id IS NOT NULL AS recorded_claim,
+       t.ready_at, c.lease_token = t.lease_token AS token_returned,
+       c.lease_expires_at = t.lease_expires_at AS expiry_returned,
+       c.guard IS NOT NULL AS guarded
+  FROM wr_cl_claims c JOIN orch.tasks t ON t.id = c.task_id ORDER BY t.id;
+SELECT count(*) AS claims_in_history FROM orch.tasks t CROSS JOIN LATERAL orch_history(t.id) h
+ WHERE t.queue = 'wr_cl' AND h.to_state = 'executing' AND h.reason_code = 'claimed' AND h.label = 'wr-worker';
+-- a tenant's claim, and the default tenant's, each read their own
+SELECT count(*) AS enqueued FROM (
+    SELECT orch_enqueue_batch('wr_clt', ARRAY['{"t": 1}', '{"t": 2}']::jsonb[], tenant => 'wr-tenant')
+    UNION ALL SELECT orch_enqueue_batch('wr_clt', ARRAY['{"d": 1}', '{"d": 2}']::jsonb[])) s;
+SELECT pg_current_wal_flush_lsn() AS before_tenant_claims \gset
+SELECT 'wr-tenant' AS asked, string_agg(DISTINCT t.tenant_id, ',') AS tenants, count(*) AS claimed
+  FROM orch_dequeue('wr_clt', 'wr-worker', 10, tenant => 'wr-tenant') c JOIN orch.tasks t ON t.id = c.task_id
+UNION ALL
+SELECT 'default', string_agg(DISTINCT t.tenant_id, ',') AS tenants, count(*)
+  FROM orch_dequeue('wr_clt', 'wr-worker', 10, tenant => 'default') c JOIN orch.tasks t ON t.id = c.task_id;
+SELECT pg_temp.wr_locks(:'before_tenant_claims') AS lock_records;
+-- REPEATABLE READ: the claim statement
+SELECT count(*) AS enqueued FROM orch_enqueue_batch('wr_clr', ARRAY['{"r": 1}', '{"r": 2}']::jsonb[]);
+SELECT pg_current_wal_flush_lsn() AS before_rr_claims \gset
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) AS claimed FROM orch_dequeue('wr_clr', 'wr-worker', 10);
+COMMIT;
+SELECT pg_temp.wr_locks(:'before_rr_claims') AS lock_records;
+-- no claim index: the claim statement; made again: at once again
+SELECT count(*) AS enqueued FROM orch_enqueue_batch('wr_cli', ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}', '{"i": 4}']::jsonb[]);
+DROP INDEX orch.tasks_claim_idx;
+SELECT pg_current_wal_flush_lsn() AS before_unindexed_claims \gset
+SELECT string_agg(payload ->> 'i', ',' ORDER BY task_id) AS claimed FROM orch_dequeue('wr_cli', 'wr-worker', 2);
+SELECT pg_temp.wr_locks(:'before_unindexed_claims') AS lock_records;
+CREATE INDEX tasks_claim_idx ON orch.tasks (queue, priority, created_at, id) WHERE ready_at IS NOT NULL;
+SELECT pg_current_wal_flush_lsn() AS before_reindexed_claims \gset
+SELECT string_agg(payload ->> 'i', ',' ORDER BY task_id) AS claimed FROM orch_dequeue('wr_cli', 'wr-worker', 2);
+SELECT pg_temp.wr_locks(:'before_reindexed_claims') AS lock_records;
+SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+ WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
+SET enable_seqscan = off;
+SELECT count(*) AS executing_by_lease_index FROM orch.tasks
+ WHERE queue IN ('wr_cl', 'wr_clt', 'wr_clr', 'wr_cli') AND state = 'executing';
+RESET enable_seqscan;
 DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;
 DROP TABLE wr_seen;
