@@ -758,11 +758,30 @@ typedef struct ClaimRequest
 	char	   *tenant;			/* NULL: the caller's tenants */
 } ClaimRequest;
 
+/* Claim order of two claimed rows (ORCH_CLAIMED_COLS values each, in arg) */
+static int
+claimed_cmp(const void *x, const void *y, void *arg)
+{
+	const Datum *a = (const Datum *) arg + (size_t) *(const int *) x * ORCH_CLAIMED_COLS;
+	const Datum *b = (const Datum *) arg + (size_t) *(const int *) y * ORCH_CLAIMED_COLS;
+
+	if (DatumGetInt32(a[5]) != DatumGetInt32(b[5]))
+		return DatumGetInt32(a[5]) < DatumGetInt32(b[5]) ? -1 : 1;
+	if (DatumGetTimestampTz(a[11]) != DatumGetTimestampTz(b[11]))
+		return DatumGetTimestampTz(a[11]) < DatumGetTimestampTz(b[11]) ? -1 : 1;
+	if (DatumGetInt64(a[0]) != DatumGetInt64(b[0]))
+		return DatumGetInt64(a[0]) < DatumGetInt64(b[0]) ? -1 : 1;
+	return 0;
+}
+
 /*
  * The claim of one tenant (tenant) or of all (NULL), which reads one range
  * of a claim index: written without SQL where it can be (task_claim.c),
- * the claim statement ($1 .. $5 in a) taking what it leaves.  Returns how
- * many were claimed, emitted into rsinfo.
+ * the claim statement ($1 .. $5 in a) taking what it leaves.  The event
+ * context the caller set (the worker as actor, no note) is what lets the
+ * rows claimed without SQL record their claim (lifecycle.c), so that their
+ * trigger work writes no event.  Returns how many were claimed, emitted
+ * into rsinfo in claim order.
  */
 static int
 claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, ReturnSetInfo *rsinfo)
@@ -771,9 +790,10 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	OrchClaimWant w = {0};
 	Datum	   *v = palloc(sizeof(Datum) * ORCH_CLAIMED_COLS * r->batch);
 	bool	   *n = palloc(sizeof(bool) * ORCH_CLAIMED_COLS * r->batch);
+	int		   *order;
 	bool		rest_sql;
+	int			direct;
 	int			claimed;
-	Datum		first[ORCH_CLAIMED_COLS];
 
 	claim_start(&st, r->queue, tenant);
 	orch_claim_taken(r->queue, false);
@@ -788,26 +808,28 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	w.from_priority = st.priority;
 	w.from_created_at = st.created_at;
 	w.from_id = st.id;
-	claimed = orch_tasks_claim_direct(orch_task_updating, &w, v, n, &rest_sql);
-	if (claimed > 0)
-	{
+	claimed = direct = orch_tasks_claim_direct(orch_task_updating, &w, v, n, &rest_sql);
+	if (direct > 0)
 		orch_tasks_updated();
-		memcpy(first, v, sizeof(first));
-	}
-	for (int i = 0; i < claimed; i++)
-		emit_row(rsinfo, v + (size_t) i * ORCH_CLAIMED_COLS, n + (size_t) i * ORCH_CLAIMED_COLS);
 	if (rest_sql)
 	{
-		/* the claim statement, for what is left ($2) */
+		/* the claim statement, for what is left ($2), its rows after these */
 		claim_start_args(a, &st);
-		a->values[1] = Int32GetDatum(r->batch - claimed);
+		a->values[1] = Int32GetDatum(r->batch - direct);
 		orch_args_sql(a, claim_sql(tenant, tenant == NULL), false, 0, SPI_OK_SELECT);
-		if (claimed == 0 && SPI_processed > 0)
-			orch_spi_values(SPI_tuptable, 0, 1, ORCH_CLAIMED_COLS, first, n);
-		claimed += (int) SPI_processed;
-		emit_claimed(rsinfo);
+		for (uint64 i = 0; i < SPI_processed && claimed < r->batch; i++, claimed++)
+			orch_spi_values(SPI_tuptable, i, 1, ORCH_CLAIMED_COLS, v + (size_t) claimed * ORCH_CLAIMED_COLS,
+							n + (size_t) claimed * ORCH_CLAIMED_COLS);
 	}
-	claim_started(&st, r->queue, tenant, claimed > 0 ? first : NULL);
+	/* in claim order: the statement may take a task before those (freed meanwhile) */
+	order = palloc(sizeof(int) * Max(claimed, 1));
+	for (int i = 0; i < claimed; i++)
+		order[i] = i;
+	if (direct > 0 && claimed > direct)
+		qsort_arg(order, claimed, sizeof(int), claimed_cmp, v);
+	for (int i = 0; i < claimed; i++)
+		emit_row(rsinfo, v + (size_t) order[i] * ORCH_CLAIMED_COLS, n + (size_t) order[i] * ORCH_CLAIMED_COLS);
+	claim_started(&st, r->queue, tenant, claimed > 0 ? v + (size_t) order[0] * ORCH_CLAIMED_COLS : NULL);
 	return claimed;
 }
 

@@ -46,6 +46,7 @@
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
@@ -245,9 +246,33 @@ claim_values(ClaimScan *s)
 }
 
 /*
+ * The row locked without waiting: TM_Ok when this transaction holds it
+ * now (it held it already, or nobody did), else it is held elsewhere or
+ * changed since the snapshot.
+ */
+static TM_Result
+claim_lock(ClaimScan *s, ItemPointer tid)
+{
+	TupleTableSlot *locked = table_slot_create(s->rel, NULL);
+	TM_FailureData tmfd;
+	TM_Result	r;
+
+	r = table_tuple_lock(s->rel, tid, s->snap, locked, GetCurrentCommandId(true),
+						 LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+	ExecDropSingleTupleTableSlot(locked);
+	return r;
+}
+
+/*
  * Write the claimed row; false when another transaction holds it (or
- * changed it since the snapshot): passed over.  One this transaction
- * holds is locked (no wait) and then updated.
+ * changed it since the snapshot): passed over.  The update does not wait
+ * (the table AM's "wait" false): a row held by anyone comes back as
+ * TM_BeingModified, and is then locked without waiting (a row this
+ * transaction holds is taken, one held elsewhere passed over) and
+ * updated.  PostgreSQL's heap asserts that no caller updates without
+ * waiting (while returning TM_BeingModified as the table AM says it
+ * should): a server built with assertions locks every row first, as the
+ * claim statement does (a lock record per row).
  */
 static bool
 claim_write(ClaimScan *s, ItemPointer tid)
@@ -257,21 +282,17 @@ claim_write(ClaimScan *s, ItemPointer tid)
 	bool		update_indexes;
 	TM_Result	r;
 
+#ifdef USE_ASSERT_CHECKING
+	r = claim_lock(s, tid) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
+#else
 	r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
 						   false, &tmfd, &lockmode, &update_indexes);
+	if (r == TM_BeingModified && claim_lock(s, tid) != TM_Ok)
+		return false;
+#endif
 	if (r == TM_BeingModified)
-	{
-		/* held: by another (passed over), or by this transaction (taken) */
-		TupleTableSlot *locked = table_slot_create(s->rel, NULL);
-
-		r = table_tuple_lock(s->rel, tid, s->snap, locked, GetCurrentCommandId(true),
-							 LockTupleExclusive, LockWaitSkip, 0, &tmfd);
-		ExecDropSingleTupleTableSlot(locked);
-		if (r != TM_Ok)
-			return false;
 		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
 							   true, &tmfd, &lockmode, &update_indexes);
-	}
 	if (r != TM_Ok)
 		return false;
 	if (update_indexes)
@@ -422,9 +443,13 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 
 	while (done < want->batch)
 	{
-		MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-		int			r = claim_next(&s, work, caller, out + (size_t) done * ORCH_CLAIMED_COLS,
-								   out_nulls + (size_t) done * ORCH_CLAIMED_COLS);
+		MemoryContext rowcxt;
+		int			r;
+
+		CHECK_FOR_INTERRUPTS();
+		rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+		r = claim_next(&s, work, caller, out + (size_t) done * ORCH_CLAIMED_COLS,
+					   out_nulls + (size_t) done * ORCH_CLAIMED_COLS);
 
 		MemoryContextSwitchTo(rowcxt);
 		ExecClearTuple(s.nslot);
