@@ -516,7 +516,6 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 	AttrNumber	idcol = InvalidAttrNumber;
 	OrchTaskCache *tc;
 	OrchTaskEntries *te = NULL;
-	BulkInsertState bistate = NULL;
 
 	if (nrows <= 0)
 		return true;
@@ -597,9 +596,7 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 		}
 		else
 		{
-			if (bistate == NULL)
-				bistate = GetBulkInsertState();
-			table_multi_insert(rel, slots, m, cid, 0, bistate);
+			table_multi_insert(rel, slots, m, cid, 0, NULL);
 			for (int i = 0; i < m; i++)
 				entries_insert(&ie, slots[i], estate);
 		}
@@ -609,8 +606,6 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 
 	for (int i = 0; i < nslots; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
-	if (bistate != NULL)
-		FreeBulkInsertState(bistate);
 	if (te != NULL)
 		orch_task_entries_end(te);
 	append_close(rri, estate, old, work, root);

@@ -817,7 +817,9 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 		claim_start_args(a, &st);
 		a->values[1] = Int32GetDatum(r->batch - direct);
 		orch_args_sql(a, claim_sql(tenant, tenant == NULL), false, 0, SPI_OK_SELECT);
-		for (uint64 i = 0; i < SPI_processed && claimed < r->batch; i++, claimed++)
+		if (SPI_processed > (uint64) (r->batch - direct))
+			elog(ERROR, "orchestrator: the claim statement claimed more than it was asked for");
+		for (uint64 i = 0; i < SPI_processed; i++, claimed++)
 			orch_spi_values(SPI_tuptable, i, 1, ORCH_CLAIMED_COLS, v + (size_t) claimed * ORCH_CLAIMED_COLS,
 							n + (size_t) claimed * ORCH_CLAIMED_COLS);
 	}

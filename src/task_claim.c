@@ -52,6 +52,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -263,6 +264,21 @@ claim_lock(ClaimScan *s, ItemPointer tid)
 	return r;
 }
 
+/* Does the running server check assertions (whatever the headers this was built with said)? */
+static bool
+server_asserts(void)
+{
+	static int	asserts = -1;
+
+	if (asserts < 0)
+	{
+		const char *v = GetConfigOption("debug_assertions", true, false);
+
+		asserts = v != NULL && strcmp(v, "on") == 0;
+	}
+	return asserts == 1;
+}
+
 /*
  * Write the claimed row; false when another transaction holds it (or
  * changed it since the snapshot): passed over.  The update does not wait
@@ -271,8 +287,8 @@ claim_lock(ClaimScan *s, ItemPointer tid)
  * transaction holds is taken, one held elsewhere passed over) and
  * updated.  PostgreSQL's heap asserts that no caller updates without
  * waiting (while returning TM_BeingModified as the table AM says it
- * should): a server built with assertions locks every row first, as the
- * claim statement does (a lock record per row).
+ * should): a server that checks assertions locks every row first, as
+ * the claim statement does (a lock record per row).
  */
 static bool
 claim_write(ClaimScan *s, ItemPointer tid)
@@ -282,14 +298,15 @@ claim_write(ClaimScan *s, ItemPointer tid)
 	bool		update_indexes;
 	TM_Result	r;
 
-#ifdef USE_ASSERT_CHECKING
-	r = claim_lock(s, tid) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
-#else
-	r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
-						   false, &tmfd, &lockmode, &update_indexes);
-	if (r == TM_BeingModified && claim_lock(s, tid) != TM_Ok)
-		return false;
-#endif
+	if (server_asserts())
+		r = claim_lock(s, tid) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
+	else
+	{
+		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
+							   false, &tmfd, &lockmode, &update_indexes);
+		if (r == TM_BeingModified && claim_lock(s, tid) != TM_Ok)
+			return false;
+	}
 	if (r == TM_BeingModified)
 		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
 							   true, &tmfd, &lockmode, &update_indexes);
