@@ -758,6 +758,22 @@ typedef struct ClaimRequest
 	char	   *tenant;			/* NULL: the caller's tenants */
 } ClaimRequest;
 
+/*
+ * May a claim hand out this step's task now?  Asked by the claim written
+ * without SQL (task_claim.c) of each step's task it comes by, in its
+ * snapshot, as the claim statement asks orch.step_claimable().
+ */
+static bool
+step_claimable(Datum run_id, Datum tenant, Datum step_key, bool step_null)
+{
+	OrchArgs	a = {0};
+
+	orch_arg(&a, INT8OID, run_id, false);
+	orch_arg(&a, TEXTOID, tenant, false);
+	orch_arg(&a, TEXTOID, step_null ? (Datum) 0 : step_key, step_null);
+	return orch_args_sql(&a, STEP_CLAIMABLE_SQL, true, 1, SPI_OK_SELECT) > 0;
+}
+
 /* Claim order of two claimed rows (ORCH_CLAIMED_COLS values each, in arg) */
 static int
 claimed_cmp(const void *x, const void *y, void *arg)
@@ -808,6 +824,7 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	w.from_priority = st.priority;
 	w.from_created_at = st.created_at;
 	w.from_id = st.id;
+	w.step_claimable = orch_schema_step_claimable() ? step_claimable : NULL;
 	claimed = direct = orch_tasks_claim_direct(orch_task_updating, &w, v, n, &rest_sql);
 	if (direct > 0)
 		orch_tasks_updated();

@@ -653,6 +653,7 @@ extern bool orch_task_update_possible(Relation rel);
 extern void orch_task_check_not_null(Relation rel, const bool *nl);
 
 /* task_claim.c: claims written without SQL */
+typedef bool (*OrchStepCheck) (Datum run_id, Datum tenant, Datum step_key, bool step_null);
 typedef struct OrchClaimWant
 {
 	const char *queue;
@@ -665,6 +666,7 @@ typedef struct OrchClaimWant
 	int32		from_priority;
 	TimestampTz from_created_at;
 	int64		from_id;
+	OrchStepCheck step_claimable;	/* may a step's task run now (NULL: the statement claims them) */
 } OrchClaimWant;
 /* a claimed row: id, lease_token, attempts, payload, queue, priority, step_key,
  * tenant_id, run_id, lease_expires_at, resume_data, created_at */

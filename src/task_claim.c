@@ -17,16 +17,20 @@
  *	  does the statement-end trigger's work.
  *
  *	  The row trigger's work is done before the update, which may then find
- *	  the row held: only tasks whose trigger work does no more than draw an
- *	  event id (left unused then) are claimed here: queued, of no workflow
- *	  run, with no concurrency key, recording no earlier claim.  At the
- *	  first other task in claim order the claim stops and says the SQL
- *	  claim must take the rest (it reads the queue again, and finds the
- *	  tasks claimed here claimed).  It is not used at all where the claim
- *	  statement would behave otherwise (task_update.c's conditions: a
- *	  trigger of yours, row security that applies, Citus, ...), nor under
- *	  REPEATABLE READ or SERIALIZABLE (the claim statement's serialization
- *	  errors), nor without a claim index.
+ *	  the row held: a task whose trigger work does no more than draw an
+ *	  event id (left unused then) is updated at once: queued, of no
+ *	  workflow run, with no concurrency key, recording no earlier claim.
+ *	  Any other (a step's task, a keyed one, a retry or a resumed task) is
+ *	  first locked without waiting, as the claim statement locks it (a
+ *	  lock record), and only then passed through the trigger's work; a
+ *	  step's task only while its run may go on (the caller's question,
+ *	  orch.step_claimable, asked in the claim's snapshot; without it, on a
+ *	  0.7.0 schema, the claim stops there and says the SQL claim must take
+ *	  the rest).  It is not used at all where the claim statement would
+ *	  behave otherwise (task_update.c's conditions: a trigger of yours, row
+ *	  security that applies, Citus, ...), nor under REPEATABLE READ or
+ *	  SERIALIZABLE (the claim statement's serialization errors), nor
+ *	  without a claim index.
  *
  *	  A row another transaction changed and committed since the snapshot
  *	  is passed over by this claim (the next takes it), as the claim
@@ -111,6 +115,7 @@ typedef struct ClaimScan
 typedef enum
 {
 	CANDIDATE_TAKE,				/* claim it here */
+	CANDIDATE_LOCK,				/* claim it here, locked first (its trigger work writes more) */
 	CANDIDATE_PASS,				/* not claimable by this claim: the next */
 	CANDIDATE_SQL				/* the claim statement must take it and the rest */
 } Candidate;
@@ -182,9 +187,16 @@ candidate(ClaimScan *s)
 	if (s->want->tenant != NULL &&
 		strcmp(TextDatumGetCString(ov[COL(s, CC_TENANT)]), s->want->tenant) != 0)
 		return CANDIDATE_PASS;
-	if (on[COL(s, CC_STATE)] || strcmp(TextDatumGetCString(ov[COL(s, CC_STATE)]), "queued") != 0 ||
+	if (on[COL(s, CC_STATE)] || (!on[COL(s, CC_RUN)] && s->want->step_claimable == NULL))
+		return CANDIDATE_SQL;
+	if (!on[COL(s, CC_RUN)] &&
+		!s->want->step_claimable(ov[COL(s, CC_RUN)], ov[COL(s, CC_TENANT)], ov[COL(s, CC_STEP)],
+								 on[COL(s, CC_STEP)]))
+		return CANDIDATE_PASS;	/* its run may not go on now */
+	/* their trigger work writes more than an event id: locked first */
+	if (strcmp(TextDatumGetCString(ov[COL(s, CC_STATE)]), "queued") != 0 ||
 		!on[COL(s, CC_RUN)] || !on[COL(s, CC_KEY)] || !on[COL(s, CC_CLAIM_EVENT)])
-		return CANDIDATE_SQL;	/* their trigger work writes more */
+		return CANDIDATE_LOCK;
 	return CANDIDATE_TAKE;
 }
 
@@ -291,14 +303,16 @@ server_asserts(void)
  * the claim statement does (a lock record per row).
  */
 static bool
-claim_write(ClaimScan *s, ItemPointer tid)
+claim_write(ClaimScan *s, ItemPointer tid, bool locked)
 {
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
 	bool		update_indexes;
 	TM_Result	r;
 
-	if (server_asserts())
+	if (locked)
+		r = TM_BeingModified;	/* (by this transaction) */
+	else if (server_asserts())
 		r = claim_lock(s, tid) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
 	else
 	{
@@ -369,14 +383,16 @@ claim_next(ClaimScan *s, MemoryContext scan_cxt, MemoryContext cxt, Datum *out, 
 	heap_deform_tuple(oldtup, RelationGetDescr(s->rel), s->ov, s->on);
 	ExecClearTuple(s->found);
 	c = candidate(s);
-	if (c != CANDIDATE_TAKE)
+	if (c == CANDIDATE_PASS || c == CANDIDATE_SQL)
 		return c == CANDIDATE_SQL ? -2 : 0;
+	if (c == CANDIDATE_LOCK && claim_lock(s, &tid) != TM_Ok)
+		return 0;				/* held elsewhere, or changed since the snapshot */
 	ExecClearTuple(s->nslot);
 	claim_values(s);
 	s->hook(s->rel, oldtup, s->nslot->tts_values, s->nslot->tts_isnull);
 	orch_task_check_not_null(s->rel, s->nslot->tts_isnull);
 	ExecStoreVirtualTuple(s->nslot);
-	if (!claim_write(s, &tid))
+	if (!claim_write(s, &tid, c == CANDIDATE_LOCK))
 		return 0;
 	claimed_row(s, cxt, out, out_nulls);
 	return 1;

@@ -345,11 +345,12 @@ RESET enable_seqscan;
 -- 12. A claim of one tenant or of every tenant is written at once too
 --     (task_claim.c): in claim order from the queue's claim index, each
 --     row given the claim statement's values (the lease capped by the
---     task's timeout), no row lock record.  At a task whose trigger work
---     writes more (here: a concurrency key) the claim statement claims it
---     and the rest, which then write their lock records.  A tenant's
---     claim reads its own range.  Under REPEATABLE READ, or without a
---     claim index (dropped, then made again), the claim statement claims.
+--     task's timeout), no row lock record.  A task whose trigger work
+--     writes more (here: a concurrency key; below: a retry come due) is
+--     locked first, as the claim statement locks it: one lock record.  A
+--     tenant's claim reads its own range.  Under REPEATABLE READ, or
+--     without a claim index (dropped, then made again), the claim
+--     statement claims.
 CREATE FUNCTION pg_temp.wr_locks(since pg_lsn) RETURNS bigint LANGUAGE sql AS $$
     SELECT count(*) FROM pg_get_wal_records_info(since, pg_current_wal_flush_lsn())
      WHERE resource_manager = 'Heap' AND record_type = 'LOCK'
@@ -376,6 +377,18 @@ SELECT c.payload ->> 'n' AS n, c.attempt, t.state, t.reason_code, t.lease_owner,
   FROM wr_cl_claims c JOIN orch.tasks t ON t.id = c.task_id ORDER BY t.id;
 SELECT count(*) AS claims_in_history FROM orch.tasks t CROSS JOIN LATERAL orch_history(t.id) h
  WHERE t.queue = 'wr_cl' AND h.to_state = 'executing' AND h.reason_code = 'claimed' AND h.label = 'wr-worker';
+-- a retry come due: locked first, its claim written as an event row
+SELECT orch_enqueue('wr_clx', '{"x": 1}', max_attempts => 3,
+                    retry_policy => '{"backoff": "fixed", "initial_delay": "0 seconds"}') AS wr_clx_id \gset
+SELECT count(*) AS claimed FROM (
+    SELECT orch_fail(task_id, lease_token, 'TRANSIENT', 'wr-boom') FROM orch_dequeue('wr_clx', 'wr-worker', 1)) s;
+SELECT state, ready_at IS NOT NULL AS claimable FROM orch.tasks WHERE id = :wr_clx_id;
+SELECT pg_current_wal_flush_lsn() AS before_retry_claim \gset
+SELECT attempt FROM orch_dequeue('wr_clx', 'wr-worker-2', 1);
+SELECT pg_temp.wr_locks(:'before_retry_claim') AS lock_records;
+SELECT from_state, to_state, reason_code, label, attempt FROM orch_history(:wr_clx_id)
+ WHERE to_state = 'executing' ORDER BY attempt;
+SELECT count(*) AS claim_event_rows FROM orch.events WHERE task_id = :wr_clx_id AND to_state = 'executing';
 -- a tenant's claim, and the default tenant's, each read their own
 SELECT count(*) AS enqueued FROM (
     SELECT orch_enqueue_batch('wr_clt', ARRAY['{"t": 1}', '{"t": 2}']::jsonb[], tenant => 'wr-tenant')
@@ -409,7 +422,7 @@ SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
  WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
 SET enable_seqscan = off;
 SELECT count(*) AS executing_by_lease_index FROM orch.tasks
- WHERE queue IN ('wr_cl', 'wr_clt', 'wr_clr', 'wr_cli') AND state = 'executing';
+ WHERE queue IN ('wr_cl', 'wr_clx', 'wr_clt', 'wr_clr', 'wr_cli') AND state = 'executing';
 RESET enable_seqscan;
 DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;
