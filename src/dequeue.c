@@ -761,17 +761,56 @@ typedef struct ClaimRequest
 /*
  * May a claim hand out this step's task now?  Asked by the claim written
  * without SQL (task_claim.c) of each step's task it comes by, in its
- * snapshot, as the claim statement asks orch.step_claimable().
+ * snapshot, as the claim statement asks orch.step_claimable(): through a
+ * connection of its own (its result freed at once).  The answer depends
+ * on the run and on whether the step is a compensation: the last one is
+ * kept for the rest of the claim (a map step's items come one after
+ * another), forgotten when the next claim begins (step_seen_reset).
  */
+static struct
+{
+	bool		valid;
+	int64		run_id;
+	char	   *tenant;
+	bool		compensation;
+	bool		answer;
+} step_seen;
+
+static void
+step_seen_reset(void)
+{
+	if (step_seen.tenant)
+		pfree(step_seen.tenant);
+	memset(&step_seen, 0, sizeof(step_seen));
+}
+
 static bool
 step_claimable(Datum run_id, Datum tenant, Datum step_key, bool step_null)
 {
 	OrchArgs	a = {0};
+	char	   *ten = TextDatumGetCString(tenant);
+	char	   *key = step_null ? NULL : TextDatumGetCString(step_key);
+	size_t		kl = key ? strlen(key) : 0;
+	bool		compensation = kl >= 11 && strcmp(key + kl - 11, ":compensate") == 0;
+	bool		found;
 
+	if (step_seen.valid && step_seen.run_id == DatumGetInt64(run_id) &&
+		step_seen.compensation == compensation && strcmp(step_seen.tenant, ten) == 0)
+		return step_seen.answer;
 	orch_arg(&a, INT8OID, run_id, false);
 	orch_arg(&a, TEXTOID, tenant, false);
 	orch_arg(&a, TEXTOID, step_null ? (Datum) 0 : step_key, step_null);
-	return orch_args_sql(&a, STEP_CLAIMABLE_SQL, true, 1, SPI_OK_SELECT) > 0;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "orchestrator: SPI_connect failed");
+	found = orch_args_sql(&a, STEP_CLAIMABLE_SQL, true, 1, SPI_OK_SELECT) > 0;
+	SPI_finish();
+	step_seen_reset();
+	step_seen.tenant = MemoryContextStrdup(TopTransactionContext, ten);
+	step_seen.run_id = DatumGetInt64(run_id);
+	step_seen.compensation = compensation;
+	step_seen.answer = found;
+	step_seen.valid = true;
+	return found;
 }
 
 /* Claim order of two claimed rows (ORCH_CLAIMED_COLS values each, in arg) */
@@ -825,6 +864,7 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	w.from_created_at = st.created_at;
 	w.from_id = st.id;
 	w.step_claimable = orch_schema_step_claimable() ? step_claimable : NULL;
+	memset(&step_seen, 0, sizeof(step_seen));	/* (its tenant: in a transaction's memory) */
 	claimed = direct = orch_tasks_claim_direct(orch_task_updating, &w, v, n, &rest_sql);
 	if (direct > 0)
 		orch_tasks_updated();

@@ -24,9 +24,10 @@
  *	  first locked without waiting, as the claim statement locks it (a
  *	  lock record), and only then passed through the trigger's work; a
  *	  step's task only while its run may go on (the caller's question,
- *	  orch.step_claimable, asked in the claim's snapshot; without it, on a
- *	  0.7.0 schema, the claim stops there and says the SQL claim must take
- *	  the rest).  It is not used at all where the claim statement would
+ *	  orch.step_claimable, asked in the claim's snapshot; without it the
+ *	  claim stops there and says the SQL claim must take the rest, which
+ *	  a schema before 0.8.0, without the columns read here, never comes
+ *	  to: the claim is not written here at all).  It is not used where the claim statement would
  *	  behave otherwise (task_update.c's conditions: a trigger of yours, row
  *	  security that applies, Citus, ...), nor under REPEATABLE READ or
  *	  SERIALIZABLE (the claim statement's serialization errors), nor
@@ -324,6 +325,9 @@ claim_write(ClaimScan *s, ItemPointer tid, bool locked)
 	if (r == TM_BeingModified)
 		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
 							   true, &tmfd, &lockmode, &update_indexes);
+	/* a row this transaction locked is updated (the trigger's work is done) */
+	if (r != TM_Ok && locked)
+		elog(ERROR, "orchestrator: a task locked for its claim could not be updated (%d)", (int) r);
 	if (r != TM_Ok)
 		return false;
 	if (update_indexes)

@@ -389,6 +389,21 @@ SELECT pg_temp.wr_locks(:'before_retry_claim') AS lock_records;
 SELECT from_state, to_state, reason_code, label, attempt FROM orch_history(:wr_clx_id)
  WHERE to_state = 'executing' ORDER BY attempt;
 SELECT count(*) AS claim_event_rows FROM orch.events WHERE task_id = :wr_clx_id AND to_state = 'executing';
+-- workflow steps' tasks: a paused run's passed over (its run may not go
+-- on), a running run's locked first and claimed, the paused one's claimed
+-- once its run is resumed
+SELECT orch_define('wr_wf', '{"steps": [{"step_id": "only", "queue": "wr_clw", "handler": "h"}]}') AS version;
+SELECT orch_publish('wr_wf', 1) IS NOT NULL AS published;
+SELECT orch_start('wr_wf', '{"n": 1}') AS wr_paused \gset
+SELECT orch_start('wr_wf', '{"n": 2}') AS wr_running \gset
+SELECT orch_pause_run(:wr_paused) IS NOT NULL AS paused;
+SELECT pg_current_wal_flush_lsn() AS before_step_claims \gset
+SELECT t.run_id = :wr_running AS of_the_running_run, c.step_key, c.attempt
+  FROM orch_dequeue('wr_clw', 'wr-worker', 10) c JOIN orch.tasks t ON t.id = c.task_id;
+SELECT pg_temp.wr_locks(:'before_step_claims') AS lock_records;
+SELECT orch_resume_run(:wr_paused) IS NOT NULL AS resumed;
+SELECT t.run_id = :wr_paused AS of_the_resumed_run, c.step_key
+  FROM orch_dequeue('wr_clw', 'wr-worker', 10) c JOIN orch.tasks t ON t.id = c.task_id;
 -- a tenant's claim, and the default tenant's, each read their own
 SELECT count(*) AS enqueued FROM (
     SELECT orch_enqueue_batch('wr_clt', ARRAY['{"t": 1}', '{"t": 2}']::jsonb[], tenant => 'wr-tenant')
@@ -422,7 +437,7 @@ SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
  WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
 SET enable_seqscan = off;
 SELECT count(*) AS executing_by_lease_index FROM orch.tasks
- WHERE queue IN ('wr_cl', 'wr_clx', 'wr_clt', 'wr_clr', 'wr_cli') AND state = 'executing';
+ WHERE queue IN ('wr_cl', 'wr_clx', 'wr_clw', 'wr_clt', 'wr_clr', 'wr_cli') AND state = 'executing';
 RESET enable_seqscan;
 DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;
