@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "access/htup.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "access/tupdesc.h"
 #include "commands/trigger.h"
@@ -649,8 +650,31 @@ typedef enum OrchDirect
 } OrchDirect;
 extern int	orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int n,
 									   Datum tenants, OrchDirect *stop);
-extern bool orch_task_update_possible(Relation rel);
-extern void orch_task_check_not_null(Relation rel, const bool *nl);
+/* ... a run of them, shared with the claims written without SQL */
+typedef struct OrchTaskWrites
+{
+	Relation	rel;
+	OrchTaskCache *cache;
+	const AttrNumber *cols;		/* the caller's columns */
+	Snapshot	snap;
+	struct EState *estate;
+	OrchTaskEntries *entries;
+	struct TupleTableSlot *found;	/* a version read (the table's slot) */
+	struct TupleTableSlot *nslot;	/* the new version */
+	HeapTuple	oldtup;			/* the version taken */
+	ItemPointerData tid;
+	Datum	   *ov;				/* ... its values */
+	bool	   *on;
+	MemoryContext work;
+	MemoryContext caller;
+} OrchTaskWrites;
+extern bool orch_task_writes_begin(OrchTaskWrites *w, int ncols,
+								   const char *const *names, const Oid *types);
+extern void orch_task_writes_take(OrchTaskWrites *w);
+extern void orch_task_writes_derive(OrchTaskWrites *w, OrchUpdateHook hook);
+extern TM_Result orch_task_writes_update(OrchTaskWrites *w, bool wait);
+extern void orch_task_writes_next(OrchTaskWrites *w);
+extern void orch_task_writes_end(OrchTaskWrites *w, bool wrote);
 
 /* task_claim.c: claims written without SQL */
 typedef bool (*OrchStepCheck) (Datum run_id, Datum tenant, Datum step_key, bool step_null);

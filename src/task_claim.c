@@ -98,19 +98,12 @@ static const int claimed_out[ORCH_CLAIMED_COLS] = {
 /* One claim's scan and what it writes with */
 typedef struct ClaimScan
 {
-	Relation	rel;
-	const AttrNumber *cols;
+	OrchTaskWrites w;			/* the table, snapshot, row versions (task_update.c) */
 	const OrchClaimWant *want;
 	OrchUpdateHook hook;
-	OrchTaskEntries *entries;
 	IndexScanDesc scan;
-	TupleTableSlot *found;
-	TupleTableSlot *nslot;
-	Snapshot	snap;
 	Datum		queue;			/* want->queue as text */
 	TimestampTz now;			/* the statement's start */
-	Datum	   *ov;				/* the row found, deformed */
-	bool	   *on;
 } ClaimScan;
 
 typedef enum
@@ -121,22 +114,7 @@ typedef enum
 	CANDIDATE_SQL				/* the claim statement must take it and the rest */
 } Candidate;
 
-#define COL(s, k) ((s)->cols[k] - 1)
-
-/*
- * The columns a claim reads or sets, of their types (NULL: one is missing
- * or of another type, an older or changed schema).
- */
-static const AttrNumber *
-find_columns(Relation rel, OrchTaskCache *c)
-{
-	const AttrNumber *cols = orch_task_cache_columns(c, rel, CC_COUNT, claim_cols, claim_types);
-
-	for (int k = 0; k < CC_COUNT; k++)
-		if (cols[k] == InvalidAttrNumber)
-			return NULL;
-	return cols;
-}
+#define COL(s, k) ((s)->w.cols[k] - 1)
 
 /*
  * The scan keys of the claim index (index columns: queue, [tenant_id,]
@@ -180,8 +158,8 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Sca
 static Candidate
 candidate(ClaimScan *s)
 {
-	const bool *on = s->on;
-	const Datum *ov = s->ov;
+	const bool *on = s->w.on;
+	const Datum *ov = s->w.ov;
 
 	if (on[COL(s, CC_READY)] || DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
 		return CANDIDATE_PASS;	/* not due (the claim statement's ready_at <= due) */
@@ -225,27 +203,25 @@ held_elsewhere(TupleTableSlot *slot)
 	return !TransactionIdIsCurrentTransactionId(xmax) && TransactionIdIsInProgress(xmax);
 }
 
-/* The claim's values on the row found, in s->nslot (CLAIM_SET in dequeue.c) */
+/* The claim's values on the row taken, in its new version (CLAIM_SET in dequeue.c) */
 static void
 claim_values(ClaimScan *s)
 {
-	Datum	   *v = s->nslot->tts_values;
-	bool	   *n = s->nslot->tts_isnull;
+	Datum	   *v = s->w.nslot->tts_values;
+	bool	   *n = s->w.nslot->tts_isnull;
 	int32		attempts;
 	TimestampTz expires;
 
-	memcpy(v, s->ov, sizeof(Datum) * RelationGetDescr(s->rel)->natts);
-	memcpy(n, s->on, sizeof(bool) * RelationGetDescr(s->rel)->natts);
-	if (pg_add_s32_overflow(DatumGetInt32(s->ov[COL(s, CC_ATTEMPTS)]), 1, &attempts))
+	if (pg_add_s32_overflow(DatumGetInt32(s->w.ov[COL(s, CC_ATTEMPTS)]), 1, &attempts))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("integer out of range")));
 	expires = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(s->now),
 													  IntervalPGetDatum(orch_usecs_interval(s->want->lease))));
-	if (!s->on[COL(s, CC_TIMEOUT)])
+	if (!s->w.on[COL(s, CC_TIMEOUT)])
 		expires = Min(expires,
 					  DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(s->now),
-															  s->ov[COL(s, CC_TIMEOUT)])));
+															  s->w.ov[COL(s, CC_TIMEOUT)])));
 #define SET(k, d) do { v[COL(s, k)] = (d); n[COL(s, k)] = false; } while (0)
 	SET(CC_STATE, CStringGetTextDatum("executing"));
 	SET(CC_ATTEMPTS, Int32GetDatum(attempts));
@@ -265,13 +241,13 @@ claim_values(ClaimScan *s)
  * changed since the snapshot.
  */
 static TM_Result
-claim_lock(ClaimScan *s, ItemPointer tid)
+claim_lock(ClaimScan *s)
 {
-	TupleTableSlot *locked = table_slot_create(s->rel, NULL);
+	TupleTableSlot *locked = table_slot_create(s->w.rel, NULL);
 	TM_FailureData tmfd;
 	TM_Result	r;
 
-	r = table_tuple_lock(s->rel, tid, s->snap, locked, GetCurrentCommandId(true),
+	r = table_tuple_lock(s->w.rel, &s->w.tid, s->w.snap, locked, GetCurrentCommandId(true),
 						 LockTupleExclusive, LockWaitSkip, 0, &tmfd);
 	ExecDropSingleTupleTableSlot(locked);
 	return r;
@@ -304,42 +280,33 @@ server_asserts(void)
  * the claim statement does (a lock record per row).
  */
 static bool
-claim_write(ClaimScan *s, ItemPointer tid, bool locked)
+claim_write(ClaimScan *s, bool locked)
 {
-	TM_FailureData tmfd;
-	LockTupleMode lockmode;
-	bool		update_indexes;
 	TM_Result	r;
 
 	if (locked)
 		r = TM_BeingModified;	/* (by this transaction) */
 	else if (server_asserts())
-		r = claim_lock(s, tid) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
+		r = claim_lock(s) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
 	else
 	{
-		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
-							   false, &tmfd, &lockmode, &update_indexes);
-		if (r == TM_BeingModified && claim_lock(s, tid) != TM_Ok)
+		r = orch_task_writes_update(&s->w, false);
+		if (r == TM_BeingModified && claim_lock(s) != TM_Ok)
 			return false;
 	}
 	if (r == TM_BeingModified)
-		r = table_tuple_update(s->rel, tid, s->nslot, GetCurrentCommandId(true), s->snap, InvalidSnapshot,
-							   true, &tmfd, &lockmode, &update_indexes);
+		r = orch_task_writes_update(&s->w, true);
 	/* a row this transaction locked is updated (the trigger's work is done) */
 	if (r != TM_Ok && locked)
 		elog(ERROR, "orchestrator: a task locked for its claim could not be updated (%d)", (int) r);
-	if (r != TM_Ok)
-		return false;
-	if (update_indexes)
-		orch_task_entries_insert(s->entries, s->nslot, s->ov, s->on);
-	return true;
+	return r == TM_Ok;
 }
 
 /* The claimed row's values handed back, copied into cxt */
 static void
 claimed_row(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 {
-	TupleDesc	desc = RelationGetDescr(s->rel);
+	TupleDesc	desc = RelationGetDescr(s->w.rel);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
 	for (int k = 0; k < ORCH_CLAIMED_COLS; k++)
@@ -347,14 +314,14 @@ claimed_row(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 		int			a = COL(s, claimed_out[k]);
 		Form_pg_attribute att = TupleDescAttr(desc, a);
 
-		out_nulls[k] = s->nslot->tts_isnull[a];
+		out_nulls[k] = s->w.nslot->tts_isnull[a];
 		out[k] = (Datum) 0;
 		if (out_nulls[k])
 			continue;
 		if (att->attlen == -1)
-			out[k] = PointerGetDatum(PG_DETOAST_DATUM_COPY(s->nslot->tts_values[a]));
+			out[k] = PointerGetDatum(PG_DETOAST_DATUM_COPY(s->w.nslot->tts_values[a]));
 		else
-			out[k] = datumCopy(s->nslot->tts_values[a], att->attbyval, att->attlen);
+			out[k] = datumCopy(s->w.nslot->tts_values[a], att->attbyval, att->attlen);
 	}
 	MemoryContextSwitchTo(old);
 }
@@ -365,62 +332,33 @@ claimed_row(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
  * statement must take it and the rest.
  */
 static int
-claim_next(ClaimScan *s, MemoryContext scan_cxt, MemoryContext cxt, Datum *out, bool *out_nulls)
+claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 {
-	ItemPointerData tid;
-	HeapTuple	oldtup;
 	Candidate	c;
 	/* the scan's own memory lives as long as the scan; the row's, one row */
-	MemoryContext rowcxt = MemoryContextSwitchTo(scan_cxt);
-	bool		more = index_getnext_slot(s->scan, ForwardScanDirection, s->found);
+	MemoryContext rowcxt = MemoryContextSwitchTo(s->w.work);
+	bool		more = index_getnext_slot(s->scan, ForwardScanDirection, s->w.found);
 
 	MemoryContextSwitchTo(rowcxt);
 	if (!more)
 		return -1;
-	if (held_elsewhere(s->found))
+	if (held_elsewhere(s->w.found))
 	{
-		ExecClearTuple(s->found);
+		ExecClearTuple(s->w.found);
 		return 0;
 	}
-	oldtup = ExecCopySlotHeapTuple(s->found);
-	tid = s->found->tts_tid;
-	heap_deform_tuple(oldtup, RelationGetDescr(s->rel), s->ov, s->on);
-	ExecClearTuple(s->found);
+	orch_task_writes_take(&s->w);
 	c = candidate(s);
 	if (c == CANDIDATE_PASS || c == CANDIDATE_SQL)
 		return c == CANDIDATE_SQL ? -2 : 0;
-	if (c == CANDIDATE_LOCK && claim_lock(s, &tid) != TM_Ok)
+	if (c == CANDIDATE_LOCK && claim_lock(s) != TM_Ok)
 		return 0;				/* held elsewhere, or changed since the snapshot */
-	ExecClearTuple(s->nslot);
 	claim_values(s);
-	s->hook(s->rel, oldtup, s->nslot->tts_values, s->nslot->tts_isnull);
-	orch_task_check_not_null(s->rel, s->nslot->tts_isnull);
-	ExecStoreVirtualTuple(s->nslot);
-	if (!claim_write(s, &tid, c == CANDIDATE_LOCK))
+	orch_task_writes_derive(&s->w, s->hook);
+	if (!claim_write(s, c == CANDIDATE_LOCK))
 		return 0;
 	claimed_row(s, cxt, out, out_nulls);
 	return 1;
-}
-
-/* Open what the claim writes with, or NULL: the claim statement must claim */
-static Relation
-claim_open(OrchTaskCache **c, const AttrNumber **cols, Oid *index, const OrchClaimWant *w)
-{
-	Oid			relid = orch_relid("tasks");
-	Relation	rel;
-	bool		by_tenant = w->tenant != NULL && strcmp(w->tenant, ORCH_DEFAULT_TENANT) != 0;
-
-	if (!OidIsValid(relid) || w->batch <= 0 || IsolationUsesXactSnapshot())
-		return NULL;
-	rel = table_open(relid, RowExclusiveLock);
-	if (!orch_task_update_possible(rel) || !orch_task_cache_writable((*c = orch_task_cache(rel)), true) ||
-		!orch_task_cache_entries_ok(*c) || (*cols = find_columns(rel, *c)) == NULL ||
-		!OidIsValid(*index = orch_task_cache_claim_index(*c, by_tenant)))
-	{
-		table_close(rel, NoLock);
-		return NULL;
-	}
-	return rel;
 }
 
 /*
@@ -437,46 +375,33 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 						bool *rest_sql)
 {
 	MemoryContext caller = CurrentMemoryContext;
-	MemoryContext work;
-	OrchTaskCache *c;
-	const AttrNumber *cols;
+	bool		by_tenant = want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0;
 	Oid			index;
 	Relation	ir;
 	ClaimScan	s = {0};
 	ScanKeyData keys[3];
 	ScanKeyData row[3];
-	EState	   *estate;
 	int			nkeys;
 	int			done = 0;
 
 	*rest_sql = true;
-	s.rel = claim_open(&c, &cols, &index, want);
-	if (s.rel == NULL)
+	if (want->batch <= 0 || IsolationUsesXactSnapshot() ||
+		!orch_task_writes_begin(&s.w, CC_COUNT, claim_cols, claim_types))
 		return 0;
+	if (!OidIsValid(index = orch_task_cache_claim_index(s.w.cache, by_tenant)))
+	{
+		orch_task_writes_end(&s.w, false);
+		return 0;
+	}
 	*rest_sql = false;
-	work = AllocSetContextCreate(caller, "orchestrator claim", ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(work);
-	s.cols = cols;
 	s.want = want;
 	s.hook = hook;
 	s.now = GetCurrentStatementStartTimestamp();
 	s.queue = CStringGetTextDatum(want->queue);
-	s.ov = palloc(sizeof(Datum) * RelationGetDescr(s.rel)->natts);
-	s.on = palloc(sizeof(bool) * RelationGetDescr(s.rel)->natts);
-	/* as the claim statement would: what this transaction did so far, seen */
-	CommandCounterIncrement();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	UpdateActiveSnapshotCommandId();
-	s.snap = GetActiveSnapshot();
-	estate = CreateExecutorState();
 	ir = index_open(index, RowExclusiveLock);
-	nkeys = claim_keys(ir, want, want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0,
-					   s.queue, keys, row);
-	s.scan = index_beginscan(s.rel, ir, s.snap, nkeys, 0);
+	nkeys = claim_keys(ir, want, by_tenant, s.queue, keys, row);
+	s.scan = index_beginscan(s.w.rel, ir, s.w.snap, nkeys, 0);
 	index_rescan(s.scan, keys, nkeys, NULL, 0);
-	s.entries = orch_task_entries_begin(c, s.rel, estate);
-	s.found = table_slot_create(s.rel, NULL);
-	s.nslot = MakeSingleTupleTableSlot(RelationGetDescr(s.rel), &TTSOpsVirtual);
 
 	while (done < want->batch)
 	{
@@ -484,13 +409,11 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 		int			r;
 
 		CHECK_FOR_INTERRUPTS();
-		rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-		r = claim_next(&s, work, caller, out + (size_t) done * ORCH_CLAIMED_COLS,
+		rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(s.w.estate));
+		r = claim_next(&s, caller, out + (size_t) done * ORCH_CLAIMED_COLS,
 					   out_nulls + (size_t) done * ORCH_CLAIMED_COLS);
-
 		MemoryContextSwitchTo(rowcxt);
-		ExecClearTuple(s.nslot);
-		ResetPerTupleExprContext(estate);
+		orch_task_writes_next(&s.w);
 		if (r < 0)
 		{
 			*rest_sql = r == -2;
@@ -499,18 +422,8 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 		done += r;
 	}
 
-	orch_task_entries_end(s.entries);
 	index_endscan(s.scan);
-	ExecDropSingleTupleTableSlot(s.found);
-	ExecDropSingleTupleTableSlot(s.nslot);
 	index_close(ir, NoLock);
-	FreeExecutorState(estate);
-	PopActiveSnapshot();
-	MemoryContextSwitchTo(caller);
-	MemoryContextDelete(work);
-	table_close(s.rel, NoLock);
-	/* what follows (the statement's end, the caller's next statement) sees it */
-	if (done > 0)
-		CommandCounterIncrement();
+	orch_task_writes_end(&s.w, done > 0);
 	return done;
 }

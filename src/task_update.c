@@ -79,22 +79,14 @@ static const Oid update_types[UC_COUNT] = {
 	INT8OID, TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, INT8OID, TEXTOID, JSONBOID, TEXTOID
 };
 
-/*
- * The columns a completion reads or sets, of their types (NULL: one is
- * missing or of another type, an older or changed schema), the task found
- * by its id, the primary key's first column.
- */
-static const AttrNumber *
-find_columns(Relation rel, OrchTaskCache *c)
+/* The task is found by its id, the primary key's first column */
+static bool
+found_by_id(OrchTaskWrites *w)
 {
-	const AttrNumber *cols = orch_task_cache_columns(c, rel, UC_COUNT, update_cols, update_types);
 	AttrNumber	pk_first;
 
-	for (int k = 0; k < UC_COUNT; k++)
-		if (cols[k] == InvalidAttrNumber)
-			return NULL;
-	(void) orch_task_cache_pk(c, &pk_first);
-	return pk_first == cols[UC_ID] ? cols : NULL;
+	(void) orch_task_cache_pk(w->cache, &pk_first);
+	return pk_first == w->cols[UC_ID];
 }
 
 /*
@@ -104,8 +96,8 @@ find_columns(Relation rel, OrchTaskCache *c)
  * that applies, the rights to read and update, no hook of an extension
  * that checks them (sepgsql, pgaudit), not read-only, not Citus?
  */
-bool
-orch_task_update_possible(Relation rel)
+static bool
+update_possible(Relation rel)
 {
 	TupleConstr *constr = rel->rd_att->constr;
 	AclMode		need = ACL_UPDATE | ACL_SELECT;
@@ -168,8 +160,8 @@ completion_matches(const AttrNumber *cols, Datum *v, bool *nl, const OrchComplet
 }
 
 /* The not-null constraints, as the executor checks them */
-void
-orch_task_check_not_null(Relation rel, const bool *nl)
+static void
+check_not_null(Relation rel, const bool *nl)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
@@ -208,24 +200,17 @@ find_task(IndexScanDesc scan, int64 id, TupleTableSlot *slot, TupleTableSlot *sp
  * the UPDATE must do it.
  */
 static OrchDirect
-complete_one(Relation rel, const AttrNumber *cols, OrchTaskEntries *entries, IndexScanDesc scan,
-			 TupleTableSlot *found,
-			 TupleTableSlot *spare, TupleTableSlot *nslot, EState *estate, Snapshot snap,
-			 MemoryContext scan_cxt, OrchUpdateHook hook, const OrchCompletion *want, Datum tenants)
+complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchUpdateHook hook,
+			 const OrchCompletion *want, Datum tenants)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
-	HeapTuple	oldtup;
-	ItemPointerData tid;
-	Datum	   *ov;
-	bool	   *on;
+	const AttrNumber *cols = w->cols;
+	Datum	   *v = w->nslot->tts_values;
+	bool	   *n = w->nslot->tts_isnull;
 	OrchDirect	r;
-	TM_FailureData tmfd;
-	LockTupleMode lockmode;
-	bool		update_indexes;
 
 	/* the scan's own memory lives as long as the scan; the row's, one row */
-	MemoryContext rowcxt = MemoryContextSwitchTo(scan_cxt);
-	int			versions = find_task(scan, want->id, found, spare);
+	MemoryContext rowcxt = MemoryContextSwitchTo(w->work);
+	int			versions = find_task(scan, want->id, w->found, spare);
 
 	MemoryContextSwitchTo(rowcxt);
 	switch (versions)
@@ -235,37 +220,23 @@ complete_one(Relation rel, const AttrNumber *cols, OrchTaskEntries *entries, Ind
 		case 1:
 			break;
 		default:
-			ExecClearTuple(found);
+			ExecClearTuple(w->found);
 			return ORCH_DIRECT_SQL;
 	}
-	oldtup = ExecCopySlotHeapTuple(found);
-	tid = found->tts_tid;
-	ov = palloc(sizeof(Datum) * desc->natts);
-	on = palloc(sizeof(bool) * desc->natts);
-	heap_deform_tuple(oldtup, desc, ov, on);
-	ExecClearTuple(found);
-	r = completion_matches(cols, ov, on, want, tenants);
+	orch_task_writes_take(w);
+	r = completion_matches(cols, w->ov, w->on, want, tenants);
 	if (r != ORCH_DIRECT_DONE)
 		return r;
 
 	/* the new row: the old one completed, through the row trigger's work */
-	ExecClearTuple(nslot);
-	memcpy(nslot->tts_values, ov, sizeof(Datum) * desc->natts);
-	memcpy(nslot->tts_isnull, on, sizeof(bool) * desc->natts);
-	nslot->tts_values[cols[UC_STATE] - 1] = CStringGetTextDatum("completed");
-	nslot->tts_values[cols[UC_REASON] - 1] = CStringGetTextDatum("completed");
-	nslot->tts_isnull[cols[UC_REASON] - 1] = false;
-	nslot->tts_values[cols[UC_RESULT] - 1] = want->result;
-	nslot->tts_isnull[cols[UC_RESULT] - 1] = want->result_null;
-	hook(rel, oldtup, nslot->tts_values, nslot->tts_isnull);
-	orch_task_check_not_null(rel, nslot->tts_isnull);
-	ExecStoreVirtualTuple(nslot);
-
-	if (table_tuple_update(rel, &tid, nslot, GetCurrentCommandId(true), snap, InvalidSnapshot,
-						   true, &tmfd, &lockmode, &update_indexes) != TM_Ok)
+	v[cols[UC_STATE] - 1] = CStringGetTextDatum("completed");
+	v[cols[UC_REASON] - 1] = CStringGetTextDatum("completed");
+	n[cols[UC_REASON] - 1] = false;
+	v[cols[UC_RESULT] - 1] = want->result;
+	n[cols[UC_RESULT] - 1] = want->result_null;
+	orch_task_writes_derive(w, hook);
+	if (orch_task_writes_update(w, true) != TM_Ok)
 		return ORCH_DIRECT_SQL; /* changed since the snapshot: the UPDATE reads it again */
-	if (update_indexes)
-		orch_task_entries_insert(entries, nslot, ov, on);
 	return ORCH_DIRECT_DONE;
 }
 
@@ -282,57 +253,32 @@ int
 orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int n, Datum tenants,
 						   OrchDirect *stop)
 {
-	Oid			relid = orch_relid("tasks");
-	Relation	rel;
+	OrchTaskWrites w;
 	Relation	pk;
-	OrchTaskCache *c;
-	const AttrNumber *cols;
-	OrchTaskEntries *entries;
 	AttrNumber	pk_first;
-	Snapshot	snap;
 	IndexScanDesc scan;
-	TupleTableSlot *found,
-			   *spare,
-			   *nslot;
-	EState	   *estate;
-	MemoryContext work,
-				old;
+	TupleTableSlot *spare;
 	int			done = 0;
 
 	*stop = ORCH_DIRECT_SQL;
-	if (!OidIsValid(relid) || n <= 0)
+	if (n <= 0 || !orch_task_writes_begin(&w, UC_COUNT, update_cols, update_types))
 		return 0;
-	rel = table_open(relid, RowExclusiveLock);
-	if (!orch_task_update_possible(rel) || !orch_task_cache_writable((c = orch_task_cache(rel)), true) ||
-		!orch_task_cache_entries_ok(c) || (cols = find_columns(rel, c)) == NULL)
+	if (!found_by_id(&w))
 	{
-		table_close(rel, NoLock);
+		orch_task_writes_end(&w, false);
 		return 0;
 	}
-	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator completion", ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(work);
-	/* as the UPDATE would: what this transaction did so far, seen */
-	CommandCounterIncrement();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	UpdateActiveSnapshotCommandId();
-	snap = GetActiveSnapshot();
-	estate = CreateExecutorState();
-	pk = index_open(orch_task_cache_pk(c, &pk_first), RowExclusiveLock);
-	scan = index_beginscan(rel, pk, snap, 1, 0);
-	entries = orch_task_entries_begin(c, rel, estate);
-	found = table_slot_create(rel, NULL);
-	spare = table_slot_create(rel, NULL);
-	nslot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
+	pk = index_open(orch_task_cache_pk(w.cache, &pk_first), RowExclusiveLock);
+	scan = index_beginscan(w.rel, pk, w.snap, 1, 0);
+	spare = table_slot_create(w.rel, NULL);
 
 	for (; done < n; done++)
 	{
-		MemoryContext row = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-		OrchDirect	r = complete_one(rel, cols, entries, scan, found, spare, nslot, estate, snap,
-									 work, hook, &want[done], tenants);
+		MemoryContext row = MemoryContextSwitchTo(GetPerTupleMemoryContext(w.estate));
+		OrchDirect	r = complete_one(&w, scan, spare, hook, &want[done], tenants);
 
 		MemoryContextSwitchTo(row);
-		ExecClearTuple(nslot);
-		ResetPerTupleExprContext(estate);
+		orch_task_writes_next(&w);
 		if (r != ORCH_DIRECT_DONE)
 		{
 			*stop = r;
@@ -342,19 +288,135 @@ orch_tasks_complete_direct(OrchUpdateHook hook, const OrchCompletion *want, int 
 	if (done == n)
 		*stop = ORCH_DIRECT_DONE;
 
-	orch_task_entries_end(entries);
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(found);
 	ExecDropSingleTupleTableSlot(spare);
-	ExecDropSingleTupleTableSlot(nslot);
 	index_close(pk, NoLock);
-	FreeExecutorState(estate);
-	PopActiveSnapshot();
-	MemoryContextSwitchTo(old);
-	MemoryContextDelete(work);
-	table_close(rel, NoLock);
-	/* what follows (the statement's end, the caller's next statement) sees it */
-	if (done > 0)
-		CommandCounterIncrement();
+	orch_task_writes_end(&w, done > 0);
 	return done;
+}
+
+/* ----------------------------------------------------------------------
+ * A run of task-row updates without SQL, shared by the completions here
+ * and the claims (task_claim.c): the table opened when an UPDATE would
+ * behave as these writes do (and the caller's columns are there, of their
+ * types), a new snapshot as the statement would take, the row versions
+ * read and written, their index entries.
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Begin: false, with nothing open, when the UPDATE must write.  The ncols
+ * columns named, of the types given, are in w->cols.
+ */
+bool
+orch_task_writes_begin(OrchTaskWrites *w, int ncols, const char *const *names,
+					   const Oid *types)
+{
+	Oid			relid = orch_relid("tasks");
+	TupleDesc	desc;
+
+	memset(w, 0, sizeof(*w));
+	if (!OidIsValid(relid))
+		return false;
+	w->rel = table_open(relid, RowExclusiveLock);
+	if (!update_possible(w->rel) || !orch_task_cache_writable((w->cache = orch_task_cache(w->rel)), true) ||
+		!orch_task_cache_entries_ok(w->cache))
+	{
+		table_close(w->rel, NoLock);
+		return false;
+	}
+	w->cols = orch_task_cache_columns(w->cache, w->rel, ncols, names, types);
+	for (int k = 0; k < ncols; k++)
+		if (w->cols[k] == InvalidAttrNumber)
+		{
+			table_close(w->rel, NoLock);
+			return false;		/* an older or changed schema */
+		}
+	desc = RelationGetDescr(w->rel);
+	w->caller = CurrentMemoryContext;
+	w->work = AllocSetContextCreate(w->caller, "orchestrator task writes", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(w->work);
+	/* as the UPDATE would: what this transaction did so far, seen */
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	w->snap = GetActiveSnapshot();
+	w->estate = CreateExecutorState();
+	w->entries = orch_task_entries_begin(w->cache, w->rel, w->estate);
+	w->found = table_slot_create(w->rel, NULL);
+	w->nslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+	w->ov = palloc(sizeof(Datum) * desc->natts);
+	w->on = palloc(sizeof(bool) * desc->natts);
+	return true;
+}
+
+/*
+ * The version in w->found taken (copied to w->oldtup, its place in
+ * w->tid, its values in w->ov / w->on, in the row's memory) and the new
+ * version begun as a copy of it in w->nslot, for the caller to change.
+ */
+void
+orch_task_writes_take(OrchTaskWrites *w)
+{
+	int			natts = RelationGetDescr(w->rel)->natts;
+
+	w->oldtup = ExecCopySlotHeapTuple(w->found);
+	w->tid = w->found->tts_tid;
+	heap_deform_tuple(w->oldtup, RelationGetDescr(w->rel), w->ov, w->on);
+	ExecClearTuple(w->found);
+	ExecClearTuple(w->nslot);
+	memcpy(w->nslot->tts_values, w->ov, sizeof(Datum) * natts);
+	memcpy(w->nslot->tts_isnull, w->on, sizeof(bool) * natts);
+}
+
+/* The new version through the row trigger's work (hook) and NOT NULL */
+void
+orch_task_writes_derive(OrchTaskWrites *w, OrchUpdateHook hook)
+{
+	hook(w->rel, w->oldtup, w->nslot->tts_values, w->nslot->tts_isnull);
+	check_not_null(w->rel, w->nslot->tts_isnull);
+	ExecStoreVirtualTuple(w->nslot);
+}
+
+/*
+ * The new version written over the one taken (wait: for a transaction
+ * that holds the row, as an UPDATE waits; else TM_BeingModified), its
+ * index entries made when it was.
+ */
+TM_Result
+orch_task_writes_update(OrchTaskWrites *w, bool wait)
+{
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	bool		update_indexes;
+	TM_Result	r;
+
+	r = table_tuple_update(w->rel, &w->tid, w->nslot, GetCurrentCommandId(true), w->snap, InvalidSnapshot,
+						   wait, &tmfd, &lockmode, &update_indexes);
+	if (r == TM_Ok && update_indexes)
+		orch_task_entries_insert(w->entries, w->nslot, w->ov, w->on);
+	return r;
+}
+
+/* After one row: its memory freed */
+void
+orch_task_writes_next(OrchTaskWrites *w)
+{
+	ExecClearTuple(w->nslot);
+	ResetPerTupleExprContext(w->estate);
+}
+
+/* The end (wrote: any row written, which what follows then sees) */
+void
+orch_task_writes_end(OrchTaskWrites *w, bool wrote)
+{
+	orch_task_entries_end(w->entries);
+	ExecDropSingleTupleTableSlot(w->found);
+	ExecDropSingleTupleTableSlot(w->nslot);
+	FreeExecutorState(w->estate);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(w->caller);
+	MemoryContextDelete(w->work);
+	table_close(w->rel, NoLock);
+	if (wrote)
+		CommandCounterIncrement();
 }
