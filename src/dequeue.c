@@ -813,30 +813,13 @@ step_claimable(Datum run_id, Datum tenant, Datum step_key, bool step_null)
 	return found;
 }
 
-/* Claim order of two claimed rows (ORCH_CLAIMED_COLS values each, in arg) */
-static int
-claimed_cmp(const void *x, const void *y, void *arg)
-{
-	const Datum *a = (const Datum *) arg + (size_t) *(const int *) x * ORCH_CLAIMED_COLS;
-	const Datum *b = (const Datum *) arg + (size_t) *(const int *) y * ORCH_CLAIMED_COLS;
-
-	if (DatumGetInt32(a[5]) != DatumGetInt32(b[5]))
-		return DatumGetInt32(a[5]) < DatumGetInt32(b[5]) ? -1 : 1;
-	if (DatumGetTimestampTz(a[11]) != DatumGetTimestampTz(b[11]))
-		return DatumGetTimestampTz(a[11]) < DatumGetTimestampTz(b[11]) ? -1 : 1;
-	if (DatumGetInt64(a[0]) != DatumGetInt64(b[0]))
-		return DatumGetInt64(a[0]) < DatumGetInt64(b[0]) ? -1 : 1;
-	return 0;
-}
-
 /*
  * The claim of one tenant (tenant) or of all (NULL), which reads one range
  * of a claim index: written without SQL where it can be (task_claim.c),
- * the claim statement ($1 .. $5 in a) taking what it leaves.  The event
- * context the caller set (the worker as actor, no note) is what lets the
- * rows claimed without SQL record their claim (lifecycle.c), so that their
- * trigger work writes no event.  Returns how many were claimed, emitted
- * into rsinfo in claim order.
+ * else by the claim statement ($1 .. $5 in a).  The event context the
+ * caller set (the worker as actor, no note) is what lets the rows claimed
+ * without SQL record their claim (lifecycle.c), as the statement's do.
+ * Returns how many were claimed, emitted into rsinfo in claim order.
  */
 static int
 claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, ReturnSetInfo *rsinfo)
@@ -845,9 +828,6 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	OrchClaimWant w = {0};
 	Datum	   *v = palloc(sizeof(Datum) * ORCH_CLAIMED_COLS * r->batch);
 	bool	   *n = palloc(sizeof(bool) * ORCH_CLAIMED_COLS * r->batch);
-	int		   *order;
-	bool		rest_sql;
-	int			direct;
 	int			claimed;
 
 	claim_start(&st, r->queue, tenant);
@@ -865,30 +845,25 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	w.from_id = st.id;
 	w.step_claimable = orch_schema_step_claimable() ? step_claimable : NULL;
 	memset(&step_seen, 0, sizeof(step_seen));	/* (its tenant: in a transaction's memory) */
-	claimed = direct = orch_tasks_claim_direct(orch_task_updating, &w, v, n, &rest_sql);
-	if (direct > 0)
-		orch_tasks_updated();
-	if (rest_sql)
+	claimed = orch_tasks_claim_direct(orch_task_updating, &w, v, n);
+	if (claimed < 0)
 	{
-		/* the claim statement, for what is left ($2), its rows after these */
+		/* the claim statement */
 		claim_start_args(a, &st);
-		a->values[1] = Int32GetDatum(r->batch - direct);
 		orch_args_sql(a, claim_sql(tenant, tenant == NULL), false, 0, SPI_OK_SELECT);
-		if (SPI_processed > (uint64) (r->batch - direct))
-			elog(ERROR, "orchestrator: the claim statement claimed more than it was asked for");
-		for (uint64 i = 0; i < SPI_processed; i++, claimed++)
-			orch_spi_values(SPI_tuptable, i, 1, ORCH_CLAIMED_COLS, v + (size_t) claimed * ORCH_CLAIMED_COLS,
-							n + (size_t) claimed * ORCH_CLAIMED_COLS);
+		claimed = (int) SPI_processed;
+		if (claimed > 0)
+			orch_spi_values(SPI_tuptable, 0, 1, ORCH_CLAIMED_COLS, v, n);
+		emit_claimed(rsinfo);
 	}
-	/* in claim order: the statement may take a task before those (freed meanwhile) */
-	order = palloc(sizeof(int) * Max(claimed, 1));
-	for (int i = 0; i < claimed; i++)
-		order[i] = i;
-	if (direct > 0 && claimed > direct)
-		qsort_arg(order, claimed, sizeof(int), claimed_cmp, v);
-	for (int i = 0; i < claimed; i++)
-		emit_row(rsinfo, v + (size_t) order[i] * ORCH_CLAIMED_COLS, n + (size_t) order[i] * ORCH_CLAIMED_COLS);
-	claim_started(&st, r->queue, tenant, claimed > 0 ? v + (size_t) order[0] * ORCH_CLAIMED_COLS : NULL);
+	else
+	{
+		if (claimed > 0)
+			orch_tasks_updated();
+		for (int i = 0; i < claimed; i++)
+			emit_row(rsinfo, v + (size_t) i * ORCH_CLAIMED_COLS, n + (size_t) i * ORCH_CLAIMED_COLS);
+	}
+	claim_started(&st, r->queue, tenant, claimed > 0 ? v : NULL);
 	return claimed;
 }
 

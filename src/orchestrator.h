@@ -690,13 +690,13 @@ typedef struct OrchClaimWant
 	int32		from_priority;
 	TimestampTz from_created_at;
 	int64		from_id;
-	OrchStepCheck step_claimable;	/* may a step's task run now (NULL: the statement claims them) */
+	OrchStepCheck step_claimable;	/* may a step's task run now (NULL: the statement claims) */
 } OrchClaimWant;
 /* a claimed row: id, lease_token, attempts, payload, queue, priority, step_key,
  * tenant_id, run_id, lease_expires_at, resume_data, created_at */
 #define ORCH_CLAIMED_COLS 12
 extern int	orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out,
-									bool *out_nulls, bool *rest_sql);
+									bool *out_nulls);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);
 #define ORCH_CLAIM_FIELDS 11

@@ -24,14 +24,12 @@
  *	  first locked without waiting, as the claim statement locks it (a
  *	  lock record), and only then passed through the trigger's work; a
  *	  step's task only while its run may go on (the caller's question,
- *	  orch.step_claimable, asked in the claim's snapshot; without it the
- *	  claim stops there and says the SQL claim must take the rest, which
- *	  a schema before 0.8.0, without the columns read here, never comes
- *	  to: the claim is not written here at all).  It is not used where the claim statement would
- *	  behave otherwise (task_update.c's conditions: a trigger of yours, row
- *	  security that applies, Citus, ...), nor under REPEATABLE READ or
- *	  SERIALIZABLE (the claim statement's serialization errors), nor
- *	  without a claim index.
+ *	  orch.step_claimable, asked in the claim's snapshot).  It is not used
+ *	  where the claim statement would behave otherwise (task_update.c's
+ *	  conditions: a trigger of yours, row security that applies, Citus,
+ *	  ...), nor under REPEATABLE READ or SERIALIZABLE (the claim
+ *	  statement's serialization errors), nor without a claim index or the
+ *	  step question (a schema before 0.8.0).
  *
  *	  A row another transaction changed and committed since the snapshot
  *	  is passed over by this claim (the next takes it), as the claim
@@ -110,8 +108,7 @@ typedef enum
 {
 	CANDIDATE_TAKE,				/* claim it here */
 	CANDIDATE_LOCK,				/* claim it here, locked first (its trigger work writes more) */
-	CANDIDATE_PASS,				/* not claimable by this claim: the next */
-	CANDIDATE_SQL				/* the claim statement must take it and the rest */
+	CANDIDATE_PASS				/* not claimable by this claim: the next */
 } Candidate;
 
 #define COL(s, k) ((s)->w.cols[k] - 1)
@@ -166,8 +163,8 @@ candidate(ClaimScan *s)
 	if (s->want->tenant != NULL &&
 		strcmp(TextDatumGetCString(ov[COL(s, CC_TENANT)]), s->want->tenant) != 0)
 		return CANDIDATE_PASS;
-	if (on[COL(s, CC_STATE)] || (!on[COL(s, CC_RUN)] && s->want->step_claimable == NULL))
-		return CANDIDATE_SQL;
+	if (on[COL(s, CC_STATE)])
+		return CANDIDATE_PASS;	/* (state is NOT NULL) */
 	if (!on[COL(s, CC_RUN)] &&
 		!s->want->step_claimable(ov[COL(s, CC_RUN)], ov[COL(s, CC_TENANT)], ov[COL(s, CC_STEP)],
 								 on[COL(s, CC_STEP)]))
@@ -328,8 +325,7 @@ claimed_row(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 
 /*
  * The next candidate of the scan claimed; 1 when claimed (its row into
- * out), 0 when passed over, -1 when the scan ended, -2 when the claim
- * statement must take it and the rest.
+ * out), 0 when passed over, -1 when the scan ended.
  */
 static int
 claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
@@ -349,8 +345,8 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 	}
 	orch_task_writes_take(&s->w);
 	c = candidate(s);
-	if (c == CANDIDATE_PASS || c == CANDIDATE_SQL)
-		return c == CANDIDATE_SQL ? -2 : 0;
+	if (c == CANDIDATE_PASS)
+		return 0;
 	if (c == CANDIDATE_LOCK && claim_lock(s) != TM_Ok)
 		return 0;				/* held elsewhere, or changed since the snapshot */
 	claim_values(s);
@@ -365,14 +361,12 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
  * Claim up to want->batch tasks of want->queue without SQL, in claim
  * order (hook: the row trigger's work on an update).  Their rows go into
  * out and out_nulls (ORCH_CLAIMED_COLS values each, allocated in the
- * caller's memory context).  Returns how many; *rest_sql says that the
- * claim statement must look for the rest (this claim could not be made
- * here, or stopped at a task it does not claim).  The caller does the
+ * caller's memory context).  Returns how many, or -1, having claimed
+ * nothing, when the claim statement must claim.  The caller does the
  * statement-end trigger's work when any was claimed.
  */
 int
-orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out, bool *out_nulls,
-						bool *rest_sql)
+orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out, bool *out_nulls)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	bool		by_tenant = want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0;
@@ -384,16 +378,14 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 	int			nkeys;
 	int			done = 0;
 
-	*rest_sql = true;
-	if (want->batch <= 0 || IsolationUsesXactSnapshot() ||
+	if (want->batch <= 0 || want->step_claimable == NULL || IsolationUsesXactSnapshot() ||
 		!orch_task_writes_begin(&s.w, CC_COUNT, claim_cols, claim_types))
-		return 0;
+		return -1;
 	if (!OidIsValid(index = orch_task_cache_claim_index(s.w.cache, by_tenant)))
 	{
 		orch_task_writes_end(&s.w, false);
-		return 0;
+		return -1;
 	}
-	*rest_sql = false;
 	s.want = want;
 	s.hook = hook;
 	s.now = GetCurrentStatementStartTimestamp();
@@ -415,10 +407,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 		MemoryContextSwitchTo(rowcxt);
 		orch_task_writes_next(&s.w);
 		if (r < 0)
-		{
-			*rest_sql = r == -2;
 			break;
-		}
 		done += r;
 	}
 
