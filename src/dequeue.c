@@ -622,12 +622,20 @@ claim_sql(const char *tenant, bool all_tenants)
  * (claim_wait.c) is unchanged: it moves with every commit that made one of
  * its tasks claimable (an enqueue, a retry or a release come due, a lease
  * recovered, a priority changed, a run resumed) and every claim undone.
- * What it cannot see (a task held by another kind of transaction that
- * rolls back) waits at most orchestrator.claim_cache_max_age after the
- * last claim that looked from the beginning: the next looks from there
- * again.  Per backend; only for the claims of one tenant or of all (the
- * statements that read one range of a claim index), in READ COMMITTED,
- * and not while prepared transactions are allowed (claim_wait.c).  The
+ * What it cannot see is a task held by another kind of transaction (a row
+ * lock, an update) that lets go of it unchanged.  A claim written at once
+ * (task_claim.c) sees each task it passes over so (and each not due yet):
+ * the next starts at the first of those or at the first task it took,
+ * whichever comes first, and that start holds with no time limit.  After
+ * the claim statement, which cannot tell, such a task waits at most
+ * orchestrator.claim_cache_max_age after the last claim that looked from
+ * the beginning: the next looks from there again.  (A task made claimable
+ * with the triggers off moves no count: it waits until the queue's count
+ * moves, or until a claim finds nothing from its start and the next looks
+ * from the beginning.)  Per backend; only for the claims of one tenant or
+ * of all (the statements that read one range of a claim index), in READ
+ * COMMITTED, and not while prepared transactions are allowed
+ * (claim_wait.c).  The
  * count is read before the claim statement takes its snapshot: a commit
  * that becomes visible in between may be passed over by that one claim
  * (the next takes it), as if the claim had run a moment earlier.
@@ -641,6 +649,7 @@ typedef struct ClaimFrom
 	uint64		gen;			/* the queue's count at the last look from the beginning */
 	TimestampTz at;				/* ... and its time */
 	bool		valid;
+	bool		exact;			/* set by a claim written at once: no time limit */
 	int32		priority;
 	TimestampTz created_at;
 	int64		id;
@@ -705,7 +714,7 @@ claim_start(ClaimStart *st, const char *queue, const char *tenant)
 	f = claim_from_slot(queue, tenant);
 	st->slot = f;
 	st->from = f->valid && f->gen == gen &&
-		!TimestampDifferenceExceeds(f->at, now, orch_claim_cache_max_age);
+		(f->exact || !TimestampDifferenceExceeds(f->at, now, orch_claim_cache_max_age));
 	if (!st->from)
 	{
 		f->gen = gen;
@@ -728,24 +737,57 @@ claim_start_args(OrchArgs *a, const ClaimStart *st)
 }
 
 /*
- * After the claim of queue for tenant: the next one starts at its first
- * task (v: its values as ORCH_CLAIMED_COLS orders them); none claimed
- * (v NULL), at the beginning.  (A claim made inside this one, by a
- * trigger, may have taken the slot over.)
+ * After the claim statement's claim of queue for tenant: the next one
+ * starts at its first task (v: its values as ORCH_CLAIMED_COLS orders
+ * them); none claimed (v NULL), at the beginning.  (A claim made inside
+ * this one, by a trigger, may have taken the slot over.)
  */
-static void
-claim_started(const ClaimStart *st, const char *queue, const char *tenant, const Datum *v)
+static ClaimFrom *
+claim_slot_kept(const ClaimStart *st, const char *queue, const char *tenant)
 {
 	ClaimFrom  *f = st->slot;
 
 	if (f == NULL || f->queue == NULL || strcmp(f->queue, queue) != 0 || !same_name(f->tenant, tenant))
+		return NULL;
+	return f;
+}
+
+static void
+claim_started(const ClaimStart *st, const char *queue, const char *tenant, const Datum *v)
+{
+	ClaimFrom  *f = claim_slot_kept(st, queue, tenant);
+
+	if (f == NULL)
 		return;
 	f->valid = v != NULL;
+	f->exact = false;
 	if (!f->valid)
 		return;
 	f->id = DatumGetInt64(v[0]);
 	f->priority = DatumGetInt32(v[5]);
 	f->created_at = DatumGetTimestampTz(v[11]);
+}
+
+/*
+ * ... after a claim written at once: where it said (w->next; nowhere: at
+ * the beginning).  It passed over nothing before there that may become
+ * claimable unseen by the count, so the start holds with no time limit
+ * when this claim's own start did (it read from the beginning, or from
+ * such a start).
+ */
+static void
+claim_started_at_once(const ClaimStart *st, const char *queue, const char *tenant, const OrchClaimWant *w)
+{
+	ClaimFrom  *f = claim_slot_kept(st, queue, tenant);
+	bool		exact = !st->from || f == NULL || f->exact;
+
+	if (f == NULL)
+		return;
+	f->valid = w->next;
+	f->exact = w->next && exact;
+	f->priority = w->next_priority;
+	f->created_at = w->next_created_at;
+	f->id = w->next_id;
 }
 
 /* What one claim asks for (orch_dequeue's arguments, checked) */
@@ -855,15 +897,14 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 		if (claimed > 0)
 			orch_spi_values(SPI_tuptable, 0, 1, ORCH_CLAIMED_COLS, v, n);
 		emit_claimed(rsinfo);
+		claim_started(&st, r->queue, tenant, claimed > 0 ? v : NULL);
+		return claimed;
 	}
-	else
-	{
-		if (claimed > 0)
-			orch_tasks_updated();
-		for (int i = 0; i < claimed; i++)
-			emit_row(rsinfo, v + (size_t) i * ORCH_CLAIMED_COLS, n + (size_t) i * ORCH_CLAIMED_COLS);
-	}
-	claim_started(&st, r->queue, tenant, claimed > 0 ? v : NULL);
+	if (claimed > 0)
+		orch_tasks_updated();
+	for (int i = 0; i < claimed; i++)
+		emit_row(rsinfo, v + (size_t) i * ORCH_CLAIMED_COLS, n + (size_t) i * ORCH_CLAIMED_COLS);
+	claim_started_at_once(&st, r->queue, tenant, &w);
 	return claimed;
 }
 

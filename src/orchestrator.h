@@ -691,11 +691,20 @@ typedef struct OrchClaimWant
 	TimestampTz from_created_at;
 	int64		from_id;
 	OrchStepCheck step_claimable;	/* may a step's task run now (NULL: the statement claims) */
+	/*
+	 * Set by the claim: where the next claim starts (next false: from the
+	 * beginning), the first task it took or passed over while held by
+	 * another transaction or not yet due, whichever came first
+	 */
+	bool		next;
+	int32		next_priority;
+	TimestampTz next_created_at;
+	int64		next_id;
 } OrchClaimWant;
 /* a claimed row: id, lease_token, attempts, payload, queue, priority, step_key,
  * tenant_id, run_id, lease_expires_at, resume_data, created_at */
 #define ORCH_CLAIMED_COLS 12
-extern int	orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out,
+extern int	orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out,
 									bool *out_nulls);
 /* events.c: the event writer (appended directly, else through SQL) */
 extern void orch_events_write(OrchEvent *const *events, int n);

@@ -14,7 +14,9 @@
  *	  the lock record the claim statement writes for each row before its
  *	  update is not written.  The index entries of the new version are made
  *	  for the indexes whose predicate it meets (task_cache.c).  The caller
- *	  does the statement-end trigger's work.
+ *	  does the statement-end trigger's work, and starts the worker's next
+ *	  claim where this one says: at the first task it took or passed over
+ *	  held or not yet due (dequeue.c).
  *
  *	  The row trigger's work is done before the update, which may then find
  *	  the row held: a task whose trigger work does no more than draw an
@@ -97,7 +99,7 @@ static const int claimed_out[ORCH_CLAIMED_COLS] = {
 typedef struct ClaimScan
 {
 	OrchTaskWrites w;			/* the table, snapshot, row versions (task_update.c) */
-	const OrchClaimWant *want;
+	OrchClaimWant *want;
 	OrchUpdateHook hook;
 	IndexScanDesc scan;
 	Datum		queue;			/* want->queue as text */
@@ -108,6 +110,7 @@ typedef enum
 {
 	CANDIDATE_TAKE,				/* claim it here */
 	CANDIDATE_LOCK,				/* claim it here, locked first (its trigger work writes more) */
+	CANDIDATE_LATER,			/* not due yet: passed over, the next claim starts no later */
 	CANDIDATE_PASS				/* not claimable by this claim: the next */
 } Candidate;
 
@@ -158,8 +161,10 @@ candidate(ClaimScan *s)
 	const bool *on = s->w.on;
 	const Datum *ov = s->w.ov;
 
-	if (on[COL(s, CC_READY)] || DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
-		return CANDIDATE_PASS;	/* not due (the claim statement's ready_at <= due) */
+	if (on[COL(s, CC_READY)])
+		return CANDIDATE_PASS;
+	if (DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
+		return CANDIDATE_LATER; /* not due (the claim statement's ready_at <= due) */
 	if (s->want->tenant != NULL &&
 		strcmp(TextDatumGetCString(ov[COL(s, CC_TENANT)]), s->want->tenant) != 0)
 		return CANDIDATE_PASS;
@@ -198,6 +203,43 @@ held_elsewhere(TupleTableSlot *slot)
 	if ((mask & (HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI)) || !TransactionIdIsNormal(xmax))
 		return false;
 	return !TransactionIdIsCurrentTransactionId(xmax) && TransactionIdIsInProgress(xmax);
+}
+
+/*
+ * The next claim starts at this task (priority, created_at, id) unless at
+ * an earlier one: the first task the claim took or passed over for being
+ * held elsewhere or not due yet (its scan reads in claim order).  What it
+ * passed over before may become claimable again only by a commit the
+ * queue's count sees (dequeue.c); these may without one.
+ */
+static void
+next_from(ClaimScan *s, Datum priority, Datum created_at, Datum id)
+{
+	if (s->want->next)
+		return;
+	s->want->next = true;
+	s->want->next_priority = DatumGetInt32(priority);
+	s->want->next_created_at = DatumGetTimestampTz(created_at);
+	s->want->next_id = DatumGetInt64(id);
+}
+
+/* ... at the row taken (s->w.ov) */
+static void
+next_from_taken(ClaimScan *s)
+{
+	next_from(s, s->w.ov[COL(s, CC_PRIORITY)], s->w.ov[COL(s, CC_CREATED)], s->w.ov[COL(s, CC_ID)]);
+}
+
+/* ... at the row found, not taken (the claim index's columns are NOT NULL) */
+static void
+next_from_found(ClaimScan *s)
+{
+	bool		isnull;
+	Datum		priority = slot_getattr(s->w.found, COL(s, CC_PRIORITY) + 1, &isnull);
+	Datum		created_at = slot_getattr(s->w.found, COL(s, CC_CREATED) + 1, &isnull);
+	Datum		id = slot_getattr(s->w.found, COL(s, CC_ID) + 1, &isnull);
+
+	next_from(s, priority, created_at, id);
 }
 
 /* The claim's values on the row taken, in its new version (CLAIM_SET in dequeue.c) */
@@ -340,12 +382,16 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 		return -1;
 	if (held_elsewhere(s->w.found))
 	{
+		next_from_found(s);
 		ExecClearTuple(s->w.found);
 		return 0;
 	}
 	orch_task_writes_take(&s->w);
 	c = candidate(s);
 	if (c == CANDIDATE_PASS)
+		return 0;
+	next_from_taken(s);
+	if (c == CANDIDATE_LATER)
 		return 0;
 	if (c == CANDIDATE_LOCK && claim_lock(s) != TM_Ok)
 		return 0;				/* held elsewhere, or changed since the snapshot */
@@ -361,12 +407,13 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
  * Claim up to want->batch tasks of want->queue without SQL, in claim
  * order (hook: the row trigger's work on an update).  Their rows go into
  * out and out_nulls (ORCH_CLAIMED_COLS values each, allocated in the
- * caller's memory context).  Returns how many, or -1, having claimed
- * nothing, when the claim statement must claim.  The caller does the
- * statement-end trigger's work when any was claimed.
+ * caller's memory context), and where the next claim starts into
+ * want->next*.  Returns how many, or -1, having claimed nothing, when the
+ * claim statement must claim.  The caller does the statement-end
+ * trigger's work when any was claimed.
  */
 int
-orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *out, bool *out_nulls)
+orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bool *out_nulls)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	bool		by_tenant = want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0;
@@ -378,6 +425,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, const OrchClaimWant *want, Datum *o
 	int			nkeys;
 	int			done = 0;
 
+	want->next = false;
 	if (want->batch <= 0 || want->step_claimable == NULL || IsolationUsesXactSnapshot() ||
 		!orch_task_writes_begin(&s.w, CC_COUNT, claim_cols, claim_types))
 		return -1;
