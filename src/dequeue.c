@@ -626,13 +626,13 @@ claim_sql(const char *tenant, bool all_tenants)
  * lock, an update) that lets go of it unchanged.  A claim written at once
  * (task_claim.c) sees each task it passes over so (and each not due yet):
  * the next starts at the first of those or at the first task it took,
- * whichever comes first, and that start holds with no time limit.  After
- * the claim statement, which cannot tell, such a task waits at most
- * orchestrator.claim_cache_max_age after the last claim that looked from
- * the beginning: the next looks from there again.  (A task made claimable
- * with the triggers off moves no count: it waits until the queue's count
- * moves, or until a claim finds nothing from its start and the next looks
- * from the beginning.)  Per backend; only for the claims of one tenant or
+ * whichever comes first.  After the claim statement, which cannot tell,
+ * such a task waits at most orchestrator.claim_cache_max_age after the
+ * last claim that looked from the beginning: the next looks from there
+ * again.  After claims written at once, only a task made claimable with
+ * the triggers off (a logical replica's apply) can be passed over so: the
+ * start holds CLAIM_EXACT_MAX_AGE, or claim_cache_max_age when longer,
+ * which bounds that.  Per backend; only for the claims of one tenant or
  * of all (the statements that read one range of a claim index), in READ
  * COMMITTED, and not while prepared transactions are allowed
  * (claim_wait.c).  The
@@ -641,6 +641,7 @@ claim_sql(const char *tenant, bool all_tenants)
  * (the next takes it), as if the claim had run a moment earlier.
  * ---------------------------------------------------------------------- */
 #define CLAIM_FROM_SLOTS 4
+#define CLAIM_EXACT_MAX_AGE 1000	/* ms a start written at once holds at least */
 
 typedef struct ClaimFrom
 {
@@ -649,7 +650,7 @@ typedef struct ClaimFrom
 	uint64		gen;			/* the queue's count at the last look from the beginning */
 	TimestampTz at;				/* ... and its time */
 	bool		valid;
-	bool		exact;			/* set by a claim written at once: no time limit */
+	bool		exact;			/* set by claims written at once: CLAIM_EXACT_MAX_AGE */
 	int32		priority;
 	TimestampTz created_at;
 	int64		id;
@@ -714,9 +715,11 @@ claim_start(ClaimStart *st, const char *queue, const char *tenant)
 	f = claim_from_slot(queue, tenant);
 	st->slot = f;
 	st->from = f->valid && f->gen == gen &&
-		(f->exact || !TimestampDifferenceExceeds(f->at, now, orch_claim_cache_max_age));
+		!TimestampDifferenceExceeds(f->at, now, f->exact ? Max(orch_claim_cache_max_age, CLAIM_EXACT_MAX_AGE)
+									: orch_claim_cache_max_age);
 	if (!st->from)
 	{
+		f->valid = false;
 		f->gen = gen;
 		f->at = now;
 		return;
@@ -771,20 +774,19 @@ claim_started(const ClaimStart *st, const char *queue, const char *tenant, const
 /*
  * ... after a claim written at once: where it said (w->next; nowhere: at
  * the beginning).  It passed over nothing before there that may become
- * claimable unseen by the count, so the start holds with no time limit
- * when this claim's own start did (it read from the beginning, or from
- * such a start).
+ * claimable unseen by the count but with the triggers off, so the start
+ * holds the longer CLAIM_EXACT_MAX_AGE when this claim's own start did
+ * (it read from the beginning, or from such a start).
  */
 static void
 claim_started_at_once(const ClaimStart *st, const char *queue, const char *tenant, const OrchClaimWant *w)
 {
 	ClaimFrom  *f = claim_slot_kept(st, queue, tenant);
-	bool		exact = !st->from || f == NULL || f->exact;
 
 	if (f == NULL)
 		return;
+	f->exact = w->next && (!st->from || f->exact);
 	f->valid = w->next;
-	f->exact = w->next && exact;
 	f->priority = w->next_priority;
 	f->created_at = w->next_created_at;
 	f->id = w->next_id;

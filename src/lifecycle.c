@@ -539,23 +539,25 @@ change_derive(TaskChange *c)
 }
 
 /*
- * A claimable task's place in its queue's claim order moved (its priority,
- * its creation time changed): it may now come before where the next
- * claims start (dequeue.c).
+ * A claimable task's place in the claim order moved (its priority, its
+ * creation time, its queue or tenant changed): it may now come before
+ * where the next claims start (dequeue.c).
  */
 static bool
 claim_key_moved(TaskChange *c)
 {
-	int			cols[2] = {task_cols.priority, task_cols.created_at};
+	int			cols[4] = {task_cols.priority, task_cols.created_at, task_cols.queue, task_cols.tenant_id};
 
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 4; i++)
 	{
+		Form_pg_attribute att = TupleDescAttr(c->td, cols[i] - 1);
 		bool		old_null;
 		bool		new_null;
 		Datum		o = heap_getattr(c->oldtup, cols[i], c->td, &old_null);
 		Datum		n = row_get(&c->row, cols[i], &new_null);
 
-		if (old_null != new_null || (!old_null && o != n))
+		if (old_null != new_null ||
+			(!old_null && !datumIsEqual(o, n, att->attbyval, att->attlen)))
 			return true;
 	}
 	return false;
@@ -613,6 +615,34 @@ change_wake(TaskChange *c)
 		orch_claim_due_note(row_text(&c->row, task_cols.queue));
 	if (c->from == TS_EXECUTING && c->to != TS_EXECUTING)
 		orch_claim_slot_note(row_text(&c->row, task_cols.queue));
+}
+
+/*
+ * A task row restored as it was (no transition, no event): when it is
+ * claimable, the claims of its queue look from the beginning once this
+ * transaction commits, and those waiting wake (tup, or values and nulls).
+ */
+static void
+restored_wake(Relation rel, HeapTuple tup, const Datum *values, const bool *nulls)
+{
+	TupleDesc	td = RelationGetDescr(rel);
+	bool		isnull;
+	Datum		queue;
+
+	if (!orch_claim_wait_shared())
+		return;
+	load_task_cols(rel);
+	if (tup != NULL ? heap_attisnull(tup, task_cols.ready_at, td) : nulls[task_cols.ready_at - 1])
+		return;
+	if (tup != NULL)
+		queue = heap_getattr(tup, task_cols.queue, td, &isnull);
+	else
+	{
+		queue = values[task_cols.queue - 1];
+		isnull = nulls[task_cols.queue - 1];
+	}
+	if (!isnull)
+		orch_claim_wake_note(TextDatumGetCString(queue));
 }
 
 /* The admission gate, for a keyed task (one without a key passes it) */
@@ -890,7 +920,10 @@ task_trigger(TriggerData *trigdata)
 	 * table with row_security off.
 	 */
 	if (c.is_insert && orch_restoring())
+	{
+		restored_wake(rel, trigdata->tg_trigtuple, NULL, NULL);
 		return trigdata->tg_trigtuple;
+	}
 	c.td = RelationGetDescr(rel);
 	c.oldtup = c.is_insert ? NULL : trigdata->tg_trigtuple;
 	load_task_cols(rel);
@@ -913,7 +946,10 @@ orch_task_inserting(Relation rel, Datum *values, bool *nulls)
 	TaskChange	c = {0};
 
 	if (orch_restoring())
+	{
+		restored_wake(rel, NULL, values, nulls);
 		return;
+	}
 	c.is_insert = true;
 	c.td = RelationGetDescr(rel);
 	load_task_cols(rel);

@@ -111,7 +111,7 @@ _PG_init(void)
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("orchestrator.claim_cache_max_age",
 							"How long a worker's claims of a queue go by what its earlier claim of the queue learnt.",
-							"While no commit changed the queue (counted in shared memory), a claim starts after the tasks the previous one took and skips the look for expired leases, due delayed tasks and key decisions that found none; this bounds how long a task made claimable otherwise (held by a transaction that rolls back) can be passed over and a lease another worker gave out can run out unseen. 0: every claim looks from the beginning, and looks for them.",
+							"While no commit changed the queue (counted in shared memory), a claim skips the look for expired leases, due delayed tasks and key decisions that found none, and starts where the previous one said; this bounds how long a lease another worker gave out can run out unseen and, after a claim made by its statement, how long a task held by another transaction and let go of unchanged can be passed over (a claim written at once sees those: its start holds up to 1 s, or this when longer, the bound on a task made claimable with the triggers off). 0: every claim looks from the beginning, and looks for them.",
 							&orch_claim_cache_max_age,
 							50, 0, 60000,
 							PGC_USERSET, GUC_UNIT_MS,

@@ -230,15 +230,33 @@ next_from_taken(ClaimScan *s)
 	next_from(s, s->w.ov[COL(s, CC_PRIORITY)], s->w.ov[COL(s, CC_CREATED)], s->w.ov[COL(s, CC_ID)]);
 }
 
-/* ... at the row found, not taken (the claim index's columns are NOT NULL) */
+/*
+ * ... at the row found, not taken, unless another tenant's (the default
+ * tenant's claim reads the queue's index of every tenant); the claim
+ * index's columns are NOT NULL
+ */
 static void
 next_from_found(ClaimScan *s)
 {
 	bool		isnull;
-	Datum		priority = slot_getattr(s->w.found, COL(s, CC_PRIORITY) + 1, &isnull);
-	Datum		created_at = slot_getattr(s->w.found, COL(s, CC_CREATED) + 1, &isnull);
-	Datum		id = slot_getattr(s->w.found, COL(s, CC_ID) + 1, &isnull);
+	Datum		priority;
+	Datum		created_at;
+	Datum		id;
 
+	if (s->want->next)
+		return;
+	if (s->want->tenant != NULL)
+	{
+		Datum		tenant = slot_getattr(s->w.found, COL(s, CC_TENANT) + 1, &isnull);
+		text	   *t = DatumGetTextPP(tenant);
+
+		if (VARSIZE_ANY_EXHDR(t) != strlen(s->want->tenant) ||
+			memcmp(VARDATA_ANY(t), s->want->tenant, VARSIZE_ANY_EXHDR(t)) != 0)
+			return;
+	}
+	priority = slot_getattr(s->w.found, COL(s, CC_PRIORITY) + 1, &isnull);
+	created_at = slot_getattr(s->w.found, COL(s, CC_CREATED) + 1, &isnull);
+	id = slot_getattr(s->w.found, COL(s, CC_ID) + 1, &isnull);
 	next_from(s, priority, created_at, id);
 }
 
