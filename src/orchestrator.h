@@ -673,6 +673,7 @@ extern bool orch_task_writes_begin(OrchTaskWrites *w, int ncols,
 extern void orch_task_writes_take(OrchTaskWrites *w);
 extern void orch_task_writes_derive(OrchTaskWrites *w, OrchUpdateHook hook);
 extern TM_Result orch_task_writes_update(OrchTaskWrites *w, bool wait);
+extern TM_Result orch_task_writes_lock(OrchTaskWrites *w, LockTupleMode mode, LockWaitPolicy wait);
 extern void orch_task_writes_next(OrchTaskWrites *w);
 extern void orch_task_writes_end(OrchTaskWrites *w, bool wrote);
 

@@ -300,14 +300,7 @@ claim_values(ClaimScan *s)
 static TM_Result
 claim_lock(ClaimScan *s)
 {
-	TupleTableSlot *locked = table_slot_create(s->w.rel, NULL);
-	TM_FailureData tmfd;
-	TM_Result	r;
-
-	r = table_tuple_lock(s->w.rel, &s->w.tid, s->w.snap, locked, GetCurrentCommandId(true),
-						 LockTupleExclusive, LockWaitSkip, 0, &tmfd);
-	ExecDropSingleTupleTableSlot(locked);
-	return r;
+	return orch_task_writes_lock(&s->w, LockTupleExclusive, LockWaitSkip);
 }
 
 /* Does the running server check assertions (whatever the headers this was built with said)? */

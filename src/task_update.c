@@ -18,7 +18,10 @@
  *	  taken before that wait, and when the row turns out changed, the ids
  *	  it drew from the sequences are left unused (the UPDATE draws its own)
  *	  and the claims waiting on the queue are woken once more than needed.
- *	  Only tasks whose trigger work does no more than that are written here.
+ *	  A task whose trigger work does more (a workflow step's notes its run,
+ *	  a keyed task's frees its key's slot) is first locked, waiting as the
+ *	  UPDATE waits, as the UPDATE's trigger locks it (a lock record), and
+ *	  only then passed through that work.
  *
  *	  The UPDATE is used instead whenever it would behave differently: a
  *	  trigger of yours on UPDATE, the table's own two triggers missing,
@@ -27,8 +30,7 @@
  *	  index that is not a btree, one with a deferred unique or exclusion
  *	  constraint, a changed column type or primary key, a read-only
  *	  transaction, an extension that checks privileges (sepgsql, pgaudit),
- *	  Citus; a task of a workflow run or with a concurrency key (their
- *	  trigger work runs SQL); two rows with the id; and a row that another
+ *	  Citus; two rows with the id; and a row that another
  *	  transaction changed since the statement's snapshot (the UPDATE reads
  *	  its newest version again, or reports the conflict).
  */
@@ -153,9 +155,6 @@ completion_matches(const AttrNumber *cols, Datum *v, bool *nl, const OrchComplet
 		DatumGetTimestampTz(v[cols[UC_EXPIRES] - 1]) <= GetCurrentStatementStartTimestamp() ||
 		!tenant_among(v[cols[UC_TENANT] - 1], tenants))
 		return ORCH_DIRECT_NO_MATCH;
-	/* their trigger work runs SQL: the UPDATE */
-	if (!nl[cols[UC_RUN] - 1] || !nl[cols[UC_KEY] - 1])
-		return ORCH_DIRECT_SQL;
 	return ORCH_DIRECT_DONE;
 }
 
@@ -207,6 +206,8 @@ complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchU
 	Datum	   *v = w->nslot->tts_values;
 	bool	   *n = w->nslot->tts_isnull;
 	OrchDirect	r;
+	bool		locked;
+	TM_Result	u;
 
 	/* the scan's own memory lives as long as the scan; the row's, one row */
 	MemoryContext rowcxt = MemoryContextSwitchTo(w->work);
@@ -228,6 +229,16 @@ complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchU
 	if (r != ORCH_DIRECT_DONE)
 		return r;
 
+	/*
+	 * A workflow step's or a keyed task's trigger work notes its run or
+	 * frees its key's slot: the row is locked first, waiting as the UPDATE
+	 * waits (the lock record its trigger's row lock writes), so that the
+	 * update after that work cannot fail.
+	 */
+	locked = !w->on[cols[UC_RUN] - 1] || !w->on[cols[UC_KEY] - 1];
+	if (locked && orch_task_writes_lock(w, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+		return ORCH_DIRECT_SQL; /* changed since the snapshot: the UPDATE reads it again */
+
 	/* the new row: the old one completed, through the row trigger's work */
 	v[cols[UC_STATE] - 1] = CStringGetTextDatum("completed");
 	v[cols[UC_REASON] - 1] = CStringGetTextDatum("completed");
@@ -235,7 +246,10 @@ complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchU
 	v[cols[UC_RESULT] - 1] = want->result;
 	n[cols[UC_RESULT] - 1] = want->result_null;
 	orch_task_writes_derive(w, hook);
-	if (orch_task_writes_update(w, true) != TM_Ok)
+	u = orch_task_writes_update(w, true);
+	if (u != TM_Ok && locked)
+		elog(ERROR, "orchestrator: a task locked for its completion could not be updated (%d)", (int) u);
+	if (u != TM_Ok)
 		return ORCH_DIRECT_SQL; /* changed since the snapshot: the UPDATE reads it again */
 	return ORCH_DIRECT_DONE;
 }
@@ -394,6 +408,26 @@ orch_task_writes_update(OrchTaskWrites *w, bool wait)
 						   wait, &tmfd, &lockmode, &update_indexes);
 	if (r == TM_Ok && update_indexes)
 		orch_task_entries_insert(w->entries, w->nslot, w->ov, w->on);
+	return r;
+}
+
+/*
+ * The row taken (w->tid) locked in mode, waiting for another transaction
+ * that holds it or not (wait), as the statement would lock it before its
+ * trigger's work: TM_Ok when this transaction holds it now (it held it
+ * already, or nobody did), else it is held elsewhere (not waiting) or
+ * changed since the snapshot.  The update that follows then writes it.
+ */
+TM_Result
+orch_task_writes_lock(OrchTaskWrites *w, LockTupleMode mode, LockWaitPolicy wait)
+{
+	TupleTableSlot *locked = table_slot_create(w->rel, NULL);
+	TM_FailureData tmfd;
+	TM_Result	r;
+
+	r = table_tuple_lock(w->rel, &w->tid, w->snap, locked, GetCurrentCommandId(true),
+						 mode, wait, 0, &tmfd);
+	ExecDropSingleTupleTableSlot(locked);
 	return r;
 }
 

@@ -443,3 +443,80 @@ DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;
 DROP TABLE wr_seen;
 DROP FUNCTION wr_seen_task();
+
+-- 13. The completion of a workflow step's task and of a keyed task is
+--     written at once too: the row locked first, as the UPDATE's trigger
+--     locks it (one lock record a completion), then through the trigger's
+--     work, whose notes only then can be taken: the run goes on to its next
+--     step, the key's slot goes to the task waiting for it.  Completed
+--     directly, then through SQL (a trigger of yours on UPDATE): the same
+--     outcome, the same lock records, the indexes intact.
+SELECT orch_publish('wr_wf_' || p, orch_define('wr_wf_' || p, jsonb_build_object('steps', jsonb_build_array(
+           jsonb_build_object('step_id', 'a', 'queue', 'wr_wfq_' || p, 'handler', 'a'),
+           jsonb_build_object('step_id', 'b', 'queue', 'wr_wfq_' || p, 'handler', 'b', 'depends_on', '["a"]'::jsonb)))))
+       IS NOT NULL AS published
+  FROM unnest(ARRAY['direct', 'sql']) AS p;
+-- wr_step_and_key(path): a run's first step and the first of two tasks of
+-- one key claimed, then completed in one batch (the WAL position before
+-- the completion into wr_lsn); returns the run
+CREATE TEMP TABLE wr_lsn (path text, lsn pg_lsn, done pg_lsn);
+CREATE FUNCTION pg_temp.wr_step_and_key(path text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    run bigint := orch_start('wr_wf_' || path, '{}');
+    n int;
+BEGIN
+    PERFORM orch_enqueue('wr_keyq_' || path, jsonb_build_object('k', g), concurrency_key => 'wr-k')
+       FROM generate_series(1, 2) g;
+    CREATE TEMP TABLE wr_sk AS
+        SELECT * FROM orch_dequeue('wr_wfq_' || path, 'wr-worker', 5)
+        UNION ALL SELECT * FROM orch_dequeue('wr_keyq_' || path, 'wr-worker', 5);
+    INSERT INTO wr_lsn VALUES (path, pg_current_wal_insert_lsn());
+    SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
+      INTO n FROM wr_sk;
+    UPDATE wr_lsn SET done = pg_current_wal_insert_lsn() WHERE wr_lsn.path = wr_step_and_key.path;
+    DROP TABLE wr_sk;
+    RETURN run;
+END $$;
+-- the row lock records on orch.tasks of path's completion
+CREATE FUNCTION pg_temp.wr_locks(path text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT count(*) FILTER (WHERE record_type = 'LOCK')
+      FROM wr_lsn w, pg_get_wal_records_info(w.lsn, w.done)
+     WHERE resource_manager = 'Heap'
+       AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks')
+       AND w.path = wr_locks.path
+$$;
+SELECT pg_temp.wr_step_and_key('direct') AS run_direct \gset
+-- two completions locked first; the key's next task let in by the
+-- trigger's work through SQL (its UPDATE's lock)
+SELECT pg_temp.wr_locks('direct') AS row_locks;
+SELECT step_key, state FROM orch.tasks WHERE run_id = :run_direct ORDER BY id;
+SELECT s.step_id, s.state FROM orch.run_steps s WHERE s.run_id = :run_direct ORDER BY s.step_id;
+SELECT payload ->> 'k' AS k, state, ready_at IS NOT NULL AS claimable, gated
+  FROM orch.tasks WHERE queue = 'wr_keyq_direct' ORDER BY id;
+CREATE TABLE wr_seen13 (task_id bigint, state text);
+CREATE FUNCTION wr_seen13_task() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.wr_seen13 VALUES (NEW.id, NEW.state);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER wr_seen13 AFTER UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen13_task();
+SELECT pg_temp.wr_step_and_key('sql') AS run_sql \gset
+DROP TRIGGER wr_seen13 ON orch.tasks;
+SELECT pg_temp.wr_locks('sql') AS row_locks;
+SELECT state, count(*) AS rows_your_trigger_saw FROM wr_seen13 GROUP BY state ORDER BY state;
+-- both ways alike: the runs' tasks and steps, the key's tasks, the history
+SELECT (SELECT array_agg(step_key || '=' || state ORDER BY id) FROM orch.tasks WHERE run_id = :run_direct)
+     = (SELECT array_agg(step_key || '=' || state ORDER BY id) FROM orch.tasks WHERE run_id = :run_sql) AS same_run_tasks,
+       (SELECT array_agg(step_id || '=' || state ORDER BY step_id) FROM orch.run_steps WHERE run_id = :run_direct)
+     = (SELECT array_agg(step_id || '=' || state ORDER BY step_id) FROM orch.run_steps WHERE run_id = :run_sql) AS same_steps,
+       (SELECT array_agg(state || '/' || gated || '/' || (ready_at IS NOT NULL) ORDER BY id) FROM orch.tasks
+         WHERE queue = 'wr_keyq_direct')
+     = (SELECT array_agg(state || '/' || gated || '/' || (ready_at IS NOT NULL) ORDER BY id) FROM orch.tasks
+         WHERE queue = 'wr_keyq_sql') AS same_key_tasks;
+SELECT p.path, h.to_state, h.reason_code, count(*)
+  FROM (VALUES ('direct', :run_direct), ('sql', :run_sql)) AS p(path, run)
+  JOIN orch.tasks t ON t.run_id = p.run OR t.queue = 'wr_keyq_' || p.path CROSS JOIN LATERAL orch_history(t.id) h
+ GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+ WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
