@@ -421,13 +421,13 @@ orch_task_writes_update(OrchTaskWrites *w, bool wait)
 TM_Result
 orch_task_writes_lock(OrchTaskWrites *w, LockTupleMode mode, LockWaitPolicy wait)
 {
-	TupleTableSlot *locked = table_slot_create(w->rel, NULL);
 	TM_FailureData tmfd;
 	TM_Result	r;
 
-	r = table_tuple_lock(w->rel, &w->tid, w->snap, locked, GetCurrentCommandId(true),
+	/* (the version locked lands in w->found, free since the take) */
+	r = table_tuple_lock(w->rel, &w->tid, w->snap, w->found, GetCurrentCommandId(true),
 						 mode, wait, 0, &tmfd);
-	ExecDropSingleTupleTableSlot(locked);
+	ExecClearTuple(w->found);
 	return r;
 }
 

@@ -456,9 +456,10 @@ SELECT orch_publish('wr_wf_' || p, orch_define('wr_wf_' || p, jsonb_build_object
            jsonb_build_object('step_id', 'b', 'queue', 'wr_wfq_' || p, 'handler', 'b', 'depends_on', '["a"]'::jsonb)))))
        IS NOT NULL AS published
   FROM unnest(ARRAY['direct', 'sql']) AS p;
--- wr_step_and_key(path): a run's first step and the first of two tasks of
--- one key claimed, then completed in one batch (the WAL position before
--- the completion into wr_lsn); returns the run
+-- wr_step_and_key(path): a run's first step, the first of two tasks of
+-- one key and a plain task claimed, then completed in one batch, in that
+-- order (the WAL positions around the completion into wr_lsn); returns
+-- the run
 CREATE TEMP TABLE wr_lsn (path text, lsn pg_lsn, done pg_lsn);
 CREATE FUNCTION pg_temp.wr_step_and_key(path text) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -467,9 +468,11 @@ DECLARE
 BEGIN
     PERFORM orch_enqueue('wr_keyq_' || path, jsonb_build_object('k', g), concurrency_key => 'wr-k')
        FROM generate_series(1, 2) g;
+    PERFORM orch_enqueue('wr_plainq_' || path, '{"plain": true}');
     CREATE TEMP TABLE wr_sk AS
         SELECT * FROM orch_dequeue('wr_wfq_' || path, 'wr-worker', 5)
-        UNION ALL SELECT * FROM orch_dequeue('wr_keyq_' || path, 'wr-worker', 5);
+        UNION ALL SELECT * FROM orch_dequeue('wr_keyq_' || path, 'wr-worker', 5)
+        UNION ALL SELECT * FROM orch_dequeue('wr_plainq_' || path, 'wr-worker', 5);
     INSERT INTO wr_lsn VALUES (path, pg_current_wal_insert_lsn());
     SELECT orch_complete_batch(array_agg(task_id ORDER BY task_id), array_agg(lease_token ORDER BY task_id))
       INTO n FROM wr_sk;
@@ -478,17 +481,19 @@ BEGIN
     RETURN run;
 END $$;
 -- the row lock records on orch.tasks of path's completion
-CREATE FUNCTION pg_temp.wr_locks(path text) RETURNS bigint LANGUAGE sql AS $$
+CREATE FUNCTION pg_temp.wr_completion_locks(path text) RETURNS bigint LANGUAGE sql AS $$
     SELECT count(*) FILTER (WHERE record_type = 'LOCK')
       FROM wr_lsn w, pg_get_wal_records_info(w.lsn, w.done)
      WHERE resource_manager = 'Heap'
        AND (regexp_match(block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid = pg_relation_filenode('orch.tasks')
-       AND w.path = wr_locks.path
+       AND w.path = wr_completion_locks.path
 $$;
 SELECT pg_temp.wr_step_and_key('direct') AS run_direct \gset
--- two completions locked first; the key's next task let in by the
--- trigger's work through SQL (its UPDATE's lock)
-SELECT pg_temp.wr_locks('direct') AS row_locks;
+-- the step's and the keyed task's completions locked first, the plain
+-- task's not; the key's next task let in by the statement-end work
+-- through SQL (its UPDATE's lock).  Had the step's gone to the UPDATE,
+-- the rest would have followed it: 4, as through SQL below
+SELECT pg_temp.wr_completion_locks('direct') AS row_locks;
 SELECT step_key, state FROM orch.tasks WHERE run_id = :run_direct ORDER BY id;
 SELECT s.step_id, s.state FROM orch.run_steps s WHERE s.run_id = :run_direct ORDER BY s.step_id;
 SELECT payload ->> 'k' AS k, state, ready_at IS NOT NULL AS claimable, gated
@@ -502,7 +507,7 @@ END $$;
 CREATE TRIGGER wr_seen13 AFTER UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen13_task();
 SELECT pg_temp.wr_step_and_key('sql') AS run_sql \gset
 DROP TRIGGER wr_seen13 ON orch.tasks;
-SELECT pg_temp.wr_locks('sql') AS row_locks;
+SELECT pg_temp.wr_completion_locks('sql') AS row_locks;
 SELECT state, count(*) AS rows_your_trigger_saw FROM wr_seen13 GROUP BY state ORDER BY state;
 -- both ways alike: the runs' tasks and steps, the key's tasks, the history
 SELECT (SELECT array_agg(step_key || '=' || state ORDER BY id) FROM orch.tasks WHERE run_id = :run_direct)
@@ -520,3 +525,5 @@ SELECT p.path, h.to_state, h.reason_code, count(*)
 SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
  WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
+DROP TABLE wr_seen13;
+DROP FUNCTION wr_seen13_task();
