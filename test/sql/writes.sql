@@ -441,8 +441,6 @@ SELECT count(*) AS executing_by_lease_index FROM orch.tasks
 RESET enable_seqscan;
 DROP INDEX orch.wr_late_idx;
 DROP INDEX orch.wr_flag_idx;
-DROP TABLE wr_seen;
-DROP FUNCTION wr_seen_task();
 
 -- 13. The completion of a workflow step's task and of a keyed task is
 --     written at once too: the row locked first, as the UPDATE's trigger
@@ -498,17 +496,12 @@ SELECT step_key, state FROM orch.tasks WHERE run_id = :run_direct ORDER BY id;
 SELECT s.step_id, s.state FROM orch.run_steps s WHERE s.run_id = :run_direct ORDER BY s.step_id;
 SELECT payload ->> 'k' AS k, state, ready_at IS NOT NULL AS claimable, gated
   FROM orch.tasks WHERE queue = 'wr_keyq_direct' ORDER BY id;
-CREATE TABLE wr_seen13 (task_id bigint, state text);
-CREATE FUNCTION wr_seen13_task() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO public.wr_seen13 VALUES (NEW.id, NEW.state);
-    RETURN NEW;
-END $$;
-CREATE TRIGGER wr_seen13 AFTER UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen13_task();
+TRUNCATE wr_seen;
+CREATE TRIGGER wr_seen AFTER UPDATE ON orch.tasks FOR EACH ROW EXECUTE FUNCTION wr_seen_task();
 SELECT pg_temp.wr_step_and_key('sql') AS run_sql \gset
-DROP TRIGGER wr_seen13 ON orch.tasks;
+DROP TRIGGER wr_seen ON orch.tasks;
 SELECT pg_temp.wr_completion_locks('sql') AS row_locks;
-SELECT state, count(*) AS rows_your_trigger_saw FROM wr_seen13 GROUP BY state ORDER BY state;
+SELECT state, count(*) AS rows_your_trigger_saw FROM wr_seen GROUP BY state ORDER BY state;
 -- both ways alike: the runs' tasks and steps, the key's tasks, the history
 SELECT (SELECT array_agg(step_key || '=' || state ORDER BY id) FROM orch.tasks WHERE run_id = :run_direct)
      = (SELECT array_agg(step_key || '=' || state ORDER BY id) FROM orch.tasks WHERE run_id = :run_sql) AS same_run_tasks,
@@ -525,5 +518,5 @@ SELECT p.path, h.to_state, h.reason_code, count(*)
 SELECT count(bt_index_check(i.indexrelid, true)) AS indexes_checked
   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
  WHERE i.indrelid = 'orch.tasks'::regclass AND a.amname = 'btree';
-DROP TABLE wr_seen13;
-DROP FUNCTION wr_seen13_task();
+DROP TABLE wr_seen;
+DROP FUNCTION wr_seen_task();
