@@ -657,6 +657,7 @@ typedef struct OrchTaskWrites
 	OrchTaskCache *cache;
 	const AttrNumber *cols;		/* the caller's columns */
 	Snapshot	snap;
+	CommandId	cid;			/* the writes' command (the snapshot's, as an UPDATE's output) */
 	struct EState *estate;
 	OrchTaskEntries *entries;
 	struct TupleTableSlot *found;	/* a version read (the table's slot) */

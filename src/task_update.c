@@ -354,6 +354,11 @@ orch_task_writes_begin(OrchTaskWrites *w, int ncols, const char *const *names,
 	PushActiveSnapshot(GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
 	w->snap = GetActiveSnapshot();
+	/*
+	 * One command for every write, as an UPDATE's output: a later row that
+	 * a hook's SQL changed meanwhile is then "self-modified", not invisible
+	 */
+	w->cid = GetCurrentCommandId(true);
 	w->estate = CreateExecutorState();
 	w->entries = orch_task_entries_begin(w->cache, w->rel, w->estate);
 	w->found = table_slot_create(w->rel, NULL);
@@ -404,7 +409,7 @@ orch_task_writes_update(OrchTaskWrites *w, bool wait)
 	bool		update_indexes;
 	TM_Result	r;
 
-	r = table_tuple_update(w->rel, &w->tid, w->nslot, GetCurrentCommandId(true), w->snap, InvalidSnapshot,
+	r = table_tuple_update(w->rel, &w->tid, w->nslot, w->cid, w->snap, InvalidSnapshot,
 						   wait, &tmfd, &lockmode, &update_indexes);
 	if (r == TM_Ok && update_indexes)
 		orch_task_entries_insert(w->entries, w->nslot, w->ov, w->on);
@@ -425,7 +430,7 @@ orch_task_writes_lock(OrchTaskWrites *w, LockTupleMode mode, LockWaitPolicy wait
 	TM_Result	r;
 
 	/* (the version locked lands in w->found, free since the take) */
-	r = table_tuple_lock(w->rel, &w->tid, w->snap, w->found, GetCurrentCommandId(true),
+	r = table_tuple_lock(w->rel, &w->tid, w->snap, w->found, w->cid,
 						 mode, wait, 0, &tmfd);
 	ExecClearTuple(w->found);
 	return r;
