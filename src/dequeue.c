@@ -649,11 +649,8 @@ typedef struct ClaimFrom
 	char	   *tenant;			/* NULL: all tenants */
 	uint64		gen;			/* the queue's count at the last look from the beginning */
 	TimestampTz at;				/* ... and its time */
-	bool		valid;
+	OrchClaimPos pos;			/* where the next claim starts */
 	bool		exact;			/* set by claims written at once: CLAIM_EXACT_MAX_AGE */
-	int32		priority;
-	TimestampTz created_at;
-	int64		id;
 } ClaimFrom;
 
 static ClaimFrom claim_from[CLAIM_FROM_SLOTS];
@@ -691,10 +688,7 @@ claim_from_slot(const char *queue, const char *tenant)
 typedef struct ClaimStart
 {
 	ClaimFrom  *slot;			/* where to record its first task; NULL: nowhere */
-	bool		from;			/* start at (priority, created_at, id) */
-	int32		priority;
-	TimestampTz created_at;
-	int64		id;
+	OrchClaimPos from;			/* where it starts */
 	TimestampTz counted_at;		/* when it read the queue's count */
 } ClaimStart;
 
@@ -714,82 +708,48 @@ claim_start(ClaimStart *st, const char *queue, const char *tenant)
 		return;
 	f = claim_from_slot(queue, tenant);
 	st->slot = f;
-	st->from = f->valid && f->gen == gen &&
+	if (f->pos.valid && f->gen == gen &&
 		!TimestampDifferenceExceeds(f->at, now, f->exact ? Max(orch_claim_cache_max_age, CLAIM_EXACT_MAX_AGE)
-									: orch_claim_cache_max_age);
-	if (!st->from)
+									: orch_claim_cache_max_age))
 	{
-		f->valid = false;
-		f->gen = gen;
-		f->at = now;
+		st->from = f->pos;
 		return;
 	}
-	st->priority = f->priority;
-	st->created_at = f->created_at;
-	st->id = f->id;
+	f->pos.valid = false;
+	f->gen = gen;
+	f->at = now;
 }
 
 /* $6 .. $9 of the claim statement: where it starts, when it read the count */
 static void
 claim_start_args(OrchArgs *a, const ClaimStart *st)
 {
-	orch_arg_int4(a, st->from ? st->priority : PG_INT32_MIN);
-	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(st->from ? st->created_at : DT_NOBEGIN), false);
-	orch_arg_int8(a, st->from ? st->id : PG_INT64_MIN);
+	orch_arg_int4(a, st->from.valid ? st->from.priority : PG_INT32_MIN);
+	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(st->from.valid ? st->from.created_at : DT_NOBEGIN), false);
+	orch_arg_int8(a, st->from.valid ? st->from.id : PG_INT64_MIN);
 	orch_arg(a, TIMESTAMPTZOID, TimestampTzGetDatum(st->counted_at), false);
 }
 
 /*
- * After the claim statement's claim of queue for tenant: the next one
- * starts at its first task (v: its values as ORCH_CLAIMED_COLS orders
- * them); none claimed (v NULL), at the beginning.  (A claim made inside
- * this one, by a trigger, may have taken the slot over.)
+ * After the claim of queue for tenant: the next one starts at pos (not
+ * valid: at the beginning), the first task the claim statement took, or
+ * where a claim written at once said.  Such a claim passed over nothing
+ * before there that may become claimable unseen by the count but with
+ * the triggers off (exact), so the start holds the longer
+ * CLAIM_EXACT_MAX_AGE when this claim's own start did (it read from the
+ * beginning, or from such a start).  (A claim made inside this one, by a
+ * trigger, may have taken the slot over.)
  */
-static ClaimFrom *
-claim_slot_kept(const ClaimStart *st, const char *queue, const char *tenant)
+static void
+claim_started(const ClaimStart *st, const char *queue, const char *tenant, const OrchClaimPos *pos,
+			  bool exact)
 {
 	ClaimFrom  *f = st->slot;
 
 	if (f == NULL || f->queue == NULL || strcmp(f->queue, queue) != 0 || !same_name(f->tenant, tenant))
-		return NULL;
-	return f;
-}
-
-static void
-claim_started(const ClaimStart *st, const char *queue, const char *tenant, const Datum *v)
-{
-	ClaimFrom  *f = claim_slot_kept(st, queue, tenant);
-
-	if (f == NULL)
 		return;
-	f->valid = v != NULL;
-	f->exact = false;
-	if (!f->valid)
-		return;
-	f->id = DatumGetInt64(v[0]);
-	f->priority = DatumGetInt32(v[5]);
-	f->created_at = DatumGetTimestampTz(v[11]);
-}
-
-/*
- * ... after a claim written at once: where it said (w->next; nowhere: at
- * the beginning).  It passed over nothing before there that may become
- * claimable unseen by the count but with the triggers off, so the start
- * holds the longer CLAIM_EXACT_MAX_AGE when this claim's own start did
- * (it read from the beginning, or from such a start).
- */
-static void
-claim_started_at_once(const ClaimStart *st, const char *queue, const char *tenant, const OrchClaimWant *w)
-{
-	ClaimFrom  *f = claim_slot_kept(st, queue, tenant);
-
-	if (f == NULL)
-		return;
-	f->exact = w->next && (!st->from || f->exact);
-	f->valid = w->next;
-	f->priority = w->next_priority;
-	f->created_at = w->next_created_at;
-	f->id = w->next_id;
+	f->exact = exact && pos->valid && (!st->from.valid || f->exact);
+	f->pos = *pos;
 }
 
 /* What one claim asks for (orch_dequeue's arguments, checked) */
@@ -803,44 +763,19 @@ typedef struct ClaimRequest
 } ClaimRequest;
 
 /*
- * May a claim hand out this step's task now?  Asked by the claim written
- * without SQL (task_claim.c) of each step's task it comes by, in its
- * snapshot, as the claim statement asks orch.step_claimable(): through a
- * connection of its own (its result freed at once).  The answer depends
- * on the run and on whether the step is a compensation: the last one is
- * kept for the rest of the claim (a map step's items come one after
- * another), forgotten when the next claim begins (step_seen_reset).
+ * May a claim hand out this step's task now?  The question of
+ * orch.step_claimable(), asked through a connection of its own (its
+ * result freed at once), in the caller's snapshot: by that function for
+ * the claim statement, and by the claim written without SQL
+ * (task_claim.c, which keeps the answer for the rest of its claim).
  */
-static struct
-{
-	bool		valid;
-	int64		run_id;
-	char	   *tenant;
-	bool		compensation;
-	bool		answer;
-} step_seen;
-
-static void
-step_seen_reset(void)
-{
-	if (step_seen.tenant)
-		pfree(step_seen.tenant);
-	memset(&step_seen, 0, sizeof(step_seen));
-}
-
 static bool
 step_claimable(Datum run_id, Datum tenant, Datum step_key, bool step_null)
 {
 	OrchArgs	a = {0};
-	char	   *ten = TextDatumGetCString(tenant);
-	char	   *key = step_null ? NULL : TextDatumGetCString(step_key);
-	size_t		kl = key ? strlen(key) : 0;
-	bool		compensation = kl >= 11 && strcmp(key + kl - 11, ":compensate") == 0;
 	bool		found;
 
-	if (step_seen.valid && step_seen.run_id == DatumGetInt64(run_id) &&
-		step_seen.compensation == compensation && strcmp(step_seen.tenant, ten) == 0)
-		return step_seen.answer;
+	/* the arguments as they came: no copy per step task a claim comes by */
 	orch_arg(&a, INT8OID, run_id, false);
 	orch_arg(&a, TEXTOID, tenant, false);
 	orch_arg(&a, TEXTOID, step_null ? (Datum) 0 : step_key, step_null);
@@ -848,12 +783,6 @@ step_claimable(Datum run_id, Datum tenant, Datum step_key, bool step_null)
 		elog(ERROR, "orchestrator: SPI_connect failed");
 	found = orch_args_sql(&a, STEP_CLAIMABLE_SQL, true, 1, SPI_OK_SELECT) > 0;
 	SPI_finish();
-	step_seen_reset();
-	step_seen.tenant = MemoryContextStrdup(TopTransactionContext, ten);
-	step_seen.run_id = DatumGetInt64(run_id);
-	step_seen.compensation = compensation;
-	step_seen.answer = found;
-	step_seen.valid = true;
 	return found;
 }
 
@@ -884,29 +813,33 @@ claim_one_range(ClaimRequest *r, const char *tenant, int64 lease, OrchArgs *a, R
 	w.due = Max(Max(GetCurrentTransactionStartTimestamp(), GetCurrentStatementStartTimestamp()),
 				st.counted_at);
 	w.from = st.from;
-	w.from_priority = st.priority;
-	w.from_created_at = st.created_at;
-	w.from_id = st.id;
 	w.step_claimable = orch_schema_step_claimable() ? step_claimable : NULL;
-	memset(&step_seen, 0, sizeof(step_seen));	/* (its tenant: in a transaction's memory) */
 	claimed = orch_tasks_claim_direct(orch_task_updating, &w, v, n);
 	if (claimed < 0)
 	{
-		/* the claim statement */
+		/* the claim statement; the next claim starts at its first task */
+		OrchClaimPos first = {0};
+
 		claim_start_args(a, &st);
 		orch_args_sql(a, claim_sql(tenant, tenant == NULL), false, 0, SPI_OK_SELECT);
 		claimed = (int) SPI_processed;
 		if (claimed > 0)
+		{
 			orch_spi_values(SPI_tuptable, 0, 1, ORCH_CLAIMED_COLS, v, n);
+			first.valid = true;
+			first.id = DatumGetInt64(v[0]);
+			first.priority = DatumGetInt32(v[5]);
+			first.created_at = DatumGetTimestampTz(v[11]);
+		}
 		emit_claimed(rsinfo);
-		claim_started(&st, r->queue, tenant, claimed > 0 ? v : NULL);
+		claim_started(&st, r->queue, tenant, &first, false);
 		return claimed;
 	}
 	if (claimed > 0)
 		orch_tasks_updated();
 	for (int i = 0; i < claimed; i++)
 		emit_row(rsinfo, v + (size_t) i * ORCH_CLAIMED_COLS, n + (size_t) i * ORCH_CLAIMED_COLS);
-	claim_started_at_once(&st, r->queue, tenant, &w);
+	claim_started(&st, r->queue, tenant, &w.next, true);
 	return claimed;
 }
 
@@ -1115,20 +1048,10 @@ orch_dequeue(PG_FUNCTION_ARGS)
 Datum
 orch_step_claimable(PG_FUNCTION_ARGS)
 {
-	OrchArgs	a = {0};
-	bool		found;
-
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(true);
 	if (PG_ARGISNULL(1))
 		PG_RETURN_BOOL(false);
-	/* the arguments as they came: no copy per step task a claim comes by */
-	orch_arg(&a, INT8OID, PG_GETARG_DATUM(0), false);
-	orch_arg(&a, TEXTOID, PG_GETARG_DATUM(1), false);
-	orch_arg(&a, TEXTOID, PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "orchestrator: SPI_connect failed");
-	found = orch_args_sql(&a, STEP_CLAIMABLE_SQL, true, 1, SPI_OK_SELECT) > 0;
-	SPI_finish();
-	PG_RETURN_BOOL(found);
+	PG_RETURN_BOOL(step_claimable(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
+								  PG_ARGISNULL(2)));
 }

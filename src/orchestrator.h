@@ -664,6 +664,7 @@ typedef struct OrchTaskWrites
 	struct TupleTableSlot *nslot;	/* the new version */
 	HeapTuple	oldtup;			/* the version taken */
 	ItemPointerData tid;
+	bool		locked;			/* ... and locked (orch_task_writes_lock): its update must succeed */
 	Datum	   *ov;				/* ... its values */
 	bool	   *on;
 	MemoryContext work;
@@ -680,6 +681,14 @@ extern void orch_task_writes_end(OrchTaskWrites *w, bool wrote);
 
 /* task_claim.c: claims written without SQL */
 typedef bool (*OrchStepCheck) (Datum run_id, Datum tenant, Datum step_key, bool step_null);
+/* a place in the claim order: (priority, created_at, id); valid false: the beginning */
+typedef struct OrchClaimPos
+{
+	bool		valid;
+	int32		priority;
+	TimestampTz created_at;
+	int64		id;
+} OrchClaimPos;
 typedef struct OrchClaimWant
 {
 	const char *queue;
@@ -688,20 +697,14 @@ typedef struct OrchClaimWant
 	int32		batch;
 	int64		lease;			/* microseconds */
 	TimestampTz due;			/* claimable from ready_at at most this */
-	bool		from;			/* start at (priority, created_at, id) >= these */
-	int32		from_priority;
-	TimestampTz from_created_at;
-	int64		from_id;
+	OrchClaimPos from;			/* start at (priority, created_at, id) >= this */
 	OrchStepCheck step_claimable;	/* may a step's task run now (NULL: the statement claims) */
 	/*
-	 * Set by the claim: where the next claim starts (next false: from the
-	 * beginning), the first task it took or passed over while held by
-	 * another transaction or not yet due, whichever came first
+	 * Set by the claim: where the next claim starts, the first task it took
+	 * or passed over while held by another transaction or not yet due,
+	 * whichever came first
 	 */
-	bool		next;
-	int32		next_priority;
-	TimestampTz next_created_at;
-	int64		next_id;
+	OrchClaimPos next;
 } OrchClaimWant;
 /* a claimed row: id, lease_token, attempts, payload, queue, priority, step_key,
  * tenant_id, run_id, lease_expires_at, resume_data, created_at */

@@ -104,6 +104,14 @@ typedef struct ClaimScan
 	IndexScanDesc scan;
 	Datum		queue;			/* want->queue as text */
 	TimestampTz now;			/* the statement's start */
+	struct
+	{
+		bool		known;
+		int64		run_id;
+		Datum		tenant;		/* (in the scan's memory) */
+		bool		compensation;
+		bool		answer;
+	}			step;			/* the last step question's answer, for the next of its run */
 } ClaimScan;
 
 typedef enum
@@ -127,8 +135,8 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Sca
 {
 	int			n = 0;
 	AttrNumber	a = 1;
-	Datum		from[3] = {Int32GetDatum(w->from_priority), TimestampTzGetDatum(w->from_created_at),
-	Int64GetDatum(w->from_id)};
+	Datum		from[3] = {Int32GetDatum(w->from.priority), TimestampTzGetDatum(w->from.created_at),
+	Int64GetDatum(w->from.id)};
 	Oid			types[3] = {INT4OID, TIMESTAMPTZOID, INT8OID};
 
 	ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid,
@@ -140,7 +148,7 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Sca
 							   ir->rd_indcollation[a - 1], F_TEXTEQ, CStringGetTextDatum(w->tenant));
 		a++;
 	}
-	if (!w->from)
+	if (!w->from.valid)
 		return n;
 	for (int k = 0; k < 3; k++)
 		ScanKeyEntryInitialize(&row[k], SK_ROW_MEMBER | (k == 2 ? SK_ROW_END : 0), a + k,
@@ -154,6 +162,50 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Sca
 	return n + 1;
 }
 
+/*
+ * May the step's task of the row taken run now (want->step_claimable)?
+ * The answer depends on the run and on whether the step is a compensation
+ * ("<step>:compensate"): it is kept for the rest of the claim, asked again
+ * of another run (a map step's items come one after another).
+ */
+static bool
+step_may_run(ClaimScan *s)
+{
+	const Datum *ov = s->w.ov;
+	Datum		run_id = ov[COL(s, CC_RUN)];
+	Datum		tenant = ov[COL(s, CC_TENANT)];
+	bool		step_null = s->w.on[COL(s, CC_STEP)];
+	text	   *key = step_null ? NULL : DatumGetTextPP(ov[COL(s, CC_STEP)]);
+	size_t		kl = key ? VARSIZE_ANY_EXHDR(key) : 0;
+	bool		compensation = kl >= 11 && memcmp(VARDATA_ANY(key) + kl - 11, ":compensate", 11) == 0;
+	MemoryContext old;
+
+	if (s->step.known && s->step.run_id == DatumGetInt64(run_id) &&
+		s->step.compensation == compensation && datumIsEqual(s->step.tenant, tenant, false, -1))
+		return s->step.answer;
+	s->step.answer = s->want->step_claimable(run_id, tenant, ov[COL(s, CC_STEP)], step_null);
+	if (s->step.known)
+		pfree(DatumGetPointer(s->step.tenant));
+	old = MemoryContextSwitchTo(s->w.work);
+	s->step.tenant = datumCopy(tenant, false, -1);
+	MemoryContextSwitchTo(old);
+	s->step.run_id = DatumGetInt64(run_id);
+	s->step.compensation = compensation;
+	s->step.known = true;
+	return s->step.answer;
+}
+
+/* Is a row of this tenant (text) one of the tenant the claim is for (every tenant: any)? */
+static bool
+of_tenant(ClaimScan *s, Datum tenant)
+{
+	text	   *t = DatumGetTextPP(tenant);
+	size_t		len = VARSIZE_ANY_EXHDR(t);
+
+	return s->want->tenant == NULL ||
+		(len == strlen(s->want->tenant) && memcmp(VARDATA_ANY(t), s->want->tenant, len) == 0);
+}
+
 /* Is the row found (s->ov) one this claim takes here? */
 static Candidate
 candidate(ClaimScan *s)
@@ -165,14 +217,11 @@ candidate(ClaimScan *s)
 		return CANDIDATE_PASS;
 	if (DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
 		return CANDIDATE_LATER; /* not due (the claim statement's ready_at <= due) */
-	if (s->want->tenant != NULL &&
-		strcmp(TextDatumGetCString(ov[COL(s, CC_TENANT)]), s->want->tenant) != 0)
+	if (!of_tenant(s, ov[COL(s, CC_TENANT)]))
 		return CANDIDATE_PASS;
 	if (on[COL(s, CC_STATE)])
 		return CANDIDATE_PASS;	/* (state is NOT NULL) */
-	if (!on[COL(s, CC_RUN)] &&
-		!s->want->step_claimable(ov[COL(s, CC_RUN)], ov[COL(s, CC_TENANT)], ov[COL(s, CC_STEP)],
-								 on[COL(s, CC_STEP)]))
+	if (!on[COL(s, CC_RUN)] && !step_may_run(s))
 		return CANDIDATE_PASS;	/* its run may not go on now */
 	/* their trigger work writes more than an event id: locked first */
 	if (strcmp(TextDatumGetCString(ov[COL(s, CC_STATE)]), "queued") != 0 ||
@@ -215,12 +264,12 @@ held_elsewhere(TupleTableSlot *slot)
 static void
 next_from(ClaimScan *s, Datum priority, Datum created_at, Datum id)
 {
-	if (s->want->next)
+	if (s->want->next.valid)
 		return;
-	s->want->next = true;
-	s->want->next_priority = DatumGetInt32(priority);
-	s->want->next_created_at = DatumGetTimestampTz(created_at);
-	s->want->next_id = DatumGetInt64(id);
+	s->want->next.valid = true;
+	s->want->next.priority = DatumGetInt32(priority);
+	s->want->next.created_at = DatumGetTimestampTz(created_at);
+	s->want->next.id = DatumGetInt64(id);
 }
 
 /* ... at the row taken (s->w.ov) */
@@ -239,25 +288,13 @@ static void
 next_from_found(ClaimScan *s)
 {
 	bool		isnull;
-	Datum		priority;
-	Datum		created_at;
-	Datum		id;
 
-	if (s->want->next)
+	if (s->want->next.valid ||
+		!of_tenant(s, slot_getattr(s->w.found, COL(s, CC_TENANT) + 1, &isnull)))
 		return;
-	if (s->want->tenant != NULL)
-	{
-		Datum		tenant = slot_getattr(s->w.found, COL(s, CC_TENANT) + 1, &isnull);
-		text	   *t = DatumGetTextPP(tenant);
-
-		if (VARSIZE_ANY_EXHDR(t) != strlen(s->want->tenant) ||
-			memcmp(VARDATA_ANY(t), s->want->tenant, VARSIZE_ANY_EXHDR(t)) != 0)
-			return;
-	}
-	priority = slot_getattr(s->w.found, COL(s, CC_PRIORITY) + 1, &isnull);
-	created_at = slot_getattr(s->w.found, COL(s, CC_CREATED) + 1, &isnull);
-	id = slot_getattr(s->w.found, COL(s, CC_ID) + 1, &isnull);
-	next_from(s, priority, created_at, id);
+	next_from(s, slot_getattr(s->w.found, COL(s, CC_PRIORITY) + 1, &isnull),
+			  slot_getattr(s->w.found, COL(s, CC_CREATED) + 1, &isnull),
+			  slot_getattr(s->w.found, COL(s, CC_ID) + 1, &isnull));
 }
 
 /* The claim's values on the row taken, in its new version (CLAIM_SET in dequeue.c) */
@@ -324,31 +361,22 @@ server_asserts(void)
  * (the table AM's "wait" false): a row held by anyone comes back as
  * TM_BeingModified, and is then locked without waiting (a row this
  * transaction holds is taken, one held elsewhere passed over) and
- * updated.  PostgreSQL's heap asserts that no caller updates without
- * waiting (while returning TM_BeingModified as the table AM says it
- * should): a server that checks assertions locks every row first, as
- * the claim statement does (a lock record per row).
+ * updated; a row locked already (s->w.locked) is updated.  PostgreSQL's
+ * heap asserts that no caller updates without waiting (while returning
+ * TM_BeingModified as the table AM says it should): a server that checks
+ * assertions locks every row first, as the claim statement does (a lock
+ * record per row).
  */
 static bool
-claim_write(ClaimScan *s, bool locked)
+claim_write(ClaimScan *s)
 {
 	TM_Result	r;
 
-	if (locked)
-		r = TM_BeingModified;	/* (by this transaction) */
-	else if (server_asserts())
-		r = claim_lock(s) == TM_Ok ? TM_BeingModified : TM_WouldBlock;
-	else
-	{
+	if (!s->w.locked && server_asserts() && claim_lock(s) != TM_Ok)
+		return false;
+	r = orch_task_writes_update(&s->w, false);
+	if (r == TM_BeingModified && claim_lock(s) == TM_Ok)
 		r = orch_task_writes_update(&s->w, false);
-		if (r == TM_BeingModified && claim_lock(s) != TM_Ok)
-			return false;
-	}
-	if (r == TM_BeingModified)
-		r = orch_task_writes_update(&s->w, true);
-	/* a row this transaction locked is updated (the trigger's work is done) */
-	if (r != TM_Ok && locked)
-		elog(ERROR, "orchestrator: a task locked for its claim could not be updated (%d)", (int) r);
 	return r == TM_Ok;
 }
 
@@ -408,7 +436,7 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 		return 0;				/* held elsewhere, or changed since the snapshot */
 	claim_values(s);
 	orch_task_writes_derive(&s->w, s->hook);
-	if (!claim_write(s, c == CANDIDATE_LOCK))
+	if (!claim_write(s))
 		return 0;
 	claimed_row(s, cxt, out, out_nulls);
 	return 1;
@@ -419,7 +447,7 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
  * order (hook: the row trigger's work on an update).  Their rows go into
  * out and out_nulls (ORCH_CLAIMED_COLS values each, allocated in the
  * caller's memory context), and where the next claim starts into
- * want->next*.  Returns how many, or -1, having claimed nothing, when the
+ * want->next.  Returns how many, or -1, having claimed nothing, when the
  * claim statement must claim.  The caller does the statement-end
  * trigger's work when any was claimed.
  */
@@ -436,7 +464,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	int			nkeys;
 	int			done = 0;
 
-	want->next = false;
+	want->next.valid = false;
 	if (want->batch <= 0 || want->step_claimable == NULL || IsolationUsesXactSnapshot() ||
 		!orch_task_writes_begin(&s.w, CC_COUNT, claim_cols, claim_types))
 		return -1;

@@ -206,8 +206,6 @@ complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchU
 	Datum	   *v = w->nslot->tts_values;
 	bool	   *n = w->nslot->tts_isnull;
 	OrchDirect	r;
-	bool		locked;
-	TM_Result	u;
 
 	/* the scan's own memory lives as long as the scan; the row's, one row */
 	MemoryContext rowcxt = MemoryContextSwitchTo(w->work);
@@ -235,8 +233,8 @@ complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchU
 	 * waits (the lock record its trigger's row lock writes), so that the
 	 * update after that work cannot fail.
 	 */
-	locked = !w->on[cols[UC_RUN] - 1] || !w->on[cols[UC_KEY] - 1];
-	if (locked && orch_task_writes_lock(w, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
+	if ((!w->on[cols[UC_RUN] - 1] || !w->on[cols[UC_KEY] - 1]) &&
+		orch_task_writes_lock(w, LockTupleNoKeyExclusive, LockWaitBlock) != TM_Ok)
 		return ORCH_DIRECT_SQL; /* changed since the snapshot: the UPDATE reads it again */
 
 	/* the new row: the old one completed, through the row trigger's work */
@@ -246,10 +244,7 @@ complete_one(OrchTaskWrites *w, IndexScanDesc scan, TupleTableSlot *spare, OrchU
 	v[cols[UC_RESULT] - 1] = want->result;
 	n[cols[UC_RESULT] - 1] = want->result_null;
 	orch_task_writes_derive(w, hook);
-	u = orch_task_writes_update(w, true);
-	if (u != TM_Ok && locked)
-		elog(ERROR, "orchestrator: a task locked for its completion could not be updated (%d)", (int) u);
-	if (u != TM_Ok)
+	if (orch_task_writes_update(w, true) != TM_Ok)
 		return ORCH_DIRECT_SQL; /* changed since the snapshot: the UPDATE reads it again */
 	return ORCH_DIRECT_DONE;
 }
@@ -380,6 +375,7 @@ orch_task_writes_take(OrchTaskWrites *w)
 
 	w->oldtup = ExecCopySlotHeapTuple(w->found);
 	w->tid = w->found->tts_tid;
+	w->locked = false;
 	heap_deform_tuple(w->oldtup, RelationGetDescr(w->rel), w->ov, w->on);
 	ExecClearTuple(w->found);
 	ExecClearTuple(w->nslot);
@@ -399,7 +395,9 @@ orch_task_writes_derive(OrchTaskWrites *w, OrchUpdateHook hook)
 /*
  * The new version written over the one taken (wait: for a transaction
  * that holds the row, as an UPDATE waits; else TM_BeingModified), its
- * index entries made when it was.
+ * index entries made when it was.  A row taken and then locked here
+ * (orch_task_writes_lock) is written whatever wait says, or it is an
+ * error: the trigger's work on it is done.
  */
 TM_Result
 orch_task_writes_update(OrchTaskWrites *w, bool wait)
@@ -410,7 +408,10 @@ orch_task_writes_update(OrchTaskWrites *w, bool wait)
 	TM_Result	r;
 
 	r = table_tuple_update(w->rel, &w->tid, w->nslot, w->cid, w->snap, InvalidSnapshot,
-						   wait, &tmfd, &lockmode, &update_indexes);
+						   wait || w->locked, &tmfd, &lockmode, &update_indexes);
+	/* a row this transaction locked is updated (the trigger's work is done) */
+	if (r != TM_Ok && w->locked)
+		elog(ERROR, "orchestrator: a task locked for its update could not be updated (%d)", (int) r);
 	if (r == TM_Ok && update_indexes)
 		orch_task_entries_insert(w->entries, w->nslot, w->ov, w->on);
 	return r;
@@ -433,6 +434,7 @@ orch_task_writes_lock(OrchTaskWrites *w, LockTupleMode mode, LockWaitPolicy wait
 	r = table_tuple_lock(w->rel, &w->tid, w->snap, w->found, w->cid,
 						 mode, wait, 0, &tmfd);
 	ExecClearTuple(w->found);
+	w->locked = r == TM_Ok;
 	return r;
 }
 
