@@ -195,15 +195,21 @@ step_may_run(ClaimScan *s)
 	return s->step.answer;
 }
 
+/* Is the text value this string (compared in place, no copy per row)? */
+static bool
+text_is(Datum value, const char *str)
+{
+	text	   *t = DatumGetTextPP(value);
+	size_t		len = VARSIZE_ANY_EXHDR(t);
+
+	return len == strlen(str) && memcmp(VARDATA_ANY(t), str, len) == 0;
+}
+
 /* Is a row of this tenant (text) one of the tenant the claim is for (every tenant: any)? */
 static bool
 of_tenant(ClaimScan *s, Datum tenant)
 {
-	text	   *t = DatumGetTextPP(tenant);
-	size_t		len = VARSIZE_ANY_EXHDR(t);
-
-	return s->want->tenant == NULL ||
-		(len == strlen(s->want->tenant) && memcmp(VARDATA_ANY(t), s->want->tenant, len) == 0);
+	return s->want->tenant == NULL || text_is(tenant, s->want->tenant);
 }
 
 /* Is the row found (s->ov) one this claim takes here? */
@@ -224,7 +230,7 @@ candidate(ClaimScan *s)
 	if (!on[COL(s, CC_RUN)] && !step_may_run(s))
 		return CANDIDATE_PASS;	/* its run may not go on now */
 	/* their trigger work writes more than an event id: locked first */
-	if (strcmp(TextDatumGetCString(ov[COL(s, CC_STATE)]), "queued") != 0 ||
+	if (!text_is(ov[COL(s, CC_STATE)], "queued") ||
 		!on[COL(s, CC_RUN)] || !on[COL(s, CC_KEY)] || !on[COL(s, CC_CLAIM_EVENT)])
 		return CANDIDATE_LOCK;
 	return CANDIDATE_TAKE;
