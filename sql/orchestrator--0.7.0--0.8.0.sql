@@ -408,6 +408,11 @@ BEGIN
 END
 $tasks_080$;
 SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
+-- An index whose key ends in the task's id has no two keys alike to
+-- deduplicate: deduplicate_items = off spares each page split a pass that
+-- could only fail (the two of 0.7.0; the new ones are made so below).
+ALTER INDEX IF EXISTS orch.tasks_claim_idx SET (deduplicate_items = off);
+ALTER INDEX IF EXISTS orch.tasks_gated_idx SET (deduplicate_items = off);
 
 -- ---------------------------------------------------------------------------
 -- One AFTER ... FOR EACH STATEMENT trigger on orch.tasks calls, in order, the
@@ -1211,7 +1216,7 @@ $stats$;
 -- A tenant's claims read only its own claimable rows;
 -- the default tenant's read tasks_claim_idx.
 CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
-    WHERE ready_at IS NOT NULL AND tenant_id OPERATOR(pg_catalog.<>) 'default';
+    WITH (deduplicate_items = off) WHERE ready_at IS NOT NULL AND tenant_id OPERATOR(pg_catalog.<>) 'default';
 
 -- A step whose task waits for its next attempt reads
 -- retrying.
@@ -2191,7 +2196,7 @@ COMMENT ON FUNCTION orch_run_lifecycle() IS
 -- tasks_tenant_idx); runs likewise; a run's steps.  Ordered newest first.
 -- ---------------------------------------------------------------------------
 CREATE INDEX tasks_tenant_idx ON orch.tasks (tenant_id, id)
-    WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
+    WITH (deduplicate_items = off) WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
 CREATE INDEX runs_tenant_idx ON orch.runs_default (tenant_id, id)
     WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
 

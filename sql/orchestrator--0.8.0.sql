@@ -274,14 +274,18 @@ COMMENT ON COLUMN orch.tasks.gated IS
   'Waiting for a free slot of its concurrency key; promoted in priority/FIFO order when one frees.';
 
 -- Claim path: only claimable rows are indexed, so terminal work leaves it.
+-- An index whose key ends in the task's id has no two keys alike to
+-- deduplicate (a version of the same task with the same key is cleaned up
+-- by bottom-up deletion instead): deduplicate_items = off spares each page
+-- split a pass that could only fail.
 CREATE INDEX tasks_claim_idx ON orch.tasks (queue, priority, created_at, id)
-    WHERE ready_at IS NOT NULL;
+    WITH (deduplicate_items = off) WHERE ready_at IS NOT NULL;
 -- A tenant's claims read only its own claimable rows, however long another
 -- tenant's backlog in the same queue (no noisy neighbour).  The default
 -- tenant (an installation without tenants) is left out: its claims read
 -- tasks_claim_idx, and its enqueues pay for one claim index, not two.
 CREATE INDEX tasks_tenant_claim_idx ON orch.tasks (queue, tenant_id, priority, created_at, id)
-    WHERE ready_at IS NOT NULL AND tenant_id OPERATOR(pg_catalog.<>) 'default';
+    WITH (deduplicate_items = off) WHERE ready_at IS NOT NULL AND tenant_id OPERATOR(pg_catalog.<>) 'default';
 -- Lease recovery path: only executing rows.
 CREATE INDEX tasks_lease_idx ON orch.tasks (queue, lease_expires_at)
     WHERE state OPERATOR(pg_catalog.=) 'executing';
@@ -302,7 +306,7 @@ CREATE INDEX tasks_due_idx ON orch.tasks (queue, (coalesce(retry_at, run_at)))
 CREATE INDEX tasks_key_slots_idx ON orch.tasks (queue, concurrency_key)
     WHERE concurrency_key IS NOT NULL AND (state OPERATOR(pg_catalog.=) 'executing' OR ready_at IS NOT NULL);
 CREATE INDEX tasks_gated_idx ON orch.tasks (queue, concurrency_key, priority, created_at, id)
-    WHERE gated;
+    WITH (deduplicate_items = off) WHERE gated;
 CREATE INDEX tasks_owner_running_idx ON orch.tasks (queue, owner)
     WHERE state OPERATOR(pg_catalog.=) 'executing' AND owner IS NOT NULL;
 -- Workflow step tasks by run; at most one execution per (run, step), whatever the writer.
@@ -3064,7 +3068,7 @@ GRANT EXECUTE ON FUNCTION orch.caller_tenant_bindings() TO orch_admin;
 -- tasks_tenant_idx); runs likewise; a run's steps.  Ordered newest first.
 -- ---------------------------------------------------------------------------
 CREATE INDEX tasks_tenant_idx ON orch.tasks (tenant_id, id)
-    WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
+    WITH (deduplicate_items = off) WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
 CREATE INDEX runs_tenant_idx ON orch.runs_default (tenant_id, id)
     WHERE tenant_id OPERATOR(pg_catalog.<>) 'default';
 

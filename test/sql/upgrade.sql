@@ -142,6 +142,9 @@ SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass 
 SELECT attstattarget FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'queue';
 SELECT pubname, schemaname, tablename FROM pg_publication_tables WHERE pubname = 'up8_pub';
 SELECT reloptions FROM pg_class WHERE oid = 'orch.tasks'::regclass;
+-- the indexes whose key ends in the task's id skip deduplication
+SELECT c.relname, c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = 'orch.tasks'::regclass AND c.reloptions IS NOT NULL ORDER BY 1;
 DROP PUBLICATION up8_pub;
 DROP TRIGGER up8_noop ON orch.tasks;
 DROP FUNCTION up8_noop();
