@@ -630,7 +630,8 @@ claim_sql(const char *tenant, bool all_tenants)
  * such a task waits at most orchestrator.claim_cache_max_age after the
  * last claim that looked from the beginning: the next looks from there
  * again.  After claims written at once, only a task made claimable with
- * the triggers off (a logical replica's apply) can be passed over so: the
+ * the triggers off (a logical replica's apply, a session whose
+ * session_replication_role is replica) can be passed over so: the
  * start holds CLAIM_EXACT_MAX_AGE, or claim_cache_max_age when longer,
  * which bounds that.  Per backend; only for the claims of one tenant or
  * of all (the statements that read one range of a claim index), in READ

@@ -221,10 +221,11 @@ candidate(ClaimScan *s)
 
 	if (on[COL(s, CC_READY)])
 		return CANDIDATE_PASS;
-	if (DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
-		return CANDIDATE_LATER; /* not due (the claim statement's ready_at <= due) */
+	/* another tenant's row does not hold the next start, due or not */
 	if (!of_tenant(s, ov[COL(s, CC_TENANT)]))
 		return CANDIDATE_PASS;
+	if (DatumGetTimestampTz(ov[COL(s, CC_READY)]) > s->want->due)
+		return CANDIDATE_LATER; /* not due (the claim statement's ready_at <= due) */
 	if (on[COL(s, CC_STATE)])
 		return CANDIDATE_PASS;	/* (state is NOT NULL) */
 	if (!on[COL(s, CC_RUN)] && !step_may_run(s))

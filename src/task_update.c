@@ -410,6 +410,11 @@ orch_task_writes_update(OrchTaskWrites *w, bool wait)
 	r = table_tuple_update(w->rel, &w->tid, w->nslot, w->cid, w->snap, InvalidSnapshot,
 						   wait || w->locked, &tmfd, &lockmode, &update_indexes);
 	/* a row this transaction locked is updated (the trigger's work is done) */
+	if (r == TM_SelfModified && w->locked)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
+				 errmsg("task was already changed by an operation its own change triggered"),
+				 errhint("A trigger on the orchestrator's tables must not change the task whose change fired it.")));
 	if (r != TM_Ok && w->locked)
 		elog(ERROR, "orchestrator: a task locked for its update could not be updated (%d)", (int) r);
 	if (r == TM_Ok && update_indexes)
