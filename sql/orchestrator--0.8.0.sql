@@ -193,51 +193,42 @@ CREATE SEQUENCE orch.tasks_id_seq;
 -- transition's, a completion the transition's and its own.
 CREATE TABLE orch.tasks (
     -- what a task is, written once when it is enqueued (the claim and the
-    -- completion log none of it: the unchanged prefix of the row)
+    -- completion log none of it: the unchanged prefix of the row); fixed
+    -- widths, 8-byte aligned first, so that no padding falls between them
     id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.tasks_id_seq'),
-    tenant_id        text NOT NULL DEFAULT 'default',
-    queue            text NOT NULL,
-    priority         integer NOT NULL DEFAULT 0,
-    payload          jsonb NOT NULL,
     run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
     created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    created_by       text,
     created_xact     bigint,
     enqueue_event_id bigint,
+    run_id           bigint,
+    retry_of         bigint,
+    timeout          interval,
+    priority         integer NOT NULL DEFAULT 0,
     max_attempts     integer,
     max_failures     integer,
-    retry_policy     jsonb,
-    timeout          interval,
-    idempotency_key  text,
-    owner            text,
-    concurrency_key  text,
-    run_id           bigint,
-    step_key         text,
-    retry_of         bigint,
-    correlation_id   text,
     gated            boolean NOT NULL DEFAULT false,
     -- what a claim writes and a completion leaves as it is
     ready_at         timestamptz,
+    claimed_at       timestamptz,
+    claim_event_id   bigint,
+    claim_xact       bigint,
+    claim_waited     bigint,
     attempts         integer NOT NULL DEFAULT 0,
     lease_token      uuid,
     lease_owner      text,
-    claimed_at       timestamptz,
-    claim_event_id   bigint,
     claimed_by       text,
-    claim_xact       bigint,
-    claim_waited     bigint,
     -- what every transition writes
-    state            text NOT NULL,
-    reason_code      text,
     updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
     lease_expires_at timestamptz,
+    state            text NOT NULL,
+    reason_code      text,
     -- what a completion writes
     finished_at      timestamptz,
-    result           jsonb,
     complete_event_id bigint,
     complete_attempt_id bigint,
-    completed_by     text,
     complete_xact    bigint,
+    result           jsonb,
+    completed_by     text,
     -- what only retries, failures and waits write
     retry_at         timestamptz,
     failures         integer NOT NULL DEFAULT 0,
@@ -247,6 +238,18 @@ CREATE TABLE orch.tasks (
     resume_data      jsonb,
     -- what a worker reports while it holds the task
     progress         jsonb,
+    -- what a task is, of variable width: written once when it is enqueued,
+    -- the unchanged suffix of the row (so no padding follows them either)
+    tenant_id        text NOT NULL DEFAULT 'default',
+    queue            text NOT NULL,
+    created_by       text,
+    payload          jsonb NOT NULL,
+    retry_policy     jsonb,
+    idempotency_key  text,
+    owner            text,
+    concurrency_key  text,
+    step_key         text,
+    correlation_id   text,
     PRIMARY KEY (id, tenant_id)
 ) WITH (fillfactor = 50,
         autovacuum_vacuum_scale_factor = 0.02,
@@ -986,15 +989,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.queue, x.priority, x.payload, x.run_at, x.created_at, x.created_by,
-           x.created_xact, x.enqueue_event_id, x.max_attempts, x.max_failures, x.retry_policy,
-           x.timeout, x.idempotency_key, x.owner, x.concurrency_key, x.run_id, x.step_key,
-           x.retry_of, x.correlation_id, x.gated, x.ready_at, x.attempts,
+    SELECT x.id, x.run_at, x.created_at, x.created_xact, x.enqueue_event_id, x.run_id, x.retry_of,
+           x.timeout, x.priority, x.max_attempts, x.max_failures, x.gated, x.ready_at, x.claimed_at,
+           x.claim_event_id, x.claim_xact, x.claim_waited, x.attempts,
            CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
-           x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
-           x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
-           x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
-           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data, x.progress
+           x.claimed_by, x.updated_at, x.lease_expires_at, x.state, x.reason_code, x.finished_at,
+           x.complete_event_id, x.complete_attempt_id, x.complete_xact, x.result, x.completed_by,
+           x.retry_at, x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data,
+           x.progress, x.tenant_id, x.queue, x.created_by, x.payload, x.retry_policy,
+           x.idempotency_key, x.owner, x.concurrency_key, x.step_key, x.correlation_id
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))
@@ -1189,15 +1192,15 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED ROWS 1000
 SET search_path = pg_catalog, orch, pg_temp
 SET jit = off
 AS $fn$
-    SELECT x.id, x.tenant_id, x.queue, x.priority, x.payload, x.run_at, x.created_at, x.created_by,
-           x.created_xact, x.enqueue_event_id, x.max_attempts, x.max_failures, x.retry_policy,
-           x.timeout, x.idempotency_key, x.owner, x.concurrency_key, x.run_id, x.step_key,
-           x.retry_of, x.correlation_id, x.gated, x.ready_at, x.attempts,
+    SELECT x.id, x.run_at, x.created_at, x.created_xact, x.enqueue_event_id, x.run_id, x.retry_of,
+           x.timeout, x.priority, x.max_attempts, x.max_failures, x.gated, x.ready_at, x.claimed_at,
+           x.claim_event_id, x.claim_xact, x.claim_waited, x.attempts,
            CASE WHEN (SELECT orch.caller_is_admin()) THEN x.lease_token END, x.lease_owner,
-           x.claimed_at, x.claim_event_id, x.claimed_by, x.claim_xact, x.claim_waited, x.state,
-           x.reason_code, x.updated_at, x.lease_expires_at, x.finished_at, x.result,
-           x.complete_event_id, x.complete_attempt_id, x.completed_by, x.complete_xact, x.retry_at,
-           x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data, x.progress
+           x.claimed_by, x.updated_at, x.lease_expires_at, x.state, x.reason_code, x.finished_at,
+           x.complete_event_id, x.complete_attempt_id, x.complete_xact, x.result, x.completed_by,
+           x.retry_at, x.failures, x.last_error, x.last_error_class, x.wait_data, x.resume_data,
+           x.progress, x.tenant_id, x.queue, x.created_by, x.payload, x.retry_policy,
+           x.idempotency_key, x.owner, x.concurrency_key, x.step_key, x.correlation_id
       FROM orch.tasks x
      WHERE ((SELECT orch.caller_tenants()) IS NULL
             OR x.tenant_id OPERATOR(pg_catalog.=) ANY ((SELECT orch.caller_tenants())::text[]))

@@ -132,9 +132,12 @@ CREATE PUBLICATION up8_pub FOR TABLE orch.tasks;
 SET client_min_messages = warning;
 ALTER EXTENSION orchestrator UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'orchestrator';
--- (the row's columns in their 0.8.0 order: the payload before the state)
-SELECT (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'payload')
-     < (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'state') AS reordered;
+-- (the row's columns in their 0.8.0 order: the enqueue's fixed-width
+-- columns first, the transitions' in the middle, its variable-width ones last)
+SELECT (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'run_at')
+     < (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'state')
+   AND (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'state')
+     < (SELECT attnum FROM pg_attribute WHERE attrelid = 'orch.tasks'::regclass AND attname = 'payload') AS reordered;
 SELECT task_id, state, gated FROM up8_mine ORDER BY 1;
 SELECT indexrelid::regclass AS own_index FROM pg_index
  WHERE indrelid = 'orch.tasks'::regclass AND indexrelid = 'orch.up8_payload_idx'::regclass;
