@@ -470,14 +470,31 @@ record() { # WORKLOAD SIDE JOBS SECS WAL-LSN-BEFORE
 # ---------------------------------------------------------------------------
 # Workloads
 # ---------------------------------------------------------------------------
-# enqueue WORKLOAD SCRIPT CLIENTS: pgbench -T ENQ_SECS, jobs counted from the table.
 # the sides of repetition REP, alternating: A B, B A, A B, ...
 # (sides_tp: the same over the throughput groups' sides, pgmq among them)
 sides_for() { if [ $(( $1 % 2 )) = 1 ]; then echo "$SYSTEMS"; else echo "$SYSTEMS" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi; }
 sides_tp() { if [ $(( $1 % 2 )) = 1 ]; then echo "$TP_SYSTEMS"; else echo "$TP_SYSTEMS" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi; }
 
+# warm_up WORKLOAD SCRIPT CLIENTS: one run of the side that leads the
+# first repetition, not counted.  A workload's first run on the cluster
+# creates the WAL segments the later runs recycle (the batch enqueue writes
+# about 1 GB of WAL in ENQ_SECS): without it, that side's first repetition
+# was its lowest, run after run.
+warm_up() {
+    local wl=$1 script=$2 clients=$3 side
+    side=$(sides_tp 1 | awk '{ print $1 }')
+    reset_all; settle
+    log "$wl: warm-up, $side (not counted)"
+    "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
+        -c "$clients" -j "$(threads_for "$clients")" -T "$ENQ_SECS" \
+        -D queue=bench -f "$(script_for "$side" "$script")" bench >"$WORK/warm-up.log" 2>&1 || true
+}
+
+# enqueue WORKLOAD SCRIPT CLIENTS: pgbench -T ENQ_SECS, jobs counted from the
+# table, after a run not counted (warm_up).
 run_enqueue() {
     local wl=$1 script=$2 clients=$3 side t0 out res lsn rep
+    warm_up "$wl" "$script" "$clients"
     for rep in $(seq 1 "$REPS"); do
     for side in $(sides_tp "$rep"); do
         reset_all; settle; profile_reset
