@@ -476,10 +476,10 @@ sides_for() { if [ $(( $1 % 2 )) = 1 ]; then echo "$SYSTEMS"; else echo "$SYSTEM
 sides_tp() { if [ $(( $1 % 2 )) = 1 ]; then echo "$TP_SYSTEMS"; else echo "$TP_SYSTEMS" | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }'; fi; }
 
 # warm_up WORKLOAD SCRIPT CLIENTS: one run of the side that leads the
-# first repetition, not counted.  A workload's first run on the cluster
-# creates the WAL segments the later runs recycle (the batch enqueue writes
-# about 1 GB of WAL in ENQ_SECS): without it, that side's first repetition
-# was its lowest, run after run.
+# first repetition, not counted.  Without it that side's first repetition
+# was its lowest, run after run: a workload's first run on the cluster
+# meets it cold (the batch enqueue writes about 1 GB of WAL in ENQ_SECS,
+# in segments the later runs recycle).
 warm_up() {
     local wl=$1 script=$2 clients=$3 side
     side=$(sides_tp 1 | awk '{ print $1 }')
