@@ -485,9 +485,14 @@ warm_up() {
     side=$(sides_tp 1 | awk '{ print $1 }')
     reset_all; settle
     log "$wl: warm-up, $side (not counted)"
+    enqueue_pgbench "$side" "$script" "$clients" "$WORK/warm-up.log"
+}
+
+# enqueue_pgbench SIDE SCRIPT CLIENTS OUT: the side's script for ENQ_SECS
+enqueue_pgbench() {
     "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
-        -c "$clients" -j "$(threads_for "$clients")" -T "$ENQ_SECS" \
-        -D queue=bench -f "$(script_for "$side" "$script")" bench >"$WORK/warm-up.log" 2>&1 || true
+        -c "$3" -j "$(threads_for "$3")" -T "$ENQ_SECS" \
+        -D queue=bench -f "$(script_for "$1" "$2")" bench >"$4" 2>&1 || true
 }
 
 # enqueue WORKLOAD SCRIPT CLIENTS: pgbench -T ENQ_SECS, jobs counted from the
@@ -502,9 +507,7 @@ run_enqueue() {
         out=$WORK/pgbench-${wl//[^A-Za-z0-9]/_}-$side.log
         lsn=$(wal_lsn)
         t0=$(now_epoch)
-        "$PGBIN/pgbench" -h "$SOCK" -p "$PORT" -U postgres -n -M prepared \
-            -c "$clients" -j "$(threads_for "$clients")" -T "$ENQ_SECS" \
-            -D queue=bench -f "$(script_for "$side" "$script")" bench >"$out" 2>&1 || true
+        enqueue_pgbench "$side" "$script" "$clients" "$out"
         pgbench_check "$out"
         res=$(count_jobs "$side" bench enqueued "$t0")
         record "$wl" "$side" "${res%|*}" "${res#*|}" "$lsn"
