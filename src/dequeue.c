@@ -27,25 +27,31 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 /*
  * What a claim does to a task ($3 worker, $4 lease; the task's timeout caps
  * the lease) and what it hands back (emit_claimed reads these columns).
- * A lease runs from the statement's start, the time it is checked against
- * (a claim late in a long transaction gets its whole lease).
+ * The claim's time (claimed_at, from which the lease runs) is the clock
+ * when the row is claimed, after the statement's snapshot and the row's
+ * lock: a task it finds was let go (its lease recovered, its attempt
+ * failed) before it, however long ago the statement began, and a claim
+ * late in a long transaction gets its whole lease.
  */
-#define CLAIM_SET_WITH(TOKEN, EXPIRES) \
+#define CLAIM_SET_WITH(TOKEN, TIMES) \
 	"state = 'executing', attempts = t.attempts + 1," \
-	" lease_token = " TOKEN ", lease_owner = $3," \
-	" lease_expires_at = " EXPIRES ", claimed_at = statement_timestamp()," \
+	" lease_token = " TOKEN ", lease_owner = $3, " TIMES "," \
 	" retry_at = NULL, reason_code = 'claimed'"
-#define CLAIM_SET CLAIM_SET_WITH("gen_random_uuid()", "LEAST(statement_timestamp() + $4, statement_timestamp() + t.timeout)")
+#define CLAIM_SET CLAIM_SET_WITH("gen_random_uuid()", \
+	"(claimed_at, lease_expires_at) = (SELECT k.at, LEAST(k.at + $4, k.at + t.timeout)" \
+	" FROM (SELECT pg_catalog.clock_timestamp() AS at) k)")
 
 /*
  * On Citus an UPDATE of a distributed table may call no volatile function
  * and no stable one on a column: the token is md5 of the task id and a
  * random nonce of this claim ($6, never stored: a token tells nothing of
- * another), and the timeout cap is computed in UTC (ORCH_UTC_ADD).
+ * another), the claim's time is the statement's start, and the timeout cap
+ * is computed in UTC (ORCH_UTC_ADD).
  */
 #define CLAIM_SET_CITUS \
 	CLAIM_SET_WITH("md5(t.id::text || $6)::uuid", \
-				   "LEAST(statement_timestamp() + $4, " ORCH_UTC_ADD("statement_timestamp()", "t.timeout") ")")
+				   "claimed_at = statement_timestamp(), lease_expires_at = LEAST(statement_timestamp() + $4, " \
+				   ORCH_UTC_ADD("statement_timestamp()", "t.timeout") ")")
 #define CLAIM_RETURNING \
 	"t.id, t.lease_token, t.attempts, t.payload, t.queue, t.priority," \
 	" t.step_key, t.tenant_id, t.run_id, t.lease_expires_at, t.resume_data"

@@ -103,7 +103,7 @@ typedef struct ClaimScan
 	OrchUpdateHook hook;
 	IndexScanDesc scan;
 	Datum		queue;			/* want->queue as text */
-	TimestampTz now;			/* the statement's start */
+	TimestampTz now;			/* the claim's time: after its snapshot */
 	struct
 	{
 		bool		known;
@@ -482,7 +482,12 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	}
 	s.want = want;
 	s.hook = hook;
-	s.now = GetCurrentStatementStartTimestamp();
+	/*
+	 * The claim's time (claimed_at; its lease runs from it) is read after
+	 * the snapshot: a task the claim finds was let go (its lease recovered,
+	 * its attempt failed) before it, whenever the statement began.
+	 */
+	s.now = GetCurrentTimestamp();
 	s.queue = CStringGetTextDatum(want->queue);
 	ir = index_open(index, RowExclusiveLock);
 	nkeys = claim_keys(ir, want, by_tenant, s.queue, keys, row);
