@@ -977,9 +977,9 @@ claim_waiting(ClaimRequest *r, int64 wait, ReturnSetInfo *rsinfo)
 		TimestampTz next;
 
 		/*
-		 * The claim's statements measure due times and leases from
-		 * statement_timestamp(): a later look's is the time of the look,
-		 * so that it sees what came due and leases from now.
+		 * The claim's statements measure due times (and on Citus leases)
+		 * from statement_timestamp(): a later look's is the time of the
+		 * look, so that it sees what came due meanwhile.
 		 */
 		if (look > 0)
 			SetCurrentStatementStartTimestamp();
