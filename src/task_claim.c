@@ -163,18 +163,18 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Sca
 }
 
 /*
- * May the step's task of the row taken run now (want->step_claimable)?
- * The answer depends on the run and on whether the step is a compensation
- * ("<step>:compensate"): it is kept for the rest of the claim, asked again
- * of another run (a map step's items come one after another).
+ * May the step's task of the row found (its values ov, on) run now
+ * (want->step_claimable)?  The answer depends on the run and on whether
+ * the step is a compensation ("<step>:compensate"): it is kept for the
+ * rest of the claim, asked again of another run (a map step's items come
+ * one after another).
  */
 static bool
-step_may_run(ClaimScan *s)
+step_may_run(ClaimScan *s, const Datum *ov, const bool *on)
 {
-	const Datum *ov = s->w.ov;
 	Datum		run_id = ov[COL(s, CC_RUN)];
 	Datum		tenant = ov[COL(s, CC_TENANT)];
-	bool		step_null = s->w.on[COL(s, CC_STEP)];
+	bool		step_null = on[COL(s, CC_STEP)];
 	text	   *key = step_null ? NULL : DatumGetTextPP(ov[COL(s, CC_STEP)]);
 	size_t		kl = key ? VARSIZE_ANY_EXHDR(key) : 0;
 	bool		compensation = kl >= 11 && memcmp(VARDATA_ANY(key) + kl - 11, ":compensate", 11) == 0;
@@ -212,13 +212,13 @@ of_tenant(ClaimScan *s, Datum tenant)
 	return s->want->tenant == NULL || text_is(tenant, s->want->tenant);
 }
 
-/* Is the row found (s->ov) one this claim takes here? */
+/*
+ * Is the row found (its values ov, on: read in place, in the scan's
+ * buffer) one this claim takes here?
+ */
 static Candidate
-candidate(ClaimScan *s)
+candidate(ClaimScan *s, const Datum *ov, const bool *on)
 {
-	const bool *on = s->w.on;
-	const Datum *ov = s->w.ov;
-
 	if (on[COL(s, CC_READY)])
 		return CANDIDATE_PASS;
 	/* another tenant's row does not hold the next start, due or not */
@@ -228,7 +228,7 @@ candidate(ClaimScan *s)
 		return CANDIDATE_LATER; /* not due (the claim statement's ready_at <= due) */
 	if (on[COL(s, CC_STATE)])
 		return CANDIDATE_PASS;	/* (state is NOT NULL) */
-	if (!on[COL(s, CC_RUN)] && !step_may_run(s))
+	if (!on[COL(s, CC_RUN)] && !step_may_run(s, ov, on))
 		return CANDIDATE_PASS;	/* its run may not go on now */
 	/* their trigger work writes more than an event id: locked first */
 	if (!text_is(ov[COL(s, CC_STATE)], "queued") ||
@@ -432,10 +432,15 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 		ExecClearTuple(s->w.found);
 		return 0;
 	}
-	orch_task_writes_take(&s->w);
-	c = candidate(s);
+	/* decided on the row in place: one passed over is never copied */
+	slot_getallattrs(s->w.found);
+	c = candidate(s, s->w.found->tts_values, s->w.found->tts_isnull);
 	if (c == CANDIDATE_PASS)
+	{
+		ExecClearTuple(s->w.found);
 		return 0;
+	}
+	orch_task_writes_take(&s->w);
 	next_from_taken(s);
 	if (c == CANDIDATE_LATER)
 		return 0;
