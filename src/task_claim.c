@@ -279,11 +279,11 @@ next_from(ClaimScan *s, Datum priority, Datum created_at, Datum id)
 	s->want->next.id = DatumGetInt64(id);
 }
 
-/* ... at the row taken (s->w.ov) */
+/* ... at the row found (its values v, read in place) */
 static void
-next_from_taken(ClaimScan *s)
+next_from_row(ClaimScan *s, const Datum *v)
 {
-	next_from(s, s->w.ov[COL(s, CC_PRIORITY)], s->w.ov[COL(s, CC_CREATED)], s->w.ov[COL(s, CC_ID)]);
+	next_from(s, v[COL(s, CC_PRIORITY)], v[COL(s, CC_CREATED)], v[COL(s, CC_ID)]);
 }
 
 /*
@@ -432,18 +432,17 @@ claim_next(ClaimScan *s, MemoryContext cxt, Datum *out, bool *out_nulls)
 		ExecClearTuple(s->w.found);
 		return 0;
 	}
-	/* decided on the row in place: one passed over is never copied */
+	/* decided on the row in place, in the buffer: only a row taken is copied */
 	slot_getallattrs(s->w.found);
 	c = candidate(s, s->w.found->tts_values, s->w.found->tts_isnull);
-	if (c == CANDIDATE_PASS)
+	if (c != CANDIDATE_PASS)
+		next_from_row(s, s->w.found->tts_values);
+	if (c == CANDIDATE_PASS || c == CANDIDATE_LATER)
 	{
 		ExecClearTuple(s->w.found);
 		return 0;
 	}
 	orch_task_writes_take(&s->w);
-	next_from_taken(s);
-	if (c == CANDIDATE_LATER)
-		return 0;
 	if (c == CANDIDATE_LOCK && claim_lock(s) != TM_Ok)
 		return 0;				/* held elsewhere, or changed since the snapshot */
 	claim_values(s);
