@@ -15,12 +15,14 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 #include "orchestrator.h"
 
@@ -212,10 +214,12 @@ orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, 
  * Attempt rows
  * ---------------------------------------------------------------------- */
 
-static const char *const attempt_cols[ORCH_ATTEMPT_COLS] = {"tenant_id", "task_id", "attempt", "worker",
-"lease_token", "started_at", "outcome", "error_class", "error", "retry_at"};
-static const Oid attempt_types[ORCH_ATTEMPT_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
-TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+/* the caller's columns, then finished_at (set here) */
+#define ATTEMPT_ROW_COLS (ORCH_ATTEMPT_COLS + 1)
+static const char *const attempt_cols[ATTEMPT_ROW_COLS] = {"tenant_id", "task_id", "attempt", "worker",
+"lease_token", "started_at", "outcome", "error_class", "error", "retry_at", "finished_at"};
+static const Oid attempt_types[ATTEMPT_ROW_COLS] = {TEXTOID, INT8OID, INT4OID, TEXTOID, UUIDOID,
+TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 
 /* One attempt row: the VALUES statement, a kept plan */
 static void
@@ -223,11 +227,11 @@ attempt_insert_one(const Datum *v, const bool *nulls)
 {
 	OrchArgs	a = {0};
 
-	for (int c = 0; c < ORCH_ATTEMPT_COLS; c++)
+	for (int c = 0; c < ATTEMPT_ROW_COLS; c++)
 		orch_arg(&a, attempt_types[c], v[c], nulls[c]);
 	orch_args_sql(&a, "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-				  " lease_token, started_at, outcome, error_class, error, retry_at)"
-				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)", false, 0, SPI_OK_INSERT);
+				  " lease_token, started_at, outcome, error_class, error, retry_at, finished_at)"
+				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", false, 0, SPI_OK_INSERT);
 }
 
 /* Rows through SQL: one statement over one array per column */
@@ -236,7 +240,7 @@ attempts_insert_sql(int n, const Datum *v, const bool *nulls)
 {
 	OrchArgs	a = {0};
 
-	for (int c = 0; c < ORCH_ATTEMPT_COLS; c++)
+	for (int c = 0; c < ATTEMPT_ROW_COLS; c++)
 	{
 		Datum	   *cv = palloc(sizeof(Datum) * n);
 		bool	   *cn = palloc(sizeof(bool) * n);
@@ -248,8 +252,8 @@ attempts_insert_sql(int n, const Datum *v, const bool *nulls)
 
 		for (int i = 0; i < n; i++)
 		{
-			cv[i] = v[i * ORCH_ATTEMPT_COLS + c];
-			cn[i] = nulls[i * ORCH_ATTEMPT_COLS + c];
+			cv[i] = v[i * ATTEMPT_ROW_COLS + c];
+			cn[i] = nulls[i * ATTEMPT_ROW_COLS + c];
 		}
 		get_typlenbyvalalign(attempt_types[c], &typlen, &typbyval, &typalign);
 		orch_arg(&a, get_array_type(attempt_types[c]),
@@ -257,29 +261,53 @@ attempts_insert_sql(int n, const Datum *v, const bool *nulls)
 													typlen, typbyval, typalign)), false);
 	}
 	orch_args_sql(&a, "INSERT INTO orch.attempts (tenant_id, task_id, attempt, worker,"
-				  "   lease_token, started_at, outcome, error_class, error, retry_at)"
-				  " SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc, u.ec, u.e, u.r"
-				  "   FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-				  "        WITH ORDINALITY AS u(t, i, a, w, l, s, oc, ec, e, r, o)"
+				  "   lease_token, started_at, outcome, error_class, error, retry_at, finished_at)"
+				  " SELECT u.t, u.i, u.a, u.w, u.l, u.s, u.oc, u.ec, u.e, u.r, u.f"
+				  "   FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+				  "        WITH ORDINALITY AS u(t, i, a, w, l, s, oc, ec, e, r, f, o)"
 				  "  ORDER BY u.o", false, 0, SPI_OK_INSERT);
 }
 
 /*
  * Insert n attempt rows: values and nulls row after row, ORCH_ATTEMPT_COLS
  * each (tenant_id, task_id, attempt, worker, lease_token, started_at,
- * outcome, error_class, error, retry_at).  One row with a kept VALUES
- * statement; more appended directly (append.c: one WAL record per page),
- * or through SQL when orch.attempts needs it.
+ * outcome, error_class, error, retry_at).  An attempt ends at the
+ * transaction's time (now()), but never before it began: one claimed in
+ * the same transaction (after its start) ends when it was claimed at the
+ * earliest.  One row with a kept VALUES statement; more appended directly
+ * (append.c: one WAL record per page), or through SQL when orch.attempts
+ * needs it.
  */
 void
 orch_attempts_insert(int n, const Datum *v, const bool *nulls)
 {
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz clock = GetCurrentTimestamp();
+	Datum	   *w;
+	bool	   *wn;
+
 	if (n <= 0)
 		return;
+	w = palloc(sizeof(Datum) * ATTEMPT_ROW_COLS * n);
+	wn = palloc(sizeof(bool) * ATTEMPT_ROW_COLS * n);
+	for (int i = 0; i < n; i++)
+	{
+		const Datum *r = v + (size_t) i * ORCH_ATTEMPT_COLS;
+		const bool *rn = nulls + (size_t) i * ORCH_ATTEMPT_COLS;
+		/* (a claim time past the clock, written by hand, is not trusted) */
+		TimestampTz started = rn[5] ? now : Min(DatumGetTimestampTz(r[5]), clock);
+
+		memcpy(w + (size_t) i * ATTEMPT_ROW_COLS, r, sizeof(Datum) * ORCH_ATTEMPT_COLS);
+		memcpy(wn + (size_t) i * ATTEMPT_ROW_COLS, rn, sizeof(bool) * ORCH_ATTEMPT_COLS);
+		w[(size_t) i * ATTEMPT_ROW_COLS + ORCH_ATTEMPT_COLS] = TimestampTzGetDatum(Max(now, started));
+		wn[(size_t) i * ATTEMPT_ROW_COLS + ORCH_ATTEMPT_COLS] = false;
+	}
 	if (n == 1)
-		attempt_insert_one(v, nulls);
-	else if (!orch_table_append("attempts", ORCH_ATTEMPT_COLS, attempt_cols, n, v, nulls))
-		attempts_insert_sql(n, v, nulls);
+		attempt_insert_one(w, wn);
+	else if (!orch_table_append("attempts", ATTEMPT_ROW_COLS, attempt_cols, n, w, wn))
+		attempts_insert_sql(n, w, wn);
+	pfree(w);
+	pfree(wn);
 }
 
 /*

@@ -226,3 +226,18 @@ SELECT t.claim_event_id IS NULL AND t.claim_xact IS NULL AS row_records_no_claim
            AND e.label = 'ap-rep-worker' AND e.xact IS NOT NULL) AS claim_event_rows,
        (SELECT count(*) FROM orch.history h WHERE h.task_id = r.task_id AND h.to_state = 'executing') AS claims_read
   FROM orch.tasks t JOIN ap_rep r ON r.task_id = t.id;
+-- an attempt ends no earlier than it began: claimed and ended in one
+-- transaction (the claim after the transaction's start, whose time now()
+-- an attempt's end otherwise is), one attempt row written alone (a
+-- failure) and two written at once (a cancellation of both claims)
+SELECT orch_create_queue('ap_same', '{"max_attempts": 5, "initial_delay": 0}') IS NOT NULL AS created;
+SELECT count(*) AS enqueued FROM (SELECT orch_enqueue('ap_same', jsonb_build_object('n', g)) FROM generate_series(1, 3) g) s;
+BEGIN;
+SELECT count(*) AS failed FROM (
+    SELECT orch_fail(task_id, lease_token, 'TRANSIENT', 'ap-same') FROM orch_dequeue('ap_same', 'ap-same-worker', 1)) s;
+SELECT count(*) AS claimed FROM (SELECT * FROM orch_dequeue('ap_same', 'ap-same-worker', 2)) s;
+SELECT count(*) AS cancelled FROM orch_cancel_where('{"queue": "ap_same", "state": ["executing"]}', 'ap-same');
+COMMIT;
+SELECT a.outcome, count(*) AS attempts, bool_and(a.finished_at >= a.started_at) AS ended_after_start
+  FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id
+ WHERE t.queue = 'ap_same' GROUP BY a.outcome ORDER BY a.outcome;
