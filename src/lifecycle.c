@@ -511,7 +511,15 @@ change_derive(TaskChange *c)
 	if (!c->is_insert)
 		row_set(row, task_cols.updated_at, TimestampTzGetDatum(xact_start), false);
 	if (orch_state_is_terminal(c->to) && c->to != c->from)
-		row_set(row, task_cols.finished_at, TimestampTzGetDatum(xact_start), false);
+	{
+		/* the transaction's time, never before the last claim (one made in it) */
+		TimestampTz finished = xact_start;
+
+		d = row_get(row, task_cols.claimed_at, &isnull);
+		if (!isnull && DatumGetTimestampTz(d) > finished)
+			finished = Min(DatumGetTimestampTz(d), GetCurrentTimestamp());
+		row_set(row, task_cols.finished_at, TimestampTzGetDatum(finished), false);
+	}
 
 	/*
 	 * An attempt ends: its lease is gone, and what was handed to it (a tool

@@ -241,3 +241,6 @@ COMMIT;
 SELECT a.outcome, count(*) AS attempts, bool_and(a.finished_at >= a.started_at) AS ended_after_start
   FROM orch.attempts a JOIN orch.tasks t ON t.id = a.task_id
  WHERE t.queue = 'ap_same' GROUP BY a.outcome ORDER BY a.outcome;
+-- and the tasks cancelled finish, on their rows, no earlier than their claim
+SELECT state, count(*) AS tasks, bool_and(finished_at >= claimed_at) AS finished_after_claim
+  FROM orch.tasks WHERE queue = 'ap_same' AND state = 'cancelled' GROUP BY state;
