@@ -7,7 +7,7 @@
  *	  executor's own routine, as COPY FROM does.
  *
  *	  Columns are matched by name, so any schema version works: columns the
- *	  caller does not fill (id, xact, finished_at, and those added later) take
+ *	  caller does not fill (id, xact, and those added later) take
  *	  their defaults, evaluated as an INSERT would; columns the caller names
  *	  that the table lacks (an older schema) are left out.  When the table is
  *	  not a plain heap table that a direct write can serve (a trigger, a rule,

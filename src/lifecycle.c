@@ -512,12 +512,15 @@ change_derive(TaskChange *c)
 		row_set(row, task_cols.updated_at, TimestampTzGetDatum(xact_start), false);
 	if (orch_state_is_terminal(c->to) && c->to != c->from)
 	{
-		/* the transaction's time, never before the last claim (one made in it) */
+		/*
+		 * The transaction's time, never before the last claim (one made
+		 * after the transaction began), as its attempt's (task_store.c)
+		 */
 		TimestampTz finished = xact_start;
 
 		d = row_get(row, task_cols.claimed_at, &isnull);
 		if (!isnull && DatumGetTimestampTz(d) > finished)
-			finished = Min(DatumGetTimestampTz(d), GetCurrentTimestamp());
+			finished = Max(xact_start, Min(DatumGetTimestampTz(d), GetCurrentTimestamp()));
 		row_set(row, task_cols.finished_at, TimestampTzGetDatum(finished), false);
 	}
 

@@ -272,22 +272,25 @@ attempts_insert_sql(int n, const Datum *v, const bool *nulls)
  * Insert n attempt rows: values and nulls row after row, ORCH_ATTEMPT_COLS
  * each (tenant_id, task_id, attempt, worker, lease_token, started_at,
  * outcome, error_class, error, retry_at).  An attempt ends at the
- * transaction's time (now()), but never before it began: one claimed in
- * the same transaction (after its start) ends when it was claimed at the
- * earliest.  One row with a kept VALUES statement; more appended directly
+ * transaction's time (now()), but never before it began: one claimed after
+ * the transaction began (in it, or by another session meanwhile) ends at
+ * its claim time, capped by the clock.  One row with a kept VALUES
+ * statement; more appended directly
  * (append.c: one WAL record per page), or through SQL when orch.attempts
  * needs it.
  */
 void
 orch_attempts_insert(int n, const Datum *v, const bool *nulls)
 {
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz clock = GetCurrentTimestamp();
+	TimestampTz now;
+	TimestampTz clock;
 	Datum	   *w;
 	bool	   *wn;
 
 	if (n <= 0)
 		return;
+	now = GetCurrentTransactionStartTimestamp();
+	clock = GetCurrentTimestamp();
 	w = palloc(sizeof(Datum) * ATTEMPT_ROW_COLS * n);
 	wn = palloc(sizeof(bool) * ATTEMPT_ROW_COLS * n);
 	for (int i = 0; i < n; i++)
