@@ -512,16 +512,10 @@ change_derive(TaskChange *c)
 		row_set(row, task_cols.updated_at, TimestampTzGetDatum(xact_start), false);
 	if (orch_state_is_terminal(c->to) && c->to != c->from)
 	{
-		/*
-		 * The transaction's time, never before the last claim (one made
-		 * after the transaction began), as its attempt's (task_store.c)
-		 */
-		TimestampTz finished = xact_start;
-
+		/* when its last attempt ends (a completion the row records is restamped below) */
 		d = row_get(row, task_cols.claimed_at, &isnull);
-		if (!isnull && DatumGetTimestampTz(d) > finished)
-			finished = Max(xact_start, Min(DatumGetTimestampTz(d), GetCurrentTimestamp()));
-		row_set(row, task_cols.finished_at, TimestampTzGetDatum(finished), false);
+		row_set(row, task_cols.finished_at,
+				TimestampTzGetDatum(orch_attempt_end(!isnull, isnull ? 0 : DatumGetTimestampTz(d))), false);
 	}
 
 	/*

@@ -275,6 +275,7 @@ extern bool orch_tasks_write(const OrchTaskRow *t, Datum payloads, int n, int64 
 /* ... and of attempt rows: tenant_id, task_id, attempt, worker, lease_token, started_at, outcome, error_class, error, retry_at */
 #define ORCH_ATTEMPT_COLS 10
 extern void orch_attempts_insert(int n, const Datum *v, const bool *nulls);
+extern TimestampTz orch_attempt_end(bool has_claim, TimestampTz claimed_at);
 extern void orch_attempts_insert_rows(SPITupleTable *tt, uint64 rows, int first, int only_col,
 									  const char *outcome, const char *error);
 

@@ -269,41 +269,53 @@ attempts_insert_sql(int n, const Datum *v, const bool *nulls)
 }
 
 /*
+ * When an attempt claimed at claimed_at (none: has_claim false) ends now:
+ * at the transaction's time (now()), but never before it began, so one
+ * claimed after the transaction began (in it, or by another session
+ * meanwhile) ends at its claim time, capped by the clock (a claim time
+ * past it, written by hand, is not trusted).  Its task, when this ends it,
+ * finishes then too (lifecycle.c).
+ */
+TimestampTz
+orch_attempt_end(bool has_claim, TimestampTz claimed_at)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (!has_claim || claimed_at <= now)
+		return now;
+	return Max(now, Min(claimed_at, GetCurrentTimestamp()));
+}
+
+/*
  * Insert n attempt rows: values and nulls row after row, ORCH_ATTEMPT_COLS
  * each (tenant_id, task_id, attempt, worker, lease_token, started_at,
- * outcome, error_class, error, retry_at).  An attempt ends at the
- * transaction's time (now()), but never before it began: one claimed after
- * the transaction began (in it, or by another session meanwhile) ends at
- * its claim time, capped by the clock.  One row with a kept VALUES
- * statement; more appended directly
+ * outcome, error_class, error, retry_at), each ending as orch_attempt_end
+ * says.  One row with a kept VALUES statement; more appended directly
  * (append.c: one WAL record per page), or through SQL when orch.attempts
  * needs it.
  */
 void
 orch_attempts_insert(int n, const Datum *v, const bool *nulls)
 {
-	TimestampTz now;
-	TimestampTz clock;
 	Datum	   *w;
 	bool	   *wn;
 
 	if (n <= 0)
 		return;
-	now = GetCurrentTransactionStartTimestamp();
-	clock = GetCurrentTimestamp();
 	w = palloc(sizeof(Datum) * ATTEMPT_ROW_COLS * n);
 	wn = palloc(sizeof(bool) * ATTEMPT_ROW_COLS * n);
 	for (int i = 0; i < n; i++)
 	{
 		const Datum *r = v + (size_t) i * ORCH_ATTEMPT_COLS;
 		const bool *rn = nulls + (size_t) i * ORCH_ATTEMPT_COLS;
-		/* (a claim time past the clock, written by hand, is not trusted) */
-		TimestampTz started = rn[5] ? now : Min(DatumGetTimestampTz(r[5]), clock);
+		Datum	   *to = w + (size_t) i * ATTEMPT_ROW_COLS;
+		bool	   *ton = wn + (size_t) i * ATTEMPT_ROW_COLS;
 
-		memcpy(w + (size_t) i * ATTEMPT_ROW_COLS, r, sizeof(Datum) * ORCH_ATTEMPT_COLS);
-		memcpy(wn + (size_t) i * ATTEMPT_ROW_COLS, rn, sizeof(bool) * ORCH_ATTEMPT_COLS);
-		w[(size_t) i * ATTEMPT_ROW_COLS + ORCH_ATTEMPT_COLS] = TimestampTzGetDatum(Max(now, started));
-		wn[(size_t) i * ATTEMPT_ROW_COLS + ORCH_ATTEMPT_COLS] = false;
+		memcpy(to, r, sizeof(Datum) * ORCH_ATTEMPT_COLS);
+		memcpy(ton, rn, sizeof(bool) * ORCH_ATTEMPT_COLS);
+		to[ORCH_ATTEMPT_COLS] =
+			TimestampTzGetDatum(orch_attempt_end(!rn[5], rn[5] ? 0 : DatumGetTimestampTz(r[5])));
+		ton[ORCH_ATTEMPT_COLS] = false;
 	}
 	if (n == 1)
 		attempt_insert_one(w, wn);
