@@ -316,110 +316,144 @@ append_fill_slot(TupleTableSlot *slot, TupleDesc desc, const AppendDefaults *d, 
 /* ----------------------------------------------------------------------
  * Index entries.  A partial index's predicate reads columns that the rows
  * of one append mostly share (a task's state, queue, run): its result for
- * a row whose predicate columns equal those of a row already tested is
- * that row's, and is computed again only for a row that differs.
+ * a row whose predicate columns equal the first row's is the first row's,
+ * and is computed again only for a row that differs.  Each row is compared
+ * with the first once, on every column any predicate reads; only a row
+ * that differs there is compared index by index.
  * ---------------------------------------------------------------------- */
 typedef struct IndexEntries
 {
 	ResultRelInfo *rri;
 	bool		direct;			/* no exclusion or deferred unique index: entries made here */
-	Bitmapset **pred_cols;		/* per index: the columns its predicate reads */
-	int8	   *pred_ref;		/* per index: its reference row's result; -1: none yet */
-	Datum	  **ref_values;		/* per index: its reference row's predicate columns (copied) */
-	bool	  **ref_nulls;
+	int		  **pred_cols;		/* per index: the columns its predicate reads (row offsets) */
+	int		   *npred_cols;
+	int8	   *pred_ref;		/* per index: the first row's result; -1: none yet; -2: never */
+	int		   *all_cols;		/* every column some predicate reads (row offsets) */
+	int			nall_cols;
+	bool		have_ref;		/* the first row's columns are in ref_values */
+	Datum	   *ref_values;		/* the first row's predicate columns (copied) */
+	bool	   *ref_nulls;
 } IndexEntries;
+
+/* The user columns a predicate reads, as row offsets, into cols (-1: a system column) */
+static int
+entries_pred_cols(Node *pred, int *cols)
+{
+	Bitmapset  *attrs = NULL;
+	int			k = -1;
+	int			n = 0;
+
+	pull_varattnos(pred, 1, &attrs);
+	while ((k = bms_next_member(attrs, k)) >= 0)
+		if (k + FirstLowInvalidHeapAttributeNumber <= 0)
+			return -1;
+		else
+			cols[n++] = k + FirstLowInvalidHeapAttributeNumber - 1;
+	return n;
+}
 
 static void
 entries_init(IndexEntries *ie, ResultRelInfo *rri)
 {
 	int			n = Max(rri->ri_NumIndices, 1);
 	int			natts = RelationGetDescr(rri->ri_RelationDesc)->natts;
+	bool	   *in_all = palloc0(sizeof(bool) * natts);
 
 	ie->rri = rri;
 	ie->direct = true;
-	ie->pred_cols = palloc0(sizeof(Bitmapset *) * n);
+	ie->pred_cols = palloc0(sizeof(int *) * n);
+	ie->npred_cols = palloc0(sizeof(int) * n);
 	ie->pred_ref = palloc(sizeof(int8) * n);
-	ie->ref_values = palloc0(sizeof(Datum *) * n);
-	ie->ref_nulls = palloc0(sizeof(bool *) * n);
+	ie->all_cols = palloc(sizeof(int) * natts);
+	ie->nall_cols = 0;
+	ie->have_ref = false;
+	ie->ref_values = palloc0(sizeof(Datum) * natts);
+	ie->ref_nulls = palloc0(sizeof(bool) * natts);
 	for (int i = 0; i < rri->ri_NumIndices; i++)
 	{
 		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
 		Relation	ir = rri->ri_IndexRelationDescs[i];
-		int			k = -1;
+		int			m;
 
 		if (ii->ii_ExclusionOps != NULL || (ir->rd_index->indisunique && !ir->rd_index->indimmediate))
 			ie->direct = false;
-		ie->pred_ref[i] = -1;
-		pull_varattnos((Node *) ii->ii_Predicate, 1, &ie->pred_cols[i]);
+		ie->pred_cols[i] = palloc(sizeof(int) * natts);
+		m = entries_pred_cols((Node *) ii->ii_Predicate, ie->pred_cols[i]);
 		/* a predicate on a system column is tested on every row */
-		while ((k = bms_next_member(ie->pred_cols[i], k)) >= 0)
-			if (k + FirstLowInvalidHeapAttributeNumber <= 0)
-				ie->pred_ref[i] = -2;
-		ie->ref_values[i] = palloc0(sizeof(Datum) * natts);
-		ie->ref_nulls[i] = palloc0(sizeof(bool) * natts);
+		ie->pred_ref[i] = m < 0 ? -2 : -1;
+		ie->npred_cols[i] = Max(m, 0);
+		for (int c = 0; c < ie->npred_cols[i]; c++)
+			if (!in_all[ie->pred_cols[i][c]])
+			{
+				in_all[ie->pred_cols[i][c]] = true;
+				ie->all_cols[ie->nall_cols++] = ie->pred_cols[i][c];
+			}
 	}
 }
 
 /*
- * Columns given as k - FirstLowInvalidHeapAttributeNumber (pull_varattnos),
- * user columns only: their index in the row's values.
+ * Do the row's columns cols[0 .. n-1] equal the first row's?  (The slot's
+ * values are read with slot_getattr: the heap's multi-insert materialized
+ * the slot.)
  */
-static inline int
-entries_col(int k)
+static bool
+entries_same(IndexEntries *ie, TupleTableSlot *slot, const int *cols, int n)
 {
-	return k + FirstLowInvalidHeapAttributeNumber - 1;
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+
+	for (int c = 0; c < n; c++)
+	{
+		int			a = cols[c];
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		bool		isnull;
+		Datum		d = slot_getattr(slot, a + 1, &isnull);
+
+		if (isnull != ie->ref_nulls[a] ||
+			(!isnull && !datum_image_eq(d, ie->ref_values[a], att->attbyval, att->attlen)))
+			return false;
+	}
+	return true;
+}
+
+/* The first row's predicate columns, kept as the reference */
+static void
+entries_keep_ref(IndexEntries *ie, TupleTableSlot *slot)
+{
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+
+	for (int c = 0; c < ie->nall_cols; c++)
+	{
+		int			a = ie->all_cols[c];
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		Datum		d = slot_getattr(slot, a + 1, &ie->ref_nulls[a]);
+
+		if (!ie->ref_nulls[a])
+			ie->ref_values[a] = datumCopy(d, att->attbyval, att->attlen);
+	}
+	ie->have_ref = true;
 }
 
 /*
- * Does the row go into index i: its predicate, tested or known.  (The
- * slot's values are read with slot_getattr: the heap's multi-insert
- * materialized the slot.)
+ * Does the row go into index i: its predicate, tested or known (same: the
+ * row equals the first on every predicate column).
  */
 static bool
-entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate)
+entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate, bool same)
 {
 	IndexInfo  *ii = ie->rri->ri_IndexRelationInfo[i];
-	TupleDesc	desc = slot->tts_tupleDescriptor;
-	Datum	   *rv = ie->ref_values[i];
-	bool	   *rn = ie->ref_nulls[i];
 	bool		ok;
-	int			k = -1;
 
 	if (ii->ii_Predicate == NIL)
 		return true;
-	if (ie->pred_ref[i] >= 0)
-	{
-		bool		same = true;
-
-		while (same && (k = bms_next_member(ie->pred_cols[i], k)) >= 0)
-		{
-			int			a = entries_col(k);
-			Form_pg_attribute att = TupleDescAttr(desc, a);
-			bool		isnull;
-			Datum		d = slot_getattr(slot, a + 1, &isnull);
-
-			same = isnull == rn[a] && (isnull || datum_image_eq(d, rv[a], att->attbyval, att->attlen));
-		}
-		if (same)
-			return ie->pred_ref[i] == 1;
-	}
+	if (ie->pred_ref[i] >= 0 &&
+		(same || entries_same(ie, slot, ie->pred_cols[i], ie->npred_cols[i])))
+		return ie->pred_ref[i] == 1;
 	if (ii->ii_PredicateState == NULL)
 		ii->ii_PredicateState = ExecPrepareQual(ii->ii_Predicate, estate);
 	ok = ExecQual(ii->ii_PredicateState, GetPerTupleExprContext(estate));
+	/* the first row tested is the reference */
 	if (ie->pred_ref[i] == -1)
-	{
-		/* the first row tested is the reference */
-		while ((k = bms_next_member(ie->pred_cols[i], k)) >= 0)
-		{
-			int			a = entries_col(k);
-			Form_pg_attribute att = TupleDescAttr(desc, a);
-			Datum		d = slot_getattr(slot, a + 1, &rn[a]);
-
-			if (!rn[a])
-				rv[a] = datumCopy(d, att->attbyval, att->attlen);
-		}
 		ie->pred_ref[i] = ok ? 1 : 0;
-	}
 	return ok;
 }
 
@@ -431,14 +465,19 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 	Datum		values[INDEX_MAX_KEYS];
 	bool		isnull[INDEX_MAX_KEYS];
 
+	bool		same;
+
 	Assert(ie->direct);
 	GetPerTupleExprContext(estate)->ecxt_scantuple = slot;
+	if (!ie->have_ref)
+		entries_keep_ref(ie, slot);
+	same = entries_same(ie, slot, ie->all_cols, ie->nall_cols);
 	for (int i = 0; i < rri->ri_NumIndices; i++)
 	{
 		Relation	ir = rri->ri_IndexRelationDescs[i];
 		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
 
-		if (ir == NULL || !ii->ii_ReadyForInserts || !entries_wanted(ie, i, slot, estate))
+		if (ir == NULL || !ii->ii_ReadyForInserts || !entries_wanted(ie, i, slot, estate, same))
 			continue;
 		FormIndexDatum(ii, slot, estate, values, isnull);
 		(void) index_insert(ir, values, isnull, &slot->tts_tid, rri->ri_RelationDesc,
@@ -573,7 +612,8 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
 			if (idcol != InvalidAttrNumber)
 			{
-				ids[done + i] = nextval_internal(id_seq, true);
+				/* the caller's right to the sequence, checked on the first */
+				ids[done + i] = nextval_internal(id_seq, done + i == 0);
 				slots[i]->tts_values[idcol - 1] = Int64GetDatum(ids[done + i]);
 				slots[i]->tts_isnull[idcol - 1] = false;
 			}

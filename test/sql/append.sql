@@ -253,3 +253,20 @@ SELECT t.state, count(*) AS tasks, bool_and(t.finished_at >= t.claimed_at) AS fi
        bool_and(t.finished_at = a.finished_at) AS finished_with_attempt
   FROM orch.tasks t JOIN orch.attempts a ON a.task_id = t.id AND a.attempt = t.attempts
  WHERE t.queue = 'ap_same' AND t.state = 'cancelled' GROUP BY t.state;
+-- a batch written at once enters each partial index its rows satisfy, row
+-- by row: an index whose predicate reads the payload (which the rows of a
+-- batch do not share) holds the even rows and only them
+CREATE INDEX ap_even_idx ON orch.tasks (((payload->>'ap_even')::int))
+ WHERE payload ? 'ap_even' AND (payload->>'ap_even')::int % 2 = 0;
+SELECT count(*) AS enqueued
+  FROM orch_enqueue_batch('ap_even', ARRAY(SELECT jsonb_build_object('ap_even', g) FROM generate_series(1, 6) g));
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT (payload->>'ap_even')::int FROM orch.tasks
+ WHERE payload ? 'ap_even' AND (payload->>'ap_even')::int % 2 = 0 ORDER BY 1;
+SELECT array_agg((payload->>'ap_even')::int ORDER BY (payload->>'ap_even')::int) AS indexed FROM (
+    SELECT payload FROM orch.tasks WHERE payload ? 'ap_even' AND (payload->>'ap_even')::int % 2 = 0
+     ORDER BY (payload->>'ap_even')::int) s;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+DROP INDEX orch.ap_even_idx;
