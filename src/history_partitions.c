@@ -21,7 +21,10 @@
  *	  partitions are dropped last, all at once under one exclusive lock of
  *	  the parent (which a drop needs) held until the pass commits.  Every
  *	  lock is tried with a short lock_timeout and left for the next pass when
- *	  busy, so that maintenance never queues writers behind it for long.
+ *	  busy, so that maintenance never queues writers behind it for long;
+ *	  once a step has done its work (its locks held until the pass commits),
+ *	  the later steps do not wait at all, so that a writer waiting for those
+ *	  locks never closes a deadlock with the pass.
  *	  docs/storage.md.
  */
 #include "postgres.h"
@@ -36,6 +39,7 @@
 #include "executor/spi.h"
 #include "nodes/parsenodes.h"
 #include "partitioning/partdesc.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
@@ -55,6 +59,8 @@ int			orch_history_partition = 0;
 #define PARTITIONS_AHEAD 4
 /* how long a drop or truncate waits for its lock before it is left for later */
 #define RETIRE_LOCK_TIMEOUT "200ms"
+/* ... once the pass holds what an earlier step locked (a create: none at all) */
+#define HOLDING_LOCK_TIMEOUT "1ms"
 
 /* partitions of run ids kept ready ahead of the ids allocated */
 #define RUN_PARTITIONS_AHEAD 2
@@ -357,15 +363,32 @@ run_step(void *arg)
 	g->result = g->fn(g->h, g->p, g->a, g->b);
 }
 
+/*
+ * Has a step of this pass done its work?  Its locks (a partition emptied,
+ * the DEFAULT partition an attach locked) are then held until the pass
+ * commits, and a writer may be waiting for them: a later step that waited
+ * for a lock such a writer holds would close a cycle that the writer's
+ * deadlock check finds (and the writer's transaction would fail).  So a
+ * pass waits for a lock only until its first step has done its work; the
+ * later steps try theirs without waiting, and are left for the next pass
+ * when busy.
+ */
+static bool pass_holds_locks = false;
+
 static StepResult
 guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int64 b,
 			 const char *what)
 {
 	GuardedStep g = {fn, h, p, a, b, STEP_NONE};
-	ErrorData  *e = orch_subxact_try_waiting(run_step, &g, RETIRE_LOCK_TIMEOUT);
+	ErrorData  *e = orch_subxact_try_waiting(run_step, &g,
+											 pass_holds_locks ? HOLDING_LOCK_TIMEOUT : RETIRE_LOCK_TIMEOUT);
 
 	if (e == NULL)
+	{
+		if (g.result != STEP_NONE)
+			pass_holds_locks = true;
 		return g.result;
+	}
 	ereport(e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
 			(errmsg("orchestrator: %s %s was left for the next pass: %s",
 					what, p ? p->name : psprintf("orch.%s", h->table), e->message)));
@@ -373,9 +396,30 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int6
 	return STEP_NONE;
 }
 
+/*
+ * Take lockmode on orch.<name> without waiting, or fail as a lock_timeout
+ * does (the step is left for the next pass).
+ */
+static void
+lock_now(const char *name, LOCKMODE lockmode)
+{
+	Oid			relid = orch_relid(name);
+
+	if (OidIsValid(relid) && !ConditionalLockRelationOid(relid, lockmode))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain lock on relation \"orch.%s\"", name)));
+}
+
 static StepResult
 step_create(const HistoryTable *h, const Partition *p, int64 lo, int64 hi)
 {
+	/* the attach's locks (the parent's against DDL, the DEFAULT partition's) */
+	if (pass_holds_locks)
+	{
+		lock_now(h->table, ShareUpdateExclusiveLock);
+		lock_now(psprintf("%s_default", h->table), AccessExclusiveLock);
+	}
 	create_partition(h, lo, hi);
 	return STEP_CREATED;
 }
@@ -627,6 +671,7 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 	int			nempty[lengthof(history_tables)];
 
 	*created = *dropped = *compacted = *runs_retired = 0;
+	pass_holds_locks = false;
 	if (!orch_history_partitioned())
 		return;
 	/* one pass at a time keeps the partitions; another pass skips them */
