@@ -22,9 +22,10 @@
  *	  the parent (which a drop needs) held until the pass commits.  Every
  *	  lock is tried with a short lock_timeout and left for the next pass when
  *	  busy, so that maintenance never queues writers behind it for long;
- *	  once a step has done its work (its locks held until the pass commits),
- *	  the later steps do not wait at all, so that a writer waiting for those
- *	  locks never closes a deadlock with the pass.
+ *	  once a step has kept a lock (held until the pass commits), the later
+ *	  steps take theirs only if they are free, so that a writer waiting for
+ *	  that lock never closes a deadlock with the pass.  A range already
+ *	  empty is left unlocked until its drop.
  *	  docs/storage.md.
  */
 #include "postgres.h"
@@ -32,19 +33,23 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "miscadmin.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
 #include "partitioning/partdesc.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
@@ -59,8 +64,6 @@ int			orch_history_partition = 0;
 #define PARTITIONS_AHEAD 4
 /* how long a drop or truncate waits for its lock before it is left for later */
 #define RETIRE_LOCK_TIMEOUT "200ms"
-/* ... once the pass holds what an earlier step locked (a create: none at all) */
-#define HOLDING_LOCK_TIMEOUT "1ms"
 
 /* partitions of run ids kept ready ahead of the ids allocated */
 #define RUN_PARTITIONS_AHEAD 2
@@ -364,28 +367,38 @@ run_step(void *arg)
 }
 
 /*
- * Has a step of this pass done its work?  Its locks (a partition emptied,
- * the DEFAULT partition an attach locked) are then held until the pass
- * commits, and a writer may be waiting for them: a later step that waited
+ * Does this pass (this transaction) hold a lock a step took: a partition
+ * locked to be emptied or compacted, the DEFAULT partition an attach
+ * locked, a parent locked for a drop?  Such a lock is held until the pass
+ * commits, and a writer may be waiting for it: a later step that waited
  * for a lock such a writer holds would close a cycle that the writer's
  * deadlock check finds (and the writer's transaction would fail).  So a
- * pass waits for a lock only until its first step has done its work; the
- * later steps try theirs without waiting, and are left for the next pass
- * when busy.
+ * pass waits for a lock only until one of its steps has kept one; the
+ * later steps take theirs only if they are free (lock_kept), and are left
+ * for the next pass when busy.
+ * step_locked: the step running took such a lock (released if it fails).
  */
 static bool pass_holds_locks = false;
+static LocalTransactionId pass_lxid = InvalidLocalTransactionId;
+static bool step_locked = false;
 
 static StepResult
 guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int64 b,
 			 const char *what)
 {
 	GuardedStep g = {fn, h, p, a, b, STEP_NONE};
-	ErrorData  *e = orch_subxact_try_waiting(run_step, &g,
-											 pass_holds_locks ? HOLDING_LOCK_TIMEOUT : RETIRE_LOCK_TIMEOUT);
+	ErrorData  *e;
 
+	if (pass_lxid != MyProc->lxid)
+	{
+		pass_lxid = MyProc->lxid;
+		pass_holds_locks = false;
+	}
+	step_locked = false;
+	e = orch_subxact_try_waiting(run_step, &g, RETIRE_LOCK_TIMEOUT);
 	if (e == NULL)
 	{
-		if (g.result != STEP_NONE)
+		if (step_locked)
 			pass_holds_locks = true;
 		return g.result;
 	}
@@ -397,29 +410,43 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int6
 }
 
 /*
- * Take lockmode on orch.<name> without waiting, or fail as a lock_timeout
- * does (the step is left for the next pass).
+ * Take lockmode on the table named (schema-qualified, as quoted) without
+ * waiting, or fail as a lock_timeout does (the step is left for the next
+ * pass).
  */
 static void
-lock_now(const char *name, LOCKMODE lockmode)
+lock_now(const char *qualified, LOCKMODE lockmode)
 {
-	Oid			relid = orch_relid(name);
+	RangeVar   *rv = makeRangeVarFromNameList(stringToQualifiedNameList(qualified));
+	Oid			relid = RangeVarGetRelid(rv, NoLock, true);
 
 	if (OidIsValid(relid) && !ConditionalLockRelationOid(relid, lockmode))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not obtain lock on relation \"orch.%s\"", name)));
+				 errmsg("could not obtain lock on relation %s", qualified)));
+}
+
+/*
+ * A lock a step keeps (mode, as LOCK TABLE names it; NULL: the statement
+ * that follows takes it): waited for (up to the step's lock_timeout) while
+ * the pass holds none, else taken only if it is free.
+ */
+static void
+lock_kept(const char *qualified, LOCKMODE lockmode, const char *mode)
+{
+	if (pass_holds_locks)
+		lock_now(qualified, lockmode);
+	else if (mode != NULL)
+		orch_sql_command(psprintf("LOCK TABLE %s IN %s MODE", qualified, mode));
+	step_locked = true;
 }
 
 static StepResult
 step_create(const HistoryTable *h, const Partition *p, int64 lo, int64 hi)
 {
 	/* the attach's locks (the parent's against DDL, the DEFAULT partition's) */
-	if (pass_holds_locks)
-	{
-		lock_now(h->table, ShareUpdateExclusiveLock);
-		lock_now(psprintf("%s_default", h->table), AccessExclusiveLock);
-	}
+	lock_kept(psprintf("orch.%s", h->table), ShareUpdateExclusiveLock, NULL);
+	lock_kept(psprintf("orch.%s_default", h->table), AccessExclusiveLock, NULL);
 	create_partition(h, lo, hi);
 	return STEP_CREATED;
 }
@@ -469,7 +496,12 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 	if (!p->is_default && h->ready != NULL &&
 		!DatumGetBool(query_value(psprintf(h->ready, lit, p->name), &isnull)))
 		return STEP_NONE;
-	orch_sql_command(psprintf("LOCK TABLE %s IN SHARE MODE", p->name));
+	/* a range already empty: left for the drop (which checks it again), unlocked */
+	if (!p->is_default &&
+		orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name), 0, NULL, NULL, NULL, false, 1,
+					  SPI_OK_SELECT) == 0)
+		return receiving ? STEP_NONE : STEP_EMPTIED;
+	lock_kept(p->name, ShareLock, "SHARE");
 	keep = p->is_default && !h->by_id
 		? psprintf("(%s OR h.%s >= %s)", kept, h->key, lit)
 		: kept;
@@ -485,6 +517,9 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 		return STEP_NONE;		/* nothing (or not enough) past the retention yet */
 	if (h->unique_rows != NULL)
 		orch_sql_command(psprintf(h->unique_rows, p->name, keep));
+	/* (the truncate's lock: not waited for once the pass holds another) */
+	if (pass_holds_locks)
+		lock_now(p->name, AccessExclusiveLock);
 	if (nkept == 0)
 	{
 		orch_sql_command(psprintf("TRUNCATE %s", p->name));
@@ -535,7 +570,7 @@ step_drop(const HistoryTable *h, const Partition *p, int64 a, int64 b)
 {
 	int			n = 0;
 
-	orch_sql_command(psprintf("LOCK TABLE orch.%s IN ACCESS EXCLUSIVE MODE", h->table));
+	lock_kept(psprintf("orch.%s", h->table), AccessExclusiveLock, "ACCESS EXCLUSIVE");
 	/* each on its own: one that cannot go (an object of the user's on it) stops no other */
 	for (int i = 0; i < drop_count; i++)
 	{
@@ -671,7 +706,6 @@ orch_history_partitions_maintain(int64 *created, int64 *dropped, int64 *compacte
 	int			nempty[lengthof(history_tables)];
 
 	*created = *dropped = *compacted = *runs_retired = 0;
-	pass_holds_locks = false;
 	if (!orch_history_partitioned())
 		return;
 	/* one pass at a time keeps the partitions; another pass skips them */
