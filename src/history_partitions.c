@@ -20,12 +20,11 @@
  *	  the hot path.  Retiring locks the old partition only; the emptied
  *	  partitions are dropped last, all at once under one exclusive lock of
  *	  the parent (which a drop needs) held until the pass commits.  Every
- *	  lock is tried with a short lock_timeout and left for the next pass when
- *	  busy, so that maintenance never queues writers behind it for long;
- *	  once a step has kept a lock (held until the pass commits), the later
- *	  steps take theirs only if they are free, so that a writer waiting for
- *	  that lock never closes a deadlock with the pass.  A range already
- *	  empty is left unlocked until its drop.
+ *	  lock is tried for 200 ms and the step left for the next pass when it
+ *	  stays busy; the pass never waits in a lock queue (lock_now tries again
+ *	  while the lock is busy): no writer queues behind its requests, and a
+ *	  writer waiting for what it holds never closes a deadlock with it.  A
+ *	  range already empty is left unlocked until its drop.
  *	  docs/storage.md.
  */
 #include "postgres.h"
@@ -62,8 +61,9 @@ int			orch_history_partition = 0;
 
 /* partitions kept ready ahead of now */
 #define PARTITIONS_AHEAD 4
-/* how long a drop or truncate waits for its lock before it is left for later */
+/* how long a step tries for a lock before it is left for later */
 #define RETIRE_LOCK_TIMEOUT "200ms"
+#define LOCK_TRY_MS 200
 
 /* partitions of run ids kept ready ahead of the ids allocated */
 #define RUN_PARTITIONS_AHEAD 2
@@ -366,42 +366,15 @@ run_step(void *arg)
 	g->result = g->fn(g->h, g->p, g->a, g->b);
 }
 
-/*
- * Does this pass (this transaction) hold a lock a step took: a partition
- * locked to be emptied or compacted, the DEFAULT partition an attach
- * locked, a parent locked for a drop?  Such a lock is held until the pass
- * commits, and a writer may be waiting for it: a later step that waited
- * for a lock such a writer holds would close a cycle that the writer's
- * deadlock check finds (and the writer's transaction would fail).  So a
- * pass waits for a lock only until one of its steps has kept one; the
- * later steps take theirs only if they are free (lock_kept), and are left
- * for the next pass when busy.
- * step_locked: the step running took such a lock (released if it fails).
- */
-static bool pass_holds_locks = false;
-static LocalTransactionId pass_lxid = InvalidLocalTransactionId;
-static bool step_locked = false;
-
 static StepResult
 guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int64 b,
 			 const char *what)
 {
 	GuardedStep g = {fn, h, p, a, b, STEP_NONE};
-	ErrorData  *e;
+	ErrorData  *e = orch_subxact_try_waiting(run_step, &g, RETIRE_LOCK_TIMEOUT);
 
-	if (pass_lxid != MyProc->lxid)
-	{
-		pass_lxid = MyProc->lxid;
-		pass_holds_locks = false;
-	}
-	step_locked = false;
-	e = orch_subxact_try_waiting(run_step, &g, RETIRE_LOCK_TIMEOUT);
 	if (e == NULL)
-	{
-		if (step_locked)
-			pass_holds_locks = true;
 		return g.result;
-	}
 	ereport(e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
 			(errmsg("orchestrator: %s %s was left for the next pass: %s",
 					what, p ? p->name : psprintf("orch.%s", h->table), e->message)));
@@ -410,43 +383,51 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int6
 }
 
 /*
- * Take lockmode on the table named (schema-qualified, as quoted) without
- * waiting, or fail as a lock_timeout does (the step is left for the next
- * pass).
+ * Take lockmode on the table named (schema-qualified, as quoted) for the
+ * rest of the pass, without ever queueing for it: tried again every
+ * millisecond while it is busy, for up to RETIRE_LOCK_TIMEOUT, then the
+ * step fails as a lock_timeout does (it is left for the next pass).  A
+ * pass holds what its earlier steps locked (and the rows the rest of
+ * orch_maintain wrote) until it commits, and a writer may be waiting for
+ * those: a pass queued for a lock such a writer holds would close a cycle
+ * that the writer's deadlock check finds, failing the writer's
+ * transaction.  A pass that never queues is never in such a cycle.  (On
+ * Citus, the LOCK statement, which Citus passes on to the shards, queued
+ * for up to the step's lock_timeout.)
  */
 static void
-lock_now(const char *qualified, LOCKMODE lockmode)
+lock_now(const char *qualified, LOCKMODE lockmode, const char *mode)
 {
 	RangeVar   *rv = makeRangeVarFromNameList(stringToQualifiedNameList(qualified));
 	Oid			relid = RangeVarGetRelid(rv, NoLock, true);
+	TimestampTz give_up;
 
-	if (OidIsValid(relid) && !ConditionalLockRelationOid(relid, lockmode))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not obtain lock on relation %s", qualified)));
-}
-
-/*
- * A lock a step keeps (mode, as LOCK TABLE names it; NULL: the statement
- * that follows takes it): waited for (up to the step's lock_timeout) while
- * the pass holds none, else taken only if it is free.
- */
-static void
-lock_kept(const char *qualified, LOCKMODE lockmode, const char *mode)
-{
-	if (pass_holds_locks)
-		lock_now(qualified, lockmode);
-	else if (mode != NULL)
-		orch_sql_command(psprintf("LOCK TABLE %s IN %s MODE", qualified, mode));
-	step_locked = true;
+	if (orch_citus())
+	{
+		if (mode != NULL)
+			orch_sql_command(psprintf("LOCK TABLE %s IN %s MODE", qualified, mode));
+		return;
+	}
+	if (!OidIsValid(relid))
+		return;					/* (the statement that follows reports it) */
+	give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOCK_TRY_MS);
+	while (!ConditionalLockRelationOid(relid, lockmode))
+	{
+		if (GetCurrentTimestamp() >= give_up)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not obtain lock on relation %s", qualified)));
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(1000L);
+	}
 }
 
 static StepResult
 step_create(const HistoryTable *h, const Partition *p, int64 lo, int64 hi)
 {
 	/* the attach's locks (the parent's against DDL, the DEFAULT partition's) */
-	lock_kept(psprintf("orch.%s", h->table), ShareUpdateExclusiveLock, NULL);
-	lock_kept(psprintf("orch.%s_default", h->table), AccessExclusiveLock, NULL);
+	lock_now(psprintf("orch.%s", h->table), ShareUpdateExclusiveLock, NULL);
+	lock_now(psprintf("orch.%s_default", h->table), AccessExclusiveLock, NULL);
 	create_partition(h, lo, hi);
 	return STEP_CREATED;
 }
@@ -501,7 +482,7 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 		orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name), 0, NULL, NULL, NULL, false, 1,
 					  SPI_OK_SELECT) == 0)
 		return receiving ? STEP_NONE : STEP_EMPTIED;
-	lock_kept(p->name, ShareLock, "SHARE");
+	lock_now(p->name, ShareLock, "SHARE");
 	keep = p->is_default && !h->by_id
 		? psprintf("(%s OR h.%s >= %s)", kept, h->key, lit)
 		: kept;
@@ -517,9 +498,8 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 		return STEP_NONE;		/* nothing (or not enough) past the retention yet */
 	if (h->unique_rows != NULL)
 		orch_sql_command(psprintf(h->unique_rows, p->name, keep));
-	/* (the truncate's lock: not waited for once the pass holds another) */
-	if (pass_holds_locks)
-		lock_now(p->name, AccessExclusiveLock);
+	/* the truncate's lock */
+	lock_now(p->name, AccessExclusiveLock, NULL);
 	if (nkept == 0)
 	{
 		orch_sql_command(psprintf("TRUNCATE %s", p->name));
@@ -551,12 +531,16 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
  */
 static const Partition *drop_list;
 static int	drop_count;
+static const char *drop_table;
 
 static void
 drop_one(void *arg)
 {
 	const Partition *p = (const Partition *) arg;
 
+	/* the drop's locks: the partition's, then (for its check) the DEFAULT partition's */
+	lock_now(p->name, AccessExclusiveLock, NULL);
+	lock_now(psprintf("orch.%s_default", drop_table), AccessExclusiveLock, NULL);
 	if (orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name),
 					  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) > 0)
 		ereport(ERROR,
@@ -570,7 +554,8 @@ step_drop(const HistoryTable *h, const Partition *p, int64 a, int64 b)
 {
 	int			n = 0;
 
-	lock_kept(psprintf("orch.%s", h->table), AccessExclusiveLock, "ACCESS EXCLUSIVE");
+	lock_now(psprintf("orch.%s", h->table), AccessExclusiveLock, "ACCESS EXCLUSIVE");
+	drop_table = h->table;
 	/* each on its own: one that cannot go (an object of the user's on it) stops no other */
 	for (int i = 0; i < drop_count; i++)
 	{
@@ -581,7 +566,7 @@ step_drop(const HistoryTable *h, const Partition *p, int64 a, int64 b)
 			n++;
 			continue;
 		}
-		ereport(e->sqlerrcode == ERRCODE_OBJECT_IN_USE ? LOG : WARNING,
+		ereport(e->sqlerrcode == ERRCODE_OBJECT_IN_USE || e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
 				(errmsg("orchestrator: dropping %s was left for the next pass: %s",
 						drop_list[i].name, e->message)));
 		FreeErrorData(e);
