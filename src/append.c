@@ -451,8 +451,8 @@ entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate, bo
 	if (ii->ii_PredicateState == NULL)
 		ii->ii_PredicateState = ExecPrepareQual(ii->ii_Predicate, estate);
 	ok = ExecQual(ii->ii_PredicateState, GetPerTupleExprContext(estate));
-	/* the first row tested is the reference */
-	if (ie->pred_ref[i] == -1)
+	/* the result for the first row's predicate columns (tested on a row that has them) */
+	if (ie->pred_ref[i] == -1 && same)
 		ie->pred_ref[i] = ok ? 1 : 0;
 	return ok;
 }
