@@ -464,7 +464,6 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 	ResultRelInfo *rri = ie->rri;
 	Datum		values[INDEX_MAX_KEYS];
 	bool		isnull[INDEX_MAX_KEYS];
-
 	bool		same;
 
 	Assert(ie->direct);

@@ -42,7 +42,6 @@
 #include "nodes/parsenodes.h"
 #include "partitioning/partdesc.h"
 #include "storage/lmgr.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
@@ -61,9 +60,9 @@ int			orch_history_partition = 0;
 
 /* partitions kept ready ahead of now */
 #define PARTITIONS_AHEAD 4
-/* how long a step tries for a lock before it is left for later */
-#define RETIRE_LOCK_TIMEOUT "200ms"
+/* how long a step tries for a lock before it is left for later (ms) */
 #define LOCK_TRY_MS 200
+#define RETIRE_LOCK_TIMEOUT CppAsString2(LOCK_TRY_MS) "ms"
 
 /* partitions of run ids kept ready ahead of the ids allocated */
 #define RUN_PARTITIONS_AHEAD 2
@@ -385,7 +384,7 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int6
 /*
  * Take lockmode on the table named (schema-qualified, as quoted) for the
  * rest of the pass, without ever queueing for it: tried again every
- * millisecond while it is busy, for up to RETIRE_LOCK_TIMEOUT, then the
+ * millisecond while it is busy, for up to LOCK_TRY_MS, then the
  * step fails as a lock_timeout does (it is left for the next pass).  A
  * pass holds what its earlier steps locked (and the rows the rest of
  * orch_maintain wrote) until it commits, and a writer may be waiting for
@@ -398,8 +397,7 @@ guarded_step(StepFn fn, const HistoryTable *h, const Partition *p, int64 a, int6
 static void
 lock_now(const char *qualified, LOCKMODE lockmode, const char *mode)
 {
-	RangeVar   *rv = makeRangeVarFromNameList(stringToQualifiedNameList(qualified));
-	Oid			relid = RangeVarGetRelid(rv, NoLock, true);
+	Oid			relid;
 	TimestampTz give_up;
 
 	if (orch_citus())
@@ -408,6 +406,7 @@ lock_now(const char *qualified, LOCKMODE lockmode, const char *mode)
 			orch_sql_command(psprintf("LOCK TABLE %s IN %s MODE", qualified, mode));
 		return;
 	}
+	relid = RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(qualified)), NoLock, true);
 	if (!OidIsValid(relid))
 		return;					/* (the statement that follows reports it) */
 	give_up = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOCK_TRY_MS);
@@ -420,6 +419,14 @@ lock_now(const char *qualified, LOCKMODE lockmode, const char *mode)
 		CHECK_FOR_INTERRUPTS();
 		pg_usleep(1000L);
 	}
+}
+
+/* Has partition p no row (as far as this snapshot sees)? */
+static bool
+partition_empty(const Partition *p)
+{
+	return orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name),
+						 0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) == 0;
 }
 
 static StepResult
@@ -478,9 +485,7 @@ step_retire(const HistoryTable *h, const Partition *p, int64 cutoff, int64 recei
 		!DatumGetBool(query_value(psprintf(h->ready, lit, p->name), &isnull)))
 		return STEP_NONE;
 	/* a range already empty: left for the drop (which checks it again), unlocked */
-	if (!p->is_default &&
-		orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name), 0, NULL, NULL, NULL, false, 1,
-					  SPI_OK_SELECT) == 0)
+	if (!p->is_default && partition_empty(p))
 		return receiving ? STEP_NONE : STEP_EMPTIED;
 	lock_now(p->name, ShareLock, "SHARE");
 	keep = p->is_default && !h->by_id
@@ -541,8 +546,7 @@ drop_one(void *arg)
 	/* the drop's locks: the partition's, then (for its check) the DEFAULT partition's */
 	lock_now(p->name, AccessExclusiveLock, NULL);
 	lock_now(psprintf("orch.%s_default", drop_table), AccessExclusiveLock, NULL);
-	if (orch_sql_once(psprintf("SELECT 1 FROM %s LIMIT 1", p->name),
-					  0, NULL, NULL, NULL, false, 1, SPI_OK_SELECT) > 0)
+	if (!partition_empty(p))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("written to since it was emptied")));
