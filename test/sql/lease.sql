@@ -344,3 +344,17 @@ SELECT e ->> 'note' AS step, e ->> 'from_state' AS from_state, e ->> 'to_state' 
 -- ---------------------------------------------------------------------------
 SELECT count(*) AS released_attempts FROM orch.attempts WHERE outcome = 'released';
 SELECT action, count FROM orch_maintain() WHERE action = 'counter_mismatches';
+
+-- ---------------------------------------------------------------------------
+-- 6. Lease tokens: version-4 UUIDs, each drawn once, from random bytes
+--    drawn for 64 tokens at a time: 150 claimed at once and 70 one by one
+--    cross several draws, and no token repeats.
+-- ---------------------------------------------------------------------------
+SELECT orch_create_queue('tokens') IS NOT NULL AS created;
+SELECT count(*) AS enqueued FROM orch_enqueue_batch('tokens', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 220) g));
+CREATE TEMP TABLE tokens AS SELECT lease_token FROM orch_dequeue('tokens', 'w-tokens', 150);
+INSERT INTO tokens SELECT d.lease_token FROM generate_series(1, 70) g, LATERAL orch_dequeue('tokens', 'w-tokens-' || g, 1) d;
+SELECT count(*) AS tokens, count(DISTINCT lease_token) AS distinct_tokens,
+       count(*) FILTER (WHERE lease_token::text ~ '^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$') AS version_4
+  FROM tokens;
+SELECT count(DISTINCT lease_token) AS distinct_on_rows FROM orch.tasks WHERE queue = 'tokens';
