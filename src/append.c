@@ -330,7 +330,7 @@ typedef struct IndexEntries
 	int8	   *pred_ref;		/* per index: the first row's result; -1: none yet; -2: never */
 	int		   *all_cols;		/* every column some predicate reads (row offsets) */
 	int			nall_cols;
-	bool		virtual_ok;		/* no index reads a system column: rows read from a copy */
+	bool		virtual_ok;		/* no index reads a system column or the whole row */
 	bool		have_ref;		/* the first row's columns are in ref_values */
 	Datum	   *ref_values;		/* the first row's predicate columns (copied) */
 	bool	   *ref_nulls;
@@ -363,7 +363,7 @@ entries_init(IndexEntries *ie, ResultRelInfo *rri)
 
 	ie->rri = rri;
 	ie->direct = true;
-	ie->virtual_ok = true;
+	ie->virtual_ok = rri->ri_NumIndices > 0;
 	ie->pred_cols = palloc0(sizeof(int *) * n);
 	ie->npred_cols = palloc0(sizeof(int) * n);
 	ie->pred_ref = palloc(sizeof(int8) * n);
@@ -493,15 +493,16 @@ copies_keep(RowCopies *rc, int i, TupleTableSlot *src)
 	memcpy(rc->nulls + (size_t) i * rc->natts, src->tts_isnull, sizeof(bool) * rc->natts);
 }
 
-/* Row i kept, in the virtual slot, with the tid it was written at */
+/* Row i kept, in the virtual slot, with where it was written (the slot written) */
 static TupleTableSlot *
-copies_row(RowCopies *rc, int i, ItemPointer tid)
+copies_row(RowCopies *rc, int i, TupleTableSlot *written)
 {
 	ExecClearTuple(rc->slot);
 	memcpy(rc->slot->tts_values, rc->values + (size_t) i * rc->natts, sizeof(Datum) * rc->natts);
 	memcpy(rc->slot->tts_isnull, rc->nulls + (size_t) i * rc->natts, sizeof(bool) * rc->natts);
 	ExecStoreVirtualTuple(rc->slot);
-	rc->slot->tts_tid = *tid;
+	rc->slot->tts_tid = written->tts_tid;
+	rc->slot->tts_tableOid = written->tts_tableOid;
 	return rc->slot;
 }
 
@@ -686,12 +687,18 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 		}
 		else
 		{
-			for (int i = 0; copies.slot != NULL && i < m; i++)
-				copies_keep(&copies, i, slots[i]);
+			if (copies.slot != NULL)
+				for (int i = 0; i < m; i++)
+					copies_keep(&copies, i, slots[i]);
 			table_multi_insert(rel, slots, m, cid, 0, NULL);
 			for (int i = 0; i < m; i++)
-				entries_insert(&ie, copies.slot != NULL ? copies_row(&copies, i, &slots[i]->tts_tid)
-							   : slots[i], estate);
+			{
+				TupleTableSlot *row = slots[i];
+
+				if (copies.slot != NULL)
+					row = copies_row(&copies, i, slots[i]);
+				entries_insert(&ie, row, estate);
+			}
 		}
 		ResetPerTupleExprContext(estate);
 		done += m;

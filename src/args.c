@@ -329,7 +329,7 @@ orch_jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 
 static uint8 uuid_pool[UUID_POOL * UUID_LEN];
 static int	uuid_pool_left = 0;
-static pid_t uuid_pool_pid = 0;
+static int	uuid_pool_pid = 0;
 
 static void
 uuid_random_bytes(uint8 *out)
