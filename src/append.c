@@ -330,7 +330,6 @@ typedef struct IndexEntries
 	int8	   *pred_ref;		/* per index: the first row's result; -1: none yet; -2: never */
 	int		   *all_cols;		/* every column some predicate reads (row offsets) */
 	int			nall_cols;
-	bool		virtual_ok;		/* no index reads a system column or the whole row */
 	bool		have_ref;		/* the first row's columns are in ref_values */
 	Datum	   *ref_values;		/* the first row's predicate columns (copied) */
 	bool	   *ref_nulls;
@@ -359,11 +358,9 @@ entries_init(IndexEntries *ie, ResultRelInfo *rri)
 	int			n = Max(rri->ri_NumIndices, 1);
 	int			natts = RelationGetDescr(rri->ri_RelationDesc)->natts;
 	bool	   *in_all = palloc0(sizeof(bool) * natts);
-	int		   *scratch = palloc(sizeof(int) * natts);
 
 	ie->rri = rri;
 	ie->direct = true;
-	ie->virtual_ok = rri->ri_NumIndices > 0;
 	ie->pred_cols = palloc0(sizeof(int *) * n);
 	ie->npred_cols = palloc0(sizeof(int) * n);
 	ie->pred_ref = palloc(sizeof(int8) * n);
@@ -384,8 +381,6 @@ entries_init(IndexEntries *ie, ResultRelInfo *rri)
 		m = entries_pred_cols((Node *) ii->ii_Predicate, ie->pred_cols[i]);
 		/* a predicate on a system column is tested on every row */
 		ie->pred_ref[i] = m < 0 ? -2 : -1;
-		if (m < 0 || entries_pred_cols((Node *) ii->ii_Expressions, scratch) < 0)
-			ie->virtual_ok = false;
 		ie->npred_cols[i] = Max(m, 0);
 		for (int c = 0; c < ie->npred_cols[i]; c++)
 			if (!in_all[ie->pred_cols[i][c]])
@@ -396,11 +391,7 @@ entries_init(IndexEntries *ie, ResultRelInfo *rri)
 	}
 }
 
-/*
- * Do the row's columns cols[0 .. n-1] equal the first row's?  (The slot's
- * values are read with slot_getattr: a slot the heap's multi-insert
- * materialized is deformed again.)
- */
+/* Do the row's columns cols[0 .. n-1] equal the first row's? */
 static bool
 entries_same(IndexEntries *ie, TupleTableSlot *slot, const int *cols, int n)
 {
@@ -460,50 +451,6 @@ entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate, bo
 	if (ie->pred_ref[i] == -1 && same)
 		ie->pred_ref[i] = ok ? 1 : 0;
 	return ok;
-}
-
-/*
- * The rows of a chunk as they are about to be written, kept for their
- * index entries: the heap's insert materializes the slots it writes, which
- * forgets their values, and a task's row would be deformed again, every
- * column, for its entries.  The values are those the slots hold, so they
- * live as long as theirs.  A row is read back through one virtual slot.
- */
-typedef struct RowCopies
-{
-	TupleTableSlot *slot;
-	int			natts;
-	Datum	   *values;			/* natts per row */
-	bool	   *nulls;
-} RowCopies;
-
-static void
-copies_init(RowCopies *rc, TupleDesc desc, int nrows)
-{
-	rc->slot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
-	rc->natts = desc->natts;
-	rc->values = palloc(sizeof(Datum) * rc->natts * nrows);
-	rc->nulls = palloc(sizeof(bool) * rc->natts * nrows);
-}
-
-static void
-copies_keep(RowCopies *rc, int i, TupleTableSlot *src)
-{
-	memcpy(rc->values + (size_t) i * rc->natts, src->tts_values, sizeof(Datum) * rc->natts);
-	memcpy(rc->nulls + (size_t) i * rc->natts, src->tts_isnull, sizeof(bool) * rc->natts);
-}
-
-/* Row i kept, in the virtual slot, with where it was written (the slot written) */
-static TupleTableSlot *
-copies_row(RowCopies *rc, int i, TupleTableSlot *written)
-{
-	ExecClearTuple(rc->slot);
-	memcpy(rc->slot->tts_values, rc->values + (size_t) i * rc->natts, sizeof(Datum) * rc->natts);
-	memcpy(rc->slot->tts_isnull, rc->nulls + (size_t) i * rc->natts, sizeof(bool) * rc->natts);
-	ExecStoreVirtualTuple(rc->slot);
-	rc->slot->tts_tid = written->tts_tid;
-	rc->slot->tts_tableOid = written->tts_tableOid;
-	return rc->slot;
 }
 
 /* The index entries of one row just written (its tid in the slot) */
@@ -596,7 +543,6 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 	IndexEntries ie = {0};
 	AppendDefaults defaults;
 	TupleTableSlot **slots;
-	RowCopies	copies = {0};
 	CommandId	cid;
 	MemoryContext work,
 				old;
@@ -647,10 +593,14 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 
 	cid = GetCurrentCommandId(true);
 	slots = palloc(sizeof(TupleTableSlot *) * nslots);
+	/*
+	 * Virtual slots: the heap's insert forms each row from the slot's values
+	 * and the slot keeps them, so that the index entries read them as they
+	 * are (a heap slot would forget them once the row is formed, and the
+	 * task's row would be taken apart again, every column, for its entries).
+	 */
 	for (int i = 0; i < nslots; i++)
-		slots[i] = table_slot_create(rel, NULL);
-	if (te == NULL && ie.virtual_ok)
-		copies_init(&copies, desc, nslots);
+		slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
 
 	for (int done = 0; done < nrows;)
 	{
@@ -687,18 +637,13 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 		}
 		else
 		{
-			if (copies.slot != NULL)
-				for (int i = 0; i < m; i++)
-					copies_keep(&copies, i, slots[i]);
-			table_multi_insert(rel, slots, m, cid, 0, NULL);
-			for (int i = 0; i < m; i++)
-			{
-				TupleTableSlot *row = slots[i];
+			/* the rows formed from the slots live until the chunk is written */
+			MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 
-				if (copies.slot != NULL)
-					row = copies_row(&copies, i, slots[i]);
-				entries_insert(&ie, row, estate);
-			}
+			table_multi_insert(rel, slots, m, cid, 0, NULL);
+			MemoryContextSwitchTo(rowcxt);
+			for (int i = 0; i < m; i++)
+				entries_insert(&ie, slots[i], estate);
 		}
 		ResetPerTupleExprContext(estate);
 		done += m;
@@ -706,8 +651,6 @@ append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64
 
 	for (int i = 0; i < nslots; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
-	if (copies.slot != NULL)
-		ExecDropSingleTupleTableSlot(copies.slot);
 	if (te != NULL)
 		orch_task_entries_end(te);
 	append_close(rri, estate, old, work, root);
