@@ -81,13 +81,14 @@
 
 /* The queue's first claimable tasks: where the rest is looked for */
 #define FIRST_CLAIMABLE \
-	"ARRAY(SELECT x.id FROM orch.tasks x WHERE x.queue = $1 AND x.ready_at <= " ORCH_NOW \
+	"ARRAY(SELECT x.id FROM orch.tasks x WHERE x.queue = $1" ORCH_AT_QUEUE_KEY("x", "$1") \
+	" AND x.ready_at <= " ORCH_NOW \
 	" ORDER BY x.priority, x.created_at, x.id LIMIT " FAIR_REST_PROBE ")"
 #define REST_TENANT(T)	T ".tenant_id = '" ORCH_DEFAULT_TENANT "'"
 #define REST_KEY(T)		T ".concurrency_key IS NULL"
 #define REST_SQL(REST) \
 	"SELECT 1 FROM (SELECT c.tenant_id, c.concurrency_key FROM orch.tasks c" \
-	"  WHERE c.queue = $1 AND c.ready_at <= " ORCH_NOW \
+	"  WHERE c.queue = $1" ORCH_AT_QUEUE_KEY("c", "$1") " AND c.ready_at <= " ORCH_NOW \
 	"  ORDER BY c.priority, c.created_at, c.id LIMIT " FAIR_REST_PROBE ") c" \
 	" WHERE " ORCH_TENANT_IN("c.tenant_id", "$2") " AND " REST("c") " LIMIT 1"
 

@@ -96,6 +96,9 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
  * for the planner to use that index with a parameter for the tenant.
  */
 #define NOT_DEFAULT(COL) " AND " COL " <> '" ORCH_DEFAULT_TENANT "'"
+/* ... and tasks_claim_idx (the default tenant's, every tenant's) its key */
+#define KEYED ORCH_AT_QUEUE_KEY("c", "$1")
+#define T_KEYED ORCH_AT_QUEUE_KEY("t", "$1")
 #define is_default_tenant(T) (strcmp((T), ORCH_DEFAULT_TENANT) == 0)
 
 /*
@@ -159,7 +162,7 @@ PG_FUNCTION_INFO_V1(orch_step_claimable);
 	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) y" \
 	"     UNION ALL" \
 	"     SELECT z.tid, z.id, z.priority, z.created_at FROM (SELECT c.ctid AS tid, c.id, c.priority, c.created_at FROM orch.tasks c" \
-	"       WHERE '" ORCH_DEFAULT_TENANT "' = ANY ($5) AND c.queue = $1" \
+	"       WHERE '" ORCH_DEFAULT_TENANT "' = ANY ($5) AND c.queue = $1" KEYED \
 	"         AND c.tenant_id = '" ORCH_DEFAULT_TENANT "' AND c.ready_at <= " ORCH_NOW RUNF \
 	"       ORDER BY c.priority, c.created_at, c.id" \
 	"       LIMIT $2 FOR UPDATE OF c SKIP LOCKED) z) x" \
@@ -269,19 +272,19 @@ limited_window_plan(Datum tenants, bool all_tenants)
 		default_only = ne == 1 && !enulls[0] && is_default_tenant(TextDatumGetCString(elems[0]));
 		if (steps_fn)
 			return orch_plan(default_only
-							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", ORCH_RUN_FILTER_ON("t"))
+							 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" T_KEYED, ORCH_RUN_FILTER_ON("t"))
 							 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
 												  ORCH_RUN_FILTER_ON("t")),
 							 7, ctypes);
 		return orch_plan(default_only
-						 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]", RUN_FILTER_070("t"))
+						 ? LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" T_KEYED, RUN_FILTER_070("t"))
 						 : LIMITED_WINDOW_SQL("t.tenant_id = ($3::text[])[1]" NOT_DEFAULT("t.tenant_id"),
 											  RUN_FILTER_070("t")),
 						 7, ctypes);
 	}
 	return orch_plan(steps_fn
-					 ? LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), ORCH_RUN_FILTER_ON("t"))
-					 : LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3"), RUN_FILTER_070("t")),
+					 ? LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3") T_KEYED, ORCH_RUN_FILTER_ON("t"))
+					 : LIMITED_WINDOW_SQL(ORCH_TENANT_IN("t.tenant_id", "$3") T_KEYED, RUN_FILTER_070("t")),
 					 7, ctypes);
 }
 
@@ -582,7 +585,7 @@ claim_citus(const char *queue, const char *tenant, QueueSettings *qs, const Orch
 				 errhint("Set the queue's \"fairness\" to \"none\", or its \"fairness_key\" to \"tenant\".")));
 	orch_arg_text(&c, DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(nonce))));
 	orch_args_sql(&c, is_default_tenant(tenant)
-				  ? CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5",
+				  ? CLAIM_SQL_SET(CLAIM_SET_CITUS, KEYED " AND c.tenant_id = $5",
 								  " AND t.tenant_id = $5", RUN_FILTER_CITUS)
 				  : CLAIM_SQL_SET(CLAIM_SET_CITUS, " AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
 								  " AND t.tenant_id = $5", RUN_FILTER_CITUS),
@@ -603,8 +606,8 @@ claim_sql(const char *tenant, bool all_tenants)
 
 	if (tenant && is_default_tenant(tenant))
 		return steps_fn
-			? CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
-			: CLAIM_SQL(" AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c"));
+			? CLAIM_SQL(KEYED " AND c.tenant_id = $5", " AND t.tenant_id = $5", ORCH_RUN_FILTER_ON("c"))
+			: CLAIM_SQL(KEYED " AND c.tenant_id = $5", " AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (tenant)
 		return steps_fn
 			? CLAIM_SQL(" AND c.tenant_id = $5" NOT_DEFAULT("c.tenant_id"),
@@ -613,7 +616,7 @@ claim_sql(const char *tenant, bool all_tenants)
 						" AND t.tenant_id = $5", RUN_FILTER_070("c"));
 	if (!all_tenants)
 		return steps_fn ? CLAIM_TENANTS_SQL(ORCH_RUN_FILTER_ON("c")) : CLAIM_TENANTS_SQL(RUN_FILTER_070("c"));
-	return steps_fn ? CLAIM_SQL("", "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL("", "", RUN_FILTER_070("c"));
+	return steps_fn ? CLAIM_SQL(KEYED, "", ORCH_RUN_FILTER_ON("c")) : CLAIM_SQL(KEYED, "", RUN_FILTER_070("c"));
 }
 
 /* ----------------------------------------------------------------------

@@ -197,6 +197,16 @@ extern void orch_gate_statement_end(void);
  */
 #define ORCH_NOW "greatest(now(), statement_timestamp())"
 /*
+ * A queue's claimable tasks, as tasks_claim_idx finds them: the index leads
+ * with a 64-bit hash of the queue's name (a key of fixed width, which the
+ * btree compares and reads without walking a text), so a statement that
+ * reads it says the hash (ORCH_AT_QUEUE_KEY: of table alias T's queue and
+ * of the queue P) beside the name's own condition, which sorts apart two
+ * names of one hash.
+ */
+#define ORCH_QUEUE_KEY(E) "pg_catalog.hashtextextended(" E ", 0)"
+#define ORCH_AT_QUEUE_KEY(T, P) " AND " ORCH_QUEUE_KEY(T ".queue") " = " ORCH_QUEUE_KEY(P)
+/*
  * May a claim hand out the task T: a plain one always, a workflow step's
  * only as orch.step_claimable says (dequeue.c).
  */
@@ -627,7 +637,7 @@ extern const AttrNumber *orch_task_cache_columns(OrchTaskCache *c, Relation rel,
 extern bool orch_task_cache_writable(const OrchTaskCache *c, bool update);
 extern bool orch_task_cache_entries_ok(const OrchTaskCache *c);
 extern Oid	orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first);
-extern Oid	orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant);
+extern Oid	orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, Oid *hash_coll);
 extern struct ExprState *orch_task_cache_default(const OrchTaskCache *c, int a, bool *is_volatile);
 extern OrchTaskEntries *orch_task_entries_begin(OrchTaskCache *c, Relation rel, struct EState *estate);
 extern void orch_task_entries_insert(OrchTaskEntries *e, struct TupleTableSlot *slot,

@@ -33,6 +33,7 @@
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -57,6 +58,7 @@ struct OrchTaskCache
 	bool	   *index_unique;
 	int			pk;				/* position of the primary key, -1: none */
 	int			claim[2];		/* the claim indexes (queue order; per tenant), -1: none */
+	Oid			claim_hash_coll[2];	/* led by the queue's hash (its collation), else InvalidOid */
 	int			natts;
 	ExprState **defaults;		/* per column: its default, compiled; NULL: none */
 	bool	   *default_volatile;
@@ -263,10 +265,33 @@ claim_clauses(Relation rel, bool tenant)
 }
 
 /*
+ * Is the index expression e the queue's hash, hashtextextended(queue, 0)
+ * (ORCH_QUEUE_KEY)?  Its collation into *coll.
+ */
+static bool
+is_queue_hash(Node *e, Relation rel, Oid *coll)
+{
+	FuncExpr   *f = (FuncExpr *) e;
+	Var		   *v;
+	Const	   *seed;
+
+	if (!IsA(e, FuncExpr) || f->funcid != F_HASHTEXTEXTENDED || list_length(f->args) != 2 ||
+		!IsA(linitial(f->args), Var) || !IsA(lsecond(f->args), Const))
+		return false;
+	v = linitial_node(Var, f->args);
+	seed = lsecond_node(Const, f->args);
+	*coll = f->inputcollid;
+	return v->varattno == column_attno(rel, "queue") &&
+		v->varcollid == f->inputcollid && seed->consttype == INT8OID && !seed->constisnull &&
+		DatumGetInt64(seed->constvalue) == 0;
+}
+
+/*
  * Does index i hold every claimable row of a queue (per tenant: of a tenant
  * not the default one) in claim order: a valid btree on exactly the claim
- * keys, plain columns ascending, each of its type's default operator class
- * and of the column's collation, its predicate implied by the rows wanted?
+ * keys (the first one the queue or its hash), plain columns ascending, each
+ * of its type's default operator class and of the column's collation, its
+ * predicate implied by the rows wanted?
  */
 static bool
 claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
@@ -276,10 +301,15 @@ claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
 	Relation	ir;
 	bool		fits;
 	List	   *clauses;
+	Oid			hash_coll = InvalidOid;
 
-	if (ii->ii_NumIndexKeyAttrs != nkeys || ii->ii_Expressions != NIL)
+	if (ii->ii_NumIndexKeyAttrs != nkeys)
 		return false;
-	for (int k = 0; k < nkeys; k++)
+	if (ii->ii_Expressions != NIL &&
+		(list_length(ii->ii_Expressions) != 1 || ii->ii_IndexAttrNumbers[0] != InvalidAttrNumber ||
+		 !is_queue_hash(linitial(ii->ii_Expressions), rel, &hash_coll)))
+		return false;
+	for (int k = OidIsValid(hash_coll) ? 1 : 0; k < nkeys; k++)
 		if (ii->ii_IndexAttrNumbers[k] == InvalidAttrNumber ||
 			ii->ii_IndexAttrNumbers[k] != column_attno(rel, claim_keys[tenant][k]))
 			return false;
@@ -291,14 +321,18 @@ claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
 		ir->rd_index->indisready;
 	for (int k = 0; fits && k < nkeys; k++)
 	{
-		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), ii->ii_IndexAttrNumbers[k] - 1);
-		Oid			opclass = GetDefaultOpClass(att->atttypid, BTREE_AM_OID);
+		bool		hashed = k == 0 && OidIsValid(hash_coll);
+		Form_pg_attribute att = hashed ? NULL :
+			TupleDescAttr(RelationGetDescr(rel), ii->ii_IndexAttrNumbers[k] - 1);
+		Oid			opclass = GetDefaultOpClass(hashed ? INT8OID : att->atttypid, BTREE_AM_OID);
 
 		fits = ir->rd_indoption[k] == 0 && OidIsValid(opclass) &&
 			ir->rd_opfamily[k] == get_opclass_family(opclass) &&
-			ir->rd_indcollation[k] == att->attcollation;
+			ir->rd_indcollation[k] == (hashed ? InvalidOid : att->attcollation);
 	}
 	index_close(ir, NoLock);
+	if (fits)
+		c->claim_hash_coll[tenant] = hash_coll;
 	return fits;
 }
 
@@ -308,6 +342,7 @@ find_claim_indexes(OrchTaskCache *c, Relation rel)
 	for (int t = 0; t < 2; t++)
 	{
 		c->claim[t] = -1;
+		c->claim_hash_coll[t] = InvalidOid;
 		for (int i = 0; i < c->nindexes && c->claim[t] < 0; i++)
 			if (claim_index_fits(c, rel, i, t == 1))
 				c->claim[t] = i;
@@ -465,11 +500,14 @@ orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first)
 /*
  * The index a claim of a queue reads its claimable rows from, in claim
  * order (tenant: a tenant's own range, for a tenant not the default one),
- * InvalidOid when the table has none such.
+ * InvalidOid when the table has none such; when it leads with the queue's
+ * hash (ORCH_QUEUE_KEY), the hash's collation into *hash_coll (else
+ * InvalidOid).
  */
 Oid
-orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant)
+orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, Oid *hash_coll)
 {
+	*hash_coll = c->claim_hash_coll[tenant];
 	return c->claim[tenant] >= 0 ? c->index_oids[c->claim[tenant]] : InvalidOid;
 }
 

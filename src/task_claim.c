@@ -103,6 +103,7 @@ typedef struct ClaimScan
 	OrchUpdateHook hook;
 	IndexScanDesc scan;
 	Datum		queue;			/* want->queue as text */
+	bool		hashed;			/* the index leads with the queue's hash: rows of another queue too */
 	TimestampTz now;			/* the claim's time: after its snapshot */
 	struct
 	{
@@ -125,13 +126,15 @@ typedef enum
 #define COL(s, k) ((s)->w.cols[k] - 1)
 
 /*
- * The scan keys of the claim index (index columns: queue, [tenant_id,]
- * priority, created_at, id): the queue, the tenant, and where the claim
- * starts as a row comparison (the index's own comparison functions and
- * collations, as the planner's index scan has them).
+ * The scan keys of the claim index (index columns: queue or its hash,
+ * [tenant_id,] priority, created_at, id): the queue (hash_coll valid: its
+ * hash, in that collation), the tenant, and where the claim starts as a
+ * row comparison (the index's own comparison functions and collations, as
+ * the planner's index scan has them).
  */
 static int
-claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, ScanKey keys, ScanKey row)
+claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Oid hash_coll,
+		   ScanKey keys, ScanKey row)
 {
 	int			n = 0;
 	AttrNumber	a = 1;
@@ -139,8 +142,13 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Sca
 	Int64GetDatum(w->from.id)};
 	Oid			types[3] = {INT4OID, TIMESTAMPTZOID, INT8OID};
 
-	ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid,
-						   ir->rd_indcollation[a - 1], F_TEXTEQ, queue);
+	if (OidIsValid(hash_coll))
+		ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid, InvalidOid,
+							   F_INT8EQ, DirectFunctionCall2Coll(hashtextextended, hash_coll,
+																 queue, Int64GetDatum(0)));
+	else
+		ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid,
+							   ir->rd_indcollation[a - 1], F_TEXTEQ, queue);
 	a++;
 	if (by_tenant)
 	{
@@ -205,6 +213,16 @@ text_is(Datum value, const char *str)
 	return len == strlen(str) && memcmp(VARDATA_ANY(t), str, len) == 0;
 }
 
+/*
+ * Is a row of this queue (text) of the claim's?  Only an index led by the
+ * queue's hash holds another's, of the same hash.
+ */
+static bool
+of_queue(ClaimScan *s, Datum queue)
+{
+	return !s->hashed || text_is(queue, s->want->queue);
+}
+
 /* Is a row of this tenant (text) one of the tenant the claim is for (every tenant: any)? */
 static bool
 of_tenant(ClaimScan *s, Datum tenant)
@@ -219,7 +237,7 @@ of_tenant(ClaimScan *s, Datum tenant)
 static Candidate
 candidate(ClaimScan *s, const Datum *ov, const bool *on)
 {
-	if (on[COL(s, CC_READY)])
+	if (on[COL(s, CC_READY)] || !of_queue(s, ov[COL(s, CC_QUEUE)]))
 		return CANDIDATE_PASS;
 	/* another tenant's row does not hold the next start, due or not */
 	if (!of_tenant(s, ov[COL(s, CC_TENANT)]))
@@ -287,9 +305,9 @@ next_from_row(ClaimScan *s, const Datum *v)
 }
 
 /*
- * ... at the row found, not taken, unless another tenant's (the default
- * tenant's claim reads the queue's index of every tenant); the claim
- * index's columns are NOT NULL
+ * ... at the row found, not taken, unless another queue's or another
+ * tenant's (the default tenant's claim reads the queue's index of every
+ * tenant); the claim index's columns are NOT NULL
  */
 static void
 next_from_found(ClaimScan *s)
@@ -297,6 +315,7 @@ next_from_found(ClaimScan *s)
 	bool		isnull;
 
 	if (s->want->next.valid ||
+		!of_queue(s, slot_getattr(s->w.found, COL(s, CC_QUEUE) + 1, &isnull)) ||
 		!of_tenant(s, slot_getattr(s->w.found, COL(s, CC_TENANT) + 1, &isnull)))
 		return;
 	next_from(s, slot_getattr(s->w.found, COL(s, CC_PRIORITY) + 1, &isnull),
@@ -468,6 +487,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	MemoryContext caller = CurrentMemoryContext;
 	bool		by_tenant = want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0;
 	Oid			index;
+	Oid			hash_coll;
 	Relation	ir;
 	ClaimScan	s = {0};
 	ScanKeyData keys[3];
@@ -479,7 +499,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	if (want->batch <= 0 || want->step_claimable == NULL || IsolationUsesXactSnapshot() ||
 		!orch_task_writes_begin(&s.w, CC_COUNT, claim_cols, claim_types))
 		return -1;
-	if (!OidIsValid(index = orch_task_cache_claim_index(s.w.cache, by_tenant)))
+	if (!OidIsValid(index = orch_task_cache_claim_index(s.w.cache, by_tenant, &hash_coll)))
 	{
 		orch_task_writes_end(&s.w, false);
 		return -1;
@@ -493,8 +513,9 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	 */
 	s.now = GetCurrentTimestamp();
 	s.queue = CStringGetTextDatum(want->queue);
+	s.hashed = OidIsValid(hash_coll);
 	ir = index_open(index, RowExclusiveLock);
-	nkeys = claim_keys(ir, want, by_tenant, s.queue, keys, row);
+	nkeys = claim_keys(ir, want, by_tenant, s.queue, hash_coll, keys, row);
 	s.scan = index_beginscan(s.w.rel, ir, s.w.snap, nkeys, 0);
 	index_rescan(s.scan, keys, nkeys, NULL, 0);
 
