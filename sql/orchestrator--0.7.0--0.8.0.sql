@@ -189,10 +189,13 @@ BEGIN
     END IF;
 
     -- What the old table carries, as statements to run on the new one once
-    -- the old is gone (its index and constraint names are free then).
+    -- the old is gone (its index and constraint names are free then); the
+    -- claim index is made anew below, on the queue's hash.
     SELECT pg_catalog.array_agg(pg_catalog.pg_get_indexdef(i.indexrelid) ORDER BY i.indexrelid) INTO later
       FROM pg_catalog.pg_index i
      WHERE i.indrelid OPERATOR(pg_catalog.=) old
+       AND i.indexrelid OPERATOR(pg_catalog.<>)
+           coalesce(pg_catalog.to_regclass('orch.tasks_claim_idx')::pg_catalog.oid, 0::pg_catalog.oid)
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
                         WHERE c.conindid OPERATOR(pg_catalog.=) i.indexrelid
                           AND c.conrelid OPERATOR(pg_catalog.=) old);
@@ -413,7 +416,7 @@ $tasks_080$;
 SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
 -- An index whose key ends in the task's id has no two keys alike to
 -- deduplicate: deduplicate_items = off spares each page split a pass that
--- could only fail (the two of 0.7.0; the new ones are made so below).
+-- could only fail (tasks_gated_idx of 0.7.0; the new ones are made so below).
 ALTER INDEX IF EXISTS orch.tasks_gated_idx SET (deduplicate_items = off);
 -- The claim index leads with a 64-bit hash of the queue's name: a key of
 -- fixed width, which an insert compares and reads without walking a text.

@@ -165,7 +165,7 @@ triggers_ours(Relation rel, bool update)
 	return lifecycle && statement_end;
 }
 
-/* One index taken in: its description, compiled predicate, kind */
+/* One index taken in: its description, compiled predicate and expressions, kind */
 static void
 add_index(OrchTaskCache *c, int i, Oid indexoid, Oid pkoid)
 {
@@ -183,6 +183,10 @@ add_index(OrchTaskCache *c, int i, Oid indexoid, Oid pkoid)
 	c->index_preds[i] = NULL;
 	if (ii->ii_Predicate != NIL)
 		c->index_preds[i] = ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
+	/* (FormIndexDatum evaluates them in the caller's per-row context) */
+	if (ii->ii_Expressions != NIL)
+		ii->ii_ExpressionsState = ExecInitExprList((List *) expression_planner((Expr *) ii->ii_Expressions),
+												   NULL);
 	index_close(ir, NoLock);
 }
 
@@ -266,7 +270,9 @@ claim_clauses(Relation rel, bool tenant)
 
 /*
  * Is the index expression e the queue's hash, hashtextextended(queue, 0)
- * (ORCH_QUEUE_KEY)?  Its collation into *coll.
+ * (ORCH_QUEUE_KEY), in the default collation (the claims' parameter's, and
+ * deterministic: the hash is of the name's bytes)?  Its collation into
+ * *coll.
  */
 static bool
 is_queue_hash(Node *e, Relation rel, Oid *coll)
@@ -281,7 +287,7 @@ is_queue_hash(Node *e, Relation rel, Oid *coll)
 	v = linitial_node(Var, f->args);
 	seed = lsecond_node(Const, f->args);
 	*coll = f->inputcollid;
-	return v->varattno == column_attno(rel, "queue") &&
+	return v->varattno == column_attno(rel, "queue") && f->inputcollid == DEFAULT_COLLATION_OID &&
 		v->varcollid == f->inputcollid && seed->consttype == INT8OID && !seed->constisnull &&
 		DatumGetInt64(seed->constvalue) == 0;
 }
@@ -582,10 +588,7 @@ orch_task_entries_insert(OrchTaskEntries *e, TupleTableSlot *slot, const Datum *
 			continue;
 		if (e->open[i] == NULL)
 			e->open[i] = index_open(c->index_oids[i], RowExclusiveLock);
-		/* an expression's state belongs to this call's executor state */
-		ii->ii_ExpressionsState = NIL;
 		FormIndexDatum(ii, slot, e->estate, values, isnull);
-		ii->ii_ExpressionsState = NIL;
 		(void) index_insert(e->open[i], values, isnull, &slot->tts_tid, e->rel,
 							c->index_unique[i] ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
 							ov != NULL && key_unchanged(ii, desc, ov, on, slot), ii);
