@@ -637,7 +637,7 @@ extern const AttrNumber *orch_task_cache_columns(OrchTaskCache *c, Relation rel,
 extern bool orch_task_cache_writable(const OrchTaskCache *c, bool update);
 extern bool orch_task_cache_entries_ok(const OrchTaskCache *c);
 extern Oid	orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first);
-extern Oid	orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, Oid *hash_coll);
+extern Oid	orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, bool *hashed);
 extern struct ExprState *orch_task_cache_default(const OrchTaskCache *c, int a, bool *is_volatile);
 extern OrchTaskEntries *orch_task_entries_begin(OrchTaskCache *c, Relation rel, struct EState *estate);
 extern void orch_task_entries_insert(OrchTaskEntries *e, struct TupleTableSlot *slot,

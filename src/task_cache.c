@@ -58,7 +58,7 @@ struct OrchTaskCache
 	bool	   *index_unique;
 	int			pk;				/* position of the primary key, -1: none */
 	int			claim[2];		/* the claim indexes (queue order; per tenant), -1: none */
-	Oid			claim_hash_coll[2];	/* led by the queue's hash (its collation), else InvalidOid */
+	bool		claim_hashed[2];	/* ... led by the queue's hash (ORCH_QUEUE_KEY) */
 	int			natts;
 	ExprState **defaults;		/* per column: its default, compiled; NULL: none */
 	bool	   *default_volatile;
@@ -271,11 +271,10 @@ claim_clauses(Relation rel, bool tenant)
 /*
  * Is the index expression e the queue's hash, hashtextextended(queue, 0)
  * (ORCH_QUEUE_KEY), in the default collation (the claims' parameter's, and
- * deterministic: the hash is of the name's bytes)?  Its collation into
- * *coll.
+ * deterministic: the hash is of the name's bytes)?
  */
 static bool
-is_queue_hash(Node *e, Relation rel, Oid *coll)
+is_queue_hash(Node *e, Relation rel)
 {
 	FuncExpr   *f = (FuncExpr *) e;
 	Var		   *v;
@@ -286,7 +285,6 @@ is_queue_hash(Node *e, Relation rel, Oid *coll)
 		return false;
 	v = linitial_node(Var, f->args);
 	seed = lsecond_node(Const, f->args);
-	*coll = f->inputcollid;
 	return v->varattno == column_attno(rel, "queue") && f->inputcollid == DEFAULT_COLLATION_OID &&
 		v->varcollid == f->inputcollid && seed->consttype == INT8OID && !seed->constisnull &&
 		DatumGetInt64(seed->constvalue) == 0;
@@ -307,15 +305,15 @@ claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
 	Relation	ir;
 	bool		fits;
 	List	   *clauses;
-	Oid			hash_coll = InvalidOid;
+	bool		hashed = ii->ii_Expressions != NIL;
 
 	if (ii->ii_NumIndexKeyAttrs != nkeys)
 		return false;
-	if (ii->ii_Expressions != NIL &&
+	if (hashed &&
 		(list_length(ii->ii_Expressions) != 1 || ii->ii_IndexAttrNumbers[0] != InvalidAttrNumber ||
-		 !is_queue_hash(linitial(ii->ii_Expressions), rel, &hash_coll)))
+		 !is_queue_hash(linitial(ii->ii_Expressions), rel)))
 		return false;
-	for (int k = OidIsValid(hash_coll) ? 1 : 0; k < nkeys; k++)
+	for (int k = hashed ? 1 : 0; k < nkeys; k++)
 		if (ii->ii_IndexAttrNumbers[k] == InvalidAttrNumber ||
 			ii->ii_IndexAttrNumbers[k] != column_attno(rel, claim_keys[tenant][k]))
 			return false;
@@ -327,18 +325,18 @@ claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
 		ir->rd_index->indisready;
 	for (int k = 0; fits && k < nkeys; k++)
 	{
-		bool		hashed = k == 0 && OidIsValid(hash_coll);
-		Form_pg_attribute att = hashed ? NULL :
+		bool		key_hash = k == 0 && hashed;
+		Form_pg_attribute att = key_hash ? NULL :
 			TupleDescAttr(RelationGetDescr(rel), ii->ii_IndexAttrNumbers[k] - 1);
-		Oid			opclass = GetDefaultOpClass(hashed ? INT8OID : att->atttypid, BTREE_AM_OID);
+		Oid			opclass = GetDefaultOpClass(key_hash ? INT8OID : att->atttypid, BTREE_AM_OID);
 
 		fits = ir->rd_indoption[k] == 0 && OidIsValid(opclass) &&
 			ir->rd_opfamily[k] == get_opclass_family(opclass) &&
-			ir->rd_indcollation[k] == (hashed ? InvalidOid : att->attcollation);
+			ir->rd_indcollation[k] == (key_hash ? InvalidOid : att->attcollation);
 	}
 	index_close(ir, NoLock);
 	if (fits)
-		c->claim_hash_coll[tenant] = hash_coll;
+		c->claim_hashed[tenant] = hashed;
 	return fits;
 }
 
@@ -348,7 +346,7 @@ find_claim_indexes(OrchTaskCache *c, Relation rel)
 	for (int t = 0; t < 2; t++)
 	{
 		c->claim[t] = -1;
-		c->claim_hash_coll[t] = InvalidOid;
+		c->claim_hashed[t] = false;
 		for (int i = 0; i < c->nindexes && c->claim[t] < 0; i++)
 			if (claim_index_fits(c, rel, i, t == 1))
 				c->claim[t] = i;
@@ -506,14 +504,13 @@ orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first)
 /*
  * The index a claim of a queue reads its claimable rows from, in claim
  * order (tenant: a tenant's own range, for a tenant not the default one),
- * InvalidOid when the table has none such; when it leads with the queue's
- * hash (ORCH_QUEUE_KEY), the hash's collation into *hash_coll (else
- * InvalidOid).
+ * InvalidOid when the table has none such; *hashed: whether it leads with
+ * the queue's hash (ORCH_QUEUE_KEY, in the default collation).
  */
 Oid
-orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, Oid *hash_coll)
+orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, bool *hashed)
 {
-	*hash_coll = c->claim_hash_coll[tenant];
+	*hashed = c->claim_hashed[tenant];
 	return c->claim[tenant] >= 0 ? c->index_oids[c->claim[tenant]] : InvalidOid;
 }
 

@@ -127,13 +127,13 @@ typedef enum
 
 /*
  * The scan keys of the claim index (index columns: queue or its hash,
- * [tenant_id,] priority, created_at, id): the queue (hash_coll valid: its
- * hash, in that collation), the tenant, and where the claim starts as a
+ * [tenant_id,] priority, created_at, id): the queue (hashed: its hash,
+ * in the default collation), the tenant, and where the claim starts as a
  * row comparison (the index's own comparison functions and collations, as
  * the planner's index scan has them).
  */
 static int
-claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Oid hash_coll,
+claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, bool hashed,
 		   ScanKey keys, ScanKey row)
 {
 	int			n = 0;
@@ -142,9 +142,9 @@ claim_keys(Relation ir, const OrchClaimWant *w, bool by_tenant, Datum queue, Oid
 	Int64GetDatum(w->from.id)};
 	Oid			types[3] = {INT4OID, TIMESTAMPTZOID, INT8OID};
 
-	if (OidIsValid(hash_coll))
+	if (hashed)
 		ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid, InvalidOid,
-							   F_INT8EQ, DirectFunctionCall2Coll(hashtextextended, hash_coll,
+							   F_INT8EQ, DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID,
 																 queue, Int64GetDatum(0)));
 	else
 		ScanKeyEntryInitialize(&keys[n++], 0, a, BTEqualStrategyNumber, InvalidOid,
@@ -487,7 +487,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	MemoryContext caller = CurrentMemoryContext;
 	bool		by_tenant = want->tenant != NULL && strcmp(want->tenant, ORCH_DEFAULT_TENANT) != 0;
 	Oid			index;
-	Oid			hash_coll;
+	bool		hashed;
 	Relation	ir;
 	ClaimScan	s = {0};
 	ScanKeyData keys[3];
@@ -499,7 +499,7 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	if (want->batch <= 0 || want->step_claimable == NULL || IsolationUsesXactSnapshot() ||
 		!orch_task_writes_begin(&s.w, CC_COUNT, claim_cols, claim_types))
 		return -1;
-	if (!OidIsValid(index = orch_task_cache_claim_index(s.w.cache, by_tenant, &hash_coll)))
+	if (!OidIsValid(index = orch_task_cache_claim_index(s.w.cache, by_tenant, &hashed)))
 	{
 		orch_task_writes_end(&s.w, false);
 		return -1;
@@ -513,9 +513,9 @@ orch_tasks_claim_direct(OrchUpdateHook hook, OrchClaimWant *want, Datum *out, bo
 	 */
 	s.now = GetCurrentTimestamp();
 	s.queue = CStringGetTextDatum(want->queue);
-	s.hashed = OidIsValid(hash_coll);
+	s.hashed = hashed;
 	ir = index_open(index, RowExclusiveLock);
-	nkeys = claim_keys(ir, want, by_tenant, s.queue, hash_coll, keys, row);
+	nkeys = claim_keys(ir, want, by_tenant, s.queue, hashed, keys, row);
 	s.scan = index_beginscan(s.w.rel, ir, s.w.snap, nkeys, 0);
 	index_rescan(s.scan, keys, nkeys, NULL, 0);
 
