@@ -227,10 +227,11 @@ append_attnos(TupleDesc desc, int ncols, const char *const *cols)
  */
 typedef struct AppendDefaults
 {
-	ExprState **per_row;		/* per column: its default, computed per row */
-	Datum	   *fixed;			/* per column: its default's one value */
-	bool	   *fixed_null;
-	bool	   *has_fixed;
+	Datum	   *values;			/* per column: its default's one value, or null */
+	bool	   *nulls;
+	int		   *per_row;		/* the columns whose default is computed per row */
+	ExprState **per_row_expr;	/* and their defaults */
+	int			nper_row;
 } AppendDefaults;
 
 static void
@@ -239,10 +240,12 @@ append_defaults(AppendDefaults *d, Relation root, TupleDesc desc, int ncols, con
 {
 	ExprContext *econtext = GetPerTupleExprContext(estate);
 
-	d->per_row = palloc0(sizeof(ExprState *) * desc->natts);
-	d->fixed = palloc0(sizeof(Datum) * desc->natts);
-	d->fixed_null = palloc0(sizeof(bool) * desc->natts);
-	d->has_fixed = palloc0(sizeof(bool) * desc->natts);
+	d->values = palloc0(sizeof(Datum) * desc->natts);
+	d->nulls = palloc(sizeof(bool) * desc->natts);
+	memset(d->nulls, true, sizeof(bool) * desc->natts);
+	d->per_row = palloc(sizeof(int) * desc->natts);
+	d->per_row_expr = palloc(sizeof(ExprState *) * desc->natts);
+	d->nper_row = 0;
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
@@ -274,13 +277,13 @@ append_defaults(AppendDefaults *d, Relation root, TupleDesc desc, int ncols, con
 		}
 		if (is_volatile)
 		{
-			d->per_row[a] = es;
+			d->per_row[d->nper_row] = a;
+			d->per_row_expr[d->nper_row++] = es;
 			continue;
 		}
-		d->fixed[a] = ExecEvalExprSwitchContext(es, econtext, &d->fixed_null[a]);
-		if (!d->fixed_null[a])
-			d->fixed[a] = datumCopy(d->fixed[a], att->attbyval, att->attlen);
-		d->has_fixed[a] = true;
+		d->values[a] = ExecEvalExprSwitchContext(es, econtext, &d->nulls[a]);
+		if (!d->nulls[a])
+			d->values[a] = datumCopy(d->values[a], att->attbyval, att->attlen);
 	}
 	ResetExprContext(econtext);
 }
@@ -291,19 +294,11 @@ append_fill_slot(TupleTableSlot *slot, TupleDesc desc, const AppendDefaults *d, 
 				 int ncols, const AttrNumber *attno, const Datum *rv, const bool *rn)
 {
 	ExecClearTuple(slot);
-	for (int a = 0; a < desc->natts; a++)
-	{
-		slot->tts_isnull[a] = true;
-		slot->tts_values[a] = (Datum) 0;
-		if (d->per_row[a])
-			slot->tts_values[a] = ExecEvalExprSwitchContext(d->per_row[a], econtext,
-															 &slot->tts_isnull[a]);
-		else if (d->has_fixed[a])
-		{
-			slot->tts_values[a] = d->fixed[a];
-			slot->tts_isnull[a] = d->fixed_null[a];
-		}
-	}
+	memcpy(slot->tts_values, d->values, sizeof(Datum) * desc->natts);
+	memcpy(slot->tts_isnull, d->nulls, sizeof(bool) * desc->natts);
+	for (int i = 0; i < d->nper_row; i++)
+		slot->tts_values[d->per_row[i]] =
+			ExecEvalExprSwitchContext(d->per_row_expr[i], econtext, &slot->tts_isnull[d->per_row[i]]);
 	for (int c = 0; c < ncols; c++)
 		if (attno[c] != InvalidAttrNumber)
 		{
@@ -333,6 +328,8 @@ typedef struct IndexEntries
 	bool		have_ref;		/* the first row's columns are in ref_values */
 	Datum	   *ref_values;		/* the first row's predicate columns (copied) */
 	bool	   *ref_nulls;
+	int		   *same_idx;		/* the indexes a row equal to the first goes into */
+	int			nsame;			/* -1: not known yet */
 } IndexEntries;
 
 /* The user columns a predicate reads, as row offsets, into cols (-1: a system column) */
@@ -369,6 +366,8 @@ entries_init(IndexEntries *ie, ResultRelInfo *rri)
 	ie->have_ref = false;
 	ie->ref_values = palloc0(sizeof(Datum) * natts);
 	ie->ref_nulls = palloc0(sizeof(bool) * natts);
+	ie->same_idx = palloc(sizeof(int) * n);
+	ie->nsame = -1;
 	for (int i = 0; i < rri->ri_NumIndices; i++)
 	{
 		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
@@ -453,13 +452,51 @@ entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate, bo
 	return ok;
 }
 
+/*
+ * The indexes a row equal to the first on every predicate column goes
+ * into, once each index's result for the first row is known (none tests a
+ * system column): ie->same_idx, or nsame left at -1.
+ */
+static void
+entries_same_list(IndexEntries *ie)
+{
+	ResultRelInfo *rri = ie->rri;
+	int			n = 0;
+
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+
+		if (rri->ri_IndexRelationDescs[i] == NULL || !ii->ii_ReadyForInserts)
+			continue;
+		if (ii->ii_Predicate != NIL && ie->pred_ref[i] < 0)
+			return;
+		if (ii->ii_Predicate == NIL || ie->pred_ref[i] == 1)
+			ie->same_idx[n++] = i;
+	}
+	ie->nsame = n;
+}
+
+/* Row's entry in index i */
+static void
+entries_insert_one(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate)
+{
+	ResultRelInfo *rri = ie->rri;
+	Relation	ir = rri->ri_IndexRelationDescs[i];
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+
+	FormIndexDatum(rri->ri_IndexRelationInfo[i], slot, estate, values, isnull);
+	(void) index_insert(ir, values, isnull, &slot->tts_tid, rri->ri_RelationDesc,
+						ir->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+						false, rri->ri_IndexRelationInfo[i]);
+}
+
 /* The index entries of one row just written (its tid in the slot) */
 static void
 entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 {
 	ResultRelInfo *rri = ie->rri;
-	Datum		values[INDEX_MAX_KEYS];
-	bool		isnull[INDEX_MAX_KEYS];
 	bool		same;
 
 	Assert(ie->direct);
@@ -467,18 +504,24 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 	if (!ie->have_ref)
 		entries_keep_ref(ie, slot);
 	same = entries_same(ie, slot, ie->all_cols, ie->nall_cols);
+	if (same && ie->nsame >= 0)
+	{
+		/* the indexes known from the first row: no predicate to look at */
+		for (int k = 0; k < ie->nsame; k++)
+			entries_insert_one(ie, ie->same_idx[k], slot, estate);
+		return;
+	}
 	for (int i = 0; i < rri->ri_NumIndices; i++)
 	{
-		Relation	ir = rri->ri_IndexRelationDescs[i];
 		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
 
-		if (ir == NULL || !ii->ii_ReadyForInserts || !entries_wanted(ie, i, slot, estate, same))
+		if (rri->ri_IndexRelationDescs[i] == NULL || !ii->ii_ReadyForInserts ||
+			!entries_wanted(ie, i, slot, estate, same))
 			continue;
-		FormIndexDatum(ii, slot, estate, values, isnull);
-		(void) index_insert(ir, values, isnull, &slot->tts_tid, rri->ri_RelationDesc,
-							ir->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
-							false, ii);
+		entries_insert_one(ie, i, slot, estate);
 	}
+	if (same)
+		entries_same_list(ie);
 }
 
 /* Are the columns named of the types given (no typmod, no domain)? */
