@@ -560,6 +560,164 @@ append_close(ResultRelInfo *rri, EState *estate, MemoryContext old, MemoryContex
 	table_close(root, NoLock);
 }
 
+/* One append under way: what append_begin sets up for the chunks */
+typedef struct Appending
+{
+	Relation	root;
+	Relation	rel;
+	TupleDesc	desc;
+	AttrNumber *attno;			/* per column named: its number in rel */
+	int			ncols;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	IndexEntries ie;			/* a batch's index entries */
+	OrchTaskEntries *te;		/* or one task row's */
+	AppendDefaults defaults;
+	TupleTableSlot **slots;
+	int			nslots;
+	CommandId	cid;
+	OrchRowHook row_hook;
+	Oid			id_seq;
+	AttrNumber	idcol;
+	MemoryContext work;
+	MemoryContext old;
+} Appending;
+
+/*
+ * Open the target and set up the rows' slots, defaults and index entries
+ * (in a memory context of the append's, current until append_end).  False,
+ * with everything closed again, when the table needs the SQL path.
+ */
+static bool
+append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq,
+			 int ncols, const char *const *cols, int nrows, const Datum *values, const bool *nulls)
+{
+	OrchTaskCache *tc;
+
+	memset(a, 0, sizeof(*a));
+	a->rel = open_append_target(relid, &a->root, row_hook != NULL, ncols, cols, nrows, values, nulls);
+	if (a->rel == NULL)
+		return false;
+	a->work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
+									ALLOCSET_DEFAULT_SIZES);
+	a->old = MemoryContextSwitchTo(a->work);
+	a->desc = RelationGetDescr(a->rel);
+	a->ncols = ncols;
+	a->row_hook = row_hook;
+	a->id_seq = id_seq;
+	/* the task table's description is kept (task_cache.c) */
+	tc = row_hook != NULL ? orch_task_cache(a->rel) : NULL;
+	a->attno = tc != NULL ? (AttrNumber *) orch_task_cache_columns(tc, a->rel, ncols, cols, NULL)
+		: append_attnos(a->desc, ncols, cols);
+	a->estate = CreateExecutorState();
+	a->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(a->rri, a->rel, 0, NULL, 0);
+	/*
+	 * One task row: the kept indexes, only those opened that take it; a
+	 * batch: every index, its predicates tested against a reference row.
+	 */
+	if (tc != NULL && nrows == 1 && orch_task_cache_entries_ok(tc))
+		a->te = orch_task_entries_begin(tc, a->rel, a->estate);
+	else
+	{
+		ExecOpenIndices(a->rri, false);
+		entries_init(&a->ie, a->rri);
+	}
+	if ((a->te == NULL && !a->ie.direct) || !append_types_match(a->desc, ncols, a->attno, types))
+	{
+		append_close(a->rri, a->estate, a->old, a->work, a->root);
+		return false;
+	}
+	append_defaults(&a->defaults, a->root, a->desc, ncols, a->attno, a->estate, tc);
+	for (int c = 0; OidIsValid(id_seq) && c < ncols; c++)
+		if (strcmp(cols[c], "id") == 0)
+			a->idcol = a->attno[c];
+	if (OidIsValid(id_seq) && a->idcol == InvalidAttrNumber)
+		elog(ERROR, "orchestrator: orch.%s has no column \"id\"", RelationGetRelationName(a->rel));
+
+	a->cid = GetCurrentCommandId(true);
+	a->nslots = Min(nrows, STORE_CHUNK);
+	a->slots = palloc(sizeof(TupleTableSlot *) * a->nslots);
+	/*
+	 * Virtual slots: the heap's insert forms each row from the slot's values
+	 * and the slot keeps them, so that the index entries read them as they
+	 * are (a heap slot would forget them once the row is formed, and the
+	 * task's row would be taken apart again, every column, for its entries).
+	 */
+	for (int i = 0; i < a->nslots; i++)
+		a->slots[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsVirtual);
+	return true;
+}
+
+/*
+ * Rows first .. first + m - 1 into the slots: the defaults, the values
+ * given, the id drawn, the row trigger's work, the table's constraints.
+ */
+static void
+append_fill_chunk(Appending *a, int first, int m, const Datum *values, const bool *nulls, int64 *ids)
+{
+	ExprContext *econtext = GetPerTupleExprContext(a->estate);
+
+	for (int i = 0; i < m; i++)
+	{
+		TupleTableSlot *slot = a->slots[i];
+		size_t		row = (size_t) (first + i) * a->ncols;
+
+		append_fill_slot(slot, a->desc, &a->defaults, econtext, a->ncols, a->attno,
+						 values + row, nulls + row);
+		if (a->idcol != InvalidAttrNumber)
+		{
+			/* the caller's right to the sequence, checked on the first */
+			ids[first + i] = nextval_internal(a->id_seq, first + i == 0);
+			slot->tts_values[a->idcol - 1] = Int64GetDatum(ids[first + i]);
+			slot->tts_isnull[a->idcol - 1] = false;
+		}
+		if (a->row_hook)
+		{
+			/* what it sets lives until the chunk is written */
+			MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(a->estate));
+
+			a->row_hook(a->rel, slot->tts_values, slot->tts_isnull);
+			MemoryContextSwitchTo(rowcxt);
+		}
+		if (a->rel->rd_att->constr)
+			ExecConstraints(a->rri, slot, a->estate);
+	}
+}
+
+/* The m rows in the slots written: the heap, then their index entries */
+static void
+append_write_chunk(Appending *a, int m)
+{
+	if (a->te != NULL)
+	{
+		/* one row: an insert record of its own, as the INSERT writes */
+		table_tuple_insert(a->rel, a->slots[0], a->cid, 0, NULL);
+		orch_task_entries_insert(a->te, a->slots[0], NULL, NULL);
+	}
+	else
+	{
+		/* the rows formed from the slots live until the chunk is written */
+		MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(a->estate));
+
+		table_multi_insert(a->rel, a->slots, m, a->cid, 0, NULL);
+		MemoryContextSwitchTo(rowcxt);
+		for (int i = 0; i < m; i++)
+			entries_insert(&a->ie, a->slots[i], a->estate);
+	}
+	ResetPerTupleExprContext(a->estate);
+}
+
+static void
+append_end(Appending *a)
+{
+	for (int i = 0; i < a->nslots; i++)
+		ExecDropSingleTupleTableSlot(a->slots[i]);
+	if (a->te != NULL)
+		orch_task_entries_end(a->te);
+	append_close(a->rri, a->estate, a->old, a->work, a->root);
+}
+
 /*
  * Append nrows rows to orch.<relname>: values and nulls hold ncols entries
  * per row, for the columns named in cols.  Returns false, having written
@@ -577,126 +735,21 @@ static bool
 append_rows(Oid relid, OrchRowHook row_hook, const Oid *types, Oid id_seq, int64 *ids,
 			int ncols, const char *const *cols, int nrows, const Datum *values, const bool *nulls)
 {
-	Relation	root,
-				rel;
-	TupleDesc	desc;
-	AttrNumber *attno;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	IndexEntries ie = {0};
-	AppendDefaults defaults;
-	TupleTableSlot **slots;
-	CommandId	cid;
-	MemoryContext work,
-				old;
-	int			nslots = Min(nrows, STORE_CHUNK);
-	AttrNumber	idcol = InvalidAttrNumber;
-	OrchTaskCache *tc;
-	OrchTaskEntries *te = NULL;
+	Appending	a;
 
 	if (nrows <= 0)
 		return true;
-	rel = open_append_target(relid, &root, row_hook != NULL, ncols, cols, nrows, values, nulls);
-	if (rel == NULL)
+	if (!append_begin(&a, relid, row_hook, types, id_seq, ncols, cols, nrows, values, nulls))
 		return false;
-	work = AllocSetContextCreate(CurrentMemoryContext, "orchestrator append",
-								 ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(work);
-
-	desc = RelationGetDescr(rel);
-	/* the task table's description is kept (task_cache.c) */
-	tc = row_hook != NULL ? orch_task_cache(rel) : NULL;
-	attno = tc != NULL ? (AttrNumber *) orch_task_cache_columns(tc, rel, ncols, cols, NULL)
-		: append_attnos(desc, ncols, cols);
-	estate = CreateExecutorState();
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	/*
-	 * One task row: the kept indexes, only those opened that take it; a
-	 * batch: every index, its predicates tested against a reference row.
-	 */
-	if (tc != NULL && nrows == 1 && orch_task_cache_entries_ok(tc))
-		te = orch_task_entries_begin(tc, rel, estate);
-	else
-	{
-		ExecOpenIndices(rri, false);
-		entries_init(&ie, rri);
-	}
-	if ((te == NULL && !ie.direct) || !append_types_match(desc, ncols, attno, types))
-	{
-		append_close(rri, estate, old, work, root);
-		return false;
-	}
-	append_defaults(&defaults, root, desc, ncols, attno, estate, tc);
-	for (int c = 0; OidIsValid(id_seq) && c < ncols; c++)
-		if (strcmp(cols[c], "id") == 0)
-			idcol = attno[c];
-	if (OidIsValid(id_seq) && idcol == InvalidAttrNumber)
-		elog(ERROR, "orchestrator: orch.%s has no column \"id\"", RelationGetRelationName(rel));
-
-	cid = GetCurrentCommandId(true);
-	slots = palloc(sizeof(TupleTableSlot *) * nslots);
-	/*
-	 * Virtual slots: the heap's insert forms each row from the slot's values
-	 * and the slot keeps them, so that the index entries read them as they
-	 * are (a heap slot would forget them once the row is formed, and the
-	 * task's row would be taken apart again, every column, for its entries).
-	 */
-	for (int i = 0; i < nslots; i++)
-		slots[i] = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
-
 	for (int done = 0; done < nrows;)
 	{
 		int			m = Min(nrows - done, STORE_CHUNK);
-		ExprContext *econtext = GetPerTupleExprContext(estate);
 
-		for (int i = 0; i < m; i++)
-		{
-			append_fill_slot(slots[i], desc, &defaults, econtext, ncols, attno,
-							 values + (size_t) (done + i) * ncols, nulls + (size_t) (done + i) * ncols);
-			if (idcol != InvalidAttrNumber)
-			{
-				/* the caller's right to the sequence, checked on the first */
-				ids[done + i] = nextval_internal(id_seq, done + i == 0);
-				slots[i]->tts_values[idcol - 1] = Int64GetDatum(ids[done + i]);
-				slots[i]->tts_isnull[idcol - 1] = false;
-			}
-			if (row_hook)
-			{
-				/* what it sets lives until the chunk is written */
-				MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-
-				row_hook(rel, slots[i]->tts_values, slots[i]->tts_isnull);
-				MemoryContextSwitchTo(rowcxt);
-			}
-			if (rel->rd_att->constr)
-				ExecConstraints(rri, slots[i], estate);
-		}
-		if (te != NULL)
-		{
-			/* one row: an insert record of its own, as the INSERT writes */
-			table_tuple_insert(rel, slots[0], cid, 0, NULL);
-			orch_task_entries_insert(te, slots[0], NULL, NULL);
-		}
-		else
-		{
-			/* the rows formed from the slots live until the chunk is written */
-			MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
-
-			table_multi_insert(rel, slots, m, cid, 0, NULL);
-			MemoryContextSwitchTo(rowcxt);
-			for (int i = 0; i < m; i++)
-				entries_insert(&ie, slots[i], estate);
-		}
-		ResetPerTupleExprContext(estate);
+		append_fill_chunk(&a, done, m, values, nulls, ids);
+		append_write_chunk(&a, m);
 		done += m;
 	}
-
-	for (int i = 0; i < nslots; i++)
-		ExecDropSingleTupleTableSlot(slots[i]);
-	if (te != NULL)
-		orch_task_entries_end(te);
-	append_close(rri, estate, old, work, root);
+	append_end(&a);
 	return true;
 }
 
