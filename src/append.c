@@ -329,7 +329,7 @@ typedef struct IndexEntries
 	Datum	   *ref_values;		/* the first row's predicate columns (copied) */
 	bool	   *ref_nulls;
 	int		   *same_idx;		/* the indexes a row equal to the first goes into */
-	int			nsame;			/* -1: not known yet */
+	int			nsame;			/* -1: not known yet; -2: none (rows tested) */
 } IndexEntries;
 
 /* The user columns a predicate reads, as row offsets, into cols (-1: a system column) */
@@ -455,7 +455,7 @@ entries_wanted(IndexEntries *ie, int i, TupleTableSlot *slot, EState *estate, bo
 /*
  * The indexes a row equal to the first on every predicate column goes
  * into, once each index's result for the first row is known (none tests a
- * system column): ie->same_idx, or nsame left at -1.
+ * system column): ie->same_idx; else nsame is -2.
  */
 static void
 entries_same_list(IndexEntries *ie)
@@ -470,7 +470,11 @@ entries_same_list(IndexEntries *ie)
 		if (rri->ri_IndexRelationDescs[i] == NULL || !ii->ii_ReadyForInserts)
 			continue;
 		if (ii->ii_Predicate != NIL && ie->pred_ref[i] < 0)
+		{
+			/* a predicate on a system column: tested on every row */
+			ie->nsame = -2;
 			return;
+		}
 		if (ii->ii_Predicate == NIL || ie->pred_ref[i] == 1)
 			ie->same_idx[n++] = i;
 	}
@@ -520,7 +524,7 @@ entries_insert(IndexEntries *ie, TupleTableSlot *slot, EState *estate)
 			continue;
 		entries_insert_one(ie, i, slot, estate);
 	}
-	if (same)
+	if (same && ie->nsame == -1)
 		entries_same_list(ie);
 }
 
