@@ -58,7 +58,6 @@ struct OrchTaskCache
 	bool	   *index_unique;
 	int			pk;				/* position of the primary key, -1: none */
 	int			claim[2];		/* the claim indexes (queue order; per tenant), -1: none */
-	bool		claim_hashed[2];	/* ... led by the queue's hash (ORCH_QUEUE_KEY) */
 	int			natts;
 	ExprState **defaults;		/* per column: its default, compiled; NULL: none */
 	bool	   *default_volatile;
@@ -335,8 +334,6 @@ claim_index_fits(OrchTaskCache *c, Relation rel, int i, bool tenant)
 			ir->rd_indcollation[k] == (key_hash ? InvalidOid : att->attcollation);
 	}
 	index_close(ir, NoLock);
-	if (fits)
-		c->claim_hashed[tenant] = hashed;
 	return fits;
 }
 
@@ -346,7 +343,6 @@ find_claim_indexes(OrchTaskCache *c, Relation rel)
 	for (int t = 0; t < 2; t++)
 	{
 		c->claim[t] = -1;
-		c->claim_hashed[t] = false;
 		for (int i = 0; i < c->nindexes && c->claim[t] < 0; i++)
 			if (claim_index_fits(c, rel, i, t == 1))
 				c->claim[t] = i;
@@ -510,8 +506,11 @@ orch_task_cache_pk(const OrchTaskCache *c, AttrNumber *first)
 Oid
 orch_task_cache_claim_index(const OrchTaskCache *c, bool tenant, bool *hashed)
 {
-	*hashed = c->claim_hashed[tenant];
-	return c->claim[tenant] >= 0 ? c->index_oids[c->claim[tenant]] : InvalidOid;
+	int			i = c->claim[tenant];
+
+	/* a claim index's one expression is the queue's hash (claim_index_fits) */
+	*hashed = i >= 0 && c->index_infos[i]->ii_Expressions != NIL;
+	return i >= 0 ? c->index_oids[i] : InvalidOid;
 }
 
 /* Column a's (0-based) default, compiled (NULL: none), and whether it is volatile */
