@@ -577,7 +577,8 @@ typedef struct Appending
 	IndexEntries ie;			/* a batch's index entries */
 	OrchTaskEntries *te;		/* or one task row's */
 	AppendDefaults defaults;
-	TupleTableSlot **slots;
+	TupleTableSlot **slots;		/* the rows' values (virtual) */
+	TupleTableSlot **rows;		/* and the heap tuples formed from them */
 	int			nslots;
 	CommandId	cid;
 	OrchRowHook row_hook;
@@ -642,14 +643,21 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 	a->cid = GetCurrentCommandId(true);
 	a->nslots = Min(nrows, STORE_CHUNK);
 	a->slots = palloc(sizeof(TupleTableSlot *) * a->nslots);
+	a->rows = palloc(sizeof(TupleTableSlot *) * a->nslots);
 	/*
-	 * Virtual slots: the heap's insert forms each row from the slot's values
-	 * and the slot keeps them, so that the index entries read them as they
-	 * are (a heap slot would forget them once the row is formed, and the
-	 * task's row would be taken apart again, every column, for its entries).
+	 * Two slots per row.  A virtual one keeps the row's values, so that the
+	 * index entries read them as they are (a heap slot would forget them
+	 * once the row is formed, and the task's row would be taken apart again,
+	 * every column, for its entries).  A heap one holds the row formed from
+	 * them, once, for the table's insert: given the virtual slot, the insert
+	 * would first copy its values into the slot's own memory, then form the
+	 * row from the copy.
 	 */
 	for (int i = 0; i < a->nslots; i++)
+	{
 		a->slots[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsVirtual);
+		a->rows[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsHeapTuple);
+	}
 	return true;
 }
 
@@ -689,26 +697,43 @@ append_fill_chunk(Appending *a, int first, int m, const Datum *values, const boo
 	}
 }
 
+/*
+ * The m rows formed from their values into their heap slots (each slot
+ * frees its row when it takes the next one), then written; their tids
+ * given back to the slots of their values, which their index entries read.
+ */
+static void
+append_insert_rows(Appending *a, int m)
+{
+	MemoryContext old = MemoryContextSwitchTo(a->work);
+
+	for (int i = 0; i < m; i++)
+		ExecStoreHeapTuple(heap_form_tuple(a->desc, a->slots[i]->tts_values, a->slots[i]->tts_isnull),
+						   a->rows[i], true);
+	/* what the insert allocates (a row's toasted form) lives until the chunk is written */
+	MemoryContextSwitchTo(GetPerTupleMemoryContext(a->estate));
+	if (a->te != NULL)
+		table_tuple_insert(a->rel, a->rows[0], a->cid, 0, NULL); /* an insert record of its own */
+	else
+		table_multi_insert(a->rel, a->rows, m, a->cid, 0, NULL);
+	MemoryContextSwitchTo(old);
+	for (int i = 0; i < m; i++)
+	{
+		a->slots[i]->tts_tid = a->rows[i]->tts_tid;
+		a->slots[i]->tts_tableOid = a->rows[i]->tts_tableOid;
+	}
+}
+
 /* The m rows in the slots written: the heap, then their index entries */
 static void
 append_write_chunk(Appending *a, int m)
 {
+	append_insert_rows(a, m);
 	if (a->te != NULL)
-	{
-		/* one row: an insert record of its own, as the INSERT writes */
-		table_tuple_insert(a->rel, a->slots[0], a->cid, 0, NULL);
 		orch_task_entries_insert(a->te, a->slots[0], NULL, NULL);
-	}
 	else
-	{
-		/* the rows formed from the slots live until the chunk is written */
-		MemoryContext rowcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(a->estate));
-
-		table_multi_insert(a->rel, a->slots, m, a->cid, 0, NULL);
-		MemoryContextSwitchTo(rowcxt);
 		for (int i = 0; i < m; i++)
 			entries_insert(&a->ie, a->slots[i], a->estate);
-	}
 	ResetPerTupleExprContext(a->estate);
 }
 
@@ -716,7 +741,10 @@ static void
 append_end(Appending *a)
 {
 	for (int i = 0; i < a->nslots; i++)
+	{
 		ExecDropSingleTupleTableSlot(a->slots[i]);
+		ExecDropSingleTupleTableSlot(a->rows[i]);
+	}
 	if (a->te != NULL)
 		orch_task_entries_end(a->te);
 	append_close(a->rri, a->estate, a->old, a->work, a->root);
