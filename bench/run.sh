@@ -128,8 +128,8 @@ SUB_LIMIT=10            # seconds: no call of the subflows group may take longer
 WF_WORKERS=4            # workers of the workflow runs (as "process, 4 workers")
 WF_TARGET=1.5           # step overhead target: bare-task jobs/s / linear steps/s
 
-log()  { printf '==> %s\n' "$*" >&2; }
-die()  { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$BENCH_DIR/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as the postgres OS user)"
 [ "$PORT" != 5432 ] || die "BENCH_PORT must not be 5432 (the system cluster)"
@@ -137,26 +137,17 @@ want() { case " $TP_SYSTEMS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 group() { case " $GROUPS_ " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 want orchestrator || want baseline || die "BENCH_SYSTEMS names neither orchestrator nor baseline"
 
-# pgmq from its release tarball (pure SQL): its control file without the
-# module_pathname line and sql/pgmq.sql as pgmq--VERSION.sql in the server's
-# extension directory.  Absent: pgmq is left out, with a line in the report.
+# pgmq from its release tarball (bench/lib.sh).  Absent: pgmq is left out,
+# with a line in the report.
 install_pgmq() {
-    local dir ver ext
+    local ver
     want pgmq || return 0
-    if [ ! -f "$PGMQ_TAR" ]; then
+    if ! ver=$(pgmq_install "$PGMQ_TAR"); then
         PGMQ_NOTE="pgmq: skipped ($PGMQ_TAR not found; BENCH_PGMQ names the release tarball)"
         log "$PGMQ_NOTE"
         TP_SYSTEMS=$SYSTEMS
         return 0
     fi
-    dir=$(mktemp -d /tmp/bench-pgmq.XXXXXX)
-    tar xzf "$PGMQ_TAR" -C "$dir"
-    ext=$(ls -d "$dir"/*/pgmq-extension | head -1)
-    ver=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$ext/pgmq.control")
-    [ -n "$ver" ] && [ -f "$ext/sql/pgmq.sql" ] || die "pgmq: $PGMQ_TAR is not a pgmq release (no control file or sql/pgmq.sql)"
-    grep -v '^module_pathname' "$ext/pgmq.control" >"$($PG_CONFIG --sharedir)/extension/pgmq.control"
-    cp "$ext/sql/pgmq.sql" "$($PG_CONFIG --sharedir)/extension/pgmq--$ver.sql"
-    rm -rf "$dir"
     PGMQ_NOTE="pgmq $ver (pure SQL, from $(basename "$PGMQ_TAR")): send / send_batch / read + delete / read 100 + delete of the ids"
     log "installed pgmq $ver"
 }
@@ -164,33 +155,6 @@ install_pgmq() {
 # ---------------------------------------------------------------------------
 # Packages and build
 # ---------------------------------------------------------------------------
-ensure_packages() {
-    local missing=() p
-    # postgresql-contrib-15 is a virtual package provided by postgresql-15 on
-    # Debian; pgbench and pg_stat_statements ship in postgresql-15.
-    [ -x "$PGBIN/postgres" ] || missing+=(postgresql-15)
-    [ -x "$PGBIN/pgbench" ] && [ -f "$(dirname "$PGBIN")/lib/pg_stat_statements.so" ] \
-        || missing+=(postgresql-contrib-15)
-    [ -x "$PG_CONFIG" ] && [ -f "$($PG_CONFIG --pgxs 2>/dev/null || echo /nonexistent)" ] \
-        || missing+=(postgresql-server-dev-15)
-    command -v make >/dev/null && command -v gcc >/dev/null || missing+=(build-essential)
-    [ ${#missing[@]} -eq 0 ] && return 0
-    log "installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        "${missing[@]}" </dev/null
-    for p in postgres pgbench pg_config; do
-        [ -x "$PGBIN/$p" ] || die "$PGBIN/$p missing after apt-get install"
-    done
-}
-
-build_extension() {
-    [ "${BENCH_SKIP_BUILD:-0}" = 1 ] && { log "build skipped (BENCH_SKIP_BUILD=1)"; return 0; }
-    log "make && make install ($REPO)"
-    make -C "$REPO" -s PG_CONFIG="$PG_CONFIG" >&2 || die "extension build failed (make)"
-    make -C "$REPO" -s PG_CONFIG="$PG_CONFIG" install >&2 || die "make install failed"
-}
-
 ensure_packages
 id postgres >/dev/null 2>&1 || die "no postgres OS user"
 if want orchestrator; then build_extension; fi
@@ -205,8 +169,6 @@ chmod 755 "$WORK"
 DATA=$WORK/data
 SOCK=$WORK
 PGBENCH_PID=
-
-as_pg() { (cd / && runuser -u postgres -- "$@"); }
 
 cleanup() {
     local rc=$?
@@ -401,13 +363,6 @@ states() { # SIDE -> "state=count ..." of queue bench
     fi
 }
 
-script_for() { # SIDE NAME -> path of the pgbench script
-    case $1 in
-        orchestrator) echo "$BENCH_DIR/orch_$2.sql" ;;
-        pgmq)         echo "$BENCH_DIR/pgmq_$2.sql" ;;
-        *)            echo "$BENCH_DIR/base_$2.sql" ;;
-    esac
-}
 
 threads_for() { local c=$1 n; n=$(nproc); echo $(( c < n ? c : n )); }
 
