@@ -582,6 +582,9 @@ typedef struct Appending
 	int			nslots;
 	CommandId	cid;
 	OrchRowHook row_hook;
+	AttrNumber *not_null;		/* the columns declared NOT NULL */
+	int			nnot_null;
+	bool		checks;			/* the table has CHECK constraints */
 	Oid			id_seq;
 	AttrNumber	idcol;
 	MemoryContext work;
@@ -634,6 +637,11 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 		return false;
 	}
 	append_defaults(&a->defaults, a->root, a->desc, ncols, a->attno, a->estate, tc);
+	a->checks = a->desc->constr != NULL && a->desc->constr->num_check > 0;
+	a->not_null = palloc(sizeof(AttrNumber) * a->desc->natts);
+	for (int i = 0; i < a->desc->natts; i++)
+		if (TupleDescAttr(a->desc, i)->attnotnull && !TupleDescAttr(a->desc, i)->attisdropped)
+			a->not_null[a->nnot_null++] = i;
 	for (int c = 0; OidIsValid(id_seq) && c < ncols; c++)
 		if (strcmp(cols[c], "id") == 0)
 			a->idcol = a->attno[c];
@@ -659,6 +667,23 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 		a->rows[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsHeapTuple);
 	}
 	return true;
+}
+
+/*
+ * Does the row need the table's constraints checked: a CHECK constraint to
+ * evaluate, or a NULL in a NOT NULL column (ExecConstraints raises the
+ * error an INSERT does)?  A row that meets every NOT NULL of a table
+ * without CHECKs passes them as it is.
+ */
+static bool
+append_check_needed(const Appending *a, TupleTableSlot *slot)
+{
+	if (a->checks)
+		return true;
+	for (int i = 0; i < a->nnot_null; i++)
+		if (slot->tts_isnull[a->not_null[i]])
+			return true;
+	return false;
 }
 
 /*
@@ -692,7 +717,7 @@ append_fill_chunk(Appending *a, int first, int m, const Datum *values, const boo
 			a->row_hook(a->rel, slot->tts_values, slot->tts_isnull);
 			MemoryContextSwitchTo(rowcxt);
 		}
-		if (a->rel->rd_att->constr)
+		if (append_check_needed(a, slot))
 			ExecConstraints(a->rri, slot, a->estate);
 	}
 }
