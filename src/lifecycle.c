@@ -202,15 +202,6 @@ task_what(int64 task_id)
 	return psprintf("task " INT64_FORMAT, task_id);
 }
 
-static char *
-get_text_col(HeapTuple tup, TupleDesc td, int attno)
-{
-	bool		isnull;
-	Datum		d = heap_getattr(tup, attno, td, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
-}
-
 /*
  * The new row as the trigger reads and sets it: its columns taken apart
  * once (a late column of the wide row read with heap_getattr walks every
@@ -408,6 +399,8 @@ typedef struct TaskChange
 	TupleDesc	td;
 	bool		is_insert;
 	HeapTuple	oldtup;			/* NULL for an insert */
+	const Datum *ov;			/* its values, when the writer took them apart */
+	const bool *on;
 	NewRow		row;
 	int64		task_id;
 	char	   *from_name;		/* NULL for an insert */
@@ -425,6 +418,38 @@ typedef struct TaskChange
 	int64		run_id;
 	int64		waited_us;		/* a claim: how long it had been claimable; -1 */
 } TaskChange;
+
+/*
+ * A column of the row before the change: from its values when the writer
+ * has them (task_update.c took the row apart once), else read from the
+ * tuple (the trigger's).
+ */
+static Datum
+old_get(TaskChange *c, int col, bool *isnull)
+{
+	if (c->ov == NULL)
+		return heap_getattr(c->oldtup, col, c->td, isnull);
+	*isnull = c->on[col - 1];
+	return c->ov[col - 1];
+}
+
+static bool
+old_isnull(TaskChange *c, int col)
+{
+	bool		isnull;
+
+	(void) old_get(c, col, &isnull);
+	return isnull;
+}
+
+static char *
+old_text(TaskChange *c, int col)
+{
+	bool		isnull;
+	Datum		d = old_get(c, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
 
 /* The columns of a completion the row records (finished_at last) */
 static void
@@ -458,7 +483,7 @@ change_check(TaskChange *c)
 			orch_raise_invalid_transition(task_what(c->task_id), NULL, c->to_name);
 		return true;
 	}
-	c->from_name = get_text_col(c->oldtup, c->td, task_cols.state);
+	c->from_name = old_text(c, task_cols.state);
 	c->from = orch_state_from_name(c->from_name);
 	if (c->from == TS_INVALID)
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " has unknown state \"%s\"",
@@ -558,7 +583,7 @@ claim_key_moved(TaskChange *c)
 		Form_pg_attribute att = TupleDescAttr(c->td, cols[i] - 1);
 		bool		old_null;
 		bool		new_null;
-		Datum		o = heap_getattr(c->oldtup, cols[i], c->td, &old_null);
+		Datum		o = old_get(c, cols[i], &old_null);
 		Datum		n = row_get(&c->row, cols[i], &new_null);
 
 		if (old_null != new_null ||
@@ -584,7 +609,7 @@ change_delayed(TaskChange *c, bool old, TimestampTz *due)
 	if (old && c->is_insert)
 		return false;
 	for (int i = 0; i < 4; i++)
-		v[i] = old ? heap_getattr(c->oldtup, cols[i], c->td, &n[i]) : row_get(&c->row, cols[i], &n[i]);
+		v[i] = old ? old_get(c, cols[i], &n[i]) : row_get(&c->row, cols[i], &n[i]);
 	if (!n[0] || (!n[1] && DatumGetBool(v[1])) ||
 		!(st == TS_QUEUED || (st == TS_AWAITING_TOOL && !n[2])))
 		return false;
@@ -613,7 +638,7 @@ change_wake(TaskChange *c)
 	(void) row_get(&c->row, task_cols.ready_at, &ready);
 	ready = !ready;
 	if (!c->is_insert)
-		was_ready = !heap_attisnull(c->oldtup, task_cols.ready_at, c->td);
+		was_ready = !old_isnull(c, task_cols.ready_at);
 	if ((ready && !was_ready) || (ready && was_ready && claim_key_moved(c)))
 		orch_claim_wake_note(row_text(&c->row, task_cols.queue));
 	else if (change_delayed(c, false, &due) && (!change_delayed(c, true, &was_due) || was_due != due))
@@ -675,7 +700,7 @@ change_event_facts(TaskChange *c)
 	c->reason = row_text(row, task_cols.reason_code);
 	if (!c->is_insert)
 	{
-		char	   *old_reason = get_text_col(c->oldtup, c->td, task_cols.reason_code);
+		char	   *old_reason = old_text(c, task_cols.reason_code);
 
 		/* a raw UPDATE that set no reason of its own */
 		if (!orch_event_context()->active &&
@@ -687,7 +712,7 @@ change_event_facts(TaskChange *c)
 	c->tenant = row_text(row, task_cols.tenant_id);
 	/* an attempt that ends is named as it was (a release gives its number back) */
 	if (!c->is_insert && c->from == TS_EXECUTING)
-		c->attempt = DatumGetInt32(heap_getattr(c->oldtup, task_cols.attempts, c->td, &isnull));
+		c->attempt = DatumGetInt32(old_get(c, task_cols.attempts, &isnull));
 	else
 		c->attempt = DatumGetInt32(row_get(row, task_cols.attempts, &isnull));
 	d = row_get(row, task_cols.lease_token, &isnull);
@@ -704,7 +729,7 @@ change_event_facts(TaskChange *c)
 	c->waited_us = -1;
 	if (!c->is_insert && c->to == TS_EXECUTING)
 	{
-		d = heap_getattr(c->oldtup, task_cols.ready_at, c->td, &isnull);
+		d = old_get(c, task_cols.ready_at, &isnull);
 		if (!isnull)
 			c->waited_us = Max(0, GetCurrentTimestamp() - DatumGetTimestampTz(d));
 	}
@@ -731,7 +756,7 @@ change_note_run(TaskChange *c)
 	else if ((c->from == TS_EXECUTING && c->to == TS_AWAITING_TOOL &&
 			  !row_isnull(row, task_cols.retry_at)) ||
 			 (c->from == TS_AWAITING_TOOL && c->to == TS_EXECUTING &&
-			  !heap_attisnull(c->oldtup, task_cols.retry_at, c->td)))
+			  !old_isnull(c, task_cols.retry_at)))
 	{
 		char	   *key = row_text(row, task_cols.step_key);
 
@@ -766,7 +791,7 @@ change_record_claim(TaskChange *c)
 	 */
 	if (!c->is_insert &&
 		((c->from == TS_EXECUTING && !c->records_completion) || c->to == TS_EXECUTING) &&
-		!heap_attisnull(c->oldtup, task_cols.claim_event_id, c->td))
+		!old_isnull(c, task_cols.claim_event_id))
 	{
 		write_claim_event(c->oldtup, c->td, c->tenant, c->task_id, c->has_run, c->run_id);
 		record_no_claim(row);
@@ -968,16 +993,20 @@ orch_task_inserting(Relation rel, Datum *values, bool *nulls)
 /*
  * A task row updated without the executor (task_update.c): the new values
  * (one per column of rel, set in place) checked and derived exactly as the
- * row trigger does for an UPDATE of oldtup.
+ * row trigger does for an UPDATE of oldtup, whose values (ov, on) the
+ * writer took apart already.
  */
 void
-orch_task_updating(Relation rel, HeapTuple oldtup, Datum *values, bool *nulls)
+orch_task_updating(Relation rel, HeapTuple oldtup, const Datum *ov, const bool *on,
+				   Datum *values, bool *nulls)
 {
 	TaskChange	c = {0};
 
 	c.is_insert = false;
 	c.td = RelationGetDescr(rel);
 	c.oldtup = oldtup;
+	c.ov = ov;
+	c.on = on;
 	load_task_cols(rel);
 	c.row.td = c.td;
 	c.row.values = values;

@@ -333,7 +333,8 @@ extern void orch_events_statement_end(void);
 /* lifecycle.c: the row trigger's work on a task row inserted without the executor */
 extern void orch_task_inserting(Relation rel, Datum *values, bool *nulls);
 /* ... and on one updated without it (oldtup: the row before) */
-extern void orch_task_updating(Relation rel, HeapTuple oldtup, Datum *values, bool *nulls);
+extern void orch_task_updating(Relation rel, HeapTuple oldtup, const Datum *ov, const bool *on,
+							   Datum *values, bool *nulls);
 /* statement_end.c: the statement-end trigger's work after such inserts, and updates */
 extern void orch_tasks_inserted(void);
 extern void orch_tasks_updated(void);
@@ -645,7 +646,8 @@ extern void orch_task_entries_insert(OrchTaskEntries *e, struct TupleTableSlot *
 extern void orch_task_entries_end(OrchTaskEntries *e);
 
 /* task_update.c: completions written without SQL */
-typedef void (*OrchUpdateHook) (Relation rel, HeapTuple oldtup, Datum *values, bool *nulls);
+typedef void (*OrchUpdateHook) (Relation rel, HeapTuple oldtup, const Datum *ov, const bool *on,
+								Datum *values, bool *nulls);
 typedef struct OrchCompletion
 {
 	int64		id;

@@ -387,7 +387,7 @@ orch_task_writes_take(OrchTaskWrites *w)
 void
 orch_task_writes_derive(OrchTaskWrites *w, OrchUpdateHook hook)
 {
-	hook(w->rel, w->oldtup, w->nslot->tts_values, w->nslot->tts_isnull);
+	hook(w->rel, w->oldtup, w->ov, w->on, w->nslot->tts_values, w->nslot->tts_isnull);
 	check_not_null(w->rel, w->nslot->tts_isnull);
 	ExecStoreVirtualTuple(w->nslot);
 }
