@@ -404,13 +404,13 @@ typedef struct TaskChange
 	NewRow		row;
 	int64		task_id;
 	char	   *from_name;		/* NULL for an insert */
-	char	   *to_name;
+	const char *to_name;
 	TaskState	from;			/* TS_INVALID for an insert */
 	TaskState	to;
 	bool		records_completion; /* a completion the row records (below) */
 	/* the facts of its event */
 	char	   *reason;
-	char	   *tenant;
+	char	   *tenant;			/* read when first asked: change_tenant */
 	char	   *actor;
 	int32		attempt;
 	pg_uuid_t  *token;
@@ -471,11 +471,14 @@ static bool
 change_check(TaskChange *c)
 {
 	bool		isnull;
+	Datum		d;
 
 	c->from = TS_INVALID;
 	c->task_id = DatumGetInt64(row_get(&c->row, task_cols.id, &isnull));
-	c->to_name = row_text(&c->row, task_cols.state);
-	c->to = c->to_name ? orch_state_from_name(c->to_name) : TS_INVALID;
+	/* a state's name as the matrix spells it; another value as it is, for the error */
+	d = row_get(&c->row, task_cols.state, &isnull);
+	c->to = isnull ? TS_INVALID : orch_state_from_text(d);
+	c->to_name = c->to != TS_INVALID ? orch_state_names[c->to] : row_text(&c->row, task_cols.state);
 
 	if (c->is_insert)
 	{
@@ -689,7 +692,16 @@ change_gate(TaskChange *c)
 	AtEOXact_GUC(true, nest);
 }
 
-/* What the transition's event says: reason, tenant, actor, attempt, run */
+/* The task's tenant, as its event names it (read when first asked) */
+static const char *
+change_tenant(TaskChange *c)
+{
+	if (c->tenant == NULL)
+		c->tenant = row_text(&c->row, task_cols.tenant_id);
+	return c->tenant;
+}
+
+/* What the transition's event says: reason, actor, attempt, run */
 static void
 change_event_facts(TaskChange *c)
 {
@@ -709,7 +721,6 @@ change_event_facts(TaskChange *c)
 	}
 	else if (c->reason == NULL)
 		c->reason = "enqueued";
-	c->tenant = row_text(row, task_cols.tenant_id);
 	/* an attempt that ends is named as it was (a release gives its number back) */
 	if (!c->is_insert && c->from == TS_EXECUTING)
 		c->attempt = DatumGetInt32(old_get(c, task_cols.attempts, &isnull));
@@ -751,7 +762,7 @@ change_note_run(TaskChange *c)
 	if (!c->has_run)
 		return;
 	if (orch_state_is_terminal(c->to) && c->to != c->from)
-		orch_runs_note(c->run_id, c->tenant, c->task_id, row_text(row, task_cols.step_key),
+		orch_runs_note(c->run_id, change_tenant(c), c->task_id, row_text(row, task_cols.step_key),
 					   c->to == TS_COMPLETED);
 	else if ((c->from == TS_EXECUTING && c->to == TS_AWAITING_TOOL &&
 			  !row_isnull(row, task_cols.retry_at)) ||
@@ -761,7 +772,7 @@ change_note_run(TaskChange *c)
 		char	   *key = row_text(row, task_cols.step_key);
 
 		if (key != NULL && strchr(key, '#') == NULL && strchr(key, ':') == NULL)
-			orch_runs_note_retry(c->run_id, c->tenant);
+			orch_runs_note_retry(c->run_id, change_tenant(c));
 	}
 }
 
@@ -793,7 +804,7 @@ change_record_claim(TaskChange *c)
 		((c->from == TS_EXECUTING && !c->records_completion) || c->to == TS_EXECUTING) &&
 		!old_isnull(c, task_cols.claim_event_id))
 	{
-		write_claim_event(c->oldtup, c->td, c->tenant, c->task_id, c->has_run, c->run_id);
+		write_claim_event(c->oldtup, c->td, change_tenant(c), c->task_id, c->has_run, c->run_id);
 		record_no_claim(row);
 	}
 
@@ -899,13 +910,13 @@ change_write_event(TaskChange *c, Relation rel)
 
 	if (orch_has_flush_trigger(rel))
 	{
-		orch_buffer_event("task", c->tenant, true, c->task_id, c->has_run, c->run_id,
+		orch_buffer_event("task", change_tenant(c), true, c->task_id, c->has_run, c->run_id,
 						  from, c->to_name, c->reason, c->actor, c->attempt, c->token,
 						  orch_event_context()->note, c->waited_us);
 		return;
 	}
 	nest = orch_pin_search_path();
-	orch_write_event_full(c->tenant, c->task_id, true, c->run_id, c->has_run, "task",
+	orch_write_event_full(change_tenant(c), c->task_id, true, c->run_id, c->has_run, "task",
 						  from, c->to_name, c->reason, c->actor, c->attempt, c->token,
 						  orch_event_context()->note, c->waited_us);
 	AtEOXact_GUC(true, nest);

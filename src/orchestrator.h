@@ -53,6 +53,7 @@ typedef enum TaskState
 /* task_states.c: the states and the matrix of their transitions */
 extern const char *const orch_state_names[TS_COUNT];
 extern TaskState orch_state_from_name(const char *name);
+extern TaskState orch_state_from_text(Datum t);
 extern bool orch_state_is_terminal(TaskState s);
 extern bool orch_task_transition_allowed(TaskState from, TaskState to);
 

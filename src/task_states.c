@@ -26,6 +26,19 @@ static const bool task_matrix[TS_COUNT][TS_COUNT] = {
 	{false, false, false, false, false, false, false, true},	/* cancelled */
 };
 
+/* The state a text value names (TS_INVALID: none), read in place */
+TaskState
+orch_state_from_text(Datum t)
+{
+	text	   *v = DatumGetTextPP(t);
+	size_t		len = VARSIZE_ANY_EXHDR(v);
+
+	for (int i = 0; i < TS_COUNT; i++)
+		if (strlen(orch_state_names[i]) == len && memcmp(VARDATA_ANY(v), orch_state_names[i], len) == 0)
+			return (TaskState) i;
+	return TS_INVALID;
+}
+
 TaskState
 orch_state_from_name(const char *name)
 {
