@@ -1038,7 +1038,8 @@ orch_dequeue(PG_FUNCTION_ARGS)
 		orch_require_one_tenant(r.tenant, "orch_dequeue");
 	}
 
-	InitMaterializedSRF(fcinfo, 0);
+	/* the rows' description as the caller expects it (not built again from pg_proc) */
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (wait > 0)
 		claim_waiting(&r, wait, rsinfo);
 	else
