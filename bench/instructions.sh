@@ -109,6 +109,11 @@ checkpoint_timeout = 30min
 autovacuum = off                      # no worker between a run's transactions
 jit = off
 shared_preload_libraries = 'orchestrator'
+# What a worker's claims go by for a while is bounded in time: 50 ms by
+# default, which callgrind's slowdown (about 50 times) would make about 50
+# times fewer claims.  Scaled with it, the bound covers as many claims as
+# at full speed.
+orchestrator.claim_cache_max_age = 2500
 EOF
 log "starting the cluster under callgrind (every backend is counted, in $CG)"
 # The postmaster forks its backends without exec: each is counted, into a
