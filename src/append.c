@@ -582,7 +582,7 @@ typedef struct Appending
 	int			nslots;
 	CommandId	cid;
 	OrchRowHook row_hook;
-	AttrNumber *not_null;		/* the columns declared NOT NULL */
+	int		   *not_null;		/* the columns declared NOT NULL (offsets) */
 	int			nnot_null;
 	bool		checks;			/* the table has CHECK constraints */
 	Oid			id_seq;
@@ -638,7 +638,7 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 	}
 	append_defaults(&a->defaults, a->root, a->desc, ncols, a->attno, a->estate, tc);
 	a->checks = a->desc->constr != NULL && a->desc->constr->num_check > 0;
-	a->not_null = palloc(sizeof(AttrNumber) * a->desc->natts);
+	a->not_null = palloc(sizeof(int) * a->desc->natts);
 	for (int i = 0; i < a->desc->natts; i++)
 		if (TupleDescAttr(a->desc, i)->attnotnull && !TupleDescAttr(a->desc, i)->attisdropped)
 			a->not_null[a->nnot_null++] = i;
@@ -664,6 +664,8 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 	for (int i = 0; i < a->nslots; i++)
 	{
 		a->slots[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsVirtual);
+		/* a CHECK or a predicate that reads tableoid reads it from the first row on */
+		a->slots[i]->tts_tableOid = RelationGetRelid(a->rel);
 		a->rows[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsHeapTuple);
 	}
 	return true;
