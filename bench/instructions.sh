@@ -33,18 +33,14 @@ set -euo pipefail
 shopt -s inherit_errexit
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$BENCH_DIR/.." && pwd)
-PGBIN=${ORCH_PG_BINDIR:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=$PGBIN/pg_config
+# shellcheck source=bench/lib.sh
+. "$BENCH_DIR/lib.sh"
 PORT=${BENCH_PORT:-55434}
 SYSTEMS=${BENCH_SYSTEMS:-orchestrator baseline pgmq}
 PATHS=${BENCH_COUNT:-enqueue enqueue_batch process process_batch}
 PGMQ_TAR=${BENCH_PGMQ:-$REPO/../shared/vendor/pgmq-1.5.1.tar.gz}
 KEEP=${BENCH_KEEP:-0}
 OUT=${BENCH_OUT:-}
-
-# shellcheck source=bench/lib.sh
-. "$BENCH_DIR/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as the postgres OS user)"
 [ "$PORT" != 5432 ] || die "BENCH_PORT must not be 5432 (the system cluster)"

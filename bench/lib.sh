@@ -1,5 +1,9 @@
-# bench/lib.sh: what bench/run.sh and bench/instructions.sh share (sourced).
-# Expects PGBIN, PG_CONFIG and REPO to be set.
+# bench/lib.sh: what bench/run.sh and bench/instructions.sh share (sourced,
+# with BENCH_DIR set to bench/).
+
+REPO=$(cd "$BENCH_DIR/.." && pwd)
+PGBIN=${ORCH_PG_BINDIR:-/usr/lib/postgresql/15/bin}
+PG_CONFIG=$PGBIN/pg_config
 
 log()  { printf '==> %s\n' "$*" >&2; }
 die()  { printf 'bench: error: %s\n' "$*" >&2; exit 1; }

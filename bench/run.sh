@@ -37,9 +37,8 @@
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$BENCH_DIR/.." && pwd)
-PGBIN=${ORCH_PG_BINDIR:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=$PGBIN/pg_config
+# shellcheck source=bench/lib.sh
+. "$BENCH_DIR/lib.sh"
 
 PORT=${BENCH_PORT:-55433}
 QUICK=${BENCH_QUICK:-0}
@@ -127,9 +126,6 @@ SUB_SIZES=${BENCH_SUB_SIZES:-100 1000}
 SUB_LIMIT=10            # seconds: no call of the subflows group may take longer
 WF_WORKERS=4            # workers of the workflow runs (as "process, 4 workers")
 WF_TARGET=1.5           # step overhead target: bare-task jobs/s / linear steps/s
-
-# shellcheck source=bench/lib.sh
-. "$BENCH_DIR/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as the postgres OS user)"
 [ "$PORT" != 5432 ] || die "BENCH_PORT must not be 5432 (the system cluster)"
