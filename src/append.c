@@ -640,7 +640,7 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 	a->checks = a->desc->constr != NULL && a->desc->constr->num_check > 0;
 	a->not_null = palloc(sizeof(int) * a->desc->natts);
 	for (int i = 0; i < a->desc->natts; i++)
-		if (TupleDescAttr(a->desc, i)->attnotnull && !TupleDescAttr(a->desc, i)->attisdropped)
+		if (TupleDescAttr(a->desc, i)->attnotnull)
 			a->not_null[a->nnot_null++] = i;
 	for (int c = 0; OidIsValid(id_seq) && c < ncols; c++)
 		if (strcmp(cols[c], "id") == 0)
@@ -727,7 +727,8 @@ append_fill_chunk(Appending *a, int first, int m, const Datum *values, const boo
 /*
  * The m rows formed from their values into their heap slots (each slot
  * frees its row when it takes the next one), then written; their tids
- * given back to the slots of their values, which their index entries read.
+ * given back to the slots of their values, which their index entries read
+ * (the table's oid is theirs from append_begin on).
  */
 static void
 append_insert_rows(Appending *a, int m)
@@ -745,10 +746,7 @@ append_insert_rows(Appending *a, int m)
 		table_multi_insert(a->rel, a->rows, m, a->cid, 0, NULL);
 	MemoryContextSwitchTo(old);
 	for (int i = 0; i < m; i++)
-	{
 		a->slots[i]->tts_tid = a->rows[i]->tts_tid;
-		a->slots[i]->tts_tableOid = a->rows[i]->tts_tableOid;
-	}
 }
 
 /* The m rows in the slots written: the heap, then their index entries */

@@ -403,7 +403,7 @@ typedef struct TaskChange
 	const bool *on;
 	NewRow		row;
 	int64		task_id;
-	char	   *from_name;		/* NULL for an insert */
+	const char *from_name;		/* NULL for an insert */
 	const char *to_name;
 	TaskState	from;			/* TS_INVALID for an insert */
 	TaskState	to;
@@ -463,6 +463,19 @@ complete_columns(int cols[5])
 }
 
 /*
+ * The state a row's state column names, its name as the matrix spells it
+ * into *name (another value as it is, for the error; NULL: none).
+ */
+static TaskState
+state_read(Datum d, bool isnull, const char **name)
+{
+	TaskState	s = isnull ? TS_INVALID : orch_state_from_text(d);
+
+	*name = s != TS_INVALID ? orch_state_names[s] : isnull ? NULL : TextDatumGetCString(d);
+	return s;
+}
+
+/*
  * Check the row's transition against the matrix (refused: error), its new
  * values read into c->row.  False for an update of a terminal row that
  * changes nothing, which is let through as it is.
@@ -475,10 +488,8 @@ change_check(TaskChange *c)
 
 	c->from = TS_INVALID;
 	c->task_id = DatumGetInt64(row_get(&c->row, task_cols.id, &isnull));
-	/* a state's name as the matrix spells it; another value as it is, for the error */
 	d = row_get(&c->row, task_cols.state, &isnull);
-	c->to = isnull ? TS_INVALID : orch_state_from_text(d);
-	c->to_name = c->to != TS_INVALID ? orch_state_names[c->to] : row_text(&c->row, task_cols.state);
+	c->to = state_read(d, isnull, &c->to_name);
 
 	if (c->is_insert)
 	{
@@ -486,8 +497,8 @@ change_check(TaskChange *c)
 			orch_raise_invalid_transition(task_what(c->task_id), NULL, c->to_name);
 		return true;
 	}
-	c->from_name = old_text(c, task_cols.state);
-	c->from = orch_state_from_name(c->from_name);
+	d = old_get(c, task_cols.state, &isnull);
+	c->from = state_read(d, isnull, &c->from_name);
 	if (c->from == TS_INVALID)
 		elog(ERROR, "orchestrator: task " INT64_FORMAT " has unknown state \"%s\"",
 			 c->task_id, c->from_name);

@@ -26,26 +26,29 @@ static const bool task_matrix[TS_COUNT][TS_COUNT] = {
 	{false, false, false, false, false, false, false, true},	/* cancelled */
 };
 
-/* The state a text value names (TS_INVALID: none), read in place */
+/* The state the len bytes at name spell (TS_INVALID: none) */
+static TaskState
+state_from_bytes(const char *name, size_t len)
+{
+	for (int i = 0; i < TS_COUNT; i++)
+		if (strlen(orch_state_names[i]) == len && memcmp(name, orch_state_names[i], len) == 0)
+			return (TaskState) i;
+	return TS_INVALID;
+}
+
+/* The state a text value names, read in place */
 TaskState
 orch_state_from_text(Datum t)
 {
 	text	   *v = DatumGetTextPP(t);
-	size_t		len = VARSIZE_ANY_EXHDR(v);
 
-	for (int i = 0; i < TS_COUNT; i++)
-		if (strlen(orch_state_names[i]) == len && memcmp(VARDATA_ANY(v), orch_state_names[i], len) == 0)
-			return (TaskState) i;
-	return TS_INVALID;
+	return state_from_bytes(VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
 }
 
 TaskState
 orch_state_from_name(const char *name)
 {
-	for (int i = 0; i < TS_COUNT; i++)
-		if (strcmp(name, orch_state_names[i]) == 0)
-			return (TaskState) i;
-	return TS_INVALID;
+	return state_from_bytes(name, strlen(name));
 }
 
 bool
