@@ -97,7 +97,7 @@ INSERT INTO orch.events (tenant_id, task_id, entity, from_state, to_state, reaso
 SELECT CASE WHEN g % 2 = 0 THEN 'default' ELSE 't2' END, g, 'task', 'executing', 'completed',
        'completed', 'w', 1, now() - interval '2 days', NULL
   FROM generate_series(1, $ROWS) g;
-SELECT setval('orch.tasks_id_seq', $ROWS);
+SELECT setval('orch.events_id_seq', $ROWS);
 -- two days of folded counters, as orch_maintain leaves them
 INSERT INTO orch.metric_minutes (minute, tenant_id, queue, metric, l1, l2, value)
 SELECT m, t, 'q' || q, x.metric, x.l1, x.l2, 10

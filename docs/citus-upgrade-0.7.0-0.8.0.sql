@@ -210,7 +210,7 @@ $do$, (
     SELECT pg_catalog.jsonb_object_agg(g, per)
       FROM (SELECT g, pg_catalog.jsonb_object_agg(seq, m) AS per
               FROM (SELECT x.seq, x.id OPERATOR(pg_catalog.>>) 48 AS g, pg_catalog.max(x.id) AS m
-                      FROM (SELECT 'tasks_id_seq' AS seq, id FROM orch.tasks
+                      FROM (SELECT 'events_id_seq' AS seq, id FROM orch.tasks
                             UNION ALL SELECT 'attempts_id_seq', id FROM orch.attempts
                             UNION ALL SELECT 'attempts_id_seq', complete_attempt_id FROM orch.tasks
                             UNION ALL SELECT 'events_id_seq', id FROM orch.events

@@ -334,7 +334,7 @@ BEGIN
         -- what a task is, written once when it is enqueued (the claim and the
         -- completion log none of it: the unchanged prefix of the row); fixed
         -- widths, 8-byte aligned first, so that no padding falls between them
-        id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.tasks_id_seq'),
+        id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.events_id_seq'),
         run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
         created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
         created_xact     bigint,
@@ -414,6 +414,15 @@ BEGIN
 END
 $tasks_080$;
 SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
+-- Tasks are numbered by the events' sequence from here on (a task's enqueue
+-- takes the task's id as its event id): it goes on past every id either
+-- sequence gave out, and the tasks' own sequence goes.  (Not past the
+-- highest id stored: on Citus the rows hold other nodes' ranges too.)
+SELECT pg_catalog.setval('orch.events_id_seq', GREATEST(
+           (SELECT s.last_value FROM orch.events_id_seq s),
+           (SELECT s.last_value FROM orch.tasks_id_seq s)));
+ALTER EXTENSION orchestrator DROP SEQUENCE orch.tasks_id_seq;
+DROP SEQUENCE orch.tasks_id_seq;
 -- An index whose key ends in the task's id has no two keys alike to
 -- deduplicate: deduplicate_items = off spares each page split a pass that
 -- could only fail (tasks_gated_idx of 0.7.0; the new ones are made so below).
@@ -591,7 +600,7 @@ REVOKE ALL ON orch.attempts, orch.events, orch.attempts_default, orch.events_def
     orch.runs, orch.run_steps, orch.approvals, orch.runs_default, orch.run_steps_default,
     orch.approvals_default, orch.run_keys, orch.approval_refs FROM PUBLIC;
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
-  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued, by orch_enqueue or orch_enqueue_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
+  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued, by orch_enqueue or orch_enqueue_batch): the id of that event in orch.history, which is the task''s own id (tasks and events are numbered by one sequence, orch.events_id_seq); no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS
   'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). Kept while the task is executing and when it records its completion; a task leaving executing otherwise writes it out as an orch.events row.';
 COMMENT ON COLUMN orch.tasks.complete_event_id IS

@@ -177,7 +177,10 @@ COMMENT ON VIEW orch_tenant_bindings IS
 -- ---------------------------------------------------------------------------
 -- Tasks and their history
 -- ---------------------------------------------------------------------------
-CREATE SEQUENCE orch.tasks_id_seq;
+-- One sequence numbers the tasks and the events of history: a task's
+-- enqueue, recorded by its row, takes the task's own id as its event id (no
+-- second id a task), in the one order every event is numbered in.
+CREATE SEQUENCE orch.events_id_seq;
 -- Churn settings: tasks are updated several times in their life; vacuum
 -- often.  A fillfactor of 50 leaves each page room for new versions of
 -- most rows an insert put there: claims of 100 and their batch completion
@@ -195,7 +198,7 @@ CREATE TABLE orch.tasks (
     -- what a task is, written once when it is enqueued (the claim and the
     -- completion log none of it: the unchanged prefix of the row); fixed
     -- widths, 8-byte aligned first, so that no padding falls between them
-    id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.tasks_id_seq'),
+    id               bigint NOT NULL DEFAULT pg_catalog.nextval('orch.events_id_seq'),
     run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
     created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
     created_xact     bigint,
@@ -265,7 +268,7 @@ ALTER TABLE orch.tasks ALTER COLUMN tenant_id SET (n_distinct = 100);
 COMMENT ON TABLE orch.tasks IS
   'One row per task. state is guarded by the C lifecycle trigger; ready_at is set only while the task is claimable.';
 COMMENT ON COLUMN orch.tasks.enqueue_event_id IS
-  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued, by orch_enqueue or orch_enqueue_batch): the id of that event in orch.history, from orch.events_id_seq; no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
+  'Set by the lifecycle trigger when the row records its own enqueue (received -> queued, reason enqueued, by orch_enqueue or orch_enqueue_batch): the id of that event in orch.history, which is the task''s own id (tasks and events are numbered by one sequence, orch.events_id_seq); no orch.events row is written for it. With created_by (the role) and created_xact (the inserting transaction, for orch.metrics_fold).';
 COMMENT ON COLUMN orch.tasks.claim_event_id IS
   'Set by the lifecycle trigger when the row records its latest claim from the queue (queued -> executing, reason claimed): the id of that event in orch.history; with claimed_by (the role), claim_xact (the claiming transaction) and claim_waited (microseconds it had been claimable). Kept while the task is executing and when it records its completion; a task leaving executing otherwise writes it out as an orch.events row.';
 COMMENT ON COLUMN orch.tasks.complete_event_id IS
@@ -356,7 +359,6 @@ CREATE INDEX attempts_task_idx ON orch.attempts_default (task_id);
 COMMENT ON TABLE orch.attempts IS
   'Append-only: one row per finished execution of a task (completed, failed, retry, lease_expired, cancelled, awaiting_tool, awaiting_user_confirmation), except a completion by orch_complete, which its task row records (orch.attempt_history reads both).';
 
-CREATE SEQUENCE orch.events_id_seq;
 CREATE TABLE orch.events (
     id           bigint NOT NULL DEFAULT pg_catalog.nextval('orch.events_id_seq'),
     tenant_id    text NOT NULL DEFAULT 'default',
@@ -464,7 +466,6 @@ CREATE INDEX idempotency_keys_expiry_idx ON orch.idempotency_keys (expires_at);
 
 -- pg_dump keeps user data of extension tables.
 SELECT pg_catalog.pg_extension_config_dump('orch.tasks', '');
-SELECT pg_catalog.pg_extension_config_dump('orch.tasks_id_seq', '');
 -- (history: its DEFAULT partitions; the range partitions orch_maintain
 -- creates are tables of their own, dumped with their data and attached)
 SELECT pg_catalog.pg_extension_config_dump('orch.attempts_default', '');

@@ -822,7 +822,7 @@ orch_table_append(const char *relname, int ncols, const char *const *cols,
 /*
  * Append nrows task rows (orch.tasks; values and nulls as orch_table_append
  * takes them, of the types given, the column "id" among them, filled here
- * from orch.tasks_id_seq as the INSERT draws it: the ids into ids, in
+ * from orch.events_id_seq as the INSERT draws it: the ids into ids, in
  * order), row_hook doing the row trigger's work on each before it is
  * written.  False, having written nothing and drawn no id, when the table
  * needs the SQL INSERT: a trigger of another's on it (or either of its own
@@ -834,7 +834,7 @@ orch_tasks_append(OrchRowHook row_hook, int ncols, const char *const *cols, cons
 				  int nrows, const Datum *values, const bool *nulls, int64 *ids)
 {
 	Oid			relid = orch_relid("tasks");
-	Oid			seq = orch_relid("tasks_id_seq");
+	Oid			seq = orch_relid("events_id_seq");
 
 	return OidIsValid(relid) && OidIsValid(seq) &&
 		append_rows(relid, row_hook, types, seq, ids, ncols, cols, nrows, values, nulls);

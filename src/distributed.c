@@ -60,7 +60,7 @@ static const char *const reader_views[] = {
 
 /* Sequences whose values become ids: a disjoint range per node. */
 static const char *const id_sequences[] = {
-	"tasks_id_seq", "attempts_id_seq", "events_id_seq", "commands_id_seq",
+	"attempts_id_seq", "events_id_seq", "commands_id_seq",
 	"runs_id_seq", "run_steps_done_seq", "maintenance_log_id_seq"
 };
 

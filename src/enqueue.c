@@ -257,7 +257,7 @@ enqueue_with_key(EnqueueOpts *o, Jsonb *payload, const char *key)
 		char	   *queue;
 		Jsonb	   *existing;
 
-		orch_exec(orch_plan("SELECT nextval('orch.tasks_id_seq')", 0, NULL), NULL, NULL, false, 1, SPI_OK_SELECT);
+		orch_exec(orch_plan("SELECT nextval('orch.events_id_seq')", 0, NULL), NULL, NULL, false, 1, SPI_OK_SELECT);
 		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		SPI_freetuptable(SPI_tuptable);
 		orch_arg_int8(&ins, id);

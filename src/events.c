@@ -531,13 +531,12 @@ orch_event_context(void)
 static Oid	event_seq = InvalidOid;
 static Oid	attempt_seq = InvalidOid;
 static Oid	clock_seq = InvalidOid;
-static Oid	task_seq = InvalidOid;
 static bool seqs_registered = false;
 
 static void
 seqs_reset(void)
 {
-	event_seq = attempt_seq = clock_seq = task_seq = InvalidOid;
+	event_seq = attempt_seq = clock_seq = InvalidOid;
 }
 
 /* orch.<name>, a sequence looked up once (again after the schema changes) */
@@ -584,7 +583,8 @@ sequence_last(Oid *seq, const char *name)
 }
 
 /*
- * The last task id orch.tasks_id_seq gave out: 0 if none yet, or if an id
+ * The last id orch.events_id_seq gave out (tasks and events are numbered by
+ * it; every task id drawn later is higher): 0 if none yet, or if an id
  * drawn later may be lower than it (the sequence altered to count down, to
  * cycle, or to hand out ids from a per-session cache, drawn from it
  * earlier), so that orch.metrics_fold reads every task row then.
@@ -592,7 +592,7 @@ sequence_last(Oid *seq, const char *name)
 int64
 orch_last_task_id(void)
 {
-	Oid			seq = seq_oid(&task_seq, "tasks_id_seq");
+	Oid			seq = seq_oid(&event_seq, "events_id_seq");
 	HeapTuple	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
 	bool		ascends = false;
 
@@ -603,7 +603,7 @@ orch_last_task_id(void)
 		ascends = s->seqincrement > 0 && s->seqcache == 1 && !s->seqcycle;
 		ReleaseSysCache(tup);
 	}
-	return ascends ? sequence_last(&task_seq, "tasks_id_seq") : 0;
+	return ascends ? sequence_last(&event_seq, "events_id_seq") : 0;
 }
 
 /* how far a completion's stamp may follow orch.metrics_clock past the clock */

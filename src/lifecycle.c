@@ -852,9 +852,12 @@ change_record_claim(TaskChange *c)
  * A plain enqueue by orch_enqueue or orch_enqueue_batch (received ->
  * queued, reason enqueued, no label or note): the task row records its
  * event (orch.history derives it from enqueue_event_id, created_by,
- * created_at and created_xact), and no event row is written: true.  Any
- * other insert (a raw INSERT among them) records nothing there and writes
- * its event row, so that no event is derived for it, nor forged.
+ * created_at and created_xact), and no event row is written: true.  The
+ * event's id is the task's: both functions draw it from orch.events_id_seq,
+ * the sequence every event id comes from, before any other event of the
+ * task.  Any other insert (a raw INSERT among them, whatever id it gives)
+ * records nothing there and writes its event row, so that no event is
+ * derived for it, nor forged.
  */
 static bool
 change_record_enqueue(TaskChange *c)
@@ -871,7 +874,7 @@ change_record_enqueue(TaskChange *c)
 		orch_event_context()->enqueue_in_task;
 	if (derive)
 	{
-		v[0] = Int64GetDatum(orch_next_event_id());
+		v[0] = Int64GetDatum(c->task_id);
 		v[1] = CStringGetTextDatum(orch_current_actor());
 		v[2] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 		n[0] = n[1] = n[2] = false;

@@ -77,7 +77,7 @@ orch_task_insert(const OrchTaskRow *t, Jsonb *payload, const char *step_key)
 	orch_arg_jsonb(&a, payload);
 	orch_arg_text(&a, step_key);
 	if (orch_args_sql(&a, TASK_INSERT_COLUMNS
-					  " VALUES (COALESCE($1, nextval('orch.tasks_id_seq')), " TASK_SHARED_VALUES ", $18, $19)"
+					  " VALUES (COALESCE($1, nextval('orch.events_id_seq')), " TASK_SHARED_VALUES ", $18, $19)"
 					  " RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != 1)
 		elog(ERROR, "orchestrator: task insert failed");
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -141,7 +141,7 @@ append_shared(const OrchTaskRow *t, Datum *v, bool *nl)
  * Write n tasks alike but for their payloads (a jsonb[] of n) without SQL,
  * when the table allows it (append.c): row_hook does the row trigger's
  * work on each row before it is written; the caller then does the
- * statement-end trigger's.  Their ids (from orch.tasks_id_seq, as the
+ * statement-end trigger's.  Their ids (from orch.events_id_seq, as the
  * INSERT draws them) into ids, in the payloads' order.  False, having
  * written nothing: insert them with orch_tasks_insert.
  */
@@ -198,7 +198,7 @@ orch_tasks_insert(const OrchTaskRow *t, Datum payloads, Datum step_keys, int n, 
 	orch_arg(&a, JSONBARRAYOID, payloads, false);
 	orch_arg(&a, TEXTARRAYOID, step_keys, step_keys == (Datum) 0);
 	if (orch_args_sql(&a, TASK_INSERT_COLUMNS
-					  " SELECT nextval('orch.tasks_id_seq'), " TASK_SHARED_VALUES ", p.payload, p.step_key"
+					  " SELECT nextval('orch.events_id_seq'), " TASK_SHARED_VALUES ", p.payload, p.step_key"
 					  " FROM unnest($18, $19) WITH ORDINALITY AS p(payload, step_key, ord)"
 					  " ORDER BY p.ord RETURNING id", false, 0, SPI_OK_INSERT_RETURNING) != (uint64) n)
 		elog(ERROR, "orchestrator: task batch insert failed");

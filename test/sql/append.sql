@@ -148,6 +148,14 @@ SELECT orch_create_queue('ap_hist', '{"backoff": "fixed", "initial_delay": "0 se
 SELECT orch_enqueue('ap_hist', '{"n": 1}') AS h1 \gset
 SELECT enqueue_event_id IS NOT NULL AS enqueue_recorded, created_by = current_user AS by_caller,
        created_xact IS NOT NULL AS xact_recorded FROM orch.tasks WHERE id = :h1;
+-- the enqueue's event id is the task's own (one sequence numbers both), for
+-- every row of a batch too, and no event row has it
+SELECT enqueue_event_id = id AS event_id_is_task_id FROM orch.tasks WHERE id = :h1;
+CREATE TEMP TABLE ap_hb AS
+SELECT orch_enqueue_batch('ap_hist_batch', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]) AS id;
+SELECT count(*) AS batch, count(*) FILTER (WHERE t.enqueue_event_id = t.id) AS event_id_is_task_id,
+       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM orch.events e WHERE e.id = t.id)) AS taken_by_an_event_row
+  FROM orch.tasks t WHERE t.id IN (SELECT id FROM ap_hb);
 CREATE TEMP TABLE ap_h1 AS SELECT * FROM orch_dequeue('ap_hist', 'ap-h-worker');
 SELECT claim_event_id IS NOT NULL AS claim_recorded, claim_waited >= 0 AS waited,
        (SELECT count(*) FROM orch.events WHERE task_id = :h1) AS event_rows FROM orch.tasks WHERE id = :h1;

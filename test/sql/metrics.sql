@@ -674,16 +674,16 @@ SELECT orch_metrics_refresh() >= 0 AS folded;
 SELECT cardinality(mark_xact) BETWEEN 1 AND 3 AS marks_kept,
        cardinality(mark_xact) = cardinality(mark_task) AND cardinality(mark_xact) = cardinality(mark_time) AS aligned,
        mark_xact[1] <= snap_xmin AS first_at_or_below_xmin,
-       mark_task[cardinality(mark_task)] = (SELECT last_value FROM orch.tasks_id_seq) AS last_task_id,
+       mark_task[cardinality(mark_task)] = (SELECT last_value FROM orch.events_id_seq) AS last_task_id,
        extract(epoch FROM mark_time[cardinality(mark_time)] - '2000-01-01 00:00:00+00')::numeric * 1000000
          = (SELECT last_value FROM orch.metrics_clock) AS clock_published
   FROM orch.metric_state;
 -- The task id of a mark is a floor only while ids drawn later are higher:
--- with orch.tasks_id_seq altered to hand out ids from a per-session cache
+-- with orch.events_id_seq altered to hand out ids from a per-session cache
 -- (or to count down, or to cycle) it is 0, and a fold reads every task row
-ALTER SEQUENCE orch.tasks_id_seq CACHE 10;
+ALTER SEQUENCE orch.events_id_seq CACHE 10;
 SELECT mark_task AS task_floor_with_a_cache FROM orch.metrics_mark();
-ALTER SEQUENCE orch.tasks_id_seq CACHE 1;
+ALTER SEQUENCE orch.events_id_seq CACHE 1;
 SELECT mark_task > 0 AS task_floor_again FROM orch.metrics_mark();
 -- A completion is stamped no earlier than the last moment published, as
 -- long as the clock reads at most a minute earlier: with the moment

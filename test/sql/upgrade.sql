@@ -102,6 +102,9 @@ CREATE EXTENSION orchestrator VERSION '0.7.0';
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND NOT tgisinternal ORDER BY 1;
 SELECT orch_create_queue('stale_keys', '{"concurrency_key_limit": 1}') IS NOT NULL AS created;
 SELECT orch_enqueue('stale_keys', '{"n": 1}', concurrency_key => 'k') > 0 AS first;
+-- (0.7.0's task ids ahead of its event ids: 0.8.0 numbers tasks by the
+-- events' sequence, which the update sets past both)
+SELECT setval('orch.tasks_id_seq', 5000) AS task_ids_ahead;
 -- a claim made under 0.7.0 completes under 0.8.0
 CREATE TEMP TABLE up8_claim AS SELECT task_id, lease_token FROM orch_dequeue('stale_keys', 'w', 1);
 -- orch.tasks is made again by the update: a view of one's own on the table
@@ -156,6 +159,13 @@ ALTER TABLE orch.tasks ALTER COLUMN queue SET STATISTICS -1;
 ALTER TABLE orch.tasks SET (fillfactor = 50);
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'orch.tasks'::regclass AND NOT tgisinternal ORDER BY 1;
 SELECT orch_enqueue('stale_keys', '{"n": 2}', concurrency_key => 'k') > 0 AS second;
+-- tasks and events numbered by one sequence, past every id either gave out;
+-- a task's recorded enqueue takes the task's id
+SELECT to_regclass('orch.tasks_id_seq') IS NULL AS tasks_sequence_gone,
+       (SELECT min(id) FROM orch.tasks WHERE queue = 'stale_keys' AND payload ->> 'n' = '2') > 5000 AS past_both;
+SELECT orch_enqueue('up8_plain', '{"n": 1}') AS up8_plain \gset
+SELECT id > 5000 AS past_both, enqueue_event_id = id AS enqueue_event_is_task
+  FROM orch.tasks WHERE id = :up8_plain;
 SELECT payload ->> 'n' AS n, state, gated, ready_at IS NOT NULL AS claimable
   FROM orch.tasks WHERE queue = 'stale_keys' ORDER BY id;
 SELECT orch_complete(task_id, lease_token) FROM up8_claim;
