@@ -601,6 +601,7 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 			 int ncols, const char *const *cols, int nrows, const Datum *values, const bool *nulls)
 {
 	OrchTaskCache *tc;
+	TupleDesc	slot_desc;
 
 	memset(a, 0, sizeof(*a));
 	a->rel = open_append_target(relid, &a->root, row_hook != NULL, ncols, cols, nrows, values, nulls);
@@ -659,14 +660,18 @@ append_begin(Appending *a, Oid relid, OrchRowHook row_hook, const Oid *types, Oi
 	 * every column, for its entries).  A heap one holds the row formed from
 	 * them, once, for the table's insert: given the virtual slot, the insert
 	 * would first copy its values into the slot's own memory, then form the
-	 * row from the copy.
+	 * row from the copy.  Their description is a copy of the table's, which
+	 * no slot pins: each slot would pin the table's own in the resource
+	 * owner, and remembering and forgetting 256 pins of one description
+	 * cost more than the slots themselves.
 	 */
+	slot_desc = CreateTupleDescCopy(a->desc);
 	for (int i = 0; i < a->nslots; i++)
 	{
-		a->slots[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsVirtual);
+		a->slots[i] = MakeSingleTupleTableSlot(slot_desc, &TTSOpsVirtual);
 		/* a CHECK or a predicate that reads tableoid reads it from the first row on */
 		a->slots[i]->tts_tableOid = RelationGetRelid(a->rel);
-		a->rows[i] = MakeSingleTupleTableSlot(a->desc, &TTSOpsHeapTuple);
+		a->rows[i] = MakeSingleTupleTableSlot(slot_desc, &TTSOpsHeapTuple);
 	}
 	return true;
 }
