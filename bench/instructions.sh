@@ -69,9 +69,7 @@ case " $SYSTEMS " in
         log "$PGMQ_NOTE" ;;
 esac
 
-WORK=$(mktemp -d /tmp/orch-instr.XXXXXX)
-chown postgres: "$WORK"
-chmod 755 "$WORK"
+WORK=$(work_dir orch-instr)
 DATA=$WORK/data
 CG=$WORK/callgrind
 cleanup() {
@@ -89,21 +87,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null
+init_cluster "$DATA" "$WORK" "$PORT"
 as_pg mkdir "$CG"
 cat >>"$DATA/postgresql.conf" <<EOF
 
 # ---- bench/instructions.sh (bench/run.sh's settings that change what a job executes) ----
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-shared_buffers = 1GB
 wal_buffers = 16MB
 synchronous_commit = on
-max_wal_size = 8GB
 checkpoint_timeout = 30min
 autovacuum = off                      # no worker between a run's transactions
-jit = off
 shared_preload_libraries = 'orchestrator'
 # What a worker's claims go by for a while is bounded in time: 50 ms by
 # default, which callgrind's slowdown (about 50 times) would make about 50

@@ -1,5 +1,5 @@
-# bench/lib.sh: what bench/run.sh and bench/instructions.sh share (sourced,
-# with BENCH_DIR set to bench/).
+# bench/lib.sh: what the bench scripts (run.sh, instructions.sh, scrape.sh)
+# share (sourced, with BENCH_DIR set to bench/).
 
 REPO=$(cd "$BENCH_DIR/.." && pwd)
 PGBIN=${ORCH_PG_BINDIR:-/usr/lib/postgresql/15/bin}
@@ -68,4 +68,40 @@ script_for() {
         pgmq)         echo "$BENCH_DIR/pgmq_$2.sql" ;;
         *)            echo "$BENCH_DIR/base_$2.sql" ;;
     esac
+}
+
+# work_dir NAME: a new scratch directory /tmp/NAME.XXXXXX that the postgres
+# OS user owns and every user can enter (printed)
+work_dir() {
+    local dir
+    dir=$(mktemp -d "/tmp/$1.XXXXXX")
+    chown postgres: "$dir"
+    chmod 755 "$dir"
+    echo "$dir"
+}
+
+# init_cluster DATA SOCKDIR PORT: a throwaway cluster in DATA, reached only
+# by the Unix socket in SOCKDIR on PORT, with the settings every bench
+# cluster shares; the caller appends its own to DATA/postgresql.conf.
+init_cluster() {
+    as_pg "$PGBIN/initdb" -D "$1" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null \
+        || die "initdb $1 failed"
+    cat >>"$1/postgresql.conf" <<EOF
+
+# ---- bench/lib.sh: every bench cluster ----
+port = $3
+listen_addresses = ''                 # Unix socket only, in $2
+unix_socket_directories = '$2'
+shared_buffers = 1GB
+max_wal_size = 8GB                    # no size-triggered checkpoint mid-run
+jit = off                             # no JIT compile noise in short queries
+log_min_messages = warning
+EOF
+}
+
+# start_cluster DATA LOG: the cluster started with pg_ctl (its log shown
+# when it does not start)
+start_cluster() {
+    as_pg "$PGBIN/pg_ctl" -D "$1" -l "$2" -w -t 60 start >/dev/null \
+        || { cat "$2" >&2; die "server did not start"; }
 }

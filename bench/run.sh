@@ -159,9 +159,7 @@ install_pgmq
 # ---------------------------------------------------------------------------
 # Throwaway cluster
 # ---------------------------------------------------------------------------
-WORK=$(mktemp -d /tmp/orch-bench.XXXXXX)
-chown postgres: "$WORK"
-chmod 755 "$WORK"
+WORK=$(work_dir orch-bench)
 DATA=$WORK/data
 SOCK=$WORK
 PGBENCH_PID=
@@ -186,7 +184,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log "initdb $DATA (port $PORT, socket $SOCK)"
-as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null
+init_cluster "$DATA" "$SOCK" "$PORT"
 
 # orchestrator: the wake-up of waiting claims (nothing for the baseline's queries)
 PRELOAD="orchestrator"
@@ -194,11 +192,7 @@ PRELOAD="orchestrator"
 cat >>"$DATA/postgresql.conf" <<EOF
 
 # ---- bench/run.sh: identical for the orchestrator and the baseline ----
-port = $PORT
-listen_addresses = ''                 # Unix socket only, in $SOCK
-unix_socket_directories = '$SOCK'
 max_connections = 100
-shared_buffers = 1GB
 work_mem = 16MB
 maintenance_work_mem = 256MB
 wal_buffers = 16MB
@@ -206,7 +200,6 @@ synchronous_commit = on               # the default: every commit is durable
 fsync = on
 full_page_writes = on
 wal_level = replica
-max_wal_size = 8GB                    # no size-triggered checkpoint mid-run
 min_wal_size = 1GB
 checkpoint_timeout = 30min            # checkpoints only where the harness asks
 checkpoint_completion_target = 0.9
@@ -215,16 +208,13 @@ autovacuum_naptime = 10s              # what docs/storage.md advises for a busy 
                                       # reaches a table once per naptime, and until it does
                                       # new rows go to new pages (a minute at 20,000 jobs/s
                                       # is over a gigabyte of task table)
-jit = off                             # no JIT compile noise in short queries
 random_page_cost = 1.1
 logging_collector = off
-log_min_messages = warning
 shared_preload_libraries = '$PRELOAD'
 pg_stat_statements.track = all
 pg_stat_statements.max = 2000
 EOF
-as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
-    || { cat "$WORK/server.log" >&2; die "server did not start"; }
+start_cluster "$DATA" "$WORK/server.log"
 
 export PGOPTIONS="-c client_min_messages=warning"
 PSQL=("$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$PORT" -U postgres)

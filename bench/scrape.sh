@@ -16,35 +16,24 @@
 # and state: a scan of the whole table).
 #
 # Environment: SCRAPE_PORT (default 55434), SCRAPE_ROWS (10000000),
-# SCRAPE_SECS (10), BENCH_SKIP_BUILD=1, BENCH_KEEP=1.  Runs as root.
+# SCRAPE_SECS (10), BENCH_SKIP_BUILD=1, BENCH_KEEP=1, ORCH_PG_BINDIR.  Runs
+# as root.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$BENCH_DIR/.." && pwd)
-PGBIN=/usr/lib/postgresql/15/bin
+# shellcheck source=bench/lib.sh
+. "$BENCH_DIR/lib.sh"
 PORT=${SCRAPE_PORT:-55434}
 ROWS=${SCRAPE_ROWS:-10000000}
 SECS=${SCRAPE_SECS:-10}
 KEEP=${BENCH_KEEP:-0}
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'scrape: error: %s\n' "$*" >&2; exit 1; }
-
 [ "$(id -u)" = 0 ] || die "run as root (PostgreSQL runs as the postgres OS user)"
-[ -x "$PGBIN/pgbench" ] || {
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        postgresql-15 postgresql-server-dev-15 build-essential </dev/null
-}
-if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
-    make -C "$REPO" -s >&2 && make -C "$REPO" -s install >&2 || die "build failed"
-fi
+ensure_packages
+build_extension
 
-WORK=$(mktemp -d /tmp/orch-scrape.XXXXXX)
-chown postgres: "$WORK"
-chmod 755 "$WORK"
+WORK=$(work_dir orch-scrape)
 DATA=$WORK/data
-as_pg() { (cd / && runuser -u postgres -- "$@"); }
 cleanup() {
     local rc=$?
     [ -f "$DATA/postmaster.pid" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
@@ -54,21 +43,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >/dev/null
+init_cluster "$DATA" "$WORK" "$PORT"
 cat >>"$DATA/postgresql.conf" <<EOF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-shared_buffers = 1GB
+
+# ---- bench/scrape.sh ----
 work_mem = 16MB
 maintenance_work_mem = 512MB
-max_wal_size = 8GB
-jit = off
 random_page_cost = 1.1
-log_min_messages = warning
 EOF
-as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
-    || { cat "$WORK/server.log" >&2; die "server did not start"; }
+start_cluster "$DATA" "$WORK/server.log"
 PSQL=("$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PORT" -U postgres)
 "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench" >/dev/null
 sql() { "${PSQL[@]}" -d bench -At -c "$1"; }
